@@ -1,0 +1,40 @@
+//! The cache layer's error type.
+//!
+//! Errors are classified by origin so the protocol layer can map them straight to
+//! `CLIENT_ERROR` (the request itself was unacceptable) or `SERVER_ERROR` (the server could
+//! not do something it should have been able to do).
+use std::fmt;
+
+/// An error from the cache layer.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The item (key + value + header) is larger than the largest item the store accepts.
+    /// memcached answers `SERVER_ERROR object too large for cache`.
+    TooLarge { size: usize, max: usize },
+    /// No memory could be found for the item even after eviction.
+    /// memcached answers `SERVER_ERROR out of memory storing object`.
+    OutOfMemory,
+    /// The flash tier failed the request (I/O error, full device, corrupt record).
+    Flash(String),
+}
+
+impl Error {
+    /// True when the client caused the error (maps to `CLIENT_ERROR`), false when the server
+    /// did (maps to `SERVER_ERROR`).
+    pub fn is_client_error(&self) -> bool {
+        false
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::TooLarge { .. } => write!(f, "object too large for cache"),
+            Error::OutOfMemory => write!(f, "out of memory storing object"),
+            Error::Flash(msg) => write!(f, "flash error: {msg}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}

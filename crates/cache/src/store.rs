@@ -1,0 +1,72 @@
+//! The store interface the protocol layer is written against.
+//!
+//! All operations are `async` because an item may live on flash: a RAM hit completes on the
+//! first poll, a flash read completes when the device answers. A connection may hold several
+//! of these futures at once (pipelined or multi-key gets) and await them together, which turns
+//! a multi-get into one batch of flash reads.
+use std::future::Future;
+
+use crate::{Error, Item, ItemWrite, Update};
+
+/// Counters a store exposes through `stats` (general section). Other sections come from the
+/// store's own `stats_section`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Items currently stored (expired items not yet reclaimed may be included).
+    pub curr_items: u64,
+    /// Items stored since start.
+    pub total_items: u64,
+    /// Bytes used by stored items (keys, values and per-item headers).
+    pub bytes: u64,
+    /// The configured RAM limit in bytes (`limit_maxbytes`).
+    pub limit_maxbytes: u64,
+    /// Items removed to make room for new ones.
+    pub evictions: u64,
+    /// Items removed by the background expiry sweep or found expired on access.
+    pub reclaimed: u64,
+    /// Items removed because they expired (subset of `reclaimed`).
+    pub expired_unfetched: u64,
+    /// Items evicted without ever having been fetched.
+    pub evicted_unfetched: u64,
+}
+
+/// A key-value store with memcached's item model.
+pub trait KvStore: Send + Sync + 'static {
+    /// Fetch a live item and record the access (sets `fetched`, `last_access`). The returned
+    /// meta is the state *before* this access. Expired items are never returned.
+    fn get(&self, key: &[u8]) -> impl Future<Output = Result<Option<Item>, Error>> + Send;
+
+    /// Store unconditionally. Returns the CAS value of the new version.
+    fn set(&self, key: &[u8], item: ItemWrite) -> impl Future<Output = Result<u64, Error>> + Send;
+
+    /// Read-modify-write: `f` sees the current live item (or `None`) and decides. The store
+    /// applies the decision atomically with respect to other operations on the same key;
+    /// if another writer got in between, `f` may be called again with the newer item.
+    /// Returns what `f` returned on the call that was applied, plus the CAS of the written
+    /// version when the decision was `Put`.
+    fn update<R, F>(
+        &self,
+        key: &[u8],
+        f: F,
+    ) -> impl Future<Output = Result<(R, Option<u64>), Error>> + Send
+    where
+        R: Send,
+        F: FnMut(Option<&Item>) -> (Update, R) + Send;
+
+    /// Invalidate every item stored at or before unix time `at` once that time arrives
+    /// (memcached `flush_all [delay]`). `at <= now` flushes immediately.
+    fn flush_all(&self, at: u32);
+
+    /// The largest value (bytes) a single item may carry.
+    fn max_item_size(&self) -> usize;
+
+    /// The store's clock (the protocol converts exptimes with it).
+    fn clock(&self) -> &crate::Clock;
+
+    /// General counters for `stats`.
+    fn stats(&self) -> StoreStats;
+
+    /// Extra `stats <section>` lines (`items`, `slabs`, `settings`, `extstore`, ...) as
+    /// (name, value) pairs; `None` when the store has no such section.
+    fn stats_section(&self, section: &str) -> Option<Vec<(String, String)>>;
+}

@@ -1,0 +1,1 @@
+//! The memcached text and meta protocol over a [`flashtier_cache::KvStore`].

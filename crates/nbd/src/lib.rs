@@ -1,0 +1,1 @@
+//! The NBD protocol (NetworkBlockDevice/nbd `doc/proto.md`) for flashtier's block face.

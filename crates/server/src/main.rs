@@ -1,0 +1,4 @@
+//! The `flashtier` binary.
+fn main() -> anyhow::Result<()> {
+    anyhow::bail!("flashtier: not built yet")
+}
