@@ -18,6 +18,7 @@
 //! - [`valuesize`]: fixed, range and weighted-mix value sizes.
 //! - [`pattern`]: verifiable value bytes derived from key and length.
 //! - [`protocol`]: request encoding and incremental reply parsing.
+//! - [`serverstats`]: the server's own `stats` counters over each measured window.
 //! - [`stats`]: histograms and counters, merged across threads.
 //! - [`poll`]: `ppoll` with a nanosecond timeout and timer slack (the crate's only unsafe).
 //! - [`rng`]: a small seeded PRNG.
@@ -33,6 +34,7 @@ pub mod protocol;
 pub mod rng;
 pub mod run;
 pub mod schedule;
+pub mod serverstats;
 pub mod stats;
 pub mod valuesize;
 pub mod workload;

@@ -104,6 +104,9 @@ struct Common {
     /// How long to wait for outstanding replies at the end of a phase.
     #[arg(long, default_value = "5s")]
     drain_timeout: String,
+    /// Do not snapshot the server's `stats` around each measured window.
+    #[arg(long)]
+    no_server_stats: bool,
     /// Write the JSON report to this path (`-` for stdout).
     #[arg(long)]
     json: Option<String>,
@@ -157,6 +160,7 @@ fn build(rates: Vec<Rate>, c: &Common) -> anyhow::Result<RunConfig> {
         rates,
         seed: c.seed,
         drain_timeout: parse_duration(&c.drain_timeout)?,
+        server_stats: !c.no_server_stats,
     })
 }
 

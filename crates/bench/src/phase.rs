@@ -17,6 +17,7 @@ use crate::pattern;
 use crate::poll::{self, POLLERR_HUP, POLLIN, POLLOUT};
 use crate::protocol::{self, OpKind, Reply};
 use crate::schedule::{Arrival, Schedule};
+use crate::serverstats;
 use crate::stats::Stats;
 use crate::workload::{OpSource, Workload};
 
@@ -51,6 +52,8 @@ pub struct PhaseSpec {
     pub ops: Option<u64>,
     /// How long to wait for outstanding replies after the last send.
     pub drain_timeout: Duration,
+    /// Snapshot the server's `stats` at the end of the warm-up and after the phase.
+    pub server_stats: Option<String>,
 }
 
 /// What a phase measured.
@@ -62,6 +65,11 @@ pub struct PhaseResult {
     pub window_s: f64,
     /// Generator CPU time (user + system, all threads) spent in the phase, seconds.
     pub cpu_s: f64,
+    /// The server's own counters over the measured window (from the end of the warm-up to
+    /// the end of the drain), if requested and available.
+    pub server_stats_delta: Option<serverstats::Snapshot>,
+    /// Seconds between the two server stats snapshots.
+    pub server_stats_window_s: Option<f64>,
 }
 
 /// Per-connection state for one phase.
@@ -132,14 +140,24 @@ pub fn run_phase(
         }
     }
 
-    let results: Vec<(Stats, u64)> = std::thread::scope(|s| {
+    let stats_timeout = Duration::from_secs(5);
+    let (results, snap0): (Vec<(Stats, u64)>, Option<TimedSnapshot>) = std::thread::scope(|s| {
+        let snap = spec.server_stats.as_deref().map(|addr| {
+            s.spawn(move || {
+                std::thread::sleep(spec.warmup);
+                let at = Instant::now();
+                serverstats::fetch(addr, stats_timeout)
+                    .ok()
+                    .map(|snap| (at, snap))
+            })
+        });
         let handles: Vec<_> = per_thread
             .into_iter()
             .map(|mut bucket| {
                 s.spawn(move || worker(&mut bucket, wl, spec, base, warm_ns, gen_end_ns))
             })
             .collect();
-        handles
+        let results = handles
             .into_iter()
             .map(|h| {
                 h.join().unwrap_or_else(|_| {
@@ -149,8 +167,20 @@ pub fn run_phase(
                     (st, 0)
                 })
             })
-            .collect()
+            .collect();
+        let snap0 = snap.and_then(|h| h.join().ok().flatten());
+        (results, snap0)
     });
+    let (server_stats_delta, server_stats_window_s) = match (snap0, spec.server_stats.as_deref()) {
+        (Some((at, before)), Some(addr)) => match serverstats::fetch(addr, stats_timeout) {
+            Ok(after) => (
+                Some(serverstats::delta(&before, &after)),
+                Some(at.elapsed().as_secs_f64()),
+            ),
+            Err(_) => (None, None),
+        },
+        _ => (None, None),
+    };
 
     let mut stats = Stats::default();
     let mut last_done = 0u64;
@@ -173,8 +203,13 @@ pub fn run_phase(
         stats,
         window_s: window_ns.max(1) as f64 / 1e9,
         cpu_s: process_cpu_s() - cpu0,
+        server_stats_delta,
+        server_stats_window_s,
     })
 }
+
+/// A server stats snapshot and when it was taken.
+type TimedSnapshot = (Instant, serverstats::Snapshot);
 
 fn now_ns(base: Instant) -> u64 {
     base.elapsed().as_nanos() as u64

@@ -76,6 +76,8 @@ pub struct RunConfig {
     pub seed: u64,
     /// Wait for late replies after a phase. Default: 5 s.
     pub drain_timeout: Duration,
+    /// Record the server's `stats` deltas over each measured window. Default: on.
+    pub server_stats: bool,
 }
 
 /// The configuration, echoed into the report.
@@ -154,6 +156,11 @@ pub struct Row {
     pub generator_cpu_s: f64,
     /// Generator CPU microseconds per completed operation (warm-up included).
     pub generator_cpu_us_per_op: f64,
+    /// The server's numeric `stats` over the measured window (end of warm-up to end of
+    /// drain), e.g. `get_hits`, `get_extstore`; null if not requested or unavailable.
+    pub server_stats_delta: Option<std::collections::BTreeMap<String, f64>>,
+    /// Seconds covered by `server_stats_delta`.
+    pub server_stats_window_s: Option<f64>,
 }
 
 /// The whole report.
@@ -206,6 +213,8 @@ fn row(rate: Rate, r: &PhaseResult) -> Row {
         } else {
             0.0
         },
+        server_stats_delta: r.server_stats_delta.clone(),
+        server_stats_window_s: r.server_stats_window_s,
     }
 }
 
@@ -236,6 +245,7 @@ pub fn run(cfg: &RunConfig, mut progress: impl FnMut(&str)) -> Result<Report, Er
             duration: forever,
             ops: None,
             drain_timeout: cfg.drain_timeout,
+            server_stats: None,
         };
         let r = run_phase(&mut conns, cfg.threads, &wl, &spec)?;
         Some(LoadReport {
@@ -281,6 +291,7 @@ pub fn run(cfg: &RunConfig, mut progress: impl FnMut(&str)) -> Result<Report, Er
             },
             ops: cfg.ops,
             drain_timeout: cfg.drain_timeout,
+            server_stats: cfg.server_stats.then(|| cfg.server.clone()),
         };
         let r = run_phase(&mut conns, cfg.threads, &wl, &spec)?;
         rows.push(row(rate, &r));
