@@ -74,7 +74,7 @@ fn serve(
                 let v = map.lock().unwrap().get(key.as_bytes()).cloned();
                 if let Some(mut v) = v {
                     let n = hits.fetch_add(1, Ordering::Relaxed) + 1;
-                    if corrupt_every > 0 && n % corrupt_every == 0 && !v.is_empty() {
+                    if corrupt_every > 0 && n.is_multiple_of(corrupt_every) && !v.is_empty() {
                         v[0] ^= 0xFF;
                     }
                     reply.extend_from_slice(format!("VALUE {key} 0 {}\r\n", v.len()).as_bytes());
