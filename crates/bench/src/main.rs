@@ -86,6 +86,9 @@ struct Common {
     /// Pipeline depth per connection during the load phase.
     #[arg(long, default_value_t = 16)]
     load_depth: usize,
+    /// Pace the load phase at this many SETs/s (default: as fast as the server answers).
+    #[arg(long)]
+    load_rate: Option<String>,
     /// Warm-up before each measured phase, excluded from stats (e.g. 2s, 500ms).
     #[arg(long, default_value = "2s")]
     warmup: String,
@@ -153,6 +156,11 @@ fn build(rates: Vec<Rate>, c: &Common) -> anyhow::Result<RunConfig> {
         },
         load_phase: c.load_phase,
         load_depth: c.load_depth,
+        load_rate: match c.load_rate.as_deref().map(str::parse::<Rate>).transpose()? {
+            None => None,
+            Some(Rate::Ops(r)) => Some(r),
+            Some(Rate::Max) => None,
+        },
         warmup: parse_duration(&c.warmup)?,
         duration: parse_duration(&c.duration)?,
         ops: c.ops,

@@ -425,6 +425,14 @@ fn parse_replies(c: &mut Conn, wl: &Workload, now: u64, st: &mut Stats) -> Resul
             return Ok(());
         };
         c.inflight.pop_front();
+        if matches!(reply, Reply::ServerError | Reply::ClientError) && st.first_error.is_none() {
+            let text = c.unparsed().get(..used).unwrap_or(&[]);
+            st.note_error(format!(
+                "{:?} reply: {}",
+                front.kind,
+                String::from_utf8_lossy(text).trim_end()
+            ));
+        }
         if front.measured {
             st.record(front.kind == OpKind::Get, now.saturating_sub(front.t0));
             account(c, wl, &front, &reply, st);

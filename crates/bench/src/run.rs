@@ -62,6 +62,11 @@ pub struct RunConfig {
     pub load_phase: bool,
     /// Requests in flight per connection during the load phase. Default: 16.
     pub load_depth: usize,
+    /// Pace the load phase at this many SETs/s (open loop, uniform gaps) instead of as fast
+    /// as the server answers. A server that writes to flash behind the client (memcached's
+    /// extstore) may evict or refuse items it cannot flush in time under an unpaced load.
+    /// Default: unpaced.
+    pub load_rate: Option<f64>,
     /// Warm-up before each measured phase, excluded from stats. Default: 2 s.
     pub warmup: Duration,
     /// Measured duration of each phase. Default: 10 s.
@@ -97,6 +102,7 @@ pub struct ConfigEcho {
     protocol: String,
     verify: bool,
     load_phase: bool,
+    load_rate: Option<f64>,
     warmup_s: f64,
     duration_s: f64,
     ops: Option<u64>,
@@ -238,7 +244,13 @@ pub fn run(cfg: &RunConfig, mut progress: impl FnMut(&str)) -> Result<Report, Er
     let load_phase = if cfg.load_phase {
         progress(&format!("load phase: setting {} keys", cfg.workload.keys));
         let spec = PhaseSpec {
-            pacing: Pacing::Closed,
+            pacing: match cfg.load_rate {
+                Some(rate) => Pacing::Open {
+                    rate,
+                    arrival: Arrival::Uniform,
+                },
+                None => Pacing::Closed,
+            },
             sequential_load: true,
             depth: cfg.load_depth.max(1),
             warmup: Duration::ZERO,
@@ -315,6 +327,7 @@ pub fn run(cfg: &RunConfig, mut progress: impl FnMut(&str)) -> Result<Report, Er
             protocol: w.protocol.to_string(),
             verify: w.verify,
             load_phase: cfg.load_phase,
+            load_rate: cfg.load_rate,
             warmup_s: cfg.warmup.as_secs_f64(),
             duration_s: cfg.duration.as_secs_f64(),
             ops: cfg.ops,

@@ -28,6 +28,7 @@ fn stall_shows_up_in_the_tail() {
         },
         load_phase: false,
         load_depth: 4,
+        load_rate: None,
         warmup: Duration::from_millis(100),
         duration: Duration::from_millis(2000),
         ops: None,

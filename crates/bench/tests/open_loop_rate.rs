@@ -25,6 +25,7 @@ fn config(addr: &str, rates: Vec<Rate>, arrival: Arrival) -> RunConfig {
         },
         load_phase: false,
         load_depth: 8,
+        load_rate: None,
         warmup: Duration::from_millis(200),
         duration: Duration::from_millis(1500),
         ops: None,

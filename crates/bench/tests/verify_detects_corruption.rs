@@ -25,6 +25,7 @@ fn config(addr: &str) -> RunConfig {
         },
         load_phase: true,
         load_depth: 8,
+        load_rate: None,
         warmup: Duration::ZERO,
         duration: Duration::from_secs(60),
         ops: Some(4000),
