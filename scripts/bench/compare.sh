@@ -27,6 +27,8 @@
 #   --no-fio            skip the fio random-read ceiling
 #   --no-plot           skip the PNG plot
 #   --verify            values carry a key pattern; GET hits are checked byte-exact
+#   --rt                run both servers and the generator at SCHED_FIFO priority 10 (same for
+#                       both), so other work on a shared machine does not add scheduling delay
 #
 # Presets (also in docs/benchmarks.md):
 #   a  flash: data ~10x the cgroup limit, zipf 0.99, 90/10 get/set, 4 KiB values
@@ -46,7 +48,7 @@ FLASHTIER_BIN=${FLASHTIER_BIN:-$ROOT/target/release/flashtier}
 FLASHTIER_EXTRA=${FLASHTIER_EXTRA:-}
 MEMCACHED_BIN=${MEMCACHED_BIN:-memcached}
 FLASH_DIR=${FLASH_DIR:-/var/tmp/flashtier-bench}
-DO_FIO=1 DO_PLOT=1 DO_LOAD=1 VERIFY=0
+DO_FIO=1 DO_PLOT=1 DO_LOAD=1 VERIFY=0 RT=0
 declare -A OVR=()
 
 while (($#)); do
@@ -63,6 +65,7 @@ while (($#)); do
     --no-fio) DO_FIO=0; shift ;;
     --no-plot) DO_PLOT=0; shift ;;
     --verify) VERIFY=1; shift ;;
+    --rt) RT=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "compare.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -127,7 +130,7 @@ cat > "$OUT/scenario.json" <<JSON
  "get_ratio": $GETR, "rates": "$RATES", "warmup": "$WARMUP", "duration": "$DURATION",
  "connections": $CONNS, "depth": $DEPTH, "generator_threads": $GTHREADS,
  "server_threads": $STHREADS, "load_phase": $DO_LOAD, "load_rate": "$LOAD_RATE",
- "memcached_opts": "$MC_OPTS", "verify": $VERIFY}
+ "memcached_opts": "$MC_OPTS", "verify": $VERIFY, "rt": $RT}
 JSON
 log "scenario $SCENARIO -> $OUT"
 
@@ -192,6 +195,7 @@ run_one() { # label kind
       ;;
     *) log "unknown server kind $kind"; exit 2 ;;
   esac
+  ((RT)) && cmd=(chrt -f 10 "${cmd[@]}")
   drop_caches
   echo 0 > "$CG/memory.max_usage_in_bytes"
   log "$label: ${cmd[*]} (cgroup limit ${CGLIM} MiB)"
@@ -207,7 +211,9 @@ run_one() { # label kind
   ((DO_LOAD)) && gen+=(--load-phase --load-rate "$LOAD_RATE")
   ((VERIFY)) && gen+=(--verify)
   log "$label: flashtier-bench ${gen[*]}"
-  if ! "$BENCH" "${gen[@]}" > "$OUT/$label.table.txt" 2> "$OUT/$label.bench.log"; then
+  local prefix=()
+  ((RT)) && prefix=(chrt -f 10)
+  if ! "${prefix[@]}" "$BENCH" "${gen[@]}" > "$OUT/$label.table.txt" 2> "$OUT/$label.bench.log"; then
     log "$label: generator failed:"; tail -5 "$OUT/$label.bench.log" >&2
     stop_server; exit 1
   fi

@@ -163,6 +163,7 @@ def collect(name, pid, port, cg, flash, out):
         "cgroup_stat": {k: mstat.get(k) for k in ("cache", "rss", "mapped_file", "total_cache", "total_rss")},
         "flash_file": flash or None,
         "flash_file_bytes": flash_bytes,
+        "loadavg_at_end": open("/proc/loadavg").read().split()[:3],
         "stats": server_stats(port),
     }
     with open(out, "w") as f:

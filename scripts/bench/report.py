@@ -36,7 +36,7 @@ def first_stat(stats, names):
     return None, None
 
 
-def summarise(out, label):
+def summarise(out, label, mem_mb):
     gen = load(os.path.join(out, f"{label}.json"))
     srv = load(os.path.join(out, f"{label}.server.json")) or {}
     if gen is None:
@@ -85,6 +85,10 @@ def summarise(out, label):
         "flash_items_stat": flash_items_name,
         "ram_bytes_per_item": (hwm / items) if hwm and items else None,
         "ram_bytes_per_flash_item": (hwm / flash_items) if hwm and flash_items else None,
+        # Peak RSS beyond the configured RAM budget, per flash item: what keeping an item on
+        # flash costs in RAM (index, headers), excluding the RAM tier itself.
+        "ram_overhead_per_flash_item": (max(0, hwm - mem_mb * 1048576) / flash_items)
+        if hwm and flash_items and mem_mb else None,
         "set_value_bytes": set_bytes,
         "io_write_bytes": srv.get("io_write_bytes"),
         "io_write_per_set_byte": (srv["io_write_bytes"] / set_bytes) if set_bytes and srv.get("io_write_bytes") is not None else None,
@@ -134,7 +138,7 @@ def main():
             fio_iops = fio["jobs"][0]["read"]["iops"]
         except (KeyError, IndexError, TypeError):
             fio_iops = None
-    servers = [s for s in (summarise(out, l) for l in labels) if s]
+    servers = [s for s in (summarise(out, l, scenario.get("mem_mb")) for l in labels) if s]
     if not servers:
         sys.exit("report.py: no generator output found")
     base = servers[0]
@@ -154,6 +158,7 @@ def main():
             "cgroup_max_usage": ratio(s["cgroup_max_usage_bytes"], base["cgroup_max_usage_bytes"]),
             "ram_bytes_per_item": ratio(s["ram_bytes_per_item"], base["ram_bytes_per_item"]),
             "ram_bytes_per_flash_item": ratio(s["ram_bytes_per_flash_item"], base["ram_bytes_per_flash_item"]),
+            "ram_overhead_per_flash_item": ratio(s["ram_overhead_per_flash_item"], base["ram_overhead_per_flash_item"]),
             "io_write_per_set_byte": ratio(s["io_write_per_set_byte"], base["io_write_per_set_byte"]),
             "per_rate": [],
         }
@@ -192,9 +197,19 @@ def main():
               f"depth {scenario.get('depth')}, warm-up {scenario.get('warmup')}, {scenario.get('duration')} per rate.")
     if fio_iops is not None:
         md.append(f"\nfio 4 KiB random-read ceiling (O_DIRECT, io_uring, QD32): **{fio_iops:,.0f} IOPS**.")
+    # Our own servers and generator raise the load average during a run, so only the value
+    # before the first server started says whether something else was using the CPUs.
+    try:
+        busy = float(str(machine.get("loadavg_at_start", "0")).split()[0])
+    except ValueError:
+        busy = 0.0
+    if busy > 1.0:
+        md.append(f"\n**Warning: the machine was busy before the run (1-minute load average {busy:.1f} on "
+                  f"{machine.get('cpus')} CPUs). Latencies include scheduling delay from other work; "
+                  f"compare servers only within a quiet run, or use --rt.**")
     md.append("\n#### Per server\n")
-    md.append("| server | load sets/s | peak ops/s | peak hit ratio | peak hits/s | peak p99 µs | peak RSS MiB | cgroup max MiB | items | RAM B/item | flash items | RAM B/flash item | write B / SET B (proc io) | app write amp |")
-    md.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    md.append("| server | load sets/s | peak ops/s | peak hit ratio | peak hits/s | peak p99 µs | peak RSS MiB | cgroup max MiB | items | RAM B/item | flash items | RAM B/flash item | RSS over budget B/flash item | write B / SET B (proc io) | app write amp |")
+    md.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in servers:
         p = peak(s) or {}
         lp = s["load_phase"] or {}
@@ -202,7 +217,8 @@ def main():
             s["label"], fmt(lp.get("ops_per_sec")), fmt(p.get("throughput")), fmt(p.get("hit_ratio"), 4),
             fmt(p.get("hits_per_sec")), fmt(p.get("p99_us")), fmt(mib(s["peak_rss_bytes"])),
             fmt(mib(s["cgroup_max_usage_bytes"])), fmt(s["items_stored"]), fmt(s["ram_bytes_per_item"]),
-            fmt(s["flash_items"]), fmt(s["ram_bytes_per_flash_item"]), fmt(s["io_write_per_set_byte"], 3),
+            fmt(s["flash_items"]), fmt(s["ram_bytes_per_flash_item"]), fmt(s["ram_overhead_per_flash_item"]),
+            fmt(s["io_write_per_set_byte"], 3),
             fmt(s["app_write_amplification"], 3)]) + " |")
     md.append("\n#### Latency vs offered load (µs)\n")
     md.append("| server | offered ops/s | achieved ops/s | hit ratio | hits/s | p50 | p90 | p99 | p99.9 | max | flash GETs/s | errors |")
@@ -219,7 +235,8 @@ def main():
         md.append("| metric | ratio |")
         md.append("|---|---|")
         for k in ("peak_throughput", "peak_hits_per_sec", "peak_p99", "peak_rss", "cgroup_max_usage",
-                  "ram_bytes_per_item", "ram_bytes_per_flash_item", "io_write_per_set_byte"):
+                  "ram_bytes_per_item", "ram_bytes_per_flash_item", "ram_overhead_per_flash_item",
+                  "io_write_per_set_byte"):
             md.append(f"| {k} | {fmt(rr[k], 3)} |")
         if rr["per_rate"]:
             md.append("\n| offered ops/s | throughput | hits/s | hit ratio | p50 | p99 | p99.9 |")

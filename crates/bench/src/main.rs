@@ -80,7 +80,7 @@ struct Common {
     /// Values carry a key-derived pattern; every GET hit is checked byte-exact.
     #[arg(long)]
     verify: bool,
-    /// Set every key once, sequentially (closed loop), before measuring.
+    /// Set every key once, sequentially, before measuring (closed loop unless --load-rate).
     #[arg(long)]
     load_phase: bool,
     /// Pipeline depth per connection during the load phase.
