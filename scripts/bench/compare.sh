@@ -102,6 +102,16 @@ OUT=${OUT:-$ROOT/bench-results/$SCENARIO-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT" "$FLASH_DIR"
 log() { printf '[compare %s] %s\n' "$(date -u +%H:%M:%S)" "$*" | tee -a "$OUT/run.log" >&2; }
 
+# Fail before spending any time if a server binary is missing.
+IFS=, read -r -a KINDS <<< "$SERVERS"
+for kind in "${KINDS[@]}"; do
+  case "$kind" in
+    memcached) command -v "$MEMCACHED_BIN" > /dev/null || { echo "compare.sh: $MEMCACHED_BIN not found" >&2; exit 2; } ;;
+    flashtier) [ -x "$FLASHTIER_BIN" ] || { echo "compare.sh: no flashtier binary at $FLASHTIER_BIN (cargo build --release, or --flashtier PATH)" >&2; exit 2; } ;;
+    *) echo "compare.sh: unknown server $kind (memcached|flashtier)" >&2; exit 2 ;;
+  esac
+done
+
 # ---- build the generator -----------------------------------------------------------------
 cargo build -q --release -p flashtier-bench
 BENCH=$ROOT/target/release/flashtier-bench
@@ -119,6 +129,7 @@ drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
   echo "  \"loadavg_at_start\": \"$(cut -d' ' -f1-3 /proc/loadavg)\","
   echo "  \"memcached_version\": \"$($MEMCACHED_BIN -V 2>&1 | head -1)\","
   echo "  \"flashtier_bin\": \"$FLASHTIER_BIN\","
+  echo "  \"flashtier_version\": \"$([ -x "$FLASHTIER_BIN" ] && "$FLASHTIER_BIN" --version 2>/dev/null | head -1 | sed 's/"//g')\","
   echo "  \"git_rev\": \"$(git rev-parse --short HEAD 2>/dev/null || echo unknown)\","
   echo "  \"flash_dir_fs\": \"$(df -T "$FLASH_DIR" | awk 'NR==2{print $1" "$2}')\""
   echo "}"
@@ -225,7 +236,6 @@ run_one() { # label kind
 }
 
 LABELS=()
-IFS=, read -r -a KINDS <<< "$SERVERS"
 for kind in "${KINDS[@]}"; do
   label=$kind n=2
   while [[ " ${LABELS[*]} " == *" $label "* ]]; do label=$kind-$n; n=$((n + 1)); done
