@@ -4,6 +4,9 @@
 //! `sweep --rates max,20k,40k` runs one phase per rate on the same connections and writes one
 //! JSON report with a row per rate. `--json PATH` (or `-` for stdout) writes the report; a
 //! short table goes to stdout, or to stderr when the JSON does.
+//!
+//! Exit status: 0 success; 1 errors with `--fail-on-error`; 2 configuration or connection
+//! failure; 3 a `--verify` mismatch (a GET hit returned wrong bytes), always.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -221,6 +224,21 @@ fn real_main() -> anyhow::Result<ExitCode> {
             .load_phase
             .as_ref()
             .map_or(0, |l| l.counters.errors());
+    let mismatches: u64 = report
+        .rows
+        .iter()
+        .map(|r| r.counters.verify_mismatches)
+        .sum::<u64>()
+        + report
+            .load_phase
+            .as_ref()
+            .map_or(0, |l| l.counters.verify_mismatches);
+    if mismatches > 0 {
+        // Serving wrong bytes is never a performance result: fail loudly (after the report
+        // is written) whatever the flags say.
+        eprintln!("flashtier-bench: {mismatches} GET hits returned wrong bytes");
+        return Ok(ExitCode::from(3));
+    }
     if common.fail_on_error && errors > 0 {
         eprintln!("flashtier-bench: {errors} errors");
         return Ok(ExitCode::from(1));
