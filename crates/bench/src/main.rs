@@ -1,0 +1,247 @@
+//! `flashtier-bench`: the load generator's command line.
+//!
+//! `load` runs one measured phase (open loop with `--rate`, closed loop without);
+//! `sweep --rates max,20k,40k` runs one phase per rate on the same connections and writes one
+//! JSON report with a row per rate. `--json PATH` (or `-` for stdout) writes the report; a
+//! short table goes to stdout, or to stderr when the JSON does.
+//!
+//! Exit status: 0 success; 1 errors with `--fail-on-error`; 2 configuration or connection
+//! failure; 3 a `--verify` mismatch (a GET hit returned wrong bytes), always.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand};
+use flashtier_bench::{
+    run, table, Arrival, KeyDist, Protocol, Rate, RunConfig, ValueSizes, WorkloadSpec,
+};
+
+#[derive(Parser)]
+#[command(name = "flashtier-bench", about = "memcached-protocol load generator")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// One measured phase: open loop at --rate, or closed loop (max throughput) without it.
+    Load {
+        /// Offered load in ops/s (e.g. 50000 or 50k); omit for closed loop.
+        #[arg(long)]
+        rate: Option<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Latency vs offered load: one phase per rate, one JSON with a row per rate.
+    Sweep {
+        /// Comma-separated rates in ops/s; `max` is a closed-loop row (e.g. max,20k,40k,80k).
+        #[arg(long, required = true)]
+        rates: String,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+#[derive(Args)]
+struct Common {
+    /// Server address.
+    #[arg(long, short = 's', default_value = "127.0.0.1:11211")]
+    server: String,
+    /// Connections in total.
+    #[arg(long, short = 'c', default_value_t = 8)]
+    connections: usize,
+    /// Worker threads (connections are dealt round-robin).
+    #[arg(long, short = 't', default_value_t = 1)]
+    threads: usize,
+    /// Requests in flight per connection (pipeline depth).
+    #[arg(long, short = 'd', default_value_t = 1)]
+    depth: usize,
+    /// Key-space size.
+    #[arg(long, short = 'k', default_value_t = 100_000)]
+    keys: u64,
+    /// Key prefix (key = prefix + decimal index).
+    #[arg(long, default_value = "key:")]
+    key_prefix: String,
+    /// Key distribution: uniform | zipf[:THETA] | hotspot:OPFRAC:KEYFRAC.
+    #[arg(long, default_value = "zipf:0.99")]
+    dist: String,
+    /// Keep popularity rank == key index (by default hot keys are scattered).
+    #[arg(long)]
+    no_scramble: bool,
+    /// Value size: N | LO-HI | SIZE:WEIGHT,SIZE:WEIGHT,...
+    #[arg(long, short = 'v', default_value = "100")]
+    value_size: String,
+    /// Fraction of operations that are GETs.
+    #[arg(long, default_value_t = 0.9)]
+    get_ratio: f64,
+    /// Protocol: text (get/set) | meta (mg/ms).
+    #[arg(long, default_value = "text")]
+    protocol: String,
+    /// Values carry a key-derived pattern; every GET hit is checked byte-exact.
+    #[arg(long)]
+    verify: bool,
+    /// Set every key once, sequentially, before measuring (closed loop unless --load-rate).
+    #[arg(long)]
+    load_phase: bool,
+    /// Pipeline depth per connection during the load phase.
+    #[arg(long, default_value_t = 16)]
+    load_depth: usize,
+    /// Pace the load phase at this many SETs/s (default: as fast as the server answers).
+    #[arg(long)]
+    load_rate: Option<String>,
+    /// Warm-up before each measured phase, excluded from stats (e.g. 2s, 500ms).
+    #[arg(long, default_value = "2s")]
+    warmup: String,
+    /// Measured duration of each phase.
+    #[arg(long, default_value = "10s")]
+    duration: String,
+    /// Measured operation count per phase (instead of --duration).
+    #[arg(long)]
+    ops: Option<u64>,
+    /// Open-loop inter-arrival law: poisson | uniform.
+    #[arg(long, default_value = "poisson")]
+    arrival: String,
+    /// Random seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// How long to wait for outstanding replies at the end of a phase.
+    #[arg(long, default_value = "5s")]
+    drain_timeout: String,
+    /// Do not snapshot the server's `stats` around each measured window.
+    #[arg(long)]
+    no_server_stats: bool,
+    /// Write the JSON report to this path (`-` for stdout).
+    #[arg(long)]
+    json: Option<String>,
+    /// Exit non-zero if any error (error reply, mismatch, timeout, lost connection) occurred.
+    #[arg(long)]
+    fail_on_error: bool,
+}
+
+fn parse_duration(s: &str) -> anyhow::Result<Duration> {
+    let s = s.trim();
+    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix("us") {
+        (n, 1e-6)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num.parse().with_context(|| format!("bad duration {s:?}"))?;
+    if !(v >= 0.0 && v.is_finite()) {
+        bail!("bad duration {s:?}");
+    }
+    Ok(Duration::from_secs_f64(v * scale))
+}
+
+fn build(rates: Vec<Rate>, c: &Common) -> anyhow::Result<RunConfig> {
+    Ok(RunConfig {
+        server: c.server.clone(),
+        connections: c.connections,
+        threads: c.threads,
+        depth: c.depth,
+        workload: WorkloadSpec {
+            keys: c.keys,
+            dist: c.dist.parse::<KeyDist>()?,
+            scramble: !c.no_scramble,
+            sizes: c.value_size.parse::<ValueSizes>()?,
+            get_ratio: c.get_ratio,
+            prefix: c.key_prefix.clone(),
+            protocol: c.protocol.parse::<Protocol>()?,
+            verify: c.verify,
+        },
+        load_phase: c.load_phase,
+        load_depth: c.load_depth,
+        load_rate: match c.load_rate.as_deref().map(str::parse::<Rate>).transpose()? {
+            None => None,
+            Some(Rate::Ops(r)) => Some(r),
+            Some(Rate::Max) => None,
+        },
+        warmup: parse_duration(&c.warmup)?,
+        duration: parse_duration(&c.duration)?,
+        ops: c.ops,
+        arrival: c.arrival.parse::<Arrival>()?,
+        rates,
+        seed: c.seed,
+        drain_timeout: parse_duration(&c.drain_timeout)?,
+        server_stats: !c.no_server_stats,
+    })
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("flashtier-bench: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn real_main() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    let (rates, common) = match &cli.cmd {
+        Cmd::Load { rate, common } => (
+            vec![match rate {
+                Some(r) => r.parse::<Rate>()?,
+                None => Rate::Max,
+            }],
+            common,
+        ),
+        Cmd::Sweep { rates, common } => (
+            rates
+                .split(',')
+                .map(str::parse::<Rate>)
+                .collect::<Result<Vec<_>, _>>()?,
+            common,
+        ),
+    };
+    let cfg = build(rates, common)?;
+    let report = run(&cfg, |msg| eprintln!("flashtier-bench: {msg}"))?;
+    let json = serde_json::to_string_pretty(&report)?;
+    let human = table(&report);
+    match common.json.as_deref() {
+        Some("-") => {
+            eprint!("{human}");
+            println!("{json}");
+        }
+        Some(path) => {
+            std::fs::write(path, json.as_bytes()).with_context(|| format!("writing {path}"))?;
+            print!("{human}");
+        }
+        None => print!("{human}"),
+    }
+    std::io::stdout().flush()?;
+    let errors: u64 = report.rows.iter().map(|r| r.errors).sum::<u64>()
+        + report
+            .load_phase
+            .as_ref()
+            .map_or(0, |l| l.counters.errors());
+    let mismatches: u64 = report
+        .rows
+        .iter()
+        .map(|r| r.counters.verify_mismatches)
+        .sum::<u64>()
+        + report
+            .load_phase
+            .as_ref()
+            .map_or(0, |l| l.counters.verify_mismatches);
+    if mismatches > 0 {
+        // Serving wrong bytes is never a performance result: fail loudly (after the report
+        // is written) whatever the flags say.
+        eprintln!("flashtier-bench: {mismatches} GET hits returned wrong bytes");
+        return Ok(ExitCode::from(3));
+    }
+    if common.fail_on_error && errors > 0 {
+        eprintln!("flashtier-bench: {errors} errors");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Small helpers for compare.sh and bench-smoke.sh, standard library only.
+
+  probe.py free-port                       print a free loopback TCP port
+  probe.py wait-port PORT PID [SECONDS]    wait until PORT accepts and PID is alive
+  probe.py collect NAME PID PORT CGROUP_DIR FLASH_FILE OUT.json
+                                           server-side measurements of a live server
+  probe.py check-json FILE                 smoke check: non-zero ops and no errors
+"""
+import json
+import os
+import socket
+import sys
+import time
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    print(port)
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    # A zombie is not alive.
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("State:"):
+                    return "Z" not in line.split()[1]
+    except OSError:
+        return False
+    return True
+
+
+def listening_pids(port):
+    """Inodes of sockets listening on 127.0.0.1:port, mapped back to owning pids."""
+    want = f"0100007F:{port:04X}"
+    inodes = set()
+    for table in ("/proc/net/tcp",):
+        with open(table) as f:
+            next(f)
+            for line in f:
+                parts = line.split()
+                if parts[1] == want and parts[3] == "0A":
+                    inodes.add(parts[9])
+    return inodes
+
+
+def wait_port(port, pid, seconds=15.0):
+    """Waits for PORT to accept connections, and checks PID owns the listening socket, so a
+    benchmark never silently measures someone else's server on a port clash."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if not pid_alive(pid):
+            sys.exit(f"server pid {pid} exited before listening on {port}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        except OSError:
+            time.sleep(0.05)
+            continue
+        inodes = listening_pids(port)
+        fds = f"/proc/{pid}/fd"
+        owned = False
+        for fd in os.listdir(fds):
+            try:
+                target = os.readlink(os.path.join(fds, fd))
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                owned = True
+                break
+        if not owned:
+            sys.exit(f"port {port} is served by another process, not pid {pid}")
+        return
+    sys.exit(f"server pid {pid} did not listen on {port} within {seconds}s")
+
+
+def server_stats(port):
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    except OSError:
+        return {}
+    s.sendall(b"stats\r\n")
+    buf = b""
+    while not buf.endswith(b"END\r\n"):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    s.close()
+    out = {}
+    for line in buf.decode(errors="replace").splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) == 3 and parts[0] == "STAT":
+            v = parts[2]
+            try:
+                out[parts[1]] = int(v)
+            except ValueError:
+                try:
+                    out[parts[1]] = float(v)
+                except ValueError:
+                    out[parts[1]] = v
+    return out
+
+
+def read_kv(path, sep=None):
+    out = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                parts = line.split(sep, 1)
+                if len(parts) == 2:
+                    out[parts[0].strip().rstrip(":")] = parts[1].strip()
+    except OSError:
+        pass
+    return out
+
+
+def read_int(path):
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def kib(s):
+    # "123456 kB" -> bytes
+    try:
+        return int(s.split()[0]) * 1024
+    except (AttributeError, IndexError, ValueError):
+        return None
+
+
+def collect(name, pid, port, cg, flash, out):
+    status = read_kv(f"/proc/{pid}/status", ":")
+    io = read_kv(f"/proc/{pid}/io", ":")
+    mstat = {k: int(v) for k, v in read_kv(f"{cg}/memory.stat").items() if v.isdigit()}
+    flash_bytes = None
+    if flash and os.path.exists(flash):
+        st = os.stat(flash)
+        flash_bytes = {"apparent": st.st_size, "allocated": st.st_blocks * 512}
+    data = {
+        "name": name,
+        "pid": pid,
+        "vm_hwm_bytes": kib(status.get("VmHWM")),
+        "vm_rss_bytes": kib(status.get("VmRSS")),
+        "threads": int(status.get("Threads", "0") or 0),
+        "io_write_bytes": int(io.get("write_bytes", "0") or 0),
+        "io_read_bytes": int(io.get("read_bytes", "0") or 0),
+        "io_wchar": int(io.get("wchar", "0") or 0),
+        "cgroup": cg,
+        "cgroup_limit_bytes": read_int(f"{cg}/memory.limit_in_bytes"),
+        "cgroup_max_usage_bytes": read_int(f"{cg}/memory.max_usage_in_bytes"),
+        "cgroup_usage_bytes": read_int(f"{cg}/memory.usage_in_bytes"),
+        "cgroup_failcnt": read_int(f"{cg}/memory.failcnt"),
+        "cgroup_stat": {k: mstat.get(k) for k in ("cache", "rss", "mapped_file", "total_cache", "total_rss")},
+        "flash_file": flash or None,
+        "flash_file_bytes": flash_bytes,
+        "loadavg_at_end": open("/proc/loadavg").read().split()[:3],
+        "stats": server_stats(port),
+    }
+    with open(out, "w") as f:
+        json.dump(data, f, indent=2)
+
+
+def check_json(path):
+    with open(path) as f:
+        r = json.load(f)
+    problems = []
+    lp = r.get("load_phase")
+    if lp is not None:
+        c = lp["counters"]
+        errs = c["server_errors"] + c["client_errors"] + c["verify_mismatches"] + c["timed_out"] + c["connections_lost"]
+        if lp["sets"] == 0:
+            problems.append("load phase set nothing")
+        if errs:
+            problems.append(f"load phase errors: {errs} ({lp.get('first_error')})")
+    if not r.get("rows"):
+        problems.append("no rows")
+    for row in r.get("rows", []):
+        label = row["offered_ops_per_sec"] or "max"
+        if row["completed_ops"] == 0:
+            problems.append(f"rate {label}: zero ops completed")
+        if row["errors"]:
+            problems.append(f"rate {label}: {row['errors']} errors ({row.get('first_error')})")
+        if r["config"]["verify"] and row["counters"]["get_hits"] > 0 and row["counters"]["verified"] == 0:
+            problems.append(f"rate {label}: verify on but nothing verified")
+    if problems:
+        sys.exit(f"{path}: " + "; ".join(problems))
+    rows = ", ".join(
+        f"{row['offered_ops_per_sec'] or 'max'}: {row['completed_ops']} ops, hit {row['hit_ratio']}"
+        for row in r["rows"]
+    )
+    print(f"{path}: ok ({rows})")
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "free-port":
+        free_port()
+    elif cmd == "wait-port":
+        wait_port(int(args[0]), int(args[1]), float(args[2]) if len(args) > 2 else 15.0)
+    elif cmd == "collect":
+        collect(args[0], int(args[1]), int(args[2]), args[3], args[4], args[5])
+    elif cmd == "check-json":
+        check_json(args[0])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
