@@ -1,0 +1,26 @@
+//! The interval flusher thread: writes (without syncing) any stream chunk whose oldest record
+//! has waited `flush_interval`, so a quiet stream still reaches flash within a bounded time.
+//! It waits on the engine condvar and holds the state lock only to hand chunks to the
+//! executor.
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::engine::Inner;
+
+pub(crate) fn run(inner: &Arc<Inner>) {
+    let Some(interval) = inner.cfg.flush_interval else {
+        return;
+    };
+    let tick = (interval / 2).max(Duration::from_millis(1));
+    let mut st = inner.state.lock();
+    loop {
+        if st.closed {
+            return;
+        }
+        inner.wake.wait_for(&mut st, tick);
+        if st.closed {
+            return;
+        }
+        inner.flush_old_chunks(&mut st, interval);
+    }
+}
