@@ -301,11 +301,6 @@ impl Inner {
                 if let Some(ss) = st.streams.get_mut(usize::from(w.stream)) {
                     ss.in_flight = ss.in_flight.saturating_sub(1);
                 }
-                if res.is_err() {
-                    if let Some(info) = st.segs.get_mut(w.seg as usize) {
-                        info.state = SegState::Failed;
-                    }
-                }
                 if let Ok(b) = Arc::try_unwrap(w.buf) {
                     if st.pool.len() < st.streams.len() * 2 {
                         st.pool.push(b);
@@ -317,10 +312,15 @@ impl Inner {
                 Err(e) => {
                     FlashStats::add(&self.stats.write_errors, 1);
                     let msg = format!("write on {}: {e}", self.dev_name(dev));
+                    let mut told = false;
                     for w in st.waiters.iter_mut().filter(|w| w.target >= id) {
                         w.error.get_or_insert_with(|| msg.clone());
+                        told = true;
                     }
-                    st.write_error.get_or_insert(msg);
+                    if !told {
+                        // No flush is waiting for this write: the next flush reports it.
+                        st.write_error.get_or_insert(msg);
+                    }
                     self.fail_device(st, dev);
                 }
             }
@@ -357,7 +357,9 @@ impl Inner {
             if st.segs[seg as usize].dev != dev {
                 continue;
             }
-            st.segs[seg as usize].state = SegState::Failed;
+            // Keep what reached the device readable; records of the failed chunk read back
+            // as checksum failures, never as data.
+            st.segs[seg as usize].state = SegState::Sealed;
             ss.seg = None;
             ss.buf = None;
             ss.summary.clear();
