@@ -22,7 +22,7 @@ impl ReclaimHandler for Index {
     fn decide(&self, rec: &RecordMeta) -> Decision {
         let mut m = self.map.lock();
         let live = m.get(&rec.key_id) == Some(&rec.location);
-        if live && rec.key_id % 2 == 0 {
+        if live && rec.key_id.is_multiple_of(2) {
             Decision::Keep
         } else {
             if live {
