@@ -12,21 +12,54 @@ use flashtier_flash::{
 
 fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().collect();
-    let path = args.get(1).cloned().unwrap_or_else(|| "/var/tmp/flashtier-recovery.bin".into());
-    let size = args.get(2).map(|s| parse_size(s)).transpose()?.unwrap_or(1 << 30);
+    let path = args
+        .get(1)
+        .cloned()
+        .unwrap_or_else(|| "/var/tmp/flashtier-recovery.bin".into());
+    let size = args
+        .get(2)
+        .map(|s| parse_size(s))
+        .transpose()?
+        .unwrap_or(1 << 30);
     let vlen: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(4000);
     let _ = std::fs::remove_file(&path);
-    let spec = DeviceSpec { path: path.clone().into(), size, tier: 0, create: true };
-    let cfg = FlashConfig { background_reclaim: false, ..FlashConfig::default() };
+    let spec = DeviceSpec {
+        path: path.clone().into(),
+        size,
+        tier: 0,
+        create: true,
+    };
+    let cfg = FlashConfig {
+        background_reclaim: false,
+        ..FlashConfig::default()
+    };
 
-    let (flash, info) = Flash::open_specs(std::slice::from_ref(&spec), cfg.clone(), Arc::new(DropAll), |_| {})?;
-    println!("device {path}: {} segments of {} MiB, backend {}", info.segments, info.segment_size >> 20, info.backend);
+    let (flash, info) = Flash::open_specs(
+        std::slice::from_ref(&spec),
+        cfg.clone(),
+        Arc::new(DropAll),
+        |_| {},
+    )?;
+    println!(
+        "device {path}: {} segments of {} MiB, backend {}",
+        info.segments,
+        info.segment_size >> 20,
+        info.backend
+    );
     let value = vec![0x5au8; vlen];
     let t = Instant::now();
     let mut n = 0u64;
     loop {
         let key = n.to_le_bytes();
-        let w = RecordWrite { kind: kind::PUT, key_id: n, version: n, flags: 0, exptime: 0, key: &key, value: &value };
+        let w = RecordWrite {
+            kind: kind::PUT,
+            key_id: n,
+            version: n,
+            flags: 0,
+            exptime: 0,
+            key: &key,
+            value: &value,
+        };
         match flash.append_blocking(0, &w, Duration::from_secs(30)) {
             Ok(_) => n += 1,
             Err(Error::NoSpace) => break,
@@ -47,10 +80,16 @@ fn main() -> Result<(), Error> {
     drop(flash);
 
     for full_scan in [false, true] {
-        let cfg = FlashConfig { recovery_full_scan: full_scan, ..cfg.clone() };
+        let cfg = FlashConfig {
+            recovery_full_scan: full_scan,
+            ..cfg.clone()
+        };
         let mut got = 0u64;
         let t = Instant::now();
-        let (flash, _) = Flash::open_specs(std::slice::from_ref(&spec), cfg, Arc::new(DropAll), |_| got += 1)?;
+        let (flash, _) =
+            Flash::open_specs(std::slice::from_ref(&spec), cfg, Arc::new(DropAll), |_| {
+                got += 1
+            })?;
         let wall = t.elapsed();
         let s = flash.stats();
         let us = FlashStats::get(&s.recovery_time_us);

@@ -236,44 +236,42 @@ pub(crate) fn recover(
     headers.sort_unstable();
     let mut max_seq = 0;
     let mut live = vec![false; nsegs];
-    for &(seq, seg, stream) in &headers {
-        let (dev, dev_off) = {
-            let st = inner.state.lock();
-            (st.segs[seg as usize].dev, st.segs[seg as usize].dev_off)
-        };
-        let seed = segment_seed(&inner.uuid, seq);
-        let found = read_segment(inner, dev, dev_off, seq, seed)?;
-        max_seq = max_seq.max(seq);
-        if found.entries.is_empty() {
-            continue;
-        }
-        live[seg as usize] = true;
-        FlashStats::add(&inner.stats.recovered_segments, 1);
-        let mut st = inner.state.lock();
-        let info = &mut st.segs[seg as usize];
-        info.reset(&inner.uuid, seq, stream);
-        info.state = SegState::Sealed;
-        info.has_summary = found.sealed;
-        info.data_end = found.data_end;
-        for e in &found.entries {
-            info.add_record(u64::from(e.len).div_ceil(16) * 16, e.exptime);
-        }
-        drop(st);
-        for e in &found.entries {
-            let Ok(location) = inner.location(seg, e.offset, e.len as usize) else {
+    // Windows of 64 segments bound the summaries held in RAM at once.
+    for window in headers.chunks(64) {
+        let found = read_segments(inner, window)?;
+        for (&(seq, seg, stream), found) in window.iter().zip(found) {
+            max_seq = max_seq.max(seq);
+            if found.entries.is_empty() {
                 continue;
-            };
-            FlashStats::add(&inner.stats.recovered_records, 1);
-            on_record(RecordMeta {
-                location,
-                key_id: e.key_id,
-                version: e.version,
-                kind: e.kind,
-                exptime: e.exptime,
-                flags: e.flags,
-                len: e.len,
-                seq,
-            });
+            }
+            live[seg as usize] = true;
+            FlashStats::add(&inner.stats.recovered_segments, 1);
+            let mut st = inner.state.lock();
+            let info = &mut st.segs[seg as usize];
+            info.reset(&inner.uuid, seq, stream);
+            info.state = SegState::Sealed;
+            info.has_summary = found.sealed;
+            info.data_end = found.data_end;
+            for e in &found.entries {
+                info.add_record(u64::from(e.len).div_ceil(16) * 16, e.exptime);
+            }
+            drop(st);
+            for e in &found.entries {
+                let Ok(location) = inner.location(seg, e.offset, e.len as usize) else {
+                    continue;
+                };
+                FlashStats::add(&inner.stats.recovered_records, 1);
+                on_record(RecordMeta {
+                    location,
+                    key_id: e.key_id,
+                    version: e.version,
+                    kind: e.kind,
+                    exptime: e.exptime,
+                    flags: e.flags,
+                    len: e.len,
+                    seq,
+                });
+            }
         }
     }
     let mut st = inner.state.lock();
@@ -292,51 +290,131 @@ pub(crate) fn recover(
     Ok(())
 }
 
-/// Read one segment's records: from its summary if sealed (and full scan is off), else by
-/// scanning.
-fn read_segment(inner: &Inner, dev: usize, dev_off: u64, seq: u64, seed: u32) -> Result<Found> {
+/// Read the records of every segment in `headers` (seq order): from their summaries if
+/// sealed (and full scan is off), else by scanning. IO is issued in batches so the device
+/// sees many reads in flight: footers, then summaries, then segments to scan.
+fn read_segments(inner: &Inner, headers: &[(u64, u32, u8)]) -> Result<Vec<Found>> {
     let exec = inner.exec.as_ref();
     let seg_size = inner.seg_size;
-    let name = inner.dev_name(dev);
+    let place = |seg: u32| {
+        let st = inner.state.lock();
+        (st.segs[seg as usize].dev, st.segs[seg as usize].dev_off)
+    };
+    let seeds: Vec<u32> = headers
+        .iter()
+        .map(|h| segment_seed(&inner.uuid, h.0))
+        .collect();
+    let mut found: Vec<Option<Found>> = headers.iter().map(|_| None).collect();
+    let read_err = |seg: u32, what: &'static str, e| {
+        let (dev, _) = place(seg);
+        Error::io(inner.dev_name(dev), what, e)
+    };
     if !inner.cfg.recovery_full_scan {
-        let last = read_blocking(exec, dev, dev_off + seg_size - PAGE, PAGE as usize)
-            .map_err(|e| Error::io(name, "read segment footer", e))?;
-        FlashStats::add(&inner.stats.device_bytes_read, PAGE);
-        let fbuf = &last.as_slice()[PAGE as usize - FOOTER_LEN..];
-        if let Some(f) = Footer::decode(fbuf, seed).filter(|f| {
-            f.seq == seq
-                && u64::from(f.summary_offset) % PAGE == 0
-                && u64::from(f.summary_offset) < seg_size
-                && f.data_end <= f.summary_offset
-        }) {
-            let off = u64::from(f.summary_offset);
-            let tail = read_blocking(exec, dev, dev_off + off, (seg_size - off) as usize)
-                .map_err(|e| Error::io(name, "read segment summary", e))?;
-            FlashStats::add(&inner.stats.device_bytes_read, seg_size - off);
-            if let Some(entries) = decode_summary(tail.as_slice(), &f, seed) {
-                return Ok(Found {
-                    entries,
-                    data_end: f.data_end,
-                    sealed: true,
+        let mut footers: Vec<Option<Footer>> = vec![None; headers.len()];
+        let idx: Vec<usize> = (0..headers.len()).collect();
+        for batch in idx.chunks(64) {
+            let ops = batch
+                .iter()
+                .map(|&i| {
+                    let (dev, off) = place(headers[i].1);
+                    IoOp::Read {
+                        dev,
+                        off: off + seg_size - PAGE,
+                        buf: AlignedBuf::zeroed(PAGE as usize),
+                    }
+                })
+                .collect();
+            for (&i, r) in batch.iter().zip(run_batch(exec, ops)) {
+                let buf = r.map_err(|e| read_err(headers[i].1, "read segment footer", e))?;
+                FlashStats::add(&inner.stats.device_bytes_read, PAGE);
+                let Some(buf) = buf else { continue };
+                let fbuf = &buf.as_slice()[PAGE as usize - FOOTER_LEN..];
+                footers[i] = Footer::decode(fbuf, seeds[i]).filter(|f| {
+                    f.seq == headers[i].0
+                        && u64::from(f.summary_offset).is_multiple_of(PAGE)
+                        && u64::from(f.summary_offset) < seg_size
+                        && f.data_end <= f.summary_offset
                 });
             }
-            FlashStats::add(&inner.stats.checksum_failures, 1);
-            FlashStats::add(&inner.stats.recovery_damaged_segments, 1);
+        }
+        let sealed: Vec<usize> = (0..headers.len())
+            .filter(|&i| footers[i].is_some())
+            .collect();
+        for batch in sealed.chunks(32) {
+            let ops = batch
+                .iter()
+                .filter_map(|&i| {
+                    let f = footers[i]?;
+                    let (dev, off) = place(headers[i].1);
+                    let so = u64::from(f.summary_offset);
+                    Some(IoOp::Read {
+                        dev,
+                        off: off + so,
+                        buf: AlignedBuf::zeroed((seg_size - so) as usize),
+                    })
+                })
+                .collect();
+            for (&i, r) in batch.iter().zip(run_batch(exec, ops)) {
+                let buf = r.map_err(|e| read_err(headers[i].1, "read segment summary", e))?;
+                let (Some(buf), Some(f)) = (buf, footers[i]) else {
+                    continue;
+                };
+                FlashStats::add(&inner.stats.device_bytes_read, buf.len() as u64);
+                match decode_summary(buf.as_slice(), &f, seeds[i]) {
+                    Some(entries) => {
+                        found[i] = Some(Found {
+                            entries,
+                            data_end: f.data_end,
+                            sealed: true,
+                        })
+                    }
+                    None => {
+                        FlashStats::add(&inner.stats.checksum_failures, 1);
+                        FlashStats::add(&inner.stats.recovery_damaged_segments, 1);
+                    }
+                }
+            }
         }
     }
-    let buf = read_blocking(exec, dev, dev_off, seg_size as usize)
-        .map_err(|e| Error::io(name, "scan segment", e))?;
-    FlashStats::add(&inner.stats.device_bytes_read, seg_size);
-    let (entries, data_end, damaged) = scan(buf.as_slice(), seed);
-    if damaged {
-        FlashStats::add(&inner.stats.checksum_failures, 1);
-        FlashStats::add(&inner.stats.recovery_damaged_segments, 1);
+    let to_scan: Vec<usize> = (0..headers.len()).filter(|&i| found[i].is_none()).collect();
+    for batch in to_scan.chunks(4) {
+        let ops = batch
+            .iter()
+            .map(|&i| {
+                let (dev, off) = place(headers[i].1);
+                IoOp::Read {
+                    dev,
+                    off,
+                    buf: AlignedBuf::zeroed(seg_size as usize),
+                }
+            })
+            .collect();
+        for (&i, r) in batch.iter().zip(run_batch(exec, ops)) {
+            let buf = r.map_err(|e| read_err(headers[i].1, "scan segment", e))?;
+            let Some(buf) = buf else { continue };
+            FlashStats::add(&inner.stats.device_bytes_read, seg_size);
+            let (entries, data_end, damaged) = scan(buf.as_slice(), seeds[i]);
+            if damaged {
+                FlashStats::add(&inner.stats.checksum_failures, 1);
+                FlashStats::add(&inner.stats.recovery_damaged_segments, 1);
+            }
+            found[i] = Some(Found {
+                entries,
+                data_end,
+                sealed: false,
+            });
+        }
     }
-    Ok(Found {
-        entries,
-        data_end,
-        sealed: false,
-    })
+    Ok(found
+        .into_iter()
+        .map(|f| {
+            f.unwrap_or(Found {
+                entries: Vec::new(),
+                data_end: 0,
+                sealed: false,
+            })
+        })
+        .collect())
 }
 
 /// Parse records from the start of a segment image until the first that does not verify.
