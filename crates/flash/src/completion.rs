@@ -135,4 +135,34 @@ mod tests {
         assert!(matches!(c.wait(), Err(Error::Closed)));
         assert_eq!(Completion::ready(Ok(1u8)).wait().unwrap(), 1);
     }
+
+    #[test]
+    fn polled_as_a_future_wakes_the_task() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::task::Wake;
+
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&count));
+        let mut cx = Context::from_waker(&waker);
+        let (p, mut c) = pair::<&'static str>();
+        assert!(Pin::new(&mut c).poll(&mut cx).is_pending());
+        std::thread::spawn(move || p.complete(Ok("done")))
+            .join()
+            .unwrap();
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            1,
+            "completion woke the task"
+        );
+        match Pin::new(&mut c).poll(&mut cx) {
+            Poll::Ready(Ok(v)) => assert_eq!(v, "done"),
+            other => panic!("not ready: {other:?}"),
+        }
+    }
 }
