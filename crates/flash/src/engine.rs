@@ -418,7 +418,7 @@ impl Flash {
         &self.inner.stats
     }
 
-    /// Per-stream count of free segments available to ordinary streams right now.
+    /// Free segments right now (the reclaim reserve included).
     pub fn free_segments(&self) -> u32 {
         let st = self.inner.state.lock();
         st.free.total(&st.failed) as u32

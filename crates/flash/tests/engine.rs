@@ -190,3 +190,40 @@ fn too_large_and_bad_locations_are_errors() {
     let wrong = Location::new(l.byte_addr() + 16, 100).unwrap();
     assert!(flash.read(wrong).wait().is_err());
 }
+
+#[test]
+fn flush_interval_writes_quiet_buffers() {
+    let dev: Arc<dyn Device> = Arc::new(MemoryDevice::new("mem0", 4 << 20));
+    let cfg = FlashConfig {
+        flush_interval: Some(std::time::Duration::from_millis(10)),
+        ..cfg()
+    };
+    let (flash, _) = Flash::open(vec![dev], cfg, Arc::new(DropAll), |_| {}).unwrap();
+    let before = FlashStats::get(&flash.stats().device_bytes_written);
+    let loc = put(&flash, 1);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while FlashStats::get(&flash.stats().device_bytes_written) == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "interval flusher never wrote the chunk"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    check(&flash, 1, loc);
+    // The next record starts on a fresh page: the written page is never rewritten.
+    let next = put(&flash, 2);
+    assert_eq!(next.byte_addr() % 4096, 0);
+    check(&flash, 2, next);
+}
+
+#[test]
+fn stats_pairs_are_named_and_prefixed() {
+    let dev = Arc::new(MemoryDevice::new("mem0", 4 << 20));
+    let (flash, _) = open(std::slice::from_ref(&dev));
+    put(&flash, 1);
+    let pairs = flash.stats().pairs();
+    assert!(pairs.iter().all(|(n, _)| n.starts_with("flash_")));
+    let get = |name: &str| pairs.iter().find(|(n, _)| *n == name).map(|p| p.1);
+    assert_eq!(get("flash_objects_written"), Some(1));
+    assert_eq!(get("flash_segments_total"), Some(15));
+}
