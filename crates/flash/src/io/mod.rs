@@ -13,7 +13,10 @@
 //!
 //! Buffers are [`AlignedBuf`]s: 4 KiB aligned, a multiple of 4 KiB long when used for IO, as
 //! `O_DIRECT` requires. They are built without `unsafe` by over-allocating a `Vec` and using
-//! the aligned window inside it.
+//! the aligned window inside it. Write chunks are recycled through a small pool (two per
+//! stream). Read buffers are not pooled on purpose: the read buffer becomes the returned
+//! record's `Bytes` (key and value are slices of it, no copy), and the number of reads in
+//! flight, hence of read buffers, is bounded by `read_queue_limit`.
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
