@@ -193,6 +193,21 @@ impl FlashConfig {
         }
     }
 
+    /// Defaults scaled to a device set of `capacity` bytes: segment size a power of two
+    /// between 256 KiB and 16 MiB aiming at >= 64 segments, chunk = min(1 MiB, segment / 4).
+    /// A 4 MiB cache gets 256 KiB segments and 64 KiB chunks; 1 GiB and up get the defaults.
+    pub fn for_capacity(capacity: u64) -> Self {
+        let mut seg: u64 = 16 << 20;
+        while seg > 256 << 10 && capacity / seg < 64 {
+            seg /= 2;
+        }
+        Self {
+            segment_size: seg,
+            chunk_size: (seg / 4).min(1 << 20),
+            ..Self::default()
+        }
+    }
+
     /// Largest encoded record (padding included).
     pub fn max_record_len(&self) -> usize {
         self.chunk_size as usize - SEGMENT_HEADER_LEN
@@ -321,5 +336,12 @@ mod tests {
         assert!(c.validate_total(3).is_err());
         assert!(c.validate_total(15).is_ok());
         assert!(c.max_value_len(10) + 10 + 40 <= c.max_record_len());
+        for cap in [4u64 << 20, 64 << 20, 1 << 30, 1 << 40] {
+            let c = FlashConfig::for_capacity(cap);
+            c.validate().unwrap();
+            c.validate_total((cap - 4096) / c.segment_size).unwrap();
+        }
+        assert_eq!(FlashConfig::for_capacity(4 << 20).segment_size, 256 << 10);
+        assert_eq!(FlashConfig::for_capacity(1 << 30).segment_size, 16 << 20);
     }
 }

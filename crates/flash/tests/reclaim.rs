@@ -199,3 +199,46 @@ fn background_reclaimer_keeps_appends_going() {
     verify(&f, &index, &latest);
     f.close().unwrap();
 }
+
+#[test]
+fn greedy_picks_the_most_dead_segment() {
+    let index = Arc::new(Index::default());
+    let cfg = FlashConfig {
+        flush_interval: None,
+        background_reclaim: false,
+        reclaim_policy: flashtier_flash::ReclaimPolicy::Greedy,
+        ..FlashConfig::small()
+    };
+    let seg_size = cfg.segment_size;
+    let f = open(cfg, Arc::clone(&index));
+    let mut locs = Vec::new();
+    for key in 0..800u64 {
+        put(&f, &index, 0, key, 1, 0, true);
+        locs.push(index.map.lock()[&key]);
+    }
+    f.flush().wait().unwrap();
+    // Kill every record of the second segment; the first stays fully live.
+    let second = locs[0].byte_addr() / seg_size + 1;
+    for (key, l) in locs.iter().enumerate() {
+        if l.byte_addr() / seg_size == second {
+            index.map.lock().remove(&(key as u64));
+            f.mark_dead(*l);
+        }
+    }
+    assert!(FlashStats::get(&f.stats().bytes_dead) > 0);
+    assert_eq!(f.reclaim_now(true).unwrap(), 1);
+    let dead_loc = locs
+        .iter()
+        .find(|l| l.byte_addr() / seg_size == second)
+        .unwrap();
+    assert!(
+        matches!(f.read(*dead_loc).wait(), Err(Error::InvalidLocation(_))),
+        "second segment was freed"
+    );
+    assert_eq!(
+        f.read(locs[0]).wait().unwrap().header.key_id,
+        0,
+        "first segment untouched"
+    );
+    assert_eq!(FlashStats::get(&f.stats().records_rewritten), 0);
+}
