@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use crate::engine::{now_unix, Decision, Inner, RecordMeta, RecordWrite};
 use crate::error::{Error, Result};
-use crate::format::record;
+use crate::format::record::{self, Record};
 use crate::format::segment::{decode_summary, tail_len, Footer, SummaryEntry, FOOTER_LEN};
-use crate::io::{read_blocking, run_one, AlignedBuf, IoOp};
+use crate::io::{read_blocking, run_batch, run_one, AlignedBuf, IoOp};
 use crate::location::PAGE;
 use crate::recover::scan;
 use crate::segments::SegState;
@@ -197,22 +197,50 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
         }
     }
     if !keeps.is_empty() {
-        let data = match data {
-            Some(d) => d,
+        // Few keeps: read just their pages (batched). Many: one read of the record area.
+        let kept_bytes: u64 = keeps.iter().map(|(e, _)| u64::from(e.len)).sum();
+        let recs: Vec<Result<Record, record::DecodeError>> = match data {
+            Some(d) => keeps
+                .iter()
+                .map(|(e, _)| decode_at(d.as_slice(), e.offset, seed))
+                .collect(),
+            None if kept_bytes * 4 < u64::from(data_end) => {
+                let ops = keeps
+                    .iter()
+                    .map(|(e, _)| {
+                        let p0 = u64::from(e.offset) / PAGE * PAGE;
+                        let p1 = (u64::from(e.offset) + u64::from(e.len)).div_ceil(PAGE) * PAGE;
+                        IoOp::Read {
+                            dev,
+                            off: dev_off + p0,
+                            buf: AlignedBuf::zeroed((p1 - p0) as usize),
+                        }
+                    })
+                    .collect();
+                let mut out = Vec::with_capacity(keeps.len());
+                for ((e, _), r) in keeps.iter().zip(run_batch(exec, ops)) {
+                    let buf = r.map_err(|err| Error::io(&name, "read", err))?;
+                    let Some(buf) = buf else {
+                        out.push(Err(record::DecodeError::Truncated));
+                        continue;
+                    };
+                    FlashStats::add(&stats.device_bytes_read, buf.len() as u64);
+                    out.push(decode_at(buf.as_slice(), e.offset % PAGE as u32, seed));
+                }
+                out
+            }
             None => {
                 let len = u64::from(data_end).max(PAGE);
                 let d = read_blocking(exec, dev, dev_off, len as usize)
                     .map_err(|e| Error::io(&name, "read", e))?;
                 FlashStats::add(&stats.device_bytes_read, len);
-                d
+                keeps
+                    .iter()
+                    .map(|(e, _)| decode_at(d.as_slice(), e.offset, seed))
+                    .collect()
             }
         };
-        for (e, m) in &keeps {
-            let rec = data
-                .as_slice()
-                .get(e.offset as usize..)
-                .ok_or(record::DecodeError::Truncated)
-                .and_then(|b| record::decode_record(b, seed));
+        for ((_, m), rec) in keeps.iter().zip(recs) {
             let rec = match rec {
                 Ok(r) => r,
                 Err(err) => {
@@ -283,6 +311,13 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
     FlashStats::add(&stats.reclaims, 1);
     inner.update_gauges(&st);
     Ok(())
+}
+
+fn decode_at(buf: &[u8], off: u32, seed: u32) -> Result<Record, record::DecodeError> {
+    let b = buf
+        .get(off as usize..)
+        .ok_or(record::DecodeError::Truncated)?;
+    record::decode_record(b, seed)
 }
 
 /// Append into the reclaim stream, waiting out `Busy` (chunk writes in flight).

@@ -242,3 +242,39 @@ fn greedy_picks_the_most_dead_segment() {
     );
     assert_eq!(FlashStats::get(&f.stats().records_rewritten), 0);
 }
+
+#[test]
+fn keeping_everything_relocates_every_record() {
+    let index = Arc::new(Index::default());
+    let cfg = FlashConfig {
+        flush_interval: None,
+        background_reclaim: false,
+        keep_limit: 1.0,
+        ..FlashConfig::small()
+    };
+    let seg_size = cfg.segment_size;
+    let f = open(cfg, Arc::clone(&index));
+    let mut latest = HashMap::new();
+    for key in (0..1200u64).step_by(2) {
+        put(&f, &index, 0, key, 5, 0, true);
+        latest.insert(key, 5);
+    }
+    f.flush().wait().unwrap();
+    let first_seg_records = index
+        .map
+        .lock()
+        .values()
+        .filter(|l| l.byte_addr() < seg_size)
+        .count() as u64;
+    assert!(first_seg_records > 50);
+    assert_eq!(f.reclaim_now(true).unwrap(), 1);
+    assert_eq!(
+        FlashStats::get(&f.stats().records_rewritten),
+        first_seg_records
+    );
+    assert!(
+        index.map.lock().values().all(|l| l.byte_addr() >= seg_size),
+        "all moved out of segment 0"
+    );
+    assert_eq!(verify(&f, &index, &latest), 600);
+}
