@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::format::record::padded_len;
+use crate::format::record::RECORD_HEADER_LEN;
 use crate::format::segment::{tail_len, SEGMENT_HEADER_LEN};
 use crate::location::{MAX_BYTES, PAGE};
 
@@ -215,12 +215,10 @@ impl FlashConfig {
 
     /// Largest value for a key of `key_len` bytes.
     pub fn max_value_len(&self, key_len: usize) -> usize {
-        let max = self.max_record_len();
-        (0..=max)
-            .rev()
-            .step_by(16)
-            .find(|v| padded_len(key_len, *v) <= max)
-            .unwrap_or(0)
+        // max_record_len is a multiple of 16, so padding never pushes a record that fits
+        // unpadded over it.
+        self.max_record_len()
+            .saturating_sub(RECORD_HEADER_LEN + key_len)
     }
 
     /// Check every setting; the error names the first bad one.
@@ -293,6 +291,7 @@ impl FlashConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::record::padded_len;
 
     #[test]
     fn sizes_and_specs() {
@@ -336,6 +335,8 @@ mod tests {
         assert!(c.validate_total(3).is_err());
         assert!(c.validate_total(15).is_ok());
         assert!(c.max_value_len(10) + 10 + 40 <= c.max_record_len());
+        assert_eq!(padded_len(10, c.max_value_len(10)), c.max_record_len());
+        assert!(padded_len(10, c.max_value_len(10) + 1) > c.max_record_len());
         for cap in [4u64 << 20, 64 << 20, 1 << 30, 1 << 40] {
             let c = FlashConfig::for_capacity(cap);
             c.validate().unwrap();

@@ -388,7 +388,11 @@ impl Flash {
     }
 
     /// Read the record at `loc`: from RAM if still buffered, else one device read of the
-    /// pages the size hint names. A checksum failure or stale location is an error.
+    /// pages the size hint names. A checksum failure is an error (`Corrupt`), never data; so
+    /// is a location whose segment is free (`InvalidLocation`) or was reused while the read
+    /// was in flight. A location the user kept *after* reclaim dropped or relocated it may,
+    /// once its segment is reused, hold a newer record: compare `key_id` (and the key).
+    /// Errors also: `Busy` (read queue full), `Io` (device read failed), `DeviceFailed`.
     pub fn read(&self, loc: Location) -> Completion<Record> {
         self.inner.read(loc)
     }
@@ -401,7 +405,8 @@ impl Flash {
     }
 
     /// The user no longer needs the record at `loc` (overwritten, deleted): counts it dead for
-    /// victim selection and the fragmentation stat. Cheap; no IO.
+    /// victim selection and the fragmentation stat. Cheap; no IO. Call it once per record,
+    /// only for locations still live in the user's index (not after reclaim dropped them).
     pub fn mark_dead(&self, loc: Location) {
         self.inner.mark_dead(loc);
     }
