@@ -58,6 +58,17 @@ fn run(backend: IoBackend, name: &str) {
         IoBackend::Auto => info.backend,
     };
     assert_eq!(info.backend, expect);
+    // A second engine on the same file is refused while the first holds it.
+    match Flash::open_specs(
+        std::slice::from_ref(&spec),
+        cfg.clone(),
+        Arc::new(DropAll),
+        |_| {},
+    ) {
+        Err(e @ Error::Io { .. }) => assert!(e.to_string().contains("lock"), "{e}"),
+        Err(e) => panic!("unexpected {e}"),
+        Ok(_) => panic!("two engines opened the same file"),
+    }
     let mut locs = Vec::new();
     for i in 0..400u64 {
         let v = vec![(i % 251) as u8; (i as usize * 37) % 9000 + 1];

@@ -57,6 +57,8 @@ impl FileDevice {
             }
             Err(e) => return Err(Error::io(&name, "open", e)),
         };
+        lock_exclusive(&file)
+            .map_err(|e| Error::io(&name, "lock (is another process using it?)", e))?;
         let meta = file.metadata().map_err(|e| Error::io(&name, "stat", e))?;
         let len = if meta.file_type().is_block_device() {
             let dev_len = file
@@ -84,6 +86,19 @@ impl FileDevice {
             }
         };
         Ok(Self { name, file, len })
+    }
+}
+
+/// Take an exclusive advisory lock so two engines never share a device; released when the
+/// file is closed (also by a crash).
+fn lock_exclusive(file: &File) -> io::Result<()> {
+    // SAFETY: `file` owns a valid open descriptor for the duration of the call; flock touches
+    // no memory of ours.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
