@@ -2,6 +2,9 @@
 //!
 //! [`FlashConfig`] has public fields with documented defaults (use struct update syntax on
 //! `FlashConfig::default()`) and [`FlashConfig::validate`], which [`crate::Flash::open`] calls.
+//! `flush_interval`, `max_chunks_in_flight`, `read_queue_limit`, the free watermarks,
+//! `reclaim_policy`, `keep_limit` and `reclaim_rate` are only initial values: they can be
+//! changed while running with [`crate::Flash::set_knob`] (see [`crate::knobs`]).
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -181,6 +181,8 @@ pub(crate) struct Inner {
     pub hash_seed: u64,
     pub seg_size: u64,
     pub handler: Arc<dyn ReclaimHandler>,
+    /// Runtime-tunable settings.
+    pub knobs: crate::knobs::Knobs,
 }
 
 /// Unix seconds now.
@@ -310,6 +312,7 @@ impl Flash {
             })
             .collect();
         let nsegs = layout.segs.len() as u32;
+        let cfg_for_knobs = cfg.clone();
         let inner = Arc::new(Inner {
             seg_size: cfg.segment_size,
             state: Mutex::new(State {
@@ -335,6 +338,7 @@ impl Flash {
             uuid: layout.uuid,
             hash_seed: layout.hash_seed,
             handler,
+            knobs: crate::knobs::Knobs::new(&cfg_for_knobs),
         });
         FlashStats::set(&inner.stats.segments_total, u64::from(nsegs));
         crate::recover::recover(&inner, layout.formatted, on_record)?;
@@ -348,7 +352,7 @@ impl Flash {
             formatted: layout.formatted,
         };
         let mut threads = Vec::new();
-        if inner.cfg.flush_interval.is_some() {
+        {
             let i = Arc::clone(&inner);
             threads.push(spawn("flash-flusher", move || crate::flusher::run(&i))?);
         }
@@ -416,6 +420,21 @@ impl Flash {
     /// With `force`, reclaim one victim even if enough segments are free.
     pub fn reclaim_now(&self, force: bool) -> Result<u32> {
         crate::reclaimer::reclaim_pass(&self.inner, force)
+    }
+
+    /// Change a runtime knob (see [`crate::knobs::KNOB_NAMES`]): `flush_interval_ms` (0 =
+    /// off), `max_chunks_in_flight`, `read_queue_limit`, `free_low_watermark`,
+    /// `free_high_watermark`, `reclaim_policy` (`fifo`/`greedy`), `keep_limit` (0..=1),
+    /// `reclaim_rate` (bytes/s, sizes like `64M`; 0 = unlimited). Takes effect at once.
+    pub fn set_knob(&self, name: &str, value: &str) -> Result<()> {
+        self.inner.knobs.set(name, value)?;
+        self.inner.wake.notify_all();
+        Ok(())
+    }
+
+    /// Current knob values as `(name, value)` text pairs.
+    pub fn knobs(&self) -> Vec<(&'static str, String)> {
+        self.inner.knobs.list()
     }
 
     /// The engine's counters.

@@ -8,19 +8,22 @@ use std::time::Duration;
 use crate::engine::Inner;
 
 pub(crate) fn run(inner: &Arc<Inner>) {
-    let Some(interval) = inner.cfg.flush_interval else {
-        return;
-    };
-    let tick = (interval / 2).max(Duration::from_millis(1));
     let mut st = inner.state.lock();
     loop {
         if st.closed {
             return;
         }
+        // The interval is a runtime knob: re-read it every tick (idle at 100 ms when off).
+        let interval = inner.knobs.flush_interval();
+        let tick = interval.map_or(Duration::from_millis(100), |i| {
+            (i / 2).max(Duration::from_millis(1))
+        });
         inner.wake.wait_for(&mut st, tick);
         if st.closed {
             return;
         }
-        inner.flush_old_chunks(&mut st, interval);
+        if let Some(interval) = inner.knobs.flush_interval() {
+            inner.flush_old_chunks(&mut st, interval);
+        }
     }
 }

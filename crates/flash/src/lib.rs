@@ -16,6 +16,7 @@
 //! - [`format`]: the on-flash structs with byte tables (mirrored in `docs/format.md`).
 //! - [`io`]: the [`Device`] trait with file, memory and fault-injecting devices, and the
 //!   io_uring and psync executors.
+//! - [`knobs`]: settings changeable at runtime.
 //! - [`config`], [`location`], [`completion`], [`stats`], [`error`].
 //!
 //! # Use
@@ -43,6 +44,7 @@ pub mod error;
 mod flusher;
 pub mod format;
 pub mod io;
+pub mod knobs;
 pub mod location;
 mod reader;
 mod reclaimer;

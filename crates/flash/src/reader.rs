@@ -77,7 +77,7 @@ impl Inner {
         if off >= info.data_end {
             return Err(Error::InvalidLocation(loc.byte_addr()));
         }
-        if FlashStats::get(&self.stats.io_queue_depth) >= self.cfg.read_queue_limit as u64 {
+        if FlashStats::get(&self.stats.io_queue_depth) >= self.knobs.read_queue_limit() {
             FlashStats::add(&self.stats.read_queue_full, 1);
             return Err(Error::Busy("read"));
         }

@@ -32,7 +32,7 @@ pub(crate) fn run(inner: &Arc<Inner>) {
                 if st.closed {
                     return;
                 }
-                if inner.spare(&st) < inner.cfg.free_low_watermark {
+                if inner.spare(&st) < inner.knobs.free_low() {
                     break;
                 }
                 inner.wake.wait_for(&mut st, Duration::from_secs(1));
@@ -55,7 +55,7 @@ pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool) -> Result<u32> {
             if st.closed {
                 return Err(Error::Closed);
             }
-            let enough = inner.spare(&st) >= inner.cfg.free_high_watermark;
+            let enough = inner.spare(&st) >= inner.knobs.free_high();
             if enough && !(force && freed == 0) {
                 break;
             }
@@ -70,9 +70,9 @@ pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool) -> Result<u32> {
             return Err(e);
         }
         freed += 1;
-        if inner.cfg.reclaim_rate > 0 {
-            let budget =
-                Duration::from_secs_f64(inner.seg_size as f64 / inner.cfg.reclaim_rate as f64);
+        let rate = inner.knobs.reclaim_rate();
+        if rate > 0 {
+            let budget = Duration::from_secs_f64(inner.seg_size as f64 / rate as f64);
             if let Some(rest) = budget.checked_sub(started.elapsed()) {
                 std::thread::sleep(rest);
             }
@@ -92,7 +92,7 @@ fn pick_victim(inner: &Inner, st: &mut crate::engine::State) -> Option<u32> {
         .clone()
         .filter(|(_, s)| s.all_expired(now))
         .min_by_key(|(_, s)| s.seq);
-    let pick = expired.or_else(|| match inner.cfg.reclaim_policy {
+    let pick = expired.or_else(|| match inner.knobs.policy() {
         ReclaimPolicy::Fifo => candidates.min_by_key(|(_, s)| s.seq),
         ReclaimPolicy::Greedy => candidates.min_by(|(_, a), (_, b)| {
             let ra = f64::from(a.dead) / f64::from(a.records.max(1));
@@ -174,7 +174,7 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
             dropped += 1;
         }
     } else {
-        let cap = (inner.cfg.keep_limit * data_bytes as f64) as u64;
+        let cap = (inner.knobs.keep_limit() * data_bytes as f64) as u64;
         let mut kept = 0u64;
         for e in &entries {
             let Some(m) = meta(e) else { continue };

@@ -67,7 +67,7 @@ impl Inner {
             if fits_chunk && fits_seg {
                 break seg;
             }
-            if ss.in_flight >= self.cfg.max_chunks_in_flight {
+            if ss.in_flight >= self.knobs.max_chunks_in_flight() {
                 FlashStats::add(&self.stats.append_rejected, 1);
                 return Err(Error::Busy("write chunk"));
             }
@@ -136,7 +136,7 @@ impl Inner {
                     let busy = |st: &State| {
                         st.streams
                             .get(usize::from(stream))
-                            .is_some_and(|s| s.in_flight >= self.cfg.max_chunks_in_flight)
+                            .is_some_and(|s| s.in_flight >= self.knobs.max_chunks_in_flight())
                     };
                     while busy(&st) {
                         if self.wake.wait_until(&mut st, deadline).timed_out() {
@@ -159,7 +159,7 @@ impl Inner {
     fn open_segment(&self, st: &mut State, stream: StreamId) -> Result<()> {
         let reserve = self.cfg.reserve_segments as usize;
         let free = st.free.total(&st.failed);
-        if free <= self.cfg.free_low_watermark as usize + reserve {
+        if free <= self.knobs.free_low() as usize + reserve {
             self.wake.notify_all();
         }
         if stream != self.cfg.reclaim_stream && free <= reserve {
@@ -462,7 +462,7 @@ impl Inner {
     pub(crate) fn flush_old_chunks(self: &Arc<Self>, st: &mut State, age: std::time::Duration) {
         for s in 0..st.streams.len() {
             let old = st.streams[s].oldest.is_some_and(|t| t.elapsed() >= age);
-            if old && st.streams[s].in_flight < self.cfg.max_chunks_in_flight {
+            if old && st.streams[s].in_flight < self.knobs.max_chunks_in_flight() {
                 self.submit_chunk(st, s as StreamId);
             }
         }

@@ -227,3 +227,31 @@ fn stats_pairs_are_named_and_prefixed() {
     assert_eq!(get("flash_objects_written"), Some(1));
     assert_eq!(get("flash_segments_total"), Some(15));
 }
+
+#[test]
+fn knobs_change_at_runtime() {
+    let dev = Arc::new(MemoryDevice::new("mem0", 4 << 20));
+    let (flash, _) = open(std::slice::from_ref(&dev)); // flush interval off
+    let get = |f: &Flash, n: &str| f.knobs().into_iter().find(|(k, _)| *k == n).unwrap().1;
+    assert_eq!(get(&flash, "flush_interval_ms"), "0");
+    let before = FlashStats::get(&flash.stats().device_bytes_written);
+    put(&flash, 1);
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    assert_eq!(
+        FlashStats::get(&flash.stats().device_bytes_written),
+        before,
+        "no interval flush while off"
+    );
+    flash.set_knob("flush_interval_ms", "5").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while FlashStats::get(&flash.stats().device_bytes_written) == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "knob did not take effect"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    flash.set_knob("reclaim_policy", "greedy").unwrap();
+    assert_eq!(get(&flash, "reclaim_policy"), "greedy");
+    assert!(flash.set_knob("keep_limit", "1.5").is_err());
+}
