@@ -63,9 +63,26 @@ pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool) -> Result<u32> {
         };
         let Some(seg) = victim else { break };
         if let Err(e) = reclaim_segment(inner, seg) {
+            // A victim that cannot be read is retired (never reused, never picked again, its
+            // reads fail) rather than retried forever; other failures leave it sealed.
+            let unreadable = matches!(
+                &e,
+                Error::Io {
+                    op: "read summary" | "scan" | "read",
+                    ..
+                }
+            );
             let mut st = inner.state.lock();
             if st.segs[seg as usize].state == SegState::Reclaiming {
-                st.segs[seg as usize].state = SegState::Sealed;
+                st.segs[seg as usize].state = if unreadable {
+                    SegState::Failed
+                } else {
+                    SegState::Sealed
+                };
+            }
+            if unreadable {
+                FlashStats::add(&inner.stats.read_errors, 1);
+                inner.update_gauges(&st);
             }
             return Err(e);
         }

@@ -120,3 +120,21 @@ fn eio_on_sync_fails_flush() {
     assert_eq!(FlashStats::get(&f.stats().sync_errors), 1);
     assert_eq!(FlashStats::get(&f.stats().devices_failed), 1);
 }
+
+#[test]
+fn unreadable_reclaim_victim_is_retired_not_retried_forever() {
+    let (f, faults) = open(1);
+    let locs: Vec<_> = (0..800).map(|i| put(&f, i).unwrap()).collect();
+    f.flush().wait().unwrap();
+    faults[0].read_eio.store(true, Ordering::SeqCst);
+    assert!(f.reclaim_now(true).is_err());
+    faults[0].read_eio.store(false, Ordering::SeqCst);
+    // The next pass picks another victim instead of the unreadable one.
+    assert_eq!(f.reclaim_now(true).unwrap(), 1);
+    assert!(
+        f.read(locs[0]).wait().is_err(),
+        "retired segment is not served"
+    );
+    assert_eq!(FlashStats::get(&f.stats().reclaims), 1);
+    assert_eq!(FlashStats::get(&f.stats().devices_failed), 0);
+}
