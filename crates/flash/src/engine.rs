@@ -280,8 +280,15 @@ impl Flash {
 
     /// Open a device set: validate superblocks (format blank devices; mismatches are an error
     /// unless `reformat_on_mismatch`), recover every segment in sequence order and call
-    /// `on_record` for each recovered record (oldest first; a later record for the same key
-    /// supersedes an earlier one), then start the background threads.
+    /// `on_record` for each recovered record (segments oldest first, records in append order
+    /// within one), then start the background threads.
+    ///
+    /// Resolving duplicates is the user's job and must use `version`, not arrival order: a
+    /// reclaim copy of an old version can land in a newer segment than a later write of the
+    /// same key (the copy was started before the overwrite; `relocated` then returned false
+    /// and the copy is dead but still on flash). So keep, per `key_id`, the record with the
+    /// highest `version` (ties: the later one), and give deletions a tombstone record with a
+    /// fresh version, or a deleted key can come back from an older segment.
     pub fn open(
         devices: Vec<Arc<dyn Device>>,
         cfg: FlashConfig,

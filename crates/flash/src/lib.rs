@@ -13,7 +13,7 @@
 //! - `recover`: superblock check/format and rebuilding the segment table at open.
 //! - `flusher`: writes chunks older than the flush interval.
 //! - `segments`: the segment table and free lists.
-//! - [`format`]: the on-flash structs with byte tables (mirrored in `docs/format.md`).
+//! - [`format`](mod@format): the on-flash structs with byte tables (mirrored in `docs/format.md`).
 //! - [`io`]: the [`Device`] trait with file, memory and fault-injecting devices, and the
 //!   io_uring and psync executors.
 //! - [`knobs`]: settings changeable at runtime.

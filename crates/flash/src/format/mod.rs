@@ -9,7 +9,7 @@
 //! validate.
 //!
 //! This module is pure (no IO, no threads). Decoders read untrusted bytes and never panic:
-//! every access goes through [`Cursor`], which returns `None` past the end.
+//! every access goes through `Cursor`, which returns `None` past the end.
 #![deny(
     clippy::indexing_slicing,
     clippy::unwrap_used,
