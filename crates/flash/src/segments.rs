@@ -172,3 +172,48 @@ impl FreeLists {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_robin_tiers_and_failed_devices() {
+        let mut f = FreeLists::new(3);
+        for seg in 0..9u32 {
+            f.push((seg / 3) as usize, seg);
+        }
+        let ok = [false, false, false];
+        let tiers = [0u8, 1, 0];
+        // Round-robin across devices.
+        assert_eq!(f.pop(&ok, &tiers, None), Some(0));
+        assert_eq!(f.pop(&ok, &tiers, None), Some(3));
+        assert_eq!(f.pop(&ok, &tiers, None), Some(6));
+        // Tier preference: only device 1 has tier 1.
+        assert_eq!(f.pop(&ok, &tiers, Some(1)), Some(4));
+        assert_eq!(f.pop(&ok, &tiers, Some(1)), Some(5));
+        // Tier exhausted: fall back to any device.
+        assert!(f.pop(&ok, &tiers, Some(1)).is_some());
+        // Failed devices are skipped and not counted.
+        let failed = [true, false, true];
+        assert_eq!(f.total(&failed), 0);
+        assert_eq!(f.pop(&failed, &tiers, None), None);
+        assert_eq!(f.total(&ok), 3);
+    }
+
+    #[test]
+    fn expiry_and_dead_accounting() {
+        let mut s = SegInfo::new(0, 4096);
+        s.reset(&[1; 16], 5, 0);
+        s.add_record(100, 50);
+        s.add_record(100, 60);
+        assert!(s.all_expired(60) && !s.all_expired(59));
+        s.add_record(100, 0);
+        assert!(
+            !s.all_expired(u32::MAX),
+            "a never-expiring record keeps the segment"
+        );
+        s.dead = 1;
+        assert_eq!(s.dead_bytes(), 100);
+    }
+}
