@@ -1,0 +1,541 @@
+//! The engine handle [`Flash`] and its shared state.
+//!
+//! One mutex (`Inner::state`) guards the segment table, the streams' write buffers, the list
+//! of chunk writes in flight and the flush waiters. It is held only for memory work (encoding
+//! a record into a buffer, table updates) and for *enqueueing* IO, never across IO. Threads
+//! that take it: callers of the public API (network threads), IO executor threads (write and
+//! sync completions), the interval flusher and the reclaimer.
+//!
+//! Invariants:
+//! - A record is readable from the moment `append` returns: from the stream's current chunk,
+//!   then from the in-flight chunk list, and from the device once that write completed (the
+//!   in-flight entry is removed only in the write's completion, under the same lock).
+//! - A page holding records that were handed to the device is never written again in the same
+//!   segment life: a chunk written early is padded to its page end and the next chunk starts
+//!   on the following page.
+//! - A read captures the segment's checksum seed under the lock; if the segment is reused
+//!   before the read completes, the new life's seed differs and the stale bytes fail the
+//!   checksum (returned as `Corrupt`, never as data).
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::completion::{Completion, Promise};
+use crate::config::{DeviceSpec, FlashConfig, IoBackend};
+use crate::error::{Error, Result};
+use crate::format::record::Record;
+use crate::format::segment::SummaryEntry;
+use crate::io::file::FileDevice;
+use crate::io::psync::PsyncExecutor;
+use crate::io::uring::UringExecutor;
+use crate::io::{AlignedBuf, Device, Executor};
+use crate::location::Location;
+use crate::segments::{FreeLists, SegInfo, SegState};
+use crate::stats::FlashStats;
+
+/// A stream id (0..`FlashConfig::streams`).
+pub type StreamId = u8;
+
+/// A record to append. The engine stores the fields as given (plus the append time).
+#[derive(Clone, Copy, Debug)]
+pub struct RecordWrite<'a> {
+    /// Non-zero kind ([`crate::kind::PUT`], [`crate::kind::TOMBSTONE`], or a user kind >= 3).
+    pub kind: u8,
+    /// User key id (key hash for the kv face, LBA for the block face).
+    pub key_id: u64,
+    /// User version (CAS, write sequence).
+    pub version: u64,
+    /// User flags.
+    pub flags: u32,
+    /// Absolute unix seconds; 0 = never expires.
+    pub exptime: u32,
+    /// Key bytes (<= 65535), may be empty.
+    pub key: &'a [u8],
+    /// Value bytes.
+    pub value: &'a [u8],
+}
+
+/// What recovery and reclaim tell the user about a record, without its key or value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordMeta {
+    /// Where it is.
+    pub location: Location,
+    /// User key id.
+    pub key_id: u64,
+    /// User version.
+    pub version: u64,
+    /// Record kind.
+    pub kind: u8,
+    /// Absolute unix seconds, 0 = never.
+    pub exptime: u32,
+    /// User flags.
+    pub flags: u32,
+    /// Unpadded record length in bytes (header + key + value).
+    pub len: u32,
+    /// Sequence number of the segment holding it (recovery yields records in seq order).
+    pub seq: u64,
+}
+
+/// The user's verdict on a record in a segment being reclaimed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Rewrite it into the reclaim stream, then call [`ReclaimHandler::relocated`].
+    Keep,
+    /// Forget it. The user has already removed any index entry pointing at it.
+    Drop,
+}
+
+/// Called by the reclaimer (on its own thread, with no engine lock held; the handler may call
+/// the engine).
+pub trait ReclaimHandler: Send + Sync + 'static {
+    /// Decide for a record that has not expired.
+    fn decide(&self, rec: &RecordMeta) -> Decision;
+    /// A kept record now also lives at `new`. Swap the index entry only if it still points at
+    /// `rec.location`, and return whether it did; `false` makes the engine count the new
+    /// copy dead.
+    fn relocated(&self, rec: &RecordMeta, new: Location) -> bool;
+    /// The record is gone (expired, or the engine could not keep it: keep limit, no space,
+    /// unreadable). Remove the index entry if it still points at `rec.location`.
+    fn evicted(&self, rec: &RecordMeta);
+}
+
+/// A handler that drops everything (tests, or a user with no index).
+pub struct DropAll;
+
+impl ReclaimHandler for DropAll {
+    fn decide(&self, _: &RecordMeta) -> Decision {
+        Decision::Drop
+    }
+    fn relocated(&self, _: &RecordMeta, _: Location) -> bool {
+        false
+    }
+    fn evicted(&self, _: &RecordMeta) {}
+}
+
+pub(crate) struct StreamState {
+    /// Open segment, if any.
+    pub seg: Option<u32>,
+    /// Current chunk buffer (capacity `chunk_size`); `Some` iff `seg` is.
+    pub buf: Option<AlignedBuf>,
+    /// Segment offset of `buf[0]` (page aligned).
+    pub buf_off: u32,
+    /// Bytes of `buf` in use.
+    pub fill: usize,
+    /// Records in `buf`.
+    pub chunk_records: u32,
+    /// Summary entries of the open segment.
+    pub summary: Vec<SummaryEntry>,
+    /// Chunk writes of this stream not yet completed.
+    pub in_flight: usize,
+    /// When the first record went into `buf`.
+    pub oldest: Option<Instant>,
+}
+
+pub(crate) struct InflightWrite {
+    pub id: u64,
+    pub seg: u32,
+    pub off: u32,
+    pub buf: Arc<AlignedBuf>,
+    pub stream: u8,
+}
+
+pub(crate) struct FlushWaiter {
+    /// Every write with id <= target must complete first.
+    pub target: u64,
+    pub promise: Promise<()>,
+    pub error: Option<String>,
+}
+
+pub(crate) struct State {
+    pub segs: Vec<SegInfo>,
+    pub free: FreeLists,
+    pub failed: Vec<bool>,
+    pub streams: Vec<StreamState>,
+    pub inflight: Vec<InflightWrite>,
+    /// Next write id (ids start at 1).
+    pub next_write_id: u64,
+    /// Ids of writes submitted but not completed.
+    pub outstanding: BTreeSet<u64>,
+    pub waiters: Vec<FlushWaiter>,
+    /// A write failed since the last `flush()` call: that flush reports it.
+    pub write_error: Option<String>,
+    pub next_seq: u64,
+    pub closed: bool,
+    /// Recycled chunk buffers.
+    pub pool: Vec<AlignedBuf>,
+}
+
+pub(crate) struct Inner {
+    pub cfg: FlashConfig,
+    pub devices: Vec<Arc<dyn Device>>,
+    pub tiers: Vec<u8>,
+    pub exec: Box<dyn Executor>,
+    pub stats: Arc<FlashStats>,
+    pub state: Mutex<State>,
+    /// Wakes the reclaimer and the flusher (waits on `state`).
+    pub wake: Condvar,
+    pub uuid: [u8; 16],
+    pub hash_seed: u64,
+    pub seg_size: u64,
+    pub handler: Arc<dyn ReclaimHandler>,
+    /// Runtime-tunable settings.
+    pub knobs: crate::knobs::Knobs,
+}
+
+/// Unix seconds now.
+pub(crate) fn now_unix() -> u32 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as u32)
+        .unwrap_or(0)
+}
+
+impl Inner {
+    /// Global segment index and offset within it of a byte address.
+    pub(crate) fn split(&self, addr: u64) -> (u32, u32) {
+        ((addr / self.seg_size) as u32, (addr % self.seg_size) as u32)
+    }
+
+    pub(crate) fn location(&self, seg: u32, off: u32, len: usize) -> Result<Location> {
+        let addr = u64::from(seg) * self.seg_size + u64::from(off);
+        Location::new(addr, len as u64).ok_or(Error::InvalidLocation(addr))
+    }
+
+    pub(crate) fn update_gauges(&self, st: &State) {
+        FlashStats::set(&self.stats.segments_free, st.free.total(&st.failed) as u64);
+        let used: u64 = st
+            .segs
+            .iter()
+            .filter(|s| !matches!(s.state, SegState::Free | SegState::Failed))
+            .map(|s| s.data_bytes)
+            .sum();
+        FlashStats::set(&self.stats.bytes_used, used);
+        let dead: u64 = st
+            .segs
+            .iter()
+            .filter(|s| matches!(s.state, SegState::Sealed | SegState::Reclaiming))
+            .map(SegInfo::dead_bytes)
+            .sum();
+        FlashStats::set(&self.stats.bytes_dead, dead);
+    }
+
+    /// Free segments available to ordinary streams (beyond the reserve).
+    pub(crate) fn spare(&self, st: &State) -> u32 {
+        (st.free.total(&st.failed) as u32).saturating_sub(self.cfg.reserve_segments)
+    }
+}
+
+/// The flash engine. Cheap to share behind an `Arc`; every method takes `&self`.
+///
+/// Threads it owns: the IO executor (one io_uring thread or a psync pool), an interval
+/// flusher (if `flush_interval` is set) and a reclaimer (if `background_reclaim`).
+pub struct Flash {
+    pub(crate) inner: Arc<Inner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Facts about the opened device set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlashInfo {
+    /// Instance uuid (random at format time).
+    pub uuid: [u8; 16],
+    /// Stable hash seed for key ids (random at format time, kept across restarts).
+    pub hash_seed: u64,
+    /// Segments in the set.
+    pub segments: u32,
+    /// Segment size in bytes.
+    pub segment_size: u64,
+    /// Bytes of flash usable for records (all segments).
+    pub capacity: u64,
+    /// IO backend in use (`io_uring` or `psync`).
+    pub backend: &'static str,
+    /// True if the devices were formatted by this open (nothing recovered).
+    pub formatted: bool,
+}
+
+impl Flash {
+    /// Open (or format) files or block devices from `PATH:SIZE` specs. See [`Flash::open`].
+    pub fn open_specs(
+        specs: &[DeviceSpec],
+        cfg: FlashConfig,
+        handler: Arc<dyn ReclaimHandler>,
+        on_record: impl FnMut(RecordMeta),
+    ) -> Result<(Self, FlashInfo)> {
+        let mut devices: Vec<Arc<dyn Device>> = Vec::with_capacity(specs.len());
+        for s in specs {
+            devices.push(Arc::new(FileDevice::open(
+                &s.path,
+                s.size,
+                s.create,
+                cfg.direct_io,
+            )?));
+        }
+        let mut cfg = cfg;
+        cfg.device_tiers = specs.iter().map(|s| s.tier).collect();
+        Self::open(devices, cfg, handler, on_record)
+    }
+
+    /// Open a device set: validate superblocks (format blank devices; mismatches are an error
+    /// unless `reformat_on_mismatch`), recover every segment in sequence order and call
+    /// `on_record` for each recovered record (segments oldest first, records in append order
+    /// within one), then start the background threads.
+    ///
+    /// Resolving duplicates is the user's job and must use `version`, not arrival order: a
+    /// reclaim copy of an old version can land in a newer segment than a later write of the
+    /// same key (the copy was started before the overwrite; `relocated` then returned false
+    /// and the copy is dead but still on flash). So keep, per `key_id`, the record with the
+    /// highest `version` (ties: the later one), and give deletions a tombstone record with a
+    /// fresh version, or a deleted key can come back from an older segment.
+    pub fn open(
+        devices: Vec<Arc<dyn Device>>,
+        cfg: FlashConfig,
+        handler: Arc<dyn ReclaimHandler>,
+        on_record: impl FnMut(RecordMeta),
+    ) -> Result<(Self, FlashInfo)> {
+        cfg.validate()?;
+        if devices.is_empty() {
+            return Err(Error::Config("no flash devices".into()));
+        }
+        let stats = Arc::new(FlashStats::default());
+        let exec = make_executor(&devices, &cfg, &stats)?;
+        let backend = exec.backend();
+        let layout = crate::recover::open_layout(&devices, &cfg, exec.as_ref())?;
+        let tiers: Vec<u8> = (0..devices.len())
+            .map(|d| cfg.device_tiers.get(d).copied().unwrap_or(0))
+            .collect();
+        let streams = (0..cfg.streams)
+            .map(|_| StreamState {
+                seg: None,
+                buf: None,
+                buf_off: 0,
+                fill: 0,
+                chunk_records: 0,
+                summary: Vec::new(),
+                in_flight: 0,
+                oldest: None,
+            })
+            .collect();
+        let nsegs = layout.segs.len() as u32;
+        let cfg_for_knobs = cfg.clone();
+        let inner = Arc::new(Inner {
+            seg_size: cfg.segment_size,
+            state: Mutex::new(State {
+                free: FreeLists::new(devices.len()),
+                failed: vec![false; devices.len()],
+                segs: layout.segs,
+                streams,
+                inflight: Vec::new(),
+                next_write_id: 1,
+                outstanding: BTreeSet::new(),
+                waiters: Vec::new(),
+                write_error: None,
+                next_seq: 1,
+                closed: false,
+                pool: Vec::new(),
+            }),
+            cfg,
+            devices,
+            tiers,
+            exec,
+            stats,
+            wake: Condvar::new(),
+            uuid: layout.uuid,
+            hash_seed: layout.hash_seed,
+            handler,
+            knobs: crate::knobs::Knobs::new(&cfg_for_knobs),
+        });
+        FlashStats::set(&inner.stats.segments_total, u64::from(nsegs));
+        crate::recover::recover(&inner, layout.formatted, on_record)?;
+        let info = FlashInfo {
+            uuid: inner.uuid,
+            hash_seed: inner.hash_seed,
+            segments: nsegs,
+            segment_size: inner.seg_size,
+            capacity: u64::from(nsegs) * inner.seg_size,
+            backend,
+            formatted: layout.formatted,
+        };
+        let mut threads = Vec::new();
+        {
+            let i = Arc::clone(&inner);
+            threads.push(spawn("flash-flusher", move || crate::flusher::run(&i))?);
+        }
+        if inner.cfg.background_reclaim {
+            let i = Arc::clone(&inner);
+            threads.push(spawn("flash-reclaim", move || crate::reclaimer::run(&i))?);
+        }
+        Ok((
+            Self {
+                inner,
+                threads: Mutex::new(threads),
+            },
+            info,
+        ))
+    }
+
+    /// Append a record to `stream`. Returns its location at once; the record is readable
+    /// immediately and durable after the next completed [`flush`](Self::flush).
+    ///
+    /// Errors: `NoSpace` (no free segment for this stream; reclaim was woken), `Busy` (too
+    /// many chunk writes in flight for the stream), `RecordTooLarge`, `DeviceFailed`/`Closed`.
+    /// Never blocks on IO.
+    pub fn append(&self, stream: StreamId, rec: &RecordWrite<'_>) -> Result<Location> {
+        self.inner.append(stream, rec)
+    }
+
+    /// Like [`append`](Self::append) but blocks the calling thread while the stream's chunk
+    /// writes are all in flight (`Busy`), for up to `timeout`. For writers that must not lose
+    /// a record (the block face, bulk loaders); never call it from a network thread.
+    pub fn append_blocking(
+        &self,
+        stream: StreamId,
+        rec: &RecordWrite<'_>,
+        timeout: std::time::Duration,
+    ) -> Result<Location> {
+        self.inner.append_wait(stream, rec, timeout)
+    }
+
+    /// Read the record at `loc`: from RAM if still buffered, else one device read of the
+    /// pages the size hint names. A checksum failure is an error (`Corrupt`), never data; so
+    /// is a location whose segment is free (`InvalidLocation`) or was reused while the read
+    /// was in flight. A location the user kept *after* reclaim dropped or relocated it may,
+    /// once its segment is reused, hold a newer record: compare `key_id` (and the key).
+    /// Errors also: `Busy` (read queue full), `Io` (device read failed), `DeviceFailed`.
+    pub fn read(&self, loc: Location) -> Completion<Record> {
+        self.inner.read(loc)
+    }
+
+    /// Durability barrier: write every partly filled buffer (padded to its page end), wait
+    /// for every write submitted so far, then fdatasync each device. Completes with an error
+    /// if any write since the previous `flush` failed.
+    pub fn flush(&self) -> Completion<()> {
+        self.inner.flush()
+    }
+
+    /// The user no longer needs the record at `loc` (overwritten, deleted): counts it dead for
+    /// victim selection and the fragmentation stat. Cheap; no IO. Call it once per record,
+    /// only for locations still live in the user's index (not after reclaim dropped them).
+    pub fn mark_dead(&self, loc: Location) {
+        self.inner.mark_dead(loc);
+    }
+
+    /// Run one reclaim pass now on the calling thread (blocking: it does IO and waits):
+    /// reclaim victims until the free target is met or none is left. Returns segments freed.
+    /// With `force`, reclaim one victim even if enough segments are free.
+    pub fn reclaim_now(&self, force: bool) -> Result<u32> {
+        crate::reclaimer::reclaim_pass(&self.inner, force)
+    }
+
+    /// Change a runtime knob (see [`crate::knobs::KNOB_NAMES`]): `flush_interval_ms` (0 =
+    /// off), `max_chunks_in_flight`, `read_queue_limit`, `free_low_watermark`,
+    /// `free_high_watermark`, `reclaim_policy` (`fifo`/`greedy`), `keep_limit` (0..=1),
+    /// `reclaim_rate` (bytes/s, sizes like `64M`; 0 = unlimited). Takes effect at once.
+    pub fn set_knob(&self, name: &str, value: &str) -> Result<()> {
+        self.inner.knobs.set(name, value)?;
+        self.inner.wake.notify_all();
+        Ok(())
+    }
+
+    /// Current knob values as `(name, value)` text pairs.
+    pub fn knobs(&self) -> Vec<(&'static str, String)> {
+        self.inner.knobs.list()
+    }
+
+    /// The engine's counters.
+    pub fn stats(&self) -> &FlashStats {
+        &self.inner.stats
+    }
+
+    /// Free segments right now (the reclaim reserve included).
+    pub fn free_segments(&self) -> u32 {
+        let st = self.inner.state.lock();
+        st.free.total(&st.failed) as u32
+    }
+
+    /// Largest value for a key of `key_len` bytes that `append` accepts.
+    pub fn max_value_len(&self, key_len: usize) -> usize {
+        self.inner.cfg.max_value_len(key_len)
+    }
+
+    /// Flush, stop the background threads and the executor. Further calls fail with
+    /// `Closed`. Returns the flush's outcome.
+    pub fn close(&self) -> Result<()> {
+        let res = self.flush().wait();
+        {
+            let mut st = self.inner.state.lock();
+            st.closed = true;
+        }
+        self.inner.wake.notify_all();
+        for h in std::mem::take(&mut *self.threads.lock()) {
+            let _ = h.join();
+        }
+        self.inner.exec.shutdown();
+        res
+    }
+}
+
+impl Drop for Flash {
+    fn drop(&mut self) {
+        if !self.inner.state.lock().closed {
+            let _ = self.close();
+        }
+    }
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map_err(|e| Error::io("engine", "spawn thread", e))
+}
+
+fn make_executor(
+    devices: &[Arc<dyn Device>],
+    cfg: &FlashConfig,
+    stats: &Arc<FlashStats>,
+) -> Result<Box<dyn Executor>> {
+    let all_fd = devices.iter().all(|d| d.raw_fd().is_some());
+    let uring = || UringExecutor::new(devices.to_vec(), cfg.uring_entries, Arc::clone(stats));
+    let psync = || PsyncExecutor::new(devices.to_vec(), cfg.psync_threads, Arc::clone(stats));
+    match cfg.io_backend {
+        IoBackend::Psync => Ok(Box::new(psync())),
+        IoBackend::Uring => uring()
+            .map(|u| Box::new(u) as Box<dyn Executor>)
+            .map_err(|e| Error::io("io_uring", "setup", e)),
+        IoBackend::Auto if all_fd => match uring() {
+            Ok(u) => Ok(Box::new(u)),
+            Err(_) => Ok(Box::new(psync())),
+        },
+        IoBackend::Auto => Ok(Box::new(psync())),
+    }
+}
+
+/// Read 16 random bytes for a uuid/seed (from the kernel's CSPRNG).
+pub(crate) fn random_bytes() -> [u8; 24] {
+    let mut b = [0u8; 24];
+    let ok = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_ok();
+    if !ok {
+        // Fall back to time and pid: uniqueness, not secrecy, is what matters here.
+        let t = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        b[..16].copy_from_slice(&t.to_le_bytes());
+        b[16..20].copy_from_slice(&std::process::id().to_le_bytes());
+    }
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn flash_is_send_sync() {
+        fn f<T: Send + Sync>() {}
+        f::<super::Flash>();
+    }
+}

@@ -1,0 +1,118 @@
+//! The engine's error type.
+//!
+//! Errors are classified by origin so a face can map them to its protocol: `Config` and
+//! `RecordTooLarge` are caller mistakes; `NoSpace` and `Busy` are back-pressure (the kv face
+//! keeps the item in RAM, the block face waits and retries); `Io`, `DeviceFailed` and `Corrupt`
+//! are internal faults (`SERVER_ERROR`, NBD `EIO`). A corrupt or stale record is always an
+//! error, never data.
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// Everything the flash engine can fail with.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration is invalid (message says which setting and why).
+    Config(String),
+    /// A `PATH:SIZE` device spec could not be parsed.
+    Spec(String),
+    /// A device file does not exist and creation was not requested, or its directory is missing.
+    DeviceMissing(PathBuf),
+    /// The file system holding a device does not support `O_DIRECT` (tmpfs, some FUSE).
+    DirectIoUnsupported(PathBuf),
+    /// The devices hold a flashtier format that does not match the configuration (or each
+    /// other); the message says what differs. Open with `reformat_on_mismatch` to wipe.
+    Mismatch(String),
+    /// An I/O error from a device, with the device name and the operation.
+    Io {
+        /// Device name (path or label).
+        device: String,
+        /// What was being done (`read`, `write`, `sync`, `open`, ...).
+        op: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The device was marked failed after a write or sync error and is no longer used.
+    DeviceFailed(String),
+    /// No free segment is available for this stream right now (reclaim is running).
+    NoSpace,
+    /// A bounded queue is full (read queue, write buffers in flight); retry later.
+    Busy(&'static str),
+    /// The record does not fit in one write chunk.
+    RecordTooLarge {
+        /// Encoded size of the record in bytes.
+        size: usize,
+        /// Largest encodable record in bytes.
+        max: usize,
+    },
+    /// The location does not point into a live segment (freed, never written, out of range).
+    InvalidLocation(u64),
+    /// The bytes at a location failed their checksum or do not parse as a record. Also
+    /// returned for stale records from a segment's previous life (checksum seeded by seq).
+    Corrupt(&'static str),
+    /// The engine is shut down.
+    Closed,
+}
+
+impl Error {
+    pub(crate) fn io(device: &str, op: &'static str, source: io::Error) -> Self {
+        Error::Io {
+            device: device.to_string(),
+            op,
+            source,
+        }
+    }
+
+    /// True for faults inside the engine or its devices (as opposed to caller mistakes and
+    /// back-pressure).
+    pub fn is_internal(&self) -> bool {
+        matches!(
+            self,
+            Error::Io { .. } | Error::DeviceFailed(_) | Error::Corrupt(_) | Error::Closed
+        )
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Config(m) => write!(f, "invalid flash config: {m}"),
+            Error::Spec(m) => write!(f, "invalid flash device spec: {m}"),
+            Error::DeviceMissing(p) => write!(
+                f,
+                "flash device {} does not exist (or its directory is missing)",
+                p.display()
+            ),
+            Error::DirectIoUnsupported(p) => write!(
+                f,
+                "file system of {} does not support O_DIRECT (tmpfs?); use a real disk or \
+                 disable direct IO",
+                p.display()
+            ),
+            Error::Mismatch(m) => write!(f, "flash format mismatch: {m}"),
+            Error::Io { device, op, source } => write!(f, "flash {op} on {device}: {source}"),
+            Error::DeviceFailed(d) => write!(f, "flash device {d} failed earlier and is offline"),
+            Error::NoSpace => write!(f, "no free flash segment"),
+            Error::Busy(q) => write!(f, "flash {q} queue full"),
+            Error::RecordTooLarge { size, max } => {
+                write!(f, "record of {size} bytes exceeds the {max}-byte maximum")
+            }
+            Error::InvalidLocation(l) => write!(f, "flash location {l:#x} is not live"),
+            Error::Corrupt(what) => write!(f, "corrupt flash data: {what}"),
+            Error::Closed => write!(f, "flash engine is closed"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// Shorthand for the engine's results.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

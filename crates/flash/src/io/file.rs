@@ -1,0 +1,146 @@
+//! A file or block device opened with `O_DIRECT`, read and written with `pread`/`pwrite`.
+//!
+//! This is the device the psync executor drives directly; the io_uring executor uses its
+//! file descriptor ([`Device::raw_fd`]). A missing regular file is created and sized with
+//! `fallocate` (so a full file system fails at open, not at the first write) when the spec
+//! allows it; a missing directory is a clear [`Error::DeviceMissing`].
+//!
+//! Threads: any executor thread; `pread`/`pwrite` on one fd are safe concurrently.
+// `unsafe` is needed here for raw syscalls/io_uring; each block states its SAFETY.
+#![allow(unsafe_code)]
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Seek, SeekFrom};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use super::Device;
+use crate::error::{Error, Result};
+
+/// A file or block device.
+pub struct FileDevice {
+    name: String,
+    file: File,
+    len: u64,
+}
+
+impl FileDevice {
+    /// Open `path` (creating and sizing it to `size` bytes if `create` and it is missing or
+    /// shorter). `size == 0` uses the existing size. `direct` opens with `O_DIRECT`.
+    pub fn open(path: &Path, size: u64, create: bool, direct: bool) -> Result<Self> {
+        let name = path.display().to_string();
+        let exists = path.exists();
+        if !exists {
+            let parent_ok = path
+                .parent()
+                .is_none_or(|p| p.as_os_str().is_empty() || p.is_dir());
+            if !create || !parent_ok || size == 0 {
+                return Err(Error::DeviceMissing(PathBuf::from(path)));
+            }
+        }
+        let mut opts = OpenOptions::new();
+        opts.read(true).write(true).create(create);
+        if direct {
+            opts.custom_flags(libc::O_DIRECT);
+        }
+        let mut file = match opts.open(path) {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && direct => {
+                if !exists {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(Error::DirectIoUnsupported(PathBuf::from(path)));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(Error::DeviceMissing(PathBuf::from(path)))
+            }
+            Err(e) => return Err(Error::io(&name, "open", e)),
+        };
+        lock_exclusive(&file)
+            .map_err(|e| Error::io(&name, "lock (is another process using it?)", e))?;
+        let meta = file.metadata().map_err(|e| Error::io(&name, "stat", e))?;
+        let len = if meta.file_type().is_block_device() {
+            let dev_len = file
+                .seek(SeekFrom::End(0))
+                .map_err(|e| Error::io(&name, "seek", e))?;
+            if size == 0 {
+                dev_len
+            } else {
+                size.min(dev_len)
+            }
+        } else {
+            let cur = meta.len();
+            if size > cur {
+                if !create {
+                    return Err(Error::Config(format!(
+                        "{name} is {cur} bytes, smaller than the configured {size}"
+                    )));
+                }
+                allocate(&file, size).map_err(|e| Error::io(&name, "fallocate", e))?;
+                size
+            } else if size == 0 {
+                cur
+            } else {
+                size
+            }
+        };
+        Ok(Self { name, file, len })
+    }
+}
+
+/// Take an exclusive advisory lock so two engines never share a device; released when the
+/// file is closed (also by a crash).
+fn lock_exclusive(file: &File) -> io::Result<()> {
+    // SAFETY: `file` owns a valid open descriptor for the duration of the call; flock touches
+    // no memory of ours.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn allocate(file: &File, size: u64) -> io::Result<()> {
+    let len =
+        libc::off_t::try_from(size).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `file` owns a valid open descriptor for the duration of the call; fallocate
+    // touches no memory of ours.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        // File systems without fallocate: a sparse file still works.
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => file.set_len(size),
+        _ => Err(err),
+    }
+}
+
+impl Device for FileDevice {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        self.file.read_exact_at(buf, off)
+    }
+
+    fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        self.file.write_all_at(buf, off)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn raw_fd(&self) -> Option<RawFd> {
+        Some(self.file.as_raw_fd())
+    }
+}

@@ -1,0 +1,260 @@
+//! Devices and the IO executors that drive them off the caller's threads.
+//!
+//! - [`Device`]: positional, blocking read/write/sync of aligned buffers on one device.
+//!   Implementations side by side: [`file::FileDevice`] (a file or block device, `O_DIRECT`,
+//!   `pread`/`pwrite`), [`memory::MemoryDevice`] (tests, crash images) and
+//!   [`faulty::FaultyDevice`] (EIO/ENOSPC/torn writes on demand, wrapping another device).
+//! - Executors run [`IoRequest`]s and call their completion callback on the executor's own
+//!   thread: [`uring`] (one thread owning an io_uring ring; submissions batched, an eventfd
+//!   wakes it) and [`psync`] (a small thread pool calling the blocking [`Device`] methods).
+//!   Callers never block: `submit` only enqueues. The engine bounds what it enqueues (reads by
+//!   a queue limit, writes by a per-stream limit of chunks in flight) and the current depth is
+//!   the `io_queue_depth` stat.
+//!
+//! Buffers are [`AlignedBuf`]s: 4 KiB aligned, a multiple of 4 KiB long when used for IO, as
+//! `O_DIRECT` requires. They are built without `unsafe` by over-allocating a `Vec` and using
+//! the aligned window inside it. Write chunks are recycled through a small pool (two per
+//! stream). Read buffers are not pooled on purpose: the read buffer becomes the returned
+//! record's `Bytes` (key and value are slices of it, no copy), and the number of reads in
+//! flight, hence of read buffers, is bounded by `read_queue_limit`.
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+pub mod faulty;
+pub mod file;
+pub mod memory;
+pub mod psync;
+pub mod uring;
+
+/// IO alignment for direct IO.
+pub const ALIGN: usize = 4096;
+
+/// A storage device addressed by byte offset. Blocking; called only from IO executor threads
+/// (and at open/format time).
+pub trait Device: Send + Sync + 'static {
+    /// Human-readable name (path or label) for errors and stats.
+    fn name(&self) -> &str;
+    /// Usable size in bytes.
+    fn len(&self) -> u64;
+    /// Always false for a usable device (provided for clippy's `len_without_is_empty`).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Fill `buf` from byte `off`. `buf` and `off` are 4 KiB aligned.
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()>;
+    /// Write all of `buf` at byte `off`. `buf` and `off` are 4 KiB aligned.
+    fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()>;
+    /// Make every completed write durable (fdatasync).
+    fn sync(&self) -> io::Result<()>;
+    /// The file descriptor, if io_uring can drive this device directly.
+    fn raw_fd(&self) -> Option<RawFd> {
+        None
+    }
+}
+
+/// A heap buffer whose window is 4 KiB aligned.
+pub struct AlignedBuf {
+    raw: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    /// A zeroed buffer of `len` bytes.
+    pub fn zeroed(len: usize) -> Self {
+        let raw = vec![0u8; len + ALIGN];
+        let start = raw.as_ptr().align_offset(ALIGN);
+        Self { raw, start, len }
+    }
+
+    /// Length of the window.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True if the window is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Capacity the window may grow to with [`set_len`](Self::set_len).
+    pub fn capacity(&self) -> usize {
+        self.raw.len() - self.start
+    }
+
+    /// Shrink or grow the window (bytes beyond the old length keep their old contents).
+    /// Panics if `len` exceeds the capacity (a bug, never data-dependent).
+    pub fn set_len(&mut self, len: usize) {
+        assert!(
+            len <= self.capacity(),
+            "AlignedBuf::set_len beyond capacity"
+        );
+        self.len = len;
+    }
+
+    /// The window.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.raw[self.start..self.start + self.len]
+    }
+
+    /// The window, mutable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.raw[self.start..self.start + self.len]
+    }
+
+    /// Convert into `Bytes` without copying.
+    pub fn into_bytes(self) -> Bytes {
+        Bytes::from(self.raw).slice(self.start..self.start + self.len)
+    }
+}
+
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AlignedBuf({} bytes)", self.len)
+    }
+}
+
+/// One IO operation on device `dev` (index into the executor's device list).
+pub enum IoOp {
+    /// Read `buf.len()` bytes at `off`.
+    Read {
+        /// Device index.
+        dev: usize,
+        /// Byte offset (aligned).
+        off: u64,
+        /// Destination, returned in the completion.
+        buf: AlignedBuf,
+    },
+    /// Write all of `buf` at `off`.
+    Write {
+        /// Device index.
+        dev: usize,
+        /// Byte offset (aligned).
+        off: u64,
+        /// Source; shared so readers can serve from it while the write is in flight.
+        buf: Arc<AlignedBuf>,
+    },
+    /// fdatasync the device.
+    Sync {
+        /// Device index.
+        dev: usize,
+    },
+}
+
+/// Completion callback: runs on an executor thread, must not block. Receives the read buffer
+/// for reads, `None` for writes and syncs.
+pub type IoDone = Box<dyn FnOnce(io::Result<Option<AlignedBuf>>) + Send>;
+
+/// An operation and what to do when it finishes.
+pub struct IoRequest {
+    /// The operation.
+    pub op: IoOp,
+    /// Called exactly once with the outcome.
+    pub done: IoDone,
+}
+
+/// Runs IO requests off the caller's thread.
+pub trait Executor: Send + Sync {
+    /// Enqueue; never blocks. After shutdown the request completes with an error.
+    fn submit(&self, req: IoRequest);
+    /// Finish queued requests and stop the threads.
+    fn shutdown(&self);
+    /// Backend name for stats (`io_uring`, `psync`).
+    fn backend(&self) -> &'static str;
+}
+
+/// Run one request synchronously against a device (used by the psync pool and as the
+/// reference behaviour the io_uring executor must match).
+pub(crate) fn run_blocking(dev: &dyn Device, op: IoOp) -> io::Result<Option<AlignedBuf>> {
+    match op {
+        IoOp::Read { off, mut buf, .. } => {
+            dev.read_at(buf.as_mut_slice(), off)?;
+            Ok(Some(buf))
+        }
+        IoOp::Write { off, buf, .. } => dev.write_at(buf.as_slice(), off).map(|()| None),
+        IoOp::Sync { .. } => dev.sync().map(|()| None),
+    }
+}
+
+/// Run a batch of operations through `exec` and wait for all of them (open, recovery and the
+/// reclaimer use this; never call it from a network thread). Results come back in order.
+pub(crate) fn run_batch(
+    exec: &dyn Executor,
+    ops: Vec<IoOp>,
+) -> Vec<io::Result<Option<AlignedBuf>>> {
+    let n = ops.len();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (i, op) in ops.into_iter().enumerate() {
+        let tx = tx.clone();
+        exec.submit(IoRequest {
+            op,
+            done: Box::new(move |r| {
+                let _ = tx.send((i, r));
+            }),
+        });
+    }
+    drop(tx);
+    let mut out: Vec<Option<io::Result<Option<AlignedBuf>>>> = (0..n).map(|_| None).collect();
+    while let Ok((i, r)) = rx.recv() {
+        if let Some(slot) = out.get_mut(i) {
+            *slot = Some(r);
+        }
+    }
+    out.into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(io::Error::other("executor dropped a request"))))
+        .collect()
+}
+
+/// Run one operation and wait for it (see [`run_batch`]).
+pub(crate) fn run_one(exec: &dyn Executor, op: IoOp) -> io::Result<Option<AlignedBuf>> {
+    run_batch(exec, vec![op])
+        .pop()
+        .unwrap_or_else(|| Err(io::Error::other("no result")))
+}
+
+/// Read `len` bytes at `off` of device `dev` and wait.
+pub(crate) fn read_blocking(
+    exec: &dyn Executor,
+    dev: usize,
+    off: u64,
+    len: usize,
+) -> io::Result<AlignedBuf> {
+    run_one(
+        exec,
+        IoOp::Read {
+            dev,
+            off,
+            buf: AlignedBuf::zeroed(len),
+        },
+    )?
+    .ok_or_else(|| io::Error::other("read returned no buffer"))
+}
+
+pub(crate) fn op_dev(op: &IoOp) -> usize {
+    match op {
+        IoOp::Read { dev, .. } | IoOp::Write { dev, .. } | IoOp::Sync { dev } => *dev,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligned_buf_is_aligned() {
+        for n in [0, 1, 4096, 8192, 100_000] {
+            let b = AlignedBuf::zeroed(n);
+            assert_eq!(b.as_slice().as_ptr() as usize % ALIGN, 0);
+            assert_eq!(b.len(), n);
+            assert!(b.as_slice().iter().all(|&x| x == 0));
+        }
+        let mut b = AlignedBuf::zeroed(8192);
+        b.as_mut_slice()[5] = 9;
+        let by = b.into_bytes();
+        assert_eq!(by.len(), 8192);
+        assert_eq!(by[5], 9);
+    }
+}

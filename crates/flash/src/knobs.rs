@@ -1,0 +1,204 @@
+//! Settings that can change while the engine runs (memcached's `extstore <knob> <value>`,
+//! the admin endpoint): stored in atomics, read by every engine thread on each use, written
+//! by [`crate::Flash::set_knob`]. Their initial values come from [`FlashConfig`].
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::config::{parse_size, FlashConfig, ReclaimPolicy};
+use crate::error::{Error, Result};
+
+/// Names accepted by `set_knob`, in the order `knobs()` lists them.
+pub const KNOB_NAMES: &[&str] = &[
+    "flush_interval_ms",
+    "max_chunks_in_flight",
+    "read_queue_limit",
+    "free_low_watermark",
+    "free_high_watermark",
+    "reclaim_policy",
+    "keep_limit",
+    "reclaim_rate",
+];
+
+pub(crate) struct Knobs {
+    /// Microseconds; 0 = no interval flush.
+    flush_interval_us: AtomicU64,
+    max_chunks_in_flight: AtomicU64,
+    read_queue_limit: AtomicU64,
+    free_low: AtomicU64,
+    free_high: AtomicU64,
+    greedy: AtomicBool,
+    /// keep_limit * 1_000_000.
+    keep_limit_ppm: AtomicU64,
+    reclaim_rate: AtomicU64,
+}
+
+fn rel(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+impl Knobs {
+    pub(crate) fn new(cfg: &FlashConfig) -> Self {
+        Self {
+            flush_interval_us: AtomicU64::new(
+                cfg.flush_interval
+                    .map_or(0, |d| d.as_micros().max(1) as u64),
+            ),
+            max_chunks_in_flight: AtomicU64::new(cfg.max_chunks_in_flight as u64),
+            read_queue_limit: AtomicU64::new(cfg.read_queue_limit as u64),
+            free_low: AtomicU64::new(u64::from(cfg.free_low_watermark)),
+            free_high: AtomicU64::new(u64::from(cfg.free_high_watermark)),
+            greedy: AtomicBool::new(cfg.reclaim_policy == ReclaimPolicy::Greedy),
+            keep_limit_ppm: AtomicU64::new((cfg.keep_limit * 1e6) as u64),
+            reclaim_rate: AtomicU64::new(cfg.reclaim_rate),
+        }
+    }
+
+    pub(crate) fn flush_interval(&self) -> Option<Duration> {
+        match rel(&self.flush_interval_us) {
+            0 => None,
+            us => Some(Duration::from_micros(us)),
+        }
+    }
+    pub(crate) fn max_chunks_in_flight(&self) -> usize {
+        rel(&self.max_chunks_in_flight) as usize
+    }
+    pub(crate) fn read_queue_limit(&self) -> u64 {
+        rel(&self.read_queue_limit)
+    }
+    pub(crate) fn free_low(&self) -> u32 {
+        rel(&self.free_low) as u32
+    }
+    pub(crate) fn free_high(&self) -> u32 {
+        rel(&self.free_high) as u32
+    }
+    pub(crate) fn policy(&self) -> ReclaimPolicy {
+        if self.greedy.load(Ordering::Relaxed) {
+            ReclaimPolicy::Greedy
+        } else {
+            ReclaimPolicy::Fifo
+        }
+    }
+    pub(crate) fn keep_limit(&self) -> f64 {
+        rel(&self.keep_limit_ppm) as f64 / 1e6
+    }
+    pub(crate) fn reclaim_rate(&self) -> u64 {
+        rel(&self.reclaim_rate)
+    }
+
+    /// Current values as text, in [`KNOB_NAMES`] order.
+    pub(crate) fn list(&self) -> Vec<(&'static str, String)> {
+        vec![
+            (
+                "flush_interval_ms",
+                (rel(&self.flush_interval_us) / 1000).to_string(),
+            ),
+            (
+                "max_chunks_in_flight",
+                self.max_chunks_in_flight().to_string(),
+            ),
+            ("read_queue_limit", self.read_queue_limit().to_string()),
+            ("free_low_watermark", self.free_low().to_string()),
+            ("free_high_watermark", self.free_high().to_string()),
+            (
+                "reclaim_policy",
+                match self.policy() {
+                    ReclaimPolicy::Fifo => "fifo".to_string(),
+                    ReclaimPolicy::Greedy => "greedy".to_string(),
+                },
+            ),
+            ("keep_limit", format!("{}", self.keep_limit())),
+            ("reclaim_rate", self.reclaim_rate().to_string()),
+        ]
+    }
+
+    /// Parse and apply one knob; the error says what is accepted.
+    pub(crate) fn set(&self, name: &str, value: &str) -> Result<()> {
+        let bad = |why: &str| Error::Config(format!("knob {name}={value:?}: {why}"));
+        let int = || {
+            value
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| bad("expected an integer"))
+        };
+        match name {
+            "flush_interval_ms" => self
+                .flush_interval_us
+                .store(int()?.saturating_mul(1000), Ordering::Relaxed),
+            "max_chunks_in_flight" => match int()? {
+                0 => return Err(bad("must be > 0")),
+                n => self.max_chunks_in_flight.store(n, Ordering::Relaxed),
+            },
+            "read_queue_limit" => match int()? {
+                0 => return Err(bad("must be > 0")),
+                n => self.read_queue_limit.store(n, Ordering::Relaxed),
+            },
+            "free_low_watermark" => {
+                let n = int()?;
+                if n > rel(&self.free_high) {
+                    return Err(bad("must be <= free_high_watermark"));
+                }
+                self.free_low.store(n, Ordering::Relaxed);
+            }
+            "free_high_watermark" => {
+                let n = int()?;
+                if n < rel(&self.free_low) {
+                    return Err(bad("must be >= free_low_watermark"));
+                }
+                self.free_high.store(n, Ordering::Relaxed);
+            }
+            "reclaim_policy" => match value.trim().to_ascii_lowercase().as_str() {
+                "fifo" => self.greedy.store(false, Ordering::Relaxed),
+                "greedy" => self.greedy.store(true, Ordering::Relaxed),
+                _ => return Err(bad("expected fifo or greedy")),
+            },
+            "keep_limit" => {
+                let f: f64 = value.trim().parse().map_err(|_| bad("expected a number"))?;
+                if !(0.0..=1.0).contains(&f) {
+                    return Err(bad("must be within 0..=1"));
+                }
+                self.keep_limit_ppm
+                    .store((f * 1e6) as u64, Ordering::Relaxed);
+            }
+            "reclaim_rate" => self
+                .reclaim_rate
+                .store(parse_size(value)?, Ordering::Relaxed),
+            _ => {
+                return Err(bad(&format!(
+                    "unknown knob; known: {}",
+                    KNOB_NAMES.join(", ")
+                )))
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_and_list() {
+        let k = Knobs::new(&FlashConfig::default());
+        let names: Vec<_> = k.list().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, KNOB_NAMES);
+        k.set("flush_interval_ms", "0").unwrap();
+        assert_eq!(k.flush_interval(), None);
+        k.set("flush_interval_ms", "250").unwrap();
+        assert_eq!(k.flush_interval(), Some(Duration::from_millis(250)));
+        k.set("reclaim_policy", "greedy").unwrap();
+        assert_eq!(k.policy(), ReclaimPolicy::Greedy);
+        k.set("keep_limit", "0.5").unwrap();
+        assert_eq!(k.keep_limit(), 0.5);
+        k.set("reclaim_rate", "64M").unwrap();
+        assert_eq!(k.reclaim_rate(), 64 << 20);
+        assert!(k.set("keep_limit", "2").is_err());
+        assert!(k.set("free_low_watermark", "100").is_err());
+        assert!(k.set("max_chunks_in_flight", "0").is_err());
+        assert!(k
+            .set("nope", "1")
+            .unwrap_err()
+            .to_string()
+            .contains("known"));
+    }
+}

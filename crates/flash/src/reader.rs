@@ -1,0 +1,182 @@
+//! The read path: serve from a write buffer if the record is still in RAM, else one aligned
+//! device read of the pages the location's size hint names (two reads when the hint says
+//! "more than 31 pages"), verifying the checksum with the seed captured at submit time.
+//!
+//! Runs on the caller's thread (lookup, submit) and on an IO executor thread (decode,
+//! complete). Never blocks the caller.
+use std::io;
+use std::sync::Arc;
+
+use crate::completion::{pair, Completion, Promise};
+use crate::engine::Inner;
+use crate::error::{Error, Result};
+use crate::format::record::{self, DecodeError, Record};
+use crate::io::{AlignedBuf, IoOp, IoRequest};
+use crate::location::{Location, PAGE};
+use crate::segments::SegState;
+use crate::stats::FlashStats;
+
+/// Where a device read goes and how to check it.
+struct Target {
+    dev: usize,
+    /// Device offset of the segment.
+    seg_dev_off: u64,
+    /// Record offset in the segment.
+    off: u32,
+    seed: u32,
+}
+
+impl Inner {
+    pub(crate) fn read(self: &Arc<Self>, loc: Location) -> Completion<Record> {
+        let target = match self.lookup(loc) {
+            Ok(Ok(rec)) => return Completion::ready(Ok(rec)),
+            Ok(Err(t)) => t,
+            Err(e) => return Completion::ready(Err(e)),
+        };
+        let (promise, completion) = pair();
+        let page0 = u64::from(target.off) / PAGE * PAGE;
+        let pages = match loc.size_hint_pages() {
+            0 => 1,
+            n => u64::from(n),
+        };
+        let len = (pages * PAGE).min(self.seg_size - page0);
+        self.submit_read(target, page0, len, true, promise);
+        completion
+    }
+
+    /// Under the lock: the record from a RAM buffer, or where to read it.
+    fn lookup(&self, loc: Location) -> Result<Result<Record, Target>> {
+        let (seg, off) = self.split(loc.byte_addr());
+        let st = self.state.lock();
+        let Some(info) = st.segs.get(seg as usize) else {
+            return Err(Error::InvalidLocation(loc.byte_addr()));
+        };
+        match info.state {
+            SegState::Free => return Err(Error::InvalidLocation(loc.byte_addr())),
+            SegState::Failed => {
+                FlashStats::add(&self.stats.read_errors, 1);
+                return Err(if st.failed.get(info.dev).copied().unwrap_or(true) {
+                    Error::DeviceFailed(self.dev_name(info.dev).to_string())
+                } else {
+                    Error::Corrupt("segment retired after read errors")
+                });
+            }
+            SegState::Open(s) => {
+                let ss = &st.streams[usize::from(s)];
+                if let Some(buf) = ss.buf.as_ref().filter(|_| ss.seg == Some(seg)) {
+                    if off >= ss.buf_off && ((off - ss.buf_off) as usize) < ss.fill {
+                        let slice = &buf.as_slice()[(off - ss.buf_off) as usize..ss.fill];
+                        return Ok(Ok(self.decode_ram(slice, info.seed)?));
+                    }
+                }
+            }
+            SegState::Sealed | SegState::Reclaiming => {}
+        }
+        for w in st.inflight.iter().filter(|w| w.seg == seg) {
+            if off >= w.off && ((off - w.off) as usize) < w.buf.len() {
+                let slice = &w.buf.as_slice()[(off - w.off) as usize..];
+                return Ok(Ok(self.decode_ram(slice, info.seed)?));
+            }
+        }
+        if off >= info.data_end {
+            return Err(Error::InvalidLocation(loc.byte_addr()));
+        }
+        if FlashStats::get(&self.stats.io_queue_depth) >= self.knobs.read_queue_limit() {
+            FlashStats::add(&self.stats.read_queue_full, 1);
+            return Err(Error::Busy("read"));
+        }
+        Ok(Err(Target {
+            dev: info.dev,
+            seg_dev_off: info.dev_off,
+            off,
+            seed: info.seed,
+        }))
+    }
+
+    fn decode_ram(&self, slice: &[u8], seed: u32) -> Result<Record> {
+        let rec = record::decode_record(slice, seed).map_err(|e| self.decode_error(e))?;
+        FlashStats::add(&self.stats.buffer_reads, 1);
+        self.count_read(&rec);
+        Ok(rec)
+    }
+
+    fn count_read(&self, rec: &Record) {
+        FlashStats::add(&self.stats.objects_read, 1);
+        FlashStats::add(&self.stats.bytes_read, rec.header.padded_len() as u64);
+    }
+
+    pub(crate) fn decode_error(&self, e: DecodeError) -> Error {
+        match e {
+            DecodeError::Checksum => {
+                FlashStats::add(&self.stats.checksum_failures, 1);
+                Error::Corrupt("record checksum mismatch (torn, corrupt or stale)")
+            }
+            DecodeError::Padding => Error::Corrupt("no record at location"),
+            DecodeError::Truncated => {
+                FlashStats::add(&self.stats.checksum_failures, 1);
+                Error::Corrupt("record length runs past its segment")
+            }
+        }
+    }
+
+    fn submit_read(
+        self: &Arc<Self>,
+        t: Target,
+        page0: u64,
+        len: u64,
+        first: bool,
+        promise: Promise<Record>,
+    ) {
+        let me = Arc::clone(self);
+        let buf = AlignedBuf::zeroed(len as usize);
+        let dev = t.dev;
+        self.exec.submit(IoRequest {
+            op: IoOp::Read {
+                dev,
+                off: t.seg_dev_off + page0,
+                buf,
+            },
+            done: Box::new(move |res| me.read_done(t, page0, first, res, promise)),
+        });
+    }
+
+    fn read_done(
+        self: &Arc<Self>,
+        t: Target,
+        page0: u64,
+        first: bool,
+        res: io::Result<Option<AlignedBuf>>,
+        promise: Promise<Record>,
+    ) {
+        let buf = match res {
+            Ok(Some(b)) => b,
+            Ok(None) => {
+                promise.complete(Err(Error::Corrupt("read returned no buffer")));
+                return;
+            }
+            Err(e) => {
+                FlashStats::add(&self.stats.read_errors, 1);
+                promise.complete(Err(Error::io(self.dev_name(t.dev), "read", e)));
+                return;
+            }
+        };
+        FlashStats::add(&self.stats.device_bytes_read, buf.len() as u64);
+        let start = (u64::from(t.off) - page0) as usize;
+        if first {
+            if let Some(need) = record::peek_len(buf.as_slice().get(start..).unwrap_or(&[])) {
+                let want = ((start + need) as u64).div_ceil(PAGE) * PAGE;
+                let have = buf.len() as u64;
+                if want > have && page0 + want <= self.seg_size {
+                    self.submit_read(t, page0, want, false, promise);
+                    return;
+                }
+            }
+        }
+        let out = record::decode_record_owned(buf.into_bytes(), start, t.seed)
+            .map_err(|e| self.decode_error(e));
+        if let Ok(r) = &out {
+            self.count_read(r);
+        }
+        promise.complete(out);
+    }
+}

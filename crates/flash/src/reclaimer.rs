@@ -1,0 +1,343 @@
+//! Reclaim: keep enough segments free by emptying victims.
+//!
+//! A victim is a sealed segment on a healthy device: first any whose records have all expired
+//! (dropped from its summary alone, no value is read), else the oldest (FIFO) or the one
+//! with most records marked dead (greedy). For every record the user decides (through
+//! [`ReclaimHandler`]) to keep it — it is copied into the reclaim stream and the user told
+//! its new location — or drop it. Kept bytes are capped by `keep_limit` so every pass frees
+//! space. Before a victim is reused, the copies are made durable (flush) and its header page
+//! is zeroed, so a crash can never resurrect its records.
+//!
+//! Runs on the `flash-reclaim` thread (woken when free segments fall below the low
+//! watermark) or on a caller's thread through `Flash::reclaim_now`. Blocking IO is fine here.
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::engine::{now_unix, Decision, Inner, RecordMeta, RecordWrite};
+use crate::error::{Error, Result};
+use crate::format::record::{self, Record};
+use crate::format::segment::{decode_summary, tail_len, Footer, SummaryEntry, FOOTER_LEN};
+use crate::io::{read_blocking, run_batch, run_one, AlignedBuf, IoOp};
+use crate::location::PAGE;
+use crate::recover::scan;
+use crate::segments::SegState;
+use crate::stats::FlashStats;
+use crate::ReclaimPolicy;
+
+pub(crate) fn run(inner: &Arc<Inner>) {
+    loop {
+        {
+            let mut st = inner.state.lock();
+            loop {
+                if st.closed {
+                    return;
+                }
+                if inner.spare(&st) < inner.knobs.free_low() {
+                    break;
+                }
+                inner.wake.wait_for(&mut st, Duration::from_secs(1));
+            }
+        }
+        match reclaim_pass(inner, false) {
+            Ok(n) if n > 0 => {}
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// Reclaim until `free_high_watermark` spare segments exist (or one victim if `force`).
+pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool) -> Result<u32> {
+    let mut freed = 0;
+    loop {
+        let started = Instant::now();
+        let victim = {
+            let mut st = inner.state.lock();
+            if st.closed {
+                return Err(Error::Closed);
+            }
+            let enough = inner.spare(&st) >= inner.knobs.free_high();
+            if enough && !(force && freed == 0) {
+                break;
+            }
+            pick_victim(inner, &mut st)
+        };
+        let Some(seg) = victim else { break };
+        if let Err(e) = reclaim_segment(inner, seg) {
+            // A victim that cannot be read is retired (never reused, never picked again, its
+            // reads fail) rather than retried forever; other failures leave it sealed.
+            let unreadable = matches!(
+                &e,
+                Error::Io {
+                    op: "read summary" | "scan" | "read",
+                    ..
+                }
+            );
+            let mut st = inner.state.lock();
+            if st.segs[seg as usize].state == SegState::Reclaiming {
+                st.segs[seg as usize].state = if unreadable {
+                    SegState::Failed
+                } else {
+                    SegState::Sealed
+                };
+            }
+            if unreadable {
+                FlashStats::add(&inner.stats.read_errors, 1);
+                inner.update_gauges(&st);
+            }
+            return Err(e);
+        }
+        freed += 1;
+        let rate = inner.knobs.reclaim_rate();
+        if rate > 0 {
+            let budget = Duration::from_secs_f64(inner.seg_size as f64 / rate as f64);
+            if let Some(rest) = budget.checked_sub(started.elapsed()) {
+                std::thread::sleep(rest);
+            }
+        }
+    }
+    Ok(freed)
+}
+
+fn pick_victim(inner: &Inner, st: &mut crate::engine::State) -> Option<u32> {
+    let now = now_unix();
+    let candidates = st
+        .segs
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.state == SegState::Sealed && !st.failed[s.dev]);
+    let expired = candidates
+        .clone()
+        .filter(|(_, s)| s.all_expired(now))
+        .min_by_key(|(_, s)| s.seq);
+    let pick = expired.or_else(|| match inner.knobs.policy() {
+        ReclaimPolicy::Fifo => candidates.min_by_key(|(_, s)| s.seq),
+        ReclaimPolicy::Greedy => candidates.min_by(|(_, a), (_, b)| {
+            let ra = f64::from(a.dead) / f64::from(a.records.max(1));
+            let rb = f64::from(b.dead) / f64::from(b.records.max(1));
+            rb.total_cmp(&ra).then(a.seq.cmp(&b.seq))
+        }),
+    });
+    let seg = pick.map(|(i, _)| i as u32)?;
+    st.segs[seg as usize].state = SegState::Reclaiming;
+    Some(seg)
+}
+
+fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
+    let (dev, dev_off, seed, has_summary, records, data_end, data_bytes, all_expired) = {
+        let st = inner.state.lock();
+        let s = &st.segs[seg as usize];
+        (
+            s.dev,
+            s.dev_off,
+            s.seed,
+            s.has_summary,
+            s.records,
+            s.data_end,
+            s.data_bytes,
+            s.all_expired(now_unix()),
+        )
+    };
+    let exec = inner.exec.as_ref();
+    let name = inner.dev_name(dev).to_string();
+    let seg_size = inner.seg_size;
+    let stats = &inner.stats;
+
+    let mut data: Option<AlignedBuf> = None;
+    let mut entries: Option<Vec<SummaryEntry>> = None;
+    if has_summary {
+        let tl = tail_len(records as usize);
+        let tail = read_blocking(exec, dev, dev_off + seg_size - tl, tl as usize)
+            .map_err(|e| Error::io(&name, "read summary", e))?;
+        FlashStats::add(&stats.device_bytes_read, tl);
+        let fb = &tail.as_slice()[tl as usize - FOOTER_LEN..];
+        entries = Footer::decode(fb, seed).and_then(|f| decode_summary(tail.as_slice(), &f, seed));
+        if entries.is_none() {
+            FlashStats::add(&stats.checksum_failures, 1);
+        }
+    }
+    let entries = match entries {
+        Some(e) => e,
+        None => {
+            let len = u64::from(data_end).max(PAGE);
+            let buf = read_blocking(exec, dev, dev_off, len as usize)
+                .map_err(|e| Error::io(&name, "scan", e))?;
+            FlashStats::add(&stats.device_bytes_read, len);
+            let (e, _, _) = scan(buf.as_slice(), seed);
+            data = Some(buf);
+            e
+        }
+    };
+    let meta = |e: &SummaryEntry| -> Option<RecordMeta> {
+        let location = inner.location(seg, e.offset, e.len as usize).ok()?;
+        Some(RecordMeta {
+            location,
+            key_id: e.key_id,
+            version: e.version,
+            kind: e.kind,
+            exptime: e.exptime,
+            flags: e.flags,
+            len: e.len,
+            seq: 0,
+        })
+    };
+    let handler = &inner.handler;
+    let now = now_unix();
+    let mut dropped = 0u64;
+    let mut keeps = Vec::new();
+    if all_expired {
+        FlashStats::add(&stats.reclaims_expired, 1);
+        for m in entries.iter().filter_map(meta) {
+            handler.evicted(&m);
+            dropped += 1;
+        }
+    } else {
+        let cap = (inner.knobs.keep_limit() * data_bytes as f64) as u64;
+        let mut kept = 0u64;
+        for e in &entries {
+            let Some(m) = meta(e) else { continue };
+            if e.exptime != 0 && e.exptime <= now {
+                handler.evicted(&m);
+                dropped += 1;
+                continue;
+            }
+            match handler.decide(&m) {
+                Decision::Drop => dropped += 1,
+                Decision::Keep if kept + u64::from(e.len) <= cap => {
+                    kept += u64::from(e.len);
+                    keeps.push((*e, m));
+                }
+                Decision::Keep => {
+                    handler.evicted(&m);
+                    dropped += 1;
+                }
+            }
+        }
+    }
+    if !keeps.is_empty() {
+        // Few keeps: read just their pages (batched). Many: one read of the record area.
+        let kept_bytes: u64 = keeps.iter().map(|(e, _)| u64::from(e.len)).sum();
+        let recs: Vec<Result<Record, record::DecodeError>> = match data {
+            Some(d) => keeps
+                .iter()
+                .map(|(e, _)| decode_at(d.as_slice(), e.offset, seed))
+                .collect(),
+            None if kept_bytes * 4 < u64::from(data_end) => {
+                let ops = keeps
+                    .iter()
+                    .map(|(e, _)| {
+                        let p0 = u64::from(e.offset) / PAGE * PAGE;
+                        let p1 = (u64::from(e.offset) + u64::from(e.len)).div_ceil(PAGE) * PAGE;
+                        IoOp::Read {
+                            dev,
+                            off: dev_off + p0,
+                            buf: AlignedBuf::zeroed((p1 - p0) as usize),
+                        }
+                    })
+                    .collect();
+                let mut out = Vec::with_capacity(keeps.len());
+                for ((e, _), r) in keeps.iter().zip(run_batch(exec, ops)) {
+                    let buf = r.map_err(|err| Error::io(&name, "read", err))?;
+                    let Some(buf) = buf else {
+                        out.push(Err(record::DecodeError::Truncated));
+                        continue;
+                    };
+                    FlashStats::add(&stats.device_bytes_read, buf.len() as u64);
+                    out.push(decode_at(buf.as_slice(), e.offset % PAGE as u32, seed));
+                }
+                out
+            }
+            None => {
+                let len = u64::from(data_end).max(PAGE);
+                let d = read_blocking(exec, dev, dev_off, len as usize)
+                    .map_err(|e| Error::io(&name, "read", e))?;
+                FlashStats::add(&stats.device_bytes_read, len);
+                keeps
+                    .iter()
+                    .map(|(e, _)| decode_at(d.as_slice(), e.offset, seed))
+                    .collect()
+            }
+        };
+        for ((_, m), rec) in keeps.iter().zip(recs) {
+            let rec = match rec {
+                Ok(r) => r,
+                Err(err) => {
+                    let _ = inner.decode_error(err);
+                    handler.evicted(m);
+                    dropped += 1;
+                    continue;
+                }
+            };
+            let w = RecordWrite {
+                kind: rec.header.kind,
+                key_id: rec.header.key_id,
+                version: rec.header.version,
+                flags: rec.header.flags,
+                exptime: rec.header.exptime,
+                key: &rec.key,
+                value: &rec.value,
+            };
+            match append_retrying(inner, &w) {
+                Ok(loc) => {
+                    FlashStats::add(&stats.records_rewritten, 1);
+                    FlashStats::add(&stats.bytes_rewritten, rec.header.padded_len() as u64);
+                    if !handler.relocated(m, loc) {
+                        inner.mark_dead(loc);
+                    }
+                }
+                Err(_) => {
+                    handler.evicted(m);
+                    dropped += 1;
+                }
+            }
+        }
+        // The copies must be durable before the originals can disappear.
+        inner.flush().wait()?;
+    }
+    FlashStats::add(&stats.records_dropped, dropped);
+    // Zero the header page so recovery never resurrects this segment's records.
+    let zero = Arc::new(AlignedBuf::zeroed(PAGE as usize));
+    if let Err(e) = run_one(
+        exec,
+        IoOp::Write {
+            dev,
+            off: dev_off,
+            buf: zero,
+        },
+    ) {
+        FlashStats::add(&stats.write_errors, 1);
+        let mut st = inner.state.lock();
+        inner.fail_device(&mut st, dev);
+        return Err(Error::io(&name, "write", e));
+    }
+    FlashStats::add(&stats.device_bytes_written, PAGE);
+    let mut st = inner.state.lock();
+    let failed = st.failed[dev];
+    let info = &mut st.segs[seg as usize];
+    info.state = if failed {
+        SegState::Failed
+    } else {
+        SegState::Free
+    };
+    info.records = 0;
+    info.dead = 0;
+    info.data_bytes = 0;
+    info.data_end = 0;
+    if !failed {
+        st.free.push(dev, seg);
+    }
+    FlashStats::add(&stats.reclaims, 1);
+    inner.update_gauges(&st);
+    Ok(())
+}
+
+fn decode_at(buf: &[u8], off: u32, seed: u32) -> Result<Record, record::DecodeError> {
+    let b = buf
+        .get(off as usize..)
+        .ok_or(record::DecodeError::Truncated)?;
+    record::decode_record(b, seed)
+}
+
+/// Append into the reclaim stream, waiting out `Busy` (chunk writes in flight).
+fn append_retrying(inner: &Arc<Inner>, w: &RecordWrite<'_>) -> Result<crate::Location> {
+    inner.append_wait(inner.cfg.reclaim_stream, w, Duration::from_secs(10))
+}

@@ -1,0 +1,96 @@
+//! Engine counters: one struct of atomics, updated by every engine thread with relaxed
+//! ordering (they are statistics, not synchronisation), exported as `flash_*` name/value pairs
+//! for `stats` and Prometheus.
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! stats {
+    ($( $(#[doc = $doc:literal])* $name:ident ),* $(,)?) => {
+        /// Flash engine statistics. Counters only grow; gauges are marked as such.
+        #[derive(Debug, Default)]
+        pub struct FlashStats {
+            $( $(#[doc = $doc])* pub $name: AtomicU64, )*
+        }
+
+        impl FlashStats {
+            /// Every counter as `("flash_<name>", value)`, in declaration order.
+            pub fn pairs(&self) -> Vec<(&'static str, u64)> {
+                vec![ $( (concat!("flash_", stringify!($name)), self.$name.load(Ordering::Relaxed)), )* ]
+            }
+        }
+    };
+}
+
+stats! {
+    /// Records appended (all streams, reclaim rewrites included).
+    objects_written,
+    /// Record bytes appended (padded record sizes).
+    bytes_written,
+    /// Records read successfully (from flash or from a write buffer).
+    objects_read,
+    /// Record bytes read successfully.
+    bytes_read,
+    /// Reads served from a RAM write buffer instead of the device.
+    buffer_reads,
+    /// Gauge: record bytes in segments that are not free.
+    bytes_used,
+    /// Gauge (estimate): bytes of records marked dead (fragmentation), from `mark_dead`.
+    bytes_dead,
+    /// Gauge: segments in the device set.
+    segments_total,
+    /// Gauge: free segments.
+    segments_free,
+    /// Segments reclaimed (freed for reuse).
+    reclaims,
+    /// Segments dropped because every record had expired (no value reads).
+    reclaims_expired,
+    /// Records rewritten by reclaim into the reclaim stream.
+    records_rewritten,
+    /// Bytes rewritten by reclaim.
+    bytes_rewritten,
+    /// Records dropped by reclaim (user decision, expiry, keep limit).
+    records_dropped,
+    /// Records or summaries that failed their checksum (reads, recovery, reclaim).
+    checksum_failures,
+    /// Gauge: IO requests queued or in flight in the executor.
+    io_queue_depth,
+    /// Reads refused because the read queue was full.
+    read_queue_full,
+    /// Appends refused because no segment was free (or the write buffers were full).
+    append_rejected,
+    /// Failed device writes.
+    write_errors,
+    /// Failed device reads.
+    read_errors,
+    /// Failed device syncs.
+    sync_errors,
+    /// Gauge: devices marked failed.
+    devices_failed,
+    /// Durability flushes completed.
+    flushes,
+    /// Records reported to the user by recovery.
+    recovered_records,
+    /// Segments recovered (sealed with a summary, or scanned).
+    recovered_segments,
+    /// Segments found with a valid header but a corrupt summary or torn records.
+    recovery_damaged_segments,
+    /// Microseconds the last recovery took.
+    recovery_time_us,
+    /// Bytes written to devices (records, padding, headers, summaries): write amplification
+    /// is this over `bytes_written`.
+    device_bytes_written,
+    /// Bytes read from devices.
+    device_bytes_read,
+}
+
+impl FlashStats {
+    pub(crate) fn add(c: &AtomicU64, v: u64) {
+        c.fetch_add(v, Ordering::Relaxed);
+    }
+    pub(crate) fn set(c: &AtomicU64, v: u64) {
+        c.store(v, Ordering::Relaxed);
+    }
+    /// Read one counter.
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,280 @@
+//! Reclaim: a user index kept consistent through keep/drop decisions and relocations while
+//! writing several times the flash capacity; expired segments dropped without value reads;
+//! the background reclaimer keeping appends going.
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use flashtier_flash::{
+    kind, Decision, Device, Error, Flash, FlashConfig, FlashStats, Location, MemoryDevice,
+    ReclaimHandler, RecordMeta, RecordWrite,
+};
+
+/// key_id -> location; keeps even keys, drops odd ones.
+#[derive(Default)]
+struct Index {
+    map: Mutex<HashMap<u64, Location>>,
+}
+
+impl ReclaimHandler for Index {
+    fn decide(&self, rec: &RecordMeta) -> Decision {
+        let mut m = self.map.lock();
+        let live = m.get(&rec.key_id) == Some(&rec.location);
+        if live && rec.key_id.is_multiple_of(2) {
+            Decision::Keep
+        } else {
+            if live {
+                m.remove(&rec.key_id);
+            }
+            Decision::Drop
+        }
+    }
+    fn relocated(&self, rec: &RecordMeta, new: Location) -> bool {
+        let mut m = self.map.lock();
+        if m.get(&rec.key_id) == Some(&rec.location) {
+            m.insert(rec.key_id, new);
+            true
+        } else {
+            false
+        }
+    }
+    fn evicted(&self, rec: &RecordMeta) {
+        let mut m = self.map.lock();
+        if m.get(&rec.key_id) == Some(&rec.location) {
+            m.remove(&rec.key_id);
+        }
+    }
+}
+
+fn value(key: u64, version: u64) -> Vec<u8> {
+    let len = 500 + (key * 7 + version * 13) as usize % 1500;
+    (0..len).map(|j| (key + version + j as u64) as u8).collect()
+}
+
+fn open(cfg: FlashConfig, index: Arc<Index>) -> Flash {
+    let dev: Arc<dyn Device> = Arc::new(MemoryDevice::new("mem", 4 << 20));
+    Flash::open(vec![dev], cfg, index, |_| {}).unwrap().0
+}
+
+/// Append, reclaiming by hand (or waiting for the background reclaimer) on NoSpace.
+fn put(f: &Flash, index: &Index, stream: u8, key: u64, version: u64, exptime: u32, by_hand: bool) {
+    let v = value(key, version);
+    let w = RecordWrite {
+        kind: kind::PUT,
+        key_id: key,
+        version,
+        flags: 0,
+        exptime,
+        key: b"",
+        value: &v,
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match f.append_blocking(stream, &w, Duration::from_secs(5)) {
+            Ok(loc) => {
+                if let Some(old) = index.map.lock().insert(key, loc) {
+                    f.mark_dead(old);
+                }
+                return;
+            }
+            Err(Error::NoSpace) if Instant::now() < deadline => {
+                if by_hand {
+                    f.reclaim_now(false).unwrap();
+                } else {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+            Err(e) => panic!("append: {e}"),
+        }
+    }
+}
+
+fn verify(f: &Flash, index: &Index, latest: &HashMap<u64, u64>) -> usize {
+    let snapshot: Vec<_> = index.map.lock().iter().map(|(k, l)| (*k, *l)).collect();
+    for (k, l) in &snapshot {
+        let r = f.read(*l).wait().unwrap();
+        assert_eq!(r.header.key_id, *k);
+        assert_eq!(
+            r.header.version, latest[k],
+            "key {k} must map to its latest version"
+        );
+        assert_eq!(&r.value[..], &value(*k, latest[k])[..]);
+    }
+    snapshot.len()
+}
+
+#[test]
+fn index_stays_consistent_through_reclaim() {
+    let index = Arc::new(Index::default());
+    let cfg = FlashConfig {
+        flush_interval: None,
+        background_reclaim: false,
+        keep_limit: 1.0,
+        reclaim_policy: flashtier_flash::ReclaimPolicy::Fifo,
+        ..FlashConfig::small()
+    };
+    let f = open(cfg, Arc::clone(&index));
+    let mut latest = HashMap::new();
+    // Cold keys written once: they survive only if reclaim relocates them (even ones).
+    for key in 1000..1100u64 {
+        put(&f, &index, 0, key, 1, 0, true);
+        latest.insert(key, 1);
+    }
+    // ~12 MB written into 4 MiB of flash: at least two full turns of the log.
+    for i in 0..10_000u64 {
+        let key = i % 400;
+        put(&f, &index, 0, key, i, 0, true);
+        latest.insert(key, i);
+    }
+    f.flush().wait().unwrap();
+    let s = f.stats();
+    assert!(FlashStats::get(&s.reclaims) > 10, "reclaim ran");
+    assert!(
+        FlashStats::get(&s.records_rewritten) > 0,
+        "even keys were kept by rewriting"
+    );
+    assert!(FlashStats::get(&s.records_dropped) > 0);
+    let present = verify(&f, &index, &latest);
+    // Every even key is kept (keep_limit 1.0); odd keys may have been dropped.
+    for k in (0..400).step_by(2).chain((1000..1100).step_by(2)) {
+        assert!(index.map.lock().contains_key(&k), "even key {k} was lost");
+    }
+    assert!(present >= 250);
+    assert!(
+        !index.map.lock().contains_key(&1001),
+        "odd cold keys were dropped"
+    );
+    let wa =
+        FlashStats::get(&s.device_bytes_written) as f64 / FlashStats::get(&s.bytes_written) as f64;
+    assert!(wa < 2.0, "write amplification {wa}");
+}
+
+#[test]
+fn expired_segments_are_dropped_without_reading_values() {
+    let index = Arc::new(Index::default());
+    let cfg = FlashConfig {
+        flush_interval: None,
+        background_reclaim: false,
+        ..FlashConfig::small()
+    };
+    let f = open(cfg.clone(), Arc::clone(&index));
+    // Stream 2 holds short-lived items; exptime 1 (1970) has long passed.
+    for i in 0..600u64 {
+        put(&f, &index, 2, i, i, 1, true);
+    }
+    f.flush().wait().unwrap();
+    let s = f.stats();
+    let read_before = FlashStats::get(&s.device_bytes_read);
+    let freed = f.reclaim_now(true).unwrap();
+    assert!(freed >= 1);
+    assert!(FlashStats::get(&s.reclaims_expired) >= 1);
+    assert_eq!(FlashStats::get(&s.records_rewritten), 0);
+    let read = FlashStats::get(&s.device_bytes_read) - read_before;
+    assert!(
+        read < u64::from(freed) * cfg.segment_size / 8,
+        "read {read} bytes for {freed} expired segments: only summaries should be read"
+    );
+    // The evicted records left the index.
+    assert!(index.map.lock().len() < 600);
+}
+
+#[test]
+fn background_reclaimer_keeps_appends_going() {
+    let index = Arc::new(Index::default());
+    let cfg = FlashConfig {
+        flush_interval: Some(Duration::from_millis(20)),
+        ..FlashConfig::small()
+    };
+    let f = open(cfg, Arc::clone(&index));
+    let mut latest = HashMap::new();
+    for i in 0..6000u64 {
+        let key = i % 300;
+        put(&f, &index, 0, key, i, 0, false);
+        latest.insert(key, i);
+    }
+    f.flush().wait().unwrap();
+    assert!(FlashStats::get(&f.stats().reclaims) > 0);
+    verify(&f, &index, &latest);
+    f.close().unwrap();
+}
+
+#[test]
+fn greedy_picks_the_most_dead_segment() {
+    let index = Arc::new(Index::default());
+    let cfg = FlashConfig {
+        flush_interval: None,
+        background_reclaim: false,
+        reclaim_policy: flashtier_flash::ReclaimPolicy::Greedy,
+        ..FlashConfig::small()
+    };
+    let seg_size = cfg.segment_size;
+    let f = open(cfg, Arc::clone(&index));
+    let mut locs = Vec::new();
+    for key in 0..800u64 {
+        put(&f, &index, 0, key, 1, 0, true);
+        locs.push(index.map.lock()[&key]);
+    }
+    f.flush().wait().unwrap();
+    // Kill every record of the second segment; the first stays fully live.
+    let second = locs[0].byte_addr() / seg_size + 1;
+    for (key, l) in locs.iter().enumerate() {
+        if l.byte_addr() / seg_size == second {
+            index.map.lock().remove(&(key as u64));
+            f.mark_dead(*l);
+        }
+    }
+    assert!(FlashStats::get(&f.stats().bytes_dead) > 0);
+    assert_eq!(f.reclaim_now(true).unwrap(), 1);
+    let dead_loc = locs
+        .iter()
+        .find(|l| l.byte_addr() / seg_size == second)
+        .unwrap();
+    assert!(
+        matches!(f.read(*dead_loc).wait(), Err(Error::InvalidLocation(_))),
+        "second segment was freed"
+    );
+    assert_eq!(
+        f.read(locs[0]).wait().unwrap().header.key_id,
+        0,
+        "first segment untouched"
+    );
+    assert_eq!(FlashStats::get(&f.stats().records_rewritten), 0);
+}
+
+#[test]
+fn keeping_everything_relocates_every_record() {
+    let index = Arc::new(Index::default());
+    let cfg = FlashConfig {
+        flush_interval: None,
+        background_reclaim: false,
+        keep_limit: 1.0,
+        ..FlashConfig::small()
+    };
+    let seg_size = cfg.segment_size;
+    let f = open(cfg, Arc::clone(&index));
+    let mut latest = HashMap::new();
+    for key in (0..1200u64).step_by(2) {
+        put(&f, &index, 0, key, 5, 0, true);
+        latest.insert(key, 5);
+    }
+    f.flush().wait().unwrap();
+    let first_seg_records = index
+        .map
+        .lock()
+        .values()
+        .filter(|l| l.byte_addr() < seg_size)
+        .count() as u64;
+    assert!(first_seg_records > 50);
+    assert_eq!(f.reclaim_now(true).unwrap(), 1);
+    assert_eq!(
+        FlashStats::get(&f.stats().records_rewritten),
+        first_seg_records
+    );
+    assert!(
+        index.map.lock().values().all(|l| l.byte_addr() >= seg_size),
+        "all moved out of segment 0"
+    );
+    assert_eq!(verify(&f, &index, &latest), 600);
+}
