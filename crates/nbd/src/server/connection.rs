@@ -29,7 +29,7 @@ use crate::error::{Errno, Error, ParseError};
 use crate::proto;
 use crate::server::handshake::{max_payload, negotiate, Outcome};
 use crate::server::stats::ConnectionStats;
-use crate::server::{Export, Shared};
+use crate::server::{is_disconnect, Export, Shared};
 
 /// Read buffer size; large enough to take a header and a small WRITE in one syscall.
 const READ_BUFFER: usize = 256 * 1024;
@@ -66,12 +66,26 @@ where
     let (rd, wr) = tokio::io::split(stream);
     let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
     let mut wr = BufWriter::with_capacity(WRITE_BUFFER, wr);
-    match negotiate(&shared, &mut rd, &mut wr).await? {
+    let outcome = match negotiate(&shared, &mut rd, &mut wr).await {
+        Ok(o) => o,
+        Err(e) => {
+            count_failure(&stats, &e);
+            return Err(e);
+        }
+    };
+    match outcome {
         Outcome::Transmission(export) => transmit(shared, export, rd, wr, stats).await,
         Outcome::Closed => {
             let _ = wr.shutdown().await;
             Ok(())
         }
+    }
+}
+
+/// Counts a connection-ending error unless it is just the client hanging up.
+fn count_failure(stats: &ConnectionStats, err: &Error) {
+    if !matches!(err, Error::Io(e) if is_disconnect(e)) {
+        stats.error();
     }
 }
 
@@ -309,6 +323,10 @@ where
         });
     };
 
+    if let Err(e) = &result {
+        // Counted before the socket closes, so an observer of the close sees the count.
+        count_failure(&stats, e);
+    }
     drop(tx);
     let written = writer.await;
     result?;

@@ -162,15 +162,13 @@ impl Server {
                 Err(Error::Io(e)) if is_disconnect(&e) => Ok(()),
                 other => other,
             };
-        if result.is_err() {
-            stats.error();
-        }
         self.shared.stats.close(id);
         result
     }
 }
 
-fn is_disconnect(err: &std::io::Error) -> bool {
+/// True for I/O errors that mean the peer hung up (a hard disconnect, not a server fault).
+pub(crate) fn is_disconnect(err: &std::io::Error) -> bool {
     use std::io::ErrorKind::*;
     matches!(
         err.kind(),

@@ -262,3 +262,53 @@ impl Raw {
         }
     }
 }
+
+/// An nbdkit process serving on `DIR/<name>.sock`; killed on drop.
+pub struct Nbdkit {
+    pub child: std::process::Child,
+    pub sock: PathBuf,
+}
+
+impl Nbdkit {
+    /// Starts `nbdkit -f -U SOCK ARGS...` and waits until the socket accepts connections.
+    pub fn start(dir: &TestDir, name: &str, args: &[&str]) -> Nbdkit {
+        let sock = dir.path(&format!("{name}.sock"));
+        let child = Command::new("nbdkit")
+            .arg("-f")
+            .arg("-U")
+            .arg(&sock)
+            .args(args)
+            .spawn()
+            .expect("spawn nbdkit");
+        let kit = Nbdkit { child, sock };
+        for _ in 0..500 {
+            if let Ok(s) = UnixStream::connect(&kit.sock) {
+                // A polite handshake + OPT_ABORT, so nbdkit logs nothing.
+                s.set_read_timeout(Some(Duration::from_secs(10)))
+                    .expect("timeout");
+                let mut r = Raw { s };
+                r.greet(proto::FLAG_C_FIXED_NEWSTYLE);
+                r.option(proto::OPT_ABORT, &[]);
+                let _ = r.option_reply();
+                return kit;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("nbdkit {args:?} did not start");
+    }
+
+    pub fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.sock.display())
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Nbdkit {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
