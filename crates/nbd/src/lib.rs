@@ -33,6 +33,7 @@ pub mod codec;
 pub mod error;
 pub mod proto;
 pub mod server;
+mod wire_io;
 
 pub use addr::{ListenAddr, NbdTarget, NbdUri};
 pub use backend::{

@@ -11,7 +11,10 @@
 //! no-op (the remote then has no volatile cache to flush). Requests not aligned to the
 //! remote's minimum block size are refused with `EINVAL` (no read-modify-write).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 
@@ -127,19 +130,29 @@ impl NbdClientBackend {
             .map(|_| ())
     }
 
-    async fn write_chunks(&self, offset: u64, data: &[u8], flags: u16) -> Result<(), BackendError> {
-        let futures = data
-            .chunks(self.chunk as usize)
-            .enumerate()
-            .map(|(i, part)| {
-                let off = offset + i as u64 * u64::from(self.chunk);
-                async move {
-                    let conn = self.conn()?;
-                    conn.request(Command::Write, flags, off, part.len() as u32, Some(part))
-                        .await
-                }
-            });
-        for r in join_all(futures).await {
+    async fn write_chunks(
+        &self,
+        offset: u64,
+        data: &Bytes,
+        flags: u16,
+    ) -> Result<(), BackendError> {
+        let chunk = self.chunk as usize;
+        let parts = (0..data.len()).step_by(chunk).map(|start| {
+            let part = data.slice(start..(start + chunk).min(data.len()));
+            async move {
+                let len = part.len() as u32;
+                let conn = self.conn()?;
+                conn.request(
+                    Command::Write,
+                    flags,
+                    offset + start as u64,
+                    len,
+                    Some(part),
+                )
+                .await
+            }
+        });
+        for r in join_all(parts).await {
             r?;
         }
         Ok(())
@@ -154,35 +167,29 @@ impl NbdClientBackend {
     }
 }
 
-/// Awaits all futures concurrently, keeping their order.
-async fn join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
-    let mut set = Vec::new();
-    for f in futures {
-        set.push(Box::pin(f));
-    }
-    let mut out = Vec::with_capacity(set.len());
-    // Polling them together: a simple select-free approach that still pipelines, because
-    // each request is written to the socket before its first await on the reply.
-    let mut outputs: Vec<Option<F::Output>> = set.iter().map(|_| None).collect();
+/// Awaits all futures concurrently and returns their outputs in order. Each request is
+/// queued to its connection on first poll, so the pieces of a split request are pipelined.
+async fn join_all<F: Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut futures: Vec<Pin<Box<F>>> = futures.map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
     std::future::poll_fn(|cx| {
-        let mut all_done = true;
-        for (f, slot) in set.iter_mut().zip(outputs.iter_mut()) {
-            if slot.is_none() {
+        let mut done = true;
+        for (f, out) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if out.is_none() {
                 match f.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => *slot = Some(v),
-                    std::task::Poll::Pending => all_done = false,
+                    Poll::Ready(v) => *out = Some(v),
+                    Poll::Pending => done = false,
                 }
             }
         }
-        if all_done {
-            std::task::Poll::Ready(())
+        if done {
+            Poll::Ready(())
         } else {
-            std::task::Poll::Pending
+            Poll::Pending
         }
     })
     .await;
-    out.extend(outputs.into_iter().flatten());
-    out
+    outputs.into_iter().flatten().collect()
 }
 
 impl BlockBackend for NbdClientBackend {
@@ -278,13 +285,13 @@ impl BlockBackend for NbdClientBackend {
                 }
                 self.simple(Command::WriteZeroes, wire, offset, len).await?;
             } else {
-                let zeroes = vec![0u8; len.min(ZERO_CHUNK) as usize];
+                let zeroes = Bytes::from(vec![0u8; len.min(ZERO_CHUNK) as usize]);
                 let mut done = 0u32;
                 while done < len {
                     let n = (len - done).min(ZERO_CHUNK);
-                    let part = zeroes.get(..n as usize).unwrap_or(&zeroes);
+                    let part = zeroes.slice(..n as usize);
                     let wire = if native_fua { proto::CMD_FLAG_FUA } else { 0 };
-                    self.write_chunks(offset + u64::from(done), part, wire)
+                    self.write_chunks(offset + u64::from(done), &part, wire)
                         .await?;
                     done += n;
                 }

@@ -1,20 +1,21 @@
 //! [`NbdClient`]: one connection to an NBD server with many requests in flight.
 //!
-//! Senders take a lock on the write half only while writing one request (header and
-//! payload), so requests are never interleaved. A reader task owns the read half, matches
-//! each simple reply to its pending request by handle and completes that request's oneshot;
-//! READ payload lengths come from the pending entry, which is why structured replies are not
-//! negotiated. If the connection fails, every pending and later request fails with
-//! [`BackendError::Disconnected`]; there is no automatic reconnect.
+//! A writer task owns the write half: callers hand it encoded requests over a channel and it
+//! writes them in order, flushing the socket only when the channel is empty, so concurrent
+//! callers share syscalls. A reader task owns the read half, matches each simple reply to its
+//! pending request by handle and completes that request's oneshot; READ payload lengths come
+//! from the pending entry, which is why structured replies are not negotiated. If either task
+//! fails, every pending and later request fails with [`BackendError::Disconnected`]; there is
+//! no automatic reconnect.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpStream, UnixStream};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::addr::{NbdTarget, NbdUri};
@@ -22,6 +23,7 @@ use crate::client::handshake::{handshake, ExportInfo};
 use crate::codec::transmission::{parse_simple_reply, Command, RequestHeader};
 use crate::error::{BackendError, Errno, Error};
 use crate::proto;
+use crate::wire_io::read_payload;
 
 type BoxRead = Box<dyn AsyncRead + Unpin + Send>;
 type BoxWrite = Box<dyn AsyncWrite + Unpin + Send>;
@@ -36,8 +38,18 @@ struct PendingRequest {
 #[derive(Default)]
 struct Pending {
     requests: HashMap<u64, PendingRequest>,
-    /// Set once the reader has stopped; no request may be registered after that.
+    /// Set once the connection is unusable (reader or writer stopped, or DISC sent); no
+    /// request may be registered after that.
     dead: bool,
+}
+
+impl Pending {
+    fn fail_all(&mut self) {
+        self.dead = true;
+        for (_, req) in self.requests.drain() {
+            let _ = req.done.send(Err(BackendError::Disconnected));
+        }
+    }
 }
 
 fn lock(p: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
@@ -47,13 +59,22 @@ fn lock(p: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
     }
 }
 
+/// A request on its way to the writer task.
+struct Outgoing {
+    header: [u8; proto::REQUEST_HEADER_LEN],
+    payload: Option<Bytes>,
+    /// Close the write side after this one (DISC).
+    last: bool,
+}
+
 /// One pipelined connection to an NBD export.
 pub struct NbdClient {
     info: ExportInfo,
-    writer: tokio::sync::Mutex<BufWriter<BoxWrite>>,
+    outgoing: mpsc::UnboundedSender<Outgoing>,
     pending: Arc<Mutex<Pending>>,
     next_handle: AtomicU64,
     reader: JoinHandle<()>,
+    writer: JoinHandle<()>,
 }
 
 impl std::fmt::Debug for NbdClient {
@@ -89,12 +110,15 @@ impl NbdClient {
         let info = handshake(&mut rd, &mut wr, export).await?;
         let pending = Arc::new(Mutex::new(Pending::default()));
         let reader = tokio::spawn(read_replies(rd, Arc::clone(&pending)));
+        let (tx, rx) = mpsc::unbounded_channel();
+        let writer = tokio::spawn(write_requests(wr, rx, Arc::clone(&pending)));
         Ok(NbdClient {
             info,
-            writer: tokio::sync::Mutex::new(wr),
+            outgoing: tx,
             pending,
             next_handle: AtomicU64::new(1),
             reader,
+            writer,
         })
     }
 
@@ -108,15 +132,21 @@ impl NbdClient {
         !lock(&self.pending).dead
     }
 
-    /// Sends one request and waits for its reply. `payload` is sent after the header (WRITE).
+    /// Sends one request and waits for its reply. `payload` is sent after the header (WRITE)
+    /// and must be `length` bytes long.
     pub async fn request(
         &self,
         cmd: Command,
         flags: u16,
         offset: u64,
         length: u32,
-        payload: Option<&[u8]>,
+        payload: Option<Bytes>,
     ) -> ReplyResult {
+        if payload.as_ref().is_some_and(|p| p.len() != length as usize) {
+            return Err(BackendError::Invalid(
+                "payload length differs from request length",
+            ));
+        }
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         {
@@ -135,24 +165,22 @@ impl NbdClient {
             offset,
             length,
         };
-        let sent = async {
-            let mut wr = self.writer.lock().await;
-            wr.write_all(&header.encode()).await?;
-            if let Some(data) = payload {
-                wr.write_all(data).await?;
-            }
-            wr.flush().await
-        }
-        .await;
-        if sent.is_err() {
+        let out = Outgoing {
+            header: header.encode(),
+            payload,
+            last: false,
+        };
+        if self.outgoing.send(out).is_err() {
             lock(&self.pending).requests.remove(&handle);
             return Err(BackendError::Disconnected);
         }
         rx.await.unwrap_or(Err(BackendError::Disconnected))
     }
 
-    /// Sends `NBD_CMD_DISC` and closes the write side; pending requests still complete.
+    /// Sends `NBD_CMD_DISC` and closes the write side. Requests already sent still get
+    /// their replies; later ones fail with `Disconnected`.
     pub async fn disconnect(&self) -> Result<(), Error> {
+        lock(&self.pending).dead = true;
         let header = RequestHeader {
             flags: 0,
             command: proto::CMD_DISC,
@@ -160,17 +188,48 @@ impl NbdClient {
             offset: 0,
             length: 0,
         };
-        let mut wr = self.writer.lock().await;
-        wr.write_all(&header.encode()).await?;
-        wr.flush().await?;
-        wr.shutdown().await?;
-        Ok(())
+        self.outgoing
+            .send(Outgoing {
+                header: header.encode(),
+                payload: None,
+                last: true,
+            })
+            .map_err(|_| Error::Closed)
     }
 }
 
 impl Drop for NbdClient {
     fn drop(&mut self) {
         self.reader.abort();
+        self.writer.abort();
+    }
+}
+
+/// Writer task: writes requests in order, flushing when no more are queued.
+async fn write_requests<W: AsyncWrite + Unpin>(
+    mut wr: W,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    pending: Arc<Mutex<Pending>>,
+) {
+    let result: std::io::Result<()> = async {
+        while let Some(out) = rx.recv().await {
+            wr.write_all(&out.header).await?;
+            if let Some(payload) = &out.payload {
+                wr.write_all(payload).await?;
+            }
+            if out.last {
+                wr.flush().await?;
+                return wr.shutdown().await;
+            }
+            if rx.is_empty() {
+                wr.flush().await?;
+            }
+        }
+        Ok(())
+    }
+    .await;
+    if result.is_err() {
+        lock(&pending).fail_all();
     }
 }
 
@@ -190,20 +249,17 @@ async fn read_replies<R: AsyncRead + Unpin>(mut rd: R, pending: Arc<Mutex<Pendin
         let result = if reply.error != 0 {
             Err(BackendError::Remote(Errno::from_code(reply.error)))
         } else if req.read_len > 0 {
-            let mut buf = BytesMut::zeroed(req.read_len as usize);
-            if rd.read_exact(&mut buf).await.is_err() {
-                let _ = req.done.send(Err(BackendError::Disconnected));
-                break;
+            match read_payload(&mut rd, req.read_len as usize).await {
+                Ok(data) => Ok(Some(data)),
+                Err(_) => {
+                    let _ = req.done.send(Err(BackendError::Disconnected));
+                    break;
+                }
             }
-            Ok(Some(buf.freeze()))
         } else {
             Ok(None)
         };
         let _ = req.done.send(result);
     }
-    let mut p = lock(&pending);
-    p.dead = true;
-    for (_, req) in p.requests.drain() {
-        let _ = req.done.send(Err(BackendError::Disconnected));
-    }
+    lock(&pending).fail_all();
 }

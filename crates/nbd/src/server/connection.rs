@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
@@ -30,6 +30,7 @@ use crate::proto;
 use crate::server::handshake::{max_payload, negotiate, Outcome};
 use crate::server::stats::ConnectionStats;
 use crate::server::{is_disconnect, Export, Shared};
+use crate::wire_io::read_payload;
 
 /// Read buffer size; large enough to take a header and a small WRITE in one syscall.
 const READ_BUFFER: usize = 256 * 1024;
@@ -291,11 +292,10 @@ where
                     Err(e) => break Err(Error::Io(e)),
                 }
             } else {
-                let mut buf = BytesMut::zeroed(req.length as usize);
-                match read_full(&mut rd, &mut buf).await {
-                    Ok(true) => payload = Some(buf.freeze()),
-                    Ok(false) => break Ok(()),
-                    Err(e) => break Err(e),
+                match read_payload(&mut rd, req.length as usize).await {
+                    Ok(data) => payload = Some(data),
+                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break Ok(()),
+                    Err(e) => break Err(Error::Io(e)),
                 }
             }
         }
