@@ -5,10 +5,12 @@
 //! - [`cursor`]: bounds-checked big-endian reader used by every parser.
 //! - [`handshake`]: greeting, client flags, options, option replies, information items.
 //! - [`transmission`]: request headers, simple reply headers, command classification.
+//! - [`fuzz`]: `&[u8]` entry points that drive the parsers like the protocol loops do.
 //!
 //! Invariant: parsers return [`crate::ParseError::Incomplete`] with the total byte count they
 //! need when given a prefix of a valid message, so a caller can read more and retry.
 
 pub mod cursor;
+pub mod fuzz;
 pub mod handshake;
 pub mod transmission;
