@@ -1,6 +1,7 @@
 //! The NBD client backend against nbdkit: a model check of reads, writes (split above the
 //! maximum payload), FUA, zeroes and trims; emulation when nbdkit hides FUA or WRITE_ZEROES;
-//! remote errors mapped to errno; a killed server fails requests instead of hanging.
+//! remote errors mapped to errno; a killed server fails requests instead of hanging; a
+//! restarted server is reconnected to, and the next flush reports the possible loss.
 
 mod common;
 
@@ -185,4 +186,47 @@ fn remote_errors_map_to_errno_and_dead_server_fails_fast() {
             .expect_err("read fails");
         assert_eq!(err.errno(), Errno::Io);
     });
+}
+
+#[test]
+fn client_backend_reconnects_after_server_restart() {
+    if !peers_present(
+        "client_backend_reconnects_after_server_restart",
+        &["nbdkit"],
+    ) {
+        return;
+    }
+    let dir = TestDir::new("kitre");
+    let img = dir.path("img");
+    std::fs::File::create(&img)
+        .and_then(|f| f.set_len(16 << 20))
+        .expect("image");
+    let img_arg = img.to_string_lossy().into_owned();
+    let mut kit = Nbdkit::start(&dir, "re", &["file", &img_arg]);
+    runtime().block_on(async {
+        let b = NbdClientBackend::connect_str(&kit.uri(), 2)
+            .await
+            .expect("connect");
+        let data = Bytes::from(random_bytes(1 << 20, 5));
+        b.write(0, data.clone(), false).await.expect("write");
+        b.flush().await.expect("flush");
+        kit.kill();
+        // Killing nbdkit loses nothing here (its writes are in the page cache), so a
+        // restarted nbdkit serves the same bytes.
+        kit = Nbdkit::start(&dir, "re", &["file", &img_arg]);
+        let got = b.read(0, 1 << 20).await.expect("read after reconnect");
+        assert!(got == data);
+        assert!(b.reconnects() >= 1);
+        let err = b
+            .flush()
+            .await
+            .expect_err("first flush after a reconnect reports EIO");
+        assert_eq!(err.errno(), Errno::Io);
+        b.flush().await.expect("the next flush succeeds");
+        b.write(1 << 20, data.clone(), true)
+            .await
+            .expect("write after reconnect");
+        assert_eq!(b.read(1 << 20, 1 << 20).await.expect("read"), data);
+    });
+    drop(kit);
 }

@@ -10,11 +10,20 @@
 //! becomes writes of zero buffers, TRIM becomes a no-op, FLUSH without `SEND_FLUSH` is a
 //! no-op (the remote then has no volatile cache to flush). Requests not aligned to the
 //! remote's minimum block size are refused with `EINVAL` (no read-modify-write).
+//!
+//! Reconnection: a request that finds its connection dead (or gets `ESHUTDOWN`) reconnects
+//! that slot once and is retried once; if that fails the caller gets `EIO`. Because writes
+//! acknowledged on the lost connection may not have reached stable storage, the first FLUSH
+//! after any reconnect returns `EIO` (after flushing), so a write-back cache above keeps its
+//! dirty data and writes it again. Threads: any runtime task may call in; slots are behind
+//! `RwLock`s held only to clone an `Arc`, reconnects are serialised by an async mutex.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 use std::task::Poll;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
@@ -23,20 +32,33 @@ use crate::backend::{check_range, BackendFuture, BlockBackend, BlockSizes, ZeroF
 use crate::client::connection::NbdClient;
 use crate::client::handshake::ExportInfo;
 use crate::codec::transmission::Command;
-use crate::error::{BackendError, Error};
+use crate::error::{BackendError, Errno, Error};
 use crate::proto;
 
 /// Largest zero buffer written when the remote lacks WRITE_ZEROES. Default: 1 MiB.
 const ZERO_CHUNK: u32 = 1 << 20;
+/// How long one reconnection attempt may take. Default: 5 s.
+const RECONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+type ReplyResult = Result<Option<Bytes>, BackendError>;
 
 /// A remote NBD export used as a block backend.
 #[derive(Debug)]
 pub struct NbdClientBackend {
-    conns: Vec<NbdClient>,
+    uri: NbdUri,
+    /// Connection slots; a slot's client is replaced when it is found dead.
+    conns: Vec<RwLock<Arc<NbdClient>>>,
     next: AtomicUsize,
     info: ExportInfo,
     /// Largest READ/WRITE sent as one request.
     chunk: u32,
+    /// Serialises reconnection attempts.
+    reconnecting: tokio::sync::Mutex<()>,
+    /// Set when a connection was replaced: writes it acknowledged but the remote had not yet
+    /// flushed may be lost, so the next flush reports `EIO` once.
+    lost_writes: AtomicBool,
+    /// Successful reconnections since start.
+    reconnects: AtomicU64,
 }
 
 impl NbdClientBackend {
@@ -45,7 +67,7 @@ impl NbdClientBackend {
     pub async fn connect(uri: &NbdUri, connections: usize) -> Result<Self, Error> {
         let first = NbdClient::connect(uri).await?;
         let info = first.info().clone();
-        let mut conns = vec![first];
+        let mut conns = vec![RwLock::new(Arc::new(first))];
         if info.has(proto::FLAG_CAN_MULTI_CONN) {
             for _ in 1..connections.max(1) {
                 let c = NbdClient::connect(uri).await?;
@@ -54,7 +76,7 @@ impl NbdClientBackend {
                         "export changed between connections".into(),
                     ));
                 }
-                conns.push(c);
+                conns.push(RwLock::new(Arc::new(c)));
             }
         }
         let chunk = info
@@ -63,10 +85,14 @@ impl NbdClientBackend {
             .clamp(4096, proto::DEFAULT_MAX_PAYLOAD);
         let chunk = chunk - chunk % info.block_sizes.min.max(1);
         Ok(NbdClientBackend {
+            uri: uri.clone(),
             conns,
             next: AtomicUsize::new(0),
             info,
             chunk,
+            reconnecting: tokio::sync::Mutex::new(()),
+            lost_writes: AtomicBool::new(false),
+            reconnects: AtomicU64::new(0),
         })
     }
 
@@ -80,26 +106,113 @@ impl NbdClientBackend {
         &self.info
     }
 
-    /// Number of open connections.
+    /// Number of connection slots.
     pub fn connections(&self) -> usize {
         self.conns.len()
     }
 
+    /// Successful reconnections since the backend was created.
+    pub fn reconnects(&self) -> u64 {
+        self.reconnects.load(Ordering::Relaxed)
+    }
+
     /// Sends `NBD_CMD_DISC` on every connection.
     pub async fn disconnect(&self) -> Result<(), Error> {
-        for c in &self.conns {
-            c.disconnect().await?;
+        for slot in 0..self.conns.len() {
+            if let Some(c) = self.client(slot) {
+                c.disconnect().await?;
+            }
         }
         Ok(())
     }
 
-    fn conn(&self) -> Result<&NbdClient, BackendError> {
+    fn client(&self, slot: usize) -> Option<Arc<NbdClient>> {
+        let lock = self.conns.get(slot)?;
+        let guard = match lock.read() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        Some(Arc::clone(&guard))
+    }
+
+    /// Picks the next live connection round-robin, or the next slot if none is alive.
+    fn pick(&self) -> (usize, Option<Arc<NbdClient>>) {
         let n = self.conns.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
-        (0..n)
-            .filter_map(|i| self.conns.get((start + i) % n))
-            .find(|c| c.is_alive())
-            .ok_or(BackendError::Disconnected)
+        for i in 0..n {
+            let slot = (start + i) % n;
+            if let Some(c) = self.client(slot) {
+                if c.is_alive() {
+                    return (slot, Some(c));
+                }
+            }
+        }
+        (start % n, self.client(start % n))
+    }
+
+    /// Replaces the client in `slot` if it is still `dead` (another task may have done it).
+    async fn reconnect(
+        &self,
+        slot: usize,
+        dead: &Arc<NbdClient>,
+    ) -> Result<Arc<NbdClient>, BackendError> {
+        let _guard = self.reconnecting.lock().await;
+        if let Some(current) = self.client(slot) {
+            if !Arc::ptr_eq(&current, dead) && current.is_alive() {
+                return Ok(current);
+            }
+        }
+        let fresh = tokio::time::timeout(RECONNECT_TIMEOUT, NbdClient::connect(&self.uri))
+            .await
+            .map_err(|_| BackendError::Disconnected)?
+            .map_err(|_| BackendError::Disconnected)?;
+        if fresh.info().size != self.info.size {
+            return Err(BackendError::Invalid(
+                "remote export changed size across a reconnect",
+            ));
+        }
+        let fresh = Arc::new(fresh);
+        if let Some(lock) = self.conns.get(slot) {
+            let mut guard = match lock.write() {
+                Ok(g) => g,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            *guard = Arc::clone(&fresh);
+        }
+        self.lost_writes.store(true, Ordering::SeqCst);
+        self.reconnects.fetch_add(1, Ordering::Relaxed);
+        Ok(fresh)
+    }
+
+    /// Sends one request, reconnecting and retrying once if the connection is gone (or the
+    /// server said it is shutting down).
+    async fn send(
+        &self,
+        cmd: Command,
+        flags: u16,
+        offset: u64,
+        len: u32,
+        payload: Option<Bytes>,
+    ) -> ReplyResult {
+        let (slot, client) = self.pick();
+        let client = client.ok_or(BackendError::Disconnected)?;
+        let result = if client.is_alive() {
+            client
+                .request(cmd, flags, offset, len, payload.clone())
+                .await
+        } else {
+            Err(BackendError::Disconnected)
+        };
+        match result {
+            Err(BackendError::Disconnected) | Err(BackendError::Remote(Errno::Shutdown)) => {
+                if client.is_alive() {
+                    let _ = client.disconnect().await;
+                }
+                let fresh = self.reconnect(slot, &client).await?;
+                fresh.request(cmd, flags, offset, len, payload).await
+            }
+            other => other,
+        }
     }
 
     fn check(&self, offset: u64, len: u64) -> Result<(), BackendError> {
@@ -124,10 +237,7 @@ impl NbdClientBackend {
         offset: u64,
         len: u32,
     ) -> Result<(), BackendError> {
-        self.conn()?
-            .request(cmd, flags, offset, len, None)
-            .await
-            .map(|_| ())
+        self.send(cmd, flags, offset, len, None).await.map(|_| ())
     }
 
     async fn write_chunks(
@@ -141,8 +251,7 @@ impl NbdClientBackend {
             let part = data.slice(start..(start + chunk).min(data.len()));
             async move {
                 let len = part.len() as u32;
-                let conn = self.conn()?;
-                conn.request(
+                self.send(
                     Command::Write,
                     flags,
                     offset + start as u64,
@@ -159,11 +268,23 @@ impl NbdClientBackend {
     }
 
     async fn do_flush(&self) -> Result<(), BackendError> {
+        // Read the flag before flushing: a reconnect during this flush sets it again.
+        let lost = self.lost_writes.swap(false, Ordering::SeqCst);
         if self.has(proto::FLAG_SEND_FLUSH) {
-            self.simple(Command::Flush, 0, 0, 0).await
-        } else {
-            Ok(())
+            if let Err(e) = self.simple(Command::Flush, 0, 0, 0).await {
+                if lost {
+                    self.lost_writes.store(true, Ordering::SeqCst);
+                }
+                return Err(e);
+            }
         }
+        if lost {
+            return Err(BackendError::Io(std::io::Error::other(
+                "connection to the remote NBD server was re-established; \
+                 writes acknowledged before the reconnect may not be durable",
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -222,17 +343,13 @@ impl BlockBackend for NbdClientBackend {
         Box::pin(async move {
             self.check(offset, u64::from(len))?;
             if len <= self.chunk {
-                let data = self
-                    .conn()?
-                    .request(Command::Read, 0, offset, len, None)
-                    .await?;
+                let data = self.send(Command::Read, 0, offset, len, None).await?;
                 return Ok(data.unwrap_or_default());
             }
             let parts = (0..len).step_by(self.chunk as usize).map(|start| {
                 let n = (len - start).min(self.chunk);
                 async move {
-                    let conn = self.conn()?;
-                    conn.request(Command::Read, 0, offset + u64::from(start), n, None)
+                    self.send(Command::Read, 0, offset + u64::from(start), n, None)
                         .await
                 }
             });

@@ -273,6 +273,8 @@ impl Nbdkit {
     /// Starts `nbdkit -f -U SOCK ARGS...` and waits until the socket accepts connections.
     pub fn start(dir: &TestDir, name: &str, args: &[&str]) -> Nbdkit {
         let sock = dir.path(&format!("{name}.sock"));
+        // A killed nbdkit leaves its socket file behind and a new one would refuse to bind.
+        let _ = std::fs::remove_file(&sock);
         let child = Command::new("nbdkit")
             .arg("-f")
             .arg("-U")
