@@ -101,6 +101,8 @@ fn in_flight_requests_are_bounded_per_connection() {
     std::thread::sleep(Duration::from_millis(200));
     let conns = server.server.stats().connections();
     assert_eq!(conns.len(), 1);
+    assert_eq!(conns[0].export.as_deref(), Some("disk"));
+    assert_eq!(conns[0].peer, "unix");
     assert_eq!(
         conns[0].stats.in_flight, 2,
         "the reader waits for a free slot"

@@ -75,7 +75,10 @@ where
         }
     };
     match outcome {
-        Outcome::Transmission(export) => transmit(shared, export, rd, wr, stats).await,
+        Outcome::Transmission(export) => {
+            stats.set_export(&export.name);
+            transmit(shared, export, rd, wr, stats).await
+        }
         Outcome::Closed => {
             let _ = wr.shutdown().await;
             Ok(())

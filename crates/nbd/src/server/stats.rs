@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::codec::transmission::Command;
 
@@ -29,6 +29,8 @@ pub struct ConnectionStats {
     in_flight: AtomicU64,
     /// Highest `in_flight` seen.
     max_in_flight: AtomicU64,
+    /// Export chosen in the handshake; unset while negotiating.
+    export: OnceLock<String>,
 }
 
 /// A point-in-time copy of counters (one connection, or summed).
@@ -130,6 +132,16 @@ impl ConnectionStats {
         self.bytes_written.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Records the export chosen in the handshake (first call wins).
+    pub fn set_export(&self, name: &str) {
+        let _ = self.export.set(name.to_string());
+    }
+
+    /// The export chosen in the handshake, if negotiation has finished.
+    pub fn export(&self) -> Option<&str> {
+        self.export.get().map(String::as_str)
+    }
+
     /// A request entered flight.
     pub fn begin(&self) {
         let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
@@ -169,6 +181,8 @@ pub struct ConnectionInfo {
     pub id: u64,
     /// Peer address as text (`unix` for Unix sockets).
     pub peer: String,
+    /// Export in use; `None` while the handshake is still running.
+    pub export: Option<String>,
     /// Counters of this connection.
     pub stats: StatsSnapshot,
 }
@@ -233,6 +247,7 @@ impl ServerStats {
             .map(|(id, (peer, stats))| ConnectionInfo {
                 id: *id,
                 peer: peer.clone(),
+                export: stats.export().map(str::to_string),
                 stats: stats.snapshot(),
             })
             .collect()
