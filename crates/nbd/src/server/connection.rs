@@ -262,6 +262,9 @@ where
         };
         let cmd = req.kind();
         stats.request(cmd);
+        if req.flags & proto::CMD_FLAG_FUA != 0 {
+            stats.fua();
+        }
         if cmd == Command::Disc {
             break Ok(());
         }

@@ -22,6 +22,7 @@ pub struct ConnectionStats {
     caches: AtomicU64,
     discs: AtomicU64,
     unknown: AtomicU64,
+    fua: AtomicU64,
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
     errors: AtomicU64,
@@ -52,6 +53,8 @@ pub struct StatsSnapshot {
     pub discs: u64,
     /// Requests with an unknown command.
     pub unknown: u64,
+    /// Requests carrying the FUA flag.
+    pub fua: u64,
     /// Payload bytes sent to clients by successful READs.
     pub bytes_read: u64,
     /// Payload bytes accepted from clients by successful WRITEs.
@@ -66,7 +69,7 @@ pub struct StatsSnapshot {
 
 impl StatsSnapshot {
     /// Name/value pairs, names prefixed `nbd_`, for a key=value stats file or Prometheus.
-    pub fn key_values(&self) -> [(&'static str, u64); 13] {
+    pub fn key_values(&self) -> [(&'static str, u64); 14] {
         [
             ("nbd_reads", self.reads),
             ("nbd_writes", self.writes),
@@ -76,6 +79,7 @@ impl StatsSnapshot {
             ("nbd_caches", self.caches),
             ("nbd_discs", self.discs),
             ("nbd_unknown_commands", self.unknown),
+            ("nbd_fua_requests", self.fua),
             ("nbd_bytes_read", self.bytes_read),
             ("nbd_bytes_written", self.bytes_written),
             ("nbd_errors", self.errors),
@@ -93,6 +97,7 @@ impl StatsSnapshot {
         self.caches += o.caches;
         self.discs += o.discs;
         self.unknown += o.unknown;
+        self.fua += o.fua;
         self.bytes_read += o.bytes_read;
         self.bytes_written += o.bytes_written;
         self.errors += o.errors;
@@ -115,6 +120,11 @@ impl ConnectionStats {
             _ => &self.unknown,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request carrying FUA.
+    pub fn fua(&self) {
+        self.fua.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts an error reply or a protocol violation.
@@ -165,6 +175,7 @@ impl ConnectionStats {
             caches: g(&self.caches),
             discs: g(&self.discs),
             unknown: g(&self.unknown),
+            fua: g(&self.fua),
             bytes_read: g(&self.bytes_read),
             bytes_written: g(&self.bytes_written),
             errors: g(&self.errors),
