@@ -217,6 +217,44 @@ async fn write_replies<W: AsyncWrite + Unpin>(
     wr.shutdown().await
 }
 
+/// Reads a WRITE's payload. An oversized payload (above `max`) is read and discarded so
+/// the stream stays in sync, and `None` is returned (validation then answers `EINVAL`);
+/// above `max_discard` the connection is closed. `Err` carries how the reader loop ends:
+/// `Ok(())` for EOF mid-payload (an abrupt disconnect; the partial write is not applied).
+async fn take_payload<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    req: &RequestHeader,
+    max: u32,
+    max_discard: u32,
+) -> Result<Option<Bytes>, Result<(), Error>> {
+    let eof_or = |e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            Ok(())
+        } else {
+            Err(Error::Io(e))
+        }
+    };
+    if req.length <= max {
+        return read_payload(rd, req.length as usize)
+            .await
+            .map(Some)
+            .map_err(eof_or);
+    }
+    if req.length > max_discard {
+        return Err(Err(Error::Protocol(ParseError::TooLong {
+            len: u64::from(req.length),
+            max: u64::from(max_discard),
+        })));
+    }
+    let want = u64::from(req.length);
+    match tokio::io::copy(&mut rd.take(want), &mut tokio::io::sink()).await {
+        Ok(n) if n == want => Ok(None),
+        Ok(_) => Err(Ok(())),
+        Err(e) => Err(eof_or(e)),
+    }
+}
+
+/// The transmission phase: the reader loop (see the module docs).
 async fn transmit<R, W>(
     shared: Arc<Shared>,
     export: Export,
@@ -282,29 +320,14 @@ where
         };
         stats.begin();
         let in_flight = InFlight(Arc::clone(&stats));
-        let mut payload = None;
-        if cmd == Command::Write {
-            if req.length > max {
-                if req.length > cfg.max_discard {
-                    break Err(Error::Protocol(ParseError::TooLong {
-                        len: u64::from(req.length),
-                        max: u64::from(cfg.max_discard),
-                    }));
-                }
-                let want = u64::from(req.length);
-                match tokio::io::copy(&mut (&mut rd).take(want), &mut tokio::io::sink()).await {
-                    Ok(n) if n == want => {}
-                    Ok(_) => break Ok(()),
-                    Err(e) => break Err(Error::Io(e)),
-                }
-            } else {
-                match read_payload(&mut rd, req.length as usize).await {
-                    Ok(data) => payload = Some(data),
-                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break Ok(()),
-                    Err(e) => break Err(Error::Io(e)),
-                }
+        let payload = if cmd == Command::Write {
+            match take_payload(&mut rd, &req, max, cfg.max_discard).await {
+                Ok(p) => p,
+                Err(stop) => break stop,
             }
-        }
+        } else {
+            None
+        };
         let mut reply = Reply {
             handle: req.handle,
             result: Ok(None),
