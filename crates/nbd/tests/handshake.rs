@@ -196,3 +196,22 @@ fn abort_and_bad_client_flags() {
     assert_eq!(r.option_reply().1, proto::REP_ACK);
     server.stop();
 }
+
+#[test]
+fn stalled_handshake_times_out() {
+    let dir = TestDir::new("hstimeout");
+    let config = ServerConfig {
+        handshake_timeout: std::time::Duration::from_millis(200),
+        ..ServerConfig::default()
+    };
+    let export = Export::new("x", Arc::new(MemoryBackend::new(4096)));
+    let server = TestServer::start(&dir, vec![export], config);
+    let mut r = Raw::connect(&server.sock);
+    r.read_n(18);
+    // Say nothing: the server gives up after the timeout and closes.
+    let start = std::time::Instant::now();
+    assert!(r.closed());
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    assert_eq!(server.server.stats().totals().errors, 1);
+    server.stop();
+}

@@ -1,6 +1,7 @@
 //! Server configuration: the exports and the per-connection limits.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::backend::BlockBackend;
 use crate::error::Error;
@@ -72,6 +73,9 @@ pub struct ServerConfig {
     /// stream stays in sync (reply `EINVAL`); beyond it the connection is closed as a
     /// denial-of-service attempt. Default: `64 MiB`.
     pub max_discard: u32,
+    /// Time a client may take to finish the handshake before it is disconnected.
+    /// Default: `30 s`.
+    pub handshake_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -81,6 +85,7 @@ impl Default for ServerConfig {
             max_in_flight_bytes: 128 << 20,
             max_payload: proto::DEFAULT_MAX_PAYLOAD,
             max_discard: 64 << 20,
+            handshake_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -93,6 +98,9 @@ impl ServerConfig {
         }
         if self.max_payload < 4096 {
             return Err(Error::Config("max_payload must be at least 4096".into()));
+        }
+        if self.handshake_timeout.is_zero() {
+            return Err(Error::Config("handshake_timeout must be positive".into()));
         }
         if self.max_in_flight_bytes < self.max_payload {
             return Err(Error::Config(

@@ -67,7 +67,11 @@ where
     let (rd, wr) = tokio::io::split(stream);
     let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
     let mut wr = BufWriter::with_capacity(WRITE_BUFFER, wr);
-    let outcome = match negotiate(&shared, &mut rd, &mut wr).await {
+    let timeout = shared.config.handshake_timeout;
+    let negotiated = tokio::time::timeout(timeout, negotiate(&shared, &mut rd, &mut wr))
+        .await
+        .unwrap_or_else(|_| Err(Error::Handshake(format!("not finished within {timeout:?}"))));
+    let outcome = match negotiated {
         Ok(o) => o,
         Err(e) => {
             count_failure(&stats, &e);
