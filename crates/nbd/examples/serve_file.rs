@@ -7,11 +7,7 @@
 //! ```
 //! Ctrl-C shuts down gracefully and prints the server's counters.
 
-use std::sync::Arc;
-
-use flashtier_nbd::{
-    BlockBackend, Export, FileBackend, ListenAddr, NbdClientBackend, Server, ServerConfig,
-};
+use flashtier_nbd::{open_backend, Export, ListenAddr, Server, ServerConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -21,11 +17,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::process::exit(2);
     };
     let name = args.get(2).cloned().unwrap_or_default();
-    let backend: Arc<dyn BlockBackend> = if backing.starts_with("nbd") {
-        Arc::new(NbdClientBackend::connect_str(backing, 4).await?)
-    } else {
-        Arc::new(FileBackend::open(backing, false)?)
-    };
+    let backend = open_backend(backing).await?;
     let export = Export::new(name, backend).with_description(format!("serve_file {backing}"));
     let server = Server::new(vec![export], ServerConfig::default())?;
     let listener = Server::bind(&listen.parse::<ListenAddr>()?).await?;

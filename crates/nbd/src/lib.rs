@@ -16,6 +16,7 @@
 //! - [`server`]: [`Server`], [`Export`], [`ServerConfig`], listener, handshake, connection,
 //!   stats.
 //! - [`client`]: [`NbdClient`] and [`NbdClientBackend`].
+//! - [`open`]: [`open_backend`], a backend from a path or an NBD URI (`--backing`).
 //!
 //! # Protocol coverage
 //! Fixed newstyle handshake with `NO_ZEROES`; options `EXPORT_NAME`, `ABORT`, `LIST`,
@@ -24,6 +25,20 @@
 //! `DESCRIPTION`, `BLOCK_SIZE`; commands `READ`, `WRITE` (FUA), `FLUSH`, `TRIM`,
 //! `WRITE_ZEROES` (FUA, NO_HOLE), `CACHE`, `DISC`.
 
+//! # Example
+//! ```no_run
+//! use std::sync::Arc;
+//! use flashtier_nbd::{open_backend, Export, Server, ServerConfig};
+//!
+//! # async fn run() -> Result<(), flashtier_nbd::Error> {
+//! let backing = open_backend("/var/lib/disk.img").await?; // or "nbd+unix:///?socket=/run/slow.sock"
+//! let server = Server::new(vec![Export::new("disk", backing)], ServerConfig::default())?;
+//! let listener = Server::bind(&"unix:/run/flashtier.sock".parse()?).await?;
+//! let stop = server.shutdown_handle(); // call stop.shutdown() from a signal handler
+//! server.serve(listener).await?; // returns after a graceful shutdown
+//! # Ok(()) }
+//! ```
+
 #![deny(unsafe_code)]
 
 pub mod addr;
@@ -31,6 +46,7 @@ pub mod backend;
 pub mod client;
 pub mod codec;
 pub mod error;
+pub mod open;
 pub mod proto;
 pub mod server;
 mod wire_io;
@@ -48,6 +64,7 @@ pub use codec::transmission::{
     parse_request_header, parse_simple_reply, Command, RequestHeader, SimpleReply,
 };
 pub use error::{BackendError, Errno, Error, ParseError};
+pub use open::{is_nbd_uri, open_backend};
 pub use server::{
     ConnectionInfo, Export, Listener, Server, ServerConfig, ServerStats, ShutdownHandle,
     StatsSnapshot,

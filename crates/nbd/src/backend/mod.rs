@@ -108,6 +108,44 @@ pub trait BlockBackend: Send + Sync + 'static {
     }
 }
 
+/// Shared ownership of a backend is a backend (lets a cache hold `Arc<dyn BlockBackend>`
+/// for its backing and still hand it to a server or another layer).
+impl<T: BlockBackend + ?Sized> BlockBackend for std::sync::Arc<T> {
+    fn size(&self) -> u64 {
+        (**self).size()
+    }
+    fn block_sizes(&self) -> BlockSizes {
+        (**self).block_sizes()
+    }
+    fn can_multi_conn(&self) -> bool {
+        (**self).can_multi_conn()
+    }
+    fn is_read_only(&self) -> bool {
+        (**self).is_read_only()
+    }
+    fn is_rotational(&self) -> bool {
+        (**self).is_rotational()
+    }
+    fn read(&self, offset: u64, len: u32) -> BackendFuture<'_, Bytes> {
+        (**self).read(offset, len)
+    }
+    fn write(&self, offset: u64, data: Bytes, fua: bool) -> BackendFuture<'_, ()> {
+        (**self).write(offset, data, fua)
+    }
+    fn flush(&self) -> BackendFuture<'_, ()> {
+        (**self).flush()
+    }
+    fn trim(&self, offset: u64, len: u32) -> BackendFuture<'_, ()> {
+        (**self).trim(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u32, flags: ZeroFlags) -> BackendFuture<'_, ()> {
+        (**self).write_zeroes(offset, len, flags)
+    }
+    fn cache(&self, offset: u64, len: u32) -> BackendFuture<'_, ()> {
+        (**self).cache(offset, len)
+    }
+}
+
 /// Checks that `offset..offset+len` lies within a device of `size` bytes.
 pub fn check_range(offset: u64, len: u64, size: u64) -> Result<(), BackendError> {
     match offset.checked_add(len) {
