@@ -2,12 +2,17 @@
 //!
 //! ```text
 //! cargo run -p flashtier-nbd --example serve_file -- BACKING LISTEN [EXPORT]
-//!   BACKING: a file/device path, or nbd://host[:port]/export, or nbd+unix:///export?socket=P
+//!   BACKING: a file/device path, nbd://host[:port]/export, nbd+unix:///export?socket=P,
+//!            or mem:MIB for a RAM disk
 //!   LISTEN:  HOST:PORT or unix:PATH
 //! ```
 //! Ctrl-C shuts down gracefully and prints the server's counters.
 
-use flashtier_nbd::{open_backend, Export, ListenAddr, Server, ServerConfig};
+use std::sync::Arc;
+
+use flashtier_nbd::{
+    open_backend, BlockBackend, Export, ListenAddr, MemoryBackend, Server, ServerConfig,
+};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -17,7 +22,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::process::exit(2);
     };
     let name = args.get(2).cloned().unwrap_or_default();
-    let backend = open_backend(backing).await?;
+    let backend: Arc<dyn BlockBackend> = match backing.strip_prefix("mem:") {
+        Some(mib) => Arc::new(MemoryBackend::new(mib.parse::<usize>()? << 20)),
+        None => open_backend(backing).await?,
+    };
     let export = Export::new(name, backend).with_description(format!("serve_file {backing}"));
     let server = Server::new(vec![export], ServerConfig::default())?;
     let listener = Server::bind(&listen.parse::<ListenAddr>()?).await?;

@@ -1,7 +1,7 @@
 //! The storage behind an export: the [`BlockBackend`] trait and its implementations.
 //!
 //! # Layout
-//! - [`file`]: [`FileBackend`], a regular file or block device with positional I/O on the
+//! - [`mod@file`]: [`FileBackend`], a regular file or block device with positional I/O on the
 //!   blocking pool.
 //! - [`memory`]: [`MemoryBackend`], a RAM image for tests and scratch exports.
 //! - [`crate::client::NbdClientBackend`] (in the client module): another NBD server.
