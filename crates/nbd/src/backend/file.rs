@@ -193,3 +193,65 @@ impl BlockBackend for FileBackend {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(tag: &str, len: usize) -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!("ftnbd-file-{tag}-{}", std::process::id()));
+        std::fs::write(&p, vec![0x5au8; len]).expect("scratch file");
+        p
+    }
+
+    #[tokio::test]
+    async fn zeroes_trim_fua_and_limits() {
+        let path = scratch("ops", 1 << 20);
+        let b = FileBackend::open(&path, false).expect("open");
+        assert_eq!(b.size(), 1 << 20);
+        b.write(4096, Bytes::from(vec![7u8; 8192]), true)
+            .await
+            .expect("fua write");
+        assert_eq!(
+            &b.read(4096, 8192).await.expect("read")[..],
+            &[7u8; 8192][..]
+        );
+        for no_hole in [false, true] {
+            let flags = ZeroFlags { fua: true, no_hole };
+            b.write_zeroes(4096, 4096, flags).await.expect("zeroes");
+            assert!(b
+                .read(4096, 4096)
+                .await
+                .expect("read")
+                .iter()
+                .all(|&x| x == 0));
+            b.write(4096, Bytes::from(vec![7u8; 4096]), false)
+                .await
+                .expect("rewrite");
+        }
+        b.trim(65536, 65536).await.expect("trim");
+        b.flush().await.expect("flush");
+        assert!(matches!(
+            b.read((1 << 20) - 1, 2).await,
+            Err(BackendError::OutOfRange { .. })
+        ));
+        assert!(b
+            .write(1 << 20, Bytes::from_static(b"x"), false)
+            .await
+            .is_err());
+        assert_eq!(
+            std::fs::metadata(&path).expect("meta").len(),
+            1 << 20,
+            "size is kept"
+        );
+
+        let ro = FileBackend::open(&path, true).expect("open ro");
+        assert!(ro.is_read_only());
+        let err = ro
+            .write(0, Bytes::from_static(b"x"), false)
+            .await
+            .expect_err("read-only");
+        assert_eq!(err.errno(), crate::error::Errno::Perm);
+        std::fs::remove_file(&path).expect("cleanup");
+    }
+}
