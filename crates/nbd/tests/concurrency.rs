@@ -28,6 +28,9 @@ impl BlockBackend for GatedBackend {
     }
     fn read(&self, offset: u64, len: u32) -> BackendFuture<'_, Bytes> {
         Box::pin(async move {
+            if offset == 1 << 19 {
+                panic!("injected backend panic (expected in this test)");
+            }
             if offset == 0 {
                 let permit = self
                     .gate
@@ -143,4 +146,22 @@ fn graceful_shutdown_answers_in_flight_requests() {
     let sock = server.sock.clone();
     server.stop();
     assert!(!sock.exists(), "the socket file is removed on shutdown");
+}
+
+#[test]
+fn a_panicking_backend_call_gets_eio_and_the_connection_lives_on() {
+    let dir = TestDir::new("panic");
+    let (server, _gate) = gated(&dir, ServerConfig::default());
+    let (mut r, _, _) = Raw::go(&server.sock, "disk");
+    r.request(proto::CMD_READ, 0, 1, 1 << 19, 512, &[]);
+    assert_eq!(
+        r.reply(),
+        (5, 1),
+        "EIO for the request whose backend call panicked"
+    );
+    r.request(proto::CMD_READ, 0, 2, 4096, 512, &[]);
+    assert_eq!(r.reply(), (0, 2));
+    assert_eq!(r.read_n(512), vec![0; 512]);
+    assert_eq!(server.server.stats().totals().in_flight, 0);
+    server.stop();
 }

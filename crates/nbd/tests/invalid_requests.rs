@@ -173,3 +173,56 @@ fn read_only_export_refuses_writes_with_eperm() {
     assert_eq!(std::fs::read(&img).expect("read"), random_bytes(SIZE, 3));
     server.stop();
 }
+
+/// A RAM device that advertises a 512-byte minimum block size.
+struct Sectors(MemoryBackend);
+
+impl flashtier_nbd::BlockBackend for Sectors {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+    fn block_sizes(&self) -> flashtier_nbd::BlockSizes {
+        flashtier_nbd::BlockSizes {
+            min: 512,
+            ..Default::default()
+        }
+    }
+    fn can_multi_conn(&self) -> bool {
+        true
+    }
+    fn read(&self, offset: u64, len: u32) -> flashtier_nbd::BackendFuture<'_, bytes::Bytes> {
+        self.0.read(offset, len)
+    }
+    fn write(&self, o: u64, d: bytes::Bytes, fua: bool) -> flashtier_nbd::BackendFuture<'_, ()> {
+        self.0.write(o, d, fua)
+    }
+    fn flush(&self) -> flashtier_nbd::BackendFuture<'_, ()> {
+        self.0.flush()
+    }
+    fn trim(&self, offset: u64, len: u32) -> flashtier_nbd::BackendFuture<'_, ()> {
+        self.0.trim(offset, len)
+    }
+    fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u32,
+        flags: flashtier_nbd::ZeroFlags,
+    ) -> flashtier_nbd::BackendFuture<'_, ()> {
+        self.0.write_zeroes(offset, len, flags)
+    }
+}
+
+#[test]
+fn unaligned_requests_get_einval_when_a_minimum_block_size_is_advertised() {
+    let dir = TestDir::new("align");
+    let server = TestServer::single(&dir, Arc::new(Sectors(MemoryBackend::new(SIZE))));
+    let (mut r, _, _) = Raw::go(&server.sock, "disk");
+    r.request(proto::CMD_READ, 0, 1, 100, 512, &[]);
+    assert_eq!(r.reply(), (EINVAL, 1));
+    r.request(proto::CMD_WRITE, 0, 2, 512, 100, &[1; 100]);
+    assert_eq!(r.reply(), (EINVAL, 2));
+    r.request(proto::CMD_READ, 0, 3, 512, 1024, &[]);
+    assert_eq!(r.reply(), (0, 3));
+    assert_eq!(r.read_n(1024), vec![0; 1024]);
+    server.stop();
+}

@@ -11,8 +11,11 @@
 //!
 //! Invariants: a reply is written only after the backend call completed, so a FUA write or
 //! FLUSH is acknowledged only once durable; READ data is sent only with a zero error, and a
-//! short read from a backend becomes `EIO` rather than a desynchronised stream; a request's
-//! permits are released only after its reply is written. A bad magic or a WRITE payload too
+//! short read from a backend becomes `EIO` rather than a desynchronised stream, and so does a
+//! backend call that panics; a request's permits are released only after its reply is
+//! written. Validation follows the spec's errors: unknown command or flag, misalignment to
+//! an advertised minimum block size, or a READ/TRIM/CACHE past the end give `EINVAL`; a
+//! WRITE/WRITE_ZEROES past the end gives `ENOSPC`; a write to a read-only export `EPERM`. A bad magic or a WRITE payload too
 //! large to discard closes the connection, after in-flight requests complete. On `DISC`, EOF
 //! or shutdown the reader stops, in-flight requests finish and are answered, then the
 //! socket is closed.
@@ -53,6 +56,34 @@ struct Reply {
     _slot: OwnedSemaphorePermit,
     _bytes: Option<OwnedSemaphorePermit>,
     _in_flight: InFlight,
+}
+
+/// Owns a request's reply while the backend works on it. If the backend panics, the task
+/// unwinds and the guard's drop still answers `EIO`, so the client is not left waiting and
+/// the request's permits are released.
+struct ReplyGuard {
+    tx: mpsc::Sender<Reply>,
+    reply: Option<Reply>,
+}
+
+impl ReplyGuard {
+    async fn send(&mut self, result: Result<Option<Bytes>, Errno>) {
+        if let Some(mut reply) = self.reply.take() {
+            reply.result = result;
+            // The writer is gone only if the socket failed; the reply is then moot.
+            let _ = self.tx.send(reply).await;
+        }
+    }
+}
+
+impl Drop for ReplyGuard {
+    fn drop(&mut self) {
+        if let Some(mut reply) = self.reply.take() {
+            reply.result = Err(Errno::Io);
+            // The channel has room for every in-flight request, so this cannot be full.
+            let _ = self.tx.try_send(reply);
+        }
+    }
 }
 
 /// Runs a connection to completion.
@@ -133,6 +164,11 @@ fn validate(
         return Err(Errno::Perm);
     }
     let in_range = check_range(req.offset, u64::from(req.length), backend.size()).is_ok();
+    let min = u64::from(backend.block_sizes().min.max(1));
+    let ranged = !matches!(cmd, Command::Flush);
+    if ranged && (!req.offset.is_multiple_of(min) || !u64::from(req.length).is_multiple_of(min)) {
+        return Err(Errno::Inval);
+    }
     match cmd {
         Command::Read if req.length > max => Err(Errno::Inval),
         Command::Write if req.length > max => Err(Errno::Inval),
@@ -350,9 +386,12 @@ where
         let tx = tx.clone();
         let task_stats = Arc::clone(&stats);
         tokio::spawn(async move {
-            reply.result = execute(backend.as_ref(), req, cmd, payload, &task_stats).await;
-            // The writer is gone only if the socket failed; the reply is then moot.
-            let _ = tx.send(reply).await;
+            let mut guard = ReplyGuard {
+                tx,
+                reply: Some(reply),
+            };
+            let result = execute(backend.as_ref(), req, cmd, payload, &task_stats).await;
+            guard.send(result).await;
         });
     };
 
