@@ -5,6 +5,7 @@
 //! `Arc`; all fields are safe to use from any worker thread.
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -57,7 +58,6 @@ pub struct ConnEntry {
 }
 
 /// State shared by all connections of a server.
-#[derive(Debug)]
 pub struct Context<S> {
     pub store: Arc<S>,
     pub stats: Stats,
@@ -67,6 +67,20 @@ pub struct Context<S> {
     /// Current `verbosity` level (accepted and reported; logging uses the binary's flags).
     pub verbosity: std::sync::atomic::AtomicU32,
     conns: Mutex<BTreeMap<u64, ConnEntry>>,
+    /// Current RAM limit in bytes (starts at `settings.memory_limit`; `cache_memlimit`).
+    memory_limit: AtomicU64,
+    memory_limit_hook: Mutex<Option<MemoryLimitHook>>,
+}
+
+/// Applies a new RAM limit (bytes) to the store; `false` if it cannot.
+pub type MemoryLimitHook = Box<dyn Fn(u64) -> bool + Send + Sync>;
+
+impl<S> std::fmt::Debug for Context<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<S> Context<S> {
@@ -75,6 +89,7 @@ impl<S> Context<S> {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs() as u32)
             .unwrap_or(0);
+        let settings_limit = settings.memory_limit;
         Self {
             store,
             stats: Stats::default(),
@@ -82,7 +97,36 @@ impl<S> Context<S> {
             started,
             verbosity: Default::default(),
             conns: Mutex::new(BTreeMap::new()),
+            memory_limit: AtomicU64::new(settings_limit),
+            memory_limit_hook: Mutex::new(None),
         }
+    }
+
+    /// Let `cache_memlimit` change the store's RAM limit through `hook`. Without a hook the
+    /// command answers memcached's `MEMLIMIT_ADJUST_FAILED`.
+    pub fn set_memory_limit_hook(&self, hook: MemoryLimitHook) {
+        *self
+            .memory_limit_hook
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(hook);
+    }
+
+    /// Try to set the RAM limit to `bytes`; true when the store accepted it.
+    pub fn adjust_memory_limit(&self, bytes: u64) -> bool {
+        let hook = self
+            .memory_limit_hook
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let ok = hook.as_ref().is_some_and(|h| h(bytes));
+        if ok {
+            self.memory_limit.store(bytes, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    /// The RAM limit in bytes as configured or last adjusted.
+    pub fn memory_limit(&self) -> u64 {
+        self.memory_limit.load(Ordering::Relaxed)
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, ConnEntry>> {

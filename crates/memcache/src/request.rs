@@ -103,6 +103,8 @@ pub enum StatsArg {
     Reset,
     /// `stats detail on|off|dump` (`None`: missing or other argument).
     Detail(Option<Bytes>),
+    /// `stats cachedump <class> <limit>` (arguments already validated).
+    CacheDump,
     /// Any other sub-command (`settings`, `items`, `slabs`, `conns`, ...).
     Section(Bytes),
 }
@@ -134,6 +136,11 @@ pub enum Request {
     Version,
     Verbosity {
         level: u32,
+        noreply: bool,
+    },
+    /// `cache_memlimit <megabytes>` (at least 8, at most 10^9: checked by the codec).
+    MemLimit {
+        megabytes: u32,
         noreply: bool,
     },
     Quit,

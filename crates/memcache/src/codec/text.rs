@@ -65,6 +65,7 @@ pub(crate) fn parse_line(line: &[u8], limits: &Limits) -> LineOutcome {
         b"version" => LineOutcome::Done(Request::Version),
         b"quit" => LineOutcome::Done(Request::Quit),
         b"verbosity" if n == 2 || n == 3 => verbosity(&t),
+        b"cache_memlimit" if n == 2 || n == 3 => memlimit(&t),
         b"shutdown" => reply("ERROR: shutdown not enabled", false),
         _ => {
             if t.last().starts_with(b"HTTP/") {
@@ -232,8 +233,37 @@ fn verbosity(t: &Tokens<'_>) -> LineOutcome {
     }
 }
 
+fn memlimit(t: &Tokens<'_>) -> LineOutcome {
+    let noreply = noreply(t);
+    match strtoul32(t.get(1)) {
+        None => reply("ERROR", noreply),
+        Some(mb) if mb < 8 => reply(
+            "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m",
+            noreply,
+        ),
+        Some(mb) if mb > 1_000_000_000 => reply(
+            "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes",
+            noreply,
+        ),
+        Some(megabytes) => LineOutcome::Done(Request::MemLimit { megabytes, noreply }),
+    }
+}
+
+/// memcached's `MAX_NUMBER_OF_SLAB_CLASSES`.
+const SLAB_CLASSES: u32 = 64;
+
 fn stats(t: &Tokens<'_>) -> LineOutcome {
     let arg = match t.get(1) {
+        b"cachedump" => {
+            if t.count() < 4 {
+                return reply("CLIENT_ERROR bad command line", false);
+            }
+            match (strtoul32(t.get(2)), strtoul32(t.get(3))) {
+                (Some(class), Some(_)) if class < SLAB_CLASSES => StatsArg::CacheDump,
+                (Some(_), Some(_)) => return reply("CLIENT_ERROR Illegal slab id", false),
+                _ => return reply(BAD_FORMAT, false),
+            }
+        }
         b"" => StatsArg::General,
         b"reset" => StatsArg::Reset,
         b"detail" => StatsArg::Detail((t.count() >= 3).then(|| key(t.get(2)))),

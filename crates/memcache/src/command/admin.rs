@@ -28,6 +28,22 @@ pub fn flush_all<S: KvStore>(ctx: &Context<S>, delay: i32, noreply: bool, out: &
     }
 }
 
+/// `cache_memlimit`: change the store's RAM limit at run time, when the binary gave the
+/// context a way to (see [`Context::set_memory_limit_hook`]).
+pub fn memlimit<S>(ctx: &Context<S>, megabytes: u32, noreply: bool, out: &mut BytesMut) {
+    let ok = ctx.adjust_memory_limit(u64::from(megabytes) << 20);
+    if !noreply {
+        reply::line(
+            out,
+            if ok {
+                b"OK"
+            } else {
+                b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust"
+            },
+        );
+    }
+}
+
 pub fn version<S>(ctx: &Context<S>, out: &mut BytesMut) {
     let line = format!("VERSION {}", ctx.settings.version);
     reply::line(out, line.as_bytes());
@@ -41,6 +57,8 @@ pub fn stats<S: KvStore>(ctx: &Context<S>, arg: StatsArg, out: &mut BytesMut) {
             reply::line(out, b"RESET");
             return;
         }
+        // flashtier keeps no slab classes to list items by; every class dumps empty.
+        StatsArg::CacheDump => {}
         StatsArg::Detail(sub) => {
             match sub.as_deref() {
                 Some(b"on") | Some(b"off") => reply::line(out, b"OK"),
@@ -125,7 +143,7 @@ fn general<S: KvStore>(ctx: &Context<S>, out: &mut BytesMut) {
         reply::stat(out, name, value);
     }
     let limit = if store.limit_maxbytes == 0 {
-        ctx.settings.memory_limit
+        ctx.memory_limit()
     } else {
         store.limit_maxbytes
     };
@@ -143,7 +161,7 @@ fn general<S: KvStore>(ctx: &Context<S>, out: &mut BytesMut) {
 
 fn settings<S: KvStore>(ctx: &Context<S>, out: &mut BytesMut) {
     let st = &ctx.settings;
-    reply::stat(out, "maxbytes", st.memory_limit);
+    reply::stat(out, "maxbytes", ctx.memory_limit());
     reply::stat(out, "maxconns", st.max_connections);
     reply::stat(out, "tcpport", st.listen.port());
     reply::stat(out, "udpport", 0);
@@ -245,5 +263,42 @@ mod tests {
         );
         assert_eq!(t(b"stats detail on\r\n").await, "OK\r\n");
         assert_eq!(t(b"stats conns\r\n").await, "END\r\n");
+        assert_eq!(t(b"stats cachedump 1 1\r\n").await, "END\r\n");
+        assert_eq!(
+            t(b"stats cachedump 100 1\r\n").await,
+            "CLIENT_ERROR Illegal slab id\r\n"
+        );
+        assert_eq!(
+            t(b"stats cachedump 1\r\n").await,
+            "CLIENT_ERROR bad command line\r\n"
+        );
+        assert_eq!(
+            t(b"stats cachedump x 1\r\n").await,
+            "CLIENT_ERROR bad command line format\r\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn memlimit() {
+        let h = Harness::new();
+        assert_eq!(
+            h.send(b"cache_memlimit 50\r\n").await,
+            "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n"
+        );
+        let seen = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let s2 = seen.clone();
+        h.ctx.set_memory_limit_hook(Box::new(move |b| {
+            s2.store(b, std::sync::atomic::Ordering::Relaxed);
+            true
+        }));
+        assert_eq!(
+            h.send(b"cache_memlimit 50\r\ncache_memlimit 5\r\ncache_memlimit x\r\ncache_memlimit 9 noreply\r\ncache_memlimit\r\n").await,
+            "OK\r\nMEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\nERROR\r\nERROR\r\n"
+        );
+        assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), 9 << 20);
+        assert!(h
+            .send(b"stats\r\n")
+            .await
+            .contains("STAT limit_maxbytes 9437184\r\n"));
     }
 }
