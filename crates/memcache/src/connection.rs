@@ -10,8 +10,8 @@
 //!
 //! Memory invariants: the read buffer holds at most one request being assembled (bounded by
 //! the decoder's limits); the output buffer holds at most `max_output_buffer` plus one reply.
-//! Idle connections keep no large buffers: an empty read buffer that grew beyond
-//! [`IDLE_KEEP`] is released.
+//! Idle connections keep no read buffer (an empty one is released before waiting) and at
+//! most [`IDLE_KEEP`] of output buffer.
 //!
 //! Replies stay in request order because requests are executed one after another; a
 //! multi-key get is the unit that may await several store reads together (see
@@ -29,8 +29,11 @@ use crate::stats::Stats;
 
 /// Read size per `read` call (memcached reads 16 KiB at a time too).
 const READ_CHUNK: usize = 16 * 1024;
-/// Buffer capacity an idle connection may keep.
+/// Output buffer capacity a connection keeps between bursts.
 const IDLE_KEEP: usize = 64 * 1024;
+/// Input buffer capacity a connection keeps while waiting for bytes: none, so thousands of
+/// idle connections cost no read buffers (a burst allocates `READ_CHUNK` again).
+const IDLE_KEEP_INPUT: usize = 0;
 
 /// What [`Session::pump`] stopped for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,7 +143,7 @@ pub async fn serve_connection<S: KvStore>(
         if *shutdown.borrow() {
             return Ok(());
         }
-        if session.input.is_empty() && session.input.capacity() > IDLE_KEEP {
+        if session.input.is_empty() && session.input.capacity() > IDLE_KEEP_INPUT {
             session.input = BytesMut::new();
         }
         // Wait for bytes (holding no buffer while idle), or for shutdown.

@@ -243,9 +243,7 @@ pub fn main(args: KvArgs) -> anyhow::Result<()> {
 }
 
 async fn run<S: KvStore>(cfg: KvConfig, store: Arc<S>) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(cfg.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", cfg.listen))?;
+    let listener = bind(cfg.listen).with_context(|| format!("cannot listen on {}", cfg.listen))?;
     let listen = listener.local_addr().context("listener address")?;
     let settings = Settings {
         listen,
@@ -268,6 +266,19 @@ async fn run<S: KvStore>(cfg: KvConfig, store: Arc<S>) -> anyhow::Result<()> {
         eprintln!("flashtier kv: shut down");
     }
     Ok(())
+}
+
+/// Listen with `SO_REUSEADDR` (a restart does not wait for old connections' TIME_WAIT) and
+/// memcached's backlog of 1024.
+fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 /// Completes on SIGTERM or SIGINT.
