@@ -1,0 +1,304 @@
+//! `flush_all`, `version` and `stats` (general, `settings`, `items`, `slabs`, `sizes`,
+//! `conns`, `reset`, `detail`, and any section the store provides, such as `extstore`).
+//!
+//! Stat names follow memcached so existing dashboards and scripts keep working. Sub-commands
+//! neither flashtier nor its store know answer `ERROR`, as memcached does.
+use bytes::BytesMut;
+use flashtier_cache::KvStore;
+
+use super::exptime;
+use crate::context::Context;
+use crate::reply;
+use crate::request::StatsArg;
+use crate::stats::Stats;
+
+pub fn flush_all<S: KvStore>(ctx: &Context<S>, delay: i32, noreply: bool, out: &mut BytesMut) {
+    Stats::incr(&ctx.stats.cmd_flush);
+    let now = ctx.store.clock().now();
+    // memcached invalidates items stored at or before `realtime(delay) - 1` once that time
+    // comes; with no delay, everything stored so far.
+    let at = if delay > 0 {
+        exptime::absolute(delay, now).saturating_sub(1)
+    } else {
+        now
+    };
+    ctx.store.flush_all(at);
+    if !noreply {
+        reply::line(out, b"OK");
+    }
+}
+
+/// `cache_memlimit`: change the store's RAM limit at run time, when the binary gave the
+/// context a way to (see [`Context::set_memory_limit_hook`]).
+pub fn memlimit<S>(ctx: &Context<S>, megabytes: u32, noreply: bool, out: &mut BytesMut) {
+    let ok = ctx.adjust_memory_limit(u64::from(megabytes) << 20);
+    if !noreply {
+        reply::line(
+            out,
+            if ok {
+                b"OK"
+            } else {
+                b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust"
+            },
+        );
+    }
+}
+
+pub fn version<S>(ctx: &Context<S>, out: &mut BytesMut) {
+    let line = format!("VERSION {}", ctx.settings.version);
+    reply::line(out, line.as_bytes());
+}
+
+pub fn stats<S: KvStore>(ctx: &Context<S>, arg: StatsArg, out: &mut BytesMut) {
+    match arg {
+        StatsArg::General => general(ctx, out),
+        StatsArg::Reset => {
+            ctx.stats.reset();
+            reply::line(out, b"RESET");
+            return;
+        }
+        // flashtier keeps no slab classes to list items by; every class dumps empty.
+        StatsArg::CacheDump => {}
+        StatsArg::Detail(sub) => {
+            match sub.as_deref() {
+                Some(b"on") | Some(b"off") => reply::line(out, b"OK"),
+                Some(b"dump") => reply::line(out, b"END"),
+                _ => reply::line(out, b"CLIENT_ERROR usage: stats detail on|off|dump"),
+            }
+            return;
+        }
+        StatsArg::Section(name) => match &name[..] {
+            b"settings" => settings(ctx, out),
+            b"conns" => conns(ctx, out),
+            b"sizes" => reply::stat(out, "sizes_status", "disabled"),
+            other => {
+                let name = String::from_utf8_lossy(other);
+                match ctx.store.stats_section(&name) {
+                    Some(lines) => {
+                        for (k, v) in lines {
+                            reply::stat(out, &k, v);
+                        }
+                    }
+                    None if name == "items" => {}
+                    None if name == "slabs" => {
+                        reply::stat(out, "active_slabs", 0);
+                        reply::stat(out, "total_malloced", ctx.store.stats().bytes);
+                    }
+                    None => {
+                        reply::line(out, b"ERROR");
+                        return;
+                    }
+                }
+            }
+        },
+    }
+    reply::line(out, b"END");
+}
+
+/// (user, system) CPU seconds of this process, from `/proc/self/stat`.
+fn cpu_times() -> (f64, f64) {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return (0.0, 0.0);
+    };
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the file: 11 and 12 after the command name.
+    const HZ: f64 = 100.0;
+    (ticks(11) / HZ, ticks(12) / HZ)
+}
+
+fn general<S: KvStore>(ctx: &Context<S>, out: &mut BytesMut) {
+    let now = ctx.store.clock().now();
+    let s = &ctx.stats;
+    let store = ctx.store.stats();
+    let (user, system) = cpu_times();
+    reply::stat(out, "pid", std::process::id());
+    reply::stat(out, "uptime", now.saturating_sub(ctx.started));
+    reply::stat(out, "time", now);
+    reply::stat(out, "version", &ctx.settings.version);
+    reply::stat(out, "pointer_size", usize::BITS);
+    reply::stat(out, "rusage_user", format!("{user:.6}"));
+    reply::stat(out, "rusage_system", format!("{system:.6}"));
+    reply::stat(out, "max_connections", ctx.settings.max_connections);
+    reply::stat(out, "curr_connections", Stats::get(&s.curr_connections));
+    reply::stat(out, "total_connections", Stats::get(&s.total_connections));
+    reply::stat(
+        out,
+        "rejected_connections",
+        Stats::get(&s.rejected_connections),
+    );
+    reply::stat(
+        out,
+        "connection_structures",
+        Stats::get(&s.curr_connections),
+    );
+    for (name, value) in s.counters() {
+        reply::stat(out, name, value);
+    }
+    let limit = if store.limit_maxbytes == 0 {
+        ctx.memory_limit()
+    } else {
+        store.limit_maxbytes
+    };
+    reply::stat(out, "limit_maxbytes", limit);
+    reply::stat(out, "accepting_conns", 1);
+    reply::stat(out, "threads", ctx.settings.threads);
+    reply::stat(out, "bytes", store.bytes);
+    reply::stat(out, "curr_items", store.curr_items);
+    reply::stat(out, "total_items", store.total_items);
+    reply::stat(out, "expired_unfetched", store.expired_unfetched);
+    reply::stat(out, "evicted_unfetched", store.evicted_unfetched);
+    reply::stat(out, "evictions", store.evictions);
+    reply::stat(out, "reclaimed", store.reclaimed);
+}
+
+fn settings<S: KvStore>(ctx: &Context<S>, out: &mut BytesMut) {
+    let st = &ctx.settings;
+    reply::stat(out, "maxbytes", ctx.memory_limit());
+    reply::stat(out, "maxconns", st.max_connections);
+    reply::stat(out, "tcpport", st.listen.port());
+    reply::stat(out, "udpport", 0);
+    reply::stat(out, "inter", st.listen.ip());
+    reply::stat(
+        out,
+        "verbosity",
+        ctx.verbosity.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    reply::stat(out, "evictions", "on");
+    reply::stat(out, "num_threads", st.threads);
+    reply::stat(out, "cas_enabled", "yes");
+    reply::stat(out, "item_size_max", st.max_item_size);
+    reply::stat(out, "flush_enabled", "yes");
+    reply::stat(out, "binding_protocol", "ascii");
+    reply::stat(out, "max_output_buffer", st.max_output_buffer);
+}
+
+fn conns<S>(ctx: &Context<S>, out: &mut BytesMut) {
+    for (id, entry) in ctx.connections() {
+        reply::stat(out, &format!("{id}:addr"), format!("tcp:{}", entry.peer));
+        reply::stat(
+            out,
+            &format!("{id}:listen_addr"),
+            format!("tcp:{}", ctx.settings.listen),
+        );
+        reply::stat(out, &format!("{id}:state"), "conn_parse_cmd");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::command::testing::{run as t, Harness};
+
+    #[tokio::test]
+    async fn flush_all_forms() {
+        assert_eq!(
+            t(b"set a 0 0 1\r\nx\r\nflush_all\r\nget a\r\n").await,
+            "STORED\r\nOK\r\nEND\r\n"
+        );
+        assert_eq!(
+            t(b"flush_all noreply\r\nflush_all 0 noreply\r\nmn\r\n").await,
+            "MN\r\n"
+        );
+        assert_eq!(
+            t(b"flush_all x\r\n").await,
+            "CLIENT_ERROR invalid exptime argument\r\n"
+        );
+        assert_eq!(t(b"flush_all 1 2 3\r\n").await, "ERROR\r\n");
+    }
+
+    #[tokio::test]
+    async fn delayed_flush() {
+        let h = Harness::new();
+        assert_eq!(
+            h.send(b"set a 0 0 1\r\nx\r\nflush_all 10\r\nget a\r\n")
+                .await,
+            "STORED\r\nOK\r\nVALUE a 0 1\r\nx\r\nEND\r\n"
+        );
+        h.clock.advance(10);
+        assert_eq!(h.send(b"get a\r\n").await, "END\r\n");
+    }
+
+    #[tokio::test]
+    async fn misc() {
+        assert!(t(b"version\r\n")
+            .await
+            .starts_with("VERSION 1.6.18-flashtier-"));
+        assert_eq!(
+            t(b"verbosity 1\r\nverbosity\r\nverbosity x\r\nverbosity 1 noreply\r\n").await,
+            "OK\r\nERROR\r\nCLIENT_ERROR bad command line format\r\n"
+        );
+        assert_eq!(t(b"shutdown\r\n").await, "ERROR: shutdown not enabled\r\n");
+        assert_eq!(
+            t(b"GET a\r\nm\r\n \r\n\r\nmx a\r\n").await,
+            "ERROR\r\nERROR\r\nERROR\r\nERROR\r\nERROR\r\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn stats_sections() {
+        let out = t(b"set a 0 0 1\r\nx\r\nget a\r\nget b\r\nstats\r\n").await;
+        assert!(out.contains("STAT cmd_get 2\r\n"), "{out}");
+        assert!(out.contains("STAT get_hits 1\r\n"));
+        assert!(out.contains("STAT get_misses 1\r\n"));
+        assert!(out.contains("STAT curr_items 1\r\n"));
+        assert!(out.ends_with("END\r\n"));
+        let out = t(b"get b\r\nstats reset\r\nstats\r\n").await;
+        assert!(out.contains("RESET\r\n") && out.contains("STAT get_misses 0\r\n"));
+        assert!(t(b"stats settings\r\n")
+            .await
+            .contains("STAT item_size_max 1024\r\n"));
+        assert_eq!(t(b"stats items\r\n").await, "END\r\n");
+        assert!(t(b"stats slabs\r\n").await.contains("active_slabs"));
+        assert_eq!(t(b"stats nonsense\r\n").await, "ERROR\r\n");
+        assert_eq!(
+            t(b"stats detail\r\n").await,
+            "CLIENT_ERROR usage: stats detail on|off|dump\r\n"
+        );
+        assert_eq!(t(b"stats detail on\r\n").await, "OK\r\n");
+        assert_eq!(t(b"stats conns\r\n").await, "END\r\n");
+        assert_eq!(t(b"stats cachedump 1 1\r\n").await, "END\r\n");
+        assert_eq!(
+            t(b"stats cachedump 100 1\r\n").await,
+            "CLIENT_ERROR Illegal slab id\r\n"
+        );
+        assert_eq!(
+            t(b"stats cachedump 1\r\n").await,
+            "CLIENT_ERROR bad command line\r\n"
+        );
+        assert_eq!(
+            t(b"stats cachedump x 1\r\n").await,
+            "CLIENT_ERROR bad command line format\r\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn memlimit() {
+        let h = Harness::new();
+        assert_eq!(
+            h.send(b"cache_memlimit 50\r\n").await,
+            "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n"
+        );
+        let seen = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let s2 = seen.clone();
+        h.ctx.set_memory_limit_hook(Box::new(move |b| {
+            s2.store(b, std::sync::atomic::Ordering::Relaxed);
+            true
+        }));
+        assert_eq!(
+            h.send(b"cache_memlimit 50\r\ncache_memlimit 5\r\ncache_memlimit x\r\ncache_memlimit 9 noreply\r\ncache_memlimit\r\n").await,
+            "OK\r\nMEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\nERROR\r\nERROR\r\n"
+        );
+        assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), 9 << 20);
+        assert!(h
+            .send(b"stats\r\n")
+            .await
+            .contains("STAT limit_maxbytes 9437184\r\n"));
+    }
+}

@@ -1,0 +1,102 @@
+//! `md`: meta delete. With `I` the item is not removed but marked stale with a new CAS (and
+//! optionally a new TTL from `T`), so the next `mg` wins the right to recache it. `C` only
+//! deletes when the CAS matches. The reply is `HD NF EX` plus `O` and `k`; `q` hides `HD`.
+use bytes::BytesMut;
+use flashtier_cache::{CasMode, ItemMeta, ItemWrite, KvStore, Update};
+
+use super::exptime;
+use crate::context::Context;
+use crate::request::Meta;
+use crate::stats::Stats;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Deleted,
+    NotFound,
+    Exists,
+}
+
+pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut BytesMut) {
+    let o = &meta.opts;
+    let now = ctx.store.clock().now();
+    let res = ctx
+        .store
+        .update(&meta.key, |cur| {
+            let Some(it) = cur else {
+                return (Update::Keep, Outcome::NotFound);
+            };
+            if o.compare_cas.is_some_and(|c| c != it.cas) {
+                return (Update::Keep, Outcome::Exists);
+            }
+            if !o.invalidate {
+                return (Update::Delete, Outcome::Deleted);
+            }
+            let w = ItemWrite {
+                value: it.value.clone(),
+                flags: it.flags,
+                exptime: o.ttl.map_or(it.exptime, |t| exptime::absolute(t, now)),
+                cas: CasMode::New,
+                meta: ItemMeta {
+                    stale: true,
+                    win_token_sent: false,
+                    ..it.meta
+                },
+            };
+            (Update::Put(w), Outcome::Deleted)
+        })
+        .await;
+    let outcome = match res {
+        Ok((r, _)) => r,
+        Err(e) => return super::store_error(ctx, &e, false, out),
+    };
+    let s = &ctx.stats;
+    match outcome {
+        Outcome::Deleted if !o.invalidate => Stats::incr(&s.delete_hits),
+        Outcome::Deleted => {}
+        Outcome::NotFound | Outcome::Exists => Stats::incr(&s.delete_misses),
+    }
+    if outcome == Outcome::Deleted && o.quiet {
+        return;
+    }
+    out.extend_from_slice(match outcome {
+        Outcome::Deleted => b"HD",
+        Outcome::NotFound => b"NF",
+        Outcome::Exists => b"EX",
+    });
+    super::meta_echo(out, &meta);
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::command::testing::run as t;
+
+    #[tokio::test]
+    async fn delete_forms() {
+        assert_eq!(
+            t(b"md a\r\nmd a q\r\nmd a k O5\r\n").await,
+            "NF\r\nNF\r\nNF ka O5\r\n"
+        );
+        assert_eq!(
+            t(b"set a 0 0 1\r\nx\r\nmd a C9\r\nmd a C1 q\r\nmg a\r\nmn\r\n").await,
+            "STORED\r\nEX\r\nEN\r\nMN\r\n"
+        );
+        assert_eq!(
+            t(b"md a zz\r\n").await,
+            "CLIENT_ERROR invalid or duplicate flag\r\n"
+        );
+        assert_eq!(
+            t(b"md a q q\r\n").await,
+            "CLIENT_ERROR invalid or duplicate flag\r\n"
+        );
+        assert_eq!(t(b"md\r\n").await, "ERROR\r\n");
+    }
+
+    #[tokio::test]
+    async fn invalidate_keeps_value() {
+        assert_eq!(
+            t(b"set a 3 0 1\r\nx\r\nmd a I\r\nget a\r\nmg a c\r\n").await,
+            "STORED\r\nHD\r\nVALUE a 3 1\r\nx\r\nEND\r\nHD c2 X W\r\n"
+        );
+    }
+}

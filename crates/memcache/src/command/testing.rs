@@ -1,0 +1,50 @@
+//! Test driver: feeds raw protocol bytes through the real decoder and command layer against
+//! a `ModelStore` (1024-byte item limit) and returns the reply bytes as text.
+use std::sync::Arc;
+
+use flashtier_cache::{Clock, ModelStore};
+
+use crate::codec::Limits;
+use crate::connection::{Pump, Session};
+use crate::context::{Context, Settings};
+
+/// Item limit of the test store.
+pub const TEST_MAX_ITEM: usize = 1024;
+
+/// A store, its clock and a context that live across several `send`s.
+pub struct Harness {
+    pub clock: Clock,
+    pub ctx: Context<ModelStore>,
+}
+
+impl Harness {
+    pub fn new() -> Self {
+        let clock = Clock::system();
+        let store = Arc::new(ModelStore::new(clock.clone(), TEST_MAX_ITEM));
+        let settings = Settings {
+            max_item_size: TEST_MAX_ITEM,
+            ..Settings::default()
+        };
+        Self {
+            clock,
+            ctx: Context::new(store, settings),
+        }
+    }
+
+    /// Send `input` on a fresh connection and return everything it answered.
+    pub async fn send(&self, input: &[u8]) -> String {
+        let limits = Limits {
+            max_item_size: TEST_MAX_ITEM,
+            ..Limits::default()
+        };
+        let mut session = Session::new(limits, 1 << 20);
+        session.input.extend_from_slice(input);
+        while session.pump(&self.ctx).await == Pump::Flush {}
+        String::from_utf8_lossy(&session.output).into_owned()
+    }
+}
+
+/// Send `input` to a fresh store.
+pub async fn run(input: &[u8]) -> String {
+    Harness::new().send(input).await
+}

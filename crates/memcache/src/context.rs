@@ -1,0 +1,152 @@
+//! What every connection of one server shares: the store, the counters, the settings and the
+//! table of open connections (for `stats conns`).
+//!
+//! Built once by [`crate::server::serve`] and handed to every connection task behind an
+//! `Arc`; all fields are safe to use from any worker thread.
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::stats::Stats;
+
+/// Settings a server reports (`stats settings`) and enforces.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Address the server listens on.
+    pub listen: SocketAddr,
+    /// Most simultaneous client connections. Default: `1024`.
+    pub max_connections: usize,
+    /// Largest value in bytes. Default: `1 MiB`.
+    pub max_item_size: usize,
+    /// RAM limit of the store in bytes, reported as `limit_maxbytes`. Default: `64 MiB`.
+    pub memory_limit: u64,
+    /// Worker threads of the runtime (reported as `threads`).
+    pub threads: usize,
+    /// Output bytes buffered per connection before the connection stops executing requests
+    /// and waits for the client to read. Default: `1 MiB`.
+    pub max_output_buffer: usize,
+    /// The string returned by `version`.
+    pub version: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 11211)),
+            max_connections: 1024,
+            max_item_size: 1 << 20,
+            memory_limit: 64 << 20,
+            threads: 1,
+            max_output_buffer: 1 << 20,
+            version: default_version(),
+        }
+    }
+}
+
+/// `1.6.18-flashtier-<crate version>`: memcached's protocol level first, so clients that
+/// parse the version number see the feature set they get.
+pub fn default_version() -> String {
+    format!("1.6.18-flashtier-{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// One open connection, for `stats conns`.
+#[derive(Clone, Debug)]
+pub struct ConnEntry {
+    pub peer: SocketAddr,
+}
+
+/// State shared by all connections of a server.
+pub struct Context<S> {
+    pub store: Arc<S>,
+    pub stats: Stats,
+    pub settings: Settings,
+    /// Unix seconds at start (for `uptime`).
+    pub started: u32,
+    /// Current `verbosity` level (accepted and reported; logging uses the binary's flags).
+    pub verbosity: std::sync::atomic::AtomicU32,
+    conns: Mutex<BTreeMap<u64, ConnEntry>>,
+    /// Current RAM limit in bytes (starts at `settings.memory_limit`; `cache_memlimit`).
+    memory_limit: AtomicU64,
+    memory_limit_hook: Mutex<Option<MemoryLimitHook>>,
+}
+
+/// Applies a new RAM limit (bytes) to the store; `false` if it cannot.
+pub type MemoryLimitHook = Box<dyn Fn(u64) -> bool + Send + Sync>;
+
+impl<S> std::fmt::Debug for Context<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Context<S> {
+    pub fn new(store: Arc<S>, settings: Settings) -> Self {
+        let started = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs() as u32)
+            .unwrap_or(0);
+        let settings_limit = settings.memory_limit;
+        Self {
+            store,
+            stats: Stats::default(),
+            settings,
+            started,
+            verbosity: Default::default(),
+            conns: Mutex::new(BTreeMap::new()),
+            memory_limit: AtomicU64::new(settings_limit),
+            memory_limit_hook: Mutex::new(None),
+        }
+    }
+
+    /// Let `cache_memlimit` change the store's RAM limit through `hook`. Without a hook the
+    /// command answers memcached's `MEMLIMIT_ADJUST_FAILED`.
+    pub fn set_memory_limit_hook(&self, hook: MemoryLimitHook) {
+        *self
+            .memory_limit_hook
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(hook);
+    }
+
+    /// Try to set the RAM limit to `bytes`; true when the store accepted it.
+    pub fn adjust_memory_limit(&self, bytes: u64) -> bool {
+        let hook = self
+            .memory_limit_hook
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let ok = hook.as_ref().is_some_and(|h| h(bytes));
+        if ok {
+            self.memory_limit.store(bytes, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    /// The RAM limit in bytes as configured or last adjusted.
+    pub fn memory_limit(&self) -> u64 {
+        self.memory_limit.load(Ordering::Relaxed)
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, ConnEntry>> {
+        self.conns
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Record a new connection.
+    pub fn register(&self, id: u64, entry: ConnEntry) {
+        self.table().insert(id, entry);
+    }
+
+    /// Forget a closed connection.
+    pub fn unregister(&self, id: u64) {
+        self.table().remove(&id);
+    }
+
+    /// A copy of the open connections.
+    pub fn connections(&self) -> Vec<(u64, ConnEntry)> {
+        self.table().iter().map(|(k, v)| (*k, v.clone())).collect()
+    }
+}

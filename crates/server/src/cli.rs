@@ -1,0 +1,91 @@
+//! Command-line flags.
+//!
+//! `flashtier kv` takes native long flags and the memcached short flags users' scripts
+//! already pass (`-p -l -m -c -t -I -U -u -v -o`), so `flashtier kv -p 11211 -m 1024` drops
+//! in where `memcached -p 11211 -m 1024` ran. Where both forms are given, the memcached flag
+//! refines the native one (`-l` replaces the host of `--listen`, `-p` its port).
+use clap::{ArgAction, Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "flashtier",
+    version,
+    about = "A cache that extends caching beyond RAM onto flash"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the memcached-compatible key-value cache server.
+    Kv(KvArgs),
+}
+
+#[derive(Clone, Debug, Default, Args)]
+pub struct KvArgs {
+    /// Address to listen on, HOST:PORT. Default: 127.0.0.1:11211.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: Option<String>,
+
+    /// RAM for items, e.g. 64M, 64MiB, 1G or plain bytes. Default: 64MiB.
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+
+    /// Largest value a single item may hold. Default: 1MiB.
+    #[arg(long, value_name = "SIZE")]
+    pub max_item_size: Option<String>,
+
+    /// Worker threads. Default: the number of CPU cores.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+
+    /// Most simultaneous client connections. Default: 1024.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+
+    /// Validate the configuration, print it and exit.
+    #[arg(long)]
+    pub check_config: bool,
+
+    /// Verbose logging to stderr (-v, -vv). memcached's -v.
+    #[arg(short = 'v', action = ArgAction::Count)]
+    pub verbose: u8,
+
+    /// memcached -p: TCP port.
+    #[arg(short = 'p', value_name = "PORT")]
+    pub port: Option<u16>,
+
+    /// memcached -l: address to listen on.
+    #[arg(short = 'l', value_name = "ADDR")]
+    pub listen_addr: Option<String>,
+
+    /// memcached -m: item memory in megabytes.
+    #[arg(short = 'm', value_name = "MB")]
+    pub memory_mb: Option<u64>,
+
+    /// memcached -c: max simultaneous connections.
+    #[arg(short = 'c', value_name = "N")]
+    pub conn_limit: Option<usize>,
+
+    /// memcached -t: worker threads.
+    #[arg(short = 't', value_name = "N")]
+    pub thread_count: Option<usize>,
+
+    /// memcached -I: max item size (e.g. 1m, 512k).
+    #[arg(short = 'I', value_name = "SIZE")]
+    pub item_size: Option<String>,
+
+    /// memcached -U: UDP port. Only 0 (UDP off) is supported.
+    #[arg(short = 'U', value_name = "PORT")]
+    pub udp_port: Option<u16>,
+
+    /// memcached -u: user to run as. Accepted for compatibility; flashtier does not switch users.
+    #[arg(short = 'u', value_name = "USER")]
+    pub user: Option<String>,
+
+    /// memcached -o: comma-separated extended options (e.g. ext_path=PATH:SIZE).
+    #[arg(short = 'o', value_name = "OPTS", action = ArgAction::Append)]
+    pub extended: Vec<String>,
+}

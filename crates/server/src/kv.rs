@@ -1,0 +1,388 @@
+//! `flashtier kv`: resolve flags into a validated configuration, build the store, run the
+//! memcached-protocol server until SIGTERM/SIGINT, then shut down gracefully (exit 0).
+//!
+//! Threads: the tokio runtime's workers (`--threads`) run the accept loop and every
+//! connection; the main thread only blocks on the runtime.
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context as _};
+use flashtier_cache::{Clock, KvStore, ModelStore};
+use flashtier_memcache::{Context, Settings};
+
+use crate::cli::KvArgs;
+use crate::size::parse_size;
+
+const DEFAULT_LISTEN: &str = "127.0.0.1:11211";
+const DEFAULT_MEMORY: u64 = 64 << 20;
+const DEFAULT_MAX_ITEM: u64 = 1 << 20;
+const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// memcached's bounds for `-I`.
+const MIN_ITEM: u64 = 1 << 10;
+const MAX_ITEM: u64 = 1 << 30;
+
+/// memcached `-o` options that tune memcached internals with no flashtier equivalent. They
+/// are accepted (so existing command lines keep working) and ignored.
+const IGNORED_OPTIONS: &[&str] = &[
+    "modern",
+    "no_modern",
+    "slab_reassign",
+    "no_slab_reassign",
+    "slab_automove",
+    "slab_automove_ratio",
+    "slab_automove_window",
+    "slab_chunk_max",
+    "lru_crawler",
+    "no_lru_crawler",
+    "lru_maintainer",
+    "no_lru_maintainer",
+    "lru_crawler_sleep",
+    "lru_crawler_tocrawl",
+    "hash_algorithm",
+    "hot_lru_pct",
+    "warm_lru_pct",
+    "hot_max_factor",
+    "warm_max_factor",
+    "temporary_ttl",
+    "idle_timeout",
+    "watcher_logbuf_size",
+    "worker_logbuf_size",
+    "track_sizes",
+    "no_hashexpand",
+    "hashpower",
+    "tail_repair_time",
+    "maxconns_fast",
+    "no_maxconns_fast",
+    "no_inline_ascii_resp",
+    "read_buf_mem_limit",
+];
+
+/// The flash tier requested with memcached's `-o ext_path=PATH:SIZE`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlashSpec {
+    pub path: PathBuf,
+    pub size: u64,
+}
+
+/// A validated `flashtier kv` configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvConfig {
+    pub listen: SocketAddr,
+    /// Bytes of RAM for items. Default: 64 MiB.
+    pub memory: u64,
+    /// Largest value in bytes. Default: 1 MiB.
+    pub max_item_size: u64,
+    /// Runtime worker threads. Default: number of cores.
+    pub threads: usize,
+    /// Default: 1024.
+    pub max_connections: usize,
+    pub verbose: u8,
+    /// Flash tier files (`-o ext_path`); not served by this build yet.
+    pub flash: Vec<FlashSpec>,
+}
+
+impl KvConfig {
+    /// Resolve flags (memcached flags refine native ones) and validate.
+    pub fn from_args(a: &KvArgs) -> anyhow::Result<Self> {
+        let listen_text = a
+            .listen
+            .clone()
+            .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+        let (mut host, mut port) = split_host_port(&listen_text)?;
+        if let Some(l) = &a.listen_addr {
+            host = l.clone();
+        }
+        if let Some(p) = a.port {
+            port = p;
+        }
+        let listen = resolve(&host, port)?;
+
+        let memory = match (a.memory_mb, &a.memory) {
+            (Some(_), Some(_)) => bail!("give the memory limit once: --memory or -m, not both"),
+            (Some(mb), None) => mb.checked_mul(1 << 20).context("-m is too large")?,
+            (None, Some(s)) => parse_size(s).context("--memory")?,
+            (None, None) => DEFAULT_MEMORY,
+        };
+        let max_item_size = match (&a.item_size, &a.max_item_size) {
+            (Some(_), Some(_)) => bail!("give the item size limit once: --max-item-size or -I"),
+            (Some(s), None) => parse_size(s).context("-I")?,
+            (None, Some(s)) => parse_size(s).context("--max-item-size")?,
+            (None, None) => DEFAULT_MAX_ITEM,
+        };
+        let threads = match (a.thread_count, a.threads) {
+            (Some(_), Some(_)) => bail!("give the thread count once: --threads or -t"),
+            (Some(t), None) | (None, Some(t)) => t,
+            (None, None) => std::thread::available_parallelism().map_or(4, |n| n.get()),
+        };
+        let max_connections = match (a.conn_limit, a.max_connections) {
+            (Some(_), Some(_)) => bail!("give the connection limit once: --max-connections or -c"),
+            (Some(c), None) | (None, Some(c)) => c,
+            (None, None) => DEFAULT_MAX_CONNECTIONS,
+        };
+        if let Some(udp) = a.udp_port {
+            if udp != 0 {
+                bail!("-U {udp}: UDP is not supported; use -U 0 (the default)");
+            }
+        }
+        let mut flash = Vec::new();
+        for opt in a
+            .extended
+            .iter()
+            .flat_map(|o| o.split(','))
+            .filter(|o| !o.is_empty())
+        {
+            let (name, value) = opt.split_once('=').unwrap_or((opt, ""));
+            match name {
+                "ext_path" => flash.push(parse_ext_path(value)?),
+                n if IGNORED_OPTIONS.contains(&n) || n.starts_with("ext_") => {}
+                other => bail!("-o {other}: unknown option"),
+            }
+        }
+        let cfg = Self {
+            listen,
+            memory,
+            max_item_size,
+            threads,
+            max_connections,
+            verbose: a.verbose,
+            flash,
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.threads == 0 || self.threads > 1024 {
+            bail!("threads must be between 1 and 1024 (got {})", self.threads);
+        }
+        if self.max_connections == 0 {
+            bail!("max connections must be at least 1");
+        }
+        if !(MIN_ITEM..=MAX_ITEM).contains(&self.max_item_size) {
+            bail!(
+                "max item size must be between 1KiB and 1GiB (got {})",
+                self.max_item_size
+            );
+        }
+        if self.memory < self.max_item_size {
+            bail!(
+                "memory ({}) must be at least the max item size ({})",
+                self.memory,
+                self.max_item_size
+            );
+        }
+        Ok(())
+    }
+}
+
+fn split_host_port(s: &str) -> anyhow::Result<(String, u16)> {
+    let (host, port) = s
+        .rsplit_once(':')
+        .with_context(|| format!("--listen {s:?}: expected HOST:PORT"))?;
+    let port: u16 = port
+        .parse()
+        .with_context(|| format!("--listen {s:?}: bad port"))?;
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    Ok((host, port))
+}
+
+fn resolve(host: &str, port: u16) -> anyhow::Result<SocketAddr> {
+    (host, port)
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve listen address {host}:{port}"))?
+        .next()
+        .with_context(|| format!("listen address {host}:{port} resolves to nothing"))
+}
+
+fn parse_ext_path(v: &str) -> anyhow::Result<FlashSpec> {
+    let (path, size) = v
+        .rsplit_once(':')
+        .with_context(|| format!("ext_path={v}: expected PATH:SIZE (e.g. /data/cache:64G)"))?;
+    if path.is_empty() {
+        bail!("ext_path={v}: empty path");
+    }
+    Ok(FlashSpec {
+        path: PathBuf::from(path),
+        size: parse_size(size).context("ext_path size")?,
+    })
+}
+
+/// The one place the binary chooses its store.
+///
+/// Today this is `ModelStore` (no memory limit, no eviction) because the RAM tier is being
+/// written in parallel; the lead swaps in `flashtier_cache::Cache` built from `cfg.memory`
+/// and `cfg.max_item_size` here. Everything downstream is generic over `KvStore`.
+fn build_store(cfg: &KvConfig) -> Arc<impl KvStore> {
+    Arc::new(ModelStore::new(Clock::system(), cfg.max_item_size as usize))
+}
+
+pub fn main(args: KvArgs) -> anyhow::Result<()> {
+    let cfg = KvConfig::from_args(&args)?;
+    if args.check_config {
+        println!("{cfg:#?}");
+        println!("configuration ok");
+        return Ok(());
+    }
+    if !cfg.flash.is_empty() {
+        bail!(
+            "-o ext_path: the flash tier is not available in this build yet; \
+             run without ext_path for a RAM-only cache"
+        );
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cfg.threads)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let store = build_store(&cfg);
+    runtime.block_on(run(cfg, store))
+}
+
+async fn run<S: KvStore>(cfg: KvConfig, store: Arc<S>) -> anyhow::Result<()> {
+    let listener = bind(cfg.listen).with_context(|| format!("cannot listen on {}", cfg.listen))?;
+    let listen = listener.local_addr().context("listener address")?;
+    let settings = Settings {
+        listen,
+        max_connections: cfg.max_connections,
+        max_item_size: cfg.max_item_size as usize,
+        memory_limit: cfg.memory,
+        threads: cfg.threads,
+        ..Settings::default()
+    };
+    let ctx = Arc::new(Context::new(store, settings));
+    if cfg.verbose > 0 {
+        eprintln!(
+            "flashtier kv: listening on {listen} (memory {} bytes, max item {} bytes, {} threads, \
+             max {} connections)",
+            cfg.memory, cfg.max_item_size, cfg.threads, cfg.max_connections
+        );
+    }
+    flashtier_memcache::serve(listener, ctx, shutdown_signal()).await?;
+    if cfg.verbose > 0 {
+        eprintln!("flashtier kv: shut down");
+    }
+    Ok(())
+}
+
+/// Listen with `SO_REUSEADDR` (a restart does not wait for old connections' TIME_WAIT) and
+/// memcached's backlog of 1024.
+fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(e) => {
+            eprintln!("flashtier: cannot watch SIGTERM ({e}); only SIGINT stops the server");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    fn parse(args: &[&str]) -> anyhow::Result<KvConfig> {
+        let mut full = vec!["flashtier", "kv"];
+        full.extend_from_slice(args);
+        let cli = crate::cli::Cli::try_parse_from(full)?;
+        let crate::cli::Command::Kv(a) = cli.command;
+        KvConfig::from_args(&a)
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.listen, "127.0.0.1:11211".parse().unwrap());
+        assert_eq!(c.memory, 64 << 20);
+        assert_eq!(c.max_item_size, 1 << 20);
+        assert_eq!(c.max_connections, 1024);
+        assert!(c.threads >= 1);
+    }
+
+    #[test]
+    fn memcached_flags() {
+        let c = parse(&[
+            "-p", "11311", "-m", "1024", "-c", "10", "-t", "2", "-I", "2m", "-U", "0", "-u",
+            "root", "-l", "0.0.0.0", "-vv",
+        ])
+        .unwrap();
+        assert_eq!(c.listen, "0.0.0.0:11311".parse().unwrap());
+        assert_eq!(c.memory, 1024 << 20);
+        assert_eq!(c.max_connections, 10);
+        assert_eq!(c.threads, 2);
+        assert_eq!(c.max_item_size, 2 << 20);
+        assert_eq!(c.verbose, 2);
+    }
+
+    #[test]
+    fn native_flags() {
+        let c = parse(&[
+            "--listen",
+            "127.0.0.1:9999",
+            "--memory",
+            "1G",
+            "--max-item-size",
+            "512k",
+            "--threads",
+            "3",
+            "--max-connections",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!(c.listen.port(), 9999);
+        assert_eq!(c.memory, 1 << 30);
+        assert_eq!(c.max_item_size, 512 << 10);
+        assert_eq!(c.threads, 3);
+        assert_eq!(c.max_connections, 5);
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        assert!(parse(&["-U", "11211"]).is_err());
+        assert!(parse(&["-I", "10"]).is_err());
+        assert!(parse(&["-m", "1", "-I", "2m"]).is_err());
+        assert!(parse(&["-m", "1", "--memory", "1G"]).is_err());
+        assert!(parse(&["--threads", "0"]).is_err());
+        assert!(parse(&["--listen", "nocolon"]).is_err());
+        assert!(parse(&["-o", "bogus_option"]).is_err());
+        assert!(parse(&["-o", "ext_path=/tmp/x"]).is_err());
+    }
+
+    #[test]
+    fn extended_options() {
+        let c = parse(&[
+            "-o",
+            "modern,slab_reassign,ext_path=/tmp/f:4G,ext_wbuf_size=8",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.flash,
+            vec![FlashSpec {
+                path: "/tmp/f".into(),
+                size: 4 << 30
+            }]
+        );
+    }
+}

@@ -1,0 +1,41 @@
+//! The memcached flags users' scripts pass work, `--check-config` validates and exits, and
+//! bad flags fail with a clear message.
+mod common;
+use std::process::Command;
+
+use common::{roundtrip, Server};
+
+fn flashtier(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_flashtier"))
+        .args(args)
+        .output()
+        .expect("run flashtier")
+}
+
+#[test]
+fn memcached_style_flags_start_a_server() {
+    let server = Server::start(&[
+        "-m", "1024", "-c", "100", "-t", "2", "-U", "0", "-u", "root", "-I", "2m",
+    ]);
+    let mut c = server.connect();
+    let out = roundtrip(&mut c, b"stats settings\r\n", b"END\r\n");
+    assert!(out.contains("STAT maxbytes 1073741824\r\n"), "{out}");
+    assert!(out.contains("STAT maxconns 100\r\n"));
+    assert!(out.contains("STAT item_size_max 2097152\r\n"));
+    assert!(out.contains("STAT num_threads 2\r\n"));
+}
+
+#[test]
+fn check_config() {
+    let ok = flashtier(&["kv", "-p", "11311", "-m", "64", "--check-config"]);
+    assert!(ok.status.success());
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("configuration ok"));
+    let bad = flashtier(&["kv", "-U", "11211", "--check-config"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("UDP is not supported"));
+    let bad = flashtier(&["kv", "-o", "frobnicate", "--check-config"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("-o frobnicate: unknown option"));
+    let flash = flashtier(&["kv", "-o", "ext_path=/tmp/nothing:1G"]);
+    assert!(!flash.status.success());
+    assert!(String::from_utf8_lossy(&flash.stderr).contains("flash tier is not available"));
+}

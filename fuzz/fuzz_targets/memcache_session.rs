@@ -1,0 +1,32 @@
+//! Fuzz decode + execute: arbitrary bytes through the real command layer on a `ModelStore`
+//! must never panic.
+#![no_main]
+
+use std::sync::Arc;
+
+use flashtier_cache::{Clock, ModelStore};
+use flashtier_memcache::codec::Limits;
+use flashtier_memcache::connection::{Pump, Session};
+use flashtier_memcache::{Context, Settings};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread().build() else { return };
+    let store = Arc::new(ModelStore::new(Clock::system(), 256));
+    let ctx = Context::new(store, Settings { max_item_size: 256, ..Settings::default() });
+    let limits = Limits { max_item_size: 256, max_line: 128, max_get_line: 512 };
+    let mut session = Session::new(limits, 4096);
+    rt.block_on(async {
+        for piece in data.chunks(64) {
+            session.input.extend_from_slice(piece);
+            loop {
+                match session.pump(&ctx).await {
+                    Pump::Flush => session.output.clear(),
+                    Pump::NeedInput => break,
+                    Pump::Quit | Pump::Close(_) => return,
+                }
+            }
+            session.output.clear();
+        }
+    });
+});
