@@ -135,9 +135,16 @@ fn graceful_shutdown_answers_in_flight_requests() {
     let dir = TestDir::new("shutdown");
     let (server, gate) = gated(&dir, ServerConfig::default());
     let (mut r, _, _) = Raw::go(&server.sock, "disk");
+    // A second client stalls in the handshake; it must not delay the shutdown.
+    let mut idle = Raw::connect(&server.sock);
+    idle.read_n(18);
     r.request(proto::CMD_READ, 0, 1, 0, 64, &[]);
     std::thread::sleep(Duration::from_millis(100));
     server.server.shutdown();
+    assert!(
+        idle.closed(),
+        "a client idle in the handshake is dropped at shutdown"
+    );
     std::thread::sleep(Duration::from_millis(100));
     gate.add_permits(1);
     assert_eq!(r.reply(), (0, 1));

@@ -5,20 +5,12 @@ mod common;
 use std::process::Command;
 use std::sync::Arc;
 
-use common::{peers_present, run, TestDir, TestServer};
+use common::{fio_with_nbd, run, TestDir, TestServer};
 use flashtier_nbd::FileBackend;
 
 #[test]
 fn fio_randrw_verify_crc32c() {
-    if !peers_present("fio_randrw_verify_crc32c", &["fio"]) {
-        return;
-    }
-    let out = Command::new("fio").arg("--enghelp").output();
-    let engines = out
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    if !engines.contains("nbd") {
-        eprintln!("\n*** SKIP fio_randrw_verify_crc32c: fio lacks the nbd ioengine ***\n");
+    if !fio_with_nbd("fio_randrw_verify_crc32c") {
         return;
     }
     let dir = TestDir::new("fio");

@@ -7,7 +7,7 @@ mod common;
 use std::process::Command;
 use std::sync::Arc;
 
-use common::{peers_present, random_bytes, run, Nbdkit, TestDir, TestServer};
+use common::{fio_with_nbd, peers_present, random_bytes, run, Nbdkit, TestDir, TestServer};
 use flashtier_nbd::NbdClientBackend;
 
 const SIZE: usize = 64 << 20;
@@ -66,6 +66,43 @@ fn nbdcopy_through_our_server_over_nbdkit_delay_file() {
     let t = server.server.stats().totals();
     assert_eq!(t.errors, 0);
     assert!(t.flushes >= 1);
+    server.stop();
+    drop(rt);
+}
+
+#[test]
+fn fio_verify_through_our_server_over_nbdkit_memory() {
+    let name = "fio_verify_through_our_server_over_nbdkit_memory";
+    if !peers_present(name, &["nbdkit"]) || !fio_with_nbd(name) {
+        return;
+    }
+    let dir = TestDir::new("chainfio");
+    let _kit = Nbdkit::start(&dir, "mem", &["memory", "32M"]);
+    let kit_uri = format!("nbd+unix:///?socket={}", dir.path("mem.sock").display());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let backend = rt
+        .block_on(NbdClientBackend::connect_str(&kit_uri, 2))
+        .expect("connect to nbdkit");
+    let server = TestServer::single(&dir, Arc::new(backend));
+    run(Command::new("fio")
+        .current_dir(&dir.0)
+        .args([
+            "--name=chain",
+            "--ioengine=nbd",
+            "--rw=randrw",
+            "--bs=4k",
+            "--iodepth=16",
+            "--size=32M",
+            "--verify=crc32c",
+            "--do_verify=1",
+            "--verify_fatal=1",
+        ])
+        .arg(format!("--uri={}", server.uri("disk"))));
+    assert_eq!(server.server.stats().totals().errors, 0);
     server.stop();
     drop(rt);
 }

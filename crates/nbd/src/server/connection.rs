@@ -99,9 +99,14 @@ where
     let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
     let mut wr = BufWriter::with_capacity(WRITE_BUFFER, wr);
     let timeout = shared.config.handshake_timeout;
-    let negotiated = tokio::time::timeout(timeout, negotiate(&shared, &mut rd, &mut wr))
-        .await
-        .unwrap_or_else(|_| Err(Error::Handshake(format!("not finished within {timeout:?}"))));
+    let mut shutdown = shared.shutdown.clone();
+    let negotiated = tokio::select! {
+        r = tokio::time::timeout(timeout, negotiate(&shared, &mut rd, &mut wr)) => {
+            r.unwrap_or_else(|_| Err(Error::Handshake(format!("not finished within {timeout:?}"))))
+        }
+        // A client idling in the handshake must not hold up a graceful shutdown.
+        _ = shutdown_requested(&mut shutdown) => Ok(Outcome::Closed),
+    };
     let outcome = match negotiated {
         Ok(o) => o,
         Err(e) => {

@@ -117,7 +117,8 @@ impl Server {
     }
 
     /// Accepts connections until shutdown, then waits for open connections to finish their
-    /// in-flight requests and close.
+    /// in-flight requests and close. To listen on several addresses, run `serve` once per
+    /// listener on clones of the server; one shutdown stops them all.
     pub async fn serve(&self, listener: Listener) -> Result<(), Error> {
         let mut shutdown = self.shared.shutdown.clone();
         let mut conns = JoinSet::new();

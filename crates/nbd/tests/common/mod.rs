@@ -58,6 +58,22 @@ pub fn peers_present(test: &str, bins: &[&str]) -> bool {
     true
 }
 
+/// True if fio is present and built with the nbd ioengine (prints a loud SKIP otherwise).
+pub fn fio_with_nbd(test: &str) -> bool {
+    if !peers_present(test, &["fio"]) {
+        return false;
+    }
+    let out = Command::new("fio").arg("--enghelp").output();
+    let engines = out
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    if !engines.contains("nbd") {
+        eprintln!("\n*** SKIP {test}: fio lacks the nbd ioengine ***\n");
+        return false;
+    }
+    true
+}
+
 /// Deterministic pseudo-random bytes (xorshift64*).
 pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
