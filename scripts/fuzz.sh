@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Runs every cargo-fuzz target for a bounded time (default 25 s each, 50 s in total for the
-# two targets). Installs cargo-fuzz when missing. cargo-fuzz needs nightly-only rustc flags;
+# Runs every cargo-fuzz target for a bounded time (default 15 s each).
+# Installs cargo-fuzz when missing. cargo-fuzz needs nightly-only rustc flags;
 # the pinned stable toolchain accepts them with RUSTC_BOOTSTRAP=1 (fine for a test build,
 # never for a release build). A crash fails the script and leaves its input in
 # fuzz/artifacts/<target>/.
 # Usage: scripts/fuzz.sh [seconds-per-target]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SECS=${1:-25}
+SECS=${1:-15}
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 export RUSTC_BOOTSTRAP=1
 LOG=$(mktemp)
