@@ -8,19 +8,41 @@
 //! - [`error`]: the crate's typed error, classified client vs server.
 //! - [`model`]: [`ModelStore`], a deliberately simple `HashMap` store used as the oracle in
 //!   model-based and differential tests. It is never what the server binary runs.
+//! - [`config`]: [`CacheConfig`], every knob of the real store with default and unit.
+//! - [`cache`]: [`Cache`], the real store: GET/SET/UPDATE paths and stats.
+//! - [`index`]: the compact sharded hash index (tag + location, no key; ≤ 16 B/entry).
+//! - `record`: the byte layout of an item in a RAM segment.
+//! - `arena`: RAM segments, write heads, the byte budget and the reuse invariants.
+//! - `evict`: S3-FIFO over segments, the ghost set use, the drain shared with the sweeper.
+//! - `ghost`: S3-FIFO's ghost set.
+//! - `sweeper`: the background thread freeing expired and dead space.
+//! - [`tier`]: the seam where the flash tier will take RAM evictions (issue 4).
+//! - `stats`: counters and how they map to memcached's `stats` sections.
 //!
 //! Protocol semantics (add/replace/cas/append/incr/meta flags) live in the protocol crate and
 //! are built from [`KvStore::get`], [`KvStore::set`] and [`KvStore::update`]; this crate only
 //! keeps items, honours expiry, assigns CAS values and enforces memory limits.
 #![deny(unsafe_code)]
 
+mod arena;
+pub mod cache;
 pub mod clock;
+pub mod config;
 pub mod error;
+mod evict;
+mod ghost;
+pub mod index;
 pub mod item;
 pub mod model;
+mod record;
+mod stats;
 pub mod store;
+mod sweeper;
+pub mod tier;
 
+pub use cache::Cache;
 pub use clock::Clock;
+pub use config::{CacheConfig, CacheConfigBuilder, ConfigError, EvictionPolicy, StartError};
 pub use error::Error;
 pub use item::{CasMode, Item, ItemMeta, ItemWrite, Update};
 pub use model::ModelStore;

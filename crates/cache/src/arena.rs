@@ -1,0 +1,419 @@
+//! The RAM arena: fixed-size segments, allocated lazily up to the memory limit, that items are
+//! appended to as records (see `record`).
+//!
+//! # Why
+//! A log-structured arena bounds memory exactly (the limit is a number of segment bytes, there
+//! is no per-item `malloc` and no fragmentation inside the allocator), makes eviction a
+//! sequential walk over one segment, and is the shape the flash tier writes: an old RAM
+//! segment's survivors are a ready-made flash write buffer.
+//!
+//! # Structure
+//! - A fixed table of segment *slots* (ids). A slot may hold memory (`mem`) or not. Normal
+//!   segments are `segment_size` bytes and are recycled through `free_segs`; a *large* segment
+//!   holds exactly one record whose size is above half a segment, has exactly that record's
+//!   size, and is freed when evicted. A location is `id << seg_shift | word offset`.
+//! - Two write heads, one per log (`Small`, `Main`). Writers bump a head under its mutex, write
+//!   their record outside any lock, then publish it in the index under the shard lock. When a
+//!   head is full it is *sealed* (its `end` fixed) and pushed on its log's FIFO queue.
+//! - `AllocState` (one mutex) owns the queues, the free lists and the byte budget. Only its
+//!   holder allocates, frees, evicts or compacts segments.
+//!
+//! # Invariants (what keeps readers safe)
+//! 1. Record memory is read only (a) under the index shard lock of a slot pointing at it, or
+//!    (b) by the `AllocState` holder after taking a sealed segment off its queue and waiting
+//!    for its `pending` writers to reach zero.
+//! 2. A segment is reset or freed only by the `AllocState` holder, after every index slot
+//!    pointing into it has been removed or moved, each under its shard lock. So no reader under
+//!    (a) can see it reused. Freed memory additionally sits behind the slot's `RwLock`, so even
+//!    a broken rule 2 could not free memory under a reader: it would block on the lock.
+//! 3. All record words are `AtomicU64` accessed relaxed; ordering comes from the shard mutex
+//!    (publish → read) and from `pending` (release on finish → acquire by the evictor).
+//!
+//! # Lock order
+//! `AllocState` → index shard → head; index shard → head; never a head while holding anything
+//! else to acquire, never `AllocState` while holding a shard or head.
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use parking_lot::{MappedRwLockReadGuard, Mutex, RwLock, RwLockReadGuard};
+
+/// Which log a segment belongs to (S3-FIFO's two FIFOs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Log {
+    /// New items (S3-FIFO "S").
+    Small = 0,
+    /// Promoted, reinserted and ghost-hit items (S3-FIFO "M").
+    Main = 1,
+}
+
+/// Per-segment bookkeeping.
+#[derive(Debug)]
+pub struct SegSlot {
+    mem: RwLock<Option<Box<[AtomicU64]>>>,
+    /// Words of records in the segment; final once sealed.
+    pub end: AtomicU32,
+    /// Words of records the index points at (published and not yet replaced or removed).
+    pub live: AtomicU64,
+    /// Writers that reserved space here and have not yet finished publishing.
+    pub pending: AtomicU32,
+    /// Smallest non-zero exptime published here (`u32::MAX` if none); a hint for the sweeper.
+    pub min_exp: AtomicU32,
+    /// Largest exptime published here, `u32::MAX` if some item never expires.
+    pub max_exp: AtomicU32,
+    /// Latest stored time of a record published here (for `flush_all`).
+    pub max_stored: AtomicU32,
+    /// Size in words of the memory, when allocated.
+    pub words: AtomicU32,
+    /// 1 for a large single-record segment.
+    pub large: AtomicU32,
+}
+
+impl SegSlot {
+    fn new() -> Self {
+        Self {
+            mem: RwLock::new(None),
+            end: AtomicU32::new(0),
+            live: AtomicU64::new(0),
+            pending: AtomicU32::new(0),
+            min_exp: AtomicU32::new(u32::MAX),
+            max_exp: AtomicU32::new(0),
+            max_stored: AtomicU32::new(0),
+            words: AtomicU32::new(0),
+            large: AtomicU32::new(0),
+        }
+    }
+
+    fn reset(&self) {
+        self.end.store(0, Ordering::Relaxed);
+        self.live.store(0, Ordering::Relaxed);
+        self.min_exp.store(u32::MAX, Ordering::Relaxed);
+        self.max_exp.store(0, Ordering::Relaxed);
+        self.max_stored.store(0, Ordering::Relaxed);
+    }
+
+    /// Note a record published here.
+    pub fn note_publish(&self, words: usize, exptime: u32, stored: u32) {
+        self.live.fetch_add(words as u64, Ordering::Relaxed);
+        if exptime == 0 {
+            self.max_exp.store(u32::MAX, Ordering::Relaxed);
+        } else {
+            self.max_exp.fetch_max(exptime, Ordering::Relaxed);
+            self.min_exp.fetch_min(exptime, Ordering::Relaxed);
+        }
+        self.max_stored.fetch_max(stored, Ordering::Relaxed);
+    }
+
+    /// True for a large single-record segment.
+    pub fn is_large(&self) -> bool {
+        self.large.load(Ordering::Relaxed) != 0
+    }
+}
+
+/// Space reserved for one record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Space {
+    pub seg: u32,
+    pub off: usize,
+    pub words: usize,
+    /// The space is a whole large segment, not yet on any queue.
+    pub large: bool,
+    /// The log the space belongs to.
+    pub log: Log,
+}
+
+#[derive(Debug, Default)]
+struct Head {
+    seg: Option<u32>,
+    off: usize,
+}
+
+/// Queues, free lists and budget; see the module docs. Guarded by `Arena::state`.
+#[derive(Debug)]
+pub struct AllocState {
+    free_ids: Vec<u32>,
+    free_segs: Vec<u32>,
+    pub queues: [VecDeque<u32>; 2],
+    pub queue_bytes: [u64; 2],
+    mem_used: u64,
+}
+
+/// The arena. See the module docs.
+#[derive(Debug)]
+pub struct Arena {
+    pub seg_words: usize,
+    seg_shift: u32,
+    limit: u64,
+    slots: Box<[SegSlot]>,
+    pub state: Mutex<AllocState>,
+    heads: [Mutex<Head>; 2],
+    mem_used: AtomicU64,
+}
+
+impl Arena {
+    /// An arena of `limit` bytes in segments of `seg_size` bytes (validated by the config).
+    pub fn new(limit: usize, seg_size: usize) -> Self {
+        let n = 2 * (limit / seg_size) + 4;
+        let slots: Vec<SegSlot> = (0..n).map(|_| SegSlot::new()).collect();
+        Self {
+            seg_words: seg_size / 8,
+            seg_shift: (seg_size / 8).trailing_zeros(),
+            limit: limit as u64,
+            slots: slots.into_boxed_slice(),
+            state: Mutex::new(AllocState {
+                free_ids: (0..n as u32).rev().collect(),
+                free_segs: Vec::new(),
+                queues: [VecDeque::new(), VecDeque::new()],
+                queue_bytes: [0, 0],
+                mem_used: 0,
+            }),
+            heads: [Mutex::new(Head::default()), Mutex::new(Head::default())],
+            mem_used: AtomicU64::new(0),
+        }
+    }
+
+    /// Records above this many words go to a large segment of their own.
+    pub fn large_threshold(&self) -> usize {
+        self.seg_words / 2
+    }
+
+    /// The memory limit in bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Bytes of segment memory allocated (normal, free and large).
+    pub fn mem_used(&self) -> u64 {
+        self.mem_used.load(Ordering::Relaxed)
+    }
+
+    /// Location of word `off` of segment `seg`.
+    pub fn loc(&self, seg: u32, off: usize) -> u64 {
+        (u64::from(seg) << self.seg_shift) | off as u64
+    }
+
+    /// Segment and word offset of a location.
+    pub fn split(&self, loc: u64) -> (u32, usize) {
+        (
+            (loc >> self.seg_shift) as u32,
+            (loc & ((1 << self.seg_shift) - 1)) as usize,
+        )
+    }
+
+    /// The bookkeeping of segment `seg`.
+    pub fn slot(&self, seg: u32) -> &SegSlot {
+        &self.slots[seg as usize]
+    }
+
+    /// Read access to a segment's memory; `None` if it has none (never the case for a
+    /// location the index holds, by invariant 2).
+    pub fn mem(&self, seg: u32) -> Option<MappedRwLockReadGuard<'_, [AtomicU64]>> {
+        RwLockReadGuard::try_map(self.slots[seg as usize].mem.read(), |m| m.as_deref()).ok()
+    }
+
+    /// Reserve `words` in `log`'s head without blocking on anything but the head mutex.
+    /// `None` when there is no head or it is too full.
+    pub fn try_bump(&self, log: Log, words: usize) -> Option<Space> {
+        let mut h = self.heads[log as usize].lock();
+        let seg = h.seg?;
+        if h.off + words > self.seg_words {
+            return None;
+        }
+        let off = h.off;
+        h.off += words;
+        self.slots[seg as usize]
+            .pending
+            .fetch_add(1, Ordering::Relaxed);
+        Some(Space {
+            seg,
+            off,
+            words,
+            large: false,
+            log,
+        })
+    }
+
+    /// Finish a reservation: the record is published (or turned into a filler).
+    pub fn finish(&self, space: Space) {
+        self.slots[space.seg as usize]
+            .pending
+            .fetch_sub(1, Ordering::Release);
+    }
+
+    /// Wait until nobody is still writing into `seg`. Called by the `AllocState` holder on a
+    /// sealed segment it took off a queue; writers never wait for `AllocState` while pending.
+    pub fn wait_quiet(&self, seg: u32) {
+        let p = &self.slots[seg as usize].pending;
+        while p.load(Ordering::Acquire) != 0 {
+            std::thread::yield_now();
+        }
+    }
+
+    /// The head segment of `log` and its fill, if any.
+    pub fn head(&self, log: Log) -> Option<(u32, usize)> {
+        let h = self.heads[log as usize].lock();
+        h.seg.map(|s| (s, h.off))
+    }
+
+    /// Seal `log`'s head if it is still `seen` (or any head when `seen` is `None`) and push
+    /// it on its queue. Returns whether a head was sealed.
+    pub fn seal_head(&self, st: &mut AllocState, log: Log, seen: Option<u32>) -> bool {
+        let mut h = self.heads[log as usize].lock();
+        let Some(seg) = h.seg else { return false };
+        if seen.is_some_and(|s| s != seg) {
+            return false;
+        }
+        h.seg = None;
+        let end = std::mem::take(&mut h.off);
+        drop(h);
+        let slot = &self.slots[seg as usize];
+        slot.end.store(end as u32, Ordering::Relaxed);
+        if end == 0 {
+            st.free_segs.push(seg);
+        } else {
+            st.queues[log as usize].push_back(seg);
+            st.queue_bytes[log as usize] += (self.seg_words * 8) as u64;
+        }
+        true
+    }
+
+    /// Make `seg` (an empty normal segment) the head of `log`; the head must be empty.
+    /// Returns `seg` back when another thread already installed a head.
+    pub fn install_head(&self, log: Log, seg: u32) -> Result<(), u32> {
+        let mut h = self.heads[log as usize].lock();
+        if h.seg.is_some() {
+            return Err(seg);
+        }
+        h.seg = Some(seg);
+        h.off = 0;
+        Ok(())
+    }
+
+    /// Take an empty normal segment: from the free list if it has more than `reserve`
+    /// entries, else new memory if the budget has room for it plus `reserve` more segments.
+    pub fn take_normal(&self, st: &mut AllocState, reserve: usize) -> Option<u32> {
+        if st.free_segs.len() > reserve {
+            return st.free_segs.pop();
+        }
+        let seg_bytes = (self.seg_words * 8) as u64;
+        if st.mem_used + seg_bytes * (1 + reserve as u64) <= self.limit {
+            let id = st.free_ids.pop()?;
+            self.allocate(st, id, self.seg_words, false);
+            return Some(id);
+        }
+        None
+    }
+
+    /// Give an empty normal segment back for reuse.
+    pub fn release_normal(&self, st: &mut AllocState, seg: u32) {
+        self.slots[seg as usize].reset();
+        st.free_segs.push(seg);
+    }
+
+    /// Free normal segments sitting unused until `want` more bytes fit in the budget or the
+    /// free list is empty.
+    pub fn shrink_free(&self, st: &mut AllocState, want: u64) {
+        while st.mem_used + want > self.limit {
+            let Some(id) = st.free_segs.pop() else { return };
+            self.deallocate(st, id);
+        }
+    }
+
+    /// Whether `bytes` more fit in the budget.
+    pub fn fits(&self, st: &AllocState, bytes: u64) -> bool {
+        st.mem_used + bytes <= self.limit
+    }
+
+    /// Bytes allocated (under the state lock).
+    pub fn used(&self, st: &AllocState) -> u64 {
+        st.mem_used
+    }
+
+    /// Allocate a large segment of `words` for one record, ignoring the budget (the caller
+    /// checked it). Returns `None` only when no slot id is left.
+    pub fn take_large(&self, st: &mut AllocState, words: usize, log: Log) -> Option<Space> {
+        let id = st.free_ids.pop()?;
+        self.allocate(st, id, words, true);
+        let slot = &self.slots[id as usize];
+        slot.end.store(words as u32, Ordering::Relaxed);
+        slot.pending.fetch_add(1, Ordering::Relaxed);
+        Some(Space {
+            seg: id,
+            off: 0,
+            words,
+            large: true,
+            log,
+        })
+    }
+
+    /// Put a published large segment on its log's queue.
+    pub fn enqueue_large(&self, st: &mut AllocState, seg: u32, log: Log) {
+        let bytes = u64::from(self.slots[seg as usize].words.load(Ordering::Relaxed)) * 8;
+        st.queues[log as usize].push_back(seg);
+        st.queue_bytes[log as usize] += bytes;
+    }
+
+    /// Bytes a queued segment counts for.
+    pub fn seg_bytes(&self, seg: u32) -> u64 {
+        u64::from(self.slots[seg as usize].words.load(Ordering::Relaxed)) * 8
+    }
+
+    /// Free a large segment's memory and its id.
+    pub fn free_large(&self, st: &mut AllocState, seg: u32) {
+        self.deallocate(st, seg);
+    }
+
+    /// Normal segments in the free list.
+    pub fn free_count(&self, st: &AllocState) -> usize {
+        st.free_segs.len()
+    }
+
+    fn allocate(&self, st: &mut AllocState, id: u32, words: usize, large: bool) {
+        let mem: Box<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(0)).collect();
+        let slot = &self.slots[id as usize];
+        *slot.mem.write() = Some(mem);
+        slot.reset();
+        slot.words.store(words as u32, Ordering::Relaxed);
+        slot.large.store(u32::from(large), Ordering::Relaxed);
+        st.mem_used += (words * 8) as u64;
+        self.mem_used.store(st.mem_used, Ordering::Relaxed);
+    }
+
+    fn deallocate(&self, st: &mut AllocState, id: u32) {
+        let slot = &self.slots[id as usize];
+        let words = slot.words.swap(0, Ordering::Relaxed);
+        *slot.mem.write() = None;
+        slot.reset();
+        slot.large.store(0, Ordering::Relaxed);
+        st.mem_used -= u64::from(words) * 8;
+        self.mem_used.store(st.mem_used, Ordering::Relaxed);
+        st.free_ids.push(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bump_seal_and_budget() {
+        let a = Arena::new(4 << 16, 1 << 16);
+        let mut st = a.state.lock();
+        assert!(a.try_bump(Log::Small, 4).is_none());
+        let s = a.take_normal(&mut st, 1).unwrap();
+        a.install_head(Log::Small, s).unwrap();
+        let sp = a.try_bump(Log::Small, 4).unwrap();
+        assert_eq!((sp.seg, sp.off), (s, 0));
+        assert_eq!(a.try_bump(Log::Small, 6).unwrap().off, 4);
+        assert!(a.try_bump(Log::Small, a.seg_words).is_none());
+        assert!(a.seal_head(&mut st, Log::Small, Some(s)));
+        assert_eq!(a.slot(s).end.load(Ordering::Relaxed), 10);
+        assert_eq!(st.queues[0].len(), 1);
+        // Budget: 4 segments, reserve 1 → 2 more can be taken.
+        assert!(a.take_normal(&mut st, 1).is_some());
+        assert!(a.take_normal(&mut st, 1).is_some());
+        assert!(a.take_normal(&mut st, 1).is_none());
+        assert_eq!(a.used(&st), 3 << 16);
+        let (seg, off) = a.split(a.loc(7, 123));
+        assert_eq!((seg, off), (7, 123));
+    }
+}
