@@ -117,6 +117,14 @@ impl Cache {
         self.inner.set(key, w)
     }
 
+    /// Synchronous read-modify-write (see [`KvStore::update`]).
+    pub fn update_now<R, F>(&self, key: &[u8], f: F) -> Result<(R, Option<u64>), Error>
+    where
+        F: FnMut(Option<&Item>) -> (Update, R),
+    {
+        self.inner.update(key, f)
+    }
+
     /// Synchronous delete; true when a live item was removed.
     pub fn delete_now(&self, key: &[u8]) -> bool {
         matches!(

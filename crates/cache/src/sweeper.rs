@@ -10,6 +10,9 @@
 //!   of the segment: its live records are compacted into the head of the same log and the
 //!   segment is freed. Skipped when no free segment or budget is available to compact into.
 //!
+//! A pass first seals a head segment holding anything expired, flushed or mostly dead, so
+//! such items are found even when writes have stopped.
+//!
 //! After a scan the segment's `min_exp` hint is raised to its earliest exptime still in the
 //! future, so a segment is rescanned only when something in it expired since.
 //!
@@ -23,7 +26,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::arena::Log;
+use crate::arena::{AllocState, Log};
 use crate::cache::Inner;
 use crate::evict::Mode;
 use crate::record::{self, F_FILLER};
@@ -79,7 +82,8 @@ impl Inner {
     /// One sweeper pass; returns the number of segments freed or compacted.
     pub(crate) fn sweep(&self) -> usize {
         let ids: Vec<u32> = {
-            let st = self.arena.state.lock();
+            let mut st = self.arena.state.lock();
+            self.seal_stale_heads(&mut st);
             st.queues.iter().flatten().copied().collect()
         };
         let mut swept = 0;
@@ -129,6 +133,30 @@ impl Inner {
             swept += 1;
         }
         swept
+    }
+
+    /// Seal a head segment that holds something expired, flushed or dead, so this pass can
+    /// free or compact it: a head that stops receiving writes would otherwise keep its
+    /// expired items forever. Sealing costs at most the unused tail of that segment.
+    fn seal_stale_heads(&self, st: &mut AllocState) {
+        let now = self.now();
+        for log in [Log::Small, Log::Main] {
+            let Some((seg, off)) = self.arena.head(log) else {
+                continue;
+            };
+            if off == 0 {
+                continue;
+            }
+            let slot = self.arena.slot(seg);
+            let live = slot.live.load(Ordering::Relaxed);
+            let stale = live == 0
+                || (off as u64).saturating_sub(live) * 2 >= off as u64
+                || slot.min_exp.load(Ordering::Relaxed) <= now
+                || self.seg_flushed(slot.max_stored.load(Ordering::Relaxed), now);
+            if stale {
+                self.arena.seal_head(st, log, Some(seg));
+            }
+        }
     }
 
     /// Words of expired records in a sealed, quiet segment (live or not); updates the
