@@ -56,7 +56,9 @@ fn zipf_trace(theta: f64) -> Vec<u64> {
     let z = Zipf::new(KEYS, theta);
     let mut rng = Rng(0x1234_5678);
     // Scatter ranks over the key space so hot keys are not neighbours.
-    (0..REQUESTS).map(|_| z.sample(&mut rng).wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect()
+    (0..REQUESTS)
+        .map(|_| z.sample(&mut rng).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        .collect()
 }
 
 /// 70% zipf(0.99) requests; 30% a sequential scan over a range 10× the key space (one-hit
@@ -245,10 +247,18 @@ impl Policy for Sieve {
             return true;
         }
         if self.map.len() == self.cap {
-            let mut h = if self.hand == NIL { self.list.tail } else { self.hand };
+            let mut h = if self.hand == NIL {
+                self.list.tail
+            } else {
+                self.hand
+            };
             while self.list.visited[h] {
                 self.list.visited[h] = false;
-                h = if self.list.prev[h] == NIL { self.list.tail } else { self.list.prev[h] };
+                h = if self.list.prev[h] == NIL {
+                    self.list.tail
+                } else {
+                    self.list.prev[h]
+                };
             }
             self.hand = self.list.prev[h];
             self.map.remove(&self.list.key[h]);
@@ -359,7 +369,10 @@ impl Real {
             .build()
             .expect("valid bench config");
         let cache = Cache::new(cfg).expect("cache");
-        Self { cache, value: Bytes::from(vec![7u8; VALUE]) }
+        Self {
+            cache,
+            value: Bytes::from(vec![7u8; VALUE]),
+        }
     }
 }
 
@@ -369,7 +382,9 @@ impl Policy for Real {
         if matches!(self.cache.get_now(key.as_bytes()), Ok(Some(_))) {
             return true;
         }
-        let _ = self.cache.set_now(key.as_bytes(), ItemWrite::new(self.value.clone(), 0, 0));
+        let _ = self
+            .cache
+            .set_now(key.as_bytes(), ItemWrite::new(self.value.clone(), 0, 0));
         false
     }
 }
@@ -400,15 +415,44 @@ fn main() {
     let start = Instant::now();
     for (name, trace) in &workloads {
         for &cap in &sizes {
-            let trace = if quick { &trace[..REQUESTS / 10] } else { &trace[..] };
-            let fifo = miss_ratio(&mut Fifo { cap, q: VecDeque::new(), set: HashSet::new() }, trace);
-            let lru = miss_ratio(&mut Lru { cap, list: List::new(), map: HashMap::new() }, trace);
+            let trace = if quick {
+                &trace[..REQUESTS / 10]
+            } else {
+                &trace[..]
+            };
+            let fifo = miss_ratio(
+                &mut Fifo {
+                    cap,
+                    q: VecDeque::new(),
+                    set: HashSet::new(),
+                },
+                trace,
+            );
+            let lru = miss_ratio(
+                &mut Lru {
+                    cap,
+                    list: List::new(),
+                    map: HashMap::new(),
+                },
+                trace,
+            );
             let clock = miss_ratio(
-                &mut Clock { cap, keys: vec![], refb: vec![], hand: 0, map: HashMap::new() },
+                &mut Clock {
+                    cap,
+                    keys: vec![],
+                    refb: vec![],
+                    hand: 0,
+                    map: HashMap::new(),
+                },
                 trace,
             );
             let sieve = miss_ratio(
-                &mut Sieve { cap, list: List::new(), map: HashMap::new(), hand: NIL },
+                &mut Sieve {
+                    cap,
+                    list: List::new(),
+                    map: HashMap::new(),
+                    hand: NIL,
+                },
                 trace,
             );
             let s3 = miss_ratio(&mut S3Fifo::new(cap), trace);

@@ -32,7 +32,6 @@ use crate::{CasMode, Clock, Error, Item, ItemMeta, ItemWrite, KvStore, StoreStat
 const NO_FLUSH: u64 = u64::MAX;
 
 /// State shared by callers and the sweeper.
-#[derive(Debug)]
 pub(crate) struct Inner {
     pub cfg: CacheConfig,
     pub index: Index,
@@ -46,10 +45,19 @@ pub(crate) struct Inner {
 }
 
 /// The RAM-tier store. See the module docs.
-#[derive(Debug)]
 pub struct Cache {
     inner: Arc<Inner>,
     _sweeper: Option<Sweeper>,
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("memory_limit", &self.inner.cfg.memory_limit)
+            .field("segment_bytes", &self.inner.arena.mem_used())
+            .field("items", &self.inner.index.len())
+            .finish_non_exhaustive()
+    }
 }
 
 fn meta_of(h: &Header) -> ItemMeta {

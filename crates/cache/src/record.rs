@@ -187,13 +187,18 @@ pub fn read_key(mem: &[AtomicU64], off: usize, h: &Header, out: &mut Vec<u8>) {
 /// Copy the value out (the only allocation on the GET path).
 pub fn read_value(mem: &[AtomicU64], off: usize, h: &Header) -> Bytes {
     let len = h.vlen as usize;
-    let mut v = Vec::with_capacity(len);
-    read_bytes(
-        mem,
-        off + HDR_WORDS + words(usize::from(h.klen)),
-        len,
-        &mut v,
-    );
+    let base = off + HDR_WORDS + words(usize::from(h.klen));
+    let mut v = vec![0u8; len];
+    let mut chunks = v.chunks_exact_mut(8);
+    let mut src = mem[base..base + words(len)].iter();
+    for (dst, w) in (&mut chunks).zip(&mut src) {
+        dst.copy_from_slice(&w.load(Relaxed).to_le_bytes());
+    }
+    let rest = chunks.into_remainder();
+    if let Some(w) = src.next() {
+        let n = rest.len();
+        rest.copy_from_slice(&w.load(Relaxed).to_le_bytes()[..n]);
+    }
     Bytes::from(v)
 }
 

@@ -131,7 +131,7 @@ fn mixed_sizes_with_evictions_keep_values_intact() {
     let limit = 4 << 20;
     let c = small(limit, EvictionPolicy::S3Fifo);
     let mut x = 1u64;
-    for i in 0..6_000u64 {
+    for i in 0..3_000u64 {
         x = x
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
