@@ -66,6 +66,8 @@ pub struct SegSlot {
     pub words: AtomicU32,
     /// 1 for a large single-record segment.
     pub large: AtomicU32,
+    /// 0 when on no queue, else 1 + the `Log` it is queued on. Changed under `AllocState`.
+    queued: AtomicU32,
 }
 
 impl SegSlot {
@@ -80,6 +82,7 @@ impl SegSlot {
             max_stored: AtomicU32::new(0),
             words: AtomicU32::new(0),
             large: AtomicU32::new(0),
+            queued: AtomicU32::new(0),
         }
     }
 
@@ -270,9 +273,48 @@ impl Arena {
         if end == 0 {
             st.free_segs.push(seg);
         } else {
-            st.queues[log as usize].push_back(seg);
-            st.queue_bytes[log as usize] += (self.seg_words * 8) as u64;
+            self.push_queue(st, log, seg);
         }
+        true
+    }
+
+    fn push_queue(&self, st: &mut AllocState, log: Log, seg: u32) {
+        st.queues[log as usize].push_back(seg);
+        st.queue_bytes[log as usize] += self.seg_bytes(seg);
+        self.slots[seg as usize]
+            .queued
+            .store(log as u32 + 1, Ordering::Relaxed);
+    }
+
+    /// Take the oldest segment off `log`'s queue.
+    pub fn pop_queue(&self, st: &mut AllocState, log: Log) -> Option<u32> {
+        let seg = st.queues[log as usize].pop_front()?;
+        st.queue_bytes[log as usize] -= self.seg_bytes(seg);
+        self.slots[seg as usize].queued.store(0, Ordering::Relaxed);
+        Some(seg)
+    }
+
+    /// The log `seg` is queued on, if any.
+    pub fn queued_on(&self, seg: u32) -> Option<Log> {
+        match self.slots[seg as usize].queued.load(Ordering::Relaxed) {
+            1 => Some(Log::Small),
+            2 => Some(Log::Main),
+            _ => None,
+        }
+    }
+
+    /// Take `seg` off the middle of its queue (O(queue length)); false if it is not queued.
+    pub fn unqueue(&self, st: &mut AllocState, seg: u32) -> bool {
+        let Some(log) = self.queued_on(seg) else {
+            return false;
+        };
+        let q = &mut st.queues[log as usize];
+        let Some(pos) = q.iter().position(|&s| s == seg) else {
+            return false;
+        };
+        q.remove(pos);
+        st.queue_bytes[log as usize] -= self.seg_bytes(seg);
+        self.slots[seg as usize].queued.store(0, Ordering::Relaxed);
         true
     }
 
@@ -347,9 +389,7 @@ impl Arena {
 
     /// Put a published large segment on its log's queue.
     pub fn enqueue_large(&self, st: &mut AllocState, seg: u32, log: Log) {
-        let bytes = u64::from(self.slots[seg as usize].words.load(Ordering::Relaxed)) * 8;
-        st.queues[log as usize].push_back(seg);
-        st.queue_bytes[log as usize] += bytes;
+        self.push_queue(st, log, seg);
     }
 
     /// Bytes a queued segment counts for.

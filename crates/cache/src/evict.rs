@@ -133,10 +133,9 @@ impl Inner {
             } else {
                 return false;
             };
-        let Some(seg) = st.queues[log as usize].pop_front() else {
+        let Some(seg) = self.arena.pop_queue(st, log) else {
             return false;
         };
-        st.queue_bytes[log as usize] -= self.arena.seg_bytes(seg);
         self.arena.wait_quiet(seg);
         let mode = if force || !s3 {
             Mode::Drop

@@ -90,12 +90,7 @@ impl Inner {
         for seg in ids {
             let mut st = self.arena.state.lock();
             let now = self.now();
-            let Some((log, pos)) = [Log::Small, Log::Main].into_iter().find_map(|l| {
-                st.queues[l as usize]
-                    .iter()
-                    .position(|&s| s == seg)
-                    .map(|p| (l, p))
-            }) else {
+            let Some(log) = self.arena.queued_on(seg) else {
                 continue;
             };
             let slot = self.arena.slot(seg);
@@ -125,8 +120,9 @@ impl Inner {
             {
                 continue;
             }
-            st.queues[log as usize].remove(pos);
-            st.queue_bytes[log as usize] -= self.arena.seg_bytes(seg);
+            if !self.arena.unqueue(&mut st, seg) {
+                continue;
+            }
             let kept = self.drain(&mut st, seg, Mode::Compact(log));
             self.retire(&mut st, seg, kept);
             Counters::add(&self.counters.segments_swept, 1);
