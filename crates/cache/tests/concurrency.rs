@@ -94,3 +94,80 @@ fn readers_never_see_torn_values_while_evicting() {
     }
     assert!(c.stats().evictions > 0);
 }
+
+#[test]
+fn everything_at_once_stays_consistent_and_bounded() {
+    let limit = 2 << 20;
+    let cfg = CacheConfig::builder()
+        .memory_limit(limit)
+        .segment_size(64 << 10)
+        .max_item_size(256 << 10)
+        .sweep_interval(Some(std::time::Duration::from_millis(1)))
+        .build()
+        .unwrap();
+    let c = Arc::new(Cache::new(cfg).unwrap());
+    let clock = c.config().clock.clone();
+    let hs: Vec<_> = (0..4u64)
+        .map(|t| {
+            let c = c.clone();
+            let clock = clock.clone();
+            std::thread::spawn(move || {
+                let mut x = t * 7919 + 1;
+                for i in 0..6_000u64 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let k = format!("k{}", x % 500);
+                    let flags = (x >> 20) as u32;
+                    match x % 16 {
+                        0..=4 => {
+                            let len = if x % 64 == 0 {
+                                100_000 + (x >> 30) as usize % 100_000
+                            } else {
+                                (x >> 30) as usize % 2_000
+                            };
+                            let exp = if x % 5 == 0 { clock.now() + 1 } else { 0 };
+                            let v = common::value(u64::from(flags), len);
+                            c.set_now(k.as_bytes(), ItemWrite::new(v, flags, exp))
+                                .unwrap();
+                        }
+                        5..=11 => {
+                            if let Some(it) = c.get_now(k.as_bytes()).unwrap() {
+                                let want = common::value(u64::from(it.flags), it.value.len());
+                                assert!(it.value == want, "bad value for {k}");
+                            }
+                        }
+                        12 | 13 => {
+                            // Rewrite with a new seed, atomically.
+                            c.update_now(k.as_bytes(), |cur| match cur {
+                                Some(it) => {
+                                    let f = it.flags.wrapping_add(1);
+                                    let v = common::value(u64::from(f), it.value.len() + 8);
+                                    (Update::Put(ItemWrite::new(v, f, 0)), ())
+                                }
+                                None => (Update::Keep, ()),
+                            })
+                            .unwrap();
+                        }
+                        14 => {
+                            c.delete_now(k.as_bytes());
+                        }
+                        _ => {
+                            if i % 1000 == 999 && t == 0 {
+                                c.flush_all(0);
+                                clock.advance(1);
+                            }
+                        }
+                    }
+                    assert!(c.segment_bytes() <= limit as u64);
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    c.sweep();
+    let s = c.stats();
+    assert!(s.bytes <= limit as u64);
+}
