@@ -35,9 +35,11 @@ impl Ghost {
     /// True (and forget it) when `hash` is remembered.
     pub fn take(&self, hash: u64) -> bool {
         let (i, fp) = self.place(hash);
-        self.slots[i]
-            .compare_exchange(fp, 0, Relaxed, Relaxed)
-            .is_ok()
+        // A plain load first: most sets miss the ghost and need no read-modify-write.
+        self.slots[i].load(Relaxed) == fp
+            && self.slots[i]
+                .compare_exchange(fp, 0, Relaxed, Relaxed)
+                .is_ok()
     }
 
     /// Bytes of RAM used.

@@ -113,7 +113,7 @@ fn everything_at_once_stays_consistent_and_bounded() {
             let clock = clock.clone();
             std::thread::spawn(move || {
                 let mut x = t * 7919 + 1;
-                for i in 0..6_000u64 {
+                for i in 0..3_000u64 {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
@@ -153,7 +153,7 @@ fn everything_at_once_stays_consistent_and_bounded() {
                             c.delete_now(k.as_bytes());
                         }
                         _ => {
-                            if i % 1000 == 999 && t == 0 {
+                            if i % 500 == 499 && t == 0 {
                                 c.flush_all(0);
                                 clock.advance(1);
                             }
