@@ -8,34 +8,42 @@
 //! segment's survivors are a ready-made flash write buffer.
 //!
 //! # Structure
-//! - A fixed table of segment *slots* (ids). A slot may hold memory (`mem`) or not. Normal
-//!   segments are `segment_size` bytes and are recycled through `free_segs`; a *large* segment
-//!   holds exactly one record whose size is above half a segment, has exactly that record's
-//!   size, and is freed when evicted. A location is `id << seg_shift | word offset`.
+//! - Memory comes in fixed-size *chunks* of `segment_size` bytes, allocated lazily up to
+//!   `memory_limit / segment_size` and then recycled forever: the arena never returns memory to
+//!   the allocator, so there is no allocator churn or fragmentation and RSS for items is
+//!   exactly the chunks allocated. Chunk `i` lives in segment slot `i`.
+//! - A *normal segment* is one chunk holding records back to back. A *large segment* holds one
+//!   record bigger than half a chunk, spread over as many chunks as it needs (the header and
+//!   key in the first one); its id is its first chunk's, the other chunks are listed in `more`.
+//!   A location is `id << seg_shift | word offset`.
 //! - Two write heads, one per log (`Small`, `Main`). Writers bump a head under its mutex, write
 //!   their record outside any lock, then publish it in the index under the shard lock. When a
 //!   head is full it is *sealed* (its `end` fixed) and pushed on its log's FIFO queue.
-//! - `AllocState` (one mutex) owns the queues, the free lists and the byte budget. Only its
-//!   holder allocates, frees, evicts or compacts segments.
+//! - `AllocState` (one mutex) owns the queues, the free chunks and the budget. Only its holder
+//!   allocates, recycles, evicts or compacts segments.
 //!
 //! # Invariants (what keeps readers safe)
 //! 1. Record memory is read only (a) under the index shard lock of a slot pointing at it, or
-//!    (b) by the `AllocState` holder after taking a sealed segment off its queue and waiting
-//!    for its `pending` writers to reach zero.
-//! 2. A segment is reset or freed only by the `AllocState` holder, after every index slot
-//!    pointing into it has been removed or moved, each under its shard lock. So no reader under
-//!    (a) can see it reused. Freed memory additionally sits behind the slot's `RwLock`, so even
-//!    a broken rule 2 could not free memory under a reader: it would block on the lock.
-//! 3. All record words are `AtomicU64` accessed relaxed; ordering comes from the shard mutex
-//!    (publish → read) and from `pending` (release on finish → acquire by the evictor).
+//!    (b) by the `AllocState` holder on a sealed segment whose `pending` writers reached zero.
+//! 2. A segment is recycled only by the `AllocState` holder, after every index slot pointing
+//!    into it has been removed or moved, each under its shard lock. So no reader under (a)
+//!    can see it reused.
+//! 3. All record words are `AtomicU64` accessed relaxed, and chunk memory is never freed; even
+//!    a broken rule 2 could only produce a wrong value (which the key check would most likely
+//!    reject), never undefined behaviour. Ordering comes from the shard mutex (publish → read)
+//!    and from `pending` (release on finish → acquire by the evictor).
 //!
 //! # Lock order
 //! `AllocState` → index shard → head; index shard → head; never a head while holding anything
 //! else to acquire, never `AllocState` while holding a shard or head.
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
 
-use parking_lot::{MappedRwLockReadGuard, Mutex, RwLock, RwLockReadGuard};
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use crate::record::{self, Header};
 
 /// Which log a segment belongs to (S3-FIFO's two FIFOs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +57,11 @@ pub enum Log {
 /// Per-segment bookkeeping.
 #[derive(Debug)]
 pub struct SegSlot {
-    mem: RwLock<Option<Box<[AtomicU64]>>>,
+    /// This slot's chunk; allocated once, never freed.
+    mem: OnceLock<Box<[AtomicU64]>>,
+    /// For a large segment, its further chunks in record order. Changed under `AllocState`
+    /// while no slot points at the segment.
+    more: Mutex<Vec<u32>>,
     /// Words of records in the segment; final once sealed.
     pub end: AtomicU32,
     /// Words of records the index points at (published and not yet replaced or removed).
@@ -62,7 +74,7 @@ pub struct SegSlot {
     pub max_exp: AtomicU32,
     /// Latest stored time of a record published here (for `flush_all`).
     pub max_stored: AtomicU32,
-    /// Size in words of the memory, when allocated.
+    /// Words of memory the segment holds (chunks × chunk words).
     pub words: AtomicU32,
     /// 1 for a large single-record segment.
     pub large: AtomicU32,
@@ -73,7 +85,8 @@ pub struct SegSlot {
 impl SegSlot {
     fn new() -> Self {
         Self {
-            mem: RwLock::new(None),
+            mem: OnceLock::new(),
+            more: Mutex::new(Vec::new()),
             end: AtomicU32::new(0),
             live: AtomicU64::new(0),
             pending: AtomicU32::new(0),
@@ -133,11 +146,12 @@ struct Head {
 /// Queues, free lists and budget; see the module docs. Guarded by `Arena::state`.
 #[derive(Debug)]
 pub struct AllocState {
-    free_ids: Vec<u32>,
-    free_segs: Vec<u32>,
+    /// Allocated chunks not in use.
+    free: Vec<u32>,
+    /// Chunks allocated so far (ids `0..allocated`).
+    allocated: usize,
     pub queues: [VecDeque<u32>; 2],
     pub queue_bytes: [u64; 2],
-    mem_used: u64,
 }
 
 /// The arena. See the module docs.
@@ -145,7 +159,8 @@ pub struct AllocState {
 pub struct Arena {
     pub seg_words: usize,
     seg_shift: u32,
-    limit: u64,
+    /// Chunks the memory limit allows.
+    max_chunks: usize,
     slots: Box<[SegSlot]>,
     pub state: Mutex<AllocState>,
     heads: [Mutex<Head>; 2],
@@ -153,21 +168,21 @@ pub struct Arena {
 }
 
 impl Arena {
-    /// An arena of `limit` bytes in segments of `seg_size` bytes (validated by the config).
+    /// An arena of `limit` bytes in chunks of `seg_size` bytes (validated by the config).
+    /// One slot more than the limit allows exists for a single item larger than the limit.
     pub fn new(limit: usize, seg_size: usize) -> Self {
-        let n = 2 * (limit / seg_size) + 4;
-        let slots: Vec<SegSlot> = (0..n).map(|_| SegSlot::new()).collect();
+        let max_chunks = limit / seg_size;
+        let slots: Vec<SegSlot> = (0..=max_chunks).map(|_| SegSlot::new()).collect();
         Self {
             seg_words: seg_size / 8,
             seg_shift: (seg_size / 8).trailing_zeros(),
-            limit: limit as u64,
+            max_chunks,
             slots: slots.into_boxed_slice(),
             state: Mutex::new(AllocState {
-                free_ids: (0..n as u32).rev().collect(),
-                free_segs: Vec::new(),
+                free: Vec::new(),
+                allocated: 0,
                 queues: [VecDeque::new(), VecDeque::new()],
                 queue_bytes: [0, 0],
-                mem_used: 0,
             }),
             heads: [Mutex::new(Head::default()), Mutex::new(Head::default())],
             mem_used: AtomicU64::new(0),
@@ -179,12 +194,12 @@ impl Arena {
         self.seg_words / 2
     }
 
-    /// The memory limit in bytes.
+    /// The memory limit in bytes (whole chunks).
     pub fn limit(&self) -> u64 {
-        self.limit
+        (self.max_chunks * self.seg_words * 8) as u64
     }
 
-    /// Bytes of segment memory allocated (normal, free and large).
+    /// Bytes of chunk memory allocated.
     pub fn mem_used(&self) -> u64 {
         self.mem_used.load(Ordering::Relaxed)
     }
@@ -207,10 +222,42 @@ impl Arena {
         &self.slots[seg as usize]
     }
 
-    /// Read access to a segment's memory; `None` if it has none (never the case for a
-    /// location the index holds, by invariant 2).
-    pub fn mem(&self, seg: u32) -> Option<MappedRwLockReadGuard<'_, [AtomicU64]>> {
-        RwLockReadGuard::try_map(self.slots[seg as usize].mem.read(), |m| m.as_deref()).ok()
+    /// The (first) chunk of segment `seg`; `None` if never allocated (never the case for a
+    /// location the index holds). Headers and keys always lie in the first chunk.
+    pub fn mem(&self, seg: u32) -> Option<&[AtomicU64]> {
+        self.slots.get(seg as usize)?.mem.get().map(|b| &b[..])
+    }
+
+    fn chunks(&self, seg: u32) -> Vec<&[AtomicU64]> {
+        let mut v: Vec<&[AtomicU64]> = self.mem(seg).into_iter().collect();
+        for &c in self.slots[seg as usize].more.lock().iter() {
+            v.extend(self.mem(c));
+        }
+        v
+    }
+
+    /// Copy out the value of the record at `off` of `seg` (which may span chunks).
+    pub fn read_value(&self, seg: u32, off: usize, h: &Header) -> Bytes {
+        if self.slots[seg as usize].is_large() {
+            record::read_value_chunked(&self.chunks(seg), off, h)
+        } else {
+            self.mem(seg)
+                .map(|m| record::read_value(m, off, h))
+                .unwrap_or_default()
+        }
+    }
+
+    /// Write a whole record into reserved `space`.
+    pub fn write_record(&self, space: &Space, h: &Header, key: &[u8], value: &[u8]) -> bool {
+        if space.large {
+            let chunks = self.chunks(space.seg);
+            record::write_chunked(&chunks, h, key, value)
+        } else if let Some(m) = self.mem(space.seg) {
+            record::write(m, space.off, h, key, value);
+            true
+        } else {
+            false
+        }
     }
 
     /// Reserve `words` in `log`'s head without blocking on anything but the head mutex.
@@ -271,7 +318,7 @@ impl Arena {
         let slot = &self.slots[seg as usize];
         slot.end.store(end as u32, Ordering::Relaxed);
         if end == 0 {
-            st.free_segs.push(seg);
+            st.free.push(seg);
         } else {
             self.push_queue(st, log, seg);
         }
@@ -330,16 +377,17 @@ impl Arena {
         Ok(())
     }
 
-    /// Take an empty normal segment: from the free list if it has more than `reserve`
-    /// entries, else new memory if the budget has room for it plus `reserve` more segments.
+    /// Take an empty chunk as a normal segment: from the free list if it has more than
+    /// `reserve` entries, else a new chunk if the limit has room for it plus `reserve` more.
     pub fn take_normal(&self, st: &mut AllocState, reserve: usize) -> Option<u32> {
-        if st.free_segs.len() > reserve {
-            return st.free_segs.pop();
+        if st.free.len() > reserve {
+            let id = st.free.pop()?;
+            self.prepare(id, 1, false);
+            return Some(id);
         }
-        let seg_bytes = (self.seg_words * 8) as u64;
-        if st.mem_used + seg_bytes * (1 + reserve as u64) <= self.limit {
-            let id = st.free_ids.pop()?;
-            self.allocate(st, id, self.seg_words, false);
+        if st.allocated + 1 + reserve <= self.max_chunks {
+            let id = self.allocate(st);
+            self.prepare(id, 1, false);
             return Some(id);
         }
         None
@@ -348,38 +396,49 @@ impl Arena {
     /// Give an empty normal segment back for reuse.
     pub fn release_normal(&self, st: &mut AllocState, seg: u32) {
         self.slots[seg as usize].reset();
-        st.free_segs.push(seg);
+        st.free.push(seg);
     }
 
-    /// Free normal segments sitting unused until `want` more bytes fit in the budget or the
-    /// free list is empty.
-    pub fn shrink_free(&self, st: &mut AllocState, want: u64) {
-        while st.mem_used + want > self.limit {
-            let Some(id) = st.free_segs.pop() else { return };
-            self.deallocate(st, id);
-        }
+    /// Chunks a large record of `words` needs.
+    pub fn chunks_for(&self, words: usize) -> usize {
+        words.div_ceil(self.seg_words)
     }
 
-    /// Whether `bytes` more fit in the budget.
-    pub fn fits(&self, st: &AllocState, bytes: u64) -> bool {
-        st.mem_used + bytes <= self.limit
+    /// Chunks that can be had without evicting; `spare` counts the one chunk beyond the limit
+    /// that only an item larger than the whole limit may use.
+    pub fn available(&self, st: &AllocState, spare: bool) -> usize {
+        st.free.len() + (self.max_chunks + usize::from(spare)).saturating_sub(st.allocated)
     }
 
-    /// Bytes allocated (under the state lock).
-    pub fn used(&self, st: &AllocState) -> u64 {
-        st.mem_used
+    /// Chunks the limit allows.
+    pub fn max_chunks(&self) -> usize {
+        self.max_chunks
     }
 
-    /// Allocate a large segment of `words` for one record, ignoring the budget (the caller
-    /// checked it). Returns `None` only when no slot id is left.
+    /// Take a large segment of `words` for one record; the caller checked `available`.
+    /// `None` if the chunks are not there after all.
     pub fn take_large(&self, st: &mut AllocState, words: usize, log: Log) -> Option<Space> {
-        let id = st.free_ids.pop()?;
-        self.allocate(st, id, words, true);
-        let slot = &self.slots[id as usize];
+        let k = self.chunks_for(words);
+        let spare = k > self.max_chunks;
+        if self.available(st, spare) < k {
+            return None;
+        }
+        let mut ids = Vec::with_capacity(k);
+        for _ in 0..k {
+            let id = match st.free.pop() {
+                Some(id) => id,
+                None => self.allocate(st),
+            };
+            ids.push(id);
+        }
+        let first = ids[0];
+        self.prepare(first, k, true);
+        let slot = &self.slots[first as usize];
+        *slot.more.lock() = ids[1..].to_vec();
         slot.end.store(words as u32, Ordering::Relaxed);
         slot.pending.fetch_add(1, Ordering::Relaxed);
         Some(Space {
-            seg: id,
+            seg: first,
             off: 0,
             words,
             large: true,
@@ -397,36 +456,40 @@ impl Arena {
         u64::from(self.slots[seg as usize].words.load(Ordering::Relaxed)) * 8
     }
 
-    /// Free a large segment's memory and its id.
+    /// Return a large segment's chunks to the free list.
     pub fn free_large(&self, st: &mut AllocState, seg: u32) {
-        self.deallocate(st, seg);
-    }
-
-    /// Normal segments in the free list.
-    pub fn free_count(&self, st: &AllocState) -> usize {
-        st.free_segs.len()
-    }
-
-    fn allocate(&self, st: &mut AllocState, id: u32, words: usize, large: bool) {
-        let mem: Box<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(0)).collect();
-        let slot = &self.slots[id as usize];
-        *slot.mem.write() = Some(mem);
-        slot.reset();
-        slot.words.store(words as u32, Ordering::Relaxed);
-        slot.large.store(u32::from(large), Ordering::Relaxed);
-        st.mem_used += (words * 8) as u64;
-        self.mem_used.store(st.mem_used, Ordering::Relaxed);
-    }
-
-    fn deallocate(&self, st: &mut AllocState, id: u32) {
-        let slot = &self.slots[id as usize];
-        let words = slot.words.swap(0, Ordering::Relaxed);
-        *slot.mem.write() = None;
+        let slot = &self.slots[seg as usize];
+        let more = std::mem::take(&mut *slot.more.lock());
         slot.reset();
         slot.large.store(0, Ordering::Relaxed);
-        st.mem_used -= u64::from(words) * 8;
-        self.mem_used.store(st.mem_used, Ordering::Relaxed);
-        st.free_ids.push(id);
+        st.free.push(seg);
+        st.free.extend(more);
+    }
+
+    /// Free chunks.
+    pub fn free_count(&self, st: &AllocState) -> usize {
+        st.free.len()
+    }
+
+    fn prepare(&self, id: u32, chunks: usize, large: bool) {
+        let slot = &self.slots[id as usize];
+        slot.reset();
+        slot.words
+            .store((chunks * self.seg_words) as u32, Ordering::Relaxed);
+        slot.large.store(u32::from(large), Ordering::Relaxed);
+    }
+
+    fn allocate(&self, st: &mut AllocState) -> u32 {
+        let id = st.allocated;
+        st.allocated += 1;
+        self.slots[id]
+            .mem
+            .get_or_init(|| (0..self.seg_words).map(|_| AtomicU64::new(0)).collect());
+        self.mem_used.store(
+            (st.allocated * self.seg_words * 8) as u64,
+            Ordering::Relaxed,
+        );
+        id as u32
     }
 }
 
@@ -448,12 +511,44 @@ mod tests {
         assert!(a.seal_head(&mut st, Log::Small, Some(s)));
         assert_eq!(a.slot(s).end.load(Ordering::Relaxed), 10);
         assert_eq!(st.queues[0].len(), 1);
-        // Budget: 4 segments, reserve 1 → 2 more can be taken.
+        // Budget: 4 chunks, reserve 1 → 2 more can be taken.
         assert!(a.take_normal(&mut st, 1).is_some());
         assert!(a.take_normal(&mut st, 1).is_some());
         assert!(a.take_normal(&mut st, 1).is_none());
-        assert_eq!(a.used(&st), 3 << 16);
+        assert_eq!(a.mem_used(), 3 << 16);
         let (seg, off) = a.split(a.loc(7, 123));
         assert_eq!((seg, off), (7, 123));
+    }
+
+    #[test]
+    fn large_segments_span_chunks_and_recycle_them() {
+        let a = Arena::new(4 << 16, 1 << 16);
+        let mut st = a.state.lock();
+        let words = a.seg_words * 2 + 10;
+        assert_eq!(a.available(&st, false), 4);
+        let sp = a.take_large(&mut st, words, Log::Small).unwrap();
+        assert_eq!(a.available(&st, false), 1);
+        let key = b"big";
+        let value: Vec<u8> = (0..(words - 5) * 8).map(|i| i as u8).collect();
+        let h = Header {
+            cas: 1,
+            exptime: 0,
+            flags: 0,
+            vlen: value.len() as u32,
+            stored: 0,
+            last_access: 0,
+            klen: 3,
+            rflags: 0,
+        };
+        assert!(a.write_record(&sp, &h, key, &value));
+        assert_eq!(&a.read_value(sp.seg, 0, &h)[..], &value[..]);
+        a.finish(sp);
+        a.free_large(&mut st, sp.seg);
+        assert_eq!(a.available(&st, false), 4);
+        assert_eq!(a.mem_used(), 3 << 16, "chunks stay allocated for reuse");
+        // A record larger than the whole limit may use the spare chunk.
+        assert!(a
+            .take_large(&mut st, a.seg_words * 4 + 1, Log::Small)
+            .is_some());
     }
 }

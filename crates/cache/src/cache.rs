@@ -168,7 +168,7 @@ impl Inner {
     fn header_at(&self, loc: u64) -> Option<Header> {
         let (seg, off) = self.arena.split(loc);
         let m = self.arena.mem(seg)?;
-        Some(record::header(&m, off))
+        Some(record::header(m, off))
     }
 
     fn find_key(&self, shard: &Shard<'_>, hash: u64, key: &[u8]) -> Option<(Pos, Entry)> {
@@ -178,7 +178,7 @@ impl Inner {
             }
             let (seg, off) = self.arena.split(e.loc);
             match self.arena.mem(seg) {
-                Some(m) => record::key_eq(&m, off, &record::header(&m, off), key),
+                Some(m) => record::key_eq(m, off, &record::header(m, off), key),
                 None => false,
             }
         })
@@ -283,7 +283,7 @@ impl Inner {
             self.arena.free_large(&mut st, space.seg);
         } else {
             if let Some(m) = self.arena.mem(space.seg) {
-                record::write_filler(&m, space.off, space.words);
+                record::write_filler(m, space.off, space.words);
             }
             self.arena.finish(space);
         }
@@ -343,21 +343,19 @@ impl Inner {
             .arena
             .mem(seg)
             .ok_or(Error::Internal("indexed segment has no memory"))?;
-        let h = record::header(&m, off);
+        let h = record::header(m, off);
         if self.dead(&h, now) {
-            drop(m);
             self.reclaim(&mut shard, pos, &h);
             return Ok(None);
         }
         let item = Item {
-            value: record::read_value(&m, off, &h),
+            value: self.arena.read_value(seg, off, &h),
             flags: h.flags,
             exptime: h.exptime,
             cas: h.cas,
             meta: meta_of(&h),
         };
-        record::mark_fetched(&m, off, now);
-        drop(m);
+        record::mark_fetched(m, off, now);
         shard.touch(pos);
         Ok(Some(item))
     }
@@ -380,12 +378,10 @@ impl Inner {
         let log = self.target_log(hash);
         let space = self.reserve(log, words)?;
         let mut h = Self::new_header(&w, key.len(), now, 0);
-        let Some(m) = self.arena.mem(space.seg) else {
-            self.arena.finish(space);
-            return Err(Error::Internal("reserved segment has no memory"));
-        };
-        record::write(&m, space.off, &h, key, &w.value);
-        drop(m);
+        if !self.arena.write_record(&space, &h, key, &w.value) {
+            self.abandon(Some(space));
+            return Err(Error::Internal("reserved space cannot hold the record"));
+        }
         let mut shard = self.index.lock(hash);
         let existing = self.find_key(&shard, hash, key);
         // Like the model, `Keep` takes the CAS of whatever is stored, live or not.
@@ -394,7 +390,7 @@ impl Inner {
             .map(|h| h.cas);
         h.cas = self.cas_for(w.cas, old_cas);
         if let Some(m) = self.arena.mem(space.seg) {
-            record::set_cas(&m, space.off, h.cas);
+            record::set_cas(m, space.off, h.cas);
         }
         self.publish(&mut shard, hash, existing, &space, &h);
         drop(shard);
@@ -420,14 +416,13 @@ impl Inner {
                     .arena
                     .mem(seg)
                     .ok_or(Error::Internal("indexed segment lost"))?;
-                let h = record::header(&m, off);
+                let h = record::header(m, off);
                 if self.dead(&h, now) {
-                    drop(m);
                     self.reclaim(&mut shard, pos, &h);
                     existing = None;
                 } else {
                     current = Some(Item {
-                        value: record::read_value(&m, off, &h),
+                        value: self.arena.read_value(seg, off, &h),
                         flags: h.flags,
                         exptime: h.exptime,
                         cas: h.cas,
@@ -489,13 +484,10 @@ impl Inner {
             };
             let cas = self.cas_for(w.cas, current.as_ref().map(|i| i.cas));
             let h = Self::new_header(&w, key.len(), now, cas);
-            match self.arena.mem(space.seg) {
-                Some(m) => record::write(&m, space.off, &h, key, &w.value),
-                None => {
-                    drop(shard);
-                    self.arena.finish(space);
-                    return Err(Error::Internal("reserved segment has no memory"));
-                }
+            if !self.arena.write_record(&space, &h, key, &w.value) {
+                drop(shard);
+                self.abandon(Some(space));
+                return Err(Error::Internal("reserved space cannot hold the record"));
             }
             self.publish(&mut shard, hash, existing, &space, &h);
             drop(shard);

@@ -89,17 +89,19 @@ impl Inner {
         }
     }
 
-    /// A large single-record segment of `words`, evicting as needed. If the record alone is
-    /// larger than the memory limit (possible only for a value of nearly `memory_limit`
-    /// bytes), it is admitted once everything else is gone: the limit is then exceeded by at
-    /// most the record header and key.
+    /// A large single-record segment of `words` (as many chunks as it needs), evicting as
+    /// needed. A record larger than the whole limit (a value of nearly `memory_limit` bytes)
+    /// may use the one spare chunk beyond the limit, once everything else is gone.
     pub(crate) fn obtain_large(&self, words: usize, log: Log) -> Result<Space, Error> {
-        let bytes = (words * 8) as u64;
+        let k = self.arena.chunks_for(words);
+        let spare = k > self.arena.max_chunks();
+        if k > self.arena.max_chunks() + 1 {
+            return Err(Error::OutOfMemory);
+        }
         let mut st = self.arena.state.lock();
         let mut tries = 0;
         loop {
-            self.arena.shrink_free(&mut st, bytes);
-            if self.arena.fits(&st, bytes) || self.arena.used(&st) == 0 {
+            if self.arena.available(&st, spare) >= k {
                 return self
                     .arena
                     .take_large(&mut st, words, log)
@@ -186,7 +188,7 @@ impl Inner {
         let mut key = Vec::new();
         let mut off = 0;
         while off < end {
-            let h = record::header(&m, off);
+            let h = record::header(m, off);
             let n = h.words();
             if off + n > end {
                 break;
@@ -195,7 +197,7 @@ impl Inner {
                 off += n;
                 continue;
             }
-            record::read_key(&m, off, &h, &mut key);
+            record::read_key(m, off, &h, &mut key);
             let hash = self.index.hash(&key);
             let loc = self.arena.loc(seg, off);
             let mut shard = self.index.lock(hash);
@@ -229,7 +231,7 @@ impl Inner {
                 Some((log, freq)) => match self.bump_for_copy(st, log, n) {
                     Some(sp) => {
                         if let Some(dst) = self.arena.mem(sp.seg) {
-                            record::copy(&m, off, &dst, sp.off, n);
+                            record::copy(m, off, dst, sp.off, n);
                         }
                         let new_loc = self.arena.loc(sp.seg, sp.off);
                         shard.set(

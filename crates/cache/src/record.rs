@@ -30,8 +30,9 @@ use bytes::Bytes;
 
 /// Header words before the key.
 pub const HDR_WORDS: usize = 4;
-/// Longest key a record can hold.
-pub const MAX_KEY: usize = u16::MAX as usize;
+/// Longest key a record can hold (a large record's header and key must fit in its first
+/// chunk, and the smallest chunk is 64 KiB). memcached's limit is 250.
+pub const MAX_KEY: usize = 4096;
 
 pub const F_STALE: u8 = 1;
 pub const F_WIN: u8 = 2;
@@ -202,6 +203,45 @@ pub fn read_value(mem: &[AtomicU64], off: usize, h: &Header) -> Bytes {
     Bytes::from(v)
 }
 
+/// Write a record that spans `chunks` (equal-sized; the record starts at word 0 of the first,
+/// and its header and key fit in it). False if the chunks are too small.
+pub fn write_chunked(chunks: &[&[AtomicU64]], h: &Header, key: &[u8], value: &[u8]) -> bool {
+    let Some(first) = chunks.first() else {
+        return false;
+    };
+    let cw = first.len();
+    let base = HDR_WORDS + words(key.len());
+    if base > cw || chunks.len() * cw < base + words(value.len()) {
+        return false;
+    }
+    write(first, 0, h, key, &[]);
+    for (w, c) in (base..).zip(value.chunks(8)) {
+        let mut b = [0u8; 8];
+        b[..c.len()].copy_from_slice(c);
+        chunks[w / cw][w % cw].store(u64::from_le_bytes(b), Relaxed);
+    }
+    true
+}
+
+/// Copy out the value of a record spanning `chunks` (see [`write_chunked`]).
+pub fn read_value_chunked(chunks: &[&[AtomicU64]], off: usize, h: &Header) -> Bytes {
+    let Some(first) = chunks.first() else {
+        return Bytes::new();
+    };
+    let cw = first.len();
+    let len = h.vlen as usize;
+    let mut v = vec![0u8; len];
+    let base = off + HDR_WORDS + words(usize::from(h.klen));
+    for (w, dst) in (base..).zip(v.chunks_mut(8)) {
+        let Some(word) = chunks.get(w / cw).and_then(|c| c.get(w % cw)) else {
+            break;
+        };
+        let n = dst.len();
+        dst.copy_from_slice(&word.load(Relaxed).to_le_bytes()[..n]);
+    }
+    Bytes::from(v)
+}
+
 /// Copy a whole record (`n` words) between segments.
 pub fn copy(src: &[AtomicU64], src_off: usize, dst: &[AtomicU64], dst_off: usize, n: usize) {
     for (d, s) in dst[dst_off..dst_off + n]
@@ -250,5 +290,26 @@ mod tests {
         assert_eq!(r2.rflags, F_STALE | F_FETCHED);
         write_filler(&m, 20, 9);
         assert_eq!(header(&m, 20).words(), 9);
+        // A record spread over three 8-word chunks.
+        let (a, b, c) = (mem(8), mem(8), mem(8));
+        let chunks: Vec<&[AtomicU64]> = vec![&a, &b, &c];
+        let value: Vec<u8> = (0..200u8).collect();
+        let h2 = Header {
+            vlen: 200,
+            klen: 3,
+            ..h
+        };
+        assert!(!write_chunked(&chunks, &h2, b"abc", &value));
+        let value: Vec<u8> = (0..150u8).collect();
+        let h3 = Header {
+            vlen: 150,
+            klen: 3,
+            ..h
+        };
+        let (d, e, f, g) = (mem(8), mem(8), mem(8), mem(8));
+        let chunks: Vec<&[AtomicU64]> = vec![&a, &b, &c, &d, &e, &f, &g];
+        assert!(write_chunked(&chunks, &h3, b"abc", &value));
+        assert!(key_eq(&a, 0, &header(&a, 0), b"abc"));
+        assert_eq!(&read_value_chunked(&chunks, 0, &h3)[..], &value[..]);
     }
 }

@@ -114,10 +114,7 @@ impl Inner {
             if !all_dead && (dead * 2 < end || slot.is_large()) {
                 continue;
             }
-            if !all_dead
-                && self.arena.free_count(&st) == 0
-                && !self.arena.fits(&st, (self.arena.seg_words * 8) as u64)
-            {
+            if !all_dead && self.arena.available(&st, false) == 0 {
                 continue;
             }
             if !self.arena.unqueue(&mut st, seg) {
@@ -165,7 +162,7 @@ impl Inner {
         let mut expired = 0u64;
         let mut next_min = u32::MAX;
         while off < end {
-            let h = record::header(&m, off);
+            let h = record::header(m, off);
             let n = h.words();
             if h.rflags & F_FILLER == 0 && h.exptime != 0 {
                 if h.exptime <= now {
