@@ -22,14 +22,19 @@ pub enum EvictionPolicy {
 /// Configuration of a [`crate::Cache`].
 #[derive(Clone, Debug)]
 pub struct CacheConfig {
-    /// Bytes of RAM for items (record headers, keys, values). The index and ghost set are
-    /// extra; see `docs/eviction.md` and the crate docs for the measured overhead.
+    /// Bytes of RAM for items (record headers, keys, values), rounded down to whole
+    /// segments. Segment memory is allocated lazily up to this and then recycled, never
+    /// freed. The index (≈ 12–15 bytes per item held) and the ghost set are extra, like
+    /// memcached's hash table is extra to `-m`; see `docs/eviction.md` for measured RSS.
+    /// One exception: a single item larger than the whole limit (possible when
+    /// `max_item_size` equals the limit) may use one spare segment beyond it.
     /// Default: `64 MiB`.
     pub memory_limit: usize,
     /// Largest value in bytes a single item may carry. Must not exceed `memory_limit`.
-    /// Default: `1 MiB`. Items whose record is larger than half a segment are stored in a
-    /// dedicated "large" segment of their own exact size (see `arena`), so this can go up to
-    /// `memory_limit`.
+    /// Default: `1 MiB`. Large-item path: a record bigger than half a segment is stored
+    /// alone in as many whole segments as it needs (header and key in the first, the value
+    /// continuing through the others), so this can go up to `memory_limit`; such an item
+    /// wastes at most one segment's worth of its last chunk.
     pub max_item_size: usize,
     /// Bytes per RAM segment, a power of two between 64 KiB and 64 MiB. Default: `1 MiB`.
     pub segment_size: usize,
