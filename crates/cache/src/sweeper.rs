@@ -141,6 +141,10 @@ impl Inner {
                 continue;
             }
             let slot = self.arena.slot(seg);
+            if slot.pending.load(Ordering::Acquire) != 0 {
+                // Writers are still filling it: it is in use, not stale.
+                continue;
+            }
             let live = slot.live.load(Ordering::Relaxed);
             let stale = live == 0
                 || (off as u64).saturating_sub(live) * 2 >= off as u64
