@@ -31,6 +31,18 @@ use crate::{CasMode, Clock, Error, Item, ItemMeta, ItemWrite, KvStore, StoreStat
 
 const NO_FLUSH: u64 = u64::MAX;
 
+/// A reservation abandoned when dropped unused.
+struct Reserved<'a> {
+    inner: &'a Inner,
+    space: Option<Space>,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.inner.abandon(self.space.take());
+    }
+}
+
 /// State shared by callers and the sweeper.
 pub(crate) struct Inner {
     pub cfg: CacheConfig,
@@ -404,7 +416,12 @@ impl Inner {
     {
         let hash = self.index.hash(key);
         let mut log = None;
-        let mut reserved: Option<Space> = None;
+        // Space reserved on a slow-path retry. Held in a guard so that a panicking closure
+        // cannot leave a segment's `pending` count raised (eviction would wait on it forever).
+        let mut reserved = Reserved {
+            inner: self,
+            space: None,
+        };
         loop {
             let now = self.now();
             let mut shard = self.index.lock(hash);
@@ -434,7 +451,7 @@ impl Inner {
             let w = match decision {
                 Update::Keep => {
                     drop(shard);
-                    self.abandon(reserved);
+                    self.abandon(reserved.space.take());
                     return Ok((r, None));
                 }
                 Update::Delete => {
@@ -444,14 +461,14 @@ impl Inner {
                         }
                     }
                     drop(shard);
-                    self.abandon(reserved);
+                    self.abandon(reserved.space.take());
                     return Ok((r, None));
                 }
                 Update::Put(w) => w,
             };
             if let Err(err) = self.check_size(key, &w.value) {
                 drop(shard);
-                self.abandon(reserved);
+                self.abandon(reserved.space.take());
                 return Err(err);
             }
             if w.exptime != 0 && w.exptime <= now {
@@ -462,12 +479,12 @@ impl Inner {
                     }
                 }
                 drop(shard);
-                self.abandon(reserved);
+                self.abandon(reserved.space.take());
                 return Ok((r, Some(cas)));
             }
             let words = record::rec_words(key.len(), w.value.len());
             let lg = *log.get_or_insert_with(|| self.target_log(hash));
-            let space = match reserved.take() {
+            let space = match reserved.space.take() {
                 Some(s) if s.words == words => Some(s),
                 Some(s) => {
                     drop(shard);
@@ -479,7 +496,7 @@ impl Inner {
             };
             let Some(space) = space else {
                 drop(shard);
-                reserved = Some(self.reserve(lg, words)?);
+                reserved.space = Some(self.reserve(lg, words)?);
                 continue;
             };
             let cas = self.cas_for(w.cas, current.as_ref().map(|i| i.cas));

@@ -154,3 +154,31 @@ fn mixed_sizes_with_evictions_keep_values_intact() {
         }
     }
 }
+
+#[test]
+fn a_panicking_update_closure_does_not_wedge_eviction() {
+    let c = small(1 << 20, EvictionPolicy::S3Fifo);
+    // On a fresh cache there is no head segment, so the first `Put` takes the slow path:
+    // space is reserved, then the closure runs again — and panics while holding it.
+    let mut calls = 0;
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        c.update_now(b"k", |_| {
+            calls += 1;
+            assert!(calls < 2, "closure panics on its second call");
+            (
+                flashtier_cache::Update::Put(ItemWrite::new(common::value(1, 100), 0, 0)),
+                (),
+            )
+        })
+    }));
+    assert!(r.is_err());
+    // Evicting every segment, including the one holding the abandoned reservation, finishes.
+    for i in 0..20_000u64 {
+        c.set_now(
+            format!("k{i}").as_bytes(),
+            ItemWrite::new(common::value(i, 200), 0, 0),
+        )
+        .unwrap();
+    }
+    assert!(c.stats().evictions > 0);
+}
