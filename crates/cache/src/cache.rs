@@ -5,9 +5,11 @@
 //! - GET: hash the key, lock its index shard, walk the tag matches comparing the key in the
 //!   record, copy the value out, mark the record fetched and bump the slot's frequency. One
 //!   shard lock, one allocation (the value), O(1).
-//! - SET: reserve space in a log head (a short head mutex; if the head is full, the
-//!   `AllocState` mutex to seal it and take a new segment, evicting if needed), write the
-//!   record with no lock held, then lock the shard and publish (replacing any old slot).
+//! - SET: reserve space in a log head (a short head mutex, a leaf lock; only when the head is
+//!   full, the `AllocState` mutex to seal it and take a new segment, evicting if needed), write
+//!   the record with no lock held, then lock the shard and publish (replacing any old slot).
+//!   One shard lock, no allocation, O(1) — plus amortised eviction of one segment per segment
+//!   filled once memory is full.
 //! - UPDATE (read-modify-write): under the shard lock, read the current item, call the closure,
 //!   and if it writes, reserve space *without blocking* and publish before unlocking, so the
 //!   whole change is atomic per key. If no space can be had without blocking, the lock is

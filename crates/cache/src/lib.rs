@@ -19,6 +19,22 @@
 //! - [`tier`]: the seam where the flash tier will take RAM evictions (issue 4).
 //! - `stats`: counters and how they map to memcached's `stats` sections.
 //!
+//! # Using the real store
+//! ```no_run
+//! use flashtier_cache::{Cache, CacheConfig, ItemWrite, KvStore};
+//! let cfg = CacheConfig::builder()
+//!     .memory_limit(1 << 30)      // bytes of item memory (`-m`)
+//!     .max_item_size(1 << 20)     // largest value (`-I`)
+//!     .build()?;                  // validates
+//! let cache = Cache::new(cfg)?;   // starts the sweeper thread
+//! let cas = cache.set_now(b"k", ItemWrite::new("v".into(), 0, 0))?;
+//! # let _ = cas;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//! [`Cache`] implements [`KvStore`]; its futures complete on the first poll (RAM only today).
+//! `get_now`/`set_now`/`update_now`/`delete_now` are the same operations without `async`.
+//! `stats_section` answers `items`, `slabs` (segments) and `settings`.
+//!
 //! Protocol semantics (add/replace/cas/append/incr/meta flags) live in the protocol crate and
 //! are built from [`KvStore::get`], [`KvStore::set`] and [`KvStore::update`]; this crate only
 //! keeps items, honours expiry, assigns CAS values and enforces memory limits.
