@@ -11,8 +11,9 @@
 //!   flash units) instead of removing it, under the same shard lock, so readers never see the
 //!   item missing.
 //!
-//! Reads of a `Tier::Flash` slot are refused with [`crate::Error::Flash`] until then; no slot is
-//! ever created with that tier today.
+//! No slot is ever created with `Tier::Flash` today, and the RAM paths only match `Tier::Ram`
+//! slots (a flash slot would read as a miss). Issue 4 adds the flash read behind the same
+//! lookup: match the tag, read the record from flash, compare the key there.
 
 /// What to do with a live item the RAM tier is evicting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
