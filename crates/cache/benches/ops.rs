@@ -11,6 +11,10 @@ use flashtier_cache::{Cache, CacheConfig, ItemWrite};
 const KEYS: u64 = 100_000;
 const OPS: u64 = 2_000_000;
 
+fn ops() -> u64 {
+    std::env::var("OPS_N").ok().and_then(|v| v.parse().ok()).unwrap_or(OPS)
+}
+
 fn key(i: u64) -> String {
     format!("key:{:016x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15) % KEYS)
 }
@@ -23,7 +27,7 @@ fn run(c: &Arc<Cache>, threads: u64, get: bool, value: &Bytes) -> f64 {
             let v = value.clone();
             std::thread::spawn(move || {
                 let mut x = t + 1;
-                for _ in 0..OPS / threads {
+                for _ in 0..ops() / threads {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
@@ -40,7 +44,7 @@ fn run(c: &Arc<Cache>, threads: u64, get: bool, value: &Bytes) -> f64 {
     for h in hs {
         let _ = h.join();
     }
-    start.elapsed().as_nanos() as f64 / OPS as f64
+    start.elapsed().as_nanos() as f64 / ops() as f64
 }
 
 fn main() {
@@ -56,6 +60,20 @@ fn main() {
         let v = Bytes::from(vec![1u8; size]);
         for i in 0..KEYS {
             let _ = c.set_now(key(i).as_bytes(), ItemWrite::new(v.clone(), 0, 0));
+        }
+        // `OPS_ONLY=get` or `OPS_ONLY=set`: one thread, one kind of operation, for counting
+        // instructions per operation with `perf stat` (subtract an `OPS_ONLY=none` run).
+        match std::env::var("OPS_ONLY").as_deref() {
+            Ok("get") => {
+                run(&c, 1, true, &v);
+                continue;
+            }
+            Ok("set") => {
+                run(&c, 1, false, &v);
+                continue;
+            }
+            Ok(_) => continue,
+            Err(_) => {}
         }
         for threads in [1, 2] {
             let set = run(&c, threads, false, &v);
