@@ -12,7 +12,10 @@ const KEYS: u64 = 100_000;
 const OPS: u64 = 2_000_000;
 
 fn ops() -> u64 {
-    std::env::var("OPS_N").ok().and_then(|v| v.parse().ok()).unwrap_or(OPS)
+    std::env::var("OPS_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(OPS)
 }
 
 fn key(i: u64) -> String {
