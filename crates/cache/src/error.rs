@@ -17,6 +17,8 @@ pub enum Error {
     OutOfMemory,
     /// The flash tier failed the request (I/O error, full device, corrupt record).
     Flash(String),
+    /// An internal invariant did not hold (a bug); the request fails rather than guessing.
+    Internal(&'static str),
 }
 
 impl Error {
@@ -33,6 +35,7 @@ impl fmt::Display for Error {
             Error::TooLarge { .. } => write!(f, "object too large for cache"),
             Error::OutOfMemory => write!(f, "out of memory storing object"),
             Error::Flash(msg) => write!(f, "flash error: {msg}"),
+            Error::Internal(what) => write!(f, "internal error: {what}"),
         }
     }
 }

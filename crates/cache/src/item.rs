@@ -55,7 +55,13 @@ pub struct ItemWrite {
 impl ItemWrite {
     /// An ordinary store: fresh CAS, no meta bits.
     pub fn new(value: Bytes, flags: u32, exptime: u32) -> Self {
-        Self { value, flags, exptime, cas: CasMode::New, meta: ItemMeta::default() }
+        Self {
+            value,
+            flags,
+            exptime,
+            cas: CasMode::New,
+            meta: ItemMeta::default(),
+        }
     }
 }
 

@@ -8,19 +8,57 @@
 //! - [`error`]: the crate's typed error, classified client vs server.
 //! - [`model`]: [`ModelStore`], a deliberately simple `HashMap` store used as the oracle in
 //!   model-based and differential tests. It is never what the server binary runs.
+//! - [`config`]: [`CacheConfig`], every knob of the real store with default and unit.
+//! - [`cache`]: [`Cache`], the real store: GET/SET/UPDATE paths and stats.
+//! - [`index`]: the compact sharded hash index (tag + location, no key; ≤ 16 B/entry).
+//! - `record`: the byte layout of an item in a RAM segment.
+//! - `arena`: RAM segments, write heads, the byte budget and the reuse invariants.
+//! - `evict`: S3-FIFO over segments, the ghost set use, the drain shared with the sweeper.
+//! - `ghost`: S3-FIFO's ghost set.
+//! - `sweeper`: the background thread freeing expired and dead space.
+//! - [`tier`]: the seam where the flash tier will take RAM evictions (issue 4).
+//! - `stats`: counters and how they map to memcached's `stats` sections.
+//!
+//! # Using the real store
+//! ```no_run
+//! use flashtier_cache::{Cache, CacheConfig, ItemWrite, KvStore};
+//! let cfg = CacheConfig::builder()
+//!     .memory_limit(1 << 30)      // bytes of item memory (`-m`)
+//!     .max_item_size(1 << 20)     // largest value (`-I`)
+//!     .build()?;                  // validates
+//! let cache = Cache::new(cfg)?;   // starts the sweeper thread
+//! let cas = cache.set_now(b"k", ItemWrite::new("v".into(), 0, 0))?;
+//! # let _ = cas;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//! [`Cache`] implements [`KvStore`]; its futures complete on the first poll (RAM only today).
+//! `get_now`/`set_now`/`update_now`/`delete_now` are the same operations without `async`.
+//! `stats_section` answers `items`, `slabs` (segments) and `settings`.
 //!
 //! Protocol semantics (add/replace/cas/append/incr/meta flags) live in the protocol crate and
 //! are built from [`KvStore::get`], [`KvStore::set`] and [`KvStore::update`]; this crate only
 //! keeps items, honours expiry, assigns CAS values and enforces memory limits.
 #![deny(unsafe_code)]
 
+mod arena;
+pub mod cache;
 pub mod clock;
+pub mod config;
 pub mod error;
+mod evict;
+mod ghost;
+pub mod index;
 pub mod item;
 pub mod model;
+mod record;
+mod stats;
 pub mod store;
+mod sweeper;
+pub mod tier;
 
+pub use cache::Cache;
 pub use clock::Clock;
+pub use config::{CacheConfig, CacheConfigBuilder, ConfigError, EvictionPolicy, StartError};
 pub use error::Error;
 pub use item::{CasMode, Item, ItemMeta, ItemWrite, Update};
 pub use model::ModelStore;

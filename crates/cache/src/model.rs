@@ -37,7 +37,11 @@ pub struct ModelStore {
 impl ModelStore {
     /// A model store on `clock` accepting values up to `max_item_size` bytes.
     pub fn new(clock: Clock, max_item_size: usize) -> Self {
-        Self { state: Mutex::new(State::default()), clock, max_item_size }
+        Self {
+            state: Mutex::new(State::default()),
+            clock,
+            max_item_size,
+        }
     }
 
     fn live<'a>(state: &'a mut State, key: &[u8], now: u32) -> Option<&'a mut Entry> {
@@ -58,7 +62,10 @@ impl ModelStore {
 
     fn write(&self, state: &mut State, key: &[u8], w: ItemWrite, now: u32) -> Result<u64, Error> {
         if w.value.len() > self.max_item_size {
-            return Err(Error::TooLarge { size: w.value.len(), max: self.max_item_size });
+            return Err(Error::TooLarge {
+                size: w.value.len(),
+                max: self.max_item_size,
+            });
         }
         let old_cas = state.map.get(key).map(|e| e.item.cas);
         let cas = match w.cas {
@@ -79,9 +86,21 @@ impl ModelStore {
             fetched: false,
             last_access: now,
         };
-        let item = Item { value: w.value, flags: w.flags, exptime: w.exptime, cas, meta };
+        let item = Item {
+            value: w.value,
+            flags: w.flags,
+            exptime: w.exptime,
+            cas,
+            meta,
+        };
         state.total_items += 1;
-        state.map.insert(key.to_vec(), Entry { item, stored_at: now });
+        state.map.insert(
+            key.to_vec(),
+            Entry {
+                item,
+                stored_at: now,
+            },
+        );
         Ok(cas)
     }
 }
@@ -150,7 +169,11 @@ impl KvStore for ModelStore {
         StoreStats {
             curr_items: state.map.len() as u64,
             total_items: state.total_items,
-            bytes: state.map.iter().map(|(k, e)| (k.len() + e.item.value.len()) as u64).sum(),
+            bytes: state
+                .map
+                .iter()
+                .map(|(k, e)| (k.len() + e.item.value.len()) as u64)
+                .sum(),
             ..StoreStats::default()
         }
     }
@@ -170,7 +193,9 @@ mod tests {
         let clock = Clock::system();
         let s = ModelStore::new(clock.clone(), 1024);
         let now = clock.now();
-        s.set(b"a", ItemWrite::new(Bytes::from_static(b"1"), 5, now + 10)).await.unwrap();
+        s.set(b"a", ItemWrite::new(Bytes::from_static(b"1"), 5, now + 10))
+            .await
+            .unwrap();
         let it = s.get(b"a").await.unwrap().unwrap();
         assert_eq!(it.value, Bytes::from_static(b"1"));
         assert_eq!(it.flags, 5);
@@ -178,7 +203,9 @@ mod tests {
         assert!(s.get(b"a").await.unwrap().unwrap().meta.fetched);
         clock.advance(10);
         assert!(s.get(b"a").await.unwrap().is_none());
-        s.set(b"b", ItemWrite::new(Bytes::from_static(b"2"), 0, 0)).await.unwrap();
+        s.set(b"b", ItemWrite::new(Bytes::from_static(b"2"), 0, 0))
+            .await
+            .unwrap();
         s.flush_all(0);
         assert!(s.get(b"b").await.unwrap().is_none());
     }
@@ -186,7 +213,9 @@ mod tests {
     #[tokio::test]
     async fn too_large_is_refused() {
         let s = ModelStore::new(Clock::system(), 4);
-        let err = s.set(b"k", ItemWrite::new(Bytes::from_static(b"12345"), 0, 0)).await;
+        let err = s
+            .set(b"k", ItemWrite::new(Bytes::from_static(b"12345"), 0, 0))
+            .await;
         assert!(matches!(err, Err(Error::TooLarge { .. })));
     }
 }

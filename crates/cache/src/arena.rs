@@ -1,0 +1,554 @@
+//! The RAM arena: fixed-size segments, allocated lazily up to the memory limit, that items are
+//! appended to as records (see `record`).
+//!
+//! # Why
+//! A log-structured arena bounds memory exactly (the limit is a number of segment bytes, there
+//! is no per-item `malloc` and no fragmentation inside the allocator), makes eviction a
+//! sequential walk over one segment, and is the shape the flash tier writes: an old RAM
+//! segment's survivors are a ready-made flash write buffer.
+//!
+//! # Structure
+//! - Memory comes in fixed-size *chunks* of `segment_size` bytes, allocated lazily up to
+//!   `memory_limit / segment_size` and then recycled forever: the arena never returns memory to
+//!   the allocator, so there is no allocator churn or fragmentation and RSS for items is
+//!   exactly the chunks allocated. Chunk `i` lives in segment slot `i`.
+//! - A *normal segment* is one chunk holding records back to back. A *large segment* holds one
+//!   record bigger than half a chunk, spread over as many chunks as it needs (the header and
+//!   key in the first one); its id is its first chunk's, the other chunks are listed in `more`.
+//!   A location is `id << seg_shift | word offset`.
+//! - Two write heads, one per log (`Small`, `Main`). Writers bump a head under its mutex, write
+//!   their record outside any lock, then publish it in the index under the shard lock. When a
+//!   head is full it is *sealed* (its `end` fixed) and pushed on its log's FIFO queue.
+//! - `AllocState` (one mutex) owns the queues, the free chunks and the budget. Only its holder
+//!   allocates, recycles, evicts or compacts segments.
+//!
+//! # Invariants (what keeps readers safe)
+//! 1. Record memory is read only (a) under the index shard lock of a slot pointing at it, or
+//!    (b) by the `AllocState` holder on a sealed segment whose `pending` writers reached zero.
+//! 2. A segment is recycled only by the `AllocState` holder, after every index slot pointing
+//!    into it has been removed or moved, each under its shard lock. So no reader under (a)
+//!    can see it reused.
+//! 3. All record words are `AtomicU64` accessed relaxed, and chunk memory is never freed; even
+//!    a broken rule 2 could only produce a wrong value (which the key check would most likely
+//!    reject), never undefined behaviour. Ordering comes from the shard mutex (publish → read)
+//!    and from `pending` (release on finish → acquire by the evictor).
+//!
+//! # Lock order
+//! `AllocState` → index shard → head; index shard → head; never a head while holding anything
+//! else to acquire, never `AllocState` while holding a shard or head.
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use crate::record::{self, Header};
+
+/// Which log a segment belongs to (S3-FIFO's two FIFOs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Log {
+    /// New items (S3-FIFO "S").
+    Small = 0,
+    /// Promoted, reinserted and ghost-hit items (S3-FIFO "M").
+    Main = 1,
+}
+
+/// Per-segment bookkeeping.
+#[derive(Debug)]
+pub struct SegSlot {
+    /// This slot's chunk; allocated once, never freed.
+    mem: OnceLock<Box<[AtomicU64]>>,
+    /// For a large segment, its further chunks in record order. Changed under `AllocState`
+    /// while no slot points at the segment.
+    more: Mutex<Vec<u32>>,
+    /// Words of records in the segment; final once sealed.
+    pub end: AtomicU32,
+    /// Words of records the index points at (published and not yet replaced or removed).
+    pub live: AtomicU64,
+    /// Writers that reserved space here and have not yet finished publishing.
+    pub pending: AtomicU32,
+    /// Smallest non-zero exptime published here (`u32::MAX` if none); a hint for the sweeper.
+    pub min_exp: AtomicU32,
+    /// Largest exptime published here, `u32::MAX` if some item never expires.
+    pub max_exp: AtomicU32,
+    /// Latest stored time of a record published here (for `flush_all`).
+    pub max_stored: AtomicU32,
+    /// Words of memory the segment holds (chunks × chunk words).
+    pub words: AtomicU32,
+    /// 1 for a large single-record segment.
+    pub large: AtomicU32,
+    /// 0 when on no queue, else 1 + the `Log` it is queued on. Changed under `AllocState`.
+    queued: AtomicU32,
+}
+
+impl SegSlot {
+    fn new() -> Self {
+        Self {
+            mem: OnceLock::new(),
+            more: Mutex::new(Vec::new()),
+            end: AtomicU32::new(0),
+            live: AtomicU64::new(0),
+            pending: AtomicU32::new(0),
+            min_exp: AtomicU32::new(u32::MAX),
+            max_exp: AtomicU32::new(0),
+            max_stored: AtomicU32::new(0),
+            words: AtomicU32::new(0),
+            large: AtomicU32::new(0),
+            queued: AtomicU32::new(0),
+        }
+    }
+
+    fn reset(&self) {
+        self.end.store(0, Ordering::Relaxed);
+        self.live.store(0, Ordering::Relaxed);
+        self.min_exp.store(u32::MAX, Ordering::Relaxed);
+        self.max_exp.store(0, Ordering::Relaxed);
+        self.max_stored.store(0, Ordering::Relaxed);
+    }
+
+    /// Note a record published here.
+    pub fn note_publish(&self, words: usize, exptime: u32, stored: u32) {
+        self.live.fetch_add(words as u64, Ordering::Relaxed);
+        if exptime == 0 {
+            self.max_exp.store(u32::MAX, Ordering::Relaxed);
+        } else {
+            self.max_exp.fetch_max(exptime, Ordering::Relaxed);
+            self.min_exp.fetch_min(exptime, Ordering::Relaxed);
+        }
+        self.max_stored.fetch_max(stored, Ordering::Relaxed);
+    }
+
+    /// True for a large single-record segment.
+    pub fn is_large(&self) -> bool {
+        self.large.load(Ordering::Relaxed) != 0
+    }
+}
+
+/// Space reserved for one record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Space {
+    pub seg: u32,
+    pub off: usize,
+    pub words: usize,
+    /// The space is a whole large segment, not yet on any queue.
+    pub large: bool,
+    /// The log the space belongs to.
+    pub log: Log,
+}
+
+#[derive(Debug, Default)]
+struct Head {
+    seg: Option<u32>,
+    off: usize,
+}
+
+/// Queues, free lists and budget; see the module docs. Guarded by `Arena::state`.
+#[derive(Debug)]
+pub struct AllocState {
+    /// Allocated chunks not in use.
+    free: Vec<u32>,
+    /// Chunks allocated so far (ids `0..allocated`).
+    allocated: usize,
+    pub queues: [VecDeque<u32>; 2],
+    pub queue_bytes: [u64; 2],
+}
+
+/// The arena. See the module docs.
+#[derive(Debug)]
+pub struct Arena {
+    pub seg_words: usize,
+    seg_shift: u32,
+    /// Chunks the memory limit allows.
+    max_chunks: usize,
+    slots: Box<[SegSlot]>,
+    pub state: Mutex<AllocState>,
+    heads: [Mutex<Head>; 2],
+    mem_used: AtomicU64,
+}
+
+impl Arena {
+    /// An arena of `limit` bytes in chunks of `seg_size` bytes (validated by the config).
+    /// One slot more than the limit allows exists for a single item larger than the limit.
+    pub fn new(limit: usize, seg_size: usize) -> Self {
+        let max_chunks = limit / seg_size;
+        let slots: Vec<SegSlot> = (0..=max_chunks).map(|_| SegSlot::new()).collect();
+        Self {
+            seg_words: seg_size / 8,
+            seg_shift: (seg_size / 8).trailing_zeros(),
+            max_chunks,
+            slots: slots.into_boxed_slice(),
+            state: Mutex::new(AllocState {
+                free: Vec::new(),
+                allocated: 0,
+                queues: [VecDeque::new(), VecDeque::new()],
+                queue_bytes: [0, 0],
+            }),
+            heads: [Mutex::new(Head::default()), Mutex::new(Head::default())],
+            mem_used: AtomicU64::new(0),
+        }
+    }
+
+    /// Records above this many words go to a large segment of their own.
+    pub fn large_threshold(&self) -> usize {
+        self.seg_words / 2
+    }
+
+    /// The memory limit in bytes (whole chunks).
+    pub fn limit(&self) -> u64 {
+        (self.max_chunks * self.seg_words * 8) as u64
+    }
+
+    /// Bytes of chunk memory allocated.
+    pub fn mem_used(&self) -> u64 {
+        self.mem_used.load(Ordering::Relaxed)
+    }
+
+    /// Location of word `off` of segment `seg`.
+    pub fn loc(&self, seg: u32, off: usize) -> u64 {
+        (u64::from(seg) << self.seg_shift) | off as u64
+    }
+
+    /// Segment and word offset of a location.
+    pub fn split(&self, loc: u64) -> (u32, usize) {
+        (
+            (loc >> self.seg_shift) as u32,
+            (loc & ((1 << self.seg_shift) - 1)) as usize,
+        )
+    }
+
+    /// The bookkeeping of segment `seg`.
+    pub fn slot(&self, seg: u32) -> &SegSlot {
+        &self.slots[seg as usize]
+    }
+
+    /// The (first) chunk of segment `seg`; `None` if never allocated (never the case for a
+    /// location the index holds). Headers and keys always lie in the first chunk.
+    pub fn mem(&self, seg: u32) -> Option<&[AtomicU64]> {
+        self.slots.get(seg as usize)?.mem.get().map(|b| &b[..])
+    }
+
+    fn chunks(&self, seg: u32) -> Vec<&[AtomicU64]> {
+        let mut v: Vec<&[AtomicU64]> = self.mem(seg).into_iter().collect();
+        for &c in self.slots[seg as usize].more.lock().iter() {
+            v.extend(self.mem(c));
+        }
+        v
+    }
+
+    /// Copy out the value of the record at `off` of `seg` (which may span chunks).
+    pub fn read_value(&self, seg: u32, off: usize, h: &Header) -> Bytes {
+        if self.slots[seg as usize].is_large() {
+            record::read_value_chunked(&self.chunks(seg), off, h)
+        } else {
+            self.mem(seg)
+                .map(|m| record::read_value(m, off, h))
+                .unwrap_or_default()
+        }
+    }
+
+    /// Write a whole record into reserved `space`.
+    pub fn write_record(&self, space: &Space, h: &Header, key: &[u8], value: &[u8]) -> bool {
+        if space.large {
+            let chunks = self.chunks(space.seg);
+            record::write_chunked(&chunks, h, key, value)
+        } else if let Some(m) = self.mem(space.seg) {
+            record::write(m, space.off, h, key, value);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Reserve `words` in `log`'s head without blocking on anything but the head mutex.
+    /// `None` when there is no head or it is too full.
+    pub fn try_bump(&self, log: Log, words: usize) -> Option<Space> {
+        let mut h = self.heads[log as usize].lock();
+        let seg = h.seg?;
+        if h.off + words > self.seg_words {
+            return None;
+        }
+        let off = h.off;
+        h.off += words;
+        self.slots[seg as usize]
+            .pending
+            .fetch_add(1, Ordering::Relaxed);
+        Some(Space {
+            seg,
+            off,
+            words,
+            large: false,
+            log,
+        })
+    }
+
+    /// Finish a reservation: the record is published (or turned into a filler).
+    pub fn finish(&self, space: Space) {
+        self.slots[space.seg as usize]
+            .pending
+            .fetch_sub(1, Ordering::Release);
+    }
+
+    /// Wait until nobody is still writing into `seg`. Called by the `AllocState` holder on a
+    /// sealed segment it took off a queue; writers never wait for `AllocState` while pending.
+    pub fn wait_quiet(&self, seg: u32) {
+        let p = &self.slots[seg as usize].pending;
+        while p.load(Ordering::Acquire) != 0 {
+            std::thread::yield_now();
+        }
+    }
+
+    /// The head segment of `log` and its fill, if any.
+    pub fn head(&self, log: Log) -> Option<(u32, usize)> {
+        let h = self.heads[log as usize].lock();
+        h.seg.map(|s| (s, h.off))
+    }
+
+    /// Seal `log`'s head if it is still `seen` (or any head when `seen` is `None`) and push
+    /// it on its queue. Returns whether a head was sealed.
+    pub fn seal_head(&self, st: &mut AllocState, log: Log, seen: Option<u32>) -> bool {
+        let mut h = self.heads[log as usize].lock();
+        let Some(seg) = h.seg else { return false };
+        if seen.is_some_and(|s| s != seg) {
+            return false;
+        }
+        h.seg = None;
+        let end = std::mem::take(&mut h.off);
+        drop(h);
+        let slot = &self.slots[seg as usize];
+        slot.end.store(end as u32, Ordering::Relaxed);
+        if end == 0 {
+            st.free.push(seg);
+        } else {
+            self.push_queue(st, log, seg);
+        }
+        true
+    }
+
+    fn push_queue(&self, st: &mut AllocState, log: Log, seg: u32) {
+        st.queues[log as usize].push_back(seg);
+        st.queue_bytes[log as usize] += self.seg_bytes(seg);
+        self.slots[seg as usize]
+            .queued
+            .store(log as u32 + 1, Ordering::Relaxed);
+    }
+
+    /// Take the oldest segment off `log`'s queue.
+    pub fn pop_queue(&self, st: &mut AllocState, log: Log) -> Option<u32> {
+        let seg = st.queues[log as usize].pop_front()?;
+        st.queue_bytes[log as usize] -= self.seg_bytes(seg);
+        self.slots[seg as usize].queued.store(0, Ordering::Relaxed);
+        Some(seg)
+    }
+
+    /// The log `seg` is queued on, if any.
+    pub fn queued_on(&self, seg: u32) -> Option<Log> {
+        match self.slots[seg as usize].queued.load(Ordering::Relaxed) {
+            1 => Some(Log::Small),
+            2 => Some(Log::Main),
+            _ => None,
+        }
+    }
+
+    /// Take `seg` off the middle of its queue (O(queue length)); false if it is not queued.
+    pub fn unqueue(&self, st: &mut AllocState, seg: u32) -> bool {
+        let Some(log) = self.queued_on(seg) else {
+            return false;
+        };
+        let q = &mut st.queues[log as usize];
+        let Some(pos) = q.iter().position(|&s| s == seg) else {
+            return false;
+        };
+        q.remove(pos);
+        st.queue_bytes[log as usize] -= self.seg_bytes(seg);
+        self.slots[seg as usize].queued.store(0, Ordering::Relaxed);
+        true
+    }
+
+    /// Make `seg` (an empty normal segment) the head of `log`; the head must be empty.
+    /// Returns `seg` back when another thread already installed a head.
+    pub fn install_head(&self, log: Log, seg: u32) -> Result<(), u32> {
+        let mut h = self.heads[log as usize].lock();
+        if h.seg.is_some() {
+            return Err(seg);
+        }
+        h.seg = Some(seg);
+        h.off = 0;
+        Ok(())
+    }
+
+    /// Take an empty chunk as a normal segment: from the free list if it has more than
+    /// `reserve` entries, else a new chunk if the limit has room for it plus `reserve` more.
+    pub fn take_normal(&self, st: &mut AllocState, reserve: usize) -> Option<u32> {
+        if st.free.len() > reserve {
+            let id = st.free.pop()?;
+            self.prepare(id, 1, false);
+            return Some(id);
+        }
+        if st.allocated + 1 + reserve <= self.max_chunks {
+            let id = self.allocate(st);
+            self.prepare(id, 1, false);
+            return Some(id);
+        }
+        None
+    }
+
+    /// Give an empty normal segment back for reuse.
+    pub fn release_normal(&self, st: &mut AllocState, seg: u32) {
+        self.slots[seg as usize].reset();
+        st.free.push(seg);
+    }
+
+    /// Chunks a large record of `words` needs.
+    pub fn chunks_for(&self, words: usize) -> usize {
+        words.div_ceil(self.seg_words)
+    }
+
+    /// Chunks that can be had without evicting; `spare` counts the one chunk beyond the limit
+    /// that only an item larger than the whole limit may use.
+    pub fn available(&self, st: &AllocState, spare: bool) -> usize {
+        st.free.len() + (self.max_chunks + usize::from(spare)).saturating_sub(st.allocated)
+    }
+
+    /// Chunks the limit allows.
+    pub fn max_chunks(&self) -> usize {
+        self.max_chunks
+    }
+
+    /// Take a large segment of `words` for one record; the caller checked `available`.
+    /// `None` if the chunks are not there after all.
+    pub fn take_large(&self, st: &mut AllocState, words: usize, log: Log) -> Option<Space> {
+        let k = self.chunks_for(words);
+        let spare = k > self.max_chunks;
+        if self.available(st, spare) < k {
+            return None;
+        }
+        let mut ids = Vec::with_capacity(k);
+        for _ in 0..k {
+            let id = match st.free.pop() {
+                Some(id) => id,
+                None => self.allocate(st),
+            };
+            ids.push(id);
+        }
+        let first = ids[0];
+        self.prepare(first, k, true);
+        let slot = &self.slots[first as usize];
+        *slot.more.lock() = ids[1..].to_vec();
+        slot.end.store(words as u32, Ordering::Relaxed);
+        slot.pending.fetch_add(1, Ordering::Relaxed);
+        Some(Space {
+            seg: first,
+            off: 0,
+            words,
+            large: true,
+            log,
+        })
+    }
+
+    /// Put a published large segment on its log's queue.
+    pub fn enqueue_large(&self, st: &mut AllocState, seg: u32, log: Log) {
+        self.push_queue(st, log, seg);
+    }
+
+    /// Bytes a queued segment counts for.
+    pub fn seg_bytes(&self, seg: u32) -> u64 {
+        u64::from(self.slots[seg as usize].words.load(Ordering::Relaxed)) * 8
+    }
+
+    /// Return a large segment's chunks to the free list.
+    pub fn free_large(&self, st: &mut AllocState, seg: u32) {
+        let slot = &self.slots[seg as usize];
+        let more = std::mem::take(&mut *slot.more.lock());
+        slot.reset();
+        slot.large.store(0, Ordering::Relaxed);
+        st.free.push(seg);
+        st.free.extend(more);
+    }
+
+    /// Free chunks.
+    pub fn free_count(&self, st: &AllocState) -> usize {
+        st.free.len()
+    }
+
+    fn prepare(&self, id: u32, chunks: usize, large: bool) {
+        let slot = &self.slots[id as usize];
+        slot.reset();
+        slot.words
+            .store((chunks * self.seg_words) as u32, Ordering::Relaxed);
+        slot.large.store(u32::from(large), Ordering::Relaxed);
+    }
+
+    fn allocate(&self, st: &mut AllocState) -> u32 {
+        let id = st.allocated;
+        st.allocated += 1;
+        self.slots[id]
+            .mem
+            .get_or_init(|| (0..self.seg_words).map(|_| AtomicU64::new(0)).collect());
+        self.mem_used.store(
+            (st.allocated * self.seg_words * 8) as u64,
+            Ordering::Relaxed,
+        );
+        id as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bump_seal_and_budget() {
+        let a = Arena::new(4 << 16, 1 << 16);
+        let mut st = a.state.lock();
+        assert!(a.try_bump(Log::Small, 4).is_none());
+        let s = a.take_normal(&mut st, 1).unwrap();
+        a.install_head(Log::Small, s).unwrap();
+        let sp = a.try_bump(Log::Small, 4).unwrap();
+        assert_eq!((sp.seg, sp.off), (s, 0));
+        assert_eq!(a.try_bump(Log::Small, 6).unwrap().off, 4);
+        assert!(a.try_bump(Log::Small, a.seg_words).is_none());
+        assert!(a.seal_head(&mut st, Log::Small, Some(s)));
+        assert_eq!(a.slot(s).end.load(Ordering::Relaxed), 10);
+        assert_eq!(st.queues[0].len(), 1);
+        // Budget: 4 chunks, reserve 1 → 2 more can be taken.
+        assert!(a.take_normal(&mut st, 1).is_some());
+        assert!(a.take_normal(&mut st, 1).is_some());
+        assert!(a.take_normal(&mut st, 1).is_none());
+        assert_eq!(a.mem_used(), 3 << 16);
+        let (seg, off) = a.split(a.loc(7, 123));
+        assert_eq!((seg, off), (7, 123));
+    }
+
+    #[test]
+    fn large_segments_span_chunks_and_recycle_them() {
+        let a = Arena::new(4 << 16, 1 << 16);
+        let mut st = a.state.lock();
+        let words = a.seg_words * 2 + 10;
+        assert_eq!(a.available(&st, false), 4);
+        let sp = a.take_large(&mut st, words, Log::Small).unwrap();
+        assert_eq!(a.available(&st, false), 1);
+        let key = b"big";
+        let value: Vec<u8> = (0..(words - 5) * 8).map(|i| i as u8).collect();
+        let h = Header {
+            cas: 1,
+            exptime: 0,
+            flags: 0,
+            vlen: value.len() as u32,
+            stored: 0,
+            last_access: 0,
+            klen: 3,
+            rflags: 0,
+        };
+        assert!(a.write_record(&sp, &h, key, &value));
+        assert_eq!(&a.read_value(sp.seg, 0, &h)[..], &value[..]);
+        a.finish(sp);
+        a.free_large(&mut st, sp.seg);
+        assert_eq!(a.available(&st, false), 4);
+        assert_eq!(a.mem_used(), 3 << 16, "chunks stay allocated for reuse");
+        // A record larger than the whole limit may use the spare chunk.
+        assert!(a
+            .take_large(&mut st, a.seg_words * 4 + 1, Log::Small)
+            .is_some());
+    }
+}

@@ -1,0 +1,666 @@
+//! [`Cache`]: the real store — compact index over a log-structured RAM arena with S3-FIFO
+//! eviction and a background sweeper.
+//!
+//! # Paths
+//! - GET: hash the key, lock its index shard, walk the tag matches comparing the key in the
+//!   record, copy the value out, mark the record fetched and bump the slot's frequency. One
+//!   shard lock, one allocation (the value), O(1).
+//! - SET: reserve space in a log head (a short head mutex, a leaf lock; only when the head is
+//!   full, the `AllocState` mutex to seal it and take a new segment, evicting if needed), write
+//!   the record with no lock held, then lock the shard and publish (replacing any old slot).
+//!   One shard lock, no allocation, O(1) — plus amortised eviction of one segment per segment
+//!   filled once memory is full.
+//! - UPDATE (read-modify-write): under the shard lock, read the current item, call the closure,
+//!   and if it writes, reserve space *without blocking* and publish before unlocking, so the
+//!   whole change is atomic per key. If no space can be had without blocking, the lock is
+//!   dropped, space is reserved the slow way, and the closure runs again on a fresh read.
+//!
+//! # Threads
+//! Any number of callers; one optional sweeper thread (`sweeper`) owned by the `Cache` and
+//! stopped when it is dropped. Eviction runs inline in the writer that needs a segment.
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::arena::{Arena, Log, Space};
+use crate::config::{CacheConfig, EvictionPolicy, StartError};
+use crate::ghost::Ghost;
+use crate::index::{self, Entry, Index, Pos, Shard, Tier};
+use crate::record::{self, Header, F_FETCHED, F_STALE, F_WIN};
+use crate::stats::Counters;
+use crate::sweeper::Sweeper;
+use crate::tier::LowerTier;
+use crate::{CasMode, Clock, Error, Item, ItemMeta, ItemWrite, KvStore, StoreStats, Update};
+
+const NO_FLUSH: u64 = u64::MAX;
+
+/// A reservation abandoned when dropped unused.
+struct Reserved<'a> {
+    inner: &'a Inner,
+    space: Option<Space>,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.inner.abandon(self.space.take());
+    }
+}
+
+/// State shared by callers and the sweeper.
+pub(crate) struct Inner {
+    pub cfg: CacheConfig,
+    pub index: Index,
+    pub arena: Arena,
+    pub ghost: Ghost,
+    pub counters: Counters,
+    pub lower: LowerTier,
+    next_cas: AtomicU64,
+    /// Time of the last delayed `flush_all`, or `NO_FLUSH`.
+    flush_at: AtomicU64,
+}
+
+/// The RAM-tier store. See the module docs.
+pub struct Cache {
+    inner: Arc<Inner>,
+    _sweeper: Option<Sweeper>,
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("memory_limit", &self.inner.cfg.memory_limit)
+            .field("segment_bytes", &self.inner.arena.mem_used())
+            .field("items", &self.inner.index.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn meta_of(h: &Header) -> ItemMeta {
+    ItemMeta {
+        stale: h.rflags & F_STALE != 0,
+        win_token_sent: h.rflags & F_WIN != 0,
+        fetched: h.rflags & F_FETCHED != 0,
+        last_access: h.last_access,
+    }
+}
+
+impl Cache {
+    /// A cache with `cfg` (validated here); starts the sweeper thread if configured.
+    pub fn new(cfg: CacheConfig) -> Result<Self, StartError> {
+        cfg.validate().map_err(StartError::Config)?;
+        // Index tables start at 2 buckets per shard (staggered up to 2.5).
+        let inner = Arc::new(Inner {
+            index: Index::new(cfg.index_shards, cfg.hash_seed, 2),
+            arena: Arena::new(cfg.memory_limit, cfg.segment_size),
+            ghost: Ghost::new(cfg.ghost_len()),
+            counters: Counters::default(),
+            lower: LowerTier::None,
+            next_cas: AtomicU64::new(0),
+            flush_at: AtomicU64::new(NO_FLUSH),
+            cfg,
+        });
+        let sweeper = match inner.cfg.sweep_interval {
+            Some(every) => Some(Sweeper::spawn(inner.clone(), every).map_err(StartError::Sweeper)?),
+            None => None,
+        };
+        Ok(Self {
+            inner,
+            _sweeper: sweeper,
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &CacheConfig {
+        &self.inner.cfg
+    }
+
+    /// Run one sweeper pass now: free or compact segments that are mostly expired or dead.
+    /// Returns how many segments were swept.
+    pub fn sweep(&self) -> usize {
+        self.inner.sweep()
+    }
+
+    /// Bytes of RAM the index tables occupy.
+    pub fn index_bytes(&self) -> u64 {
+        self.inner.index.memory_bytes()
+    }
+
+    /// Bytes of segment memory allocated (the quantity the memory limit bounds).
+    pub fn segment_bytes(&self) -> u64 {
+        self.inner.arena.mem_used()
+    }
+
+    /// Synchronous GET (the async trait method wraps this).
+    pub fn get_now(&self, key: &[u8]) -> Result<Option<Item>, Error> {
+        self.inner.get(key)
+    }
+
+    /// Synchronous SET.
+    pub fn set_now(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
+        self.inner.set(key, w)
+    }
+
+    /// Synchronous read-modify-write (see [`KvStore::update`]).
+    pub fn update_now<R, F>(&self, key: &[u8], f: F) -> Result<(R, Option<u64>), Error>
+    where
+        F: FnMut(Option<&Item>) -> (Update, R),
+    {
+        self.inner.update(key, f)
+    }
+
+    /// Synchronous delete; true when a live item was removed.
+    pub fn delete_now(&self, key: &[u8]) -> bool {
+        matches!(
+            self.inner.update(key, |cur| match cur {
+                Some(_) => (Update::Delete, true),
+                None => (Update::Keep, false),
+            }),
+            Ok((true, _))
+        )
+    }
+}
+
+impl Inner {
+    pub fn now(&self) -> u32 {
+        self.cfg.clock.now()
+    }
+
+    fn flushed(&self, stored: u32, now: u32) -> bool {
+        let f = self.flush_at.load(Ordering::Relaxed);
+        f != NO_FLUSH && f as u32 <= now && stored <= f as u32
+    }
+
+    /// True when the record can no longer be seen: expired or flushed.
+    pub fn dead(&self, h: &Header, now: u32) -> bool {
+        (h.exptime != 0 && h.exptime <= now) || self.flushed(h.stored, now)
+    }
+
+    /// True when a segment's newest record is covered by a passed `flush_all`.
+    pub fn seg_flushed(&self, max_stored: u32, now: u32) -> bool {
+        max_stored != 0 && self.flushed(max_stored, now)
+    }
+
+    fn header_at(&self, loc: u64) -> Option<Header> {
+        let (seg, off) = self.arena.split(loc);
+        let m = self.arena.mem(seg)?;
+        Some(record::header(m, off))
+    }
+
+    fn find_key(&self, shard: &Shard<'_>, hash: u64, key: &[u8]) -> Option<(Pos, Entry)> {
+        shard.find(hash, |e| {
+            if e.tier != Tier::Ram {
+                return false;
+            }
+            let (seg, off) = self.arena.split(e.loc);
+            match self.arena.mem(seg) {
+                Some(m) => record::key_eq(m, off, &record::header(m, off), key),
+                None => false,
+            }
+        })
+    }
+
+    /// Account for a record the index stops pointing at.
+    pub fn release(&self, loc: u64, words: usize) {
+        let (seg, _) = self.arena.split(loc);
+        self.arena
+            .slot(seg)
+            .live
+            .fetch_sub(words as u64, Ordering::Relaxed);
+        Counters::sub(&self.counters.live_bytes, (words * 8) as u64);
+    }
+
+    /// Remove the slot at `pos` whose record header is `h`.
+    pub fn unlink(&self, shard: &mut Shard<'_>, pos: Pos, h: &Header) {
+        let e = shard.remove(pos);
+        self.release(e.loc, h.words());
+    }
+
+    /// Remove a dead (expired or flushed) item.
+    pub fn reclaim(&self, shard: &mut Shard<'_>, pos: Pos, h: &Header) {
+        self.unlink(shard, pos, h);
+        Counters::add(&self.counters.reclaimed, 1);
+        if h.rflags & F_FETCHED == 0 {
+            Counters::add(&self.counters.expired_unfetched, 1);
+        }
+    }
+
+    fn cas_for(&self, mode: CasMode, old: Option<u64>) -> u64 {
+        match (mode, old) {
+            (CasMode::Explicit(c), _) => c,
+            (CasMode::Keep, Some(c)) => c,
+            _ => self.next_cas.fetch_add(1, Ordering::Relaxed) + 1,
+        }
+    }
+
+    fn check_size(&self, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        if value.len() > self.cfg.max_item_size {
+            return Err(Error::TooLarge {
+                size: value.len(),
+                max: self.cfg.max_item_size,
+            });
+        }
+        if key.len() > record::MAX_KEY {
+            return Err(Error::TooLarge {
+                size: key.len(),
+                max: record::MAX_KEY,
+            });
+        }
+        Ok(())
+    }
+
+    fn target_log(&self, hash: u64) -> Log {
+        if self.cfg.eviction == EvictionPolicy::S3Fifo && self.ghost.take(hash) {
+            Log::Main
+        } else {
+            Log::Small
+        }
+    }
+
+    fn new_header(w: &ItemWrite, klen: usize, now: u32, cas: u64) -> Header {
+        let mut rflags = 0;
+        if w.meta.stale {
+            rflags |= F_STALE;
+        }
+        if w.meta.win_token_sent {
+            rflags |= F_WIN;
+        }
+        Header {
+            cas,
+            exptime: w.exptime,
+            flags: w.flags,
+            vlen: w.value.len() as u32,
+            stored: now,
+            last_access: now,
+            klen: klen as u16,
+            rflags,
+        }
+    }
+
+    /// Reserve space for a record, blocking on allocation/eviction if needed.
+    fn reserve(&self, log: Log, words: usize) -> Result<Space, Error> {
+        if words > self.arena.large_threshold() {
+            return self.obtain_large(words, log);
+        }
+        loop {
+            if let Some(s) = self.arena.try_bump(log, words) {
+                return Ok(s);
+            }
+            self.advance(log, words)?;
+        }
+    }
+
+    /// Give back a reservation that will not be published.
+    fn abandon(&self, space: Option<Space>) {
+        let Some(space) = space else { return };
+        if space.large {
+            let mut st = self.arena.state.lock();
+            self.arena.finish(space);
+            self.arena.free_large(&mut st, space.seg);
+        } else {
+            if let Some(m) = self.arena.mem(space.seg) {
+                record::write_filler(m, space.off, space.words);
+            }
+            self.arena.finish(space);
+        }
+    }
+
+    /// Publish the record in `space` for `hash`, replacing `existing`. Shard lock held.
+    fn publish(
+        &self,
+        shard: &mut Shard<'_>,
+        hash: u64,
+        existing: Option<(Pos, Entry)>,
+        space: &Space,
+        h: &Header,
+    ) {
+        let loc = self.arena.loc(space.seg, space.off);
+        let mut entry = Entry {
+            tier: Tier::Ram,
+            freq: 0,
+            size_hint: index::size_hint(space.words * 8),
+            loc,
+        };
+        match existing {
+            Some((pos, old)) => {
+                if let Some(oh) = self.header_at(old.loc) {
+                    self.release(old.loc, oh.words());
+                }
+                entry.freq = old.freq;
+                shard.set(pos, entry);
+            }
+            None => shard.insert(hash, entry),
+        }
+        self.arena
+            .slot(space.seg)
+            .note_publish(space.words, h.exptime, h.stored);
+        Counters::add(&self.counters.live_bytes, (space.words * 8) as u64);
+        Counters::add(&self.counters.total_items, 1);
+    }
+
+    /// After publishing (shard lock released): queue a large segment, end the reservation.
+    fn finish(&self, space: Space) {
+        if space.large {
+            let mut st = self.arena.state.lock();
+            self.arena.enqueue_large(&mut st, space.seg, space.log);
+        }
+        self.arena.finish(space);
+    }
+
+    pub fn get(&self, key: &[u8]) -> Result<Option<Item>, Error> {
+        let now = self.now();
+        let hash = self.index.hash(key);
+        let mut shard = self.index.lock(hash);
+        let Some((pos, e)) = self.find_key(&shard, hash, key) else {
+            return Ok(None);
+        };
+        let (seg, off) = self.arena.split(e.loc);
+        let m = self
+            .arena
+            .mem(seg)
+            .ok_or(Error::Internal("indexed segment has no memory"))?;
+        let h = record::header(m, off);
+        if self.dead(&h, now) {
+            self.reclaim(&mut shard, pos, &h);
+            return Ok(None);
+        }
+        let item = Item {
+            value: self.arena.read_value(seg, off, &h),
+            flags: h.flags,
+            exptime: h.exptime,
+            cas: h.cas,
+            meta: meta_of(&h),
+        };
+        record::mark_fetched(m, off, now);
+        shard.touch(pos);
+        Ok(Some(item))
+    }
+
+    pub fn set(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
+        self.check_size(key, &w.value)?;
+        let now = self.now();
+        let hash = self.index.hash(key);
+        if w.exptime != 0 && w.exptime <= now {
+            let mut shard = self.index.lock(hash);
+            let existing = self.find_key(&shard, hash, key);
+            let old = existing.and_then(|(_, e)| self.header_at(e.loc));
+            let cas = self.cas_for(w.cas, old.map(|h| h.cas));
+            if let (Some((pos, _)), Some(h)) = (existing, old) {
+                self.unlink(&mut shard, pos, &h);
+            }
+            return Ok(cas);
+        }
+        let words = record::rec_words(key.len(), w.value.len());
+        let log = self.target_log(hash);
+        let space = self.reserve(log, words)?;
+        let mut h = Self::new_header(&w, key.len(), now, 0);
+        if !self.arena.write_record(&space, &h, key, &w.value) {
+            self.abandon(Some(space));
+            return Err(Error::Internal("reserved space cannot hold the record"));
+        }
+        let mut shard = self.index.lock(hash);
+        let existing = self.find_key(&shard, hash, key);
+        // Like the model, `Keep` takes the CAS of whatever is stored, live or not.
+        let old_cas = existing
+            .and_then(|(_, e)| self.header_at(e.loc))
+            .map(|h| h.cas);
+        h.cas = self.cas_for(w.cas, old_cas);
+        if let Some(m) = self.arena.mem(space.seg) {
+            record::set_cas(m, space.off, h.cas);
+        }
+        self.publish(&mut shard, hash, existing, &space, &h);
+        drop(shard);
+        self.finish(space);
+        Ok(h.cas)
+    }
+
+    pub fn update<R, F>(&self, key: &[u8], mut f: F) -> Result<(R, Option<u64>), Error>
+    where
+        F: FnMut(Option<&Item>) -> (Update, R),
+    {
+        let hash = self.index.hash(key);
+        let mut log = None;
+        // Space reserved on a slow-path retry. Held in a guard so that a panicking closure
+        // cannot leave a segment's `pending` count raised (eviction would wait on it forever).
+        let mut reserved = Reserved {
+            inner: self,
+            space: None,
+        };
+        loop {
+            let now = self.now();
+            let mut shard = self.index.lock(hash);
+            let mut existing = self.find_key(&shard, hash, key);
+            let mut current = None;
+            if let Some((pos, e)) = existing {
+                let (seg, off) = self.arena.split(e.loc);
+                let m = self
+                    .arena
+                    .mem(seg)
+                    .ok_or(Error::Internal("indexed segment lost"))?;
+                let h = record::header(m, off);
+                if self.dead(&h, now) {
+                    self.reclaim(&mut shard, pos, &h);
+                    existing = None;
+                } else {
+                    current = Some(Item {
+                        value: self.arena.read_value(seg, off, &h),
+                        flags: h.flags,
+                        exptime: h.exptime,
+                        cas: h.cas,
+                        meta: meta_of(&h),
+                    });
+                }
+            }
+            let (decision, r) = f(current.as_ref());
+            let w = match decision {
+                Update::Keep => {
+                    drop(shard);
+                    self.abandon(reserved.space.take());
+                    return Ok((r, None));
+                }
+                Update::Delete => {
+                    if let Some((pos, e)) = existing {
+                        if let Some(h) = self.header_at(e.loc) {
+                            self.unlink(&mut shard, pos, &h);
+                        }
+                    }
+                    drop(shard);
+                    self.abandon(reserved.space.take());
+                    return Ok((r, None));
+                }
+                Update::Put(w) => w,
+            };
+            if let Err(err) = self.check_size(key, &w.value) {
+                drop(shard);
+                self.abandon(reserved.space.take());
+                return Err(err);
+            }
+            if w.exptime != 0 && w.exptime <= now {
+                let cas = self.cas_for(w.cas, current.as_ref().map(|i| i.cas));
+                if let Some((pos, e)) = existing {
+                    if let Some(h) = self.header_at(e.loc) {
+                        self.unlink(&mut shard, pos, &h);
+                    }
+                }
+                drop(shard);
+                self.abandon(reserved.space.take());
+                return Ok((r, Some(cas)));
+            }
+            let words = record::rec_words(key.len(), w.value.len());
+            let lg = *log.get_or_insert_with(|| self.target_log(hash));
+            let space = match reserved.space.take() {
+                Some(s) if s.words == words => Some(s),
+                Some(s) => {
+                    drop(shard);
+                    self.abandon(Some(s));
+                    continue;
+                }
+                None if words > self.arena.large_threshold() => None,
+                None => self.arena.try_bump(lg, words),
+            };
+            let Some(space) = space else {
+                drop(shard);
+                reserved.space = Some(self.reserve(lg, words)?);
+                continue;
+            };
+            let cas = self.cas_for(w.cas, current.as_ref().map(|i| i.cas));
+            let h = Self::new_header(&w, key.len(), now, cas);
+            if !self.arena.write_record(&space, &h, key, &w.value) {
+                drop(shard);
+                self.abandon(Some(space));
+                return Err(Error::Internal("reserved space cannot hold the record"));
+            }
+            self.publish(&mut shard, hash, existing, &space, &h);
+            drop(shard);
+            self.finish(space);
+            return Ok((r, Some(cas)));
+        }
+    }
+
+    pub fn flush_all(&self, at: u32) {
+        let now = self.now();
+        if at > now {
+            self.flush_at.store(u64::from(at), Ordering::Relaxed);
+            return;
+        }
+        self.flush_at.store(NO_FLUSH, Ordering::Relaxed);
+        for i in 0..self.index.shard_count() {
+            let mut shard = self.index.lock_nth(i);
+            shard.drain(|e| {
+                if let Some(h) = self.header_at(e.loc) {
+                    self.release(e.loc, h.words());
+                }
+            });
+        }
+    }
+
+    fn stats(&self) -> StoreStats {
+        let c = &self.counters;
+        StoreStats {
+            curr_items: self.index.len(),
+            total_items: Counters::get(&c.total_items),
+            bytes: Counters::get(&c.live_bytes),
+            limit_maxbytes: self.arena.limit(),
+            evictions: Counters::get(&c.evictions),
+            reclaimed: Counters::get(&c.reclaimed),
+            expired_unfetched: Counters::get(&c.expired_unfetched),
+            evicted_unfetched: Counters::get(&c.evicted_unfetched),
+        }
+    }
+
+    fn stats_section(&self, section: &str) -> Option<Vec<(String, String)>> {
+        let kv = |k: &str, v: String| (k.to_string(), v);
+        let c = &self.counters;
+        match section {
+            "settings" => Some(vec![
+                kv("maxbytes", self.cfg.memory_limit.to_string()),
+                kv("item_size_max", self.cfg.max_item_size.to_string()),
+                kv("evictions", "on".into()),
+                kv(
+                    "eviction_policy",
+                    match self.cfg.eviction {
+                        EvictionPolicy::S3Fifo => "s3fifo".into(),
+                        EvictionPolicy::Fifo => "fifo".into(),
+                    },
+                ),
+                kv("segment_size", self.cfg.segment_size.to_string()),
+                kv("index_shards", self.cfg.index_shards.to_string()),
+                kv("hash_seed", self.cfg.hash_seed.to_string()),
+                kv(
+                    "sweep_interval_ms",
+                    self.cfg
+                        .sweep_interval
+                        .map_or(0, |d| d.as_millis())
+                        .to_string(),
+                ),
+            ]),
+            "slabs" => {
+                let st = self.arena.state.lock();
+                let large = st
+                    .queues
+                    .iter()
+                    .flatten()
+                    .filter(|&&s| self.arena.slot(s).is_large())
+                    .count();
+                let small = st.queues[Log::Small as usize].len();
+                let main = st.queues[Log::Main as usize].len();
+                let free = self.arena.free_count(&st);
+                drop(st);
+                Some(vec![
+                    kv("segment_size", self.cfg.segment_size.to_string()),
+                    kv("segments_small", small.to_string()),
+                    kv("segments_main", main.to_string()),
+                    kv("segments_free", free.to_string()),
+                    kv("segments_large", large.to_string()),
+                    kv("total_malloced", self.arena.mem_used().to_string()),
+                    kv("index_bytes", self.index.memory_bytes().to_string()),
+                    kv("ghost_bytes", self.ghost.memory_bytes().to_string()),
+                ])
+            }
+            "items" => {
+                let p = "items:1:";
+                let g = Counters::get;
+                Some(vec![
+                    kv(&format!("{p}number"), self.index.len().to_string()),
+                    kv(&format!("{p}evicted"), g(&c.evictions).to_string()),
+                    kv(
+                        &format!("{p}evicted_unfetched"),
+                        g(&c.evicted_unfetched).to_string(),
+                    ),
+                    kv(
+                        &format!("{p}expired_unfetched"),
+                        g(&c.expired_unfetched).to_string(),
+                    ),
+                    kv(&format!("{p}reclaimed"), g(&c.reclaimed).to_string()),
+                    kv(
+                        &format!("{p}moves_to_main"),
+                        g(&c.moves_to_main).to_string(),
+                    ),
+                    kv(&format!("{p}reinserted"), g(&c.reinserted).to_string()),
+                    kv(&format!("{p}compacted"), g(&c.compacted).to_string()),
+                    kv(
+                        &format!("{p}segments_swept"),
+                        g(&c.segments_swept).to_string(),
+                    ),
+                ])
+            }
+            _ => None,
+        }
+    }
+}
+
+impl KvStore for Cache {
+    async fn get(&self, key: &[u8]) -> Result<Option<Item>, Error> {
+        self.inner.get(key)
+    }
+
+    async fn set(&self, key: &[u8], item: ItemWrite) -> Result<u64, Error> {
+        self.inner.set(key, item)
+    }
+
+    async fn update<R, F>(&self, key: &[u8], f: F) -> Result<(R, Option<u64>), Error>
+    where
+        R: Send,
+        F: FnMut(Option<&Item>) -> (Update, R) + Send,
+    {
+        self.inner.update(key, f)
+    }
+
+    fn flush_all(&self, at: u32) {
+        self.inner.flush_all(at)
+    }
+
+    fn max_item_size(&self) -> usize {
+        self.inner.cfg.max_item_size
+    }
+
+    fn clock(&self) -> &Clock {
+        &self.inner.cfg.clock
+    }
+
+    fn stats(&self) -> StoreStats {
+        self.inner.stats()
+    }
+
+    fn stats_section(&self, section: &str) -> Option<Vec<(String, String)>> {
+        self.inner.stats_section(section)
+    }
+}

@@ -1,0 +1,280 @@
+//! [`CacheConfig`]: every knob of the RAM tier, with its default and unit.
+//!
+//! Built with [`CacheConfig::builder`] (or `Default`) and checked by [`CacheConfig::validate`],
+//! which [`crate::Cache::new`] calls. Read by any thread, never changed after construction.
+use std::fmt;
+use std::time::Duration;
+
+use crate::Clock;
+
+/// Which eviction policy the RAM arena runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EvictionPolicy {
+    /// S3-FIFO at segment granularity: a small FIFO log (≈10% of memory) for new items, a main
+    /// log, and a ghost set (see `evict`). Default: chosen by `benches/hit_ratio.rs`, numbers
+    /// in `docs/eviction.md`.
+    S3Fifo,
+    /// Plain FIFO over segments: evict the oldest segment, keep nothing. For comparison.
+    Fifo,
+}
+
+/// Configuration of a [`crate::Cache`].
+#[derive(Clone, Debug)]
+pub struct CacheConfig {
+    /// Bytes of RAM for items (record headers, keys, values), rounded down to whole
+    /// segments. Segment memory is allocated lazily up to this and then recycled, never
+    /// freed. The index (≈ 12–15 bytes per item held) and the ghost set are extra, like
+    /// memcached's hash table is extra to `-m`; see `docs/eviction.md` for measured RSS.
+    /// One exception: a single item larger than the whole limit (possible when
+    /// `max_item_size` equals the limit) may use one spare segment beyond it.
+    /// Default: `64 MiB`.
+    pub memory_limit: usize,
+    /// Largest value in bytes a single item may carry. Must not exceed `memory_limit`.
+    /// Default: `1 MiB`. Large-item path: a record bigger than half a segment is stored
+    /// alone in as many whole segments as it needs (header and key in the first, the value
+    /// continuing through the others), so this can go up to `memory_limit`; such an item
+    /// wastes at most one segment's worth of its last chunk.
+    pub max_item_size: usize,
+    /// Bytes per RAM segment, a power of two between 64 KiB and 64 MiB. Default: `1 MiB`.
+    pub segment_size: usize,
+    /// Index shards (a power of two). Default: `1024`.
+    pub index_shards: usize,
+    /// Hash seed. Default: `0x666c_6173_6874_6965` ("flashtie"). It will be stored on flash so
+    /// a restart hashes the same way; settable for that reason.
+    pub hash_seed: u64,
+    /// Eviction policy. Default: [`EvictionPolicy::S3Fifo`].
+    pub eviction: EvictionPolicy,
+    /// Share of memory given to S3-FIFO's small log, in percent. Default: `10`.
+    pub small_percent: u8,
+    /// Ghost set entries (4 bytes each, fixed). Default: `memory_limit / 512` (so 0.8% of the
+    /// memory limit), at least 1024.
+    pub ghost_entries: Option<usize>,
+    /// Period of the background sweeper that frees expired and dead space, or `None` for no
+    /// sweeper thread (tests call [`crate::Cache::sweep`] directly). Default: `1 s`.
+    pub sweep_interval: Option<Duration>,
+    /// The clock items' expiry is judged by. Default: [`Clock::system`].
+    pub clock: Clock,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            memory_limit: 64 << 20,
+            max_item_size: 1 << 20,
+            segment_size: 1 << 20,
+            index_shards: 1024,
+            hash_seed: 0x666c_6173_6874_6965,
+            eviction: EvictionPolicy::S3Fifo,
+            small_percent: 10,
+            ghost_entries: None,
+            sweep_interval: Some(Duration::from_secs(1)),
+            clock: Clock::system(),
+        }
+    }
+}
+
+/// A configuration [`CacheConfig::validate`] refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `segment_size` is not a power of two in [64 KiB, 64 MiB].
+    SegmentSize(usize),
+    /// `memory_limit` is below four segments.
+    MemoryTooSmall { limit: usize, min: usize },
+    /// `max_item_size` is zero or above `memory_limit`.
+    MaxItemSize { size: usize, limit: usize },
+    /// `index_shards` is not a power of two in [1, 65536].
+    Shards(usize),
+    /// `small_percent` is not in [1, 90].
+    SmallPercent(u8),
+    /// The memory limit needs more segment ids than a 40-bit location can address.
+    TooManySegments,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::SegmentSize(s) => {
+                write!(
+                    f,
+                    "segment size {s} must be a power of two between 64 KiB and 64 MiB"
+                )
+            }
+            ConfigError::MemoryTooSmall { limit, min } => {
+                write!(
+                    f,
+                    "memory limit {limit} bytes is below the minimum {min} (4 segments)"
+                )
+            }
+            ConfigError::MaxItemSize { size, limit } => {
+                write!(
+                    f,
+                    "max item size {size} must be between 1 and the memory limit {limit}"
+                )
+            }
+            ConfigError::Shards(n) => write!(f, "index shards {n} must be a power of two ≤ 65536"),
+            ConfigError::SmallPercent(p) => write!(f, "small log share {p}% must be in 1..=90"),
+            ConfigError::TooManySegments => {
+                write!(f, "memory limit too large for 40-bit locations")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Why [`crate::Cache::new`] failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The configuration is invalid.
+    Config(ConfigError),
+    /// The sweeper thread could not be started.
+    Sweeper(std::io::Error),
+}
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StartError::Config(e) => write!(f, "invalid cache configuration: {e}"),
+            StartError::Sweeper(e) => write!(f, "cannot start the sweeper thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StartError::Config(e) => Some(e),
+            StartError::Sweeper(e) => Some(e),
+        }
+    }
+}
+
+impl CacheConfig {
+    /// A builder starting from the defaults.
+    pub fn builder() -> CacheConfigBuilder {
+        CacheConfigBuilder {
+            cfg: Self::default(),
+        }
+    }
+
+    /// Check every setting; see [`ConfigError`].
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let s = self.segment_size;
+        if !s.is_power_of_two() || !(64 << 10..=64 << 20).contains(&s) {
+            return Err(ConfigError::SegmentSize(s));
+        }
+        if self.memory_limit < 4 * s {
+            return Err(ConfigError::MemoryTooSmall {
+                limit: self.memory_limit,
+                min: 4 * s,
+            });
+        }
+        if self.max_item_size == 0 || self.max_item_size > self.memory_limit {
+            return Err(ConfigError::MaxItemSize {
+                size: self.max_item_size,
+                limit: self.memory_limit,
+            });
+        }
+        let n = self.index_shards;
+        if !n.is_power_of_two() || n > 65536 {
+            return Err(ConfigError::Shards(n));
+        }
+        if !(1..=90).contains(&self.small_percent) {
+            return Err(ConfigError::SmallPercent(self.small_percent));
+        }
+        let ids = (2 * (self.memory_limit / s) + 4) as u64;
+        if ids * (s as u64 / 8) > crate::index::MAX_LOC {
+            return Err(ConfigError::TooManySegments);
+        }
+        Ok(())
+    }
+
+    /// Ghost entries actually used.
+    pub(crate) fn ghost_len(&self) -> usize {
+        self.ghost_entries
+            .unwrap_or(self.memory_limit / 512)
+            .max(1024)
+    }
+}
+
+/// Builder for [`CacheConfig`]; each method documents nothing new, see the field docs.
+#[derive(Clone, Debug)]
+pub struct CacheConfigBuilder {
+    cfg: CacheConfig,
+}
+
+impl CacheConfigBuilder {
+    pub fn memory_limit(mut self, bytes: usize) -> Self {
+        self.cfg.memory_limit = bytes;
+        self
+    }
+    pub fn max_item_size(mut self, bytes: usize) -> Self {
+        self.cfg.max_item_size = bytes;
+        self
+    }
+    pub fn segment_size(mut self, bytes: usize) -> Self {
+        self.cfg.segment_size = bytes;
+        self
+    }
+    pub fn index_shards(mut self, n: usize) -> Self {
+        self.cfg.index_shards = n;
+        self
+    }
+    pub fn hash_seed(mut self, seed: u64) -> Self {
+        self.cfg.hash_seed = seed;
+        self
+    }
+    pub fn eviction(mut self, p: EvictionPolicy) -> Self {
+        self.cfg.eviction = p;
+        self
+    }
+    pub fn small_percent(mut self, p: u8) -> Self {
+        self.cfg.small_percent = p;
+        self
+    }
+    pub fn ghost_entries(mut self, n: usize) -> Self {
+        self.cfg.ghost_entries = Some(n);
+        self
+    }
+    pub fn sweep_interval(mut self, every: Option<Duration>) -> Self {
+        self.cfg.sweep_interval = every;
+        self
+    }
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.cfg.clock = clock;
+        self
+    }
+    /// Validate and return the configuration.
+    pub fn build(self) -> Result<CacheConfig, ConfigError> {
+        self.cfg.validate()?;
+        Ok(self.cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_bad_values_do_not() {
+        assert!(CacheConfig::default().validate().is_ok());
+        assert!(CacheConfig::builder().segment_size(3000).build().is_err());
+        assert!(CacheConfig::builder()
+            .memory_limit(1 << 20)
+            .build()
+            .is_err());
+        assert!(CacheConfig::builder()
+            .max_item_size(128 << 20)
+            .build()
+            .is_err());
+        assert!(CacheConfig::builder().index_shards(1000).build().is_err());
+        let big = CacheConfig::builder()
+            .memory_limit(64 << 20)
+            .max_item_size(64 << 20)
+            .build();
+        assert!(big.is_ok());
+    }
+}

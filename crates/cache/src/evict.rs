@@ -1,0 +1,280 @@
+//! Eviction: S3-FIFO at segment granularity, and the segment drain shared with the sweeper.
+//!
+//! # Policy
+//! New items are appended to the *small* log, ghost-hit items to the *main* log. When a writer
+//! needs a segment and none is free, the holder of `AllocState` evicts the oldest segment of
+//! the small log if that log holds at least `small_percent` of queued bytes (or main is empty),
+//! else the oldest segment of the main log. Walking the victim record by record:
+//! - a record no slot points at (overwritten, deleted, flushed by `flush_all`) is skipped;
+//! - an expired or flushed record is reclaimed;
+//! - small victim: a record hit since it was written (slot frequency > 0) is copied into the
+//!   main log with frequency 0; the others are evicted and their hash goes into the ghost set;
+//! - main victim: a record with frequency > 0 is copied to the main log's head with frequency
+//!   − 1 (a second chance); the others are evicted.
+//!
+//! Evicted live records are first offered to the lower tier (`tier`, today always "drop").
+//! A large (single-record) segment is never copied: promoting or reinserting it just requeues
+//! the segment on the main log.
+//!
+//! Copies made while evicting use the free-segment reserve but never evict recursively; if no
+//! segment can be had, the record is evicted instead. After `2 × segments + 8` evictions that
+//! did not free a segment for the writer, eviction turns *forced* (no copies), so a writer
+//! always makes progress.
+//!
+//! # Threads
+//! Runs in whichever writer (or the sweeper) holds `AllocState`; takes shard locks one at a
+//! time, and head locks under them.
+use std::sync::atomic::Ordering;
+
+use crate::arena::{AllocState, Log, Space};
+use crate::cache::Inner;
+use crate::config::EvictionPolicy;
+use crate::index::{Entry, Tier};
+use crate::record::{self, F_FETCHED, F_FILLER};
+use crate::stats::Counters;
+use crate::tier::Demotion;
+use crate::Error;
+
+/// What a drain does with live records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Eviction of a segment of this log (S3-FIFO rules).
+    Evict(Log),
+    /// Eviction without second chances.
+    Drop,
+    /// Compaction by the sweeper: live records move to this log's head, keeping frequency.
+    Compact(Log),
+}
+
+impl Inner {
+    fn soft_tries(&self) -> usize {
+        2 * (self.cfg.memory_limit / self.cfg.segment_size) + 8
+    }
+
+    /// Seal `log`'s head if `words` no longer fit, then install a fresh segment (evicting to
+    /// get one). Called by writers holding no lock.
+    pub(crate) fn advance(&self, log: Log, words: usize) -> Result<(), Error> {
+        let mut st = self.arena.state.lock();
+        if let Some((seg, off)) = self.arena.head(log) {
+            if off + words <= self.arena.seg_words {
+                return Ok(());
+            }
+            self.arena.seal_head(&mut st, log, Some(seg));
+        }
+        let seg = self.obtain_normal(&mut st)?;
+        if let Err(seg) = self.arena.install_head(log, seg) {
+            self.arena.release_normal(&mut st, seg);
+        }
+        Ok(())
+    }
+
+    /// An empty normal segment for a writer, evicting as needed; keeps one in reserve for
+    /// eviction's copies while it can.
+    fn obtain_normal(&self, st: &mut AllocState) -> Result<u32, Error> {
+        let mut tries = 0;
+        loop {
+            if let Some(s) = self.arena.take_normal(st, 1) {
+                return Ok(s);
+            }
+            tries += 1;
+            if self.evict_one(st, tries > self.soft_tries()) {
+                continue;
+            }
+            if self.arena.seal_head(st, Log::Main, None)
+                || self.arena.seal_head(st, Log::Small, None)
+            {
+                continue;
+            }
+            return self.arena.take_normal(st, 0).ok_or(Error::OutOfMemory);
+        }
+    }
+
+    /// A large single-record segment of `words` (as many chunks as it needs), evicting as
+    /// needed. A record larger than the whole limit (a value of nearly `memory_limit` bytes)
+    /// may use the one spare chunk beyond the limit, once everything else is gone.
+    pub(crate) fn obtain_large(&self, words: usize, log: Log) -> Result<Space, Error> {
+        let k = self.arena.chunks_for(words);
+        let spare = k > self.arena.max_chunks();
+        if k > self.arena.max_chunks() + 1 {
+            return Err(Error::OutOfMemory);
+        }
+        let mut st = self.arena.state.lock();
+        let mut tries = 0;
+        loop {
+            if self.arena.available(&st, spare) >= k {
+                return self
+                    .arena
+                    .take_large(&mut st, words, log)
+                    .ok_or(Error::OutOfMemory);
+            }
+            tries += 1;
+            if self.evict_one(&mut st, tries > self.soft_tries()) {
+                continue;
+            }
+            if self.arena.seal_head(&mut st, Log::Main, None)
+                || self.arena.seal_head(&mut st, Log::Small, None)
+            {
+                continue;
+            }
+            return Err(Error::OutOfMemory);
+        }
+    }
+
+    /// Evict one segment. False when there is nothing to evict.
+    pub(crate) fn evict_one(&self, st: &mut AllocState, force: bool) -> bool {
+        let small = Log::Small as usize;
+        let main = Log::Main as usize;
+        let s3 = self.cfg.eviction == EvictionPolicy::S3Fifo;
+        let total = st.queue_bytes[small] + st.queue_bytes[main];
+        let small_over = st.queue_bytes[small] * 100 >= total * u64::from(self.cfg.small_percent);
+        let log =
+            if !st.queues[small].is_empty() && (!s3 || small_over || st.queues[main].is_empty()) {
+                Log::Small
+            } else if !st.queues[main].is_empty() {
+                Log::Main
+            } else {
+                return false;
+            };
+        let Some(seg) = self.arena.pop_queue(st, log) else {
+            return false;
+        };
+        self.arena.wait_quiet(seg);
+        let mode = if force || !s3 {
+            Mode::Drop
+        } else {
+            Mode::Evict(log)
+        };
+        let kept = self.drain(st, seg, mode);
+        self.retire(st, seg, kept);
+        true
+    }
+
+    /// After a drain: requeue a kept large segment, free a dropped one, recycle a normal one.
+    pub(crate) fn retire(&self, st: &mut AllocState, seg: u32, kept: Option<Log>) {
+        if self.arena.slot(seg).is_large() {
+            match kept {
+                Some(log) => self.arena.enqueue_large(st, seg, log),
+                None => self.arena.free_large(st, seg),
+            }
+        } else {
+            self.arena.release_normal(st, seg);
+        }
+    }
+
+    /// Reserve `words` in `log`'s head for a copy, taking a segment from the free list or the
+    /// budget (reserve included) but never evicting. `None` when no space can be had.
+    fn bump_for_copy(&self, st: &mut AllocState, log: Log, words: usize) -> Option<Space> {
+        if let Some(s) = self.arena.try_bump(log, words) {
+            return Some(s);
+        }
+        let seen = self.arena.head(log).map(|(s, _)| s);
+        self.arena.seal_head(st, log, seen);
+        let seg = self.arena.take_normal(st, 0)?;
+        if let Err(seg) = self.arena.install_head(log, seg) {
+            self.arena.release_normal(st, seg);
+        }
+        self.arena.try_bump(log, words)
+    }
+
+    /// Walk segment `seg` (taken off its queue, quiet) and dispose of every record per
+    /// `mode`. Returns the log a large segment should be requeued on, if it is kept.
+    pub(crate) fn drain(&self, st: &mut AllocState, seg: u32, mode: Mode) -> Option<Log> {
+        let now = self.now();
+        let slot = self.arena.slot(seg);
+        let end = slot.end.load(Ordering::Relaxed) as usize;
+        let large = slot.is_large();
+        let m = self.arena.mem(seg)?;
+        let mut kept = None;
+        let mut key = Vec::new();
+        let mut off = 0;
+        while off < end {
+            let h = record::header(m, off);
+            let n = h.words();
+            if off + n > end {
+                break;
+            }
+            if h.rflags & F_FILLER != 0 {
+                off += n;
+                continue;
+            }
+            record::read_key(m, off, &h, &mut key);
+            let hash = self.index.hash(&key);
+            let loc = self.arena.loc(seg, off);
+            let mut shard = self.index.lock(hash);
+            let Some((pos, e)) = shard.find(hash, |e| e.tier == Tier::Ram && e.loc == loc) else {
+                off += n;
+                continue;
+            };
+            if self.dead(&h, now) {
+                self.reclaim(&mut shard, pos, &h);
+                off += n;
+                continue;
+            }
+            let target = match mode {
+                Mode::Drop => None,
+                Mode::Evict(Log::Small) if e.freq > 0 => Some((Log::Main, 0)),
+                Mode::Evict(Log::Main) if e.freq > 0 => Some((Log::Main, e.freq - 1)),
+                Mode::Evict(_) => None,
+                Mode::Compact(log) => Some((log, e.freq)),
+            };
+            let counter = match mode {
+                Mode::Evict(Log::Small) => &self.counters.moves_to_main,
+                Mode::Compact(_) => &self.counters.compacted,
+                _ => &self.counters.reinserted,
+            };
+            match target {
+                Some((log, freq)) if large => {
+                    shard.set(pos, Entry { freq, ..e });
+                    kept = Some(log);
+                    Counters::add(counter, 1);
+                }
+                Some((log, freq)) => match self.bump_for_copy(st, log, n) {
+                    Some(sp) => {
+                        if let Some(dst) = self.arena.mem(sp.seg) {
+                            record::copy(m, off, dst, sp.off, n);
+                        }
+                        let new_loc = self.arena.loc(sp.seg, sp.off);
+                        shard.set(
+                            pos,
+                            Entry {
+                                freq,
+                                loc: new_loc,
+                                ..e
+                            },
+                        );
+                        self.arena.slot(sp.seg).note_publish(n, h.exptime, h.stored);
+                        slot.live.fetch_sub(n as u64, Ordering::Relaxed);
+                        self.arena.finish(sp);
+                        Counters::add(counter, 1);
+                    }
+                    None => self.evict_record(&mut shard, pos, &h, hash, mode),
+                },
+                None => self.evict_record(&mut shard, pos, &h, hash, mode),
+            }
+            off += n;
+        }
+        kept
+    }
+
+    fn evict_record(
+        &self,
+        shard: &mut crate::index::Shard<'_>,
+        pos: crate::index::Pos,
+        h: &record::Header,
+        hash: u64,
+        mode: Mode,
+    ) {
+        match self.lower.offer(h.words()) {
+            Demotion::Drop => {
+                self.unlink(shard, pos, h);
+                Counters::add(&self.counters.evictions, 1);
+                if h.rflags & F_FETCHED == 0 {
+                    Counters::add(&self.counters.evicted_unfetched, 1);
+                }
+                if mode == Mode::Evict(Log::Small) {
+                    self.ghost.insert(hash);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,571 @@
+//! The compact index: key hash → (tier, location), with no key stored.
+//!
+//! # Why
+//! The index must stay small enough that a flash-resident item costs ≤ 16 bytes of RAM, all in
+//! (issue 4). So a slot holds only a hash tag and a location; the key lives in the record and
+//! the caller compares it after reading the record. A tag that matches a different key (a
+//! collision) is therefore harmless: the caller's predicate rejects it and the search goes on.
+//!
+//! # Layout
+//! - `shards` (default 1024, a power of two) `parking_lot::Mutex<Table>`s; the shard is chosen by
+//!   hash bits `[0, 10)` (low bits, `shards - 1` mask).
+//! - A [`Table`] is a `Vec` of 64-byte [`Bucket`]s: 6 slot words, 6 `u16` tag extensions and a
+//!   `u32` overflow counter. Byte table of a bucket (`repr(C)`, 64-byte aligned):
+//!
+//!   | offset | size | field                                   |
+//!   |--------|------|-----------------------------------------|
+//!   | 0      | 48   | `slots: [u64; 6]` (bit layout below)    |
+//!   | 48     | 12   | `ext: [u16; 6]` low 16 bits of the tag  |
+//!   | 60     | 4    | `overflow: u32`                         |
+//!
+//!   Slot word: bit 63 valid, bit 62 tier (0 RAM, 1 flash), bits 60–61 frequency (0–3),
+//!   bits 55–59 size hint (log2 class, for sizing a flash read), bits 40–54 high 15 bits of the
+//!   tag, bits 0–39 location (its unit is the tier's business: 8-byte words for RAM).
+//! - The 31-bit tag is hash bits `[33, 64)`. The home bucket is derived from the tag alone
+//!   (`tag * buckets >> 31`), so a table can be regrown from its slots without any key: this
+//!   is what lets a flash index grow without reading flash.
+//! - Collisions resolve by linear probing over buckets. Each bucket's `overflow` counts the
+//!   entries whose home is at or before it (in probe order) but that live after it; a lookup
+//!   stops at the first bucket with `overflow == 0`. Removal walks home → slot decrementing
+//!   the counters, so there are no tombstones.
+//! - A table grows by 1.25× when an insert would push its load past 0.9. Initial capacities
+//!   are staggered across shards (shard `i` starts at `base × 1.25^(i/shards)`) so shards do
+//!   not all grow at the same moment and the aggregate bytes per entry moves smoothly.
+//!
+//! # Threads
+//! Any thread; each operation holds one shard's mutex. The index itself never blocks on
+//! anything else while a shard lock is held; callers may read the record a slot points at
+//! under the lock (that is how RAM records are protected from reuse, see `arena`).
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use parking_lot::{Mutex, MutexGuard};
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+/// Slots per bucket.
+pub const SLOTS: usize = 6;
+/// Load factor above which a table grows.
+const MAX_LOAD: f64 = 0.9;
+/// Location bits in a slot.
+pub const LOC_BITS: u32 = 40;
+/// Largest encodable location.
+pub const MAX_LOC: u64 = (1 << LOC_BITS) - 1;
+
+const VALID: u64 = 1 << 63;
+const TIER_FLASH: u64 = 1 << 62;
+const FREQ_SHIFT: u32 = 60;
+const SIZE_SHIFT: u32 = 55;
+const TAG_SHIFT: u32 = 40;
+
+/// Which tier a slot's location refers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// Location in RAM arena words (see `arena`).
+    Ram,
+    /// Location on flash. No flash tier is wired in yet (issue 4); the bit is reserved so the
+    /// slot layout does not change when it is.
+    Flash,
+}
+
+/// What a slot says about one item, minus its tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub tier: Tier,
+    /// Access frequency, saturating at 3 (S3-FIFO's 2-bit counter).
+    pub freq: u8,
+    /// log2 size class of the record (0–31).
+    pub size_hint: u8,
+    /// Location, ≤ [`MAX_LOC`].
+    pub loc: u64,
+}
+
+/// One 64-byte bucket. See the module docs for the byte table.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C, align(64))]
+pub struct Bucket {
+    slots: [u64; SLOTS],
+    ext: [u16; SLOTS],
+    overflow: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Bucket>() == 64);
+
+/// Position of a slot inside one table; valid until the table is modified.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pos {
+    bucket: usize,
+    slot: usize,
+}
+
+fn tag_of(hash: u64) -> u32 {
+    (hash >> 33) as u32
+}
+
+fn encode(tag: u32, e: Entry) -> (u64, u16) {
+    debug_assert!(e.loc <= MAX_LOC);
+    let mut w = VALID | (e.loc & MAX_LOC);
+    if e.tier == Tier::Flash {
+        w |= TIER_FLASH;
+    }
+    w |= (u64::from(e.freq.min(3))) << FREQ_SHIFT;
+    w |= (u64::from(e.size_hint & 31)) << SIZE_SHIFT;
+    w |= (u64::from(tag >> 16) & 0x7fff) << TAG_SHIFT;
+    (w, tag as u16)
+}
+
+fn decode(w: u64) -> Entry {
+    Entry {
+        tier: if w & TIER_FLASH != 0 {
+            Tier::Flash
+        } else {
+            Tier::Ram
+        },
+        freq: ((w >> FREQ_SHIFT) & 3) as u8,
+        size_hint: ((w >> SIZE_SHIFT) & 31) as u8,
+        loc: w & MAX_LOC,
+    }
+}
+
+fn slot_tag(w: u64, ext: u16) -> u32 {
+    ((((w >> TAG_SHIFT) & 0x7fff) as u32) << 16) | u32::from(ext)
+}
+
+/// The size-hint class for a record of `bytes` bytes: ceil(log2(bytes)), capped at 31.
+pub fn size_hint(bytes: usize) -> u8 {
+    let b = bytes.max(1);
+    let lg = usize::BITS - (b - 1).leading_zeros();
+    lg.min(31) as u8
+}
+
+/// One shard's open-addressed bucket table.
+#[derive(Debug)]
+pub struct Table {
+    buckets: Vec<Bucket>,
+    len: usize,
+}
+
+impl Table {
+    /// A table with `buckets` buckets (at least 1).
+    pub fn with_buckets(buckets: usize) -> Self {
+        Self {
+            buckets: vec![Bucket::default(); buckets.max(1)],
+            len: 0,
+        }
+    }
+
+    /// Entries stored.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when no entry is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes of RAM the table's buckets occupy.
+    pub fn memory_bytes(&self) -> usize {
+        self.buckets.capacity() * std::mem::size_of::<Bucket>()
+    }
+
+    fn home(&self, tag: u32) -> usize {
+        ((u64::from(tag) * self.buckets.len() as u64) >> 31) as usize
+    }
+
+    fn next(&self, b: usize) -> usize {
+        if b + 1 == self.buckets.len() {
+            0
+        } else {
+            b + 1
+        }
+    }
+
+    /// Visit every slot whose tag matches `hash`, in probe order, until `pred` accepts one.
+    /// `pred` typically reads the record at the location and compares the key.
+    pub fn find(&self, hash: u64, mut pred: impl FnMut(Entry) -> bool) -> Option<(Pos, Entry)> {
+        let tag = tag_of(hash);
+        let mut b = self.home(tag);
+        for _ in 0..self.buckets.len() {
+            let bucket = &self.buckets[b];
+            for s in 0..SLOTS {
+                let w = bucket.slots[s];
+                if w & VALID != 0 && slot_tag(w, bucket.ext[s]) == tag {
+                    let e = decode(w);
+                    if pred(e) {
+                        return Some((Pos { bucket: b, slot: s }, e));
+                    }
+                }
+            }
+            if bucket.overflow == 0 {
+                return None;
+            }
+            b = self.next(b);
+        }
+        None
+    }
+
+    /// The entry at `pos`.
+    pub fn get(&self, pos: Pos) -> Entry {
+        decode(self.buckets[pos.bucket].slots[pos.slot])
+    }
+
+    /// Overwrite the entry at `pos` (same key, so same tag).
+    pub fn set(&mut self, pos: Pos, e: Entry) {
+        let bucket = &mut self.buckets[pos.bucket];
+        let tag = slot_tag(bucket.slots[pos.slot], bucket.ext[pos.slot]);
+        let (w, ext) = encode(tag, e);
+        bucket.slots[pos.slot] = w;
+        bucket.ext[pos.slot] = ext;
+    }
+
+    /// Remove the entry at `pos`, fixing the overflow counters between its home and `pos`.
+    pub fn remove(&mut self, pos: Pos) -> Entry {
+        let w = self.buckets[pos.bucket].slots[pos.slot];
+        let tag = slot_tag(w, self.buckets[pos.bucket].ext[pos.slot]);
+        let mut b = self.home(tag);
+        while b != pos.bucket {
+            let o = &mut self.buckets[b].overflow;
+            debug_assert!(*o > 0);
+            *o = o.saturating_sub(1);
+            b = self.next(b);
+        }
+        self.buckets[pos.bucket].slots[pos.slot] = 0;
+        self.buckets[pos.bucket].ext[pos.slot] = 0;
+        self.len -= 1;
+        decode(w)
+    }
+
+    /// Insert a new entry for `hash` (the caller has checked the key is absent). Returns the
+    /// change in table memory in bytes (non-zero when the table grew).
+    pub fn insert(&mut self, hash: u64, e: Entry) -> isize {
+        let mut delta = 0;
+        let cap = self.buckets.len() * SLOTS;
+        if (self.len + 1) as f64 > cap as f64 * MAX_LOAD {
+            let before = self.memory_bytes() as isize;
+            let n = self.buckets.len();
+            self.regrow((n + n / 4).max(n + 1));
+            delta = self.memory_bytes() as isize - before;
+        }
+        let (w, ext) = encode(tag_of(hash), e);
+        self.place(w, ext);
+        delta
+    }
+
+    fn place(&mut self, w: u64, ext: u16) {
+        let mut b = self.home(slot_tag(w, ext));
+        loop {
+            let bucket = &mut self.buckets[b];
+            if let Some(s) = bucket.slots.iter().position(|&x| x & VALID == 0) {
+                bucket.slots[s] = w;
+                bucket.ext[s] = ext;
+                self.len += 1;
+                return;
+            }
+            bucket.overflow += 1;
+            b = self.next(b);
+        }
+    }
+
+    fn regrow(&mut self, buckets: usize) {
+        let old = std::mem::replace(&mut self.buckets, vec![Bucket::default(); buckets]);
+        self.len = 0;
+        for bucket in &old {
+            for s in 0..SLOTS {
+                if bucket.slots[s] & VALID != 0 {
+                    self.place(bucket.slots[s], bucket.ext[s]);
+                }
+            }
+        }
+    }
+
+    /// Remove every entry, calling `f` on each.
+    pub fn drain(&mut self, mut f: impl FnMut(Entry)) {
+        for bucket in &mut self.buckets {
+            for s in 0..SLOTS {
+                if bucket.slots[s] & VALID != 0 {
+                    f(decode(bucket.slots[s]));
+                }
+            }
+            *bucket = Bucket::default();
+        }
+        self.len = 0;
+    }
+}
+
+/// The sharded index. See the module docs.
+#[derive(Debug)]
+pub struct Index {
+    shards: Box<[Mutex<Table>]>,
+    mask: u64,
+    seed: u64,
+    len: AtomicU64,
+    table_bytes: AtomicI64,
+}
+
+/// A locked shard. Entry-count and memory accounting go through it.
+pub struct Shard<'a> {
+    index: &'a Index,
+    table: MutexGuard<'a, Table>,
+}
+
+impl Index {
+    /// An index with `shards` shards (rounded up to a power of two) hashing with `seed`.
+    /// `base_buckets` is the smallest initial table (in buckets); see the stagger rule above.
+    pub fn new(shards: usize, seed: u64, base_buckets: usize) -> Self {
+        let n = shards.max(1).next_power_of_two();
+        let base = base_buckets.max(1) as f64;
+        let tables: Vec<Mutex<Table>> = (0..n)
+            .map(|i| {
+                let b = (base * 1.25f64.powf(i as f64 / n as f64)).ceil() as usize;
+                Mutex::new(Table::with_buckets(b))
+            })
+            .collect();
+        let bytes: usize = tables.iter().map(|t| t.lock().memory_bytes()).sum();
+        Self {
+            shards: tables.into_boxed_slice(),
+            mask: n as u64 - 1,
+            seed,
+            len: AtomicU64::new(0),
+            table_bytes: AtomicI64::new(bytes as i64),
+        }
+    }
+
+    /// The 64-bit hash of `key` under this index's seed.
+    pub fn hash(&self, key: &[u8]) -> u64 {
+        xxh3_64_with_seed(key, self.seed)
+    }
+
+    /// The hash seed (stored on flash later so a restart hashes the same way).
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Lock the shard owning `hash`.
+    pub fn lock(&self, hash: u64) -> Shard<'_> {
+        let i = (hash & self.mask) as usize;
+        Shard {
+            index: self,
+            table: self.shards[i].lock(),
+        }
+    }
+
+    /// Lock shard number `i` (for whole-index walks).
+    pub fn lock_nth(&self, i: usize) -> Shard<'_> {
+        Shard {
+            index: self,
+            table: self.shards[i].lock(),
+        }
+    }
+
+    /// Number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Entries stored (all shards).
+    pub fn len(&self) -> u64 {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    /// True when no entry is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes of RAM all tables occupy (the `Vec<Bucket>` allocations; the shard array itself
+    /// adds `shards × 64` bytes more).
+    pub fn memory_bytes(&self) -> u64 {
+        self.table_bytes.load(Ordering::Relaxed).max(0) as u64
+            + (self.shards.len() * std::mem::size_of::<Mutex<Table>>()) as u64
+    }
+}
+
+impl Shard<'_> {
+    /// See [`Table::find`].
+    pub fn find(&self, hash: u64, pred: impl FnMut(Entry) -> bool) -> Option<(Pos, Entry)> {
+        self.table.find(hash, pred)
+    }
+
+    /// See [`Table::get`].
+    pub fn get(&self, pos: Pos) -> Entry {
+        self.table.get(pos)
+    }
+
+    /// See [`Table::set`].
+    pub fn set(&mut self, pos: Pos, e: Entry) {
+        self.table.set(pos, e)
+    }
+
+    /// Raise the frequency counter at `pos` (saturating at 3).
+    pub fn touch(&mut self, pos: Pos) {
+        let mut e = self.table.get(pos);
+        if e.freq < 3 {
+            e.freq += 1;
+            self.table.set(pos, e);
+        }
+    }
+
+    /// See [`Table::remove`].
+    pub fn remove(&mut self, pos: Pos) -> Entry {
+        self.index.len.fetch_sub(1, Ordering::Relaxed);
+        self.table.remove(pos)
+    }
+
+    /// See [`Table::insert`].
+    pub fn insert(&mut self, hash: u64, e: Entry) {
+        self.index.len.fetch_add(1, Ordering::Relaxed);
+        let delta = self.table.insert(hash, e);
+        if delta != 0 {
+            self.index
+                .table_bytes
+                .fetch_add(delta as i64, Ordering::Relaxed);
+        }
+    }
+
+    /// See [`Table::drain`].
+    pub fn drain(&mut self, f: impl FnMut(Entry)) {
+        let n = self.table.len();
+        self.table.drain(f);
+        self.index.len.fetch_sub(n as u64, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    fn ram(loc: u64) -> Entry {
+        Entry {
+            tier: Tier::Ram,
+            freq: 0,
+            size_hint: 0,
+            loc,
+        }
+    }
+
+    #[test]
+    fn slot_roundtrip() {
+        let e = Entry {
+            tier: Tier::Flash,
+            freq: 3,
+            size_hint: 17,
+            loc: MAX_LOC,
+        };
+        let (w, x) = encode(0x7fff_abcd, e);
+        assert_eq!(decode(w), e);
+        assert_eq!(slot_tag(w, x), 0x7fff_abcd);
+    }
+
+    #[test]
+    fn size_hints() {
+        assert_eq!(size_hint(1), 0);
+        assert_eq!(size_hint(2), 1);
+        assert_eq!(size_hint(4096), 12);
+        assert_eq!(size_hint(4097), 13);
+    }
+
+    #[test]
+    fn same_tag_entries_are_told_apart_by_the_predicate() {
+        let mut t = Table::with_buckets(2);
+        let h = 0xdead_beef_0000_0001u64;
+        for loc in 0..20 {
+            t.insert(h, ram(loc));
+        }
+        for loc in 0..20 {
+            let (_, e) = t.find(h, |e| e.loc == loc).unwrap();
+            assert_eq!(e.loc, loc);
+        }
+        let (p, _) = t.find(h, |e| e.loc == 7).unwrap();
+        t.remove(p);
+        assert!(t.find(h, |e| e.loc == 7).is_none());
+        assert_eq!(t.len(), 19);
+        for loc in (0..20).filter(|&l| l != 7) {
+            assert!(t.find(h, |e| e.loc == loc).is_some());
+        }
+    }
+
+    #[test]
+    fn bytes_per_entry_stays_under_16() {
+        let idx = Index::new(1024, 7, 2);
+        let mut report = Vec::new();
+        let mut n = 0u64;
+        for target in [100_000u64, 300_000, 1_000_000] {
+            while n < target {
+                let h = idx.hash(&n.to_le_bytes());
+                idx.lock(h).insert(h, ram(n));
+                n += 1;
+            }
+            let bpe = idx.memory_bytes() as f64 / n as f64;
+            report.push((n, bpe));
+            assert!(bpe <= 16.0, "{n} entries: {bpe:.2} bytes/entry");
+        }
+        for (n, bpe) in report {
+            println!("index: {n:>9} entries  {bpe:5.2} bytes/entry");
+        }
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Insert(u16),
+        Remove(u16),
+        Set(u16, u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => any::<u16>().prop_map(|k| Op::Insert(k % 512)),
+            2 => any::<u16>().prop_map(|k| Op::Remove(k % 512)),
+            1 => (any::<u16>(), any::<u8>()).prop_map(|(k, f)| Op::Set(k % 512, f)),
+        ]
+    }
+
+    proptest! {
+        /// Random inserts/removes/updates against a `HashMap`, with a deliberately weak hash
+        /// (few distinct tags) so collisions and long probe chains are common.
+        #[test]
+        fn behaves_like_a_map(ops in proptest::collection::vec(op(), 1..400), weak in any::<bool>()) {
+            let mut t = Table::with_buckets(1);
+            let mut model: HashMap<u16, u64> = HashMap::new();
+            let mut next_loc = 0u64;
+            let hash = |k: u16| -> u64 {
+                let k = if weak { k % 7 } else { k };
+                xxh3_64_with_seed(&k.to_le_bytes(), 1)
+            };
+            // The index stores no key: keep loc -> key to play the role of the record.
+            let mut owner: HashMap<u64, u16> = HashMap::new();
+            for op in ops {
+                match op {
+                    Op::Insert(k) => {
+                        if let Some((p, _)) = t.find(hash(k), |e| owner[&e.loc] == k) {
+                            t.remove(p);
+                        }
+                        next_loc += 1;
+                        owner.insert(next_loc, k);
+                        t.insert(hash(k), ram(next_loc));
+                        model.insert(k, next_loc);
+                    }
+                    Op::Remove(k) => {
+                        let found = t.find(hash(k), |e| owner[&e.loc] == k);
+                        prop_assert_eq!(found.is_some(), model.contains_key(&k));
+                        if let Some((p, _)) = found {
+                            t.remove(p);
+                            model.remove(&k);
+                        }
+                    }
+                    Op::Set(k, f) => {
+                        if let Some((p, e)) = t.find(hash(k), |e| owner[&e.loc] == k) {
+                            t.set(p, Entry { freq: f % 4, ..e });
+                            prop_assert_eq!(t.get(p).freq, f % 4);
+                        }
+                    }
+                }
+                prop_assert_eq!(t.len(), model.len());
+            }
+            for (k, loc) in &model {
+                let found = t.find(hash(*k), |e| owner[&e.loc] == *k);
+                prop_assert_eq!(found.map(|(_, e)| e.loc), Some(*loc));
+            }
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! The RAM record: how one item is laid out in an arena segment.
+//!
+//! Records are whole 8-byte words, appended back to back in a segment; a segment is walked from
+//! word 0 to its sealed end by adding each record's length. Layout (little-endian words):
+//!
+//! | word | bits   | field                                                        |
+//! |------|--------|--------------------------------------------------------------|
+//! | 0    | 0–63   | CAS unique                                                   |
+//! | 1    | 0–31   | exptime (absolute unix seconds, 0 = never)                   |
+//! | 1    | 32–63  | client flags                                                 |
+//! | 2    | 0–31   | value length in bytes                                        |
+//! | 2    | 32–63  | stored time (unix seconds of the write, for `flush_all`)     |
+//! | 3    | 0–31   | last access (unix seconds) — *mutable*                       |
+//! | 3    | 32–47  | key length in bytes                                          |
+//! | 3    | 48–55  | record flags: stale, win token sent, fetched (*mutable*), filler |
+//! | 4..  |        | key, zero-padded to a word; then value, zero-padded to a word |
+//!
+//! Word 3 is the only part of a record that changes after it is published (a GET sets
+//! `fetched` and `last_access`); it is changed only under the owning index shard's lock.
+//! Everything is accessed through `AtomicU64` with relaxed ordering, so even a logic error in
+//! the reuse rules of `arena` could only produce a wrong value, never undefined behaviour;
+//! cross-thread visibility comes from the index shard mutex (writers publish under it, readers
+//! read under it) and from the segment's `pending` counter (see `arena`).
+//!
+//! A *filler* record (flag `FILLER`, empty key) covers space that was reserved but not used,
+//! so the walk over a segment stays aligned.
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use bytes::Bytes;
+
+/// Header words before the key.
+pub const HDR_WORDS: usize = 4;
+/// Longest key a record can hold (a large record's header and key must fit in its first
+/// chunk, and the smallest chunk is 64 KiB). memcached's limit is 250.
+pub const MAX_KEY: usize = 4096;
+
+pub const F_STALE: u8 = 1;
+pub const F_WIN: u8 = 2;
+pub const F_FETCHED: u8 = 4;
+pub const F_FILLER: u8 = 8;
+
+/// Words needed for `n` bytes.
+pub fn words(n: usize) -> usize {
+    n.div_ceil(8)
+}
+
+/// Total words of a record with this key and value length.
+pub fn rec_words(klen: usize, vlen: usize) -> usize {
+    HDR_WORDS + words(klen) + words(vlen)
+}
+
+/// A decoded header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub cas: u64,
+    pub exptime: u32,
+    pub flags: u32,
+    pub vlen: u32,
+    pub stored: u32,
+    pub last_access: u32,
+    pub klen: u16,
+    pub rflags: u8,
+}
+
+impl Header {
+    /// Total words of this record.
+    pub fn words(&self) -> usize {
+        rec_words(usize::from(self.klen), self.vlen as usize)
+    }
+
+    fn word3(&self) -> u64 {
+        u64::from(self.last_access) | (u64::from(self.klen) << 32) | (u64::from(self.rflags) << 48)
+    }
+}
+
+/// Read the header at word `off`.
+pub fn header(mem: &[AtomicU64], off: usize) -> Header {
+    let w0 = mem[off].load(Relaxed);
+    let w1 = mem[off + 1].load(Relaxed);
+    let w2 = mem[off + 2].load(Relaxed);
+    let w3 = mem[off + 3].load(Relaxed);
+    Header {
+        cas: w0,
+        exptime: w1 as u32,
+        flags: (w1 >> 32) as u32,
+        vlen: w2 as u32,
+        stored: (w2 >> 32) as u32,
+        last_access: w3 as u32,
+        klen: (w3 >> 32) as u16,
+        rflags: (w3 >> 48) as u8,
+    }
+}
+
+fn write_bytes(mem: &[AtomicU64], off: usize, bytes: &[u8]) {
+    let mut chunks = bytes.chunks_exact(8);
+    let mut i = off;
+    for c in &mut chunks {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(c);
+        mem[i].store(u64::from_le_bytes(b), Relaxed);
+        i += 1;
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut b = [0u8; 8];
+        b[..rest.len()].copy_from_slice(rest);
+        mem[i].store(u64::from_le_bytes(b), Relaxed);
+    }
+}
+
+fn read_bytes(mem: &[AtomicU64], off: usize, len: usize, out: &mut Vec<u8>) {
+    let full = len / 8;
+    for w in &mem[off..off + full] {
+        out.extend_from_slice(&w.load(Relaxed).to_le_bytes());
+    }
+    let rest = len % 8;
+    if rest != 0 {
+        out.extend_from_slice(&mem[off + full].load(Relaxed).to_le_bytes()[..rest]);
+    }
+}
+
+/// Write a whole record at `off`. The caller owns `[off, off + rec_words)` exclusively.
+pub fn write(mem: &[AtomicU64], off: usize, h: &Header, key: &[u8], value: &[u8]) {
+    mem[off].store(h.cas, Relaxed);
+    mem[off + 1].store(u64::from(h.exptime) | (u64::from(h.flags) << 32), Relaxed);
+    mem[off + 2].store(u64::from(h.vlen) | (u64::from(h.stored) << 32), Relaxed);
+    mem[off + 3].store(h.word3(), Relaxed);
+    write_bytes(mem, off + HDR_WORDS, key);
+    write_bytes(mem, off + HDR_WORDS + words(key.len()), value);
+}
+
+/// Turn `[off, off + n)` (n ≥ [`HDR_WORDS`]) into a filler record.
+pub fn write_filler(mem: &[AtomicU64], off: usize, n: usize) {
+    debug_assert!(n >= HDR_WORDS);
+    let h = Header {
+        cas: 0,
+        exptime: 0,
+        flags: 0,
+        vlen: ((n - HDR_WORDS) * 8) as u32,
+        stored: 0,
+        last_access: 0,
+        klen: 0,
+        rflags: F_FILLER,
+    };
+    mem[off].store(0, Relaxed);
+    mem[off + 1].store(0, Relaxed);
+    mem[off + 2].store(u64::from(h.vlen), Relaxed);
+    mem[off + 3].store(h.word3(), Relaxed);
+}
+
+/// Set the CAS word of an unpublished record.
+pub fn set_cas(mem: &[AtomicU64], off: usize, cas: u64) {
+    mem[off].store(cas, Relaxed);
+}
+
+/// Record an access: set `fetched` and `last_access`. Caller holds the owning shard lock.
+pub fn mark_fetched(mem: &[AtomicU64], off: usize, now: u32) {
+    let mut h = header(mem, off);
+    h.rflags |= F_FETCHED;
+    h.last_access = now;
+    mem[off + 3].store(h.word3(), Relaxed);
+}
+
+/// True when the record at `off` holds exactly `key` (a filler never matches).
+pub fn key_eq(mem: &[AtomicU64], off: usize, h: &Header, key: &[u8]) -> bool {
+    if usize::from(h.klen) != key.len() || h.rflags & F_FILLER != 0 {
+        return false;
+    }
+    let base = off + HDR_WORDS;
+    let mut chunks = key.chunks_exact(8);
+    let mut i = base;
+    for c in &mut chunks {
+        if mem[i].load(Relaxed).to_le_bytes() != c {
+            return false;
+        }
+        i += 1;
+    }
+    let rest = chunks.remainder();
+    rest.is_empty() || &mem[i].load(Relaxed).to_le_bytes()[..rest.len()] == rest
+}
+
+/// Copy the key out.
+pub fn read_key(mem: &[AtomicU64], off: usize, h: &Header, out: &mut Vec<u8>) {
+    out.clear();
+    read_bytes(mem, off + HDR_WORDS, usize::from(h.klen), out);
+}
+
+/// Copy the value out (the only allocation on the GET path).
+pub fn read_value(mem: &[AtomicU64], off: usize, h: &Header) -> Bytes {
+    let len = h.vlen as usize;
+    let base = off + HDR_WORDS + words(usize::from(h.klen));
+    let mut v = vec![0u8; len];
+    let mut chunks = v.chunks_exact_mut(8);
+    let mut src = mem[base..base + words(len)].iter();
+    for (dst, w) in (&mut chunks).zip(&mut src) {
+        dst.copy_from_slice(&w.load(Relaxed).to_le_bytes());
+    }
+    let rest = chunks.into_remainder();
+    if let Some(w) = src.next() {
+        let n = rest.len();
+        rest.copy_from_slice(&w.load(Relaxed).to_le_bytes()[..n]);
+    }
+    Bytes::from(v)
+}
+
+/// Write a record that spans `chunks` (equal-sized; the record starts at word 0 of the first,
+/// and its header and key fit in it). False if the chunks are too small.
+pub fn write_chunked(chunks: &[&[AtomicU64]], h: &Header, key: &[u8], value: &[u8]) -> bool {
+    let Some(first) = chunks.first() else {
+        return false;
+    };
+    let cw = first.len();
+    let base = HDR_WORDS + words(key.len());
+    if base > cw || chunks.len() * cw < base + words(value.len()) {
+        return false;
+    }
+    write(first, 0, h, key, &[]);
+    for (w, c) in (base..).zip(value.chunks(8)) {
+        let mut b = [0u8; 8];
+        b[..c.len()].copy_from_slice(c);
+        chunks[w / cw][w % cw].store(u64::from_le_bytes(b), Relaxed);
+    }
+    true
+}
+
+/// Copy out the value of a record spanning `chunks` (see [`write_chunked`]).
+pub fn read_value_chunked(chunks: &[&[AtomicU64]], off: usize, h: &Header) -> Bytes {
+    let Some(first) = chunks.first() else {
+        return Bytes::new();
+    };
+    let cw = first.len();
+    let len = h.vlen as usize;
+    let mut v = vec![0u8; len];
+    let base = off + HDR_WORDS + words(usize::from(h.klen));
+    for (w, dst) in (base..).zip(v.chunks_mut(8)) {
+        let Some(word) = chunks.get(w / cw).and_then(|c| c.get(w % cw)) else {
+            break;
+        };
+        let n = dst.len();
+        dst.copy_from_slice(&word.load(Relaxed).to_le_bytes()[..n]);
+    }
+    Bytes::from(v)
+}
+
+/// Copy a whole record (`n` words) between segments.
+pub fn copy(src: &[AtomicU64], src_off: usize, dst: &[AtomicU64], dst_off: usize, n: usize) {
+    for (d, s) in dst[dst_off..dst_off + n]
+        .iter()
+        .zip(&src[src_off..src_off + n])
+    {
+        d.store(s.load(Relaxed), Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mem(n: usize) -> Vec<AtomicU64> {
+        (0..n).map(|_| AtomicU64::new(0)).collect()
+    }
+
+    #[test]
+    fn roundtrip() {
+        let m = mem(64);
+        let h = Header {
+            cas: 9,
+            exptime: 100,
+            flags: 0xdead_beef,
+            vlen: 13,
+            stored: 50,
+            last_access: 51,
+            klen: 5,
+            rflags: F_STALE,
+        };
+        write(&m, 3, &h, b"hello", b"0123456789abc");
+        let r = header(&m, 3);
+        assert_eq!(r, h);
+        assert_eq!(r.words(), 4 + 1 + 2);
+        assert!(key_eq(&m, 3, &r, b"hello"));
+        assert!(!key_eq(&m, 3, &r, b"hellp"));
+        assert!(!key_eq(&m, 3, &r, b"hell"));
+        assert_eq!(&read_value(&m, 3, &r)[..], b"0123456789abc");
+        let mut k = Vec::new();
+        read_key(&m, 3, &r, &mut k);
+        assert_eq!(k, b"hello");
+        mark_fetched(&m, 3, 77);
+        let r2 = header(&m, 3);
+        assert_eq!(r2.last_access, 77);
+        assert_eq!(r2.rflags, F_STALE | F_FETCHED);
+        write_filler(&m, 20, 9);
+        assert_eq!(header(&m, 20).words(), 9);
+        // A record spread over three 8-word chunks.
+        let (a, b, c) = (mem(8), mem(8), mem(8));
+        let chunks: Vec<&[AtomicU64]> = vec![&a, &b, &c];
+        let value: Vec<u8> = (0..200u8).collect();
+        let h2 = Header {
+            vlen: 200,
+            klen: 3,
+            ..h
+        };
+        assert!(!write_chunked(&chunks, &h2, b"abc", &value));
+        let value: Vec<u8> = (0..150u8).collect();
+        let h3 = Header {
+            vlen: 150,
+            klen: 3,
+            ..h
+        };
+        let (d, e, f, g) = (mem(8), mem(8), mem(8), mem(8));
+        let chunks: Vec<&[AtomicU64]> = vec![&a, &b, &c, &d, &e, &f, &g];
+        assert!(write_chunked(&chunks, &h3, b"abc", &value));
+        assert!(key_eq(&a, 0, &header(&a, 0), b"abc"));
+        assert_eq!(&read_value_chunked(&chunks, 0, &h3)[..], &value[..]);
+    }
+}

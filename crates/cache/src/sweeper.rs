@@ -1,0 +1,186 @@
+//! The sweeper: frees memory held by expired and dead records without any client touching them.
+//!
+//! A pass looks at every sealed, quiet segment on the queues, one at a time under the
+//! `AllocState` lock:
+//! - *all dead* — no live record (`live == 0`), every exptime passed (`max_exp ≤ now`), or a
+//!   passed `flush_all` covers its newest record: the segment is drained (live records are
+//!   reclaimed) and freed;
+//! - *mostly dead* — dead words (overwritten/deleted, from `live`) plus expired words (found by
+//!   scanning headers, only when the segment's earliest exptime has passed) are at least half
+//!   of the segment: its live records are compacted into the head of the same log and the
+//!   segment is freed. Skipped when no free segment or budget is available to compact into.
+//!
+//! A pass first seals a head segment holding anything expired, flushed or mostly dead, so
+//! such items are found even when writes have stopped.
+//!
+//! After a scan the segment's `min_exp` hint is raised to its earliest exptime still in the
+//! future, so a segment is rescanned only when something in it expired since.
+//!
+//! # Threads
+//! One thread per `Cache` (named `flashtier-sweeper`), woken every `sweep_interval` and stopped
+//! when the `Cache` is dropped; `Cache::sweep` runs the same pass on the caller's thread.
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::arena::{AllocState, Log};
+use crate::cache::Inner;
+use crate::evict::Mode;
+use crate::record::{self, F_FILLER};
+use crate::stats::Counters;
+
+/// Handle of the sweeper thread; dropping it stops and joins the thread.
+#[derive(Debug)]
+pub(crate) struct Sweeper {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Sweeper {
+    pub fn spawn(inner: Arc<Inner>, every: Duration) -> std::io::Result<Self> {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let s = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("flashtier-sweeper".into())
+            .spawn(move || {
+                let (lock, cv) = &*s;
+                loop {
+                    {
+                        let mut stopped = lock.lock();
+                        if !*stopped {
+                            cv.wait_for(&mut stopped, every);
+                        }
+                        if *stopped {
+                            return;
+                        }
+                    }
+                    inner.sweep();
+                }
+            })?;
+        Ok(Self {
+            stop,
+            handle: Some(handle),
+        })
+    }
+}
+
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        *self.stop.0.lock() = true;
+        self.stop.1.notify_all();
+        if let Some(h) = self.handle.take() {
+            // A panicked sweeper has nothing left to clean up.
+            let _ = h.join();
+        }
+    }
+}
+
+impl Inner {
+    /// One sweeper pass; returns the number of segments freed or compacted.
+    pub(crate) fn sweep(&self) -> usize {
+        let ids: Vec<u32> = {
+            let mut st = self.arena.state.lock();
+            self.seal_stale_heads(&mut st);
+            st.queues.iter().flatten().copied().collect()
+        };
+        let mut swept = 0;
+        for seg in ids {
+            let mut st = self.arena.state.lock();
+            let now = self.now();
+            let Some(log) = self.arena.queued_on(seg) else {
+                continue;
+            };
+            let slot = self.arena.slot(seg);
+            if slot.pending.load(Ordering::Acquire) != 0 {
+                continue;
+            }
+            let end = u64::from(slot.end.load(Ordering::Relaxed));
+            let live = slot.live.load(Ordering::Relaxed);
+            let max_exp = slot.max_exp.load(Ordering::Relaxed);
+            let all_dead = live == 0
+                || (max_exp != 0 && max_exp != u32::MAX && max_exp <= now)
+                || self.seg_flushed(slot.max_stored.load(Ordering::Relaxed), now);
+            let mut dead = end.saturating_sub(live);
+            if !all_dead
+                && !slot.is_large()
+                && dead * 2 < end
+                && slot.min_exp.load(Ordering::Relaxed) <= now
+            {
+                dead += self.expired_words(seg, end as usize, now);
+            }
+            if !all_dead && (dead * 2 < end || slot.is_large()) {
+                continue;
+            }
+            if !all_dead && self.arena.available(&st, false) == 0 {
+                continue;
+            }
+            if !self.arena.unqueue(&mut st, seg) {
+                continue;
+            }
+            let kept = self.drain(&mut st, seg, Mode::Compact(log));
+            self.retire(&mut st, seg, kept);
+            Counters::add(&self.counters.segments_swept, 1);
+            swept += 1;
+        }
+        swept
+    }
+
+    /// Seal a head segment that holds something expired, flushed or dead, so this pass can
+    /// free or compact it: a head that stops receiving writes would otherwise keep its
+    /// expired items forever. Sealing costs at most the unused tail of that segment.
+    fn seal_stale_heads(&self, st: &mut AllocState) {
+        let now = self.now();
+        for log in [Log::Small, Log::Main] {
+            let Some((seg, off)) = self.arena.head(log) else {
+                continue;
+            };
+            if off == 0 {
+                continue;
+            }
+            let slot = self.arena.slot(seg);
+            if slot.pending.load(Ordering::Acquire) != 0 {
+                // Writers are still filling it: it is in use, not stale.
+                continue;
+            }
+            let live = slot.live.load(Ordering::Relaxed);
+            let stale = live == 0
+                || (off as u64).saturating_sub(live) * 2 >= off as u64
+                || slot.min_exp.load(Ordering::Relaxed) <= now
+                || self.seg_flushed(slot.max_stored.load(Ordering::Relaxed), now);
+            if stale {
+                self.arena.seal_head(st, log, Some(seg));
+            }
+        }
+    }
+
+    /// Words of expired records in a sealed, quiet segment (live or not); updates the
+    /// segment's `min_exp` hint. Caller holds `AllocState`.
+    fn expired_words(&self, seg: u32, end: usize, now: u32) -> u64 {
+        let Some(m) = self.arena.mem(seg) else {
+            return 0;
+        };
+        let mut off = 0;
+        let mut expired = 0u64;
+        let mut next_min = u32::MAX;
+        while off < end {
+            let h = record::header(m, off);
+            let n = h.words();
+            if h.rflags & F_FILLER == 0 && h.exptime != 0 {
+                if h.exptime <= now {
+                    expired += n as u64;
+                } else {
+                    next_min = next_min.min(h.exptime);
+                }
+            }
+            off += n;
+        }
+        self.arena
+            .slot(seg)
+            .min_exp
+            .store(next_min, Ordering::Relaxed);
+        expired
+    }
+}

@@ -1,0 +1,38 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+/// Run a future that completes on its first poll (every RAM-tier operation does).
+pub fn now<F: Future>(f: F) -> F::Output {
+    match pin!(f).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("a RAM-tier operation did not complete on first poll"),
+    }
+}
+
+/// A value of `len` bytes derived from `seed`, so different writes carry different bytes.
+pub fn value(seed: u64, len: usize) -> bytes::Bytes {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+/// Resident set size of this process in bytes (Linux).
+pub fn rss_bytes() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = s
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
