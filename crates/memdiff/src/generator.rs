@@ -23,6 +23,8 @@
 //!   some stored values of 2^63 and above depending on the memory after the value (its
 //!   `safe_strtoull` scans for a `-` past the end of the digits). 64-bit wrap-around is
 //!   therefore not exercised here.
+//! - mg/ma `N` and `T` never carry a TTL that is already past: memcached would print that
+//!   item's TTL as a wrapped 32-bit number depending on its uptime.
 //! - No value is whitespace only (memcached's incr would parse past its end).
 //! - Keys that `incr`/`decr`/`ma` touched may hold a space-padded number (see
 //!   [`crate::normalize`] rule 4), and memcached may have rewritten their item in place or

@@ -32,6 +32,16 @@ impl Generator {
         self.exptime_token(true).into_bytes()
     }
 
+    /// A TTL that is not already past. For flags whose item can be returned in the same
+    /// reply (mg/ma `N`, `T`): memcached prints the TTL left of an item that expired on
+    /// arrival as a wrapped 32-bit number that depends on its uptime.
+    fn future_ttl_token(&mut self) -> Vec<u8> {
+        let t = *self
+            .rng
+            .pick(&["0", "0", "100", "1000", "2592000", "2000000000"]);
+        t.as_bytes().to_vec()
+    }
+
     fn shuffle(&mut self, flags: &mut [Flag]) {
         for i in (1..flags.len()).rev() {
             let j = self.rng.below(i as u64 + 1) as usize;
@@ -128,7 +138,7 @@ impl Generator {
             self.mark_flagged(&key);
             if vivify {
                 let mut t = b"N".to_vec();
-                t.extend(self.ttl_token());
+                t.extend(self.future_ttl_token());
                 flags.push(Flag::Text(t));
             }
             if recache {
@@ -138,7 +148,7 @@ impl Generator {
         }
         if self.rng.chance(8) {
             let mut t = b"T".to_vec();
-            t.extend(self.ttl_token());
+            t.extend(self.future_ttl_token());
             flags.push(Flag::Text(t));
         }
         if b64 && vivify && !arith {
@@ -327,7 +337,7 @@ impl Generator {
         }
         if self.rng.chance(15) {
             let mut t = b"N".to_vec();
-            t.extend(self.ttl_token());
+            t.extend(self.future_ttl_token());
             flags.push(Flag::Text(t));
             if self.rng.chance(60) {
                 let j = *self.rng.pick(&[&b"J0"[..], b"J13", b"J4294967296"]);
@@ -355,7 +365,7 @@ impl Generator {
         }
         if self.rng.chance(10) {
             let mut t = b"T".to_vec();
-            t.extend(self.ttl_token());
+            t.extend(self.future_ttl_token());
             flags.push(Flag::Text(t));
         }
         for (flag, pct) in [(b'q', 15), (b't', 15), (b'c', 20), (b'v', 50), (b'k', 10)] {
