@@ -6,8 +6,10 @@
 //! # What the stream avoids, and why
 //! Every choice below keeps the stream free of outcomes that depend on timing or on memory
 //! layout, so two correct servers must agree byte for byte (after [`crate::normalize`]):
-//! - Expiry times are 0, far away (100 s and up, absolute 2033-05-18 (2000000000; later absolute times overflow memcached's 32-bit signed exptime)) or already past
-//!   (negative, absolute 1970): never a TTL that could run out during a run.
+//! - Expiry times are 0, far away or already past, never a TTL that could run out during a
+//!   run: relative 1000 s and more (recache `R` tokens are 50, 500 and 5000 s, so no recache
+//!   decision flips for 500 s), absolute 2000000000 (2033-05-18; later absolute times overflow
+//!   memcached's signed 32-bit exptime), negative, or absolute in 1970.
 //! - Value sizes skip the band just below the item size limit (`max_item_size - 4 KiB` up to
 //!   the limit) where the cut-off depends on each server's per-item overhead; values past the
 //!   limit are always sent in full so both servers can swallow them.
@@ -422,7 +424,7 @@ impl Generator {
         if valid {
             match self.rng.below(20) {
                 0..=10 => "0".into(),
-                11 | 12 => "100".into(),
+                11 | 12 => "10000".into(),
                 13 | 14 => "1000".into(),
                 15 => "2592000".into(),
                 16 => "2592001".into(),
