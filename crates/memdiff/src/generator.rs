@@ -1,7 +1,7 @@
 //! The seeded command stream: state, key and value pools, tokens, and the top-level mix.
 //!
-//! The text commands live in [`crate::text_commands`], the meta commands in
-//! [`crate::meta_commands`]; both are `impl Generator` blocks over the state kept here.
+//! The text commands live in `text_commands`, the meta commands in
+//! `meta_commands`; both are `impl Generator` blocks over the state kept here.
 //!
 //! # What the stream avoids, and why
 //! Every choice below keeps the stream free of outcomes that depend on timing or on memory
@@ -589,6 +589,29 @@ mod tests {
             "too-large",
         ] {
             assert!(kinds.contains(k), "kind {k} never generated");
+        }
+    }
+
+    #[test]
+    fn bad_chunks_are_consumed_whole_and_end_in_crlf() {
+        let mut g = Generator::new(GenConfig::default());
+        for n in 1..200 {
+            let d = g.bad_chunk(n);
+            assert!(d.ends_with(b"\r\n"), "chunk for {n} does not end in CRLF");
+            // A server honouring the declared length reads n + 2 bytes: all must be there, or
+            // the sentinel after the chunk would be swallowed.
+            assert!(d.len() >= n + 2, "chunk for {n} is {} bytes", d.len());
+        }
+    }
+
+    #[test]
+    fn closing_commands_travel_alone() {
+        let mut g = Generator::new(GenConfig::default());
+        for _ in 0..50_000 {
+            let r = g.next_request();
+            if r.closes() {
+                assert_eq!(r.commands.len(), 1);
+            }
         }
     }
 

@@ -143,12 +143,13 @@ impl Normalizer<'_> {
                     None => continue,
                 };
                 match flag {
-                    // Rule 5: a returned key compares decoded.
+                    // Rule 5: a returned key compares decoded (and escaped, either way).
                     b'k' if b64 => {
                         if let Some(k) = &key {
                             rendered[i] = format!("k{}", escape(k, usize::MAX)).into_bytes();
                         }
                     }
+                    b'k' => rendered[i] = format!("k{}", escape(arg, usize::MAX)).into_bytes(),
                     b'b' if has_k && arg.is_empty() => rendered[i].clear(),
                     b'c' => {
                         if let Some(cas) = parse_u64(arg) {

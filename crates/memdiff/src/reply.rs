@@ -35,8 +35,7 @@ pub enum End {
     Closed,
     /// Nothing arrived within the read timeout.
     TimedOut,
-    /// The server sent a line longer than [`MAX_LINE`] or a data block larger than
-    /// [`MAX_DATA`].
+    /// The server sent a line longer than 64 KiB or a data block larger than 64 MiB.
     Oversized,
 }
 

@@ -283,17 +283,18 @@ impl Generator {
     /// `delete`.
     pub(crate) fn text_delete(&mut self) -> Command {
         let key = self.text_key();
-        let line = match self.rng.below(20) {
-            0 => join(&[b"delete", &key, b"0"]),
-            1 => join(&[b"delete", &key, b"0", b"noreply"]),
-            2 => join(&[b"delete", &key, b"5"]),
-            3 => b"delete".to_vec(),
-            4 => join(&[b"delete", &key, b"noreply", b"x"]),
-            5 | 6 => join(&[b"delete", &key, b"noreply"]),
-            _ => join(&[b"delete", &key]),
+        let (mut line, valid) = match self.rng.below(20) {
+            0 => (join(&[b"delete", &key, b"0"]), true),
+            1 => (join(&[b"delete", &key, b"0", b"noreply"]), true),
+            2 => (join(&[b"delete", &key, b"5"]), false),
+            3 => (b"delete".to_vec(), false),
+            4 => (join(&[b"delete", &key, b"noreply", b"x"]), false),
+            5 | 6 => (join(&[b"delete", &key, b"noreply"]), true),
+            _ => (join(&[b"delete", &key]), true),
         };
-        self.redefined(&key);
-        let mut line = line;
+        if valid {
+            self.redefined(&key);
+        }
         line.extend_from_slice(self.eol());
         let mut c = Command::literal("delete", line);
         c.key = Some(key);
