@@ -247,7 +247,7 @@ impl Generator {
         let refs: Vec<&[u8]> = tokens.iter().map(Vec::as_slice).collect();
         let mut line = join(&refs);
         line.extend_from_slice(self.eol());
-        let mut c = Command::literal(cmd, line);
+        let mut c = flushed_if_long_key(cmd, &tokens, line);
         if n == 1 {
             c.key = single;
         }
@@ -273,7 +273,7 @@ impl Generator {
         let refs: Vec<&[u8]> = tokens.iter().map(Vec::as_slice).collect();
         let mut line = join(&refs);
         line.extend_from_slice(self.eol());
-        let mut c = Command::literal(cmd, line);
+        let mut c = flushed_if_long_key(cmd, &tokens, line);
         if n == 1 {
             c.key = single;
         }
@@ -430,5 +430,23 @@ impl Generator {
         };
         line.extend_from_slice(b"\r\n");
         Command::literal("odd-spacing", line)
+    }
+}
+
+/// A get-family command; when one of its keys is too long it is preceded by `mn`.
+///
+/// memcached 1.6.18 answers a get with a key over 250 bytes by discarding every reply still
+/// queued on the connection, including those of earlier pipelined commands, and which replies
+/// are still queued depends on how its reads split the pipeline. `mn` flushes that queue, so
+/// the outcome no longer depends on it (see docs/compat.md).
+fn flushed_if_long_key(kind: &'static str, tokens: &[Vec<u8>], line: Vec<u8>) -> Command {
+    if tokens.iter().skip(1).any(|t| t.len() > KEY_MAX) {
+        let mut bytes = b"mn\r\n".to_vec();
+        bytes.extend_from_slice(&line);
+        let mut c = Command::literal(kind, bytes);
+        c.mn_lines = 1;
+        c
+    } else {
+        Command::literal(kind, line)
     }
 }
