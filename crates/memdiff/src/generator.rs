@@ -48,6 +48,36 @@ use crate::rng::Rng;
 use base64::Engine;
 use std::collections::{HashMap, HashSet, VecDeque};
 
+/// The top-level command kinds and their weights in the mix.
+pub const KINDS: [(u32, &str); 26] = [
+    (90, "set"),
+    (20, "add"),
+    (20, "replace"),
+    (20, "append"),
+    (20, "prepend"),
+    (25, "cas"),
+    (90, "get"),
+    (35, "gets"),
+    (12, "gat"),
+    (12, "gats"),
+    (40, "delete"),
+    (30, "incr"),
+    (20, "decr"),
+    (15, "touch"),
+    (1, "flush_all"),
+    (3, "version"),
+    (3, "verbosity"),
+    (110, "mg"),
+    (90, "ms"),
+    (35, "md"),
+    (45, "ma"),
+    (6, "mn"),
+    (25, "garbage"),
+    (1, "quit"),
+    (1, "long-line"),
+    (4, "odd-spacing"),
+];
+
 /// Keys that may receive values larger than 4 KiB.
 pub const BIG_KEYS: usize = 6;
 /// Safety margin below the item size limit that generated valid values stay out of.
@@ -64,6 +94,9 @@ pub struct GenConfig {
     pub max_item_size: usize,
     /// Size of the ordinary key pool. Default: 32.
     pub keys: usize,
+    /// Top-level command kinds left out of the mix (names as in [`KINDS`]), for triage:
+    /// e.g. `long-line` while a known difference there is being worked on. Default: none.
+    pub skip: Vec<String>,
 }
 
 impl Default for GenConfig {
@@ -73,6 +106,7 @@ impl Default for GenConfig {
             conns: 4,
             max_item_size: 1024 * 1024,
             keys: 32,
+            skip: Vec::new(),
         }
     }
 }
@@ -186,35 +220,16 @@ impl Generator {
 
     /// One command from the overall mix.
     fn command(&mut self) -> Command {
-        const KINDS: [(u32, &str); 26] = [
-            (90, "set"),
-            (20, "add"),
-            (20, "replace"),
-            (20, "append"),
-            (20, "prepend"),
-            (25, "cas"),
-            (90, "get"),
-            (35, "gets"),
-            (12, "gat"),
-            (12, "gats"),
-            (40, "delete"),
-            (30, "incr"),
-            (20, "decr"),
-            (15, "touch"),
-            (1, "flush_all"),
-            (3, "version"),
-            (3, "verbosity"),
-            (110, "mg"),
-            (90, "ms"),
-            (35, "md"),
-            (45, "ma"),
-            (6, "mn"),
-            (25, "garbage"),
-            (1, "quit"),
-            (1, "long-line"),
-            (4, "odd-spacing"),
-        ];
-        let weights: Vec<u32> = KINDS.iter().map(|k| k.0).collect();
+        let weights: Vec<u32> = KINDS
+            .iter()
+            .map(|(w, name)| {
+                if self.cfg.skip.iter().any(|s| s == name) {
+                    0
+                } else {
+                    *w
+                }
+            })
+            .collect();
         let kind = KINDS[self.rng.weighted(&weights)].1;
         match kind {
             "set" | "add" | "replace" | "append" | "prepend" => self.text_storage(kind),

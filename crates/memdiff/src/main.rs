@@ -39,6 +39,11 @@ struct Args {
     /// Stop (successfully) after this many seconds even if --ops is not reached.
     #[arg(long)]
     max_seconds: Option<f64>,
+    /// Leave a top-level command kind out of the stream (repeatable), e.g. `--skip long-line`.
+    /// Kinds: set add replace append prepend cas get gets gat gats delete incr decr touch
+    /// flush_all version verbosity mg ms md ma mn garbage quit long-line odd-spacing.
+    #[arg(long)]
+    skip: Vec<String>,
     /// Append every request and both replies to this file (for debugging a divergence).
     #[arg(long)]
     trace: Option<std::path::PathBuf>,
@@ -46,6 +51,18 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    let known: Vec<&str> = memdiff::generator::KINDS.iter().map(|k| k.1).collect();
+    if let Some(bad) = args.skip.iter().find(|s| !known.contains(&s.as_str())) {
+        eprintln!(
+            "memdiff: unknown kind {bad:?} for --skip; kinds: {}",
+            known.join(" ")
+        );
+        return ExitCode::from(2);
+    }
+    if args.skip.len() >= known.len() {
+        eprintln!("memdiff: --skip leaves nothing to send");
+        return ExitCode::from(2);
+    }
     let cfg = RunConfig {
         a: args.a,
         b: args.b,
@@ -54,6 +71,7 @@ fn main() -> ExitCode {
             conns: args.conns,
             max_item_size: args.max_item_size,
             keys: args.keys,
+            skip: args.skip,
         },
         ops: args.ops,
         timeout: Duration::from_secs_f64(args.timeout),

@@ -7,6 +7,7 @@
 
 use crate::generator::{Generator, KEY_MAX};
 use crate::request::{CasRef, Command};
+use base64::Engine;
 
 /// Flag characters no memcached version defines for `mg ms md ma` (newer versions added
 /// letters such as `E`, `s`, `x`, so letters are avoided apart from `y`, `z`).
@@ -177,7 +178,20 @@ impl Generator {
 
     /// `ms`, including its data block.
     pub(crate) fn meta_set(&mut self) -> Command {
-        let (sent, key, b64) = self.meta_key();
+        let variant = self.rng.below(100);
+        let (mut sent, mut key, mut b64) = self.meta_key();
+        let decodes = !b64
+            || base64::engine::general_purpose::STANDARD
+                .decode(&sent)
+                .is_ok_and(|k| k == key);
+        if (84..87).contains(&variant) && (key.len() > KEY_MAX || !decodes) {
+            // Oversized values always get a valid key: after rejecting the header memcached
+            // would read the big value as command lines (see the generator's notes).
+            let i = self.pool_index();
+            key = self.keys[i].clone();
+            sent = key.clone();
+            b64 = false;
+        }
         let arith = self.is_arith(&key);
         let mut flags = Vec::new();
         if b64 {
@@ -222,7 +236,6 @@ impl Generator {
         }
         self.shuffle(&mut flags);
 
-        let variant = self.rng.below(100);
         let (kind, len_token, data): (&'static str, Vec<u8>, Vec<u8>) = if variant < 84 {
             let mut data = if matches!(mode, b'A' | b'P' | b'a' | b'p') {
                 let n = self.rng.range(0, 64);

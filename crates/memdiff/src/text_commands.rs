@@ -8,7 +8,7 @@ use crate::request::Command;
 impl Generator {
     /// `set add replace append prepend`.
     pub(crate) fn text_storage(&mut self, cmd: &'static str) -> Command {
-        let key = self.text_key();
+        let mut key = self.text_key();
         let cmd: &'static str = if (cmd == "append" || cmd == "prepend") && self.is_arith(&key) {
             "set"
         } else {
@@ -44,6 +44,11 @@ impl Generator {
             }
         } else if variant < 87 {
             kind = "too-large";
+            if key.len() > KEY_MAX {
+                // A rejected header would make memcached read the big value as command lines
+                // (see the generator's notes): oversized values always get a valid key.
+                key = self.keys[0].clone();
+            }
             let n = self.oversized_len();
             data = self.bytes(n);
             data.extend_from_slice(b"\r\n");

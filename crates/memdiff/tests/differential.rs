@@ -9,7 +9,8 @@
 //!   (e.g. a second memcached, to check the harness itself).
 //! - `FLASHTIER_BIN`: the flashtier binary; default `target/release/flashtier` under the
 //!   workspace root. A missing binary fails the test: build it first.
-//! - `MEMDIFF_OPS` (default 30000 per seed), `MEMDIFF_SEEDS` (default `1,2,3`).
+//! - `MEMDIFF_OPS` (default 30000 per seed), `MEMDIFF_SEEDS` (default `1,2,3`),
+//!   `MEMDIFF_SKIP` (comma-separated command kinds to leave out, for triage; default none).
 //!
 //! Without `memcached` on the PATH the test is skipped with a loud message (the project's
 //! test script installs it).
@@ -159,6 +160,12 @@ fn flashtier_answers_like_memcached() {
         .filter_map(|s| s.trim().parse().ok())
         .collect();
     assert!(!seeds.is_empty(), "MEMDIFF_SEEDS holds no seed");
+    let skip: Vec<String> = std::env::var("MEMDIFF_SKIP")
+        .unwrap_or_default()
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
     let per_seed = TIME_BUDGET / u32::try_from(seeds.len()).unwrap_or(u32::MAX);
 
     for seed in seeds {
@@ -169,6 +176,7 @@ fn flashtier_answers_like_memcached() {
                 seed,
                 conns: 4,
                 max_item_size: 1024 * 1024,
+                skip: skip.clone(),
                 ..GenConfig::default()
             },
             ops,
