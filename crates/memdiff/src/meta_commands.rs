@@ -184,7 +184,9 @@ impl Generator {
             || base64::engine::general_purpose::STANDARD
                 .decode(&sent)
                 .is_ok_and(|k| k == key);
-        if (84..87).contains(&variant) && (key.len() > KEY_MAX || !decodes) {
+        // memcached limits the key token as sent (base64 included) to 250 bytes too.
+        let too_long = key.len() > KEY_MAX || sent.len() > KEY_MAX;
+        if (84..87).contains(&variant) && (too_long || !decodes) {
             // Oversized values always get a valid key: after rejecting the header memcached
             // would read the big value as command lines (see the generator's notes).
             let i = self.pool_index();
