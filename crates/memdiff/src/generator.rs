@@ -360,6 +360,18 @@ impl Generator {
         self.bytes(len)
     }
 
+    /// A value for a storage command whose header the server may reject (`header_ok` false:
+    /// a key over 250 bytes, bad base64, a bad token): then memcached reads the data block as
+    /// command lines, so it must be short (see the module docs).
+    pub(crate) fn value_for(&mut self, key: &[u8], header_ok: bool) -> Vec<u8> {
+        if header_ok && key.len() <= KEY_MAX {
+            self.value(key)
+        } else {
+            let n = self.rng.range(0, 60);
+            self.bytes(n)
+        }
+    }
+
     /// `len` value bytes: mostly the safe alphabet, sometimes CR/LF, NUL and high bytes.
     pub(crate) fn bytes(&mut self, len: usize) -> Vec<u8> {
         let binary = self.rng.chance(10);

@@ -243,7 +243,7 @@ impl Generator {
                 let n = self.rng.range(0, 64);
                 self.bytes(n)
             } else {
-                self.value(&key)
+                self.value_for(&key, !too_long && decodes)
             };
             let len = data.len().to_string().into_bytes();
             data.extend_from_slice(b"\r\n");

@@ -28,7 +28,7 @@ impl Generator {
                 let n = self.rng.range(0, 64);
                 self.bytes(n)
             } else {
-                self.value(&key)
+                self.value_for(&key, true)
             };
             let len = data.len().to_string();
             line = join(&[
@@ -186,7 +186,9 @@ impl Generator {
     /// `cas`.
     pub(crate) fn text_cas(&mut self) -> Command {
         let key = self.text_key();
-        let mut data = self.value(&key);
+        // Decide the variant first: a rejected header means the data is read as commands.
+        let variant = self.rng.below(20);
+        let mut data = self.value_for(&key, variant > 1);
         let flags = self.flags_token(true);
         let exptime = self.exptime_token(true);
         let len = data.len().to_string();
@@ -202,7 +204,7 @@ impl Generator {
                 b"",
             ]),
         );
-        match self.rng.below(20) {
+        match variant {
             0 => {
                 c.kind = "bad-cas";
                 c.pieces = vec![crate::request::Piece::Bytes(join(&[
