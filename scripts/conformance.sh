@@ -4,12 +4,15 @@
 #   (b) pymemcache's own integration tests (test_integration.py of the installed package)
 #   (c) twemproxy (nutcracker) in front of the server, a few commands through it   [optional]
 #   (d) a pylibmc (libmemcached) smoke test                                          [optional]
+#   (e) memcached's own t/*.t files that work against a foreign daemon (scripts/memcached-t.sh)
+#       when MEMCACHED_SRC points at a memcached source tree                          [optional]
 # Optional suites are skipped, loudly, when their tool is missing; when they run they must pass.
 #
 # Usage:
 #   scripts/conformance.sh                           starts target/release/flashtier kv on a free port
 #   FLASHTIER_ADDR=127.0.0.1:11211 scripts/conformance.sh    tests a server that is already running
-# Environment: FLASHTIER_BIN (default target/release/flashtier), MEMCCAPABLE_EXPECTED (default 27).
+# Environment: FLASHTIER_BIN (default target/release/flashtier), MEMCCAPABLE_EXPECTED (default 27),
+#              MEMCACHED_SRC (optional, for (e)).
 # Exit status: 0 when every suite that ran passed, 1 otherwise. Every process it starts is
 # stopped on exit, also on failure or Ctrl-C.
 set -euo pipefail
@@ -234,6 +237,16 @@ EOF
   pass "pylibmc $("$PYLIBMC_PY" -c 'import pylibmc; print(pylibmc.__version__)') smoke test"
 else
   fail "pylibmc smoke test"
+fi
+
+# ---- (e) memcached's own t/*.t files -------------------------------------------------------
+step "memcached t/*.t"
+if [[ -z "${MEMCACHED_SRC:-}" ]]; then
+  skip "memcached t/*.t: set MEMCACHED_SRC to a memcached 1.6.18 source tree to run them"
+elif MEMCACHED_SRC="$MEMCACHED_SRC" FLASHTIER_ADDR="$HOST:$PORT" scripts/memcached-t.sh; then
+  pass "memcached t/*.t files usable against a foreign daemon"
+else
+  fail "memcached t/*.t"
 fi
 
 # ---- summary --------------------------------------------------------------------------------
