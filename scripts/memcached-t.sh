@@ -15,7 +15,7 @@
 set -euo pipefail
 
 USABLE=(
-  bogus-commands cas flags getandtouch getset incrdecr issue_108 issue_152
+  bogus-commands cas chunked-items flags getandtouch getset incrdecr issue_108 issue_152
   issue_192 issue_3 issue_41 issue_68 issue_70 malicious-commands metaget multiversioning
   noreply quit strtol-testing touch
 )
