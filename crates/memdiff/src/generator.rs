@@ -15,9 +15,13 @@
 //!   limit are always sent in full so both servers can swallow them.
 //! - Values over 4 KiB only go to the first [`BIG_KEYS`] keys, so live data stays a few MiB
 //!   and no server needs to evict.
-//! - Malformed storage headers carry short data (under 1 KiB): memcached then reads that data
-//!   as command lines, and lines past 2 KiB would make it close the connection depending on how
-//!   its reads happen to be split.
+//! - A storage header the server may reject (key over 250 bytes as sent, bad base64, bad
+//!   numbers) carries short data (under 100 bytes), every malformed data block ends in CRLF,
+//!   and oversized values always get a valid header: memcached reads the data after a rejected
+//!   header as command lines, and a line past 2 KiB makes it close the connection depending on
+//!   how its reads happen to be split.
+//! - A get-family command with a key over 250 bytes is preceded by `mn`: memcached answers it
+//!   by discarding every reply still queued on the connection.
 //! - Values use an alphabet without lowercase letters, so a value read as a command line (after
 //!   a rejected header) is always an unknown command (`ERROR`), never a real one.
 //! - No stored number reaches 2^63: incrementing deltas are small, huge deltas only
@@ -33,8 +37,11 @@
 //!   replaced it by a copy, depending on whether a background thread held a reference at that
 //!   moment; that decides whether the item's "fetched", "win token sent" and "stale" bits
 //!   survive. So until a plain `set`/`delete` redefines them, arithmetic keys get no
-//!   `append`/`prepend`, no `s` (size), no `h` (hit) and no `N`/`R`/`I` flags, and keys that
-//!   had `N`/`R`/`I` get no arithmetic.
+//!   `append`/`prepend`, no `s` (size), no `h` (hit) and no `N`/`R`/`I` flags, keys that
+//!   had `N`/`R`/`I` get no arithmetic, and `ma` has no `T` (memcached may apply it to the
+//!   discarded item).
+//! - Keys that are not printable ASCII are never asked back with `k`: memcached returns a key
+//!   created by `N` raw, not in base64, from then on.
 //! - `flush_all` with a delay is not generated: memcached implements it by moving its flush
 //!   horizon into the future, which un-hides items an earlier immediate `flush_all` hid but
 //!   its background crawler had not yet reclaimed.
