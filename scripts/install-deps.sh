@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# Installs the real peers the tests run against, on Debian, when they are missing.
+# Installs the real peers the tests run against, on Debian, when they are missing:
+# memcached (differential peer), memccapable, nutcracker (twemproxy), pylibmc, nbdkit, fio,
+# libnbd tools and Python bindings, qemu-img, netcat; pymemcache + pytest from PyPI; cargo-fuzz.
 set -euo pipefail
 need_apt=()
-for pair in memcached:memcached memccapable:libmemcached-tools; do
+for pair in memcached:memcached memccapable:libmemcached-tools nutcracker:nutcracker \
+            nbdkit:nbdkit fio:fio nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils \
+            qemu-io:qemu-utils nc:netcat-openbsd; do
   bin=${pair%%:*}; pkg=${pair#*:}
   command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
+/usr/bin/python3 -c 'import nbd' 2>/dev/null || need_apt+=(python3-libnbd)
+/usr/bin/python3 -c 'import pylibmc' 2>/dev/null || need_apt+=(python3-pylibmc)
 if ((${#need_apt[@]})); then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need_apt[@]}"
 fi
 python3 -c 'import pymemcache, pytest' 2>/dev/null || python3 -m pip install -q pymemcache pytest
+command -v cargo-fuzz >/dev/null 2>&1 || cargo install -q cargo-fuzz --locked

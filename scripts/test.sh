@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian machine: installs its own peers, then runs
-# formatting, lints, unit and integration tests, conformance suites and bounded fuzzing.
-# Usage: scripts/test.sh            (what CI runs)
+# formatting, lints, unit and integration tests (real memcached, nbdkit, fio, nbdcopy, ...),
+# the conformance suites (memccapable, pymemcache, twemproxy, pylibmc), bounded fuzzing of
+# every parser and of recovery, and a load-generator smoke run.
+# Usage: scripts/test.sh            (what CI runs; ~15-20 min on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
-
-step() { printf '\n=== %s ===\n' "$*"; }
+START=$SECONDS
+step() { printf '\n=== %s (t=%ss) ===\n' "$*" "$((SECONDS - START))"; }
 
 step "install peers"
 scripts/install-deps.sh
@@ -21,4 +22,14 @@ cargo build --release --workspace
 step "unit and integration tests"
 cargo test --workspace --release
 
-echo "test.sh: all steps passed"
+step "conformance: memccapable, pymemcache, twemproxy, pylibmc"
+scripts/conformance.sh
+
+step "fuzzing (bounded)"
+scripts/fuzz.sh
+
+step "load generator smoke run"
+scripts/bench-smoke.sh
+
+step "done"
+echo "test.sh: all steps passed in $((SECONDS - START))s"
