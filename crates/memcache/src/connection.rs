@@ -152,22 +152,25 @@ pub async fn serve_connection<S: KvStore>(
             _ = shutdown.changed() => return Ok(()),
         }
         session.input.reserve(READ_CHUNK);
-        let n = match stream.try_read_buf(&mut session.input) {
+        let mut room = session.input.capacity() - session.input.len();
+        let mut n = match stream.try_read_buf(&mut session.input) {
             Ok(0) => return Ok(()),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e),
         };
         Stats::add(&ctx.stats.bytes_read, n as u64);
-        // Keep reading what is already there before executing, so a pipeline sent in one
-        // burst is answered with one write.
-        while session.input.len() < READ_CHUNK * 4 {
+        // A read that filled the buffer may have left more behind: keep reading (up to a
+        // bound) so a pipeline sent in one burst is answered with one write. A short read
+        // means the socket is drained, so skip the extra syscall.
+        while n == room && session.input.len() < READ_CHUNK * 4 {
             session.input.reserve(READ_CHUNK);
-            match stream.try_read_buf(&mut session.input) {
-                Ok(0) => break,
-                Ok(n) => Stats::add(&ctx.stats.bytes_read, n as u64),
-                Err(_) => break,
-            }
+            room = session.input.capacity() - session.input.len();
+            n = match stream.try_read_buf(&mut session.input) {
+                Ok(n) if n > 0 => n,
+                _ => break,
+            };
+            Stats::add(&ctx.stats.bytes_read, n as u64);
         }
     }
 }
