@@ -329,4 +329,31 @@ mod tests {
             "CLIENT_ERROR options flags are too long\r\n"
         );
     }
+
+    #[tokio::test]
+    async fn quiet_semantics() {
+        // q hides only the miss (EN); hits and errors are still sent.
+        assert_eq!(
+            t(b"mg zz q k\r\nmg zz q v zz\r\nset a 0 0 1\r\nx\r\nmg a q v\r\nmn\r\n").await,
+            "CLIENT_ERROR invalid flag\r\nSTORED\r\nVA 1\r\nx\r\nMN\r\n"
+        );
+        // md/ma/ms q hide only HD; NF/NS/EX are still sent.
+        assert_eq!(
+            t(b"md zz q\r\nma zz q\r\nms zz 1 q MR\r\nx\r\nmn\r\n").await,
+            "NF\r\nNF\r\nNS\r\nMN\r\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn vivify_with_expired_ttl_and_recache_after_touch() {
+        assert_eq!(
+            t(b"mg a N0 v\r\nmg a v\r\nmg b N-1 v\r\nmg b v\r\n").await,
+            "VA 0 W\r\n\r\nVA 0 Z\r\n\r\nVA 0 W\r\n\r\nEN\r\n"
+        );
+        assert_eq!(
+            t(b"set a 0 0 1\r\n1\r\nmg a R30\r\nmg a T10 R30\r\nmg a R30\r\nmg a T0\r\nmg a R30 t\r\n")
+                .await,
+            "STORED\r\nHD\r\nHD W\r\nHD Z\r\nHD Z\r\nHD t-1 Z\r\n"
+        );
+    }
 }
