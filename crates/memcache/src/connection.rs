@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use crate::codec::{CloseReason, Decoded, Decoder, Limits};
 use crate::command::{execute, Flow};
 use crate::context::Context;
+use crate::output::Output;
 use crate::stats::Stats;
 
 /// Read size per `read` call (memcached reads 16 KiB at a time too).
@@ -56,7 +57,7 @@ pub struct Session {
     /// Bytes still to discard from a rejected data block.
     swallow: usize,
     pub input: BytesMut,
-    pub output: BytesMut,
+    pub output: Output,
     max_output: usize,
 }
 
@@ -66,7 +67,7 @@ impl Session {
             decoder: Decoder::new(limits),
             swallow: 0,
             input: BytesMut::new(),
-            output: BytesMut::new(),
+            output: Output::new(),
             max_output,
         }
     }
@@ -128,12 +129,11 @@ pub async fn serve_connection<S: KvStore>(
     loop {
         let step = session.pump(ctx).await;
         if !session.output.is_empty() {
-            stream.write_all(&session.output).await?;
             Stats::add(&ctx.stats.bytes_written, session.output.len() as u64);
-            session.output.clear();
-            if session.output.capacity() > IDLE_KEEP {
-                session.output = BytesMut::new();
+            for segment in session.output.drain() {
+                stream.write_all(&segment).await?;
             }
+            session.output.clear(IDLE_KEEP);
         }
         match step {
             Pump::Quit | Pump::Close(_) => return Ok(()),

@@ -5,7 +5,7 @@
 //!   reproducing memcached 1.6.18's acceptance rules and error strings.
 //! - [`request`]: the parsed request types the codec produces.
 //! - [`command`]: what each command does to the store and answers, one file per family.
-//! - [`reply`]: reply formatting helpers.
+//! - [`reply`]: reply formatting helpers; [`output`]: a connection's pending replies.
 //! - [`stats`]: protocol counters (`stats` output).
 //! - [`context`]: what all connections of one server share (store, stats, settings).
 //! - [`connection`]: the per-connection read/execute/write loop.
@@ -41,6 +41,7 @@ pub mod command;
 pub mod connection;
 pub mod context;
 pub mod error;
+pub mod output;
 pub mod reply;
 pub mod request;
 pub mod server;

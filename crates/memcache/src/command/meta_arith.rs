@@ -2,12 +2,13 @@
 //! (default 1), `N` creates a missing item with the `J` value (default 0), `C` compares CAS
 //! (0 means no compare, as in memcached), `T` sets the TTL on success. Flags apply in request
 //! order, so `t` before `T` reports the old TTL.
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use flashtier_cache::{CasMode, Item, ItemMeta, ItemWrite, KvStore, Update};
 
 use super::arith::{apply, NonNumeric};
 use super::exptime;
 use crate::context::Context;
+use crate::output::Output;
 use crate::reply;
 use crate::request::{Meta, MetaOpts};
 use crate::stats::Stats;
@@ -83,7 +84,7 @@ fn decide(o: &MetaOpts, incr: bool, cur: Option<&Item>, now: u32) -> (Update, Ou
     }
 }
 
-pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, incr: bool, out: &mut BytesMut) {
+pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, incr: bool, out: &mut Output) {
     let o = &meta.opts;
     let now = ctx.store.clock().now();
     let res = ctx

@@ -4,11 +4,11 @@
 //! `R` after `T` compares with the new one; [`walk`] replays that order. The win token is
 //! handed out once: on a vivified miss (`N`), when the TTL is below `R`, or when the item is
 //! stale; later readers see `Z`. `h` and `l` report the item's state before this access.
-use bytes::BytesMut;
 use flashtier_cache::{CasMode, Item, ItemMeta, ItemWrite, KvStore, Update};
 
 use super::exptime;
 use crate::context::Context;
+use crate::output::Output;
 use crate::reply;
 use crate::request::{Meta, MetaOpts};
 use crate::stats::Stats;
@@ -157,7 +157,7 @@ async fn lookup<S: KvStore>(ctx: &Context<S>, meta: &Meta, now: u32) -> Option<F
     })
 }
 
-pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut BytesMut) {
+pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut Output) {
     let now = ctx.store.clock().now();
     let found = lookup(ctx, &meta, now).await;
     let o = &meta.opts;
@@ -232,7 +232,7 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut BytesMut) {
     }
     out.extend_from_slice(b"\r\n");
     if o.value {
-        out.extend_from_slice(&item.value);
+        out.put_value(&item.value);
         out.extend_from_slice(b"\r\n");
     }
 }

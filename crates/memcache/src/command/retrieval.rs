@@ -7,11 +7,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use flashtier_cache::{CasMode, Item, ItemWrite, KvStore, Update};
 
 use super::exptime;
 use crate::context::Context;
+use crate::output::Output;
 use crate::reply;
 use crate::request::Retrieval;
 use crate::stats::Stats;
@@ -83,7 +84,7 @@ pub(crate) async fn touch_item<S: KvStore>(ctx: &Context<S>, key: &[u8], abs: u3
 }
 
 /// Append one `VALUE` block.
-pub(crate) fn value_block(out: &mut BytesMut, key: &[u8], item: &Item, with_cas: bool) {
+pub(crate) fn value_block(out: &mut Output, key: &[u8], item: &Item, with_cas: bool) {
     out.reserve(key.len() + item.value.len() + 48);
     out.extend_from_slice(b"VALUE ");
     out.extend_from_slice(key);
@@ -96,11 +97,11 @@ pub(crate) fn value_block(out: &mut BytesMut, key: &[u8], item: &Item, with_cas:
         reply::u64(out, item.cas);
     }
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(&item.value);
+    out.put_value(&item.value);
     out.extend_from_slice(b"\r\n");
 }
 
-pub async fn run<S: KvStore>(ctx: &Context<S>, req: Retrieval, out: &mut BytesMut) {
+pub async fn run<S: KvStore>(ctx: &Context<S>, req: Retrieval, out: &mut Output) {
     let stats = &ctx.stats;
     let abs = req
         .touch
@@ -256,7 +257,7 @@ mod tests {
             max_in_flight: AtomicUsize::new(0),
         });
         let ctx = Context::new(Arc::clone(&store), Settings::default());
-        let mut out = BytesMut::new();
+        let mut out = Output::new();
         for k in ["a", "b", "c"] {
             let w = ItemWrite::new(Bytes::copy_from_slice(k.as_bytes()), 0, 0);
             store.set(k.as_bytes(), w).await.unwrap();
@@ -271,7 +272,7 @@ mod tests {
         };
         run(&ctx, req, &mut out).await;
         assert_eq!(
-            &out[..],
+            &out.to_vec()[..],
             b"VALUE a 0 1\r\na\r\nVALUE b 0 1\r\nb\r\nVALUE c 0 1\r\nc\r\nEND\r\n"
         );
         assert_eq!(
