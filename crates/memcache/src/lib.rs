@@ -28,8 +28,6 @@
 //!   pipelined commands (its `conn_release_items`); flashtier keeps them.
 //! - Meta `k` returns a key in base64 when the request used `b`; memcached decides by how the
 //!   item was stored. `me` shows `cls`/`size` as memcached's default slab layout would.
-//! - `ma` with an over-long opaque is rejected before the arithmetic (memcached applies the
-//!   delta, then reports the error).
 //! - `stats cachedump` and `stats detail dump` list nothing; `stats sizes` is disabled;
 //!   `cache_memlimit` works only when the binary installed a store hook
 //!   ([`Context::set_memory_limit_hook`]), else it answers `MEMLIMIT_ADJUST_FAILED`.

@@ -7,6 +7,7 @@ use flashtier_cache::{CasMode, Item, ItemMeta, ItemWrite, KvStore, Update};
 
 use super::arith::{apply, NonNumeric};
 use super::exptime;
+use crate::codec::meta::opaque_too_long;
 use crate::context::Context;
 use crate::output::Output;
 use crate::reply;
@@ -96,6 +97,11 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, incr: bool, out: &mut
         Err(e) => return super::store_error(ctx, &e, false, out),
     };
     let s = &ctx.stats;
+    if !matches!(outcome, Outcome::NonNumeric) && opaque_too_long(o) {
+        // memcached applies the delta, then fails while echoing the opaque.
+        reply::line(out, b"CLIENT_ERROR opaque token too long");
+        return;
+    }
     match outcome {
         Outcome::NonNumeric => {
             reply::line(

@@ -7,6 +7,7 @@
 use flashtier_cache::{CasMode, Item, ItemMeta, ItemWrite, KvStore, Update};
 
 use super::exptime;
+use crate::codec::meta::{is_long_opaque, opaque_too_long};
 use crate::context::Context;
 use crate::output::Output;
 use crate::reply;
@@ -144,8 +145,9 @@ async fn lookup<S: KvStore>(ctx: &Context<S>, meta: &Meta, now: u32) -> Option<F
         _ => return None,
     };
     let (item, walk, created) = found;
-    if !o.no_update && !created {
-        // Record the access the way a plain read would.
+    if !o.no_update {
+        // Record the access the way a plain read would (memcached's delayed bump marks even
+        // a just-vivified item fetched).
         let _ = ctx.store.get(&meta.key).await;
     }
     let cas = new_cas.unwrap_or(item.cas);
@@ -157,8 +159,44 @@ async fn lookup<S: KvStore>(ctx: &Context<S>, meta: &Meta, now: u32) -> Option<F
     })
 }
 
+/// memcached finds an over-long opaque while writing the reply: a vivified item is already
+/// created, and `T`/`N` flags before the `O` have applied; no win token is handed out and the
+/// access is not recorded. Replay exactly that, then report the error.
+async fn opaque_error<S: KvStore>(ctx: &Context<S>, meta: &Meta, now: u32, out: &mut Output) {
+    let o = &meta.opts;
+    let cut = o
+        .flags
+        .iter()
+        .position(is_long_opaque)
+        .unwrap_or(o.flags.len());
+    let before = MetaOpts {
+        flags: o.flags.iter().take(cut).cloned().collect(),
+        ..o.clone()
+    };
+    let _ = ctx
+        .store
+        .update(&meta.key, |cur| {
+            let (item, created) = match cur {
+                Some(it) => (it.clone(), false),
+                None if o.vivify.is_some() => (stub(), true),
+                None => return (Update::Keep, ()),
+            };
+            let mut w = walk(&before, &item, created, now);
+            w.won = false;
+            match write_for(&item, &w, created) {
+                Some(write) => (Update::Put(write), ()),
+                None => (Update::Keep, ()),
+            }
+        })
+        .await;
+    reply::line(out, b"CLIENT_ERROR opaque token too long");
+}
+
 pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut Output) {
     let now = ctx.store.clock().now();
+    if opaque_too_long(&meta.opts) {
+        return opaque_error(ctx, &meta, now, out).await;
+    }
     let found = lookup(ctx, &meta, now).await;
     let o = &meta.opts;
     let stats = &ctx.stats;
