@@ -127,7 +127,9 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, incr: bool, out: &mut
             if !created {
                 Stats::incr(if incr { &s.incr_hits } else { &s.decr_hits });
             }
-            if o.quiet {
+            // memcached's quiet mode hides the nominal reply of an update, but not of an
+            // item created by `N`.
+            if o.quiet && !created {
                 return;
             }
             let digits = number.to_string();
