@@ -21,12 +21,12 @@ fuzz_target!(|data: &[u8]| {
             session.input.extend_from_slice(piece);
             loop {
                 match session.pump(&ctx).await {
-                    Pump::Flush => session.output.clear(),
+                    Pump::Flush => session.output.clear(4096),
                     Pump::NeedInput => break,
                     Pump::Quit | Pump::Close(_) => return,
                 }
             }
-            session.output.clear();
+            session.output.clear(4096);
         }
     });
 });

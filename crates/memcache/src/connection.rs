@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use crate::codec::{CloseReason, Decoded, Decoder, Limits};
 use crate::command::{execute, Flow};
 use crate::context::Context;
+use crate::output::Output;
 use crate::stats::Stats;
 
 /// Read size per `read` call (memcached reads 16 KiB at a time too).
@@ -56,7 +57,7 @@ pub struct Session {
     /// Bytes still to discard from a rejected data block.
     swallow: usize,
     pub input: BytesMut,
-    pub output: BytesMut,
+    pub output: Output,
     max_output: usize,
 }
 
@@ -66,7 +67,7 @@ impl Session {
             decoder: Decoder::new(limits),
             swallow: 0,
             input: BytesMut::new(),
-            output: BytesMut::new(),
+            output: Output::new(),
             max_output,
         }
     }
@@ -128,12 +129,11 @@ pub async fn serve_connection<S: KvStore>(
     loop {
         let step = session.pump(ctx).await;
         if !session.output.is_empty() {
-            stream.write_all(&session.output).await?;
             Stats::add(&ctx.stats.bytes_written, session.output.len() as u64);
-            session.output.clear();
-            if session.output.capacity() > IDLE_KEEP {
-                session.output = BytesMut::new();
+            for segment in session.output.drain() {
+                stream.write_all(&segment).await?;
             }
+            session.output.clear(IDLE_KEEP);
         }
         match step {
             Pump::Quit | Pump::Close(_) => return Ok(()),
@@ -152,22 +152,25 @@ pub async fn serve_connection<S: KvStore>(
             _ = shutdown.changed() => return Ok(()),
         }
         session.input.reserve(READ_CHUNK);
-        let n = match stream.try_read_buf(&mut session.input) {
+        let mut room = session.input.capacity() - session.input.len();
+        let mut n = match stream.try_read_buf(&mut session.input) {
             Ok(0) => return Ok(()),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e),
         };
         Stats::add(&ctx.stats.bytes_read, n as u64);
-        // Keep reading what is already there before executing, so a pipeline sent in one
-        // burst is answered with one write.
-        while session.input.len() < READ_CHUNK * 4 {
+        // A read that filled the buffer may have left more behind: keep reading (up to a
+        // bound) so a pipeline sent in one burst is answered with one write. A short read
+        // means the socket is drained, so skip the extra syscall.
+        while n == room && session.input.len() < READ_CHUNK * 4 {
             session.input.reserve(READ_CHUNK);
-            match stream.try_read_buf(&mut session.input) {
-                Ok(0) => break,
-                Ok(n) => Stats::add(&ctx.stats.bytes_read, n as u64),
-                Err(_) => break,
-            }
+            room = session.input.capacity() - session.input.len();
+            n = match stream.try_read_buf(&mut session.input) {
+                Ok(n) if n > 0 => n,
+                _ => break,
+            };
+            Stats::add(&ctx.stats.bytes_read, n as u64);
         }
     }
 }

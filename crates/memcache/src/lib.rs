@@ -5,7 +5,7 @@
 //!   reproducing memcached 1.6.18's acceptance rules and error strings.
 //! - [`request`]: the parsed request types the codec produces.
 //! - [`command`]: what each command does to the store and answers, one file per family.
-//! - [`reply`]: reply formatting helpers.
+//! - [`reply`]: reply formatting helpers; [`output`]: a connection's pending replies.
 //! - [`stats`]: protocol counters (`stats` output).
 //! - [`context`]: what all connections of one server share (store, stats, settings).
 //! - [`connection`]: the per-connection read/execute/write loop.
@@ -14,6 +14,24 @@
 //!
 //! Entry point for a binary: build a [`Context`] from a store and [`Settings`], bind a
 //! `TcpListener`, and run [`serve`] with a shutdown future.
+//!
+//! # Differences from memcached 1.6.18 (intended or known)
+//! Replies were compared byte for byte with memcached 1.6.18 on random streams of valid and
+//! malformed text and meta commands; these are the differences that remain:
+//! - CAS values come from the store's own counter (the sequence differs, not the rules).
+//! - `version` answers `VERSION 1.6.18-flashtier-<version>`; `stats` values differ.
+//! - A binary-protocol request (first byte 0x80) closes the connection.
+//! - An over-limit value is rejected as soon as its command line is read; memcached sends
+//!   the same `SERVER_ERROR object too large for cache` only after the data has arrived.
+//!   The item limit counts value bytes only (memcached's also counts its ~50-byte header).
+//! - A `get` whose key exceeds 250 bytes: memcached also drops the unsent replies of earlier
+//!   pipelined commands (its `conn_release_items`); flashtier keeps them.
+//! - Meta `k` returns a key in base64 when the request used `b`; memcached decides by how the
+//!   item was stored. `me` shows `cls`/`size` as memcached's default slab layout would.
+//! - `stats cachedump` and `stats detail dump` list nothing; `stats sizes` is disabled;
+//!   `cache_memlimit` works only when the binary installed a store hook
+//!   ([`Context::set_memory_limit_hook`]), else it answers `MEMLIMIT_ADJUST_FAILED`.
+//! - `lru_crawler`, `lru`, `watch`, `slabs`, `extstore` and `debugtime` answer `ERROR`.
 #![deny(unsafe_code)]
 
 pub mod codec;
@@ -21,6 +39,7 @@ pub mod command;
 pub mod connection;
 pub mod context;
 pub mod error;
+pub mod output;
 pub mod reply;
 pub mod request;
 pub mod server;

@@ -25,6 +25,11 @@ pub enum Command {
 
 #[derive(Clone, Debug, Default, Args)]
 pub struct KvArgs {
+    /// TOML configuration file (keys: listen, memory, max_item_size, threads,
+    /// max_connections). Flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+
     /// Address to listen on, HOST:PORT. Default: 127.0.0.1:11211.
     #[arg(long, value_name = "HOST:PORT")]
     pub listen: Option<String>,

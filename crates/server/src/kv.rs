@@ -1,4 +1,5 @@
-//! `flashtier kv`: resolve flags into a validated configuration, build the store, run the
+//! `flashtier kv`: resolve the optional TOML file (`--config`) and the flags (which override
+//! it) into a validated configuration, build the store, run the
 //! memcached-protocol server until SIGTERM/SIGINT, then shut down gracefully (exit 0).
 //!
 //! Threads: the tokio runtime's workers (`--threads`) run the accept loop and every
@@ -82,9 +83,59 @@ pub struct KvConfig {
     pub flash: Vec<FlashSpec>,
 }
 
+/// The `--config` TOML file. Every key is optional; flags override the file.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KvFile {
+    /// HOST:PORT. Default: 127.0.0.1:11211.
+    pub listen: Option<String>,
+    /// Size such as "64MiB". Default: 64 MiB.
+    pub memory: Option<String>,
+    /// Size such as "1MiB". Default: 1 MiB.
+    pub max_item_size: Option<String>,
+    /// Default: number of cores.
+    pub threads: Option<usize>,
+    /// Default: 1024.
+    pub max_connections: Option<usize>,
+}
+
+impl KvFile {
+    pub fn load(path: &std::path::Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))
+    }
+}
+
 impl KvConfig {
-    /// Resolve flags (memcached flags refine native ones) and validate.
-    pub fn from_args(a: &KvArgs) -> anyhow::Result<Self> {
+    /// Resolve the config file (if any) and the flags (memcached flags refine native ones),
+    /// then validate.
+    pub fn from_args(args: &KvArgs) -> anyhow::Result<Self> {
+        let file = match &args.config {
+            Some(path) => KvFile::load(path)?,
+            None => KvFile::default(),
+        };
+        let mut a = args.clone();
+        // A file value counts only where no flag (native or memcached-style) was given.
+        if a.listen.is_none() {
+            a.listen = file.listen;
+        }
+        if a.memory.is_none() && a.memory_mb.is_none() {
+            a.memory = file.memory;
+        }
+        if a.max_item_size.is_none() && a.item_size.is_none() {
+            a.max_item_size = file.max_item_size;
+        }
+        if a.threads.is_none() && a.thread_count.is_none() {
+            a.threads = file.threads;
+        }
+        if a.max_connections.is_none() && a.conn_limit.is_none() {
+            a.max_connections = file.max_connections;
+        }
+        Self::from_flags(&a)
+    }
+
+    fn from_flags(a: &KvArgs) -> anyhow::Result<Self> {
         let listen_text = a
             .listen
             .clone()
@@ -368,6 +419,30 @@ mod tests {
         assert!(parse(&["--listen", "nocolon"]).is_err());
         assert!(parse(&["-o", "bogus_option"]).is_err());
         assert!(parse(&["-o", "ext_path=/tmp/x"]).is_err());
+    }
+
+    #[test]
+    fn config_file_with_flag_overrides() {
+        let dir = std::env::temp_dir().join(format!("flashtier-kv-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("kv.toml");
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:7000\"\nmemory = \"2G\"\nthreads = 3\n",
+        )
+        .unwrap();
+        let p = path.to_str().unwrap();
+        let c = parse(&["--config", p]).unwrap();
+        assert_eq!(c.listen.port(), 7000);
+        assert_eq!(c.memory, 2 << 30);
+        assert_eq!(c.threads, 3);
+        let c = parse(&["--config", p, "-m", "100", "-p", "7001", "-t", "1"]).unwrap();
+        assert_eq!(c.memory, 100 << 20);
+        assert_eq!(c.listen.port(), 7001);
+        assert_eq!(c.threads, 1);
+        std::fs::write(&path, "bogus = 1\n").unwrap();
+        assert!(parse(&["--config", p]).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

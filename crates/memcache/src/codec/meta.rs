@@ -106,11 +106,14 @@ fn preparse(t: &Tokens<'_>, start: usize) -> Result<Meta, &'static str> {
     Ok(Meta { key, opts })
 }
 
-fn opaque_too_long(meta: &Meta) -> bool {
-    meta.opts
-        .flags
-        .iter()
-        .any(|f| f.letter == b'O' && f.token.len() + 1 > MAX_OPAQUE_LENGTH)
+/// True when an `O` token is longer than memcached accepts.
+pub fn opaque_too_long(opts: &MetaOpts) -> bool {
+    opts.flags.iter().any(is_long_opaque)
+}
+
+/// True for an `O` flag longer than memcached accepts.
+pub fn is_long_opaque(f: &MetaFlag) -> bool {
+    f.letter == b'O' && f.token.len() + 1 > MAX_OPAQUE_LENGTH
 }
 
 /// `mg <key> <flags>*`
@@ -126,7 +129,8 @@ pub(crate) fn parse_get(t: &Tokens<'_>) -> LineOutcome {
     }
     match preparse(t, 2) {
         Err(e) => err(e),
-        Ok(meta) if opaque_too_long(&meta) => err("CLIENT_ERROR opaque token too long"),
+        // An over-long opaque is reported by the command layer: memcached finds it while
+        // writing the reply, after vivify/touch have changed the item.
         Ok(meta) => LineOutcome::Done(Request::MetaGet(meta)),
     }
 }
@@ -171,7 +175,7 @@ pub(crate) fn parse_set(t: &Tokens<'_>, limits: &Limits) -> LineOutcome {
         Some(b'R') => StoreMode::Replace,
         Some(_) => return swallow("CLIENT_ERROR invalid mode for ms M token"),
     };
-    if opaque_too_long(&meta) {
+    if opaque_too_long(&meta.opts) {
         return swallow("CLIENT_ERROR opaque token too long");
     }
     // As memcached: a compare CAS turns set and replace into cas.
@@ -212,7 +216,7 @@ fn parse_simple(t: &Tokens<'_>) -> Result<Meta, &'static str> {
 pub(crate) fn parse_delete(t: &Tokens<'_>) -> LineOutcome {
     match parse_simple(t) {
         Err(e) => err(e),
-        Ok(meta) if opaque_too_long(&meta) => err("CLIENT_ERROR opaque token too long"),
+        Ok(meta) if opaque_too_long(&meta.opts) => err("CLIENT_ERROR opaque token too long"),
         Ok(meta) => LineOutcome::Done(Request::MetaDelete(meta)),
     }
 }
@@ -228,9 +232,8 @@ pub(crate) fn parse_arith(t: &Tokens<'_>) -> LineOutcome {
         Some(b'D') | Some(b'-') => false,
         Some(_) => return err("CLIENT_ERROR invalid mode for ma M token"),
     };
-    if opaque_too_long(&meta) {
-        return err("CLIENT_ERROR opaque token too long");
-    }
+    // An over-long opaque is reported by the command layer after the arithmetic, as
+    // memcached does.
     LineOutcome::Done(Request::MetaArith { meta, incr })
 }
 

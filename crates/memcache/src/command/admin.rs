@@ -3,16 +3,16 @@
 //!
 //! Stat names follow memcached so existing dashboards and scripts keep working. Sub-commands
 //! neither flashtier nor its store know answer `ERROR`, as memcached does.
-use bytes::BytesMut;
 use flashtier_cache::KvStore;
 
 use super::exptime;
 use crate::context::Context;
+use crate::output::Output;
 use crate::reply;
 use crate::request::StatsArg;
 use crate::stats::Stats;
 
-pub fn flush_all<S: KvStore>(ctx: &Context<S>, delay: i32, noreply: bool, out: &mut BytesMut) {
+pub fn flush_all<S: KvStore>(ctx: &Context<S>, delay: i32, noreply: bool, out: &mut Output) {
     Stats::incr(&ctx.stats.cmd_flush);
     let now = ctx.store.clock().now();
     // memcached invalidates items stored at or before `realtime(delay) - 1` once that time
@@ -30,7 +30,7 @@ pub fn flush_all<S: KvStore>(ctx: &Context<S>, delay: i32, noreply: bool, out: &
 
 /// `cache_memlimit`: change the store's RAM limit at run time, when the binary gave the
 /// context a way to (see [`Context::set_memory_limit_hook`]).
-pub fn memlimit<S>(ctx: &Context<S>, megabytes: u32, noreply: bool, out: &mut BytesMut) {
+pub fn memlimit<S>(ctx: &Context<S>, megabytes: u32, noreply: bool, out: &mut Output) {
     let ok = ctx.adjust_memory_limit(u64::from(megabytes) << 20);
     if !noreply {
         reply::line(
@@ -44,12 +44,12 @@ pub fn memlimit<S>(ctx: &Context<S>, megabytes: u32, noreply: bool, out: &mut By
     }
 }
 
-pub fn version<S>(ctx: &Context<S>, out: &mut BytesMut) {
+pub fn version<S>(ctx: &Context<S>, out: &mut Output) {
     let line = format!("VERSION {}", ctx.settings.version);
     reply::line(out, line.as_bytes());
 }
 
-pub fn stats<S: KvStore>(ctx: &Context<S>, arg: StatsArg, out: &mut BytesMut) {
+pub fn stats<S: KvStore>(ctx: &Context<S>, arg: StatsArg, out: &mut Output) {
     match arg {
         StatsArg::General => general(ctx, out),
         StatsArg::Reset => {
@@ -114,7 +114,7 @@ fn cpu_times() -> (f64, f64) {
     (ticks(11) / HZ, ticks(12) / HZ)
 }
 
-fn general<S: KvStore>(ctx: &Context<S>, out: &mut BytesMut) {
+fn general<S: KvStore>(ctx: &Context<S>, out: &mut Output) {
     let now = ctx.store.clock().now();
     let s = &ctx.stats;
     let store = ctx.store.stats();
@@ -159,7 +159,7 @@ fn general<S: KvStore>(ctx: &Context<S>, out: &mut BytesMut) {
     reply::stat(out, "reclaimed", store.reclaimed);
 }
 
-fn settings<S: KvStore>(ctx: &Context<S>, out: &mut BytesMut) {
+fn settings<S: KvStore>(ctx: &Context<S>, out: &mut Output) {
     let st = &ctx.settings;
     reply::stat(out, "maxbytes", ctx.memory_limit());
     reply::stat(out, "maxconns", st.max_connections);
@@ -180,7 +180,7 @@ fn settings<S: KvStore>(ctx: &Context<S>, out: &mut BytesMut) {
     reply::stat(out, "max_output_buffer", st.max_output_buffer);
 }
 
-fn conns<S>(ctx: &Context<S>, out: &mut BytesMut) {
+fn conns<S>(ctx: &Context<S>, out: &mut Output) {
     for (id, entry) in ctx.connections() {
         reply::stat(out, &format!("{id}:addr"), format!("tcp:{}", entry.peer));
         reply::stat(

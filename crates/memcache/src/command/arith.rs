@@ -9,6 +9,7 @@ use flashtier_cache::{CasMode, Item, ItemMeta, ItemWrite, KvStore, Update};
 
 use crate::codec::number::strtoull;
 use crate::context::Context;
+use crate::output::Output;
 use crate::reply;
 use crate::stats::Stats;
 
@@ -84,7 +85,7 @@ pub async fn run<S: KvStore>(
     incr: bool,
     delta: u64,
     noreply: bool,
-    out: &mut BytesMut,
+    out: &mut Output,
 ) {
     let res = ctx
         .store

@@ -1,14 +1,14 @@
 //! `delete` and `touch`: single-key commands with a one-word reply.
-use bytes::BytesMut;
 use flashtier_cache::{KvStore, Update};
 
 use super::exptime;
 use super::retrieval::touch_item;
 use crate::context::Context;
+use crate::output::Output;
 use crate::reply;
 use crate::stats::Stats;
 
-pub async fn delete<S: KvStore>(ctx: &Context<S>, key: &[u8], noreply: bool, out: &mut BytesMut) {
+pub async fn delete<S: KvStore>(ctx: &Context<S>, key: &[u8], noreply: bool, out: &mut Output) {
     let res = ctx
         .store
         .update(key, |cur| match cur {
@@ -37,7 +37,7 @@ pub async fn touch<S: KvStore>(
     key: &[u8],
     exptime: i32,
     noreply: bool,
-    out: &mut BytesMut,
+    out: &mut Output,
 ) {
     let abs = exptime::absolute(exptime, ctx.store.clock().now());
     let found = touch_item(ctx, key, abs).await.is_some();

@@ -2,12 +2,14 @@
 //! (default 1), `N` creates a missing item with the `J` value (default 0), `C` compares CAS
 //! (0 means no compare, as in memcached), `T` sets the TTL on success. Flags apply in request
 //! order, so `t` before `T` reports the old TTL.
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use flashtier_cache::{CasMode, Item, ItemMeta, ItemWrite, KvStore, Update};
 
 use super::arith::{apply, NonNumeric};
 use super::exptime;
+use crate::codec::meta::opaque_too_long;
 use crate::context::Context;
+use crate::output::Output;
 use crate::reply;
 use crate::request::{Meta, MetaOpts};
 use crate::stats::Stats;
@@ -83,7 +85,7 @@ fn decide(o: &MetaOpts, incr: bool, cur: Option<&Item>, now: u32) -> (Update, Ou
     }
 }
 
-pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, incr: bool, out: &mut BytesMut) {
+pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, incr: bool, out: &mut Output) {
     let o = &meta.opts;
     let now = ctx.store.clock().now();
     let res = ctx
@@ -95,6 +97,11 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, incr: bool, out: &mut
         Err(e) => return super::store_error(ctx, &e, false, out),
     };
     let s = &ctx.stats;
+    if !matches!(outcome, Outcome::NonNumeric) && opaque_too_long(o) {
+        // memcached applies the delta, then fails while echoing the opaque.
+        reply::line(out, b"CLIENT_ERROR opaque token too long");
+        return;
+    }
     match outcome {
         Outcome::NonNumeric => {
             reply::line(
@@ -120,7 +127,9 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, incr: bool, out: &mut
             if !created {
                 Stats::incr(if incr { &s.incr_hits } else { &s.decr_hits });
             }
-            if o.quiet {
+            // memcached's quiet mode hides the nominal reply of an update, but not of an
+            // item created by `N`.
+            if o.quiet && !created {
                 return;
             }
             let digits = number.to_string();

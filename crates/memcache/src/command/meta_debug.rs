@@ -3,11 +3,11 @@
 //! memcached prints `ME <key> exp=.. la=.. cas=.. fetch=yes|no cls=.. size=..`. `exp` is
 //! memcached's own (negated) remaining TTL, `-1` for never; `cls` and `size` are what
 //! memcached's default slab layout would use for the item, since flashtier has no slabs.
-use bytes::BytesMut;
 use flashtier_cache::{KvStore, Update};
 
 use crate::codec::meta::base64_encode;
 use crate::context::Context;
+use crate::output::Output;
 use crate::reply;
 use crate::stats::Stats;
 
@@ -31,7 +31,7 @@ pub fn slab_class(size: usize) -> u32 {
     class
 }
 
-pub async fn run<S: KvStore>(ctx: &Context<S>, key: &[u8], binary: bool, out: &mut BytesMut) {
+pub async fn run<S: KvStore>(ctx: &Context<S>, key: &[u8], binary: bool, out: &mut Output) {
     Stats::incr(&ctx.stats.cmd_meta);
     // Peek without recording an access.
     let item = ctx

@@ -1,11 +1,11 @@
 //! `md`: meta delete. With `I` the item is not removed but marked stale with a new CAS (and
 //! optionally a new TTL from `T`), so the next `mg` wins the right to recache it. `C` only
 //! deletes when the CAS matches. The reply is `HD NF EX` plus `O` and `k`; `q` hides `HD`.
-use bytes::BytesMut;
 use flashtier_cache::{CasMode, ItemMeta, ItemWrite, KvStore, Update};
 
 use super::exptime;
 use crate::context::Context;
+use crate::output::Output;
 use crate::request::Meta;
 use crate::stats::Stats;
 
@@ -16,7 +16,7 @@ enum Outcome {
     Exists,
 }
 
-pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut BytesMut) {
+pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut Output) {
     let o = &meta.opts;
     let now = ctx.store.clock().now();
     let res = ctx

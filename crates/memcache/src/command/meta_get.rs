@@ -4,11 +4,12 @@
 //! `R` after `T` compares with the new one; [`walk`] replays that order. The win token is
 //! handed out once: on a vivified miss (`N`), when the TTL is below `R`, or when the item is
 //! stale; later readers see `Z`. `h` and `l` report the item's state before this access.
-use bytes::BytesMut;
 use flashtier_cache::{CasMode, Item, ItemMeta, ItemWrite, KvStore, Update};
 
 use super::exptime;
+use crate::codec::meta::{is_long_opaque, opaque_too_long};
 use crate::context::Context;
+use crate::output::Output;
 use crate::reply;
 use crate::request::{Meta, MetaOpts};
 use crate::stats::Stats;
@@ -144,8 +145,9 @@ async fn lookup<S: KvStore>(ctx: &Context<S>, meta: &Meta, now: u32) -> Option<F
         _ => return None,
     };
     let (item, walk, created) = found;
-    if !o.no_update && !created {
-        // Record the access the way a plain read would.
+    if !o.no_update {
+        // Record the access the way a plain read would (memcached's delayed bump marks even
+        // a just-vivified item fetched).
         let _ = ctx.store.get(&meta.key).await;
     }
     let cas = new_cas.unwrap_or(item.cas);
@@ -157,8 +159,44 @@ async fn lookup<S: KvStore>(ctx: &Context<S>, meta: &Meta, now: u32) -> Option<F
     })
 }
 
-pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut BytesMut) {
+/// memcached finds an over-long opaque while writing the reply: a vivified item is already
+/// created, and `T`/`N` flags before the `O` have applied; no win token is handed out and the
+/// access is not recorded. Replay exactly that, then report the error.
+async fn opaque_error<S: KvStore>(ctx: &Context<S>, meta: &Meta, now: u32, out: &mut Output) {
+    let o = &meta.opts;
+    let cut = o
+        .flags
+        .iter()
+        .position(is_long_opaque)
+        .unwrap_or(o.flags.len());
+    let before = MetaOpts {
+        flags: o.flags.iter().take(cut).cloned().collect(),
+        ..o.clone()
+    };
+    let _ = ctx
+        .store
+        .update(&meta.key, |cur| {
+            let (item, created) = match cur {
+                Some(it) => (it.clone(), false),
+                None if o.vivify.is_some() => (stub(), true),
+                None => return (Update::Keep, ()),
+            };
+            let mut w = walk(&before, &item, created, now);
+            w.won = false;
+            match write_for(&item, &w, created) {
+                Some(write) => (Update::Put(write), ()),
+                None => (Update::Keep, ()),
+            }
+        })
+        .await;
+    reply::line(out, b"CLIENT_ERROR opaque token too long");
+}
+
+pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut Output) {
     let now = ctx.store.clock().now();
+    if opaque_too_long(&meta.opts) {
+        return opaque_error(ctx, &meta, now, out).await;
+    }
     let found = lookup(ctx, &meta, now).await;
     let o = &meta.opts;
     let stats = &ctx.stats;
@@ -232,7 +270,7 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut BytesMut) {
     }
     out.extend_from_slice(b"\r\n");
     if o.value {
-        out.extend_from_slice(&item.value);
+        out.put_value(&item.value);
         out.extend_from_slice(b"\r\n");
     }
 }
@@ -327,6 +365,33 @@ mod tests {
         assert_eq!(
             t(many.as_bytes()).await,
             "CLIENT_ERROR options flags are too long\r\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn quiet_semantics() {
+        // q hides only the miss (EN); hits and errors are still sent.
+        assert_eq!(
+            t(b"mg zz q k\r\nmg zz q v zz\r\nset a 0 0 1\r\nx\r\nmg a q v\r\nmn\r\n").await,
+            "CLIENT_ERROR invalid flag\r\nSTORED\r\nVA 1\r\nx\r\nMN\r\n"
+        );
+        // md/ma/ms q hide only HD; NF/NS/EX are still sent.
+        assert_eq!(
+            t(b"md zz q\r\nma zz q\r\nms zz 1 q MR\r\nx\r\nmn\r\n").await,
+            "NF\r\nNF\r\nNS\r\nMN\r\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn vivify_with_expired_ttl_and_recache_after_touch() {
+        assert_eq!(
+            t(b"mg a N0 v\r\nmg a v\r\nmg b N-1 v\r\nmg b v\r\n").await,
+            "VA 0 W\r\n\r\nVA 0 Z\r\n\r\nVA 0 W\r\n\r\nEN\r\n"
+        );
+        assert_eq!(
+            t(b"set a 0 0 1\r\n1\r\nmg a R30\r\nmg a T10 R30\r\nmg a R30\r\nmg a T0\r\nmg a R30 t\r\n")
+                .await,
+            "STORED\r\nHD\r\nHD W\r\nHD Z\r\nHD Z\r\nHD t-1 Z\r\n"
         );
     }
 }

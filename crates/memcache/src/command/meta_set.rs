@@ -1,12 +1,13 @@
 //! `ms`: meta set. Modes `S E A P R` map onto the storage commands (a `C` compare turns `S`
 //! and `R` into `cas`); `I` lets an older CAS store the value as stale. The reply is
 //! `HD NS EX NF` plus the `O`, `k` and `c` flags in request order; `q` hides `HD`.
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use flashtier_cache::KvStore;
 
 use super::exptime;
 use super::storage::{count_cas, decide, Offer, Stored};
 use crate::context::Context;
+use crate::output::Output;
 use crate::reply;
 use crate::request::{Meta, StoreMode};
 use crate::stats::Stats;
@@ -16,7 +17,7 @@ pub async fn run<S: KvStore>(
     meta: Meta,
     mode: StoreMode,
     value: Bytes,
-    out: &mut BytesMut,
+    out: &mut Output,
 ) {
     Stats::incr(&ctx.stats.cmd_set);
     let o = &meta.opts;

@@ -25,11 +25,11 @@ pub mod meta_set;
 pub mod retrieval;
 pub mod storage;
 
-use bytes::BytesMut;
 use flashtier_cache::{Error as StoreError, KvStore};
 
 use crate::codec::meta::base64_encode;
 use crate::context::Context;
+use crate::output::Output;
 use crate::reply;
 use crate::request::{Meta, Request};
 use crate::stats::Stats;
@@ -43,7 +43,7 @@ pub enum Flow {
 }
 
 /// Execute one request, appending its reply (if any) to `out`.
-pub async fn execute<S: KvStore>(ctx: &Context<S>, request: Request, out: &mut BytesMut) -> Flow {
+pub async fn execute<S: KvStore>(ctx: &Context<S>, request: Request, out: &mut Output) -> Flow {
     match request {
         Request::Storage(s) => storage::run(ctx, s, out).await,
         Request::Retrieval(r) => retrieval::run(ctx, r, out).await,
@@ -93,12 +93,7 @@ pub async fn execute<S: KvStore>(ctx: &Context<S>, request: Request, out: &mut B
 }
 
 /// Write a store failure as memcached would (`SERVER_ERROR ...`), counting it.
-pub(crate) fn store_error<S>(
-    ctx: &Context<S>,
-    err: &StoreError,
-    noreply: bool,
-    out: &mut BytesMut,
-) {
+pub(crate) fn store_error<S>(ctx: &Context<S>, err: &StoreError, noreply: bool, out: &mut Output) {
     let line = match err {
         StoreError::TooLarge { .. } => {
             Stats::incr(&ctx.stats.store_too_large);
@@ -116,7 +111,7 @@ pub(crate) fn store_error<S>(
 }
 
 /// Append `" k<key>"` (and `" b"` for a binary key, base64 encoded) for meta replies.
-pub(crate) fn meta_key(out: &mut BytesMut, meta: &Meta) {
+pub(crate) fn meta_key(out: &mut Output, meta: &Meta) {
     if meta.opts.key_binary {
         reply::flag_bytes(out, b'k', base64_encode(&meta.key).as_bytes());
         out.extend_from_slice(b" b");
@@ -126,7 +121,7 @@ pub(crate) fn meta_key(out: &mut BytesMut, meta: &Meta) {
 }
 
 /// Append the `O` and `k` return flags in request order (replies without an item).
-pub(crate) fn meta_echo(out: &mut BytesMut, meta: &Meta) {
+pub(crate) fn meta_echo(out: &mut Output, meta: &Meta) {
     for f in &meta.opts.flags {
         match f.letter {
             b'O' => reply::flag_bytes(out, b'O', &f.token),

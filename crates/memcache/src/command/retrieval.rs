@@ -1,21 +1,60 @@
 //! `get gets gat gats`: one `VALUE` block per hit, then `END`.
 //!
-//! Keys are looked up in request order. A multi-key get is where flash reads should be
-//! batched: [`fetch`] is the one place that turns a key list into items, so it can start all
-//! lookups before awaiting any of them once the store has reads worth overlapping.
-use bytes::BytesMut;
+//! A multi-key get is where flash reads are batched: [`fetch_all`] starts every lookup before
+//! awaiting any, so reads that go to the device overlap; replies are still written in request
+//! order.
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+
+use bytes::Bytes;
 use flashtier_cache::{CasMode, Item, ItemWrite, KvStore, Update};
 
 use super::exptime;
 use crate::context::Context;
+use crate::output::Output;
 use crate::reply;
 use crate::request::Retrieval;
 use crate::stats::Stats;
 
-/// Read `key` and record the access (marks the item fetched). Errors read as a miss: a
-/// retrieval has no way to report a per-key failure in the text protocol.
-async fn fetch<S: KvStore>(ctx: &Context<S>, key: &[u8]) -> Option<Item> {
-    ctx.store.get(key).await.ok().flatten()
+type Lookup<'a> = Pin<Box<dyn Future<Output = Option<Item>> + Send + 'a>>;
+
+/// Read every key (recording the accesses), polling all lookups together so that the ones
+/// waiting on flash overlap. Errors read as a miss: a retrieval has no way to report a
+/// per-key failure in the text protocol.
+async fn fetch_all<S: KvStore>(ctx: &Context<S>, keys: &[Bytes]) -> Vec<Option<Item>> {
+    if let [key] = keys {
+        return vec![ctx.store.get(key).await.ok().flatten()];
+    }
+    let mut pending: Vec<Option<Lookup<'_>>> = keys
+        .iter()
+        .map(|k| {
+            let fut: Lookup<'_> = Box::pin(async move { ctx.store.get(k).await.ok().flatten() });
+            Some(fut)
+        })
+        .collect();
+    let mut results: Vec<Option<Item>> = vec![None; keys.len()];
+    std::future::poll_fn(|cx| {
+        let mut busy = false;
+        for (slot, result) in pending.iter_mut().zip(results.iter_mut()) {
+            if let Some(fut) = slot {
+                match fut.as_mut().poll(cx) {
+                    Poll::Ready(item) => {
+                        *result = item;
+                        *slot = None;
+                    }
+                    Poll::Pending => busy = true,
+                }
+            }
+        }
+        if busy {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    results
 }
 
 /// Set a new exptime on `key` if it exists, keeping its value, flags, CAS and meta bits
@@ -45,7 +84,7 @@ pub(crate) async fn touch_item<S: KvStore>(ctx: &Context<S>, key: &[u8], abs: u3
 }
 
 /// Append one `VALUE` block.
-pub(crate) fn value_block(out: &mut BytesMut, key: &[u8], item: &Item, with_cas: bool) {
+pub(crate) fn value_block(out: &mut Output, key: &[u8], item: &Item, with_cas: bool) {
     out.reserve(key.len() + item.value.len() + 48);
     out.extend_from_slice(b"VALUE ");
     out.extend_from_slice(key);
@@ -58,22 +97,27 @@ pub(crate) fn value_block(out: &mut BytesMut, key: &[u8], item: &Item, with_cas:
         reply::u64(out, item.cas);
     }
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(&item.value);
+    out.put_value(&item.value);
     out.extend_from_slice(b"\r\n");
 }
 
-pub async fn run<S: KvStore>(ctx: &Context<S>, req: Retrieval, out: &mut BytesMut) {
+pub async fn run<S: KvStore>(ctx: &Context<S>, req: Retrieval, out: &mut Output) {
     let stats = &ctx.stats;
     let abs = req
         .touch
         .map(|e| exptime::absolute(e, ctx.store.clock().now()));
+    let mut fetched = match abs {
+        Some(_) => Vec::new(),
+        None => fetch_all(ctx, &req.keys).await,
+    }
+    .into_iter();
     for key in &req.keys {
         let item = match abs {
             Some(abs) => touch_item(ctx, key, abs).await.map(|mut it| {
                 it.exptime = abs;
                 it
             }),
-            None => fetch(ctx, key).await,
+            None => fetched.next().flatten(),
         };
         match (abs.is_some(), &item) {
             (true, Some(_)) => {
@@ -102,7 +146,13 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, req: Retrieval, out: &mut BytesMu
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
     use crate::command::testing::{run as t, Harness};
+    use crate::context::Settings;
+    use flashtier_cache::{ItemWrite, Update};
 
     #[tokio::test]
     async fn get_and_gets() {
@@ -150,5 +200,85 @@ mod tests {
             "CLIENT_ERROR invalid exptime argument\r\n"
         );
         assert_eq!(h.send(b"gat 10\r\n").await, "END\r\n");
+    }
+
+    /// A store whose reads take a while, counting how many are in flight at once.
+    struct SlowStore {
+        inner: flashtier_cache::ModelStore,
+        in_flight: AtomicUsize,
+        max_in_flight: AtomicUsize,
+    }
+
+    impl KvStore for SlowStore {
+        async fn get(&self, key: &[u8]) -> Result<Option<Item>, flashtier_cache::Error> {
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+            tokio::task::yield_now().await;
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            self.inner.get(key).await
+        }
+        async fn set(&self, key: &[u8], item: ItemWrite) -> Result<u64, flashtier_cache::Error> {
+            self.inner.set(key, item).await
+        }
+        async fn update<R, F>(
+            &self,
+            key: &[u8],
+            f: F,
+        ) -> Result<(R, Option<u64>), flashtier_cache::Error>
+        where
+            R: Send,
+            F: FnMut(Option<&Item>) -> (Update, R) + Send,
+        {
+            self.inner.update(key, f).await
+        }
+        fn flush_all(&self, at: u32) {
+            self.inner.flush_all(at)
+        }
+        fn max_item_size(&self) -> usize {
+            self.inner.max_item_size()
+        }
+        fn clock(&self) -> &flashtier_cache::Clock {
+            self.inner.clock()
+        }
+        fn stats(&self) -> flashtier_cache::StoreStats {
+            self.inner.stats()
+        }
+        fn stats_section(&self, s: &str) -> Option<Vec<(String, String)>> {
+            self.inner.stats_section(s)
+        }
+    }
+
+    #[tokio::test]
+    async fn multi_get_overlaps_reads() {
+        let store = Arc::new(SlowStore {
+            inner: flashtier_cache::ModelStore::new(flashtier_cache::Clock::system(), 1024),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+        });
+        let ctx = Context::new(Arc::clone(&store), Settings::default());
+        let mut out = Output::new();
+        for k in ["a", "b", "c"] {
+            let w = ItemWrite::new(Bytes::copy_from_slice(k.as_bytes()), 0, 0);
+            store.set(k.as_bytes(), w).await.unwrap();
+        }
+        let keys = ["a", "x", "b", "c"]
+            .iter()
+            .map(|k| Bytes::copy_from_slice(k.as_bytes()));
+        let req = Retrieval {
+            keys: keys.collect(),
+            with_cas: false,
+            touch: None,
+        };
+        run(&ctx, req, &mut out).await;
+        assert_eq!(
+            &out.to_vec()[..],
+            b"VALUE a 0 1\r\na\r\nVALUE b 0 1\r\nb\r\nVALUE c 0 1\r\nc\r\nEND\r\n"
+        );
+        assert_eq!(
+            store.max_in_flight.load(Ordering::SeqCst),
+            4,
+            "all four reads overlapped"
+        );
     }
 }

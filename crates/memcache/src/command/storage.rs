@@ -8,6 +8,7 @@ use flashtier_cache::{CasMode, Item, ItemMeta, ItemWrite, KvStore, Update};
 
 use super::exptime;
 use crate::context::Context;
+use crate::output::Output;
 use crate::reply;
 use crate::request::{Storage, StoreMode};
 use crate::stats::Stats;
@@ -127,7 +128,7 @@ pub(crate) fn count_cas<S>(ctx: &Context<S>, mode: StoreMode, result: Stored) {
 }
 
 /// Run a text storage command.
-pub async fn run<S: KvStore>(ctx: &Context<S>, req: Storage, out: &mut BytesMut) {
+pub async fn run<S: KvStore>(ctx: &Context<S>, req: Storage, out: &mut Output) {
     Stats::incr(&ctx.stats.cmd_set);
     let store = &ctx.store;
     let now = store.clock().now();
@@ -175,7 +176,7 @@ pub async fn too_large<S: KvStore>(
     key: &[u8],
     noreply: bool,
     drop_existing: bool,
-    out: &mut BytesMut,
+    out: &mut Output,
 ) {
     Stats::incr(&ctx.stats.store_too_large);
     if drop_existing {

@@ -40,7 +40,7 @@ impl Harness {
         let mut session = Session::new(limits, 1 << 20);
         session.input.extend_from_slice(input);
         while session.pump(&self.ctx).await == Pump::Flush {}
-        String::from_utf8_lossy(&session.output).into_owned()
+        String::from_utf8_lossy(&session.output.to_vec()).into_owned()
     }
 }
 
