@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
-use flashtier_cache::{Clock, KvStore, ModelStore};
+use flashtier_cache::{Cache, CacheConfig, KvStore};
 use flashtier_memcache::{Context, Settings};
 
 use crate::cli::KvArgs;
@@ -262,13 +262,15 @@ fn parse_ext_path(v: &str) -> anyhow::Result<FlashSpec> {
     })
 }
 
-/// The one place the binary chooses its store.
-///
-/// Today this is `ModelStore` (no memory limit, no eviction) because the RAM tier is being
-/// written in parallel; the lead swaps in `flashtier_cache::Cache` built from `cfg.memory`
-/// and `cfg.max_item_size` here. Everything downstream is generic over `KvStore`.
-fn build_store(cfg: &KvConfig) -> Arc<impl KvStore> {
-    Arc::new(ModelStore::new(Clock::system(), cfg.max_item_size as usize))
+/// The one place the server chooses its store: the RAM tier (`flashtier_cache::Cache`) with
+/// the configured memory limit and item size. Everything downstream is generic over `KvStore`.
+fn build_store(cfg: &KvConfig) -> anyhow::Result<Arc<Cache>> {
+    let cache_cfg = CacheConfig::builder()
+        .memory_limit(cfg.memory as usize)
+        .max_item_size(cfg.max_item_size as usize)
+        .build()
+        .context("invalid cache configuration")?;
+    Ok(Arc::new(Cache::new(cache_cfg).context("cannot start the cache")?))
 }
 
 pub fn main(args: KvArgs) -> anyhow::Result<()> {
@@ -289,7 +291,7 @@ pub fn main(args: KvArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let store = build_store(&cfg);
+    let store = build_store(&cfg)?;
     runtime.block_on(run(cfg, store))
 }
 
