@@ -216,6 +216,8 @@ pub struct BlockCache {
     pub(crate) backoff: AtomicU64,
     pub(crate) last_error: Mutex<Option<String>>,
     pub(crate) recovery: RecoveryInfo,
+    /// The flash engine's reclaim stream (may use reserved segments).
+    pub(crate) reclaim_stream: u8,
     pub(crate) flash_info: FlashInfo,
 }
 
@@ -280,6 +282,7 @@ impl BlockCache {
             .clone()
             .unwrap_or_else(|| FlashConfig::for_capacity(cap));
         fc.keep_limit = 1.0;
+        let reclaim_stream = fc.reclaim_stream;
         // Space the cache cannot fill with blocks: reclaim's reserve and free target plus
         // one open segment per stream.
         let reserve =
@@ -375,6 +378,7 @@ impl BlockCache {
             backoff: AtomicU64::new(0),
             last_error: Mutex::new(None),
             recovery: rec,
+            reclaim_stream,
             flash_info: info,
         });
         if cache.recovery.dirty_blocks > 0 {

@@ -98,7 +98,7 @@ pub(crate) async fn run(cache: Arc<BlockCache>) {
         };
         let picks = cache.pick(n, due_age, batch);
         if picks.is_empty() {
-            if last_wm.elapsed() >= Duration::from_millis(500) {
+            if urgent || last_wm.elapsed() >= Duration::from_millis(500) {
                 cache.persist_watermark().await;
                 last_wm = Instant::now();
             }
@@ -291,18 +291,24 @@ impl BlockCache {
             if w <= self.shared.wm_persisted.load(Ordering::Acquire) {
                 return;
             }
-            let r = self.flash.append(
-                crate::cache::STREAM_META,
-                &RecordWrite {
-                    kind: KIND_WATERMARK,
-                    key_id: WM_KEY,
-                    version: w,
-                    flags: 0,
-                    exptime: 0,
-                    key: &[],
-                    value: &[],
-                },
-            );
+            let rec = RecordWrite {
+                kind: KIND_WATERMARK,
+                key_id: WM_KEY,
+                version: w,
+                flags: 0,
+                exptime: 0,
+                key: &[],
+                value: &[],
+            };
+            // When flash is full of records newer than the persisted watermark, only a new
+            // watermark lets reclaim evict them: write it into the reclaim stream, which may
+            // use the reserved segments (a 64-byte record per batch at most).
+            let r = match self.flash.append(crate::cache::STREAM_META, &rec) {
+                Err(flashtier_flash::Error::NoSpace | flashtier_flash::Error::Busy(_)) => {
+                    self.flash.append(self.reclaim_stream, &rec)
+                }
+                other => other,
+            };
             match r {
                 Ok(loc) => {
                     if let Some(old) = ix.wm_loc.replace(loc.pack()) {

@@ -18,6 +18,26 @@ pub struct BlockServer {
 impl BlockServer {
     /// Start over `backing` with cache `cache_spec` (PATH:SIZE); `extra` flags appended.
     pub fn start(dir: &Path, backing: &str, cache_spec: &str, extra: &[&str]) -> BlockServer {
+        // After SIGKILL the kernel may release the cache file's lock a little later (an
+        // io_uring instance is torn down asynchronously): retry briefly.
+        for _ in 0..50 {
+            match Self::try_start(dir, backing, cache_spec, extra) {
+                Ok(s) => return s,
+                Err(e) if e.contains("flash lock") => {
+                    std::thread::sleep(std::time::Duration::from_millis(100))
+                }
+                Err(e) => panic!("flashtier block exited before serving:\n{e}"),
+            }
+        }
+        panic!("cache device stayed locked");
+    }
+
+    fn try_start(
+        dir: &Path,
+        backing: &str,
+        cache_spec: &str,
+        extra: &[&str],
+    ) -> Result<BlockServer, String> {
         let sock = dir.join("nbd.sock");
         let _ = std::fs::remove_file(&sock);
         let mut child = Command::new(env!("CARGO_BIN_EXE_flashtier"))
@@ -36,11 +56,17 @@ impl BlockServer {
         let mut lines = BufReader::new(stderr).lines();
         let mut admin = None;
         let mut serving = false;
+        let mut seen = String::new();
         loop {
-            let line = lines
-                .next()
-                .expect("flashtier block exited before serving")
-                .expect("read stderr");
+            let line = match lines.next() {
+                Some(Ok(l)) => l,
+                _ => {
+                    let _ = child.wait();
+                    return Err(seen);
+                }
+            };
+            seen.push_str(&line);
+            seen.push('\n');
             if let Some(a) = line.strip_prefix("flashtier block: admin on ") {
                 admin = Some(a.trim().to_string());
             }
@@ -56,11 +82,11 @@ impl BlockServer {
                 }
             }
         });
-        BlockServer {
+        Ok(BlockServer {
             child,
             sock,
             admin: admin.expect("admin address"),
-        }
+        })
     }
 
     pub fn uri(&self) -> String {
