@@ -86,7 +86,7 @@ async fn kill9_never_loses_flushed_writes() {
                 }
             }
             n += 1;
-            if n % 16 == 0 {
+            if n.is_multiple_of(16) {
                 let c = Arc::clone(&client);
                 let l = Arc::clone(&log);
                 let snapshot = log.lock().expect("log").acked.clone();
