@@ -41,7 +41,8 @@ run_fio() { # name uri
         >"$OUT/$1.json"
     python3 - "$OUT/$1.json" "$1" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
-j = json.load(open(sys.argv[1]))["jobs"][0]
+text = open(sys.argv[1]).read()  # fio's nbd engine prints a line before the JSON
+j = json.loads(text[text.index("{"):])["jobs"][0]
 def p99(side):
     pct = j[side].get("clat_ns", {}).get("percentile", {})
     return pct.get("99.000000", 0) / 1e6
