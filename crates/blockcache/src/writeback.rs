@@ -78,10 +78,12 @@ pub(crate) async fn run(cache: Arc<BlockCache>) {
         if max_rate > 0 {
             rate = rate.min(max_rate as f64);
         }
-        let (cause, n) = if flushing {
-            (Cause::Flush, batch)
+        // An explicit flush or a waiting writer wants throughput: bigger batches amortise
+        // the backing flush that ends each one.
+        let (cause, n, batch) = if flushing {
+            (Cause::Flush, batch * 4, batch * 4)
         } else if urgent {
-            (Cause::Threshold, batch)
+            (Cause::Threshold, batch * 4, batch * 4)
         } else {
             budget = (budget + rate * dt).min(batch as f64 * 2.0);
             let c = if thresh_rate >= age_rate {
@@ -89,7 +91,7 @@ pub(crate) async fn run(cache: Arc<BlockCache>) {
             } else {
                 Cause::Period
             };
-            (c, (budget.floor() as usize).min(batch))
+            (c, (budget.floor() as usize).min(batch), batch)
         };
         let due_age = if period > 0 {
             Some(Duration::from_millis(period * 750))
