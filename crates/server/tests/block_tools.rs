@@ -65,6 +65,7 @@ fn nbdcopy_qemu_img_and_fio_verify() {
             "--verify=crc32c",
             "--verify_fatal=1",
             "--do_verify=1",
+            "--verify_state_save=0",
         ]));
         assert!(t.contains("err= 0"), "{t}");
     } else {
