@@ -98,7 +98,9 @@ pub(crate) async fn run(cache: Arc<BlockCache>) {
         } else {
             None
         };
-        let picks = cache.pick(n, due_age, batch);
+        // A stalled writer waits for space, and space comes from advancing the clean
+        // watermark, which only the oldest dirty block holds back: go oldest first.
+        let picks = cache.pick(n, due_age, batch, urgent);
         if picks.is_empty() {
             if urgent || last_wm.elapsed() >= Duration::from_millis(500) {
                 cache.persist_watermark().await;
@@ -120,9 +122,15 @@ pub(crate) async fn run(cache: Arc<BlockCache>) {
 }
 
 impl BlockCache {
-    /// Choose up to `n` dirty blocks in the configured order, plus (up to `batch`) blocks
-    /// past `due_age`. Returns (lba, entry, due) and marks them as being written.
-    fn pick(&self, n: usize, due_age: Option<Duration>, batch: usize) -> Vec<(u64, Entry, bool)> {
+    /// Choose up to `n` dirty blocks in the configured order (FIFO if `oldest_first`), plus
+    /// (up to `batch`) blocks past `due_age`. Returns (lba, entry, due) and marks them as being written.
+    fn pick(
+        &self,
+        n: usize,
+        due_age: Option<Duration>,
+        batch: usize,
+        oldest_first: bool,
+    ) -> Vec<(u64, Entry, bool)> {
         let mut ix = self.shared.index.lock();
         let mut out: Vec<(u64, Entry, bool)> = Vec::new();
         let mut chosen = std::collections::BTreeSet::new();
@@ -142,7 +150,11 @@ impl BlockCache {
         }
         let want = n.min(batch.saturating_sub(out.len()));
         if want > 0 {
-            let order = self.tunables.flush_order();
+            let order = if oldest_first {
+                FlushOrder::Fifo
+            } else {
+                self.tunables.flush_order()
+            };
             let candidates: Vec<u64> = match order {
                 FlushOrder::Fifo => ix.fifo.values().map(|(l, _)| *l).collect(),
                 FlushOrder::Lba => ix.by_lba.iter().copied().collect(),
