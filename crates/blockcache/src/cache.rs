@@ -392,11 +392,18 @@ impl BlockCache {
         tokio::spawn(crate::writeback::run(Arc::clone(self)))
     }
 
-    /// Stop writeback (dirty data stays on flash for the next start) and close the engine.
-    pub fn stop(&self) {
+    /// Make requests waiting for space or for a flush fail with `ESHUTDOWN` and stop the
+    /// writeback task, so a server shutdown never hangs on a full cache. Dirty data stays
+    /// on flash for the next start.
+    pub fn interrupt(&self) {
         self.stopping.store(true, Ordering::Release);
         self.wb_wake.notify_one();
         self.progress.notify_waiters();
+    }
+
+    /// Stop writeback (dirty data stays on flash for the next start) and close the engine.
+    pub fn stop(&self) {
+        self.interrupt();
         if let Err(e) = self.flash.close() {
             eprintln!("flashtier block: closing the cache device: {e}");
         }

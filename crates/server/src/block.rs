@@ -215,8 +215,10 @@ async fn run(args: BlockArgs) -> anyhow::Result<()> {
         }
     });
     let stop = server.shutdown_handle();
+    let on_signal = Arc::clone(&cache);
     tokio::spawn(async move {
         shutdown_signal().await;
+        on_signal.interrupt();
         stop.shutdown();
     });
     let served = server.serve(listener).await;
