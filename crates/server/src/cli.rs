@@ -21,6 +21,10 @@ pub struct Cli {
 pub enum Command {
     /// Run the memcached-compatible key-value cache server.
     Kv(KvArgs),
+    /// Serve a backing block device through a flash cache over NBD.
+    Block(crate::block::BlockArgs),
+    /// Control a running `flashtier block` through its admin endpoint.
+    Ctl(crate::ctl::CtlArgs),
 }
 
 #[derive(Clone, Debug, Default, Args)]

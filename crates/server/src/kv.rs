@@ -362,7 +362,9 @@ mod tests {
         let mut full = vec!["flashtier", "kv"];
         full.extend_from_slice(args);
         let cli = crate::cli::Cli::try_parse_from(full)?;
-        let crate::cli::Command::Kv(a) = cli.command;
+        let crate::cli::Command::Kv(a) = cli.command else {
+            anyhow::bail!("not a kv command line")
+        };
         KvConfig::from_args(&a)
     }
 

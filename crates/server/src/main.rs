@@ -4,11 +4,14 @@
 //! - [`cli`]: command-line flags (clap derive), native and memcached-compatible.
 //! - [`size`]: parsing sizes such as `64M`, `64MiB`, `1G`.
 //! - [`kv`]: `flashtier kv`, the memcached-compatible key-value server.
-//!
-//! `block` and `ctl` are not built yet (issues 6 and later).
+//! - [`block`]: `flashtier block`, the NBD block cache; [`admin`] its HTTP admin endpoint;
+//!   [`ctl`]: `flashtier ctl`, the admin client.
 #![deny(unsafe_code)]
 
+mod admin;
+mod block;
 mod cli;
+mod ctl;
 mod kv;
 mod size;
 
@@ -18,6 +21,8 @@ fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
     let result = match cli.command {
         cli::Command::Kv(args) => kv::main(args),
+        cli::Command::Block(args) => block::main(args),
+        cli::Command::Ctl(args) => ctl::main(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

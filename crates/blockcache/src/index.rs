@@ -1,0 +1,218 @@
+//! The RAM index: LBA → (flash location, version, dirty), plus the dirty sets that drive
+//! writeback order.
+//!
+//! Guarded by one mutex in [`crate::cache::Shared`]; taken by request tasks, the writeback
+//! task and the flash engine's reclaimer thread (through the reclaim handler), only for
+//! memory work. Version numbers are handed out under the same lock as the index update
+//! (see [`crate::cache`]), so the smallest dirty version is exact.
+//!
+//! Invariants:
+//! - an entry's `version` is the highest version of that LBA the cache holds;
+//! - `dirty_seq != 0` iff the entry is dirty iff its version is in `dirty_versions` and its
+//!   seq in `fifo` and its LBA in `by_lba`;
+//! - a dirty entry is never removed (only made clean by writeback or superseded).
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Instant;
+
+/// One cached block.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry {
+    /// Packed [`flashtier_flash::Location`].
+    pub loc: u64,
+    /// Version of the record at `loc`.
+    pub version: u64,
+    /// Order of first becoming dirty (0 = clean).
+    pub dirty_seq: u64,
+    /// Access clock at the last read or write.
+    pub access: u64,
+}
+
+/// What a put replaced.
+#[derive(Debug, Default)]
+pub struct PutOutcome {
+    /// The block was cached before.
+    pub hit: bool,
+    /// The block was dirty before.
+    pub was_dirty: bool,
+    /// A location no longer referenced (mark it dead).
+    pub dead: Option<u64>,
+}
+
+/// The index proper.
+#[derive(Debug, Default)]
+pub struct Index {
+    /// LBA → entry.
+    pub map: HashMap<u64, Entry>,
+    /// dirty_seq → (LBA, when it became dirty).
+    pub fifo: BTreeMap<u64, (u64, Instant)>,
+    /// Dirty LBAs in order.
+    pub by_lba: BTreeSet<u64>,
+    /// Versions of dirty entries.
+    pub dirty_versions: BTreeSet<u64>,
+    /// LBAs being written back now.
+    pub writing: BTreeSet<u64>,
+    /// Location of the newest persisted watermark record.
+    pub wm_loc: Option<u64>,
+    /// Next version to hand out.
+    pub next_version: u64,
+    next_dirty_seq: u64,
+    clock: u64,
+}
+
+impl Index {
+    /// An empty index whose versions start after `max_seen`.
+    pub fn new(max_seen: u64) -> Self {
+        Index {
+            next_version: max_seen + 1,
+            next_dirty_seq: 1,
+            ..Default::default()
+        }
+    }
+
+    /// Take a fresh version.
+    pub fn take_version(&mut self) -> u64 {
+        let v = self.next_version;
+        self.next_version += 1;
+        v
+    }
+
+    /// Look a block up and count it as accessed.
+    pub fn lookup(&mut self, lba: u64) -> Option<Entry> {
+        self.clock += 1;
+        let clock = self.clock;
+        self.map.get_mut(&lba).map(|e| {
+            e.access = clock;
+            *e
+        })
+    }
+
+    /// Number of dirty blocks.
+    pub fn dirty(&self) -> usize {
+        self.fifo.len()
+    }
+
+    /// Everything below this version is on the backing (or superseded).
+    pub fn clean_watermark(&self) -> u64 {
+        self.dirty_versions
+            .first()
+            .copied()
+            .unwrap_or(self.next_version)
+            .saturating_sub(1)
+    }
+
+    fn clear_dirty(&mut self, lba: u64, e: &Entry) {
+        if e.dirty_seq != 0 {
+            self.fifo.remove(&e.dirty_seq);
+            self.by_lba.remove(&lba);
+            self.dirty_versions.remove(&e.version);
+        }
+    }
+
+    /// Record that `lba` now lives at `loc` with `version` (dirty or clean). If the index
+    /// already holds a newer version the new record is the dead one.
+    pub fn put(&mut self, lba: u64, loc: u64, version: u64, dirty: bool) -> PutOutcome {
+        self.clock += 1;
+        let mut out = PutOutcome::default();
+        let old = self.map.get(&lba).copied();
+        let mut dirty_seq = 0;
+        if let Some(o) = old {
+            out.hit = true;
+            out.was_dirty = o.dirty_seq != 0;
+            if o.version > version {
+                out.dead = Some(loc);
+                return out;
+            }
+            out.dead = Some(o.loc);
+            if dirty && o.dirty_seq != 0 {
+                dirty_seq = o.dirty_seq;
+                self.dirty_versions.remove(&o.version);
+            } else {
+                self.clear_dirty(lba, &o);
+            }
+        }
+        if dirty {
+            if dirty_seq == 0 {
+                dirty_seq = self.next_dirty_seq;
+                self.next_dirty_seq += 1;
+                self.fifo.insert(dirty_seq, (lba, Instant::now()));
+                self.by_lba.insert(lba);
+            }
+            self.dirty_versions.insert(version);
+        }
+        self.map.insert(
+            lba,
+            Entry {
+                loc,
+                version,
+                dirty_seq,
+                access: self.clock,
+            },
+        );
+        out
+    }
+
+    /// Writeback of `version` finished: clean the entry if it still holds that version.
+    pub fn mark_clean(&mut self, lba: u64, version: u64) -> bool {
+        match self.map.get(&lba).copied() {
+            Some(e) if e.version == version && e.dirty_seq != 0 => {
+                self.clear_dirty(lba, &e);
+                if let Some(m) = self.map.get_mut(&lba) {
+                    m.dirty_seq = 0;
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Remove a clean entry if it is at `loc` (reclaim dropped or lost it). Returns the
+    /// removed entry.
+    pub fn remove_at(&mut self, lba: u64, loc: u64) -> Option<Entry> {
+        match self.map.get(&lba).copied() {
+            Some(e) if e.loc == loc => {
+                self.clear_dirty(lba, &e);
+                self.map.remove(&lba);
+                Some(e)
+            }
+            _ => None,
+        }
+    }
+
+    /// Dirty blocks with version <= `v`.
+    pub fn dirty_at_or_below(&self, v: u64) -> usize {
+        self.dirty_versions.range(..=v).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn put_clean_and_watermark() {
+        let mut ix = Index::new(0);
+        let v1 = ix.take_version();
+        ix.put(7, 100, v1, true);
+        let v2 = ix.take_version();
+        let o = ix.put(8, 200, v2, true);
+        assert!(!o.hit);
+        assert_eq!(ix.dirty(), 2);
+        assert_eq!(ix.clean_watermark(), v1 - 1);
+        let v3 = ix.take_version();
+        let o = ix.put(7, 300, v3, true);
+        assert!(o.hit && o.was_dirty && o.dead == Some(100));
+        assert_eq!(ix.dirty(), 2);
+        assert_eq!(ix.clean_watermark(), v2 - 1);
+        assert!(!ix.mark_clean(7, v1));
+        assert!(ix.mark_clean(7, v3));
+        assert!(ix.mark_clean(8, v2));
+        assert_eq!(ix.dirty(), 0);
+        assert_eq!(ix.clean_watermark(), v3);
+        // an older version loses
+        let o = ix.put(7, 50, v1, false);
+        assert_eq!(o.dead, Some(50));
+        assert_eq!(ix.map[&7].loc, 300);
+        assert!(ix.remove_at(7, 300).is_some());
+        assert!(ix.lookup(7).is_none());
+    }
+}

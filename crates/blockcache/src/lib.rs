@@ -1,0 +1,29 @@
+//! flashtier's block face: a write-back SSD cache in front of a slow block device, as an NBD
+//! [`BlockBackend`](flashtier_nbd::BlockBackend).
+//!
+//! Blocks (default 4 KiB) are records in the flash engine keyed by LBA; a RAM index maps
+//! LBA → (location, version, dirty). Knows nothing of NBD sockets or HTTP: the server crate
+//! serves a [`BlockCache`] over NBD and exposes its stats and tunables.
+//!
+//! # Layout
+//! - [`cache`]: [`BlockCache`] (open/recovery, read and write paths, the reclaim handler).
+//! - `writeback`: the writeback task (rate controller, flush order) and explicit flushes.
+//! - [`index`]: the LBA index and dirty sets.
+//! - [`tunables`]: runtime settings ([`Mode`], [`FlushOrder`], [`TUNABLES`]).
+//! - [`stats`]: counters ([`BlockStats`]).
+//! - [`seq`]: sequential stream detection.
+//! - [`mod@error`]: the [`Error`] type.
+#![deny(unsafe_code)]
+
+pub mod cache;
+pub mod error;
+pub mod index;
+pub mod seq;
+pub mod stats;
+pub mod tunables;
+mod writeback;
+
+pub use cache::{BlockCache, BlockCacheConfig, FlushState, RecoveryInfo};
+pub use error::Error;
+pub use stats::BlockStats;
+pub use tunables::{FlushOrder, Mode, Tunables, TUNABLES};

@@ -1,0 +1,213 @@
+//! The block face's admin endpoint: plain HTTP/1.1 on a TCP port, one request per
+//! connection (`Connection: close`), text bodies. Used by `flashtier ctl`, by Prometheus
+//! (`/metrics`) and by curl.
+//!
+//! Routes (GET or POST; parameters in the query string):
+//! - `/stats`: `key=value` lines (the cache's counters and gauges, then `flash_*`).
+//! - `/metrics`: Prometheus text, `flashtier_block_<name>`.
+//! - `/status`: state, mode, dirty blocks, flush progress (`flush=idle|running|done`,
+//!   `flush_done`, `flush_total`, `flush_seconds`), last error.
+//! - `/get?KEY` (or `/get?key=KEY`; `all` lists every tunable), `/set?KEY=VALUE[&...]`.
+//! - `/flush` starts a background flush and returns at once; `/flush?wait` returns when it
+//!   is done.
+//! - `/detach`: flush, wait, then stop the server (the process exits).
+//!
+//! Each connection is one tokio task; requests touch the cache only through its public API.
+use std::sync::Arc;
+
+use flashtier_blockcache::{BlockCache, FlushState};
+use flashtier_nbd::ShutdownHandle;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What the endpoint serves.
+pub struct AdminCtx {
+    pub cache: Arc<BlockCache>,
+    pub stop: ShutdownHandle,
+}
+
+pub async fn serve(listener: TcpListener, ctx: Arc<AdminCtx>) {
+    loop {
+        match listener.accept().await {
+            Ok((sock, _)) => {
+                let ctx = Arc::clone(&ctx);
+                tokio::spawn(async move {
+                    let _ = handle(sock, &ctx).await;
+                });
+            }
+            Err(e) => {
+                eprintln!("flashtier block: admin accept: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn handle(mut sock: TcpStream, ctx: &AdminCtx) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && !buf.windows(2).any(|w| w == b"\n\n") {
+        let n = sock.read(&mut chunk).await?;
+        if n == 0 || buf.len() > 16 << 10 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let text = String::from_utf8_lossy(&buf);
+    let line = text.lines().next().unwrap_or("");
+    let mut parts = line.split_whitespace();
+    let (_method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let (code, body) = route(path, &decode(query), ctx).await;
+    let reason = match code {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        _ => "Error",
+    };
+    let head = format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    sock.write_all(head.as_bytes()).await?;
+    sock.write_all(body.as_bytes()).await?;
+    sock.shutdown().await
+}
+
+/// Percent-decode a query string (`+` is a space).
+fn decode(q: &str) -> String {
+    let b = q.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(v) => {
+                        out.push(v);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub fn status_text(cache: &BlockCache) -> String {
+    let mut s = String::new();
+    let stats: std::collections::HashMap<String, String> =
+        cache.stats_pairs().into_iter().collect();
+    let get = |k: &str| stats.get(k).cloned().unwrap_or_default();
+    s.push_str(&format!("mode={}\n", cache.tunables().mode().name()));
+    s.push_str(&format!("dirty_blocks={}\n", get("dirty_blocks")));
+    s.push_str(&format!("cached_blocks={}\n", get("cached_blocks")));
+    s.push_str(&format!("capacity_blocks={}\n", get("capacity_blocks")));
+    match cache.flush_state() {
+        FlushState::Idle => s.push_str("flush=idle\n"),
+        FlushState::Running { done, total } => s.push_str(&format!(
+            "flush=running\nflush_done={done}\nflush_total={total}\n"
+        )),
+        FlushState::Done { total, secs } => s.push_str(&format!(
+            "flush=done\nflush_done={total}\nflush_total={total}\nflush_seconds={secs:.3}\n"
+        )),
+    }
+    s.push_str(&format!("backing_errors={}\n", get("backing_errors")));
+    s.push_str(&format!(
+        "last_error={}\n",
+        cache.last_error().unwrap_or_else(|| "none".into())
+    ));
+    s
+}
+
+async fn route(path: &str, query: &str, ctx: &AdminCtx) -> (u16, String) {
+    let cache = &ctx.cache;
+    match path {
+        "/stats" => {
+            let mut s = String::new();
+            for (k, v) in cache.stats_pairs() {
+                s.push_str(&format!("{k}={v}\n"));
+            }
+            (200, s)
+        }
+        "/metrics" => {
+            let mut s = String::new();
+            for (k, v) in cache.stats_pairs() {
+                if v.parse::<f64>().is_err() {
+                    s.push_str(&format!("flashtier_block_info{{{k}=\"{v}\"}} 1\n"));
+                    continue;
+                }
+                s.push_str(&format!(
+                    "# TYPE flashtier_block_{k} untyped\nflashtier_block_{k} {v}\n"
+                ));
+            }
+            (200, s)
+        }
+        "/status" => (200, status_text(cache)),
+        "/get" => {
+            let key = query.strip_prefix("key=").unwrap_or(query);
+            if key.is_empty() || key == "all" {
+                let mut s = String::new();
+                for (k, v) in cache.list_tunables() {
+                    s.push_str(&format!("{k}={v}\n"));
+                }
+                return (200, s);
+            }
+            match cache.get_tunable(key) {
+                Some(v) => (200, format!("{key}={v}\n")),
+                None => (404, format!("unknown tunable {key:?}\n")),
+            }
+        }
+        "/set" => {
+            if query.is_empty() {
+                return (400, "usage: /set?KEY=VALUE\n".into());
+            }
+            let mut out = String::new();
+            for kv in query.split('&') {
+                let Some((k, v)) = kv.split_once('=') else {
+                    return (400, format!("{kv:?}: expected KEY=VALUE\n"));
+                };
+                if let Err(e) = cache.set_tunable(k, v) {
+                    return (400, format!("{e}\n"));
+                }
+                out.push_str(&format!(
+                    "{k}={}\n",
+                    cache.get_tunable(k).unwrap_or_default()
+                ));
+            }
+            (200, out)
+        }
+        "/flush" => {
+            if query
+                .split('&')
+                .any(|p| p == "wait" || p.starts_with("wait="))
+            {
+                match cache.flush_wait().await {
+                    Ok(()) => (200, status_text(cache)),
+                    Err(e) => (500, format!("{e}\n")),
+                }
+            } else {
+                cache.start_flush();
+                (200, status_text(cache))
+            }
+        }
+        "/detach" => match cache.flush_wait().await {
+            Ok(()) => {
+                ctx.stop.shutdown();
+                (200, format!("detached\n{}", status_text(cache)))
+            }
+            Err(e) => (500, format!("{e}\n")),
+        },
+        _ => (
+            404,
+            "routes: /stats /metrics /status /get?KEY /set?KEY=VALUE /flush[?wait] /detach\n"
+                .into(),
+        ),
+    }
+}
