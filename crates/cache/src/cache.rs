@@ -293,6 +293,22 @@ impl Cache {
         )
     }
 
+    /// Delete without reading flash (issue 4: deletes never touch flash): the slot goes, a
+    /// tombstone is appended if a flash copy existed. True when an item was removed. Unlike
+    /// a delete through [`KvStore::update`] (which shows the closure the item, so it reads a
+    /// flash-resident one), an *expired* flash-resident item counts as removed (true): its
+    /// expiry is on flash. A RAM item is judged exactly. Without flash, same as `delete_now`.
+    pub async fn delete(&self, key: &[u8]) -> Result<bool, Error> {
+        let inner = &*self.inner;
+        let hash = inner.index.hash(key);
+        loop {
+            let view = inner.view(key, hash, false).await;
+            if let Step::Done(r) = inner.delete_with(key, hash, &view)? {
+                return Ok(r);
+            }
+        }
+    }
+
     async fn get_hybrid(&self, key: &[u8]) -> Result<Option<Item>, Error> {
         let inner = &*self.inner;
         let hash = inner.index.hash(key);

@@ -469,6 +469,46 @@ impl Inner {
         }
     }
 
+    /// Phase 2 of a delete that never reads flash (`view` blind): a RAM item is removed as
+    /// usual (false if it was dead); flash slots whose tag matches are removed, marked dead
+    /// and covered by a tombstone, and the answer is true without knowing whether the item
+    /// had expired (memcached would answer `NOT_FOUND` for an expired one).
+    pub(crate) fn delete_with(
+        &self,
+        key: &[u8],
+        hash: u64,
+        view: &View,
+    ) -> Result<Step<bool>, Error> {
+        let now = self.now();
+        let mut shard = self.index.lock(hash);
+        if let Some((pos, e)) = self.find_key(&shard, hash, key) {
+            let h = self
+                .header_at(e.loc)
+                .ok_or(Error::Internal("indexed segment lost"))?;
+            if self.dead(&h, now) {
+                self.reclaim(&mut shard, pos, &h, hash);
+                return Ok(Step::Done(false));
+            }
+            let had_flash = h.home_loc().is_some();
+            self.remove_existing(
+                &mut shard,
+                hash,
+                key,
+                Some(Existing::Ram(pos, e)),
+                had_flash,
+            );
+            return Ok(Step::Done(true));
+        }
+        match self.flash_current(&mut shard, hash, view, now)? {
+            FlashCur::Retry => Ok(Step::Retry),
+            FlashCur::Blind(locs) if !locs.is_empty() => {
+                self.remove_existing(&mut shard, hash, key, Some(Existing::Blind(locs)), true);
+                Ok(Step::Done(true))
+            }
+            _ => Ok(Step::Done(false)),
+        }
+    }
+
     fn abandon_space(&self, space: Space) {
         self.abandon(Some(space));
     }
