@@ -539,6 +539,7 @@ mod tests {
             last_access: 0,
             klen: 3,
             rflags: 0,
+            home: 0,
         };
         assert!(a.write_record(&sp, &h, key, &value));
         assert_eq!(&a.read_value(sp.seg, 0, &h)[..], &value[..]);

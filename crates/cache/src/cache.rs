@@ -21,22 +21,37 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use flashtier_flash::{Flash, Location};
+
 use crate::arena::{Arena, Log, Space};
-use crate::config::{CacheConfig, EvictionPolicy, StartError};
+use crate::config::{CacheConfig, EvictionPolicy, FlashDevices, StartError};
+use crate::flash_tier::{entry_of, packed_of, FlashTier};
 use crate::ghost::Ghost;
+use crate::hybrid::{block_on, Step, View};
 use crate::index::{self, Entry, Index, Pos, Shard, Tier};
+use crate::reclaim::Handler;
 use crate::record::{self, Header, F_FETCHED, F_STALE, F_WIN};
+use crate::recovery::Recovered;
 use crate::stats::Counters;
 use crate::sweeper::Sweeper;
-use crate::tier::LowerTier;
 use crate::{CasMode, Clock, Error, Item, ItemMeta, ItemWrite, KvStore, StoreStats, Update};
 
 const NO_FLUSH: u64 = u64::MAX;
 
 /// A reservation abandoned when dropped unused.
-struct Reserved<'a> {
-    inner: &'a Inner,
-    space: Option<Space>,
+pub(crate) struct Reserved<'a> {
+    pub inner: &'a Inner,
+    pub space: Option<Space>,
+}
+
+/// The slot a write replaces.
+pub(crate) enum Existing {
+    /// A RAM record.
+    Ram(Pos, Entry),
+    /// A flash slot whose record was read and holds the key.
+    Flash(Pos, Entry),
+    /// Flash slots taken as the key's without reading (packed locations; see `hybrid`).
+    Blind(Vec<u64>),
 }
 
 impl Drop for Reserved<'_> {
@@ -52,7 +67,8 @@ pub(crate) struct Inner {
     pub arena: Arena,
     pub ghost: Ghost,
     pub counters: Counters,
-    pub lower: LowerTier,
+    /// The flash tier, if configured.
+    pub ft: Option<FlashTier>,
     next_cas: AtomicU64,
     /// Time of the last delayed `flush_all`, or `NO_FLUSH`.
     flush_at: AtomicU64,
@@ -61,7 +77,20 @@ pub(crate) struct Inner {
 /// The RAM-tier store. See the module docs.
 pub struct Cache {
     inner: Arc<Inner>,
-    _sweeper: Option<Sweeper>,
+    sweeper: Option<Sweeper>,
+    handler: Option<Arc<Handler>>,
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        // Stop the sweeper, then the flash engine's threads, while `inner` is still alive:
+        // the reclaimer must never hold the last reference to it.
+        drop(self.sweeper.take());
+        let _ = self.close();
+        if let Some(h) = &self.handler {
+            h.close();
+        }
+    }
 }
 
 impl std::fmt::Debug for Cache {
@@ -87,25 +116,122 @@ impl Cache {
     /// A cache with `cfg` (validated here); starts the sweeper thread if configured.
     pub fn new(cfg: CacheConfig) -> Result<Self, StartError> {
         cfg.validate().map_err(StartError::Config)?;
+        let mut seed = cfg.hash_seed;
+        let mut opened = None;
+        let mut engine_floor = 0;
+        let handler = cfg.flash.as_ref().map(|_| Arc::new(Handler::new()));
+        if let (Some(fs), Some(handler)) = (&cfg.flash, &handler) {
+            let mut rec = Recovered::default();
+            let engine = fs.engine_config();
+            engine_floor = engine.reserve_segments + engine.free_high_watermark;
+            let h: Arc<dyn flashtier_flash::ReclaimHandler> = handler.clone();
+            let res = match &fs.devices {
+                FlashDevices::Specs(specs) => {
+                    Flash::open_specs(specs, engine, h, |m| rec.on_record(m))
+                }
+                FlashDevices::Devices(devs) => {
+                    Flash::open(devs.clone(), engine, h, |m| rec.on_record(m))
+                }
+            };
+            let (flash, info) = match res {
+                Ok(v) => v,
+                Err(e) => {
+                    handler.close();
+                    return Err(StartError::Flash(e));
+                }
+            };
+            seed = info.hash_seed;
+            let rebuilt = rec.finish(cfg.clock.now());
+            opened = Some((flash, info, rebuilt, fs.append_wait));
+        }
         // Index tables start at 2 buckets per shard (staggered up to 2.5).
+        let index = Index::new(cfg.index_shards, seed, 2);
+        let mut next_cas = 0;
+        let mut flush_at = NO_FLUSH;
+        let ft = opened.map(|(flash, info, rebuilt, wait)| {
+            for &(key_id, loc) in &rebuilt.items {
+                index.lock(key_id).insert(key_id, entry_of(loc, 0));
+            }
+            for &loc in &rebuilt.dead {
+                flash.mark_dead(loc);
+            }
+            next_cas = rebuilt.max_version;
+            if let Some(at) = rebuilt.flush_at {
+                flush_at = u64::from(at);
+            }
+            let room = engine_floor;
+            let ft = FlashTier::new(flash, info, rebuilt.max_version, wait, room);
+            ft.last_marker.store(rebuilt.last_marker, Ordering::Relaxed);
+            ft.last_delayed
+                .store(rebuilt.last_delayed, Ordering::Relaxed);
+            Counters::add(&ft.counters.recovered, rebuilt.items.len() as u64);
+            ft
+        });
         let inner = Arc::new(Inner {
-            index: Index::new(cfg.index_shards, cfg.hash_seed, 2),
+            index,
             arena: Arena::new(cfg.memory_limit, cfg.segment_size),
             ghost: Ghost::new(cfg.ghost_len()),
             counters: Counters::default(),
-            lower: LowerTier::None,
-            next_cas: AtomicU64::new(0),
-            flush_at: AtomicU64::new(NO_FLUSH),
+            ft,
+            next_cas: AtomicU64::new(next_cas),
+            flush_at: AtomicU64::new(flush_at),
             cfg,
         });
+        if let Some(h) = &handler {
+            h.ready(Arc::downgrade(&inner));
+        }
         let sweeper = match inner.cfg.sweep_interval {
-            Some(every) => Some(Sweeper::spawn(inner.clone(), every).map_err(StartError::Sweeper)?),
+            Some(every) => match Sweeper::spawn(inner.clone(), every) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    if let Some(ft) = &inner.ft {
+                        let _ = ft.flash.close();
+                    }
+                    return Err(StartError::Sweeper(e));
+                }
+            },
             None => None,
         };
         Ok(Self {
             inner,
-            _sweeper: sweeper,
+            sweeper,
+            handler,
         })
+    }
+
+    /// The flash engine, when flash is configured (knobs: `flash().set_knob(..)`; durability
+    /// barrier: `flash().flush()`; reclaim by hand: `flash().reclaim_now(..)`).
+    pub fn flash(&self) -> Option<&Flash> {
+        self.inner.ft.as_ref().map(|ft| &ft.flash)
+    }
+
+    /// Record the CAS counter on flash, flush flash and stop its threads (a clean shutdown).
+    /// Idempotent. Later writes fail with
+    /// `Error::Flash`. Without flash, does nothing.
+    pub fn close(&self) -> Result<(), Error> {
+        match &self.inner.ft {
+            Some(ft) if ft.closed.swap(true, Ordering::SeqCst) => Ok(()),
+            Some(ft) => {
+                ft.append_cas_checkpoint(self.inner.next_cas.load(Ordering::Relaxed));
+                ft.flash.close().map_err(|e| Error::Flash(e.to_string()))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The last CAS value handed out (new items get larger ones). After a warm restart it is
+    /// the largest version recovered from flash.
+    pub fn last_cas(&self) -> u64 {
+        self.inner.next_cas.load(Ordering::Relaxed)
+    }
+
+    /// Items whose only copy is on flash right now (walks the index; for tests and tools).
+    pub fn flash_items(&self) -> u64 {
+        let mut n = 0;
+        for i in 0..self.inner.index.shard_count() {
+            n += self.inner.index.lock_nth(i).count_tier(Tier::Flash) as u64;
+        }
+        n
     }
 
     /// The configuration in force.
@@ -129,14 +255,20 @@ impl Cache {
         self.inner.arena.mem_used()
     }
 
-    /// Synchronous GET (the async trait method wraps this).
+    /// Synchronous GET (blocks the thread on a flash read).
     pub fn get_now(&self, key: &[u8]) -> Result<Option<Item>, Error> {
-        self.inner.get(key)
+        if self.inner.ft.is_none() {
+            return self.inner.get(key);
+        }
+        block_on(self.get_hybrid(key))
     }
 
     /// Synchronous SET.
     pub fn set_now(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
-        self.inner.set(key, w)
+        if self.inner.ft.is_none() {
+            return self.inner.set(key, w);
+        }
+        block_on(self.set_hybrid(key, w))
     }
 
     /// Synchronous read-modify-write (see [`KvStore::update`]).
@@ -144,18 +276,80 @@ impl Cache {
     where
         F: FnMut(Option<&Item>) -> (Update, R),
     {
-        self.inner.update(key, f)
+        if self.inner.ft.is_none() {
+            return self.inner.update(key, f);
+        }
+        block_on(self.update_hybrid(key, f))
     }
 
     /// Synchronous delete; true when a live item was removed.
     pub fn delete_now(&self, key: &[u8]) -> bool {
         matches!(
-            self.inner.update(key, |cur| match cur {
+            self.update_now(key, |cur| match cur {
                 Some(_) => (Update::Delete, true),
                 None => (Update::Keep, false),
             }),
             Ok((true, _))
         )
+    }
+
+    /// Delete without reading flash (issue 4: deletes never touch flash): the slot goes, a
+    /// tombstone is appended if a flash copy existed. True when an item was removed. Unlike
+    /// a delete through [`KvStore::update`] (which shows the closure the item, so it reads a
+    /// flash-resident one), an *expired* flash-resident item counts as removed (true): its
+    /// expiry is on flash. A RAM item is judged exactly. Without flash, same as `delete_now`.
+    pub async fn delete(&self, key: &[u8]) -> Result<bool, Error> {
+        let inner = &*self.inner;
+        let hash = inner.index.hash(key);
+        loop {
+            let view = inner.view(key, hash, false).await;
+            if let Step::Done(r) = inner.delete_with(key, hash, &view)? {
+                return Ok(r);
+            }
+        }
+    }
+
+    async fn get_hybrid(&self, key: &[u8]) -> Result<Option<Item>, Error> {
+        let inner = &*self.inner;
+        let hash = inner.index.hash(key);
+        loop {
+            let view = inner.view(key, hash, true).await;
+            if let Step::Done(r) = inner.get_with(key, hash, &view)? {
+                return Ok(r);
+            }
+        }
+    }
+
+    async fn set_hybrid(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
+        let inner = &*self.inner;
+        inner.check_size(key, &w.value)?;
+        let hash = inner.index.hash(key);
+        let read = w.cas == CasMode::Keep;
+        let mut f = |_: Option<&Item>| (Update::Put(w.clone()), ());
+        let mut dead_cas = None;
+        loop {
+            let view = inner.view(key, hash, read).await;
+            let step = inner.update_with(key, hash, &mut f, &view, true, &mut dead_cas)?;
+            if let Step::Done((_, cas)) = step {
+                return cas.ok_or(Error::Internal("a put returned no CAS"));
+            }
+        }
+    }
+
+    async fn update_hybrid<R, F>(&self, key: &[u8], mut f: F) -> Result<(R, Option<u64>), Error>
+    where
+        F: FnMut(Option<&Item>) -> (Update, R),
+    {
+        let inner = &*self.inner;
+        let hash = inner.index.hash(key);
+        let mut dead_cas = None;
+        loop {
+            let view = inner.view(key, hash, true).await;
+            let step = inner.update_with(key, hash, &mut f, &view, false, &mut dead_cas)?;
+            if let Step::Done(r) = step {
+                return Ok(r);
+            }
+        }
     }
 }
 
@@ -164,14 +358,19 @@ impl Inner {
         self.cfg.clock.now()
     }
 
-    fn flushed(&self, stored: u32, now: u32) -> bool {
+    pub(crate) fn flushed(&self, stored: u32, now: u32) -> bool {
         let f = self.flush_at.load(Ordering::Relaxed);
         f != NO_FLUSH && f as u32 <= now && stored <= f as u32
     }
 
     /// True when the record can no longer be seen: expired or flushed.
     pub fn dead(&self, h: &Header, now: u32) -> bool {
-        (h.exptime != 0 && h.exptime <= now) || self.flushed(h.stored, now)
+        self.dead_at(h.exptime, h.stored, now)
+    }
+
+    /// True when an item with this expiry and store time can no longer be seen.
+    pub fn dead_at(&self, exptime: u32, stored: u32, now: u32) -> bool {
+        (exptime != 0 && exptime <= now) || self.flushed(stored, now)
     }
 
     /// True when a segment's newest record is covered by a passed `flush_all`.
@@ -179,13 +378,18 @@ impl Inner {
         max_stored != 0 && self.flushed(max_stored, now)
     }
 
-    fn header_at(&self, loc: u64) -> Option<Header> {
+    pub(crate) fn header_at(&self, loc: u64) -> Option<Header> {
         let (seg, off) = self.arena.split(loc);
         let m = self.arena.mem(seg)?;
         Some(record::header(m, off))
     }
 
-    fn find_key(&self, shard: &Shard<'_>, hash: u64, key: &[u8]) -> Option<(Pos, Entry)> {
+    pub(crate) fn find_key(
+        &self,
+        shard: &Shard<'_>,
+        hash: u64,
+        key: &[u8],
+    ) -> Option<(Pos, Entry)> {
         shard.find(hash, |e| {
             if e.tier != Tier::Ram {
                 return false;
@@ -208,22 +412,44 @@ impl Inner {
         Counters::sub(&self.counters.live_bytes, (words * 8) as u64);
     }
 
+    /// Account for a RAM record the index stops pointing at because the item is gone
+    /// (overwritten, deleted, expired): its flash home, if any, is dead too.
+    pub fn release_rec(&self, loc: u64, h: &Header) {
+        self.release(loc, h.words());
+        if let (Some(ft), Some(home)) = (&self.ft, h.home_loc()) {
+            ft.flash.mark_dead(Location::unpack(home));
+        }
+    }
+
+    /// A dead item with a flash copy was removed: if it died by `flush_all` rather than by
+    /// expiry, append a tombstone, or a restart could bring it back (a later delayed
+    /// `flush_all` re-arms the flush time; recovery cannot see store times).
+    pub(crate) fn flushed_gone(&self, exptime: u32, hash: u64) {
+        let expired = exptime != 0 && exptime <= self.now();
+        if let (false, Some(ft)) = (expired, &self.ft) {
+            ft.append_tombstone(hash, &[]);
+        }
+    }
+
     /// Remove the slot at `pos` whose record header is `h`.
     pub fn unlink(&self, shard: &mut Shard<'_>, pos: Pos, h: &Header) {
         let e = shard.remove(pos);
-        self.release(e.loc, h.words());
+        self.release_rec(e.loc, h);
     }
 
     /// Remove a dead (expired or flushed) item.
-    pub fn reclaim(&self, shard: &mut Shard<'_>, pos: Pos, h: &Header) {
+    pub fn reclaim(&self, shard: &mut Shard<'_>, pos: Pos, h: &Header, hash: u64) {
         self.unlink(shard, pos, h);
+        if h.home_loc().is_some() {
+            self.flushed_gone(h.exptime, hash);
+        }
         Counters::add(&self.counters.reclaimed, 1);
         if h.rflags & F_FETCHED == 0 {
             Counters::add(&self.counters.expired_unfetched, 1);
         }
     }
 
-    fn cas_for(&self, mode: CasMode, old: Option<u64>) -> u64 {
+    pub(crate) fn cas_for(&self, mode: CasMode, old: Option<u64>) -> u64 {
         match (mode, old) {
             (CasMode::Explicit(c), _) => c,
             (CasMode::Keep, Some(c)) => c,
@@ -231,7 +457,7 @@ impl Inner {
         }
     }
 
-    fn check_size(&self, key: &[u8], value: &[u8]) -> Result<(), Error> {
+    pub(crate) fn check_size(&self, key: &[u8], value: &[u8]) -> Result<(), Error> {
         if value.len() > self.cfg.max_item_size {
             return Err(Error::TooLarge {
                 size: value.len(),
@@ -247,7 +473,7 @@ impl Inner {
         Ok(())
     }
 
-    fn target_log(&self, hash: u64) -> Log {
+    pub(crate) fn target_log(&self, hash: u64) -> Log {
         if self.cfg.eviction == EvictionPolicy::S3Fifo && self.ghost.take(hash) {
             Log::Main
         } else {
@@ -255,7 +481,7 @@ impl Inner {
         }
     }
 
-    fn new_header(w: &ItemWrite, klen: usize, now: u32, cas: u64) -> Header {
+    pub(crate) fn new_header(w: &ItemWrite, klen: usize, now: u32, cas: u64) -> Header {
         let mut rflags = 0;
         if w.meta.stale {
             rflags |= F_STALE;
@@ -272,11 +498,12 @@ impl Inner {
             last_access: now,
             klen: klen as u16,
             rflags,
+            home: 0,
         }
     }
 
     /// Reserve space for a record, blocking on allocation/eviction if needed.
-    fn reserve(&self, log: Log, words: usize) -> Result<Space, Error> {
+    pub(crate) fn reserve(&self, log: Log, words: usize) -> Result<Space, Error> {
         if words > self.arena.large_threshold() {
             return self.obtain_large(words, log);
         }
@@ -289,7 +516,7 @@ impl Inner {
     }
 
     /// Give back a reservation that will not be published.
-    fn abandon(&self, space: Option<Space>) {
+    pub(crate) fn abandon(&self, space: Option<Space>) {
         let Some(space) = space else { return };
         if space.large {
             let mut st = self.arena.state.lock();
@@ -304,11 +531,11 @@ impl Inner {
     }
 
     /// Publish the record in `space` for `hash`, replacing `existing`. Shard lock held.
-    fn publish(
+    pub(crate) fn publish(
         &self,
         shard: &mut Shard<'_>,
         hash: u64,
-        existing: Option<(Pos, Entry)>,
+        existing: Option<Existing>,
         space: &Space,
         h: &Header,
     ) {
@@ -320,12 +547,29 @@ impl Inner {
             loc,
         };
         match existing {
-            Some((pos, old)) => {
+            Some(Existing::Ram(pos, old)) => {
                 if let Some(oh) = self.header_at(old.loc) {
-                    self.release(old.loc, oh.words());
+                    self.release_rec(old.loc, &oh);
                 }
                 entry.freq = old.freq;
                 shard.set(pos, entry);
+            }
+            Some(Existing::Flash(pos, old)) => {
+                if let Some(ft) = &self.ft {
+                    ft.flash.mark_dead(Location::unpack(packed_of(&old)));
+                }
+                entry.freq = old.freq;
+                shard.set(pos, entry);
+            }
+            Some(Existing::Blind(locs)) => {
+                for l in locs {
+                    if self.remove_flash_loc(shard, hash, l) {
+                        if let Some(ft) = &self.ft {
+                            ft.flash.mark_dead(Location::unpack(l));
+                        }
+                    }
+                }
+                shard.insert(hash, entry);
             }
             None => shard.insert(hash, entry),
         }
@@ -337,7 +581,7 @@ impl Inner {
     }
 
     /// After publishing (shard lock released): queue a large segment, end the reservation.
-    fn finish(&self, space: Space) {
+    pub(crate) fn finish(&self, space: Space) {
         if space.large {
             let mut st = self.arena.state.lock();
             self.arena.enqueue_large(&mut st, space.seg, space.log);
@@ -352,6 +596,29 @@ impl Inner {
         let Some((pos, e)) = self.find_key(&shard, hash, key) else {
             return Ok(None);
         };
+        self.get_ram(&mut shard, hash, pos, e, now)
+    }
+
+    /// The item a RAM record holds.
+    pub(crate) fn item_at(&self, seg: u32, off: usize, h: &Header) -> Item {
+        Item {
+            value: self.arena.read_value(seg, off, h),
+            flags: h.flags,
+            exptime: h.exptime,
+            cas: h.cas,
+            meta: meta_of(h),
+        }
+    }
+
+    /// GET of a key found in RAM at `pos` (shard locked).
+    pub(crate) fn get_ram(
+        &self,
+        shard: &mut Shard<'_>,
+        hash: u64,
+        pos: Pos,
+        e: Entry,
+        now: u32,
+    ) -> Result<Option<Item>, Error> {
         let (seg, off) = self.arena.split(e.loc);
         let m = self
             .arena
@@ -359,16 +626,10 @@ impl Inner {
             .ok_or(Error::Internal("indexed segment has no memory"))?;
         let h = record::header(m, off);
         if self.dead(&h, now) {
-            self.reclaim(&mut shard, pos, &h);
+            self.reclaim(shard, pos, &h, hash);
             return Ok(None);
         }
-        let item = Item {
-            value: self.arena.read_value(seg, off, &h),
-            flags: h.flags,
-            exptime: h.exptime,
-            cas: h.cas,
-            meta: meta_of(&h),
-        };
+        let item = self.item_at(seg, off, &h);
         record::mark_fetched(m, off, now);
         shard.touch(pos);
         Ok(Some(item))
@@ -406,112 +667,33 @@ impl Inner {
         if let Some(m) = self.arena.mem(space.seg) {
             record::set_cas(m, space.off, h.cas);
         }
-        self.publish(&mut shard, hash, existing, &space, &h);
+        self.publish(
+            &mut shard,
+            hash,
+            existing.map(|(p, e)| Existing::Ram(p, e)),
+            &space,
+            &h,
+        );
         drop(shard);
         self.finish(space);
         Ok(h.cas)
     }
 
+    /// RAM-only read-modify-write (no flash configured): phase 2 of `hybrid` with an empty
+    /// view, which never asks to retry.
     pub fn update<R, F>(&self, key: &[u8], mut f: F) -> Result<(R, Option<u64>), Error>
     where
         F: FnMut(Option<&Item>) -> (Update, R),
     {
         let hash = self.index.hash(key);
-        let mut log = None;
-        // Space reserved on a slow-path retry. Held in a guard so that a panicking closure
-        // cannot leave a segment's `pending` count raised (eviction would wait on it forever).
-        let mut reserved = Reserved {
-            inner: self,
-            space: None,
-        };
+        let view = View::default();
+        let mut dead_cas = None;
         loop {
-            let now = self.now();
-            let mut shard = self.index.lock(hash);
-            let mut existing = self.find_key(&shard, hash, key);
-            let mut current = None;
-            if let Some((pos, e)) = existing {
-                let (seg, off) = self.arena.split(e.loc);
-                let m = self
-                    .arena
-                    .mem(seg)
-                    .ok_or(Error::Internal("indexed segment lost"))?;
-                let h = record::header(m, off);
-                if self.dead(&h, now) {
-                    self.reclaim(&mut shard, pos, &h);
-                    existing = None;
-                } else {
-                    current = Some(Item {
-                        value: self.arena.read_value(seg, off, &h),
-                        flags: h.flags,
-                        exptime: h.exptime,
-                        cas: h.cas,
-                        meta: meta_of(&h),
-                    });
-                }
+            if let Step::Done(r) =
+                self.update_with(key, hash, &mut f, &view, false, &mut dead_cas)?
+            {
+                return Ok(r);
             }
-            let (decision, r) = f(current.as_ref());
-            let w = match decision {
-                Update::Keep => {
-                    drop(shard);
-                    self.abandon(reserved.space.take());
-                    return Ok((r, None));
-                }
-                Update::Delete => {
-                    if let Some((pos, e)) = existing {
-                        if let Some(h) = self.header_at(e.loc) {
-                            self.unlink(&mut shard, pos, &h);
-                        }
-                    }
-                    drop(shard);
-                    self.abandon(reserved.space.take());
-                    return Ok((r, None));
-                }
-                Update::Put(w) => w,
-            };
-            if let Err(err) = self.check_size(key, &w.value) {
-                drop(shard);
-                self.abandon(reserved.space.take());
-                return Err(err);
-            }
-            if w.exptime != 0 && w.exptime <= now {
-                let cas = self.cas_for(w.cas, current.as_ref().map(|i| i.cas));
-                if let Some((pos, e)) = existing {
-                    if let Some(h) = self.header_at(e.loc) {
-                        self.unlink(&mut shard, pos, &h);
-                    }
-                }
-                drop(shard);
-                self.abandon(reserved.space.take());
-                return Ok((r, Some(cas)));
-            }
-            let words = record::rec_words(key.len(), w.value.len());
-            let lg = *log.get_or_insert_with(|| self.target_log(hash));
-            let space = match reserved.space.take() {
-                Some(s) if s.words == words => Some(s),
-                Some(s) => {
-                    drop(shard);
-                    self.abandon(Some(s));
-                    continue;
-                }
-                None if words > self.arena.large_threshold() => None,
-                None => self.arena.try_bump(lg, words),
-            };
-            let Some(space) = space else {
-                drop(shard);
-                reserved.space = Some(self.reserve(lg, words)?);
-                continue;
-            };
-            let cas = self.cas_for(w.cas, current.as_ref().map(|i| i.cas));
-            let h = Self::new_header(&w, key.len(), now, cas);
-            if !self.arena.write_record(&space, &h, key, &w.value) {
-                drop(shard);
-                self.abandon(Some(space));
-                return Err(Error::Internal("reserved space cannot hold the record"));
-            }
-            self.publish(&mut shard, hash, existing, &space, &h);
-            drop(shard);
-            self.finish(space);
-            return Ok((r, Some(cas)));
         }
     }
 
@@ -519,16 +701,29 @@ impl Inner {
         let now = self.now();
         if at > now {
             self.flush_at.store(u64::from(at), Ordering::Relaxed);
+            if let Some(ft) = &self.ft {
+                ft.append_flush(at);
+            }
             return;
         }
         self.flush_at.store(NO_FLUSH, Ordering::Relaxed);
         for i in 0..self.index.shard_count() {
             let mut shard = self.index.lock_nth(i);
-            shard.drain(|e| {
-                if let Some(h) = self.header_at(e.loc) {
-                    self.release(e.loc, h.words());
+            shard.drain(|e| match e.tier {
+                Tier::Ram => {
+                    if let Some(h) = self.header_at(e.loc) {
+                        self.release_rec(e.loc, &h);
+                    }
+                }
+                Tier::Flash => {
+                    if let Some(ft) = &self.ft {
+                        ft.flash.mark_dead(Location::unpack(packed_of(&e)));
+                    }
                 }
             });
+        }
+        if let Some(ft) = &self.ft {
+            ft.append_flush(0);
         }
     }
 
@@ -622,6 +817,7 @@ impl Inner {
                     ),
                 ])
             }
+            "extstore" => self.extstore_stats(),
             _ => None,
         }
     }
@@ -629,11 +825,17 @@ impl Inner {
 
 impl KvStore for Cache {
     async fn get(&self, key: &[u8]) -> Result<Option<Item>, Error> {
-        self.inner.get(key)
+        if self.inner.ft.is_none() {
+            return self.inner.get(key);
+        }
+        self.get_hybrid(key).await
     }
 
     async fn set(&self, key: &[u8], item: ItemWrite) -> Result<u64, Error> {
-        self.inner.set(key, item)
+        if self.inner.ft.is_none() {
+            return self.inner.set(key, item);
+        }
+        self.set_hybrid(key, item).await
     }
 
     async fn update<R, F>(&self, key: &[u8], f: F) -> Result<(R, Option<u64>), Error>
@@ -641,7 +843,10 @@ impl KvStore for Cache {
         R: Send,
         F: FnMut(Option<&Item>) -> (Update, R) + Send,
     {
-        self.inner.update(key, f)
+        if self.inner.ft.is_none() {
+            return self.inner.update(key, f);
+        }
+        self.update_hybrid(key, f).await
     }
 
     fn flush_all(&self, at: u32) {

@@ -5,7 +5,88 @@
 use std::fmt;
 use std::time::Duration;
 
+use flashtier_flash::{Device, DeviceSpec, FlashConfig};
+
 use crate::Clock;
+
+/// Where the flash tier lives.
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum FlashDevices {
+    /// Files or block devices (`--flash PATH:SIZE`, repeatable = JBOD; `-o ext_path=PATH:SIZE`).
+    Specs(Vec<DeviceSpec>),
+    /// Devices already opened (tests: `MemoryDevice`, `FaultyDevice`). Keep an `Arc` to reopen
+    /// the same device after a close.
+    Devices(Vec<std::sync::Arc<dyn Device>>),
+}
+
+impl fmt::Debug for FlashDevices {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FlashDevices::Specs(s) => f.debug_tuple("Specs").field(s).finish(),
+            FlashDevices::Devices(d) => {
+                let names: Vec<&str> = d.iter().map(|d| d.name()).collect();
+                f.debug_tuple("Devices").field(&names).finish()
+            }
+        }
+    }
+}
+
+/// The flash tier under the RAM store (see `flash_tier`).
+#[derive(Clone, Debug)]
+pub struct FlashSettings {
+    /// The devices. Required.
+    pub devices: FlashDevices,
+    /// Engine settings. Default: `None` = `FlashConfig::for_capacity(total device bytes)`.
+    pub engine: Option<FlashConfig>,
+    /// How long a SET may wait (holding its key's index shard) for the flash write buffers
+    /// when they are all in flight, before it stores the item in RAM only. Default: `200 ms`.
+    pub append_wait: Duration,
+}
+
+impl FlashSettings {
+    /// Flash on `PATH:SIZE` specs with default engine settings.
+    pub fn specs(specs: Vec<DeviceSpec>) -> Self {
+        Self {
+            devices: FlashDevices::Specs(specs),
+            engine: None,
+            append_wait: Duration::from_millis(200),
+        }
+    }
+
+    /// Flash on already-opened devices with default engine settings.
+    pub fn devices(devices: Vec<std::sync::Arc<dyn Device>>) -> Self {
+        Self {
+            devices: FlashDevices::Devices(devices),
+            engine: None,
+            append_wait: Duration::from_millis(200),
+        }
+    }
+
+    /// Parse `PATH:SIZE` strings (each as `--flash` or memcached's `ext_path` takes it).
+    pub fn parse(specs: &[&str]) -> Result<Self, flashtier_flash::Error> {
+        let specs = specs
+            .iter()
+            .map(|s| DeviceSpec::parse(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self::specs(specs))
+    }
+
+    /// Total bytes of the devices (0 for a spec meaning "the whole file").
+    pub(crate) fn capacity(&self) -> u64 {
+        match &self.devices {
+            FlashDevices::Specs(s) => s.iter().map(|d| d.size).sum(),
+            FlashDevices::Devices(d) => d.iter().map(|d| d.len()).sum(),
+        }
+    }
+
+    /// The engine configuration in force.
+    pub(crate) fn engine_config(&self) -> FlashConfig {
+        self.engine
+            .clone()
+            .unwrap_or_else(|| FlashConfig::for_capacity(self.capacity()))
+    }
+}
 
 /// Which eviction policy the RAM arena runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,6 +136,9 @@ pub struct CacheConfig {
     pub sweep_interval: Option<Duration>,
     /// The clock items' expiry is judged by. Default: [`Clock::system`].
     pub clock: Clock,
+    /// The flash tier, or `None` for a RAM-only cache (exactly the RAM tier's behaviour).
+    /// With flash, `hash_seed` is replaced by the seed stored on flash. Default: `None`.
+    pub flash: Option<FlashSettings>,
 }
 
 impl Default for CacheConfig {
@@ -70,6 +154,7 @@ impl Default for CacheConfig {
             ghost_entries: None,
             sweep_interval: Some(Duration::from_secs(1)),
             clock: Clock::system(),
+            flash: None,
         }
     }
 }
@@ -90,6 +175,8 @@ pub enum ConfigError {
     SmallPercent(u8),
     /// The memory limit needs more segment ids than a 40-bit location can address.
     TooManySegments,
+    /// Flash is configured with no device.
+    NoFlashDevices,
 }
 
 impl fmt::Display for ConfigError {
@@ -118,6 +205,7 @@ impl fmt::Display for ConfigError {
             ConfigError::TooManySegments => {
                 write!(f, "memory limit too large for 40-bit locations")
             }
+            ConfigError::NoFlashDevices => write!(f, "flash configured without a device"),
         }
     }
 }
@@ -132,6 +220,8 @@ pub enum StartError {
     Config(ConfigError),
     /// The sweeper thread could not be started.
     Sweeper(std::io::Error),
+    /// The flash tier could not be opened (missing device, format mismatch, I/O error).
+    Flash(flashtier_flash::Error),
 }
 
 impl fmt::Display for StartError {
@@ -139,6 +229,7 @@ impl fmt::Display for StartError {
         match self {
             StartError::Config(e) => write!(f, "invalid cache configuration: {e}"),
             StartError::Sweeper(e) => write!(f, "cannot start the sweeper thread: {e}"),
+            StartError::Flash(e) => write!(f, "cannot open the flash tier: {e}"),
         }
     }
 }
@@ -148,6 +239,7 @@ impl std::error::Error for StartError {
         match self {
             StartError::Config(e) => Some(e),
             StartError::Sweeper(e) => Some(e),
+            StartError::Flash(e) => Some(e),
         }
     }
 }
@@ -188,6 +280,15 @@ impl CacheConfig {
         let ids = (2 * (self.memory_limit / s) + 4) as u64;
         if ids * (s as u64 / 8) > crate::index::MAX_LOC {
             return Err(ConfigError::TooManySegments);
+        }
+        if let Some(fl) = &self.flash {
+            let empty = match &fl.devices {
+                FlashDevices::Specs(s) => s.is_empty(),
+                FlashDevices::Devices(d) => d.is_empty(),
+            };
+            if empty {
+                return Err(ConfigError::NoFlashDevices);
+            }
         }
         Ok(())
     }
@@ -245,6 +346,10 @@ impl CacheConfigBuilder {
     }
     pub fn clock(mut self, clock: Clock) -> Self {
         self.cfg.clock = clock;
+        self
+    }
+    pub fn flash(mut self, flash: FlashSettings) -> Self {
+        self.cfg.flash = Some(flash);
         self
     }
     /// Validate and return the configuration.

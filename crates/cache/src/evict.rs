@@ -12,7 +12,8 @@
 //! - main victim: a record with frequency > 0 is copied to the main log's head with frequency
 //!   − 1 (a second chance); the others are evicted.
 //!
-//! Evicted live records are first offered to the lower tier (`tier`, today always "drop").
+//! Evicted live records are first offered to the lower tier (`tier`): with flash they are
+//! demoted to their flash home instead of being dropped.
 //! A large (single-record) segment is never copied: promoting or reinserting it just requeues
 //! the segment on the main log.
 //!
@@ -29,7 +30,9 @@ use std::sync::atomic::Ordering;
 use crate::arena::{AllocState, Log, Space};
 use crate::cache::Inner;
 use crate::config::EvictionPolicy;
+use crate::flash_tier::entry_of;
 use crate::index::{Entry, Tier};
+use crate::reclaim::demoted_freq;
 use crate::record::{self, F_FETCHED, F_FILLER};
 use crate::stats::Counters;
 use crate::tier::Demotion;
@@ -206,7 +209,7 @@ impl Inner {
                 continue;
             };
             if self.dead(&h, now) {
-                self.reclaim(&mut shard, pos, &h);
+                self.reclaim(&mut shard, pos, &h, hash);
                 off += n;
                 continue;
             }
@@ -247,15 +250,18 @@ impl Inner {
                         self.arena.finish(sp);
                         Counters::add(counter, 1);
                     }
-                    None => self.evict_record(&mut shard, pos, &h, hash, mode),
+                    None => self.evict_record(&mut shard, pos, &h, hash, mode, &key, seg, off),
                 },
-                None => self.evict_record(&mut shard, pos, &h, hash, mode),
+                None => self.evict_record(&mut shard, pos, &h, hash, mode, &key, seg, off),
             }
             off += n;
         }
         kept
     }
 
+    /// A live record S3-FIFO does not keep in RAM: demote it to its flash home (the slot
+    /// becomes a flash slot, the item stays), or drop it if it has none and cannot get one.
+    #[allow(clippy::too_many_arguments)]
     fn evict_record(
         &self,
         shard: &mut crate::index::Shard<'_>,
@@ -263,18 +269,23 @@ impl Inner {
         h: &record::Header,
         hash: u64,
         mode: Mode,
+        key: &[u8],
+        seg: u32,
+        off: usize,
     ) {
-        match self.lower.offer(h.words()) {
-            Demotion::Drop => {
-                self.unlink(shard, pos, h);
-                Counters::add(&self.counters.evictions, 1);
-                if h.rflags & F_FETCHED == 0 {
-                    Counters::add(&self.counters.evicted_unfetched, 1);
-                }
-                if mode == Mode::Evict(Log::Small) {
-                    self.ghost.insert(hash);
-                }
-            }
+        if let Demotion::Moved { loc } = self.offer(h, hash, key, seg, off) {
+            let e = shard.get(pos);
+            self.release(e.loc, h.words());
+            shard.set(pos, entry_of(loc, demoted_freq(h.rflags)));
+            return;
+        }
+        self.unlink(shard, pos, h);
+        Counters::add(&self.counters.evictions, 1);
+        if h.rflags & F_FETCHED == 0 {
+            Counters::add(&self.counters.evicted_unfetched, 1);
+        }
+        if mode == Mode::Evict(Log::Small) {
+            self.ghost.insert(hash);
         }
     }
 }

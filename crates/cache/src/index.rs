@@ -61,8 +61,9 @@ const TAG_SHIFT: u32 = 40;
 pub enum Tier {
     /// Location in RAM arena words (see `arena`).
     Ram,
-    /// Location on flash. No flash tier is wired in yet (issue 4); the bit is reserved so the
-    /// slot layout does not change when it is.
+    /// Location on flash: bits 0–39 of the slot are the flash address in 16-byte units and
+    /// the size-hint bits are the engine's page hint, together a packed
+    /// `flashtier_flash::Location` (see `flash_tier`).
     Flash,
 }
 
@@ -277,6 +278,16 @@ impl Table {
         }
     }
 
+    /// Entries whose tier is `tier`.
+    pub fn count_tier(&self, tier: Tier) -> usize {
+        let want = tier == Tier::Flash;
+        self.buckets
+            .iter()
+            .flat_map(|b| b.slots.iter())
+            .filter(|&&w| w & VALID != 0 && (w & TIER_FLASH != 0) == want)
+            .count()
+    }
+
     /// Remove every entry, calling `f` on each.
     pub fn drain(&mut self, mut f: impl FnMut(Entry)) {
         for bucket in &mut self.buckets {
@@ -419,6 +430,11 @@ impl Shard<'_> {
                 .table_bytes
                 .fetch_add(delta as i64, Ordering::Relaxed);
         }
+    }
+
+    /// See [`Table::count_tier`].
+    pub fn count_tier(&self, tier: Tier) -> usize {
+        self.table.count_tier(tier)
     }
 
     /// See [`Table::drain`].

@@ -16,7 +16,11 @@
 //! - `evict`: S3-FIFO over segments, the ghost set use, the drain shared with the sweeper.
 //! - `ghost`: S3-FIFO's ghost set.
 //! - `sweeper`: the background thread freeing expired and dead space.
-//! - [`tier`]: the seam where the flash tier will take RAM evictions (issue 4).
+//! - [`tier`]: the seam where the flash tier takes RAM evictions (demotion to the flash home).
+//! - `flash_tier`: the flash tier: write-through appends, the value prefix, flash counters.
+//! - `hybrid`: GET/UPDATE/SET over both tiers (phase 1 reads flash, phase 2 commits).
+//! - `reclaim`: the flash engine's reclaim handler (which flash records survive reclaim).
+//! - `recovery`: warm restart, rebuilding the index from the records on flash.
 //! - `stats`: counters and how they map to memcached's `stats` sections.
 //!
 //! # Using the real store
@@ -31,7 +35,20 @@
 //! # let _ = cas;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
-//! [`Cache`] implements [`KvStore`]; its futures complete on the first poll (RAM only today).
+//! [`Cache`] implements [`KvStore`]. Without flash its futures complete on the first poll;
+//! with flash (`CacheConfig::flash`, see [`FlashSettings`]) a GET or UPDATE of a
+//! flash-resident item awaits one flash read.
+//!
+//! # With flash
+//! ```no_run
+//! use flashtier_cache::{Cache, CacheConfig, FlashSettings};
+//! let cfg = CacheConfig::builder()
+//!     .memory_limit(64 << 20)
+//!     .flash(FlashSettings::parse(&["/var/tmp/cache.flash:2GiB"])?)
+//!     .build()?;
+//! let cache = Cache::new(cfg)?;   // formats a blank file, or recovers what is on it
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //! `get_now`/`set_now`/`update_now`/`delete_now` are the same operations without `async`.
 //! `stats_section` answers `items`, `slabs` (segments) and `settings`.
 //!
@@ -46,11 +63,15 @@ pub mod clock;
 pub mod config;
 pub mod error;
 mod evict;
+mod flash_tier;
 mod ghost;
+mod hybrid;
 pub mod index;
 pub mod item;
 pub mod model;
+mod reclaim;
 mod record;
+mod recovery;
 mod stats;
 pub mod store;
 mod sweeper;
@@ -58,8 +79,12 @@ pub mod tier;
 
 pub use cache::Cache;
 pub use clock::Clock;
-pub use config::{CacheConfig, CacheConfigBuilder, ConfigError, EvictionPolicy, StartError};
+pub use config::{
+    CacheConfig, CacheConfigBuilder, ConfigError, EvictionPolicy, FlashDevices, FlashSettings,
+    StartError,
+};
 pub use error::Error;
+pub use flashtier_flash as flash;
 pub use item::{CasMode, Item, ItemMeta, ItemWrite, Update};
 pub use model::ModelStore;
 pub use store::{KvStore, StoreStats};

@@ -36,6 +36,13 @@ pub struct ModelStore {
 
 impl ModelStore {
     /// A model store on `clock` accepting values up to `max_item_size` bytes.
+    /// Continue CAS values above `cas` (a restarted real store does so above the largest
+    /// version it recovered; tests align the oracle with it).
+    pub fn continue_cas_above(&self, cas: u64) {
+        let mut st = self.state.lock();
+        st.next_cas = st.next_cas.max(cas);
+    }
+
     pub fn new(clock: Clock, max_item_size: usize) -> Self {
         Self {
             state: Mutex::new(State::default()),

@@ -13,10 +13,16 @@
 //! | 3    | 0–31   | last access (unix seconds) — *mutable*                       |
 //! | 3    | 32–47  | key length in bytes                                          |
 //! | 3    | 48–55  | record flags: stale, win token sent, fetched (*mutable*), filler |
-//! | 4..  |        | key, zero-padded to a word; then value, zero-padded to a word |
+//! | 4    | 0–63   | flash home: bit 63 set + packed flash `Location`, or 0 (*mutable*) |
+//! | 5..  |        | key, zero-padded to a word; then value, zero-padded to a word |
 //!
-//! Word 3 is the only part of a record that changes after it is published (a GET sets
-//! `fetched` and `last_access`); it is changed only under the owning index shard's lock.
+//! The home word (issue 4) is where the write-through copy of this exact version lives on
+//! flash; when S3-FIFO evicts the record, its index slot is rewritten to that location
+//! instead of being removed. Reclaim may move (relocate) or drop the flash copy, changing the
+//! word under the owning shard's lock. It costs 8 bytes per RAM record with or without flash.
+//!
+//! Words 3 and 4 are the only parts of a record that change after it is published (a GET
+//! sets `fetched` and `last_access`; reclaim moves the home); it is changed only under the owning index shard's lock.
 //! Everything is accessed through `AtomicU64` with relaxed ordering, so even a logic error in
 //! the reuse rules of `arena` could only produce a wrong value, never undefined behaviour;
 //! cross-thread visibility comes from the index shard mutex (writers publish under it, readers
@@ -29,7 +35,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use bytes::Bytes;
 
 /// Header words before the key.
-pub const HDR_WORDS: usize = 4;
+pub const HDR_WORDS: usize = 5;
+/// Bit 63 of the home word: a flash home is present.
+pub const HOME_VALID: u64 = 1 << 63;
 /// Longest key a record can hold (a large record's header and key must fit in its first
 /// chunk, and the smallest chunk is 64 KiB). memcached's limit is 250.
 pub const MAX_KEY: usize = 4096;
@@ -60,12 +68,19 @@ pub struct Header {
     pub last_access: u32,
     pub klen: u16,
     pub rflags: u8,
+    /// Flash home word: `HOME_VALID | Location::pack()`, or 0.
+    pub home: u64,
 }
 
 impl Header {
     /// Total words of this record.
     pub fn words(&self) -> usize {
         rec_words(usize::from(self.klen), self.vlen as usize)
+    }
+
+    /// The packed flash location of this record's home, if any.
+    pub fn home_loc(&self) -> Option<u64> {
+        (self.home & HOME_VALID != 0).then_some(self.home & !HOME_VALID)
     }
 
     fn word3(&self) -> u64 {
@@ -79,7 +94,9 @@ pub fn header(mem: &[AtomicU64], off: usize) -> Header {
     let w1 = mem[off + 1].load(Relaxed);
     let w2 = mem[off + 2].load(Relaxed);
     let w3 = mem[off + 3].load(Relaxed);
+    let home = mem[off + 4].load(Relaxed);
     Header {
+        home,
         cas: w0,
         exptime: w1 as u32,
         flags: (w1 >> 32) as u32,
@@ -125,6 +142,7 @@ pub fn write(mem: &[AtomicU64], off: usize, h: &Header, key: &[u8], value: &[u8]
     mem[off + 1].store(u64::from(h.exptime) | (u64::from(h.flags) << 32), Relaxed);
     mem[off + 2].store(u64::from(h.vlen) | (u64::from(h.stored) << 32), Relaxed);
     mem[off + 3].store(h.word3(), Relaxed);
+    mem[off + 4].store(h.home, Relaxed);
     write_bytes(mem, off + HDR_WORDS, key);
     write_bytes(mem, off + HDR_WORDS + words(key.len()), value);
 }
@@ -141,11 +159,18 @@ pub fn write_filler(mem: &[AtomicU64], off: usize, n: usize) {
         last_access: 0,
         klen: 0,
         rflags: F_FILLER,
+        home: 0,
     };
     mem[off].store(0, Relaxed);
     mem[off + 1].store(0, Relaxed);
     mem[off + 2].store(u64::from(h.vlen), Relaxed);
     mem[off + 3].store(h.word3(), Relaxed);
+    mem[off + 4].store(0, Relaxed);
+}
+
+/// Set the home word of a published record. Caller holds the owning shard lock.
+pub fn set_home(mem: &[AtomicU64], off: usize, home: u64) {
+    mem[off + 4].store(home, Relaxed);
 }
 
 /// Set the CAS word of an unpublished record.
@@ -272,11 +297,12 @@ mod tests {
             last_access: 51,
             klen: 5,
             rflags: F_STALE,
+            home: 0,
         };
         write(&m, 3, &h, b"hello", b"0123456789abc");
         let r = header(&m, 3);
         assert_eq!(r, h);
-        assert_eq!(r.words(), 4 + 1 + 2);
+        assert_eq!(r.words(), 5 + 1 + 2);
         assert!(key_eq(&m, 3, &r, b"hello"));
         assert!(!key_eq(&m, 3, &r, b"hellp"));
         assert!(!key_eq(&m, 3, &r, b"hell"));

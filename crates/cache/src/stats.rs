@@ -44,3 +44,69 @@ impl Counters {
         c.load(Relaxed)
     }
 }
+
+impl crate::cache::Inner {
+    /// `stats extstore`: memcached extstore-like names where they fit, the engine's `flash_*`
+    /// pairs, and the RAM the index spends per item. `None` without flash.
+    pub(crate) fn extstore_stats(&self) -> Option<Vec<(String, String)>> {
+        let ft = self.ft.as_ref()?;
+        let t = &ft.counters;
+        let fs = ft.flash.stats();
+        let g = Counters::get;
+        let f = flashtier_flash::FlashStats::get;
+        let items = self.index.len();
+        let index_bytes = self.index.memory_bytes();
+        let per_item = if items == 0 {
+            0.0
+        } else {
+            index_bytes as f64 / items as f64
+        };
+        let mut v: Vec<(String, String)> = vec![
+            ("extstore_objects_written", g(&t.objects_written)),
+            ("extstore_bytes_written", g(&t.bytes_written)),
+            ("extstore_objects_read", g(&t.objects_read)),
+            ("extstore_bytes_read", g(&t.bytes_read)),
+            ("extstore_hits", g(&t.hits)),
+            ("extstore_tag_collisions", g(&t.collisions)),
+            ("extstore_objects_promoted", g(&t.promoted)),
+            ("extstore_objects_demoted", g(&t.demoted)),
+            ("extstore_objects_evicted", g(&t.evicted)),
+            ("extstore_objects_relocated", g(&t.relocated)),
+            ("extstore_objects_recovered", g(&t.recovered)),
+            ("extstore_write_skipped", g(&t.write_skipped)),
+            ("extstore_errors", g(&t.errors)),
+            ("extstore_checksum_failures", g(&t.checksum_failures)),
+            ("extstore_tombstones", g(&t.tombstones)),
+            ("extstore_marker_failures", g(&t.marker_failures)),
+            ("extstore_bytes_used", f(&fs.bytes_used)),
+            ("extstore_bytes_fragmented", f(&fs.bytes_dead)),
+            (
+                "extstore_segments_used",
+                f(&fs.segments_total).saturating_sub(f(&fs.segments_free)),
+            ),
+            ("extstore_segments_free", f(&fs.segments_free)),
+            ("extstore_compactions", f(&fs.reclaims)),
+            ("extstore_io_queue", f(&fs.io_queue_depth)),
+            ("extstore_flash_checksum_failures", f(&fs.checksum_failures)),
+            ("extstore_index_items", items),
+            ("extstore_index_bytes", index_bytes),
+        ]
+        .into_iter()
+        .map(|(k, n)| (k.to_string(), n.to_string()))
+        .collect();
+        v.push(("ram_bytes_per_flash_item".into(), format!("{per_item:.2}")));
+        v.push(("extstore_backend".into(), ft.info.backend.to_string()));
+        v.push(("extstore_capacity".into(), ft.info.capacity.to_string()));
+        v.push((
+            "extstore_segment_size".into(),
+            ft.info.segment_size.to_string(),
+        ));
+        for (k, n) in fs.pairs() {
+            v.push((k.to_string(), n.to_string()));
+        }
+        for (k, val) in ft.flash.knobs() {
+            v.push((format!("extstore_knob_{k}"), val));
+        }
+        Some(v)
+    }
+}

@@ -1,19 +1,23 @@
-//! The seam between the RAM tier and a lower tier (flash, issue 4).
+//! The seam between the RAM tier and the flash tier (issue 4).
 //!
-//! When the RAM arena evicts a live item that S3-FIFO does not keep in RAM, it asks
-//! [`LowerTier::offer`] what to do. Today there is no lower tier, so the only answer is
-//! [`Demotion::Drop`] and the item is evicted. The flash tier plugs in here:
+//! When the RAM arena evicts a live item that S3-FIFO does not keep in RAM, `evict` asks
+//! [`Inner::offer`](crate::cache) what to do:
+//! - no flash configured: [`Demotion::Drop`], the item is evicted (the RAM tier's behaviour);
+//! - the record has a flash home (its write-through copy, record word 4): [`Demotion::Moved`]
+//!   with that location, and the evictor rewrites the index slot in place, under the same
+//!   shard lock, to the flash tier bit and the location — readers never see the item missing,
+//!   and no flash write happens;
+//! - no home (the write-through was skipped by back-pressure, or reclaim dropped the flash
+//!   copy while the RAM copy was hot): the record is appended now; if that fails too, `Drop`.
 //!
-//! - a `LowerTier::Flash(..)` variant holding the flash engine's writer;
-//! - `offer` copies the record (already a self-describing byte run: header, key, value) into a
-//!   flash write buffer and answers `Demotion::Moved { loc }`;
-//! - the evictor then rewrites the index slot in place with `Tier::Flash` and `loc` (in 16-byte
-//!   flash units) instead of removing it, under the same shard lock, so readers never see the
-//!   item missing.
-//!
-//! No slot is ever created with `Tier::Flash` today, and the RAM paths only match `Tier::Ram`
-//! slots (a flash slot would read as a miss). Issue 4 adds the flash read behind the same
-//! lookup: match the tag, read the record from flash, compare the key there.
+//! # Threads
+//! Runs on whichever thread evicts (a writer needing a segment, or the sweeper), holding the
+//! arena's `AllocState` lock and the key's shard lock; the flash engine's lock is a leaf.
+use flashtier_flash::Location;
+
+use crate::cache::Inner;
+use crate::record::{Header, F_STALE, F_WIN};
+use crate::stats::Counters;
 
 /// What to do with a live item the RAM tier is evicting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,22 +25,37 @@
 pub enum Demotion {
     /// Evict it: remove the index slot.
     Drop,
+    /// Keep it as a flash slot at `loc`.
+    Moved { loc: Location },
 }
 
-/// The tier below RAM.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LowerTier {
-    /// No lower tier: RAM evictions drop items.
-    #[default]
-    None,
-}
-
-impl LowerTier {
-    /// Decide the fate of an evicted live record of `words` words.
-    pub fn offer(&self, _words: usize) -> Demotion {
-        match self {
-            LowerTier::None => Demotion::Drop,
-        }
+impl Inner {
+    /// Decide the fate of the evicted live record `h` of `key` at (`seg`, `off`).
+    pub(crate) fn offer(
+        &self,
+        h: &Header,
+        hash: u64,
+        key: &[u8],
+        seg: u32,
+        off: usize,
+    ) -> Demotion {
+        let Some(ft) = &self.ft else {
+            return Demotion::Drop;
+        };
+        let loc = match h.home_loc() {
+            Some(p) => Location::unpack(p),
+            None => {
+                let value = self.arena.read_value(seg, off, h);
+                let rflags = h.rflags & (F_STALE | F_WIN);
+                match ft.append_put(
+                    hash, key, &value, h.flags, h.exptime, h.cas, h.stored, rflags,
+                ) {
+                    Ok(Some(loc)) => loc,
+                    _ => return Demotion::Drop,
+                }
+            }
+        };
+        Counters::add(&ft.counters.demoted, 1);
+        Demotion::Moved { loc }
     }
 }

@@ -1,0 +1,359 @@
+//! The flash tier under the RAM store (issue 4): write-through, flash-resident slots, reads.
+//!
+//! # Policy
+//! - **Write-through.** Every stored version (SET, and every `Update::Put`: append, incr,
+//!   cas, touch, ...) is appended to flash at once and also kept in RAM as a hot copy whose
+//!   record remembers the flash location (its *home*, `record` word 4). When S3-FIFO evicts
+//!   the RAM copy, the index slot is rewritten in place (same shard lock) to the flash tier and
+//!   the home location, so the item never disappears: **no item is evicted while flash has
+//!   room**. Items leave only by expiry, delete/overwrite, or flash reclaim when flash is full.
+//! - **Flash record.** `key_id` = the index hash of the key (seeded with the seed stored on
+//!   flash); `version` = a per-cache sequence that only grows and is ≥ the item's CAS (so the
+//!   highest version is the newest write of a key, even for `CasMode::Explicit` CAS values
+//!   lower than the previous one); `flags` = client flags; `exptime`; value = a 16-byte
+//!   prefix (CAS u64, stored-time u32, stale/win bits u8, 3 zero bytes, little-endian) + the
+//!   value. Deletes append a `TOMBSTONE` with a fresh version; `flush_all` appends a marker of
+//!   kind [`KIND_FLUSH`] (flags 0 = immediate, 1 = delayed with `exptime` = the flush time).
+//! - **Back-pressure.** If the write buffers are all in flight the SET waits up to
+//!   `FlashSettings::append_wait` (holding its key's shard lock) and then, like on `NoSpace`
+//!   or a value too large for a flash chunk, stores the item in RAM only (counted in
+//!   `extstore_write_skipped`); when such an item is later evicted from RAM the append is
+//!   retried once, and only if that fails too is it dropped (counted as an eviction).
+//!   A device fault (I/O error, failed device, closed engine) fails the request with
+//!   [`crate::Error::Flash`] and changes nothing.
+//! - **Reads.** A slot on flash is read (`Flash::read`, awaited), then `key_id`, kind, key and
+//!   expiry are checked; a record of another key (a 41-bit tag collision) is skipped. A
+//!   checksum failure or a location whose segment was freed under a still-current slot is
+//!   never served: the slot is removed, `extstore_checksum_failures` counts it, and the key
+//!   reads as a miss. Any other read error fails the request with `Error::Flash`.
+//! - **Promotion.** The 2 frequency bits of a flash slot count hits since the item went to
+//!   flash (a RAM copy that had been fetched is demoted with frequency 1). A hit on a flash
+//!   slot whose frequency is already ≥ 1 — a repeat hit — copies the item back into RAM (the
+//!   home stays the same flash record, nothing is written) if a RAM log head has room without
+//!   evicting; otherwise, and on a first hit, it only raises the frequency.
+//! - **Metadata on flash.** `fetched` of a flash item is "frequency > 0"; `last_access` is the
+//!   time it was stored (a flash record is immutable; the time of a hit that did not promote
+//!   is not kept). Both are exact again once the item is back in RAM.
+//!
+//! # Threads
+//! Any caller thread appends and reads; the engine's reclaimer calls `reclaim`'s handler.
+//! Appends happen under the key's index shard lock (the engine's lock is a leaf below it).
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use flashtier_flash::{kind, Flash, FlashInfo, Location, Record, RecordWrite};
+
+use crate::index::{Entry, Tier, LOC_BITS, MAX_LOC};
+use crate::record::HOME_VALID;
+use crate::Error;
+
+/// The stream every write-through append uses (the engine's reclaim stream is another).
+pub const STREAM: u8 = 0;
+/// Record kind of a `flush_all` marker.
+pub const KIND_FLUSH: u8 = 3;
+/// Record kind of a CAS checkpoint (appended at a clean close; its version is ≥ every CAS
+/// handed out, so a restart continues above it).
+pub const KIND_CAS: u8 = 4;
+/// Bytes of the value prefix (CAS, stored time, meta bits).
+pub const PREFIX: usize = 16;
+/// Marker flag: a delayed flush (its `exptime` is the flush time).
+pub const FLUSH_DELAYED: u32 = 1;
+
+/// Counters of the flash tier (relaxed atomics, any thread).
+#[derive(Debug, Default)]
+pub struct TierCounters {
+    /// Items appended by write-through (or at RAM eviction after a skipped write-through).
+    pub objects_written: AtomicU64,
+    /// Value bytes appended.
+    pub bytes_written: AtomicU64,
+    /// Flash records read for a request (GET/UPDATE), including tag collisions.
+    pub objects_read: AtomicU64,
+    /// Value bytes read.
+    pub bytes_read: AtomicU64,
+    /// GET hits served from flash.
+    pub hits: AtomicU64,
+    /// Flash reads that found another key (tag collisions).
+    pub collisions: AtomicU64,
+    /// Items copied back to RAM on a repeat hit.
+    pub promoted: AtomicU64,
+    /// RAM evictions that became flash slots (the item stayed).
+    pub demoted: AtomicU64,
+    /// Items lost because reclaim dropped their flash record (flash full).
+    pub evicted: AtomicU64,
+    /// Records reclaim rewrote and whose slot or home followed.
+    pub relocated: AtomicU64,
+    /// Write-throughs skipped by back-pressure or size (the item was kept in RAM only).
+    pub write_skipped: AtomicU64,
+    /// Requests failed by a flash fault.
+    pub errors: AtomicU64,
+    /// Reads that failed their checksum or hit a freed segment under a current slot.
+    pub checksum_failures: AtomicU64,
+    /// Tombstones appended.
+    pub tombstones: AtomicU64,
+    /// Tombstones or flush markers that could not be appended.
+    pub marker_failures: AtomicU64,
+    /// Items rebuilt into the index at open.
+    pub recovered: AtomicU64,
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// The flash engine plus what the cache keeps about it.
+pub struct FlashTier {
+    pub flash: Flash,
+    pub info: FlashInfo,
+    /// Last version handed out; the next is larger (see the module docs).
+    version: AtomicU64,
+    /// Version of the newest immediate flush marker (reclaim keeps it).
+    pub last_marker: AtomicU64,
+    /// Version of the newest delayed flush marker (reclaim keeps it).
+    pub last_delayed: AtomicU64,
+    append_wait: Duration,
+    /// Free segments (reserve included) above which flash "has room": reclaim then keeps
+    /// every referenced record, hit or not (the reserve plus the engine's high watermark).
+    room_floor: u32,
+    /// Set by the first `Cache::close`.
+    pub closed: std::sync::atomic::AtomicBool,
+    pub counters: TierCounters,
+}
+
+impl std::fmt::Debug for FlashTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlashTier")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The fields of a flash item the RAM side needs.
+#[derive(Clone, Debug)]
+pub struct FlashItem {
+    pub cas: u64,
+    pub stored: u32,
+    /// Record flag bits `F_STALE | F_WIN` as stored.
+    pub rflags: u8,
+    pub flags: u32,
+    pub exptime: u32,
+    pub value: Bytes,
+}
+
+/// The index entry of a flash location.
+pub fn entry_of(loc: Location, freq: u8) -> Entry {
+    let packed = loc.pack();
+    Entry {
+        tier: Tier::Flash,
+        freq,
+        size_hint: (packed >> LOC_BITS) as u8,
+        loc: packed & MAX_LOC,
+    }
+}
+
+/// The packed flash location a flash index entry names.
+pub fn packed_of(e: &Entry) -> u64 {
+    e.loc | (u64::from(e.size_hint) << LOC_BITS)
+}
+
+/// The home word for a RAM record whose flash copy is at `loc`.
+pub fn home_word(loc: Location) -> u64 {
+    HOME_VALID | loc.pack()
+}
+
+/// Map an engine error to the cache's.
+pub fn flash_err(e: &flashtier_flash::Error) -> Error {
+    Error::Flash(e.to_string())
+}
+
+/// True for back-pressure (keep the item in RAM only) rather than a fault.
+fn is_backpressure(e: &flashtier_flash::Error) -> bool {
+    matches!(
+        e,
+        flashtier_flash::Error::NoSpace
+            | flashtier_flash::Error::Busy(_)
+            | flashtier_flash::Error::RecordTooLarge { .. }
+    )
+}
+
+/// True for a read error that means "this record is not there any more" (never served).
+pub fn is_corrupt(e: &flashtier_flash::Error) -> bool {
+    matches!(
+        e,
+        flashtier_flash::Error::Corrupt(_) | flashtier_flash::Error::InvalidLocation(_)
+    )
+}
+
+impl FlashTier {
+    pub fn new(
+        flash: Flash,
+        info: FlashInfo,
+        max_version: u64,
+        append_wait: Duration,
+        room_floor: u32,
+    ) -> Self {
+        Self {
+            room_floor,
+            closed: std::sync::atomic::AtomicBool::new(false),
+            flash,
+            info,
+            version: AtomicU64::new(max_version),
+            last_marker: AtomicU64::new(0),
+            last_delayed: AtomicU64::new(0),
+            append_wait,
+            counters: TierCounters::default(),
+        }
+    }
+
+    /// True while flash has room (see `room_floor`).
+    pub fn has_room(&self) -> bool {
+        self.flash.free_segments() > self.room_floor
+    }
+
+    /// A fresh version, larger than every earlier one and ≥ `at_least`.
+    pub fn next_version(&self, at_least: u64) -> u64 {
+        let prev = self
+            .version
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_add(1).max(at_least))
+            })
+            .unwrap_or(0);
+        prev.saturating_add(1).max(at_least)
+    }
+
+    fn append(&self, w: &RecordWrite<'_>) -> Result<Location, flashtier_flash::Error> {
+        match self.flash.append(STREAM, w) {
+            Err(flashtier_flash::Error::Busy(_)) if !self.append_wait.is_zero() => {
+                self.flash.append_blocking(STREAM, w, self.append_wait)
+            }
+            r => r,
+        }
+    }
+
+    /// Append one item version. `Ok(None)`: back-pressure, the caller keeps it in RAM only.
+    #[allow(clippy::too_many_arguments)]
+    pub fn append_put(
+        &self,
+        key_id: u64,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: u32,
+        cas: u64,
+        stored: u32,
+        rflags: u8,
+    ) -> Result<Option<Location>, Error> {
+        let mut buf = Vec::with_capacity(PREFIX + value.len());
+        buf.extend_from_slice(&cas.to_le_bytes());
+        buf.extend_from_slice(&stored.to_le_bytes());
+        buf.extend_from_slice(&[rflags, 0, 0, 0]);
+        buf.extend_from_slice(value);
+        let w = RecordWrite {
+            kind: kind::PUT,
+            key_id,
+            version: self.next_version(cas),
+            flags,
+            exptime,
+            key,
+            value: &buf,
+        };
+        match self.append(&w) {
+            Ok(loc) => {
+                add(&self.counters.objects_written, 1);
+                add(&self.counters.bytes_written, value.len() as u64);
+                Ok(Some(loc))
+            }
+            Err(e) if is_backpressure(&e) => {
+                add(&self.counters.write_skipped, 1);
+                Ok(None)
+            }
+            Err(e) => {
+                add(&self.counters.errors, 1);
+                Err(flash_err(&e))
+            }
+        }
+    }
+
+    /// Append a tombstone for `key` (best effort: a failure is counted, not reported; see
+    /// the crate docs on what a lost tombstone can bring back after a restart).
+    pub fn append_tombstone(&self, key_id: u64, key: &[u8]) {
+        let w = RecordWrite {
+            kind: kind::TOMBSTONE,
+            key_id,
+            version: self.next_version(0),
+            flags: 0,
+            exptime: 0,
+            key,
+            value: &[],
+        };
+        match self.append(&w) {
+            Ok(_) => add(&self.counters.tombstones, 1),
+            Err(_) => add(&self.counters.marker_failures, 1),
+        }
+    }
+
+    /// Append a `flush_all` marker: immediate (`at` = 0) or delayed to `at`.
+    pub fn append_flush(&self, at: u32) {
+        let version = self.next_version(0);
+        let w = RecordWrite {
+            kind: KIND_FLUSH,
+            key_id: 0,
+            version,
+            flags: if at == 0 { 0 } else { FLUSH_DELAYED },
+            exptime: at,
+            key: &[],
+            value: &[],
+        };
+        match self.append(&w) {
+            Ok(_) if at == 0 => self.last_marker.store(version, Ordering::Relaxed),
+            Ok(_) => self.last_delayed.store(version, Ordering::Relaxed),
+            Err(_) => add(&self.counters.marker_failures, 1),
+        }
+    }
+
+    /// Append a CAS checkpoint (clean close) and wait for it to be durable with the rest.
+    pub fn append_cas_checkpoint(&self, cas: u64) {
+        let w = RecordWrite {
+            kind: KIND_CAS,
+            key_id: 0,
+            version: self.next_version(cas),
+            flags: 0,
+            exptime: 0,
+            key: &[],
+            value: &[],
+        };
+        if self.append(&w).is_err() {
+            add(&self.counters.marker_failures, 1);
+        }
+    }
+
+    /// True for a marker record reclaim must keep (the newest flush markers).
+    pub fn is_current_marker(&self, kind: u8, version: u64) -> bool {
+        kind == KIND_FLUSH
+            && (version == self.last_marker.load(Ordering::Relaxed)
+                || version == self.last_delayed.load(Ordering::Relaxed))
+    }
+
+    /// Decode a record read for `key` (hash `key_id`): `None` if it is another key's.
+    pub fn decode(&self, rec: &Record, key_id: u64, key: &[u8]) -> Option<FlashItem> {
+        add(&self.counters.objects_read, 1);
+        let h = &rec.header;
+        if h.kind != kind::PUT || h.key_id != key_id || rec.key[..] != *key {
+            add(&self.counters.collisions, 1);
+            return None;
+        }
+        let p = rec.value.get(..PREFIX)?;
+        let cas = u64::from_le_bytes(p[0..8].try_into().ok()?);
+        let stored = u32::from_le_bytes(p[8..12].try_into().ok()?);
+        let value = rec.value.slice(PREFIX..);
+        add(&self.counters.bytes_read, value.len() as u64);
+        Some(FlashItem {
+            cas,
+            stored,
+            rflags: p[12],
+            flags: h.flags,
+            exptime: h.exptime,
+            value,
+        })
+    }
+}

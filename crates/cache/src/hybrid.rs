@@ -1,0 +1,537 @@
+//! The request paths over both tiers: GET and UPDATE (and SET with flash) in two phases.
+//!
+//! Flash reads cannot happen under a shard lock, so a request that may touch a flash item
+//! runs as: **phase 1** (`Inner::view`, async) locks the key's shard, notes the flash slots
+//! whose tag matches (the *candidates*; none if the key is in RAM), unlocks, and reads the
+//! candidates until one holds the key; **phase 2** (`get_with`, `update_with`, sync) locks the
+//! shard again and proceeds only if the candidates are exactly the same slots — otherwise
+//! (reclaim moved the record, a writer replaced it, RAM evicted the key to flash meanwhile)
+//! it answers `Step::Retry` and the request runs phase 1 again. So an `update` commits only if
+//! the slot still points at the record its closure saw. A key in RAM is found by key compare
+//! in phase 2 whatever phase 1 saw (a key has at most one slot, RAM or flash).
+//!
+//! A SET that does not need the old CAS (`CasMode::Keep`) does not read flash: its view is
+//! *blind*, and every tag-matching flash slot is taken as the key's old version and replaced
+//! (with 41 bits of hash in shard + tag, another key's slot is hit about once per 2^31 keys
+//! per shard; that item is then lost, never served wrongly). Misses never read flash unless a
+//! tag matches.
+//!
+//! # Threads
+//! Any caller thread; each phase holds one shard lock and no lock is held across an await.
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+use flashtier_flash::Location;
+
+use crate::arena::{Log, Space};
+use crate::cache::{Existing, Inner, Reserved};
+use crate::flash_tier::{flash_err, home_word, is_corrupt, packed_of, FlashItem};
+use crate::index::{self, Entry, Pos, Shard, Tier};
+use crate::record::{self, Header, F_FETCHED, F_STALE, F_WIN};
+use crate::stats::Counters;
+use crate::{Error, Item, ItemMeta, Update};
+
+/// What phase 1 saw and read.
+#[derive(Debug, Default)]
+pub(crate) struct View {
+    /// Packed locations of the tag-matching flash slots, in probe order.
+    cands: Vec<u64>,
+    /// The candidate holding the key, decoded.
+    found: Option<(u64, FlashItem)>,
+    /// Candidates whose read failed.
+    failed: Vec<(u64, flashtier_flash::Error)>,
+    /// Candidates were not read: all are taken as the key's.
+    blind: bool,
+}
+
+/// Phase 2's outcome.
+pub(crate) enum Step<T> {
+    Done(T),
+    Retry,
+}
+
+/// The key's flash state in phase 2.
+enum FlashCur {
+    Retry,
+    Absent,
+    Blind(Vec<u64>),
+    Found {
+        pos: Pos,
+        e: Entry,
+        item: FlashItem,
+        dead: bool,
+    },
+}
+
+/// The item a flash record holds, as a reader sees it (see `flash_tier` on `fetched` and
+/// `last_access`).
+fn item_of(f: &FlashItem, freq: u8) -> Item {
+    Item {
+        value: f.value.clone(),
+        flags: f.flags,
+        exptime: f.exptime,
+        cas: f.cas,
+        meta: ItemMeta {
+            stale: f.rflags & F_STALE != 0,
+            win_token_sent: f.rflags & F_WIN != 0,
+            fetched: freq > 0,
+            last_access: f.stored,
+        },
+    }
+}
+
+impl Inner {
+    /// Packed locations of the flash slots whose tag matches `hash`.
+    pub(crate) fn flash_cands(&self, shard: &Shard<'_>, hash: u64) -> Vec<u64> {
+        let mut v = Vec::new();
+        shard.find(hash, |e| {
+            if e.tier == Tier::Flash {
+                v.push(packed_of(&e));
+            }
+            false
+        });
+        v
+    }
+
+    /// Remove the flash slot at packed `loc` for `hash`; true if there was one.
+    pub(crate) fn remove_flash_loc(&self, shard: &mut Shard<'_>, hash: u64, loc: u64) -> bool {
+        match shard.find(hash, |e| e.tier == Tier::Flash && packed_of(&e) == loc) {
+            Some((pos, _)) => {
+                shard.remove(pos);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn mark_dead_packed(&self, loc: u64) {
+        if let Some(ft) = &self.ft {
+            ft.flash.mark_dead(Location::unpack(loc));
+        }
+    }
+
+    /// Phase 1: see the module docs. `read` false gives a blind view.
+    pub(crate) async fn view(&self, key: &[u8], hash: u64, read: bool) -> View {
+        let cands = {
+            let shard = self.index.lock(hash);
+            if self.find_key(&shard, hash, key).is_some() {
+                return View::default();
+            }
+            self.flash_cands(&shard, hash)
+        };
+        let mut v = View {
+            cands,
+            ..View::default()
+        };
+        let Some(ft) = &self.ft else { return v };
+        if !read {
+            v.blind = true;
+            return v;
+        }
+        for loc in v.cands.clone() {
+            match ft.flash.read(Location::unpack(loc)).await {
+                Ok(rec) => {
+                    if let Some(item) = ft.decode(&rec, hash, key) {
+                        v.found = Some((loc, item));
+                        break;
+                    }
+                }
+                Err(e) => v.failed.push((loc, e)),
+            }
+        }
+        v
+    }
+
+    fn flash_current(
+        &self,
+        shard: &mut Shard<'_>,
+        hash: u64,
+        view: &View,
+        now: u32,
+    ) -> Result<FlashCur, Error> {
+        let cands = self.flash_cands(shard, hash);
+        if cands != view.cands {
+            return Ok(FlashCur::Retry);
+        }
+        if view.blind {
+            return Ok(FlashCur::Blind(cands));
+        }
+        let Some(ft) = &self.ft else {
+            return Ok(FlashCur::Absent);
+        };
+        for (loc, err) in &view.failed {
+            if is_corrupt(err) {
+                if self.remove_flash_loc(shard, hash, *loc) {
+                    Counters::add(&ft.counters.checksum_failures, 1);
+                }
+            } else if view.found.is_none() {
+                Counters::add(&ft.counters.errors, 1);
+                return Err(flash_err(err));
+            }
+        }
+        let Some((loc, item)) = &view.found else {
+            return Ok(FlashCur::Absent);
+        };
+        let Some((pos, e)) = shard.find(hash, |e| e.tier == Tier::Flash && packed_of(&e) == *loc)
+        else {
+            return Ok(FlashCur::Retry);
+        };
+        let dead = self.dead_at(item.exptime, item.stored, now);
+        Ok(FlashCur::Found {
+            pos,
+            e,
+            item: item.clone(),
+            dead,
+        })
+    }
+
+    /// Remove a dead (expired or flushed) flash item's slot.
+    fn drop_dead_flash(&self, shard: &mut Shard<'_>, hash: u64, pos: Pos, e: &Entry, exptime: u32) {
+        shard.remove(pos);
+        self.mark_dead_packed(packed_of(e));
+        self.flushed_gone(exptime, hash);
+        Counters::add(&self.counters.reclaimed, 1);
+        if e.freq == 0 {
+            Counters::add(&self.counters.expired_unfetched, 1);
+        }
+    }
+
+    /// Copy a flash item back into RAM (repeat hit). False if no RAM space was at hand.
+    fn promote(
+        &self,
+        shard: &mut Shard<'_>,
+        pos: Pos,
+        e: Entry,
+        key: &[u8],
+        f: &FlashItem,
+        now: u32,
+    ) -> bool {
+        let words = record::rec_words(key.len(), f.value.len());
+        if words > self.arena.large_threshold() {
+            return false;
+        }
+        let Some(space) = self.arena.try_bump(Log::Main, words) else {
+            return false;
+        };
+        let h = Header {
+            cas: f.cas,
+            exptime: f.exptime,
+            flags: f.flags,
+            vlen: f.value.len() as u32,
+            stored: f.stored,
+            last_access: now,
+            klen: key.len() as u16,
+            rflags: (f.rflags & (F_STALE | F_WIN)) | F_FETCHED,
+            home: home_word(Location::unpack(packed_of(&e))),
+        };
+        if !self.arena.write_record(&space, &h, key, &f.value) {
+            self.abandon_space(space);
+            return false;
+        }
+        shard.set(
+            pos,
+            Entry {
+                tier: Tier::Ram,
+                freq: e.freq,
+                size_hint: index::size_hint(words * 8),
+                loc: self.arena.loc(space.seg, space.off),
+            },
+        );
+        self.arena
+            .slot(space.seg)
+            .note_publish(words, h.exptime, h.stored);
+        Counters::add(&self.counters.live_bytes, (words * 8) as u64);
+        self.arena.finish(space);
+        if let Some(ft) = &self.ft {
+            Counters::add(&ft.counters.promoted, 1);
+        }
+        true
+    }
+
+    /// Phase 2 of a GET.
+    pub(crate) fn get_with(
+        &self,
+        key: &[u8],
+        hash: u64,
+        view: &View,
+    ) -> Result<Step<Option<Item>>, Error> {
+        let now = self.now();
+        let mut shard = self.index.lock(hash);
+        if let Some((pos, e)) = self.find_key(&shard, hash, key) {
+            return self.get_ram(&mut shard, hash, pos, e, now).map(Step::Done);
+        }
+        match self.flash_current(&mut shard, hash, view, now)? {
+            FlashCur::Retry => Ok(Step::Retry),
+            FlashCur::Absent | FlashCur::Blind(_) => Ok(Step::Done(None)),
+            FlashCur::Found { pos, e, item, dead } => {
+                if dead {
+                    self.drop_dead_flash(&mut shard, hash, pos, &e, item.exptime);
+                    return Ok(Step::Done(None));
+                }
+                let it = item_of(&item, e.freq);
+                if let Some(ft) = &self.ft {
+                    Counters::add(&ft.counters.hits, 1);
+                }
+                if e.freq == 0 || !self.promote(&mut shard, pos, e, key, &item, now) {
+                    shard.touch(pos);
+                }
+                Ok(Step::Done(Some(it)))
+            }
+        }
+    }
+
+    /// Remove the key's current slot (delete, or a write that is already expired); append a
+    /// tombstone if a flash copy existed.
+    fn remove_existing(
+        &self,
+        shard: &mut Shard<'_>,
+        hash: u64,
+        key: &[u8],
+        existing: Option<Existing>,
+        had_flash: bool,
+    ) {
+        match existing {
+            Some(Existing::Ram(pos, e)) => {
+                if let Some(h) = self.header_at(e.loc) {
+                    self.unlink(shard, pos, &h);
+                }
+            }
+            Some(Existing::Flash(pos, e)) => {
+                shard.remove(pos);
+                self.mark_dead_packed(packed_of(&e));
+            }
+            Some(Existing::Blind(locs)) => {
+                for loc in locs {
+                    if self.remove_flash_loc(shard, hash, loc) {
+                        self.mark_dead_packed(loc);
+                    }
+                }
+            }
+            None => {}
+        }
+        if had_flash {
+            if let Some(ft) = &self.ft {
+                ft.append_tombstone(hash, key);
+            }
+        }
+    }
+
+    /// Phase 2 of an UPDATE (and of a SET when `set_mode`: `CasMode::Keep` then takes the
+    /// CAS of whatever is stored, live or not, as the RAM-only SET does; `dead_cas` keeps the
+    /// CAS of a dead item removed by an earlier attempt of the same request).
+    pub(crate) fn update_with<R, F>(
+        &self,
+        key: &[u8],
+        hash: u64,
+        f: &mut F,
+        view: &View,
+        set_mode: bool,
+        dead_cas: &mut Option<u64>,
+    ) -> Result<Step<(R, Option<u64>)>, Error>
+    where
+        F: FnMut(Option<&Item>) -> (Update, R),
+    {
+        let mut log = None;
+        // Space reserved on a slow-path retry. Held in a guard so that a panicking closure
+        // cannot leave a segment's `pending` count raised (eviction would wait on it forever).
+        let mut reserved = Reserved {
+            inner: self,
+            space: None,
+        };
+        loop {
+            let now = self.now();
+            let mut shard = self.index.lock(hash);
+            let mut existing = None;
+            let mut current = None;
+            let mut stored_cas = None;
+            let mut had_flash = false;
+            if let Some((pos, e)) = self.find_key(&shard, hash, key) {
+                let (seg, off) = self.arena.split(e.loc);
+                let m = self
+                    .arena
+                    .mem(seg)
+                    .ok_or(Error::Internal("indexed segment lost"))?;
+                let h = record::header(m, off);
+                stored_cas = Some(h.cas);
+                if self.dead(&h, now) {
+                    self.reclaim(&mut shard, pos, &h, hash);
+                    *dead_cas = Some(h.cas);
+                } else {
+                    had_flash = h.home_loc().is_some();
+                    current = Some(self.item_at(seg, off, &h));
+                    existing = Some(Existing::Ram(pos, e));
+                }
+            } else if self.ft.is_some() {
+                match self.flash_current(&mut shard, hash, view, now)? {
+                    FlashCur::Retry => return Ok(Step::Retry),
+                    FlashCur::Absent => {}
+                    FlashCur::Blind(locs) => {
+                        if !locs.is_empty() {
+                            had_flash = true;
+                            existing = Some(Existing::Blind(locs));
+                        }
+                    }
+                    FlashCur::Found { pos, e, item, dead } => {
+                        stored_cas = Some(item.cas);
+                        if dead {
+                            self.drop_dead_flash(&mut shard, hash, pos, &e, item.exptime);
+                            *dead_cas = Some(item.cas);
+                        } else {
+                            current = Some(item_of(&item, e.freq));
+                            existing = Some(Existing::Flash(pos, e));
+                            had_flash = true;
+                        }
+                    }
+                }
+            }
+            let (decision, r) = f(current.as_ref());
+            let base_cas = if set_mode {
+                stored_cas.or(*dead_cas)
+            } else {
+                current.as_ref().map(|i| i.cas)
+            };
+            let w = match decision {
+                Update::Keep => {
+                    drop(shard);
+                    self.abandon(reserved.space.take());
+                    return Ok(Step::Done((r, None)));
+                }
+                Update::Delete => {
+                    self.remove_existing(&mut shard, hash, key, existing, had_flash);
+                    drop(shard);
+                    self.abandon(reserved.space.take());
+                    return Ok(Step::Done((r, None)));
+                }
+                Update::Put(w) => w,
+            };
+            if let Err(err) = self.check_size(key, &w.value) {
+                drop(shard);
+                self.abandon(reserved.space.take());
+                return Err(err);
+            }
+            if w.exptime != 0 && w.exptime <= now {
+                let cas = self.cas_for(w.cas, base_cas);
+                self.remove_existing(&mut shard, hash, key, existing, had_flash);
+                drop(shard);
+                self.abandon(reserved.space.take());
+                return Ok(Step::Done((r, Some(cas))));
+            }
+            let words = record::rec_words(key.len(), w.value.len());
+            let lg = *log.get_or_insert_with(|| self.target_log(hash));
+            let space = match reserved.space.take() {
+                Some(s) if s.words == words => Some(s),
+                Some(s) => {
+                    drop(shard);
+                    self.abandon(Some(s));
+                    continue;
+                }
+                None if words > self.arena.large_threshold() => None,
+                None => self.arena.try_bump(lg, words),
+            };
+            let Some(space) = space else {
+                drop(shard);
+                reserved.space = Some(self.reserve(lg, words)?);
+                continue;
+            };
+            let cas = self.cas_for(w.cas, base_cas);
+            let mut h = Self::new_header(&w, key.len(), now, cas);
+            if let Some(ft) = &self.ft {
+                let appended = ft.append_put(
+                    hash,
+                    key,
+                    &w.value,
+                    w.flags,
+                    w.exptime,
+                    cas,
+                    now,
+                    h.rflags & (F_STALE | F_WIN),
+                );
+                match appended {
+                    Ok(Some(loc)) => h.home = home_word(loc),
+                    Ok(None) => {}
+                    Err(e) => {
+                        drop(shard);
+                        self.abandon(Some(space));
+                        return Err(e);
+                    }
+                }
+            }
+            if !self.arena.write_record(&space, &h, key, &w.value) {
+                drop(shard);
+                self.abandon(Some(space));
+                return Err(Error::Internal("reserved space cannot hold the record"));
+            }
+            self.publish(&mut shard, hash, existing, &space, &h);
+            drop(shard);
+            self.finish(space);
+            return Ok(Step::Done((r, Some(cas))));
+        }
+    }
+
+    /// Phase 2 of a delete that never reads flash (`view` blind): a RAM item is removed as
+    /// usual (false if it was dead); flash slots whose tag matches are removed, marked dead
+    /// and covered by a tombstone, and the answer is true without knowing whether the item
+    /// had expired (memcached would answer `NOT_FOUND` for an expired one).
+    pub(crate) fn delete_with(
+        &self,
+        key: &[u8],
+        hash: u64,
+        view: &View,
+    ) -> Result<Step<bool>, Error> {
+        let now = self.now();
+        let mut shard = self.index.lock(hash);
+        if let Some((pos, e)) = self.find_key(&shard, hash, key) {
+            let h = self
+                .header_at(e.loc)
+                .ok_or(Error::Internal("indexed segment lost"))?;
+            if self.dead(&h, now) {
+                self.reclaim(&mut shard, pos, &h, hash);
+                return Ok(Step::Done(false));
+            }
+            let had_flash = h.home_loc().is_some();
+            self.remove_existing(
+                &mut shard,
+                hash,
+                key,
+                Some(Existing::Ram(pos, e)),
+                had_flash,
+            );
+            return Ok(Step::Done(true));
+        }
+        match self.flash_current(&mut shard, hash, view, now)? {
+            FlashCur::Retry => Ok(Step::Retry),
+            FlashCur::Blind(locs) if !locs.is_empty() => {
+                self.remove_existing(&mut shard, hash, key, Some(Existing::Blind(locs)), true);
+                Ok(Step::Done(true))
+            }
+            _ => Ok(Step::Done(false)),
+        }
+    }
+
+    fn abandon_space(&self, space: Space) {
+        self.abandon(Some(space));
+    }
+}
+
+/// Drive a future to completion on this thread (the `*_now` methods with flash).
+pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}
