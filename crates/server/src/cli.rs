@@ -54,6 +54,11 @@ pub struct KvArgs {
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
 
+    /// Flash tier device or file as PATH:SIZE (e.g. data/flash.bin:2GiB); repeat for JBOD.
+    /// memcached's `-o ext_path=PATH:SIZE` is the same. Default: none (RAM only).
+    #[arg(long, value_name = "PATH:SIZE", action = ArgAction::Append)]
+    pub flash: Vec<String>,
+
     /// Validate the configuration, print it and exit.
     #[arg(long)]
     pub check_config: bool,

@@ -5,11 +5,10 @@
 //! Threads: the tokio runtime's workers (`--threads`) run the accept loop and every
 //! connection; the main thread only blocks on the runtime.
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
-use flashtier_cache::{Cache, CacheConfig, KvStore};
+use flashtier_cache::{Cache, CacheConfig, FlashSettings, KvStore};
 use flashtier_memcache::{Context, Settings};
 
 use crate::cli::KvArgs;
@@ -59,12 +58,6 @@ const IGNORED_OPTIONS: &[&str] = &[
     "read_buf_mem_limit",
 ];
 
-/// The flash tier requested with memcached's `-o ext_path=PATH:SIZE`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FlashSpec {
-    pub path: PathBuf,
-    pub size: u64,
-}
 
 /// A validated `flashtier kv` configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,8 +72,9 @@ pub struct KvConfig {
     /// Default: 1024.
     pub max_connections: usize,
     pub verbose: u8,
-    /// Flash tier files (`-o ext_path`); not served by this build yet.
-    pub flash: Vec<FlashSpec>,
+    /// Flash tier devices (`--flash`, `-o ext_path`), validated `PATH:SIZE[:TIER]` specs.
+    /// Default: none (RAM only).
+    pub flash: Vec<String>,
 }
 
 /// The `--config` TOML file. Every key is optional; flags override the file.
@@ -97,6 +91,8 @@ pub struct KvFile {
     pub threads: Option<usize>,
     /// Default: 1024.
     pub max_connections: Option<usize>,
+    /// Flash devices as "PATH:SIZE". Default: none.
+    pub flash: Option<Vec<String>>,
 }
 
 impl KvFile {
@@ -131,6 +127,9 @@ impl KvConfig {
         }
         if a.max_connections.is_none() && a.conn_limit.is_none() {
             a.max_connections = file.max_connections;
+        }
+        if a.flash.is_empty() && !a.extended.iter().any(|o| o.contains("ext_path")) {
+            a.flash = file.flash.unwrap_or_default();
         }
         Self::from_flags(&a)
     }
@@ -177,6 +176,9 @@ impl KvConfig {
             }
         }
         let mut flash = Vec::new();
+        for spec in &a.flash {
+            flash.push(parse_flash_spec(spec, "--flash")?);
+        }
         for opt in a
             .extended
             .iter()
@@ -185,7 +187,7 @@ impl KvConfig {
         {
             let (name, value) = opt.split_once('=').unwrap_or((opt, ""));
             match name {
-                "ext_path" => flash.push(parse_ext_path(value)?),
+                "ext_path" => flash.push(parse_flash_spec(value, "ext_path")?),
                 n if IGNORED_OPTIONS.contains(&n) || n.starts_with("ext_") => {}
                 other => bail!("-o {other}: unknown option"),
             }
@@ -249,27 +251,25 @@ fn resolve(host: &str, port: u16) -> anyhow::Result<SocketAddr> {
         .with_context(|| format!("listen address {host}:{port} resolves to nothing"))
 }
 
-fn parse_ext_path(v: &str) -> anyhow::Result<FlashSpec> {
-    let (path, size) = v
-        .rsplit_once(':')
-        .with_context(|| format!("ext_path={v}: expected PATH:SIZE (e.g. /data/cache:64G)"))?;
-    if path.is_empty() {
-        bail!("ext_path={v}: empty path");
-    }
-    Ok(FlashSpec {
-        path: PathBuf::from(path),
-        size: parse_size(size).context("ext_path size")?,
-    })
+fn parse_flash_spec(v: &str, what: &str) -> anyhow::Result<String> {
+    flashtier_cache::flash::DeviceSpec::parse(v)
+        .with_context(|| format!("{what} {v}: expected PATH:SIZE (e.g. data/flash.bin:2GiB)"))?;
+    Ok(v.to_string())
 }
 
-/// The one place the server chooses its store: the RAM tier (`flashtier_cache::Cache`) with
-/// the configured memory limit and item size. Everything downstream is generic over `KvStore`.
+/// The one place the server chooses its store: `flashtier_cache::Cache`, the RAM tier with
+/// the configured memory limit and item size, over the flash tier when `--flash` (or
+/// `-o ext_path`) names devices. Opening formats blank flash files and recovers used ones
+/// (warm restart). Everything downstream is generic over `KvStore`.
 fn build_store(cfg: &KvConfig) -> anyhow::Result<Arc<Cache>> {
-    let cache_cfg = CacheConfig::builder()
+    let mut builder = CacheConfig::builder()
         .memory_limit(cfg.memory as usize)
-        .max_item_size(cfg.max_item_size as usize)
-        .build()
-        .context("invalid cache configuration")?;
+        .max_item_size(cfg.max_item_size as usize);
+    if !cfg.flash.is_empty() {
+        let specs: Vec<&str> = cfg.flash.iter().map(String::as_str).collect();
+        builder = builder.flash(FlashSettings::parse(&specs).context("--flash")?);
+    }
+    let cache_cfg = builder.build().context("invalid cache configuration")?;
     Ok(Arc::new(
         Cache::new(cache_cfg).context("cannot start the cache")?,
     ))
@@ -281,12 +281,6 @@ pub fn main(args: KvArgs) -> anyhow::Result<()> {
         println!("{cfg:#?}");
         println!("configuration ok");
         return Ok(());
-    }
-    if !cfg.flash.is_empty() {
-        bail!(
-            "-o ext_path: the flash tier is not available in this build yet; \
-             run without ext_path for a RAM-only cache"
-        );
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cfg.threads)
@@ -458,12 +452,9 @@ mod tests {
             "modern,slab_reassign,ext_path=/tmp/f:4G,ext_wbuf_size=8",
         ])
         .unwrap();
-        assert_eq!(
-            c.flash,
-            vec![FlashSpec {
-                path: "/tmp/f".into(),
-                size: 4 << 30
-            }]
-        );
+        assert_eq!(c.flash, vec!["/tmp/f:4G".to_string()]);
+        let c = parse(&["--flash", "/tmp/a:1GiB", "--flash", "/tmp/b:2G"]).unwrap();
+        assert_eq!(c.flash, vec!["/tmp/a:1GiB".to_string(), "/tmp/b:2G".to_string()]);
+        assert!(parse(&["--flash", "/tmp/a"]).is_err());
     }
 }
