@@ -270,7 +270,9 @@ fn build_store(cfg: &KvConfig) -> anyhow::Result<Arc<Cache>> {
         .max_item_size(cfg.max_item_size as usize)
         .build()
         .context("invalid cache configuration")?;
-    Ok(Arc::new(Cache::new(cache_cfg).context("cannot start the cache")?))
+    Ok(Arc::new(
+        Cache::new(cache_cfg).context("cannot start the cache")?,
+    ))
 }
 
 pub fn main(args: KvArgs) -> anyhow::Result<()> {

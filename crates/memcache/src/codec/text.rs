@@ -92,9 +92,11 @@ fn retrieval(t: &Tokens<'_>, with_cas: bool, touch: bool) -> LineOutcome {
         None
     };
     let mut keys = Vec::new();
+    let mut key_too_long = false;
     for k in all {
         if k.len() > KEY_MAX_LENGTH {
-            return reply(BAD_FORMAT, false);
+            key_too_long = true;
+            break;
         }
         keys.push(key(k));
     }
@@ -102,6 +104,7 @@ fn retrieval(t: &Tokens<'_>, with_cas: bool, touch: bool) -> LineOutcome {
         keys,
         with_cas,
         touch,
+        key_too_long,
     }))
 }
 
