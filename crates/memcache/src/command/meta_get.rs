@@ -106,18 +106,24 @@ async fn lookup<S: KvStore>(ctx: &Context<S>, meta: &Meta, now: u32) -> Option<F
         if w.won {
             // Stale and nobody holds the token yet: hand it out, unless the item changed.
             let cas = item.cas;
-            let _ = ctx
+            let wrote = ctx
                 .store
                 .update(&meta.key, |cur| match cur {
                     Some(c) if c.cas == cas && !c.meta.win_token_sent => {
                         match write_for(c, &walk(o, c, false, now), false) {
-                            Some(w) => (Update::Put(w), ()),
-                            None => (Update::Keep, ()),
+                            Some(w) => (Update::Put(w), true),
+                            None => (Update::Keep, false),
                         }
                     }
-                    _ => (Update::Keep, ()),
+                    _ => (Update::Keep, false),
                 })
-                .await;
+                .await
+                .is_ok_and(|(wrote, _)| wrote);
+            if wrote {
+                // memcached sets the token bit in place; the store's write cleared the
+                // fetched bit that the read above had set, so set it again.
+                let _ = ctx.store.get(&meta.key).await;
+            }
         }
         let cas = item.cas;
         return Some(Found {
@@ -145,7 +151,10 @@ async fn lookup<S: KvStore>(ctx: &Context<S>, meta: &Meta, now: u32) -> Option<F
         _ => return None,
     };
     let (item, walk, created) = found;
-    if !o.no_update {
+    // memcached changes TTL and token bits in place, so an item that was fetched stays
+    // fetched even under `u`; the store's write cleared that bit, so read once more.
+    let kept_fetched = item.meta.fetched && !created && write_for(&item, &walk, created).is_some();
+    if !o.no_update || kept_fetched {
         // Record the access the way a plain read would (memcached's delayed bump marks even
         // a just-vivified item fetched).
         let _ = ctx.store.get(&meta.key).await;
@@ -301,6 +310,15 @@ mod tests {
         assert_eq!(
             t(b"set a 0 0 1\r\nx\r\nmg a h u\r\nmg a h\r\n").await,
             "STORED\r\nHD h0\r\nHD h0\r\n"
+        );
+        // A TTL change or a win token under `u` keeps a fetched item fetched.
+        assert_eq!(
+            t(b"set a 0 0 1\r\nx\r\nget a\r\nmg a T100 u\r\nmg a h\r\n").await,
+            "STORED\r\nVALUE a 0 1\r\nx\r\nEND\r\nHD\r\nHD h1\r\n"
+        );
+        assert_eq!(
+            t(b"set a 0 0 1\r\nx\r\nmd a I\r\nmg a\r\nmg a h\r\n").await,
+            "STORED\r\nHD\r\nHD X W\r\nHD h1 Z X\r\n"
         );
     }
 
