@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
 use flashtier_cache::{Cache, CacheConfig, KvStore};
-use flashtier_memcache::{Context, Settings};
+use flashtier_memcache::{Context, MemoryLimitHook, Settings};
 
 use crate::cli::KvArgs;
 use crate::size::parse_size;
@@ -294,10 +294,19 @@ pub fn main(args: KvArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     let store = build_store(&cfg)?;
-    runtime.block_on(run(cfg, store))
+    // `cache_memlimit` changes the RAM tier's limit (memcached answers OK to any value the
+    // protocol accepts; the store refuses only what it cannot hold, see
+    // `Cache::set_memory_limit`).
+    let limit_store = Arc::clone(&store);
+    let hook: MemoryLimitHook = Box::new(move |bytes| limit_store.set_memory_limit(bytes).is_ok());
+    runtime.block_on(run(cfg, store, Some(hook)))
 }
 
-async fn run<S: KvStore>(cfg: KvConfig, store: Arc<S>) -> anyhow::Result<()> {
+async fn run<S: KvStore>(
+    cfg: KvConfig,
+    store: Arc<S>,
+    memory_limit_hook: Option<MemoryLimitHook>,
+) -> anyhow::Result<()> {
     let listener = bind(cfg.listen).with_context(|| format!("cannot listen on {}", cfg.listen))?;
     let listen = listener.local_addr().context("listener address")?;
     let settings = Settings {
@@ -309,6 +318,9 @@ async fn run<S: KvStore>(cfg: KvConfig, store: Arc<S>) -> anyhow::Result<()> {
         ..Settings::default()
     };
     let ctx = Arc::new(Context::new(store, settings));
+    if let Some(hook) = memory_limit_hook {
+        ctx.set_memory_limit_hook(hook);
+    }
     if cfg.verbose > 0 {
         eprintln!(
             "flashtier kv: listening on {listen} (memory {} bytes, max item {} bytes, {} threads, \
