@@ -7,7 +7,7 @@ use flashtier_cache::{CasMode, Item, ItemMeta, ItemWrite, KvStore, Update};
 
 use super::arith::{apply, NonNumeric};
 use super::exptime;
-use crate::codec::meta::opaque_too_long;
+use crate::codec::meta::{is_long_opaque, opaque_too_long};
 use crate::context::Context;
 use crate::output::Output;
 use crate::reply;
@@ -26,10 +26,11 @@ enum Outcome {
     },
 }
 
-/// Apply `T`/`N`/`t` in order to an exptime; returns (final exptime, `t` output).
+/// Apply `T`/`N`/`t` in order to an exptime; returns (final exptime, `t` output). memcached
+/// applies them while writing the reply, so flags after a too-long opaque never apply.
 fn walk(o: &MetaOpts, mut abs: u32, created: bool, now: u32) -> (u32, i64) {
     let mut ttl_out = -1;
-    for f in &o.flags {
+    for f in o.flags.iter().take_while(|f| !is_long_opaque(f)) {
         match f.letter {
             b't' => ttl_out = exptime::remaining(abs, now),
             b'T' => abs = exptime::absolute(o.ttl.unwrap_or(0), now),
@@ -214,6 +215,14 @@ mod tests {
         assert_eq!(
             t(b"ma c N100 t\r\nma c T5 t\r\n").await,
             "HD t100\r\nHD t5\r\n"
+        );
+        // TTL flags after a too-long opaque are not applied (the delta and `N`'s create are).
+        let o = "o".repeat(33);
+        let req = format!("ma c N100 O{o} T5\r\nmg c t v\r\nma d O{o} N100\r\nmg d t v\r\n");
+        assert_eq!(
+            t(req.as_bytes()).await,
+            "CLIENT_ERROR opaque token too long\r\nVA 1 t100\r\n0\r\n\
+             CLIENT_ERROR opaque token too long\r\nVA 1 t-1\r\n0\r\n"
         );
         assert_eq!(
             t(b"ma c MX\r\n").await,
