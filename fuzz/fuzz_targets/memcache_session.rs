@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(rt) = tokio::runtime::Builder::new_current_thread().build() else { return };
     let store = Arc::new(ModelStore::new(Clock::system(), 256));
     let ctx = Context::new(store, Settings { max_item_size: 256, ..Settings::default() });
-    let limits = Limits { max_item_size: 256, max_line: 128, max_get_line: 512 };
+    let limits = Limits { max_item_size: 256, max_line: 128, max_get_line: 512, max_buffered_line: 1024 };
     let mut session = Session::new(limits, 4096);
     rt.block_on(async {
         for piece in data.chunks(64) {

@@ -12,6 +12,12 @@
 //!   `memory_limit / segment_size` and then recycled forever: the arena never returns memory to
 //!   the allocator, so there is no allocator churn or fragmentation and RSS for items is
 //!   exactly the chunks allocated. Chunk `i` lives in segment slot `i`.
+//! - The limit can change at run time ([`Arena::set_limit`], memcached's `cache_memlimit`).
+//!   Slots live in pages of [`SLOT_PAGE`] created on first use, so the slot table costs memory
+//!   only for chunks that exist, up to [`MAX_LIMIT`] (or the start limit, if larger). Raising
+//!   the limit lets the arena take more chunks. Lowering it stops taking new ones, and every
+//!   chunk freed by eviction while more chunks are held than the limit allows is *parked*:
+//!   withheld from use until the limit rises again (its memory stays allocated, see rule 3).
 //! - A *normal segment* is one chunk holding records back to back. A *large segment* holds one
 //!   record bigger than half a chunk, spread over as many chunks as it needs (the header and
 //!   key in the first one); its id is its first chunk's, the other chunks are listed in `more`.
@@ -44,6 +50,12 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 
 use crate::record::{self, Header};
+
+/// Segment slots per page of the slot table.
+pub const SLOT_PAGE: usize = 1024;
+/// The largest memory limit an arena can be raised to at run time, unless it started larger.
+/// Default: `1 TiB` (the slot table's page directory for it costs at most 400 KiB).
+pub const MAX_LIMIT: usize = 1 << 40;
 
 /// Which log a segment belongs to (S3-FIFO's two FIFOs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,10 +158,15 @@ struct Head {
 /// Queues, free lists and budget; see the module docs. Guarded by `Arena::state`.
 #[derive(Debug)]
 pub struct AllocState {
-    /// Allocated chunks not in use.
+    /// Allocated chunks not in use, within the limit.
     free: Vec<u32>,
+    /// Allocated chunks not in use and withheld because the limit was lowered below what was
+    /// held; reused (before allocating new ones) once the limit allows.
+    parked: Vec<u32>,
     /// Chunks allocated so far (ids `0..allocated`).
     allocated: usize,
+    /// Chunks the memory limit allows; see [`Arena::set_limit`].
+    max_chunks: usize,
     pub queues: [VecDeque<u32>; 2],
     pub queue_bytes: [u64; 2],
 }
@@ -159,9 +176,11 @@ pub struct AllocState {
 pub struct Arena {
     pub seg_words: usize,
     seg_shift: u32,
-    /// Chunks the memory limit allows.
-    max_chunks: usize,
-    slots: Box<[SegSlot]>,
+    /// Chunks the memory limit allows (mirror of `AllocState::max_chunks` for lock-free reads).
+    max_chunks: AtomicU64,
+    /// Pages of [`SLOT_PAGE`] slots, created when their first chunk is allocated (under
+    /// `AllocState`) and never removed. Slot `i` is `pages[i / SLOT_PAGE][i % SLOT_PAGE]`.
+    pages: Box<[OnceLock<Box<[SegSlot]>>]>,
     pub state: Mutex<AllocState>,
     heads: [Mutex<Head>; 2],
     mem_used: AtomicU64,
@@ -172,15 +191,20 @@ impl Arena {
     /// One slot more than the limit allows exists for a single item larger than the limit.
     pub fn new(limit: usize, seg_size: usize) -> Self {
         let max_chunks = limit / seg_size;
-        let slots: Vec<SegSlot> = (0..=max_chunks).map(|_| SegSlot::new()).collect();
+        let capacity = limit.max(MAX_LIMIT) / seg_size + 1;
+        let pages: Vec<OnceLock<Box<[SegSlot]>>> = (0..capacity.div_ceil(SLOT_PAGE))
+            .map(|_| OnceLock::new())
+            .collect();
         Self {
             seg_words: seg_size / 8,
             seg_shift: (seg_size / 8).trailing_zeros(),
-            max_chunks,
-            slots: slots.into_boxed_slice(),
+            max_chunks: AtomicU64::new(max_chunks as u64),
+            pages: pages.into_boxed_slice(),
             state: Mutex::new(AllocState {
                 free: Vec::new(),
+                parked: Vec::new(),
                 allocated: 0,
+                max_chunks,
                 queues: [VecDeque::new(), VecDeque::new()],
                 queue_bytes: [0, 0],
             }),
@@ -196,10 +220,80 @@ impl Arena {
 
     /// The memory limit in bytes (whole chunks).
     pub fn limit(&self) -> u64 {
-        (self.max_chunks * self.seg_words * 8) as u64
+        self.max_chunks.load(Ordering::Relaxed) * (self.seg_words * 8) as u64
     }
 
-    /// Bytes of chunk memory allocated.
+    /// The largest limit [`Arena::set_limit`] accepts, in bytes.
+    pub fn max_limit(&self) -> u64 {
+        ((self.capacity() - 1) * self.seg_words * 8) as u64
+    }
+
+    /// Slots the table can hold.
+    fn capacity(&self) -> usize {
+        self.pages.len() * SLOT_PAGE
+    }
+
+    /// Change the memory limit to `bytes` (rounded down to whole chunks). Raising it lets the
+    /// arena take more chunks; lowering it parks free chunks beyond the new limit at once and
+    /// every chunk freed later while the arena holds more than the limit (eviction does that
+    /// as writers need space). `false` (and no change) above [`Arena::max_limit`] or below
+    /// two chunks.
+    pub fn set_limit(&self, bytes: u64) -> bool {
+        let chunks = bytes / (self.seg_words * 8) as u64;
+        if bytes > self.max_limit() || chunks < 2 {
+            return false;
+        }
+        let mut st = self.state.lock();
+        st.max_chunks = chunks as usize;
+        self.max_chunks.store(chunks, Ordering::Relaxed);
+        while Self::surplus(&st) > 0 {
+            let Some(id) = st.free.pop() else { break };
+            st.parked.push(id);
+        }
+        self.note_held(&st);
+        true
+    }
+
+    /// Chunks held (in use or free) beyond the limit.
+    fn surplus(st: &AllocState) -> usize {
+        (st.allocated - st.parked.len()).saturating_sub(st.max_chunks)
+    }
+
+    /// Return an unused chunk: to the free list, or parked while there is a surplus.
+    fn give_back(&self, st: &mut AllocState, id: u32) {
+        if Self::surplus(st) > 0 {
+            st.parked.push(id);
+            self.note_held(st);
+        } else {
+            st.free.push(id);
+        }
+    }
+
+    /// Publish the bytes of chunks held against the limit.
+    fn note_held(&self, st: &AllocState) {
+        self.mem_used.store(
+            (Self::held(st) * self.seg_words * 8) as u64,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// A chunk from outside the budget: a parked one, else a newly allocated one. The
+    /// caller checked that the limit has room for it.
+    fn fresh(&self, st: &mut AllocState) -> Option<u32> {
+        if let Some(id) = st.parked.pop() {
+            self.note_held(st);
+            return Some(id);
+        }
+        (st.allocated < self.capacity()).then(|| self.allocate(st))
+    }
+
+    /// Chunks counted against the limit (allocated and not parked).
+    fn held(st: &AllocState) -> usize {
+        st.allocated - st.parked.len()
+    }
+
+    /// Bytes of chunk memory held against the limit (allocated and not parked; parked
+    /// chunks keep their memory, see the module docs).
     pub fn mem_used(&self) -> u64 {
         self.mem_used.load(Ordering::Relaxed)
     }
@@ -217,20 +311,29 @@ impl Arena {
         )
     }
 
-    /// The bookkeeping of segment `seg`.
+    /// The bookkeeping of segment `seg`, if its page exists.
+    fn try_slot(&self, seg: u32) -> Option<&SegSlot> {
+        let i = seg as usize;
+        self.pages.get(i / SLOT_PAGE)?.get()?.get(i % SLOT_PAGE)
+    }
+
+    /// The bookkeeping of segment `seg`, an allocated chunk (a caller bug otherwise).
     pub fn slot(&self, seg: u32) -> &SegSlot {
-        &self.slots[seg as usize]
+        match self.try_slot(seg) {
+            Some(s) => s,
+            None => panic!("segment {seg} was never allocated"),
+        }
     }
 
     /// The (first) chunk of segment `seg`; `None` if never allocated (never the case for a
     /// location the index holds). Headers and keys always lie in the first chunk.
     pub fn mem(&self, seg: u32) -> Option<&[AtomicU64]> {
-        self.slots.get(seg as usize)?.mem.get().map(|b| &b[..])
+        self.try_slot(seg)?.mem.get().map(|b| &b[..])
     }
 
     fn chunks(&self, seg: u32) -> Vec<&[AtomicU64]> {
         let mut v: Vec<&[AtomicU64]> = self.mem(seg).into_iter().collect();
-        for &c in self.slots[seg as usize].more.lock().iter() {
+        for &c in self.slot(seg).more.lock().iter() {
             v.extend(self.mem(c));
         }
         v
@@ -238,7 +341,7 @@ impl Arena {
 
     /// Copy out the value of the record at `off` of `seg` (which may span chunks).
     pub fn read_value(&self, seg: u32, off: usize, h: &Header) -> Bytes {
-        if self.slots[seg as usize].is_large() {
+        if self.slot(seg).is_large() {
             record::read_value_chunked(&self.chunks(seg), off, h)
         } else {
             self.mem(seg)
@@ -270,9 +373,7 @@ impl Arena {
         }
         let off = h.off;
         h.off += words;
-        self.slots[seg as usize]
-            .pending
-            .fetch_add(1, Ordering::Relaxed);
+        self.slot(seg).pending.fetch_add(1, Ordering::Relaxed);
         Some(Space {
             seg,
             off,
@@ -284,15 +385,13 @@ impl Arena {
 
     /// Finish a reservation: the record is published (or turned into a filler).
     pub fn finish(&self, space: Space) {
-        self.slots[space.seg as usize]
-            .pending
-            .fetch_sub(1, Ordering::Release);
+        self.slot(space.seg).pending.fetch_sub(1, Ordering::Release);
     }
 
     /// Wait until nobody is still writing into `seg`. Called by the `AllocState` holder on a
     /// sealed segment it took off a queue; writers never wait for `AllocState` while pending.
     pub fn wait_quiet(&self, seg: u32) {
-        let p = &self.slots[seg as usize].pending;
+        let p = &self.slot(seg).pending;
         while p.load(Ordering::Acquire) != 0 {
             std::thread::yield_now();
         }
@@ -315,10 +414,10 @@ impl Arena {
         h.seg = None;
         let end = std::mem::take(&mut h.off);
         drop(h);
-        let slot = &self.slots[seg as usize];
+        let slot = self.slot(seg);
         slot.end.store(end as u32, Ordering::Relaxed);
         if end == 0 {
-            st.free.push(seg);
+            self.give_back(st, seg);
         } else {
             self.push_queue(st, log, seg);
         }
@@ -328,7 +427,7 @@ impl Arena {
     fn push_queue(&self, st: &mut AllocState, log: Log, seg: u32) {
         st.queues[log as usize].push_back(seg);
         st.queue_bytes[log as usize] += self.seg_bytes(seg);
-        self.slots[seg as usize]
+        self.slot(seg)
             .queued
             .store(log as u32 + 1, Ordering::Relaxed);
     }
@@ -337,13 +436,13 @@ impl Arena {
     pub fn pop_queue(&self, st: &mut AllocState, log: Log) -> Option<u32> {
         let seg = st.queues[log as usize].pop_front()?;
         st.queue_bytes[log as usize] -= self.seg_bytes(seg);
-        self.slots[seg as usize].queued.store(0, Ordering::Relaxed);
+        self.slot(seg).queued.store(0, Ordering::Relaxed);
         Some(seg)
     }
 
     /// The log `seg` is queued on, if any.
     pub fn queued_on(&self, seg: u32) -> Option<Log> {
-        match self.slots[seg as usize].queued.load(Ordering::Relaxed) {
+        match self.slot(seg).queued.load(Ordering::Relaxed) {
             1 => Some(Log::Small),
             2 => Some(Log::Main),
             _ => None,
@@ -361,7 +460,7 @@ impl Arena {
         };
         q.remove(pos);
         st.queue_bytes[log as usize] -= self.seg_bytes(seg);
-        self.slots[seg as usize].queued.store(0, Ordering::Relaxed);
+        self.slot(seg).queued.store(0, Ordering::Relaxed);
         true
     }
 
@@ -385,18 +484,18 @@ impl Arena {
             self.prepare(id, 1, false);
             return Some(id);
         }
-        if st.allocated + 1 + reserve <= self.max_chunks {
-            let id = self.allocate(st);
+        if Self::held(st) + 1 + reserve <= st.max_chunks {
+            let id = self.fresh(st)?;
             self.prepare(id, 1, false);
             return Some(id);
         }
         None
     }
 
-    /// Give an empty normal segment back for reuse.
+    /// Give an empty normal segment back for reuse (or park it, see the module docs).
     pub fn release_normal(&self, st: &mut AllocState, seg: u32) {
-        self.slots[seg as usize].reset();
-        st.free.push(seg);
+        self.slot(seg).reset();
+        self.give_back(st, seg);
     }
 
     /// Chunks a large record of `words` needs.
@@ -407,33 +506,33 @@ impl Arena {
     /// Chunks that can be had without evicting; `spare` counts the one chunk beyond the limit
     /// that only an item larger than the whole limit may use.
     pub fn available(&self, st: &AllocState, spare: bool) -> usize {
-        st.free.len() + (self.max_chunks + usize::from(spare)).saturating_sub(st.allocated)
+        let room = (st.max_chunks + usize::from(spare)).saturating_sub(Self::held(st));
+        st.free.len() + room.min(st.parked.len() + (self.capacity() - st.allocated))
     }
 
     /// Chunks the limit allows.
     pub fn max_chunks(&self) -> usize {
-        self.max_chunks
+        self.max_chunks.load(Ordering::Relaxed) as usize
     }
 
     /// Take a large segment of `words` for one record; the caller checked `available`.
     /// `None` if the chunks are not there after all.
     pub fn take_large(&self, st: &mut AllocState, words: usize, log: Log) -> Option<Space> {
         let k = self.chunks_for(words);
-        let spare = k > self.max_chunks;
+        let spare = k > st.max_chunks;
         if self.available(st, spare) < k {
             return None;
         }
         let mut ids = Vec::with_capacity(k);
         for _ in 0..k {
-            let id = match st.free.pop() {
-                Some(id) => id,
-                None => self.allocate(st),
-            };
-            ids.push(id);
+            match st.free.pop() {
+                Some(id) => ids.push(id),
+                None => ids.extend(self.fresh(st)),
+            }
         }
-        let first = ids[0];
+        let first = *ids.first()?;
         self.prepare(first, k, true);
-        let slot = &self.slots[first as usize];
+        let slot = self.slot(first);
         *slot.more.lock() = ids[1..].to_vec();
         slot.end.store(words as u32, Ordering::Relaxed);
         slot.pending.fetch_add(1, Ordering::Relaxed);
@@ -453,17 +552,19 @@ impl Arena {
 
     /// Bytes a queued segment counts for.
     pub fn seg_bytes(&self, seg: u32) -> u64 {
-        u64::from(self.slots[seg as usize].words.load(Ordering::Relaxed)) * 8
+        u64::from(self.slot(seg).words.load(Ordering::Relaxed)) * 8
     }
 
     /// Return a large segment's chunks to the free list.
     pub fn free_large(&self, st: &mut AllocState, seg: u32) {
-        let slot = &self.slots[seg as usize];
+        let slot = self.slot(seg);
         let more = std::mem::take(&mut *slot.more.lock());
         slot.reset();
         slot.large.store(0, Ordering::Relaxed);
-        st.free.push(seg);
-        st.free.extend(more);
+        self.give_back(st, seg);
+        for c in more {
+            self.give_back(st, c);
+        }
     }
 
     /// Free chunks.
@@ -472,7 +573,7 @@ impl Arena {
     }
 
     fn prepare(&self, id: u32, chunks: usize, large: bool) {
-        let slot = &self.slots[id as usize];
+        let slot = self.slot(id);
         slot.reset();
         slot.words
             .store((chunks * self.seg_words) as u32, Ordering::Relaxed);
@@ -482,13 +583,12 @@ impl Arena {
     fn allocate(&self, st: &mut AllocState) -> u32 {
         let id = st.allocated;
         st.allocated += 1;
-        self.slots[id]
+        let page = self.pages[id / SLOT_PAGE]
+            .get_or_init(|| (0..SLOT_PAGE).map(|_| SegSlot::new()).collect());
+        page[id % SLOT_PAGE]
             .mem
             .get_or_init(|| (0..self.seg_words).map(|_| AtomicU64::new(0)).collect());
-        self.mem_used.store(
-            (st.allocated * self.seg_words * 8) as u64,
-            Ordering::Relaxed,
-        );
+        self.note_held(st);
         id as u32
     }
 }
@@ -551,5 +651,62 @@ mod tests {
         assert!(a
             .take_large(&mut st, a.seg_words * 4 + 1, Log::Small)
             .is_some());
+    }
+
+    #[test]
+    fn limit_changes_at_run_time() {
+        let a = Arena::new(4 << 16, 1 << 16);
+        assert!(!a.set_limit(1 << 16), "below two chunks");
+        assert!(!a.set_limit(a.max_limit() + (1 << 16)));
+        assert_eq!(
+            a.max_limit(),
+            MAX_LIMIT as u64 + ((SLOT_PAGE as u64 - 1) << 16)
+        );
+        let mut st = a.state.lock();
+        let held: Vec<u32> = (0..4).filter_map(|_| a.take_normal(&mut st, 0)).collect();
+        assert_eq!(held.len(), 4);
+        assert!(a.take_normal(&mut st, 0).is_none());
+        drop(st);
+        // Raising: more chunks, on pages created as needed.
+        assert!(a.set_limit(3000 << 16));
+        let mut st = a.state.lock();
+        let more: Vec<u32> = (0..2996)
+            .filter_map(|_| a.take_normal(&mut st, 0))
+            .collect();
+        assert_eq!(more.len(), 2996);
+        assert!(a.take_normal(&mut st, 0).is_none());
+        assert_eq!(a.mem_used(), 3000 << 16);
+        assert!(a.slot(2999).mem.get().is_some());
+        for &s in &more[..1000] {
+            a.release_normal(&mut st, s);
+        }
+        drop(st);
+        // Lowering: free chunks are parked at once, freed ones while over the limit.
+        assert!(a.set_limit(1000 << 16));
+        assert_eq!(a.limit(), 1000 << 16);
+        assert_eq!(a.mem_used(), 2000 << 16);
+        let mut st = a.state.lock();
+        assert!(a.take_normal(&mut st, 0).is_none());
+        assert_eq!(a.available(&st, false), 0);
+        for &s in &more[1000..2500] {
+            a.release_normal(&mut st, s);
+        }
+        assert_eq!(a.mem_used(), 1000 << 16);
+        assert_eq!(a.free_count(&st), 500, "the rest is within the limit again");
+        assert_eq!(a.available(&st, false), 500);
+        drop(st);
+        // Raising again reuses parked chunks before allocating.
+        assert!(a.set_limit(2000 << 16));
+        let mut st = a.state.lock();
+        assert_eq!(a.available(&st, false), 1500);
+        let again: Vec<u32> = (0..1500)
+            .filter_map(|_| a.take_normal(&mut st, 0))
+            .collect();
+        assert_eq!(again.len(), 1500);
+        assert!(
+            again.iter().all(|&s| s < 3000),
+            "no new chunk was allocated"
+        );
+        assert_eq!(a.mem_used(), 2000 << 16);
     }
 }

@@ -250,6 +250,30 @@ impl Cache {
         self.inner.index.memory_bytes()
     }
 
+    /// Change the RAM limit at run time (memcached's `cache_memlimit`), in bytes, rounded down
+    /// to whole segments. Raising it lets the arena take more segments; lowering it stops
+    /// taking new ones and withholds segments freed by eviction until the store holds no more
+    /// than the new limit (their memory is kept for reuse, not returned to the allocator).
+    /// Fails, changing nothing, below two segments or above the larger of the start limit and
+    /// `arena::MAX_LIMIT` (1 TiB).
+    pub fn set_memory_limit(&self, bytes: u64) -> Result<(), Error> {
+        let arena = &self.inner.arena;
+        if arena.set_limit(bytes) {
+            Ok(())
+        } else {
+            Err(Error::MemoryLimit {
+                requested: bytes,
+                min: 2 * (arena.seg_words as u64 * 8),
+                max: arena.max_limit(),
+            })
+        }
+    }
+
+    /// The RAM limit in force, in bytes (whole segments).
+    pub fn memory_limit(&self) -> u64 {
+        self.inner.arena.limit()
+    }
+
     /// Bytes of segment memory allocated (the quantity the memory limit bounds).
     pub fn segment_bytes(&self) -> u64 {
         self.inner.arena.mem_used()

@@ -19,6 +19,9 @@ pub enum Error {
     Flash(String),
     /// An internal invariant did not hold (a bug); the request fails rather than guessing.
     Internal(&'static str),
+    /// A new memory limit outside what the store can take at run time
+    /// ([`crate::Cache::set_memory_limit`]); memcached answers `MEMLIMIT_ADJUST_FAILED`.
+    MemoryLimit { requested: u64, min: u64, max: u64 },
 }
 
 impl Error {
@@ -36,6 +39,14 @@ impl fmt::Display for Error {
             Error::OutOfMemory => write!(f, "out of memory storing object"),
             Error::Flash(msg) => write!(f, "flash error: {msg}"),
             Error::Internal(what) => write!(f, "internal error: {what}"),
+            Error::MemoryLimit {
+                requested,
+                min,
+                max,
+            } => write!(
+                f,
+                "memory limit {requested} bytes out of bounds ({min}..={max})"
+            ),
         }
     }
 }

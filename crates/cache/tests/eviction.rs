@@ -182,3 +182,36 @@ fn a_panicking_update_closure_does_not_wedge_eviction() {
     }
     assert!(c.stats().evictions > 0);
 }
+
+#[test]
+fn memory_limit_changes_at_run_time() {
+    let c = small(2 << 20, EvictionPolicy::S3Fifo);
+    let fill = |c: &Cache, from: u64, n: u64| {
+        for i in from..from + n {
+            c.set_now(
+                format!("k{i}").as_bytes(),
+                ItemWrite::new(common::value(i, 200), 0, 0),
+            )
+            .unwrap();
+        }
+    };
+    fill(&c, 0, 20_000);
+    assert!(c.segment_bytes() <= 2 << 20);
+    assert!(c.set_memory_limit(1 << 10).is_err(), "below two segments");
+    assert_eq!(c.memory_limit(), 2 << 20, "a failed change changes nothing");
+    // Raising lets the store hold more.
+    c.set_memory_limit(6 << 20).unwrap();
+    assert_eq!(c.memory_limit(), 6 << 20);
+    fill(&c, 20_000, 40_000);
+    assert!(c.segment_bytes() > 4 << 20);
+    assert!(c.segment_bytes() <= 6 << 20);
+    assert_eq!(c.stats().limit_maxbytes, 6 << 20);
+    // Lowering takes effect as writes evict.
+    c.set_memory_limit(1 << 20).unwrap();
+    fill(&c, 60_000, 20_000);
+    assert!(c.segment_bytes() <= 1 << 20, "{}", c.segment_bytes());
+    for i in 79_950..80_000u64 {
+        let got = c.get_now(format!("k{i}").as_bytes()).unwrap();
+        assert_eq!(got.expect("recent item").value, common::value(i, 200));
+    }
+}

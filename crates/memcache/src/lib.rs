@@ -46,7 +46,7 @@ pub mod server;
 pub mod stats;
 
 pub use codec::{Decoded, Decoder, Limits};
-pub use context::{Context, Settings};
+pub use context::{Context, MemoryLimitHook, Settings};
 pub use error::Error;
 pub use request::Request;
 pub use server::serve;

@@ -38,6 +38,9 @@ pub struct Retrieval {
     pub with_cas: bool,
     /// New exptime for `gat`/`gats`.
     pub touch: Option<i32>,
+    /// A key over 250 bytes followed `keys`: memcached still reads (and for `gat` touches)
+    /// the keys before it, in order, then answers only `CLIENT_ERROR bad command line format`.
+    pub key_too_long: bool,
 }
 
 /// One meta flag as sent: its letter and its token (the bytes after the letter).

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
 use flashtier_cache::{Cache, CacheConfig, FlashSettings, KvStore};
-use flashtier_memcache::{Context, Settings};
+use flashtier_memcache::{Context, MemoryLimitHook, Settings};
 
 use crate::cli::KvArgs;
 use crate::size::parse_size;
@@ -57,7 +57,6 @@ const IGNORED_OPTIONS: &[&str] = &[
     "no_inline_ascii_resp",
     "read_buf_mem_limit",
 ];
-
 
 /// A validated `flashtier kv` configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -288,10 +287,19 @@ pub fn main(args: KvArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     let store = build_store(&cfg)?;
-    runtime.block_on(run(cfg, store))
+    // `cache_memlimit` changes the RAM tier's limit (memcached answers OK to any value the
+    // protocol accepts; the store refuses only what it cannot hold, see
+    // `Cache::set_memory_limit`).
+    let limit_store = Arc::clone(&store);
+    let hook: MemoryLimitHook = Box::new(move |bytes| limit_store.set_memory_limit(bytes).is_ok());
+    runtime.block_on(run(cfg, store, Some(hook)))
 }
 
-async fn run<S: KvStore>(cfg: KvConfig, store: Arc<S>) -> anyhow::Result<()> {
+async fn run<S: KvStore>(
+    cfg: KvConfig,
+    store: Arc<S>,
+    memory_limit_hook: Option<MemoryLimitHook>,
+) -> anyhow::Result<()> {
     let listener = bind(cfg.listen).with_context(|| format!("cannot listen on {}", cfg.listen))?;
     let listen = listener.local_addr().context("listener address")?;
     let settings = Settings {
@@ -303,6 +311,9 @@ async fn run<S: KvStore>(cfg: KvConfig, store: Arc<S>) -> anyhow::Result<()> {
         ..Settings::default()
     };
     let ctx = Arc::new(Context::new(store, settings));
+    if let Some(hook) = memory_limit_hook {
+        ctx.set_memory_limit_hook(hook);
+    }
     if cfg.verbose > 0 {
         eprintln!(
             "flashtier kv: listening on {listen} (memory {} bytes, max item {} bytes, {} threads, \
@@ -454,7 +465,10 @@ mod tests {
         .unwrap();
         assert_eq!(c.flash, vec!["/tmp/f:4G".to_string()]);
         let c = parse(&["--flash", "/tmp/a:1GiB", "--flash", "/tmp/b:2G"]).unwrap();
-        assert_eq!(c.flash, vec!["/tmp/a:1GiB".to_string(), "/tmp/b:2G".to_string()]);
+        assert_eq!(
+            c.flash,
+            vec!["/tmp/a:1GiB".to_string(), "/tmp/b:2G".to_string()]
+        );
         assert!(parse(&["--flash", "/tmp/a"]).is_err());
     }
 }

@@ -12,7 +12,9 @@ const ITEMS: usize = 6000;
 const VALUE: usize = 4000;
 
 fn value_of(i: usize) -> Vec<u8> {
-    (0..VALUE).map(|j| b'a' + ((i * 7 + j) % 26) as u8).collect()
+    (0..VALUE)
+        .map(|j| b'a' + ((i * 7 + j) % 26) as u8)
+        .collect()
 }
 
 fn flash_dir() -> std::path::PathBuf {
@@ -68,7 +70,11 @@ fn load_beyond_ram_then_warm_restart_after_kill9() {
     let mut c = server.connect();
     load(&mut c, 0..ITEMS);
     assert_eq!(count_served(&mut c), ITEMS, "every item retrievable");
-    assert_eq!(server.stat("evictions"), 0, "no evictions while flash has room");
+    assert_eq!(
+        server.stat("evictions"),
+        0,
+        "no evictions while flash has room"
+    );
     // The flash engine writes partial buffers within its flush interval (1 s).
     std::thread::sleep(Duration::from_millis(2500));
     drop(server); // SIGKILL: no clean shutdown

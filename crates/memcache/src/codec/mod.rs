@@ -30,6 +30,10 @@ use crate::request::{Meta, Request, Storage, StoreMode};
 /// memcached closes a connection that sends this many bytes without a newline (unless the
 /// line is a multi-key get).
 pub const DEFAULT_MAX_LINE: usize = 2048;
+/// memcached reads command lines into a buffer of this size (`READ_BUFFER_SIZE`): a line
+/// whose newline does not fit in it is never seen whole, so the connection is closed even
+/// when the newline arrived (again unless the line is a multi-key get).
+pub const DEFAULT_MAX_BUFFERED_LINE: usize = 16 * 1024;
 /// The longest key memcached accepts.
 pub const KEY_MAX_LENGTH: usize = 250;
 
@@ -42,6 +46,9 @@ pub struct Limits {
     pub max_line: usize,
     /// Same for `get`/`gets` lines, which memcached lets grow. Default: `1 MiB`.
     pub max_get_line: usize,
+    /// Longest line, newline included, accepted even when it arrived whole (memcached's
+    /// read buffer). Default: `16 KiB`.
+    pub max_buffered_line: usize,
 }
 
 impl Default for Limits {
@@ -50,6 +57,7 @@ impl Default for Limits {
             max_item_size: 1 << 20,
             max_line: DEFAULT_MAX_LINE,
             max_get_line: 1 << 20,
+            max_buffered_line: DEFAULT_MAX_BUFFERED_LINE,
         }
     }
 }
@@ -136,6 +144,9 @@ impl Decoder {
             return self.no_newline(buf);
         };
         let next = nl + 1;
+        if next > self.limits.max_buffered_line && !is_get_line(buf) {
+            return Decoded::Close(CloseReason::LineTooLong);
+        }
         let outcome = {
             let mut line = buf.get(..nl).unwrap_or_default();
             if line.len() > 1 && line.last() == Some(&b'\r') {
@@ -185,15 +196,20 @@ impl Decoder {
         if buf.len() <= self.limits.max_line {
             return Decoded::Incomplete;
         }
-        let lead = buf.iter().take_while(|&&b| b == b' ').count();
-        let rest = buf.get(lead..).unwrap_or_default();
-        let is_get = rest.starts_with(b"get ") || rest.starts_with(b"gets ");
-        if lead <= 100 && is_get && buf.len() <= self.limits.max_get_line {
+        if is_get_line(buf) && buf.len() <= self.limits.max_get_line {
             Decoded::Incomplete
         } else {
             Decoded::Close(CloseReason::LineTooLong)
         }
     }
+}
+
+/// memcached's test for a line allowed past the line limits: `get `/`gets ` after at most
+/// 100 spaces.
+fn is_get_line(buf: &[u8]) -> bool {
+    let lead = buf.iter().take_while(|&&b| b == b' ').count();
+    let rest = buf.get(lead..).unwrap_or_default();
+    lead <= 100 && (rest.starts_with(b"get ") || rest.starts_with(b"gets "))
 }
 
 /// Build the request once the data block is in; `good` says it ended with `\r\n`.

@@ -149,6 +149,20 @@ fn long_lines() {
             ..
         }
     ));
+    // ...unless it does not fit memcached's 16 KiB read buffer.
+    let mut junk = vec![b'X'; 20_000];
+    junk.extend_from_slice(b"\r\n");
+    assert_eq!(one(&junk), Decoded::Close(CloseReason::LineTooLong));
+    let mut edge = vec![b'X'; DEFAULT_MAX_BUFFERED_LINE - 1];
+    edge.extend_from_slice(b"\r\n");
+    assert_eq!(one(&edge), Decoded::Close(CloseReason::LineTooLong));
+    edge.remove(0);
+    assert!(matches!(one(&edge), Decoded::Request { .. }));
+    // A multi-key get may be longer.
+    let mut get = b"get ".to_vec();
+    get.extend_from_slice(&[b'k'; 20_000]);
+    get.extend_from_slice(b"\r\n");
+    assert!(matches!(one(&get), Decoded::Request { .. }));
 }
 
 #[test]
@@ -177,6 +191,7 @@ fn drive(input: &[u8], chunk: usize) -> usize {
         max_item_size: 64,
         max_line: 64,
         max_get_line: 256,
+        max_buffered_line: 512,
     });
     let mut buf = BytesMut::new();
     let mut swallow = 0usize;

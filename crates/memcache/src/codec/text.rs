@@ -66,6 +66,7 @@ pub(crate) fn parse_line(line: &[u8], limits: &Limits) -> LineOutcome {
         b"quit" => LineOutcome::Done(Request::Quit),
         b"verbosity" if n == 2 || n == 3 => verbosity(&t),
         b"cache_memlimit" if n == 2 || n == 3 => memlimit(&t),
+        b"slabs" if n >= 3 && t.get(1) == b"automove" => slabs_automove(&t),
         b"shutdown" => reply("ERROR: shutdown not enabled", false),
         _ => {
             if t.last().starts_with(b"HTTP/") {
@@ -92,9 +93,11 @@ fn retrieval(t: &Tokens<'_>, with_cas: bool, touch: bool) -> LineOutcome {
         None
     };
     let mut keys = Vec::new();
+    let mut key_too_long = false;
     for k in all {
         if k.len() > KEY_MAX_LENGTH {
-            return reply(BAD_FORMAT, false);
+            key_too_long = true;
+            break;
         }
         keys.push(key(k));
     }
@@ -102,6 +105,7 @@ fn retrieval(t: &Tokens<'_>, with_cas: bool, touch: bool) -> LineOutcome {
         keys,
         with_cas,
         touch,
+        key_too_long,
     }))
 }
 
@@ -230,6 +234,29 @@ fn verbosity(t: &Tokens<'_>) -> LineOutcome {
     match strtoul32(t.get(1)) {
         Some(level) => LineOutcome::Done(Request::Verbosity { level, noreply }),
         None => reply(BAD_FORMAT, noreply),
+    }
+}
+
+/// `slabs automove <0|1|2>` / `slabs automove ratio <float>`: memcached tunes its slab page
+/// mover; flashtier has no slab classes, so a valid setting is accepted with no effect (like
+/// the `-o slab_automove` option) and an invalid one gets memcached's answer. Other `slabs`
+/// sub-commands stay unknown (`ERROR`).
+fn slabs_automove(t: &Tokens<'_>) -> LineOutcome {
+    let noreply = noreply(t);
+    let arg = t.get(2);
+    if arg == b"ratio" {
+        let ratio = std::str::from_utf8(t.get(3))
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok());
+        return match ratio {
+            Some(_) if t.count() >= 4 => reply("OK", noreply),
+            _ => reply("ERROR", noreply),
+        };
+    }
+    match strtoul32(arg) {
+        None => reply(BAD_FORMAT, noreply),
+        Some(0..=2) => reply("OK", noreply),
+        Some(_) => reply("ERROR", noreply),
     }
 }
 

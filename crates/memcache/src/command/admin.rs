@@ -236,6 +236,10 @@ mod tests {
         );
         assert_eq!(t(b"shutdown\r\n").await, "ERROR: shutdown not enabled\r\n");
         assert_eq!(
+            t(b"slabs automove invalid\r\nslabs automove 1\r\nslabs automove 3\r\nslabs automove 0 noreply\r\nslabs automove ratio 0.5\r\nslabs automove ratio x\r\nslabs automove ratio\r\nslabs automove\r\nslabs reassign 1 2\r\n").await,
+            "CLIENT_ERROR bad command line format\r\nOK\r\nERROR\r\nOK\r\nERROR\r\nERROR\r\nERROR\r\nERROR\r\n"
+        );
+        assert_eq!(
             t(b"GET a\r\nm\r\n \r\n\r\nmx a\r\n").await,
             "ERROR\r\nERROR\r\nERROR\r\nERROR\r\nERROR\r\n"
         );

@@ -7,7 +7,7 @@ use flashtier_cache::{CasMode, Item, ItemMeta, ItemWrite, KvStore, Update};
 
 use super::arith::{apply, NonNumeric};
 use super::exptime;
-use crate::codec::meta::opaque_too_long;
+use crate::codec::meta::{is_long_opaque, opaque_too_long};
 use crate::context::Context;
 use crate::output::Output;
 use crate::reply;
@@ -26,10 +26,11 @@ enum Outcome {
     },
 }
 
-/// Apply `T`/`N`/`t` in order to an exptime; returns (final exptime, `t` output).
+/// Apply `T`/`N`/`t` in order to an exptime; returns (final exptime, `t` output). memcached
+/// applies them while writing the reply, so flags after a too-long opaque never apply.
 fn walk(o: &MetaOpts, mut abs: u32, created: bool, now: u32) -> (u32, i64) {
     let mut ttl_out = -1;
-    for f in &o.flags {
+    for f in o.flags.iter().take_while(|f| !is_long_opaque(f)) {
         match f.letter {
             b't' => ttl_out = exptime::remaining(abs, now),
             b'T' => abs = exptime::absolute(o.ttl.unwrap_or(0), now),
@@ -40,7 +41,14 @@ fn walk(o: &MetaOpts, mut abs: u32, created: bool, now: u32) -> (u32, i64) {
     (abs, ttl_out)
 }
 
-fn decide(o: &MetaOpts, incr: bool, cur: Option<&Item>, now: u32) -> (Update, Outcome) {
+/// memcached stores an item whose total size (48-byte header, 8-byte CAS, key, NUL, value,
+/// CRLF) exceeds its largest slab chunk (512 KiB by default, `-o slab_chunk_max`) in chunks,
+/// and refuses arithmetic on a chunked item before comparing CAS. No such value is a number.
+fn memcached_chunked(key: &[u8], value: &[u8]) -> bool {
+    48 + 8 + key.len() + 1 + value.len() + 2 > 512 * 1024
+}
+
+fn decide(o: &MetaOpts, key: &[u8], incr: bool, cur: Option<&Item>, now: u32) -> (Update, Outcome) {
     let Some(it) = cur else {
         if o.vivify.is_none() {
             return (Update::Keep, Outcome::NotFound);
@@ -62,7 +70,7 @@ fn decide(o: &MetaOpts, incr: bool, cur: Option<&Item>, now: u32) -> (Update, Ou
             },
         );
     };
-    if it.value.is_empty() {
+    if it.value.is_empty() || memcached_chunked(key, &it.value) {
         return (Update::Keep, Outcome::NonNumeric);
     }
     if o.compare_cas.is_some_and(|c| c != 0 && c != it.cas) {
@@ -90,7 +98,7 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, incr: bool, out: &mut
     let now = ctx.store.clock().now();
     let res = ctx
         .store
-        .update(&meta.key, |cur| decide(o, incr, cur, now))
+        .update(&meta.key, |cur| decide(o, &meta.key, incr, cur, now))
         .await;
     let (outcome, cas) = match res {
         Ok((r, cas)) => (r, cas.unwrap_or(0)),
@@ -162,7 +170,33 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, incr: bool, out: &mut
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::command::testing::run as t;
+
+    #[test]
+    fn values_memcached_chunks_are_non_numeric_before_cas() {
+        let item = |len: usize| Item {
+            value: Bytes::from("7".repeat(len)),
+            flags: 0,
+            exptime: 0,
+            cas: 5,
+            meta: ItemMeta::default(),
+        };
+        let o = MetaOpts {
+            compare_cas: Some(1),
+            delta: 1,
+            ..MetaOpts::default()
+        };
+        let limit = 512 * 1024 - 48 - 8 - 1 - 1 - 2;
+        assert!(matches!(
+            decide(&o, b"k", true, Some(&item(limit + 1)), 0).1,
+            Outcome::NonNumeric
+        ));
+        assert!(matches!(
+            decide(&o, b"k", true, Some(&item(limit)), 0).1,
+            Outcome::Exists
+        ));
+    }
 
     #[tokio::test]
     async fn counter_lifecycle() {
@@ -181,6 +215,14 @@ mod tests {
         assert_eq!(
             t(b"ma c N100 t\r\nma c T5 t\r\n").await,
             "HD t100\r\nHD t5\r\n"
+        );
+        // TTL flags after a too-long opaque are not applied (the delta and `N`'s create are).
+        let o = "o".repeat(33);
+        let req = format!("ma c N100 O{o} T5\r\nmg c t v\r\nma d O{o} N100\r\nmg d t v\r\n");
+        assert_eq!(
+            t(req.as_bytes()).await,
+            "CLIENT_ERROR opaque token too long\r\nVA 1 t100\r\n0\r\n\
+             CLIENT_ERROR opaque token too long\r\nVA 1 t-1\r\n0\r\n"
         );
         assert_eq!(
             t(b"ma c MX\r\n").await,

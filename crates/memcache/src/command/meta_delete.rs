@@ -12,6 +12,8 @@ use crate::stats::Stats;
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Outcome {
     Deleted,
+    /// Marked stale (`I`); the flag says the item had been fetched.
+    Invalidated(bool),
     NotFound,
     Exists,
 }
@@ -42,7 +44,7 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut Output) {
                     ..it.meta
                 },
             };
-            (Update::Put(w), Outcome::Deleted)
+            (Update::Put(w), Outcome::Invalidated(it.meta.fetched))
         })
         .await;
     let outcome = match res {
@@ -51,15 +53,21 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut Output) {
     };
     let s = &ctx.stats;
     match outcome {
-        Outcome::Deleted if !o.invalidate => Stats::incr(&s.delete_hits),
-        Outcome::Deleted => {}
+        Outcome::Deleted => Stats::incr(&s.delete_hits),
+        Outcome::Invalidated(fetched) => {
+            // memcached flips the stale bit in place, so the item stays fetched; the store
+            // resets that bit on a write, so read it once more to set it again.
+            if fetched {
+                let _ = ctx.store.get(&meta.key).await;
+            }
+        }
         Outcome::NotFound | Outcome::Exists => Stats::incr(&s.delete_misses),
     }
-    if outcome == Outcome::Deleted && o.quiet {
+    if matches!(outcome, Outcome::Deleted | Outcome::Invalidated(_)) && o.quiet {
         return;
     }
     out.extend_from_slice(match outcome {
-        Outcome::Deleted => b"HD",
+        Outcome::Deleted | Outcome::Invalidated(_) => b"HD",
         Outcome::NotFound => b"NF",
         Outcome::Exists => b"EX",
     });
@@ -97,6 +105,15 @@ mod tests {
         assert_eq!(
             t(b"set a 3 0 1\r\nx\r\nmd a I\r\nget a\r\nmg a c\r\n").await,
             "STORED\r\nHD\r\nVALUE a 3 1\r\nx\r\nEND\r\nHD c2 X W\r\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn invalidate_keeps_the_fetched_bit() {
+        assert_eq!(
+            t(b"set a 0 0 1\r\nx\r\nget a\r\nmd a I\r\nmg a h\r\nset b 0 0 1\r\ny\r\nmd b I\r\nmg b h\r\n")
+                .await,
+            "STORED\r\nVALUE a 0 1\r\nx\r\nEND\r\nHD\r\nHD h1 X W\r\nSTORED\r\nHD\r\nHD h0 X W\r\n"
         );
     }
 }

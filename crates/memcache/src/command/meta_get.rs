@@ -106,18 +106,24 @@ async fn lookup<S: KvStore>(ctx: &Context<S>, meta: &Meta, now: u32) -> Option<F
         if w.won {
             // Stale and nobody holds the token yet: hand it out, unless the item changed.
             let cas = item.cas;
-            let _ = ctx
+            let wrote = ctx
                 .store
                 .update(&meta.key, |cur| match cur {
                     Some(c) if c.cas == cas && !c.meta.win_token_sent => {
                         match write_for(c, &walk(o, c, false, now), false) {
-                            Some(w) => (Update::Put(w), ()),
-                            None => (Update::Keep, ()),
+                            Some(w) => (Update::Put(w), true),
+                            None => (Update::Keep, false),
                         }
                     }
-                    _ => (Update::Keep, ()),
+                    _ => (Update::Keep, false),
                 })
-                .await;
+                .await
+                .is_ok_and(|(wrote, _)| wrote);
+            if wrote {
+                // memcached sets the token bit in place; the store's write cleared the
+                // fetched bit that the read above had set, so set it again.
+                let _ = ctx.store.get(&meta.key).await;
+            }
         }
         let cas = item.cas;
         return Some(Found {
@@ -145,7 +151,10 @@ async fn lookup<S: KvStore>(ctx: &Context<S>, meta: &Meta, now: u32) -> Option<F
         _ => return None,
     };
     let (item, walk, created) = found;
-    if !o.no_update {
+    // memcached changes TTL and token bits in place, so an item that was fetched stays
+    // fetched even under `u`; the store's write cleared that bit, so read once more.
+    let kept_fetched = item.meta.fetched && !created && write_for(&item, &walk, created).is_some();
+    if !o.no_update || kept_fetched {
         // Record the access the way a plain read would (memcached's delayed bump marks even
         // a just-vivified item fetched).
         let _ = ctx.store.get(&meta.key).await;
@@ -159,9 +168,15 @@ async fn lookup<S: KvStore>(ctx: &Context<S>, meta: &Meta, now: u32) -> Option<F
     })
 }
 
+/// Flags with which memcached fetches an item without bumping it and bumps it only once the
+/// reply is complete (`_meta_flag_preparse` sets its `locked` option for them).
+const DELAYED_BUMP: &[u8] = b"hlNRT";
+
 /// memcached finds an over-long opaque while writing the reply: a vivified item is already
-/// created, and `T`/`N` flags before the `O` have applied; no win token is handed out and the
-/// access is not recorded. Replay exactly that, then report the error.
+/// created, and `T`/`N` flags before the `O` have applied; no win token is handed out. The
+/// access is recorded only when memcached had already bumped the item while fetching it,
+/// which it does unless a flag makes it delay the bump to the end of the command (`h l N R
+/// T`, see [`DELAYED_BUMP`]) or `u` forbids it. Replay exactly that, then report the error.
 async fn opaque_error<S: KvStore>(ctx: &Context<S>, meta: &Meta, now: u32, out: &mut Output) {
     let o = &meta.opts;
     let cut = o
@@ -173,22 +188,33 @@ async fn opaque_error<S: KvStore>(ctx: &Context<S>, meta: &Meta, now: u32, out: 
         flags: o.flags.iter().take(cut).cloned().collect(),
         ..o.clone()
     };
-    let _ = ctx
+    let res = ctx
         .store
         .update(&meta.key, |cur| {
             let (item, created) = match cur {
                 Some(it) => (it.clone(), false),
                 None if o.vivify.is_some() => (stub(), true),
-                None => return (Update::Keep, ()),
+                None => return (Update::Keep, None),
             };
             let mut w = walk(&before, &item, created, now);
             w.won = false;
             match write_for(&item, &w, created) {
-                Some(write) => (Update::Put(write), ()),
-                None => (Update::Keep, ()),
+                Some(write) => {
+                    let kept_fetched = !created && item.meta.fetched;
+                    (Update::Put(write), Some((!created, kept_fetched)))
+                }
+                None => (Update::Keep, Some((!created, false))),
             }
         })
         .await;
+    if let Ok((Some((found, kept_fetched)), _)) = res {
+        let bumped = !o.no_update && !DELAYED_BUMP.iter().any(|&l| o.has(l));
+        // A hit that was bumped, or a fetched item the store's write (a TTL change memcached
+        // makes in place) marked unfetched: record the access.
+        if (found && bumped) || kept_fetched {
+            let _ = ctx.store.get(&meta.key).await;
+        }
+    }
     reply::line(out, b"CLIENT_ERROR opaque token too long");
 }
 
@@ -301,6 +327,45 @@ mod tests {
         assert_eq!(
             t(b"set a 0 0 1\r\nx\r\nmg a h u\r\nmg a h\r\n").await,
             "STORED\r\nHD h0\r\nHD h0\r\n"
+        );
+        // A TTL change or a win token under `u` keeps a fetched item fetched.
+        assert_eq!(
+            t(b"set a 0 0 1\r\nx\r\nget a\r\nmg a T100 u\r\nmg a h\r\n").await,
+            "STORED\r\nVALUE a 0 1\r\nx\r\nEND\r\nHD\r\nHD h1\r\n"
+        );
+        assert_eq!(
+            t(b"set a 0 0 1\r\nx\r\nmd a I\r\nmg a\r\nmg a h\r\n").await,
+            "STORED\r\nHD\r\nHD X W\r\nHD h1 Z X\r\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn long_opaque_records_the_access_unless_the_bump_is_delayed() {
+        let o = "o".repeat(33);
+        for (flags, h) in [
+            ("v", 1),
+            ("t", 1),
+            ("c k s f", 1),
+            ("q", 1),
+            ("h", 0),
+            ("l", 0),
+            ("T100", 0),
+            ("R30", 0),
+            ("N30", 0),
+            ("u", 0),
+        ] {
+            let req = format!("set a 0 0 1\r\nx\r\nmg a O{o} {flags}\r\nmg a h\r\n");
+            assert_eq!(
+                t(req.as_bytes()).await,
+                format!("STORED\r\nCLIENT_ERROR opaque token too long\r\nHD h{h}\r\n"),
+                "flags {flags}"
+            );
+        }
+        // A TTL change keeps a fetched item fetched.
+        let req = format!("set a 0 0 1\r\nx\r\nget a\r\nmg a T9 O{o}\r\nmg a h t\r\n");
+        assert_eq!(
+            t(req.as_bytes()).await,
+            "STORED\r\nVALUE a 0 1\r\nx\r\nEND\r\nCLIENT_ERROR opaque token too long\r\nHD h1 t9\r\n"
         );
     }
 

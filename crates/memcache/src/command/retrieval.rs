@@ -137,11 +137,15 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, req: Retrieval, out: &mut Output)
                 Stats::incr(&stats.get_misses);
             }
         }
-        if let Some(item) = item {
+        if let Some(item) = item.filter(|_| !req.key_too_long) {
             value_block(out, key, &item, req.with_cas);
         }
     }
-    out.extend_from_slice(b"END\r\n");
+    if req.key_too_long {
+        reply::line(out, b"CLIENT_ERROR bad command line format");
+    } else {
+        out.extend_from_slice(b"END\r\n");
+    }
 }
 
 #[cfg(test)]
@@ -166,6 +170,20 @@ mod tests {
         assert_eq!(
             t(long.as_bytes()).await,
             "CLIENT_ERROR bad command line format\r\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn keys_before_a_too_long_key_are_still_read() {
+        let long = "k".repeat(251);
+        let req = format!(
+            "set a 0 0 1\r\nx\r\nset b 0 0 1\r\ny\r\nget a {long} b\r\nmg a h\r\nmg b h\r\n\
+             gat 500 a {long}\r\nmg a t v\r\n"
+        );
+        assert_eq!(
+            t(req.as_bytes()).await,
+            "STORED\r\nSTORED\r\nCLIENT_ERROR bad command line format\r\nHD h1\r\nHD h0\r\n\
+             CLIENT_ERROR bad command line format\r\nVA 1 t500\r\nx\r\n"
         );
     }
 
@@ -269,6 +287,7 @@ mod tests {
             keys: keys.collect(),
             with_cas: false,
             touch: None,
+            key_too_long: false,
         };
         run(&ctx, req, &mut out).await;
         assert_eq!(
