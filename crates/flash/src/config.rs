@@ -52,9 +52,10 @@ impl DeviceSpec {
     }
 }
 
-/// Parse a size: plain bytes (`4096`), or a number with a unit: `K`/`M`/`G`/`T` (binary,
-/// as memcached does: `2G` = 2 GiB), `KiB`/`MiB`/`GiB`/`TiB` (binary), `KB`/`MB`/`GB`/`TB`
-/// (decimal), optional trailing `B`. Case-insensitive.
+/// Parse a size: plain bytes (`4096`), or a number with a unit: `K`/`M`/`G`/`T`,
+/// `KiB`/`MiB`/`GiB`/`TiB` or `KB`/`MB`/`GB`/`TB`, all powers of 1024 as memcached means them
+/// (`-I 1m` = 1 MiB, `ext_path=/f:2G` = 2 GiB), optional trailing `B`. Case-insensitive. The
+/// one size parser of the project: the server's flags use it too.
 pub fn parse_size(s: &str) -> Result<u64> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
@@ -64,14 +65,10 @@ pub fn parse_size(s: &str) -> Result<u64> {
         .map_err(|_| Error::Spec(format!("{s:?}: not a size")))?;
     let mult: u64 = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "t" | "tib" => 1 << 40,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        "tb" => 1_000_000_000_000,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
         _ => return Err(Error::Spec(format!("{s:?}: unknown unit {unit:?}"))),
     };
     n.checked_mul(mult)
@@ -302,8 +299,13 @@ mod tests {
         assert_eq!(parse_size("2G").unwrap(), 2 << 30);
         assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
         assert_eq!(parse_size("512M").unwrap(), 512 << 20);
-        assert_eq!(parse_size("1gb").unwrap(), 1_000_000_000);
+        assert_eq!(parse_size("1gb").unwrap(), 1 << 30);
+        assert_eq!(parse_size("1m").unwrap(), 1 << 20);
+        assert_eq!(parse_size("2kb").unwrap(), 2048);
         assert!(parse_size("12Q").is_err());
+        assert!(parse_size("M").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("99999999999T").is_err());
         assert!(parse_size("").is_err());
         let d = DeviceSpec::parse("/var/tmp/f:2GiB").unwrap();
         assert_eq!(

@@ -217,7 +217,7 @@ async fn run(args: BlockArgs) -> anyhow::Result<()> {
     let stop = server.shutdown_handle();
     let on_signal = Arc::clone(&cache);
     tokio::spawn(async move {
-        shutdown_signal().await;
+        crate::signals::shutdown_signal().await;
         on_signal.interrupt();
         stop.shutdown();
     });
@@ -250,21 +250,5 @@ fn write_stats_file(path: &std::path::Path, cache: &BlockCache) {
         .is_err()
     {
         // The stats file is best effort; the admin endpoint still answers.
-    }
-}
-
-/// Completes on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
     }
 }

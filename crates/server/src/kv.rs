@@ -12,7 +12,7 @@ use flashtier_cache::{Cache, CacheConfig, FlashSettings, KvStore};
 use flashtier_memcache::{Context, MemoryLimitHook, Settings};
 
 use crate::cli::KvArgs;
-use crate::size::parse_size;
+use flashtier_cache::flash::parse_size;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:11211";
 const DEFAULT_MEMORY: u64 = 64 << 20;
@@ -321,7 +321,7 @@ async fn run<S: KvStore>(
             cfg.memory, cfg.max_item_size, cfg.threads, cfg.max_connections
         );
     }
-    flashtier_memcache::serve(listener, ctx, shutdown_signal()).await?;
+    flashtier_memcache::serve(listener, ctx, crate::signals::shutdown_signal()).await?;
     if cfg.verbose > 0 {
         eprintln!("flashtier kv: shut down");
     }
@@ -339,23 +339,6 @@ fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(1024)
-}
-
-/// Completes on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(e) => {
-            eprintln!("flashtier: cannot watch SIGTERM ({e}); only SIGINT stops the server");
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 //!
 //! # Layout
 //! - [`cli`]: command-line flags (clap derive), native and memcached-compatible.
-//! - [`size`]: parsing sizes such as `64M`, `64MiB`, `1G`.
 //! - [`kv`]: `flashtier kv`, the memcached-compatible key-value server.
+//! - [`signals`]: SIGTERM/SIGINT handling shared by `kv` and `block`.
 //! - [`block`]: `flashtier block`, the NBD block cache; [`admin`] its HTTP admin endpoint;
 //!   [`ctl`]: `flashtier ctl`, the admin client.
 #![deny(unsafe_code)]
@@ -13,7 +13,7 @@ mod block;
 mod cli;
 mod ctl;
 mod kv;
-mod size;
+mod signals;
 
 use clap::Parser as _;
 
