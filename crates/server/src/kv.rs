@@ -266,6 +266,16 @@ fn build_store(cfg: &KvConfig) -> anyhow::Result<Arc<Cache>> {
         .max_item_size(cfg.max_item_size as usize);
     if !cfg.flash.is_empty() {
         let specs: Vec<&str> = cfg.flash.iter().map(String::as_str).collect();
+        // A flash file under a data directory that does not exist yet: create the directory.
+        for spec in &specs {
+            let path = flashtier_cache::flash::DeviceSpec::parse(spec)
+                .context("--flash")?
+                .path;
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("cannot create flash directory {}", dir.display()))?;
+            }
+        }
         builder = builder.flash(FlashSettings::parse(&specs).context("--flash")?);
     }
     let cache_cfg = builder.build().context("invalid cache configuration")?;
