@@ -89,16 +89,28 @@ impl FileDevice {
     }
 }
 
+/// How long to wait for the lock of a process that just died: the kernel drops a killed
+/// process's io_uring ring (and the file references it holds, hence the lock) asynchronously,
+/// a moment after the process is gone, so a restart right after `kill -9` can find the lock
+/// still held. A live engine holding it is still refused, only later.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Take an exclusive advisory lock so two engines never share a device; released when the
-/// file is closed (also by a crash).
+/// file is closed (also by a crash, see [`LOCK_WAIT`]).
 fn lock_exclusive(file: &File) -> io::Result<()> {
-    // SAFETY: `file` owns a valid open descriptor for the duration of the call; flock touches
-    // no memory of ours.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        // SAFETY: `file` owns a valid open descriptor for the duration of the call; flock
+        // touches no memory of ours.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::WouldBlock || std::time::Instant::now() >= deadline {
+            return Err(err);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 
