@@ -82,22 +82,26 @@ def wait_port(port, pid, seconds=15.0):
 
 
 def server_stats(port):
+    """`stats` merged with `stats extstore` (the general section wins on a shared name)."""
     try:
         s = socket.create_connection(("127.0.0.1", port), timeout=5)
     except OSError:
         return {}
-    s.sendall(b"stats\r\n")
     buf = b""
-    while not buf.endswith(b"END\r\n"):
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        buf += chunk
+    for cmd in (b"stats\r\n", b"stats extstore\r\n"):
+        s.sendall(cmd)
+        part = b""
+        while not (part.endswith(b"END\r\n") or part.endswith(b"ERROR\r\n")):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            part += chunk
+        buf += part
     s.close()
     out = {}
     for line in buf.decode(errors="replace").splitlines():
         parts = line.split(" ", 2)
-        if len(parts) == 3 and parts[0] == "STAT":
+        if len(parts) == 3 and parts[0] == "STAT" and parts[1] not in out:
             v = parts[2]
             try:
                 out[parts[1]] = int(v)

@@ -7,18 +7,20 @@ Reads OUT_DIR/<label>.json (generator), <label>.server.json (probe.py collect),
 fio.json (optional), machine.json, scenario.json.
 
 Server-specific stat names are looked up from the candidate lists below; the first name
-present in a server's `stats` wins. Extend the lists when flashtier's names are settled.
+present in a server's `stats` + `stats extstore` wins (memcached's names first, then flashtier's).
 """
 import json
 import os
 import sys
 
 # GETs served from flash, counted by the server over a measured window.
-FLASH_HIT_STATS = ["get_extstore", "flash_get_hits", "get_flash", "flash_hits"]
+FLASH_HIT_STATS = ["get_extstore", "extstore_hits"]
 # Items currently on flash.
-FLASH_ITEM_STATS = ["extstore_objects_used", "flash_items", "flash_curr_items", "flash_objects"]
-# Bytes the server itself wrote to flash (application level).
-FLASH_WRITE_STATS = ["extstore_bytes_written", "flash_bytes_written"]
+FLASH_ITEM_STATS = ["extstore_objects_used", "extstore_index_items"]
+# Bytes the server itself wrote to flash (application level, compaction rewrites included):
+# memcached's extstore counter; flashtier's engine counter of bytes handed to the device
+# (records, padding, summaries and reclaim rewrites -- the larger of its two counters).
+FLASH_WRITE_STATS = ["flash_device_bytes_written", "extstore_bytes_written"]
 
 
 def load(path):

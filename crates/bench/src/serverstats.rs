@@ -17,7 +17,10 @@ use crate::error::Error;
 /// Numeric `STAT name value` lines of one `stats` reply.
 pub type Snapshot = BTreeMap<String, f64>;
 
-/// Sends `stats` and parses the numeric values. Non-numeric values (version, ...) are skipped.
+/// Sends `stats`, then `stats extstore`, and parses the numeric values of both (flashtier
+/// keeps its flash counters in the `extstore` section; memcached has most of its own in the
+/// general one, which wins on a name present in both). Non-numeric values are skipped; a
+/// server that answers `stats extstore` with an error contributes only the general section.
 pub fn fetch(addr: &str, timeout: Duration) -> Result<Snapshot, Error> {
     let connect_err = |source| Error::Connect {
         addr: addr.to_string(),
@@ -26,10 +29,19 @@ pub fn fetch(addr: &str, timeout: Duration) -> Result<Snapshot, Error> {
     let mut s = TcpStream::connect(addr).map_err(connect_err)?;
     s.set_read_timeout(Some(timeout)).map_err(connect_err)?;
     s.set_write_timeout(Some(timeout)).map_err(connect_err)?;
-    s.write_all(b"stats\r\n")?;
+    let mut out = parse(&request(&mut s, b"stats\r\n")?);
+    for (k, v) in parse(&request(&mut s, b"stats extstore\r\n")?) {
+        out.entry(k).or_insert(v);
+    }
+    Ok(out)
+}
+
+/// Sends one stats command and reads its reply up to `END` or an error line.
+fn request(s: &mut TcpStream, cmd: &[u8]) -> Result<String, Error> {
+    s.write_all(cmd)?;
     let mut buf = Vec::with_capacity(8192);
     let mut chunk = [0u8; 8192];
-    while !buf.ends_with(b"END\r\n") {
+    while !(buf.ends_with(b"END\r\n") || buf.ends_with(b"ERROR\r\n")) {
         let n = s.read(&mut chunk)?;
         if n == 0 {
             return Err(Error::Protocol("stats reply cut short".into()));
@@ -39,7 +51,7 @@ pub fn fetch(addr: &str, timeout: Duration) -> Result<Snapshot, Error> {
             return Err(Error::Protocol("stats reply larger than 1 MiB".into()));
         }
     }
-    Ok(parse(&String::from_utf8_lossy(&buf)))
+    Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 
 /// Parses `STAT name value` lines.
