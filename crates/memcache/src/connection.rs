@@ -13,9 +13,14 @@
 //! Idle connections keep no read buffer (an empty one is released before waiting) and at
 //! most [`IDLE_KEEP`] of output buffer.
 //!
-//! Replies stay in request order because requests are executed one after another; a
-//! multi-key get is the unit that may await several store reads together (see
-//! `command::retrieval`).
+//! Replies stay in request order. Requests that change nothing a later request could see
+//! (`get`, `gets`, `mg` without T/N/R/I, `mn` -- see [`is_plain_read`]) and arrive back to back
+//! in one pipeline are executed together, up to [`READ_BATCH`] at a time, each into its own
+//! reply buffer, and their replies appended in order: a client pipelining GETs of items on
+//! flash keeps several device reads in flight, as memcached's extstore does when it queues
+//! the IO of a whole read buffer. Every other request runs alone, after everything before it,
+//! so a read after a write in the same pipeline sees the write. A multi-key get also awaits
+//! its keys' reads together (see `command::retrieval`).
 use bytes::{Buf, BytesMut};
 use flashtier_cache::KvStore;
 use tokio::io::AsyncWriteExt;
@@ -25,7 +30,9 @@ use tokio::sync::watch;
 use crate::codec::{CloseReason, Decoded, Decoder, Limits};
 use crate::command::{execute, Flow};
 use crate::context::Context;
+use crate::join::{join_all, BoxFuture};
 use crate::output::Output;
+use crate::request::Request;
 use crate::stats::Stats;
 
 /// Read size per `read` call (memcached reads 16 KiB at a time too).
@@ -35,6 +42,24 @@ const IDLE_KEEP: usize = 64 * 1024;
 /// Input buffer capacity a connection keeps while waiting for bytes: none, so thousands of
 /// idle connections cost no read buffers (a burst allocates `READ_CHUNK` again).
 const IDLE_KEEP_INPUT: usize = 0;
+
+/// Most pipelined read requests of one connection executed together. Bounds the reply
+/// buffers held at once to this many replies (each at most one multi-get's worth).
+pub const READ_BATCH: usize = 16;
+
+/// True for requests whose execution changes nothing another request can observe (beyond
+/// access bookkeeping), so several may run concurrently with their replies kept in order.
+pub fn is_plain_read(request: &Request) -> bool {
+    match request {
+        Request::Retrieval(r) => r.touch.is_none(),
+        Request::MetaGet(m) => {
+            let o = &m.opts;
+            o.ttl.is_none() && o.vivify.is_none() && o.recache.is_none() && !o.invalidate
+        }
+        Request::MetaNoop => true,
+        _ => false,
+    }
+}
 
 /// What [`Session::pump`] stopped for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +81,8 @@ pub struct Session {
     decoder: Decoder,
     /// Bytes still to discard from a rejected data block.
     swallow: usize,
+    /// A request decoded while gathering a batch of reads that could not join it.
+    lookahead: Option<Decoded>,
     pub input: BytesMut,
     pub output: Output,
     max_output: usize,
@@ -66,6 +93,7 @@ impl Session {
         Self {
             decoder: Decoder::new(limits),
             swallow: 0,
+            lookahead: None,
             input: BytesMut::new(),
             output: Output::new(),
             max_output,
@@ -83,7 +111,11 @@ impl Session {
                     return Pump::NeedInput;
                 }
             }
-            match self.decoder.decode(&mut self.input) {
+            let decoded = match self.lookahead.take() {
+                Some(d) => d,
+                None => self.decoder.decode(&mut self.input),
+            };
+            match decoded {
                 Decoded::Incomplete => return Pump::NeedInput,
                 Decoded::Close(reason) => {
                     let s = &ctx.stats;
@@ -96,7 +128,10 @@ impl Session {
                 }
                 Decoded::Request { request, swallow } => {
                     self.swallow = swallow;
-                    if execute(ctx, request, &mut self.output).await == Flow::Close {
+                    if swallow == 0 && is_plain_read(&request) {
+                        let batch = self.gather_reads(request);
+                        self.execute_reads(ctx, batch).await;
+                    } else if execute(ctx, request, &mut self.output).await == Flow::Close {
                         return Pump::Quit;
                     }
                     if self.output.len() >= self.max_output {
@@ -104,6 +139,50 @@ impl Session {
                     }
                 }
             }
+        }
+    }
+
+    /// `first` and the plain reads decoded right after it (up to [`READ_BATCH`]); the first
+    /// request that cannot join is kept in `lookahead`.
+    fn gather_reads(&mut self, first: Request) -> Vec<Request> {
+        let mut batch = vec![first];
+        while batch.len() < READ_BATCH && !self.input.is_empty() {
+            match self.decoder.decode(&mut self.input) {
+                Decoded::Request {
+                    request,
+                    swallow: 0,
+                } if is_plain_read(&request) => batch.push(request),
+                other => {
+                    self.lookahead = Some(other);
+                    break;
+                }
+            }
+        }
+        batch
+    }
+
+    /// Execute plain reads concurrently; replies are appended in request order.
+    async fn execute_reads<S: KvStore>(&mut self, ctx: &Context<S>, mut batch: Vec<Request>) {
+        if batch.len() == 1 {
+            if let Some(request) = batch.pop() {
+                // A plain read never closes the connection.
+                let _ = execute(ctx, request, &mut self.output).await;
+            }
+            return;
+        }
+        Stats::incr(&ctx.stats.pipelined_read_batches);
+        let runs = batch
+            .into_iter()
+            .map(|request| -> BoxFuture<'_, Output> {
+                Box::pin(async move {
+                    let mut out = Output::new();
+                    let _ = execute(ctx, request, &mut out).await;
+                    out
+                })
+            })
+            .collect();
+        for out in join_all(runs).await {
+            self.output.append(out);
         }
     }
 
@@ -172,5 +251,59 @@ pub async fn serve_connection<S: KvStore>(
             };
             Stats::add(&ctx.stats.bytes_read, n as u64);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::command::testing::{Harness, TEST_MAX_ITEM};
+    use crate::stats::Stats;
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(f)
+    }
+
+    #[test]
+    fn pipelined_reads_answer_in_order_and_see_earlier_writes() {
+        let h = Harness::new();
+        let out = block_on(h.send(
+            b"set a 0 0 1\r\n1\r\nget a\r\nget b\r\nmg a v\r\nmn\r\ngets a\r\n\
+              set a 0 0 1\r\n2\r\nget a\r\nmg a v\r\nmg b v\r\n",
+        ));
+        let cas = out
+            .lines()
+            .find(|l| l.starts_with("VALUE a 0 1 "))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or("?")
+            .to_string();
+        assert_eq!(
+            out,
+            format!(
+                "STORED\r\nVALUE a 0 1\r\n1\r\nEND\r\nEND\r\nVA 1\r\n1\r\nMN\r\n\
+                 VALUE a 0 1 {cas}\r\n1\r\nEND\r\nSTORED\r\nVALUE a 0 1\r\n2\r\nEND\r\n\
+                 VA 1\r\n2\r\nEN\r\n"
+            )
+        );
+        // Two runs of reads: get a .. gets a, then get a .. mg b.
+        assert_eq!(Stats::get(&h.ctx.stats.pipelined_read_batches), 2);
+    }
+
+    #[test]
+    fn a_swallowed_value_ends_a_batch_and_is_discarded() {
+        let h = Harness::new();
+        let big = TEST_MAX_ITEM + 10;
+        let mut input = b"set a 0 0 1\r\nx\r\nget a\r\nget a\r\n".to_vec();
+        input.extend_from_slice(format!("set c 0 0 {big}\r\n").as_bytes());
+        input.extend(std::iter::repeat_n(b'z', big));
+        input.extend_from_slice(b"\r\nget a\r\nget c\r\n");
+        let out = block_on(h.send(&input));
+        assert_eq!(
+            out,
+            "STORED\r\nVALUE a 0 1\r\nx\r\nEND\r\nVALUE a 0 1\r\nx\r\nEND\r\n\
+             SERVER_ERROR object too large for cache\r\nVALUE a 0 1\r\nx\r\nEND\r\nEND\r\n"
+        );
     }
 }

@@ -39,6 +39,7 @@ pub mod command;
 pub mod connection;
 pub mod context;
 pub mod error;
+pub mod join;
 pub mod output;
 pub mod reply;
 pub mod request;

@@ -43,6 +43,24 @@ impl Output {
         self.queued.push_back(value.clone());
     }
 
+    /// Move everything pending in `other` to the end of this output (the replies of
+    /// requests executed together, appended in request order).
+    pub fn append(&mut self, mut other: Output) {
+        if other.queued.is_empty() {
+            self.tail.extend_from_slice(&other.tail);
+            return;
+        }
+        if !self.tail.is_empty() {
+            let seg = self.tail.split().freeze();
+            self.queued_len += seg.len();
+            self.queued.push_back(seg);
+        }
+        for seg in other.drain() {
+            self.queued_len += seg.len();
+            self.queued.push_back(seg);
+        }
+    }
+
     /// Total pending bytes.
     pub fn len(&self) -> usize {
         self.queued_len + self.tail.len()

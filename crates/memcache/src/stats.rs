@@ -71,6 +71,8 @@ counters! {
         binary_protocol_rejected,
         /// Connections closed for an over-long line.
         line_too_long_closed,
+        /// Runs of two or more pipelined reads executed together on one connection.
+        pipelined_read_batches,
     }
 }
 

@@ -3,21 +3,16 @@
 //! A multi-key get is where flash reads are batched: [`fetch_all`] starts every lookup before
 //! awaiting any, so reads that go to the device overlap; replies are still written in request
 //! order.
-use std::future::Future;
-use std::pin::Pin;
-use std::task::Poll;
-
 use bytes::Bytes;
 use flashtier_cache::{CasMode, Item, ItemWrite, KvStore, Update};
 
 use super::exptime;
 use crate::context::Context;
+use crate::join::{join_all, BoxFuture};
 use crate::output::Output;
 use crate::reply;
 use crate::request::Retrieval;
 use crate::stats::Stats;
-
-type Lookup<'a> = Pin<Box<dyn Future<Output = Option<Item>> + Send + 'a>>;
 
 /// Read every key (recording the accesses), polling all lookups together so that the ones
 /// waiting on flash overlap. Errors read as a miss: a retrieval has no way to report a
@@ -26,35 +21,13 @@ async fn fetch_all<S: KvStore>(ctx: &Context<S>, keys: &[Bytes]) -> Vec<Option<I
     if let [key] = keys {
         return vec![ctx.store.get(key).await.ok().flatten()];
     }
-    let mut pending: Vec<Option<Lookup<'_>>> = keys
+    let lookups = keys
         .iter()
-        .map(|k| {
-            let fut: Lookup<'_> = Box::pin(async move { ctx.store.get(k).await.ok().flatten() });
-            Some(fut)
+        .map(|k| -> BoxFuture<'_, Option<Item>> {
+            Box::pin(async move { ctx.store.get(k).await.ok().flatten() })
         })
         .collect();
-    let mut results: Vec<Option<Item>> = vec![None; keys.len()];
-    std::future::poll_fn(|cx| {
-        let mut busy = false;
-        for (slot, result) in pending.iter_mut().zip(results.iter_mut()) {
-            if let Some(fut) = slot {
-                match fut.as_mut().poll(cx) {
-                    Poll::Ready(item) => {
-                        *result = item;
-                        *slot = None;
-                    }
-                    Poll::Pending => busy = true,
-                }
-            }
-        }
-        if busy {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    results
+    join_all(lookups).await
 }
 
 /// Set a new exptime on `key` if it exists, keeping its value, flags, CAS and meta bits
