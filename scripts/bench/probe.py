@@ -81,6 +81,30 @@ def wait_port(port, pid, seconds=15.0):
     sys.exit(f"server pid {pid} did not listen on {port} within {seconds}s")
 
 
+def server_slabs(port):
+    """memcached's `stats slabs` as {class: {field: int}} (empty if the server has none)."""
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    except OSError:
+        return {}
+    s.sendall(b"stats slabs\r\n")
+    buf = b""
+    while not (buf.endswith(b"END\r\n") or buf.endswith(b"ERROR\r\n")):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    s.close()
+    out = {}
+    for line in buf.decode(errors="replace").splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "STAT" and ":" in parts[1]:
+            cls, field = parts[1].split(":", 1)
+            if cls.isdigit() and parts[2].isdigit():
+                out.setdefault(cls, {})[field] = int(parts[2])
+    return out
+
+
 def server_stats(port):
     """`stats` merged with `stats extstore` (the general section wins on a shared name)."""
     try:
@@ -169,6 +193,7 @@ def collect(name, pid, port, cg, flash, out):
         "flash_file_bytes": flash_bytes,
         "loadavg_at_end": open("/proc/loadavg").read().split()[:3],
         "stats": server_stats(port),
+        "slabs": server_slabs(port),
     }
     with open(out, "w") as f:
         json.dump(data, f, indent=2)

@@ -38,7 +38,29 @@ def first_stat(stats, names):
     return None, None
 
 
-def summarise(out, label, mem_mb):
+def min_value_size(spec):
+    """Smallest value size of a generator --value-size spec (N, A-B, or N:w,M:w,...)."""
+    try:
+        parts = [p.split(":")[0] for p in str(spec).split(",")]
+        return min(int(p.split("-")[0]) for p in parts)
+    except ValueError:
+        return None
+
+
+def index_bytes_per_flash_item(stats, slabs, flash_items, value_min):
+    """RAM that addresses one flash item: flashtier's index (its own stat); memcached's item
+    headers, i.e. the slab chunks of classes smaller than any value (only computable when
+    every value is >= 1 KiB, so small classes can hold nothing but flash-item headers)."""
+    if "ram_bytes_per_flash_item" in stats:
+        return float(stats["ram_bytes_per_flash_item"])
+    if "get_extstore" in stats and slabs and flash_items and value_min and value_min >= 1024:
+        hdr = sum(c.get("used_chunks", 0) * c.get("chunk_size", 0)
+                  for c in slabs.values() if c.get("chunk_size", 0) < 1024)
+        return hdr / flash_items
+    return None
+
+
+def summarise(out, label, mem_mb, value_min=None):
     gen = load(os.path.join(out, f"{label}.json"))
     srv = load(os.path.join(out, f"{label}.server.json")) or {}
     if gen is None:
@@ -91,6 +113,8 @@ def summarise(out, label, mem_mb):
         # flash costs in RAM (index, headers), excluding the RAM tier itself.
         "ram_overhead_per_flash_item": (max(0, hwm - mem_mb * 1048576) / flash_items)
         if hwm and flash_items and mem_mb else None,
+        "index_bytes_per_flash_item": index_bytes_per_flash_item(
+            stats, srv.get("slabs"), flash_items, value_min),
         "set_value_bytes": set_bytes,
         "io_write_bytes": srv.get("io_write_bytes"),
         "io_write_per_set_byte": (srv["io_write_bytes"] / set_bytes) if set_bytes and srv.get("io_write_bytes") is not None else None,
@@ -140,7 +164,7 @@ def main():
             fio_iops = fio["jobs"][0]["read"]["iops"]
         except (KeyError, IndexError, TypeError):
             fio_iops = None
-    servers = [s for s in (summarise(out, l, scenario.get("mem_mb")) for l in labels) if s]
+    servers = [s for s in (summarise(out, l, scenario.get("mem_mb"), min_value_size(scenario.get("value_size"))) for l in labels) if s]
     if not servers:
         sys.exit("report.py: no generator output found")
     base = servers[0]
@@ -161,6 +185,7 @@ def main():
             "ram_bytes_per_item": ratio(s["ram_bytes_per_item"], base["ram_bytes_per_item"]),
             "ram_bytes_per_flash_item": ratio(s["ram_bytes_per_flash_item"], base["ram_bytes_per_flash_item"]),
             "ram_overhead_per_flash_item": ratio(s["ram_overhead_per_flash_item"], base["ram_overhead_per_flash_item"]),
+            "index_bytes_per_flash_item": ratio(s["index_bytes_per_flash_item"], base["index_bytes_per_flash_item"]),
             "io_write_per_set_byte": ratio(s["io_write_per_set_byte"], base["io_write_per_set_byte"]),
             "per_rate": [],
         }
@@ -210,8 +235,8 @@ def main():
                   f"{machine.get('cpus')} CPUs). Latencies include scheduling delay from other work; "
                   f"compare servers only within a quiet run, or use --rt.**")
     md.append("\n#### Per server\n")
-    md.append("| server | load sets/s | peak ops/s | peak hit ratio | peak hits/s | peak p99 µs | peak RSS MiB | cgroup max MiB | items | RAM B/item | flash items | RAM B/flash item | RSS over budget B/flash item | write B / SET B (proc io) | app write amp |")
-    md.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    md.append("| server | load sets/s | peak ops/s | peak hit ratio | peak hits/s | peak p99 µs | peak RSS MiB | cgroup max MiB | items | RAM B/item | flash items | RAM B/flash item | RSS over budget B/flash item | index/header RAM B/flash item | write B / SET B (proc io) | app write amp |")
+    md.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in servers:
         p = peak(s) or {}
         lp = s["load_phase"] or {}
@@ -220,7 +245,7 @@ def main():
             fmt(p.get("hits_per_sec")), fmt(p.get("p99_us")), fmt(mib(s["peak_rss_bytes"])),
             fmt(mib(s["cgroup_max_usage_bytes"])), fmt(s["items_stored"]), fmt(s["ram_bytes_per_item"]),
             fmt(s["flash_items"]), fmt(s["ram_bytes_per_flash_item"]), fmt(s["ram_overhead_per_flash_item"]),
-            fmt(s["io_write_per_set_byte"], 3),
+            fmt(s["index_bytes_per_flash_item"]), fmt(s["io_write_per_set_byte"], 3),
             fmt(s["app_write_amplification"], 3)]) + " |")
     md.append("\n#### Latency vs offered load (µs)\n")
     md.append("| server | offered ops/s | achieved ops/s | hit ratio | hits/s | p50 | p90 | p99 | p99.9 | max | flash GETs/s | errors |")
@@ -238,6 +263,7 @@ def main():
         md.append("|---|---|")
         for k in ("peak_throughput", "peak_hits_per_sec", "peak_p99", "peak_rss", "cgroup_max_usage",
                   "ram_bytes_per_item", "ram_bytes_per_flash_item", "ram_overhead_per_flash_item",
+                  "index_bytes_per_flash_item",
                   "io_write_per_set_byte"):
             md.append(f"| {k} | {fmt(rr[k], 3)} |")
         if rr["per_rate"]:
