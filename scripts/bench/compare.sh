@@ -36,6 +36,7 @@
 #   c  flash: mixed 100 B - 64 KiB values
 #   d  flash: data larger than the flash file (eviction quality: hit ratio)
 #   e  latency-vs-offered-load sweep of (a)
+#   f  flash-read ceiling: data as (a), uniform keys, GETs only (nearly every GET from flash)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -81,7 +82,8 @@ case "$SCENARIO" in
   c) MEM=256 CGLIM=512 FLASH_SIZE=8G KEYS=400000 VALUE=100:50,4096:40,65536:10 RATES=max,2k,5k,10k,20k DURATION=20s ;;
   d) MEM=256 CGLIM=512 FLASH_SIZE=2G KEYS=1500000 VALUE=4096 RATES=max,10k DURATION=20s ;;
   e) MEM=256 CGLIM=512 FLASH_SIZE=8G KEYS=1250000 VALUE=4096 RATES=max,2k,5k,10k,15k,20k,30k,40k,60k DURATION=15s ;;
-  *) echo "compare.sh: unknown scenario $SCENARIO (a|b|c|d|e)" >&2; exit 2 ;;
+  f) MEM=256 CGLIM=512 FLASH_SIZE=8G KEYS=1250000 VALUE=4096 RATES=max,20k DIST=uniform GETR=1.0 ;;
+  *) echo "compare.sh: unknown scenario $SCENARIO (a|b|c|d|e|f)" >&2; exit 2 ;;
 esac
 RATES=${OVR[rates]:-$RATES}; DURATION=${OVR[duration]:-$DURATION}; WARMUP=${OVR[warmup]:-$WARMUP}
 KEYS=${OVR[keys]:-$KEYS}; VALUE=${OVR[value-size]:-$VALUE}; DIST=${OVR[dist]:-$DIST}
@@ -152,6 +154,10 @@ if [ -n "$FLASH_SIZE" ] && ((DO_FIO)); then
   fio --name=rr --filename="$FLASH_DIR/fio.test" --size=2G --rw=randread --bs=4k --direct=1 \
     --ioengine=io_uring --iodepth=32 --runtime=15 --time_based --output-format=json \
     > "$OUT/fio.json" 2> "$OUT/fio.err" || log "fio failed (see fio.err)"
+  log "fio 8 KiB random-read ceiling (a 4 KiB item's record spans two pages)"
+  fio --name=rr8 --filename="$FLASH_DIR/fio.test" --size=2G --rw=randread --bs=8k --direct=1 \
+    --ioengine=io_uring --iodepth=32 --runtime=10 --time_based --output-format=json \
+    > "$OUT/fio8k.json" 2> "$OUT/fio8k.err" || log "fio 8k failed (see fio8k.err)"
   rm -f "$FLASH_DIR/fio.test"
 fi
 
