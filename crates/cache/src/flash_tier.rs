@@ -225,7 +225,10 @@ impl FlashTier {
         match self.tiering.recache_rate() {
             0 => false,
             1 => true,
-            n => self.repeat_hits.fetch_add(1, Ordering::Relaxed) % n == 0,
+            n => self
+                .repeat_hits
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(n),
         }
     }
 

@@ -330,12 +330,14 @@ mod tests {
     async fn extstore_without_knobs() {
         // The test store has no runtime knobs: every name is refused as a client error.
         assert_eq!(
-            t(b"extstore\r\nextstore item_size\r\nextstore item_size 1 noreply\r\nmn\r\n")
-                .await,
+            t(b"extstore\r\nextstore item_size\r\nextstore item_size 1 noreply\r\nmn\r\n").await,
             "ERROR\r\nERROR\r\nMN\r\n"
         );
         let out = t(b"extstore item_size 1\r\n").await;
-        assert!(out.starts_with("CLIENT_ERROR unknown knob item_size"), "{out}");
+        assert!(
+            out.starts_with("CLIENT_ERROR unknown knob item_size"),
+            "{out}"
+        );
         assert!(out.ends_with("\r\n") && out.lines().count() == 1, "{out}");
     }
 
