@@ -30,7 +30,7 @@ pub enum Command {
 #[derive(Clone, Debug, Default, Args)]
 pub struct KvArgs {
     /// TOML configuration file (keys: listen, memory, max_item_size, threads,
-    /// max_connections, flash, ram_only, admin). Flags override it.
+    /// max_connections, flash, ram_only, admin, and a [knobs] table). Flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<std::path::PathBuf>,
 
@@ -64,6 +64,11 @@ pub struct KvArgs {
     /// -o ext_path.
     #[arg(long)]
     pub ram_only: bool,
+
+    /// Set a flash-tier runtime knob at startup, NAME=VALUE (e.g. item_size=512); repeatable.
+    /// The same knobs `extstore <knob> <value>` and the admin endpoint change at run time.
+    #[arg(long, value_name = "NAME=VALUE", action = ArgAction::Append)]
+    pub knob: Vec<String>,
 
     /// Admin HTTP endpoint, HOST:PORT: GET /metrics (Prometheus), /stats, /knobs; POST
     /// /knobs?NAME=VALUE. Default: none.

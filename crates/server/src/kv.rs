@@ -63,6 +63,16 @@ const IGNORED_OPTIONS: &[&str] = &[
     "read_buf_mem_limit",
 ];
 
+/// memcached `-o ext_*` options that set a flashtier runtime knob at startup (the rest of
+/// memcached's `ext_*` options tune extstore internals and are ignored).
+const EXT_KNOBS: &[&str] = &[
+    "ext_item_size",
+    "ext_recache_rate",
+    "ext_compact_under",
+    "ext_drop_under",
+    "ext_drop_unread",
+];
+
 /// A validated `flashtier kv` configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KvConfig {
@@ -81,6 +91,9 @@ pub struct KvConfig {
     pub flash: Vec<String>,
     /// Admin HTTP endpoint (`--admin`). Default: none.
     pub admin: Option<SocketAddr>,
+    /// Runtime knobs to set at startup, in order (`--knob NAME=VALUE`, memcached's
+    /// `-o ext_item_size=...` and friends, the file's `[knobs]`). Default: none.
+    pub knobs: Vec<(String, String)>,
 }
 
 /// The `--config` TOML file. Every key is optional; flags override the file.
@@ -104,6 +117,9 @@ pub struct KvFile {
     pub ram_only: Option<bool>,
     /// Admin endpoint HOST:PORT. Default: none.
     pub admin: Option<String>,
+    /// Runtime knobs set at startup (`[knobs]` table, e.g. `item_size = 512`); `--knob`
+    /// flags come after them. Default: none.
+    pub knobs: Option<std::collections::BTreeMap<String, toml::Value>>,
 }
 
 impl KvFile {
@@ -141,6 +157,17 @@ impl KvConfig {
         }
         if a.admin.is_none() {
             a.admin = file.admin;
+        }
+        if let Some(table) = &file.knobs {
+            let mut from_file: Vec<String> = table
+                .iter()
+                .map(|(k, v)| match v {
+                    toml::Value::String(s) => format!("{k}={s}"),
+                    other => format!("{k}={other}"),
+                })
+                .collect();
+            from_file.append(&mut a.knob);
+            a.knob = from_file;
         }
         // Flash: flags first (`--flash`, `-o ext_path`, `--ram-only`), then the file, then
         // the default file under the current directory.
@@ -205,6 +232,13 @@ impl KvConfig {
                 bail!("-U {udp}: UDP is not supported; use -U 0 (the default)");
             }
         }
+        let mut knobs = Vec::new();
+        for k in &a.knob {
+            let (name, value) = k
+                .split_once('=')
+                .with_context(|| format!("--knob {k}: expected NAME=VALUE"))?;
+            knobs.push((name.trim().to_string(), value.trim().to_string()));
+        }
         let mut flash = Vec::new();
         for spec in &a.flash {
             flash.push(parse_flash_spec(spec, "--flash")?);
@@ -218,6 +252,9 @@ impl KvConfig {
             let (name, value) = opt.split_once('=').unwrap_or((opt, ""));
             match name {
                 "ext_path" => flash.push(parse_flash_spec(value, "ext_path")?),
+                n if EXT_KNOBS.contains(&n) => {
+                    knobs.push((n.trim_start_matches("ext_").to_string(), value.to_string()));
+                }
                 n if IGNORED_OPTIONS.contains(&n) || n.starts_with("ext_") => {}
                 other => bail!("-o {other}: unknown option"),
             }
@@ -238,6 +275,7 @@ impl KvConfig {
             verbose: a.verbose,
             flash,
             admin,
+            knobs,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -336,6 +374,11 @@ pub fn main(args: KvArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     let store = build_store(&cfg)?;
+    for (name, value) in &cfg.knobs {
+        store
+            .set_knob(name, value)
+            .with_context(|| format!("knob {name}={value}"))?;
+    }
     log_flash(&cfg, &store);
     // `cache_memlimit` changes the RAM tier's limit (memcached answers OK to any value the
     // protocol accepts; the store refuses only what it cannot hold, see
@@ -452,6 +495,25 @@ mod tests {
     }
 
     #[test]
+    fn startup_knobs() {
+        let c = parse(&[
+            "--knob",
+            "item_size=4k",
+            "-o",
+            "ext_drop_unread=1,ext_wbuf_size=8,ext_item_age=5",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.knobs,
+            vec![
+                ("item_size".to_string(), "4k".to_string()),
+                ("drop_unread".to_string(), "1".to_string())
+            ]
+        );
+        assert!(parse(&["--knob", "item_size"]).is_err());
+    }
+
+    #[test]
     fn flash_default_and_ram_only() {
         assert!(parse(&["--ram-only"]).unwrap().flash.is_empty());
         let c = parse(&["--flash", "/tmp/a:2G"]).unwrap();
@@ -548,6 +610,20 @@ mod tests {
         assert_eq!(
             parse(&["--config", p]).unwrap().flash,
             vec!["/tmp/c:1G".to_string()]
+        );
+        std::fs::write(
+            &path,
+            "[knobs]\nitem_size = 512\nreclaim_policy = \"greedy\"\n",
+        )
+        .unwrap();
+        let c = parse(&["--config", p, "--knob", "item_size=1k"]).unwrap();
+        assert_eq!(
+            c.knobs,
+            vec![
+                ("item_size".to_string(), "512".to_string()),
+                ("reclaim_policy".to_string(), "greedy".to_string()),
+                ("item_size".to_string(), "1k".to_string()),
+            ]
         );
         std::fs::write(&path, "bogus = 1\n").unwrap();
         assert!(parse(&["--config", p]).is_err());

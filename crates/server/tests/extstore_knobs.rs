@@ -9,7 +9,14 @@ use common::{roundtrip, scratch_dir, stats_section, value_of, Server};
 fn knobs_change_at_run_time() {
     let dir = scratch_dir("knobs");
     let spec = format!("{}:64MiB", dir.join("flash.bin").display());
-    let server = Server::start(&["--memory", "8MiB", "--flash", &spec]);
+    let server = Server::start(&[
+        "--memory",
+        "8MiB",
+        "--flash",
+        &spec,
+        "--knob",
+        "recache_rate=3",
+    ]);
     let mut c = server.connect();
 
     // Every item goes to flash by default.
@@ -19,6 +26,7 @@ fn knobs_change_at_run_time() {
     );
     let ext = stats_section(&mut c, "extstore");
     assert_eq!(value_of(&ext, "extstore_knob_item_size"), "0");
+    assert_eq!(value_of(&ext, "extstore_knob_recache_rate"), "3");
     assert_eq!(value_of(&ext, "extstore_objects_written"), "1");
     let skipped = value_of(&ext, "extstore_write_skipped").to_string();
 
