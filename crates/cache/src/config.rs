@@ -47,8 +47,8 @@ pub struct FlashSettings {
     /// and are evicted like in a RAM-only cache (memcached's `ext_item_size`). Runtime knob
     /// `item_size`. Default: `0` (every item goes to flash).
     pub item_size: u64,
-    /// A repeat hit on a flash item copies it back to RAM every `recache_rate`-th time
-    /// (1 = every repeat hit, 0 = never). Runtime knob `recache_rate`. Default: `1`.
+    /// Repeat hits on flash items copy the item back to RAM one time in `recache_rate`,
+    /// counted over all flash items (1 = every repeat hit, 0 = never). Runtime knob `recache_rate`. Default: `1`.
     pub recache_rate: u32,
     /// Free segments (beyond the engine's reserve) at or below which reclaim stops keeping
     /// unhit items (memcached's `ext_drop_under`). Runtime knob `drop_under`.

@@ -391,7 +391,7 @@ pub fn main(args: KvArgs) -> anyhow::Result<()> {
 /// One line at startup: which flash files and sizes are in use, or that there are none.
 fn log_flash(cfg: &KvConfig, store: &Cache) {
     if cfg.flash.is_empty() {
-        eprintln!("flashtier kv: RAM only, no flash tier (--ram-only)");
+        eprintln!("flashtier kv: RAM only, no flash tier");
         return;
     }
     let cwd = std::env::current_dir().unwrap_or_default();

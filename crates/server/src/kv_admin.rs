@@ -42,7 +42,7 @@ pub async fn serve<S: KvStore>(listener: TcpListener, ctx: Arc<Context<S>>) {
 
 fn route<S: KvStore>(req: &Request, ctx: &Context<S>) -> Response {
     let method = req.method.to_ascii_uppercase();
-    let read = method == "GET" || method == "HEAD";
+    let read = method == "GET";
     match req.path.as_str() {
         "/metrics" if read => Response::ok(metrics(&stat_pairs(ctx))),
         "/stats" if read => {

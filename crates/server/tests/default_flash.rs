@@ -44,7 +44,10 @@ fn default_flash_file_under_cwd() {
         roundtrip(&mut c, b"set k 0 0 2\r\nhi\r\nget k\r\n", b"END\r\n"),
         "STORED\r\nVALUE k 0 2\r\nhi\r\nEND\r\n"
     );
-    assert!(log.iter().any(|l| l.contains("RAM only")), "{log:?}");
+    assert!(
+        log.iter().any(|l| l.contains("RAM only, no flash tier")),
+        "{log:?}"
+    );
     assert_eq!(std::fs::read_dir(&empty).expect("ls").count(), 0);
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
