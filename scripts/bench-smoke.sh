@@ -40,7 +40,7 @@ smoke memcached "$port"
 
 if [ -x "$FLASHTIER_BIN" ]; then
   port=$($PROBE free-port)
-  "$FLASHTIER_BIN" kv --listen "127.0.0.1:$port" -m 64 > "$TMP/flashtier.log" 2>&1 &
+  "$FLASHTIER_BIN" kv --listen "127.0.0.1:$port" -m 64 --ram-only > "$TMP/flashtier.log" 2>&1 &
   PIDS+=($!)
   $PROBE wait-port "$port" "${PIDS[-1]}" 10
   smoke flashtier "$port"

@@ -66,7 +66,7 @@ else
   fi
   HOST=127.0.0.1
   PORT=$(free_port)
-  "$BIN" kv --listen "$HOST:$PORT" --memory 64MiB --max-item-size 1MiB >"$WORK/server.log" 2>&1 &
+  "$BIN" kv --listen "$HOST:$PORT" --memory 64MiB --max-item-size 1MiB --ram-only >"$WORK/server.log" 2>&1 &
   PIDS+=($!)
   if ! wait_port "$HOST" "$PORT" 10; then
     echo "conformance: flashtier did not listen on $HOST:$PORT within 10 s; its log:" >&2

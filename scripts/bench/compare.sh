@@ -206,7 +206,8 @@ run_one() { # label kind
     flashtier)
       [ -x "$FLASHTIER_BIN" ] || { log "no flashtier binary at $FLASHTIER_BIN; build it or pass --flashtier"; exit 2; }
       cmd=("$FLASHTIER_BIN" kv --listen "127.0.0.1:$port" -m "$MEM" --threads "$STHREADS")
-      [ -n "$flash" ] && cmd+=(--flash "$flash:$FLASH_SIZE")
+      # flashtier runs on data/flash.bin by default: a RAM-only scenario must say so.
+      if [ -n "$flash" ]; then cmd+=(--flash "$flash:$FLASH_SIZE"); else cmd+=(--ram-only); fi
       # shellcheck disable=SC2206
       [ -n "$FLASHTIER_EXTRA" ] && cmd+=($FLASHTIER_EXTRA)
       ;;

@@ -29,6 +29,7 @@ use crate::flash_tier::{entry_of, packed_of, FlashTier};
 use crate::ghost::Ghost;
 use crate::hybrid::{block_on, Step, View};
 use crate::index::{self, Entry, Index, Pos, Shard, Tier};
+use crate::knobs::Tiering;
 use crate::reclaim::Handler;
 use crate::record::{self, Header, F_FETCHED, F_STALE, F_WIN};
 use crate::recovery::Recovered;
@@ -118,12 +119,13 @@ impl Cache {
         cfg.validate().map_err(StartError::Config)?;
         let mut seed = cfg.hash_seed;
         let mut opened = None;
-        let mut engine_floor = 0;
+        let mut engine_reserve = 0;
         let handler = cfg.flash.as_ref().map(|_| Arc::new(Handler::new()));
         if let (Some(fs), Some(handler)) = (&cfg.flash, &handler) {
             let mut rec = Recovered::default();
             let engine = fs.engine_config();
-            engine_floor = engine.reserve_segments + engine.free_high_watermark;
+            engine_reserve = engine.reserve_segments;
+            let tiering = Tiering::new(fs, engine.free_high_watermark);
             let h: Arc<dyn flashtier_flash::ReclaimHandler> = handler.clone();
             let res = match &fs.devices {
                 FlashDevices::Specs(specs) => {
@@ -142,13 +144,13 @@ impl Cache {
             };
             seed = info.hash_seed;
             let rebuilt = rec.finish(cfg.clock.now());
-            opened = Some((flash, info, rebuilt, fs.append_wait));
+            opened = Some((flash, info, rebuilt, tiering));
         }
         // Index tables start at 2 buckets per shard (staggered up to 2.5).
         let index = Index::new(cfg.index_shards, seed, 2);
         let mut next_cas = 0;
         let mut flush_at = NO_FLUSH;
-        let ft = opened.map(|(flash, info, rebuilt, wait)| {
+        let ft = opened.map(|(flash, info, rebuilt, tiering)| {
             for &(key_id, loc) in &rebuilt.items {
                 index.lock(key_id).insert(key_id, entry_of(loc, 0));
             }
@@ -159,8 +161,7 @@ impl Cache {
             if let Some(at) = rebuilt.flush_at {
                 flush_at = u64::from(at);
             }
-            let room = engine_floor;
-            let ft = FlashTier::new(flash, info, rebuilt.max_version, wait, room);
+            let ft = FlashTier::new(flash, info, rebuilt.max_version, tiering, engine_reserve);
             ft.last_marker.store(rebuilt.last_marker, Ordering::Relaxed);
             ft.last_delayed
                 .store(rebuilt.last_delayed, Ordering::Relaxed);
@@ -891,5 +892,13 @@ impl KvStore for Cache {
 
     fn stats_section(&self, section: &str) -> Option<Vec<(String, String)>> {
         self.inner.stats_section(section)
+    }
+
+    fn knobs(&self) -> Vec<(String, String)> {
+        self.inner.knobs()
+    }
+
+    fn set_knob(&self, name: &str, value: &str) -> Result<(), Error> {
+        self.inner.set_knob(name, value)
     }
 }

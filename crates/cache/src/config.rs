@@ -40,8 +40,23 @@ pub struct FlashSettings {
     /// Engine settings. Default: `None` = `FlashConfig::for_capacity(total device bytes)`.
     pub engine: Option<FlashConfig>,
     /// How long a SET may wait (holding its key's index shard) for the flash write buffers
-    /// when they are all in flight, before it stores the item in RAM only. Default: `200 ms`.
+    /// when they are all in flight, before it stores the item in RAM only. Runtime knob
+    /// `append_wait_ms`. Default: `200 ms`.
     pub append_wait: Duration,
+    /// Values smaller than this many bytes are never written to flash: they live in RAM only
+    /// and are evicted like in a RAM-only cache (memcached's `ext_item_size`). Runtime knob
+    /// `item_size`. Default: `0` (every item goes to flash).
+    pub item_size: u64,
+    /// Repeat hits on flash items copy the item back to RAM one time in `recache_rate`,
+    /// counted over all flash items (1 = every repeat hit, 0 = never). Runtime knob `recache_rate`. Default: `1`.
+    pub recache_rate: u32,
+    /// Free segments (beyond the engine's reserve) at or below which reclaim stops keeping
+    /// unhit items (memcached's `ext_drop_under`). Runtime knob `drop_under`.
+    /// Default: `None` = the engine's `free_high_watermark`.
+    pub drop_under: Option<u32>,
+    /// Reclaim drops items never hit even while flash has room (memcached's
+    /// `ext_drop_unread`). Runtime knob `drop_unread`. Default: `false`.
+    pub drop_unread: bool,
 }
 
 impl FlashSettings {
@@ -51,6 +66,10 @@ impl FlashSettings {
             devices: FlashDevices::Specs(specs),
             engine: None,
             append_wait: Duration::from_millis(200),
+            item_size: 0,
+            recache_rate: 1,
+            drop_under: None,
+            drop_unread: false,
         }
     }
 
@@ -60,6 +79,10 @@ impl FlashSettings {
             devices: FlashDevices::Devices(devices),
             engine: None,
             append_wait: Duration::from_millis(200),
+            item_size: 0,
+            recache_rate: 1,
+            drop_under: None,
+            drop_unread: false,
         }
     }
 

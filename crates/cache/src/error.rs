@@ -22,13 +22,16 @@ pub enum Error {
     /// A new memory limit outside what the store can take at run time
     /// ([`crate::Cache::set_memory_limit`]); memcached answers `MEMLIMIT_ADJUST_FAILED`.
     MemoryLimit { requested: u64, min: u64, max: u64 },
+    /// An unknown runtime knob or a value it does not accept (`KvStore::set_knob`); the
+    /// text says which and what is accepted. A client error.
+    Knob(String),
 }
 
 impl Error {
     /// True when the client caused the error (maps to `CLIENT_ERROR`), false when the server
     /// did (maps to `SERVER_ERROR`).
     pub fn is_client_error(&self) -> bool {
-        false
+        matches!(self, Error::Knob(_))
     }
 }
 
@@ -39,6 +42,7 @@ impl fmt::Display for Error {
             Error::OutOfMemory => write!(f, "out of memory storing object"),
             Error::Flash(msg) => write!(f, "flash error: {msg}"),
             Error::Internal(what) => write!(f, "internal error: {what}"),
+            Error::Knob(msg) => write!(f, "{msg}"),
             Error::MemoryLimit {
                 requested,
                 min,

@@ -15,8 +15,9 @@
 //!   value. Deletes append a `TOMBSTONE` with a fresh version; `flush_all` appends a marker of
 //!   kind [`KIND_FLUSH`] (flags 0 = immediate, 1 = delayed with `exptime` = the flush time).
 //! - **Back-pressure.** If the write buffers are all in flight the SET waits up to
-//!   `FlashSettings::append_wait` (holding its key's shard lock) and then, like on `NoSpace`
-//!   or a value too large for a flash chunk, stores the item in RAM only (counted in
+//!   `append_wait_ms` (knob; holding its key's shard lock) and then, like on `NoSpace`, a
+//!   value too large for a flash chunk or one smaller than the `item_size` knob (default 0),
+//!   stores the item in RAM only (counted in
 //!   `extstore_write_skipped`); when such an item is later evicted from RAM the append is
 //!   retried once, and only if that fails too is it dropped (counted as an eviction).
 //!   A device fault (I/O error, failed device, closed engine) fails the request with
@@ -28,7 +29,8 @@
 //!   reads as a miss. Any other read error fails the request with `Error::Flash`.
 //! - **Promotion.** The 2 frequency bits of a flash slot count hits since the item went to
 //!   flash (a RAM copy that had been fetched is demoted with frequency 1). A hit on a flash
-//!   slot whose frequency is already ≥ 1 — a repeat hit — copies the item back into RAM (the
+//!   slot whose frequency is already ≥ 1 — a repeat hit, every `recache_rate`-th one (knob,
+//!   default 1 = all) — copies the item back into RAM (the
 //!   home stays the same flash record, nothing is written) if a RAM log head has room without
 //!   evicting; otherwise, and on a first hit, it only raises the frequency.
 //! - **Metadata on flash.** `fetched` of a flash item is "frequency > 0"; `last_access` is the
@@ -39,12 +41,12 @@
 //! Any caller thread appends and reads; the engine's reclaimer calls `reclaim`'s handler.
 //! Appends happen under the key's index shard lock (the engine's lock is a leaf below it).
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use bytes::Bytes;
 use flashtier_flash::{kind, Flash, FlashInfo, Location, Record, RecordWrite};
 
 use crate::index::{Entry, Tier, LOC_BITS, MAX_LOC};
+use crate::knobs::Tiering;
 use crate::record::HOME_VALID;
 use crate::Error;
 
@@ -83,7 +85,8 @@ pub struct TierCounters {
     pub evicted: AtomicU64,
     /// Records reclaim rewrote and whose slot or home followed.
     pub relocated: AtomicU64,
-    /// Write-throughs skipped by back-pressure or size (the item was kept in RAM only).
+    /// Write-throughs skipped by back-pressure, by a value too large for a flash chunk or
+    /// smaller than the `item_size` knob (the item was kept in RAM only).
     pub write_skipped: AtomicU64,
     /// Requests failed by a flash fault.
     pub errors: AtomicU64,
@@ -111,10 +114,12 @@ pub struct FlashTier {
     pub last_marker: AtomicU64,
     /// Version of the newest delayed flush marker (reclaim keeps it).
     pub last_delayed: AtomicU64,
-    append_wait: Duration,
-    /// Free segments (reserve included) above which flash "has room": reclaim then keeps
-    /// every referenced record, hit or not (the reserve plus the engine's high watermark).
-    room_floor: u32,
+    /// Runtime tiering settings (`knobs`): append wait, size threshold, reclaim rules.
+    pub tiering: Tiering,
+    /// The engine's reserved segments (part of the "has room" floor).
+    reserve: u32,
+    /// Repeat flash hits seen, for `recache_rate` (promote every Nth repeat hit).
+    repeat_hits: AtomicU64,
     /// Set by the first `Cache::close`.
     pub closed: std::sync::atomic::AtomicBool,
     pub counters: TierCounters,
@@ -189,25 +194,42 @@ impl FlashTier {
         flash: Flash,
         info: FlashInfo,
         max_version: u64,
-        append_wait: Duration,
-        room_floor: u32,
+        tiering: Tiering,
+        reserve: u32,
     ) -> Self {
         Self {
-            room_floor,
+            tiering,
+            reserve,
+            repeat_hits: AtomicU64::new(0),
             closed: std::sync::atomic::AtomicBool::new(false),
             flash,
             info,
             version: AtomicU64::new(max_version),
             last_marker: AtomicU64::new(0),
             last_delayed: AtomicU64::new(0),
-            append_wait,
             counters: TierCounters::default(),
         }
     }
 
-    /// True while flash has room (see `room_floor`).
+    /// True while flash has room: more free segments than the engine's reserve plus
+    /// `drop_under`. Reclaim then keeps every referenced record, hit or not (unless
+    /// `drop_unread`).
     pub fn has_room(&self) -> bool {
-        self.flash.free_segments() > self.room_floor
+        let floor = self.reserve.saturating_add(self.tiering.drop_under());
+        self.flash.free_segments() > floor
+    }
+
+    /// A repeat hit on a flash item: true when it should be copied back to RAM
+    /// (`recache_rate`: every Nth repeat hit; 0 = never).
+    pub fn should_recache(&self) -> bool {
+        match self.tiering.recache_rate() {
+            0 => false,
+            1 => true,
+            n => self
+                .repeat_hits
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(n),
+        }
     }
 
     /// A fresh version, larger than every earlier one and ≥ `at_least`.
@@ -222,15 +244,17 @@ impl FlashTier {
     }
 
     fn append(&self, w: &RecordWrite<'_>) -> Result<Location, flashtier_flash::Error> {
+        let wait = self.tiering.append_wait();
         match self.flash.append(STREAM, w) {
-            Err(flashtier_flash::Error::Busy(_)) if !self.append_wait.is_zero() => {
-                self.flash.append_blocking(STREAM, w, self.append_wait)
+            Err(flashtier_flash::Error::Busy(_)) if !wait.is_zero() => {
+                self.flash.append_blocking(STREAM, w, wait)
             }
             r => r,
         }
     }
 
-    /// Append one item version. `Ok(None)`: back-pressure, the caller keeps it in RAM only.
+    /// Append one item version. `Ok(None)`: back-pressure, or a value smaller than the
+    /// `item_size` knob; the caller keeps it in RAM only.
     #[allow(clippy::too_many_arguments)]
     pub fn append_put(
         &self,
@@ -243,6 +267,10 @@ impl FlashTier {
         stored: u32,
         rflags: u8,
     ) -> Result<Option<Location>, Error> {
+        if (value.len() as u64) < self.tiering.item_size() {
+            add(&self.counters.write_skipped, 1);
+            return Ok(None);
+        }
         let mut buf = Vec::with_capacity(PREFIX + value.len());
         buf.extend_from_slice(&cas.to_le_bytes());
         buf.extend_from_slice(&stored.to_le_bytes());

@@ -273,7 +273,8 @@ impl Inner {
                 if let Some(ft) = &self.ft {
                     Counters::add(&ft.counters.hits, 1);
                 }
-                if e.freq == 0 || !self.promote(&mut shard, pos, e, key, &item, now) {
+                let recache = e.freq > 0 && self.ft.as_ref().is_some_and(|ft| ft.should_recache());
+                if !recache || !self.promote(&mut shard, pos, e, key, &item, now) {
                     shard.touch(pos);
                 }
                 Ok(Step::Done(Some(it)))

@@ -18,6 +18,7 @@
 //! - `sweeper`: the background thread freeing expired and dead space.
 //! - [`tier`]: the seam where the flash tier takes RAM evictions (demotion to the flash home).
 //! - `flash_tier`: the flash tier: write-through appends, the value prefix, flash counters.
+//! - [`knobs`]: the runtime knobs (`KvStore::set_knob`): tiering settings and the engine's.
 //! - `hybrid`: GET/UPDATE/SET over both tiers (phase 1 reads flash, phase 2 commits).
 //! - `reclaim`: the flash engine's reclaim handler (which flash records survive reclaim).
 //! - `recovery`: warm restart, rebuilding the index from the records on flash.
@@ -68,6 +69,7 @@ mod ghost;
 mod hybrid;
 pub mod index;
 pub mod item;
+pub mod knobs;
 pub mod model;
 mod reclaim;
 mod record;

@@ -7,7 +7,8 @@
 //!   while an older copy of the key survives in a newer segment — a reclaim copy made before
 //!   the delete — that key can come back after a restart); an unreferenced record is dropped. An expired referenced record is dropped and
 //!   its slot removed (reclaimed). While flash has room (more free segments than the reserve
-//!   plus the high watermark: a forced or early reclaim) every referenced record is kept.
+//!   plus `drop_under`, by default the high watermark: a forced or early reclaim) every
+//!   referenced record is kept, unless the `drop_unread` knob is on (then only hit ones are).
 //!   Otherwise a referenced record that was hit (slot frequency > 0) is
 //!   kept and its frequency decremented (it must be hit again to survive the next pass); an
 //!   unhit one is dropped: a flash slot is removed (counted in `evictions` and
@@ -155,7 +156,7 @@ impl Inner {
         let (pos, e) = match &r {
             Ref::Flash(p, e) | Ref::Ram(p, e, _) => (*p, *e),
         };
-        if !expired && e.freq == 0 && ft.has_room() {
+        if !expired && e.freq == 0 && ft.has_room() && !ft.tiering.drop_unread() {
             return Decision::Keep;
         }
         if !expired && e.freq > 0 {

@@ -104,7 +104,7 @@ impl crate::cache::Inner {
         for (k, n) in fs.pairs() {
             v.push((k.to_string(), n.to_string()));
         }
-        for (k, val) in ft.flash.knobs() {
+        for (k, val) in self.knobs() {
             v.push((format!("extstore_knob_{k}"), val));
         }
         Some(v)

@@ -69,4 +69,21 @@ pub trait KvStore: Send + Sync + 'static {
     /// Extra `stats <section>` lines (`items`, `slabs`, `settings`, `extstore`, ...) as
     /// (name, value) pairs; `None` when the store has no such section.
     fn stats_section(&self, section: &str) -> Option<Vec<(String, String)>>;
+
+    /// Settings that can change while the store runs (memcached's `extstore <knob>
+    /// <value>`, the admin endpoint), as (name, current value) text pairs in a stable order.
+    /// Default: none.
+    fn knobs(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    /// Change one runtime knob. The value is text as a client sent it. An unknown name or a
+    /// bad value is [`Error::Knob`] (a client error) and changes nothing. Default: every
+    /// name is unknown.
+    fn set_knob(&self, name: &str, value: &str) -> Result<(), Error> {
+        let _ = value;
+        Err(Error::Knob(format!(
+            "unknown knob {name}: this store has no runtime knobs"
+        )))
+    }
 }

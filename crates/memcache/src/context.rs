@@ -83,6 +83,19 @@ impl<S> std::fmt::Debug for Context<S> {
     }
 }
 
+impl<S: flashtier_cache::KvStore> Context<S> {
+    /// Change one of the store's runtime knobs: the one path behind the `extstore` command
+    /// and the admin endpoint. The error is a client error whose text says what is accepted.
+    pub fn set_knob(&self, name: &str, value: &str) -> Result<(), flashtier_cache::Error> {
+        self.store.set_knob(name, value)
+    }
+
+    /// The store's runtime knobs and their current values.
+    pub fn knobs(&self) -> Vec<(String, String)> {
+        self.store.knobs()
+    }
+}
+
 impl<S> Context<S> {
     pub fn new(store: Arc<S>, settings: Settings) -> Self {
         let started = SystemTime::now()

@@ -31,7 +31,11 @@
 //! - `stats cachedump` and `stats detail dump` list nothing; `stats sizes` is disabled;
 //!   `cache_memlimit` works only when the binary installed a store hook
 //!   ([`Context::set_memory_limit_hook`]), else it answers `MEMLIMIT_ADJUST_FAILED`.
-//! - `lru_crawler`, `lru`, `watch`, `slabs`, `extstore` and `debugtime` answer `ERROR`.
+//! - `extstore <knob> <value>` changes the store's runtime knobs ([`Context::set_knob`]);
+//!   an unknown knob or a refused value answers `CLIENT_ERROR <why>` where memcached
+//!   answers `ERROR`. `stats settings` lists the knobs as `ext_<name>`.
+//! - `lru_crawler`, `lru`, `watch`, `slabs` (other than `automove`) and `debugtime` answer
+//!   `ERROR`.
 #![deny(unsafe_code)]
 
 pub mod codec;

@@ -146,6 +146,13 @@ pub enum Request {
         megabytes: u32,
         noreply: bool,
     },
+    /// `extstore <knob> <value>`: change a runtime knob of the store (memcached 1.6's
+    /// extstore command; extra tokens are ignored, as memcached does).
+    Extstore {
+        name: String,
+        value: String,
+        noreply: bool,
+    },
     Quit,
     Stats(StatsArg),
     MetaGet(Meta),

@@ -146,6 +146,8 @@ fn flashtier_answers_like_memcached() {
                     "64MiB",
                     "--max-item-size",
                     "1MiB",
+                    // Compared with a RAM-only memcached; and no data/flash.bin in the cwd.
+                    "--ram-only",
                 ],
                 &addr,
             );

@@ -12,13 +12,16 @@
 //!   is done.
 //! - `/detach`: flush, wait, then stop the server (the process exits).
 //!
-//! Each connection is one tokio task; requests touch the cache only through its public API.
+//! The HTTP plumbing (accept loop, parsing, replies) is [`crate::http`], shared with the kv
+//! face. Each connection is one tokio task; requests touch the cache only through its public
+//! API.
 use std::sync::Arc;
 
 use flashtier_blockcache::{BlockCache, FlushState};
 use flashtier_nbd::ShutdownHandle;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
+
+use crate::http::{self, Request, Response};
 
 /// What the endpoint serves.
 pub struct AdminCtx {
@@ -27,77 +30,14 @@ pub struct AdminCtx {
 }
 
 pub async fn serve(listener: TcpListener, ctx: Arc<AdminCtx>) {
-    loop {
-        match listener.accept().await {
-            Ok((sock, _)) => {
-                let ctx = Arc::clone(&ctx);
-                tokio::spawn(async move {
-                    let _ = handle(sock, &ctx).await;
-                });
-            }
-            Err(e) => {
-                eprintln!("flashtier block: admin accept: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
+    http::serve(listener, "block", move |req: Request| {
+        let ctx = Arc::clone(&ctx);
+        async move {
+            let (code, body) = route(&req.path, &http::decode(&req.query), &ctx).await;
+            Response::new(code, body)
         }
-    }
-}
-
-async fn handle(mut sock: TcpStream, ctx: &AdminCtx) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && !buf.windows(2).any(|w| w == b"\n\n") {
-        let n = sock.read(&mut chunk).await?;
-        if n == 0 || buf.len() > 16 << 10 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let text = String::from_utf8_lossy(&buf);
-    let line = text.lines().next().unwrap_or("");
-    let mut parts = line.split_whitespace();
-    let (_method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let (code, body) = route(path, &decode(query), ctx).await;
-    let reason = match code {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        _ => "Error",
-    };
-    let head = format!(
-        "HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    sock.write_all(head.as_bytes()).await?;
-    sock.write_all(body.as_bytes()).await?;
-    sock.shutdown().await
-}
-
-/// Percent-decode a query string (`+` is a space).
-fn decode(q: &str) -> String {
-    let b = q.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' if i + 2 < b.len() => {
-                let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("");
-                match u8::from_str_radix(hex, 16) {
-                    Ok(v) => {
-                        out.push(v);
-                        i += 3;
-                        continue;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    })
+    .await
 }
 
 pub fn status_text(cache: &BlockCache) -> String {

@@ -30,7 +30,7 @@ pub enum Command {
 #[derive(Clone, Debug, Default, Args)]
 pub struct KvArgs {
     /// TOML configuration file (keys: listen, memory, max_item_size, threads,
-    /// max_connections). Flags override it.
+    /// max_connections, flash, ram_only, admin, and a [knobs] table). Flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<std::path::PathBuf>,
 
@@ -55,9 +55,25 @@ pub struct KvArgs {
     pub max_connections: Option<usize>,
 
     /// Flash tier device or file as PATH:SIZE (e.g. data/flash.bin:2GiB); repeat for JBOD.
-    /// memcached's `-o ext_path=PATH:SIZE` is the same. Default: none (RAM only).
+    /// memcached's `-o ext_path=PATH:SIZE` is the same. Default: data/flash.bin:1GiB under
+    /// the current directory (created), unless --ram-only.
     #[arg(long, value_name = "PATH:SIZE", action = ArgAction::Append)]
     pub flash: Vec<String>,
+
+    /// Run with no flash tier (RAM only, like plain memcached). Conflicts with --flash and
+    /// -o ext_path.
+    #[arg(long)]
+    pub ram_only: bool,
+
+    /// Set a flash-tier runtime knob at startup, NAME=VALUE (e.g. item_size=512); repeatable.
+    /// The same knobs `extstore <knob> <value>` and the admin endpoint change at run time.
+    #[arg(long, value_name = "NAME=VALUE", action = ArgAction::Append)]
+    pub knob: Vec<String>,
+
+    /// Admin HTTP endpoint, HOST:PORT: GET /metrics (Prometheus), /stats, /knobs; POST
+    /// /knobs?NAME=VALUE. Default: none.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub admin: Option<String>,
 
     /// Validate the configuration, print it and exit.
     #[arg(long)]

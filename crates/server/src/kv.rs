@@ -1,6 +1,8 @@
 //! `flashtier kv`: resolve the optional TOML file (`--config`) and the flags (which override
-//! it) into a validated configuration, build the store, run the
-//! memcached-protocol server until SIGTERM/SIGINT, then shut down gracefully (exit 0).
+//! it) into a validated configuration, build the store (with a flash tier on
+//! [`DEFAULT_FLASH`] unless told otherwise), run the memcached-protocol server — and the admin
+//! endpoint ([`crate::kv_admin`]) with `--admin` — until SIGTERM/SIGINT, then shut down
+//! gracefully (exit 0).
 //!
 //! Threads: the tokio runtime's workers (`--threads`) run the accept loop and every
 //! connection; the main thread only blocks on the runtime.
@@ -18,6 +20,9 @@ const DEFAULT_LISTEN: &str = "127.0.0.1:11211";
 const DEFAULT_MEMORY: u64 = 64 << 20;
 const DEFAULT_MAX_ITEM: u64 = 1 << 20;
 const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// The flash tier `flashtier kv` runs on when no flash and no `--ram-only` is given: a
+/// 1 GiB file under the current directory.
+pub const DEFAULT_FLASH: &str = "data/flash.bin:1GiB";
 /// memcached's bounds for `-I`.
 const MIN_ITEM: u64 = 1 << 10;
 const MAX_ITEM: u64 = 1 << 30;
@@ -58,6 +63,16 @@ const IGNORED_OPTIONS: &[&str] = &[
     "read_buf_mem_limit",
 ];
 
+/// memcached `-o ext_*` options that set a flashtier runtime knob at startup (the rest of
+/// memcached's `ext_*` options tune extstore internals and are ignored).
+const EXT_KNOBS: &[&str] = &[
+    "ext_item_size",
+    "ext_recache_rate",
+    "ext_compact_under",
+    "ext_drop_under",
+    "ext_drop_unread",
+];
+
 /// A validated `flashtier kv` configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KvConfig {
@@ -71,9 +86,14 @@ pub struct KvConfig {
     /// Default: 1024.
     pub max_connections: usize,
     pub verbose: u8,
-    /// Flash tier devices (`--flash`, `-o ext_path`), validated `PATH:SIZE[:TIER]` specs.
-    /// Default: none (RAM only).
+    /// Flash tier devices (`--flash`, `-o ext_path`), validated `PATH:SIZE[:TIER]` specs;
+    /// empty = RAM only (`--ram-only`). Default: [`DEFAULT_FLASH`].
     pub flash: Vec<String>,
+    /// Admin HTTP endpoint (`--admin`). Default: none.
+    pub admin: Option<SocketAddr>,
+    /// Runtime knobs to set at startup, in order (`--knob NAME=VALUE`, memcached's
+    /// `-o ext_item_size=...` and friends, the file's `[knobs]`). Default: none.
+    pub knobs: Vec<(String, String)>,
 }
 
 /// The `--config` TOML file. Every key is optional; flags override the file.
@@ -90,8 +110,16 @@ pub struct KvFile {
     pub threads: Option<usize>,
     /// Default: 1024.
     pub max_connections: Option<usize>,
-    /// Flash devices as "PATH:SIZE". Default: none.
+    /// Flash devices as "PATH:SIZE"; an empty list means RAM only.
+    /// Default: ["data/flash.bin:1GiB"].
     pub flash: Option<Vec<String>>,
+    /// No flash tier. Default: false.
+    pub ram_only: Option<bool>,
+    /// Admin endpoint HOST:PORT. Default: none.
+    pub admin: Option<String>,
+    /// Runtime knobs set at startup (`[knobs]` table, e.g. `item_size = 512`); `--knob`
+    /// flags come after them. Default: none.
+    pub knobs: Option<std::collections::BTreeMap<String, toml::Value>>,
 }
 
 impl KvFile {
@@ -127,10 +155,40 @@ impl KvConfig {
         if a.max_connections.is_none() && a.conn_limit.is_none() {
             a.max_connections = file.max_connections;
         }
-        if a.flash.is_empty() && !a.extended.iter().any(|o| o.contains("ext_path")) {
-            a.flash = file.flash.unwrap_or_default();
+        if a.admin.is_none() {
+            a.admin = file.admin;
         }
-        Self::from_flags(&a)
+        if let Some(table) = &file.knobs {
+            let mut from_file: Vec<String> = table
+                .iter()
+                .map(|(k, v)| match v {
+                    toml::Value::String(s) => format!("{k}={s}"),
+                    other => format!("{k}={other}"),
+                })
+                .collect();
+            from_file.append(&mut a.knob);
+            a.knob = from_file;
+        }
+        // Flash: flags first (`--flash`, `-o ext_path`, `--ram-only`), then the file, then
+        // the default file under the current directory.
+        let flag_flash = !a.flash.is_empty() || a.extended.iter().any(|o| o.contains("ext_path"));
+        if a.ram_only && flag_flash {
+            bail!("--ram-only conflicts with --flash / -o ext_path");
+        }
+        let ram_only = a.ram_only || (!flag_flash && file.ram_only == Some(true));
+        let file_flash = if flag_flash || ram_only {
+            None
+        } else {
+            file.flash
+        };
+        if let Some(f) = &file_flash {
+            a.flash = f.clone();
+        }
+        let mut cfg = Self::from_flags(&a)?;
+        if cfg.flash.is_empty() && !ram_only && file_flash.is_none() {
+            cfg.flash = vec![DEFAULT_FLASH.to_string()];
+        }
+        Ok(cfg)
     }
 
     fn from_flags(a: &KvArgs) -> anyhow::Result<Self> {
@@ -174,6 +232,13 @@ impl KvConfig {
                 bail!("-U {udp}: UDP is not supported; use -U 0 (the default)");
             }
         }
+        let mut knobs = Vec::new();
+        for k in &a.knob {
+            let (name, value) = k
+                .split_once('=')
+                .with_context(|| format!("--knob {k}: expected NAME=VALUE"))?;
+            knobs.push((name.trim().to_string(), value.trim().to_string()));
+        }
         let mut flash = Vec::new();
         for spec in &a.flash {
             flash.push(parse_flash_spec(spec, "--flash")?);
@@ -187,10 +252,20 @@ impl KvConfig {
             let (name, value) = opt.split_once('=').unwrap_or((opt, ""));
             match name {
                 "ext_path" => flash.push(parse_flash_spec(value, "ext_path")?),
+                n if EXT_KNOBS.contains(&n) => {
+                    knobs.push((n.trim_start_matches("ext_").to_string(), value.to_string()));
+                }
                 n if IGNORED_OPTIONS.contains(&n) || n.starts_with("ext_") => {}
                 other => bail!("-o {other}: unknown option"),
             }
         }
+        let admin = match &a.admin {
+            Some(text) => {
+                let (host, port) = split_host_port(text).context("--admin")?;
+                Some(resolve(&host, port).context("--admin")?)
+            }
+            None => None,
+        };
         let cfg = Self {
             listen,
             memory,
@@ -199,6 +274,8 @@ impl KvConfig {
             max_connections,
             verbose: a.verbose,
             flash,
+            admin,
+            knobs,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -297,12 +374,43 @@ pub fn main(args: KvArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     let store = build_store(&cfg)?;
+    for (name, value) in &cfg.knobs {
+        store
+            .set_knob(name, value)
+            .with_context(|| format!("knob {name}={value}"))?;
+    }
+    log_flash(&cfg, &store);
     // `cache_memlimit` changes the RAM tier's limit (memcached answers OK to any value the
     // protocol accepts; the store refuses only what it cannot hold, see
     // `Cache::set_memory_limit`).
     let limit_store = Arc::clone(&store);
     let hook: MemoryLimitHook = Box::new(move |bytes| limit_store.set_memory_limit(bytes).is_ok());
     runtime.block_on(run(cfg, store, Some(hook)))
+}
+
+/// One line at startup: which flash files and sizes are in use, or that there are none.
+fn log_flash(cfg: &KvConfig, store: &Cache) {
+    if cfg.flash.is_empty() {
+        eprintln!("flashtier kv: RAM only, no flash tier");
+        return;
+    }
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let devices: Vec<String> = cfg
+        .flash
+        .iter()
+        .filter_map(|s| flashtier_cache::flash::DeviceSpec::parse(s).ok())
+        .map(|d| format!("{} ({} bytes)", cwd.join(&d.path).display(), d.size))
+        .collect();
+    let recovered = store
+        .stats_section("extstore")
+        .unwrap_or_default()
+        .into_iter()
+        .find(|(k, _)| k == "extstore_objects_recovered")
+        .map_or_else(|| "0".to_string(), |(_, v)| v);
+    eprintln!(
+        "flashtier kv: flash tier on {} ({recovered} items recovered)",
+        devices.join(", ")
+    );
 }
 
 async fn run<S: KvStore>(
@@ -323,6 +431,14 @@ async fn run<S: KvStore>(
     let ctx = Arc::new(Context::new(store, settings));
     if let Some(hook) = memory_limit_hook {
         ctx.set_memory_limit_hook(hook);
+    }
+    if let Some(addr) = cfg.admin {
+        let admin = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr} (--admin)"))?;
+        let bound = admin.local_addr().context("admin address")?;
+        eprintln!("flashtier kv: admin endpoint on http://{bound}");
+        tokio::spawn(crate::kv_admin::serve(admin, Arc::clone(&ctx)));
     }
     if cfg.verbose > 0 {
         eprintln!(
@@ -374,6 +490,39 @@ mod tests {
         assert_eq!(c.max_item_size, 1 << 20);
         assert_eq!(c.max_connections, 1024);
         assert!(c.threads >= 1);
+        assert_eq!(c.flash, vec![DEFAULT_FLASH.to_string()]);
+        assert_eq!(c.admin, None);
+    }
+
+    #[test]
+    fn startup_knobs() {
+        let c = parse(&[
+            "--knob",
+            "item_size=4k",
+            "-o",
+            "ext_drop_unread=1,ext_wbuf_size=8,ext_item_age=5",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.knobs,
+            vec![
+                ("item_size".to_string(), "4k".to_string()),
+                ("drop_unread".to_string(), "1".to_string())
+            ]
+        );
+        assert!(parse(&["--knob", "item_size"]).is_err());
+    }
+
+    #[test]
+    fn flash_default_and_ram_only() {
+        assert!(parse(&["--ram-only"]).unwrap().flash.is_empty());
+        let c = parse(&["--flash", "/tmp/a:2G"]).unwrap();
+        assert_eq!(c.flash, vec!["/tmp/a:2G".to_string()]);
+        assert!(parse(&["--ram-only", "--flash", "/tmp/a:2G"]).is_err());
+        assert!(parse(&["--ram-only", "-o", "ext_path=/tmp/a:2G"]).is_err());
+        let c = parse(&["--admin", "127.0.0.1:0"]).unwrap();
+        assert_eq!(c.admin, Some("127.0.0.1:0".parse().unwrap()));
+        assert!(parse(&["--admin", "nocolon"]).is_err());
     }
 
     #[test]
@@ -444,6 +593,38 @@ mod tests {
         assert_eq!(c.memory, 100 << 20);
         assert_eq!(c.listen.port(), 7001);
         assert_eq!(c.threads, 1);
+        std::fs::write(&path, "ram_only = true\nadmin = \"127.0.0.1:9\"\n").unwrap();
+        let c = parse(&["--config", p]).unwrap();
+        assert!(c.flash.is_empty());
+        assert_eq!(c.admin, Some("127.0.0.1:9".parse().unwrap()));
+        assert_eq!(
+            parse(&["--config", p, "--flash", "/tmp/b:1G"])
+                .unwrap()
+                .flash
+                .len(),
+            1
+        );
+        std::fs::write(&path, "flash = []\n").unwrap();
+        assert!(parse(&["--config", p]).unwrap().flash.is_empty());
+        std::fs::write(&path, "flash = [\"/tmp/c:1G\"]\n").unwrap();
+        assert_eq!(
+            parse(&["--config", p]).unwrap().flash,
+            vec!["/tmp/c:1G".to_string()]
+        );
+        std::fs::write(
+            &path,
+            "[knobs]\nitem_size = 512\nreclaim_policy = \"greedy\"\n",
+        )
+        .unwrap();
+        let c = parse(&["--config", p, "--knob", "item_size=1k"]).unwrap();
+        assert_eq!(
+            c.knobs,
+            vec![
+                ("item_size".to_string(), "512".to_string()),
+                ("reclaim_policy".to_string(), "greedy".to_string()),
+                ("item_size".to_string(), "1k".to_string()),
+            ]
+        );
         std::fs::write(&path, "bogus = 1\n").unwrap();
         assert!(parse(&["--config", p]).is_err());
         std::fs::remove_dir_all(&dir).unwrap();

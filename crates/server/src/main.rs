@@ -2,17 +2,21 @@
 //!
 //! # Layout
 //! - [`cli`]: command-line flags (clap derive), native and memcached-compatible.
-//! - [`kv`]: `flashtier kv`, the memcached-compatible key-value server.
+//! - [`kv`]: `flashtier kv`, the memcached-compatible key-value server; [`kv_admin`] its
+//!   HTTP admin endpoint (metrics, stats, runtime knobs).
 //! - [`signals`]: SIGTERM/SIGINT handling shared by `kv` and `block`.
 //! - [`block`]: `flashtier block`, the NBD block cache; [`admin`] its HTTP admin endpoint;
 //!   [`ctl`]: `flashtier ctl`, the admin client.
+//! - [`http`]: the HTTP plumbing both admin endpoints share.
 #![deny(unsafe_code)]
 
 mod admin;
 mod block;
 mod cli;
 mod ctl;
+mod http;
 mod kv;
+mod kv_admin;
 mod signals;
 
 use clap::Parser as _;

@@ -39,4 +39,14 @@ fn check_config() {
     let flash = flashtier(&["kv", "-o", "ext_path=/proc/version/flash:1G"]);
     assert!(!flash.status.success());
     assert!(String::from_utf8_lossy(&flash.stderr).contains("cannot create flash directory"));
+    // Flash flags and --ram-only exclude each other; knobs need a flash tier.
+    let both = flashtier(&["kv", "--ram-only", "--flash", "/tmp/x:1G", "--check-config"]);
+    assert!(String::from_utf8_lossy(&both.stderr).contains("--ram-only conflicts"));
+    let knob = flashtier(&["kv", "--ram-only", "--knob", "item_size=1", "-p", "0"]);
+    assert!(!knob.status.success());
+    let err = String::from_utf8_lossy(&knob.stderr);
+    assert!(
+        err.contains("knob item_size=1") && err.contains("no flash tier"),
+        "{err}"
+    );
 }

@@ -66,6 +66,11 @@ pub(crate) fn parse_line(line: &[u8], limits: &Limits) -> LineOutcome {
         b"quit" => LineOutcome::Done(Request::Quit),
         b"verbosity" if n == 2 || n == 3 => verbosity(&t),
         b"cache_memlimit" if n == 2 || n == 3 => memlimit(&t),
+        b"extstore" if n >= 3 => LineOutcome::Done(Request::Extstore {
+            name: String::from_utf8_lossy(t.get(1)).into_owned(),
+            value: String::from_utf8_lossy(t.get(2)).into_owned(),
+            noreply: noreply(&t),
+        }),
         b"slabs" if n >= 3 && t.get(1) == b"automove" => slabs_automove(&t),
         b"shutdown" => reply("ERROR: shutdown not enabled", false),
         _ => {

@@ -44,6 +44,31 @@ pub fn memlimit<S>(ctx: &Context<S>, megabytes: u32, noreply: bool, out: &mut Ou
     }
 }
 
+/// `extstore <knob> <value>`: `OK`, or `CLIENT_ERROR <why>` for an unknown knob or a value
+/// it refuses (memcached answers a bare `ERROR`; the reason helps more).
+pub fn extstore<S: KvStore>(
+    ctx: &Context<S>,
+    name: &str,
+    value: &str,
+    noreply: bool,
+    out: &mut Output,
+) {
+    let line = match ctx.set_knob(name, value) {
+        Ok(()) => "OK".to_string(),
+        Err(e) => {
+            let why: String = e
+                .to_string()
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+            format!("CLIENT_ERROR {why}")
+        }
+    };
+    if !noreply {
+        reply::line(out, line.as_bytes());
+    }
+}
+
 pub fn version<S>(ctx: &Context<S>, out: &mut Output) {
     let line = format!("VERSION {}", ctx.settings.version);
     reply::line(out, line.as_bytes());
@@ -114,49 +139,64 @@ fn cpu_times() -> (f64, f64) {
     (ticks(11) / HZ, ticks(12) / HZ)
 }
 
-fn general<S: KvStore>(ctx: &Context<S>, out: &mut Output) {
+/// The general `stats` lines as (name, value) pairs, in memcached's order (the admin
+/// endpoint's `/stats` and `/metrics` use them too).
+pub fn general_pairs<S: KvStore>(ctx: &Context<S>) -> Vec<(String, String)> {
     let now = ctx.store.clock().now();
     let s = &ctx.stats;
     let store = ctx.store.stats();
     let (user, system) = cpu_times();
-    reply::stat(out, "pid", std::process::id());
-    reply::stat(out, "uptime", now.saturating_sub(ctx.started));
-    reply::stat(out, "time", now);
-    reply::stat(out, "version", &ctx.settings.version);
-    reply::stat(out, "pointer_size", usize::BITS);
-    reply::stat(out, "rusage_user", format!("{user:.6}"));
-    reply::stat(out, "rusage_system", format!("{system:.6}"));
-    reply::stat(out, "max_connections", ctx.settings.max_connections);
-    reply::stat(out, "curr_connections", Stats::get(&s.curr_connections));
-    reply::stat(out, "total_connections", Stats::get(&s.total_connections));
-    reply::stat(
-        out,
-        "rejected_connections",
-        Stats::get(&s.rejected_connections),
+    let mut v: Vec<(String, String)> = Vec::with_capacity(64);
+    let mut add = |k: &str, val: String| v.push((k.to_string(), val));
+    add("pid", std::process::id().to_string());
+    add("uptime", now.saturating_sub(ctx.started).to_string());
+    add("time", now.to_string());
+    add("version", ctx.settings.version.clone());
+    add("pointer_size", usize::BITS.to_string());
+    add("rusage_user", format!("{user:.6}"));
+    add("rusage_system", format!("{system:.6}"));
+    add("max_connections", ctx.settings.max_connections.to_string());
+    add(
+        "curr_connections",
+        Stats::get(&s.curr_connections).to_string(),
     );
-    reply::stat(
-        out,
+    add(
+        "total_connections",
+        Stats::get(&s.total_connections).to_string(),
+    );
+    add(
+        "rejected_connections",
+        Stats::get(&s.rejected_connections).to_string(),
+    );
+    add(
         "connection_structures",
-        Stats::get(&s.curr_connections),
+        Stats::get(&s.curr_connections).to_string(),
     );
     for (name, value) in s.counters() {
-        reply::stat(out, name, value);
+        add(name, value.to_string());
     }
     let limit = if store.limit_maxbytes == 0 {
         ctx.memory_limit()
     } else {
         store.limit_maxbytes
     };
-    reply::stat(out, "limit_maxbytes", limit);
-    reply::stat(out, "accepting_conns", 1);
-    reply::stat(out, "threads", ctx.settings.threads);
-    reply::stat(out, "bytes", store.bytes);
-    reply::stat(out, "curr_items", store.curr_items);
-    reply::stat(out, "total_items", store.total_items);
-    reply::stat(out, "expired_unfetched", store.expired_unfetched);
-    reply::stat(out, "evicted_unfetched", store.evicted_unfetched);
-    reply::stat(out, "evictions", store.evictions);
-    reply::stat(out, "reclaimed", store.reclaimed);
+    add("limit_maxbytes", limit.to_string());
+    add("accepting_conns", "1".into());
+    add("threads", ctx.settings.threads.to_string());
+    add("bytes", store.bytes.to_string());
+    add("curr_items", store.curr_items.to_string());
+    add("total_items", store.total_items.to_string());
+    add("expired_unfetched", store.expired_unfetched.to_string());
+    add("evicted_unfetched", store.evicted_unfetched.to_string());
+    add("evictions", store.evictions.to_string());
+    add("reclaimed", store.reclaimed.to_string());
+    v
+}
+
+fn general<S: KvStore>(ctx: &Context<S>, out: &mut Output) {
+    for (k, v) in general_pairs(ctx) {
+        reply::stat(out, &k, v);
+    }
 }
 
 fn settings<S: KvStore>(ctx: &Context<S>, out: &mut Output) {
@@ -178,6 +218,10 @@ fn settings<S: KvStore>(ctx: &Context<S>, out: &mut Output) {
     reply::stat(out, "flush_enabled", "yes");
     reply::stat(out, "binding_protocol", "ascii");
     reply::stat(out, "max_output_buffer", st.max_output_buffer);
+    // The store's runtime knobs, named as memcached names its extstore settings.
+    for (k, v) in ctx.knobs() {
+        reply::stat(out, &format!("ext_{k}"), v);
+    }
 }
 
 fn conns<S>(ctx: &Context<S>, out: &mut Output) {
@@ -280,6 +324,21 @@ mod tests {
             t(b"stats cachedump x 1\r\n").await,
             "CLIENT_ERROR bad command line format\r\n"
         );
+    }
+
+    #[tokio::test]
+    async fn extstore_without_knobs() {
+        // The test store has no runtime knobs: every name is refused as a client error.
+        assert_eq!(
+            t(b"extstore\r\nextstore item_size\r\nextstore item_size 1 noreply\r\nmn\r\n").await,
+            "ERROR\r\nERROR\r\nMN\r\n"
+        );
+        let out = t(b"extstore item_size 1\r\n").await;
+        assert!(
+            out.starts_with("CLIENT_ERROR unknown knob item_size"),
+            "{out}"
+        );
+        assert!(out.ends_with("\r\n") && out.lines().count() == 1, "{out}");
     }
 
     #[tokio::test]

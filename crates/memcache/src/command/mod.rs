@@ -71,6 +71,11 @@ pub async fn execute<S: KvStore>(ctx: &Context<S>, request: Request, out: &mut O
         }
         Request::Quit => return Flow::Close,
         Request::MemLimit { megabytes, noreply } => admin::memlimit(ctx, megabytes, noreply, out),
+        Request::Extstore {
+            name,
+            value,
+            noreply,
+        } => admin::extstore(ctx, &name, &value, noreply, out),
         Request::Stats(arg) => admin::stats(ctx, arg, out),
         Request::MetaGet(meta) => meta_get::run(ctx, meta, out).await,
         Request::MetaSet { meta, mode, value } => meta_set::run(ctx, meta, mode, value, out).await,

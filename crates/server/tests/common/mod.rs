@@ -15,10 +15,31 @@ pub struct Server {
 
 impl Server {
     /// Start `flashtier kv --listen 127.0.0.1:0 -v <extra>` and wait until it listens.
+    /// Without a flash argument in `extra` (`--flash`, `-o ext_path=`, `--config`) the server
+    /// runs `--ram-only`: tests run in parallel and must not share the default flash file.
     pub fn start(extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_flashtier"))
-            .args(["kv", "--listen", "127.0.0.1:0", "-v"])
-            .args(extra)
+        Self::start_in(extra, None).0
+    }
+
+    /// As [`Server::start`], in working directory `cwd` (if given); also returns the
+    /// server's other startup log lines (flash tier, admin endpoint) seen before it listened.
+    pub fn start_in(extra: &[&str], cwd: Option<&std::path::Path>) -> (Server, Vec<String>) {
+        let flash = extra.iter().any(|a| {
+            a.starts_with("--flash")
+                || a.contains("ext_path")
+                || *a == "--config"
+                || *a == "--ram-only"
+        });
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flashtier"));
+        cmd.args(["kv", "--listen", "127.0.0.1:0", "-v"])
+            .args(extra);
+        if !flash {
+            cmd.arg("--ram-only");
+        }
+        if let Some(dir) = cwd {
+            cmd.current_dir(dir);
+        }
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -26,19 +47,21 @@ impl Server {
             .expect("start flashtier");
         let stderr = child.stderr.take().expect("stderr");
         let mut lines = BufReader::new(stderr).lines();
+        let mut log = Vec::new();
         let addr = loop {
             let line = lines
                 .next()
-                .expect("flashtier exited before listening")
+                .unwrap_or_else(|| panic!("flashtier exited before listening: {log:?}"))
                 .expect("read");
             if let Some(rest) = line.strip_prefix("flashtier kv: listening on ") {
                 let addr = rest.split_whitespace().next().expect("address");
                 break addr.parse().expect("socket address");
             }
+            log.push(line);
         };
         // Keep draining stderr so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        Server { child, addr }
+        (Server { child, addr }, log)
     }
 
     pub fn connect(&self) -> TcpStream {
@@ -139,4 +162,57 @@ pub fn closed(s: &mut TcpStream) -> bool {
             Err(_) => return false,
         }
     }
+}
+
+/// `stats <section>` as (name, value) pairs.
+pub fn stats_section(s: &mut TcpStream, section: &str) -> Vec<(String, String)> {
+    let out = roundtrip(s, format!("stats {section}\r\n").as_bytes(), b"END\r\n");
+    out.lines()
+        .filter_map(|l| l.strip_prefix("STAT "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The value of `name` in `pairs`.
+pub fn value_of<'a>(pairs: &'a [(String, String)], name: &str) -> &'a str {
+    pairs
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_else(|| panic!("no {name} in {pairs:?}"))
+}
+
+/// One HTTP/1.1 request (`Connection: close`); returns the status code and the body.
+pub fn http(addr: SocketAddr, method: &str, target: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect admin");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        s,
+        "{method} {target} HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\n\r\n"
+    )
+    .expect("write");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("http head");
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status code");
+    (code, body.to_string())
+}
+
+/// A scratch directory on a real filesystem (the flash engine uses O_DIRECT, which tmpfs
+/// refuses): `$FLASH_TEST_DIR` or `/var/tmp`, plus `name` and the test process id.
+pub fn scratch_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::var_os("FLASH_TEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("/var/tmp"));
+    let dir = dir.join(format!("flashtier-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
 }

@@ -1,0 +1,229 @@
+//! Runtime knobs of the flash tier: one name space for the settings an operator may change
+//! while the cache runs (memcached's `extstore <knob> <value>`, the admin endpoint's
+//! `/knobs`), mapped onto the cache's own tiering settings ([`Tiering`]) and the flash
+//! engine's knobs (`flashtier_flash::Flash::set_knob`).
+//!
+//! Names:
+//! - cache tiering (here): `item_size` (bytes; smaller values stay in RAM only, memcached's
+//!   meaning), `recache_rate` (a repeat flash hit copies the item back to RAM every Nth time;
+//!   1 = every time, 0 = never), `drop_under` (free segments above the engine's reserve below
+//!   which reclaim drops unhit items instead of keeping them), `drop_unread` (0/1: reclaim
+//!   drops never-hit items even while flash has room), `append_wait_ms` (how long a SET waits
+//!   for a flash write buffer before keeping the item in RAM only).
+//! - the engine's, by their own names (`flash_interval_ms`, `free_low_watermark`, ...; see
+//!   `flashtier_flash::knobs::KNOB_NAMES`), and `compact_under` as memcached's name for
+//!   `free_low_watermark` (reclaim starts when fewer segments are free).
+//! - memcached knobs that have no meaning in flashtier's design (`item_age`, `low_ttl`,
+//!   `max_frag`, `max_sleep`, `free_memchunks`) are refused with the reason.
+//!
+//! # Threads
+//! Values are relaxed atomics: any connection or admin task writes them, the request paths
+//! and the engine's reclaimer read them on each use. A change takes effect on the next use;
+//! no two knobs are changed atomically together.
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use crate::config::FlashSettings;
+use crate::Error;
+
+/// The cache's own knob names, in the order `list` gives them.
+pub const TIERING_KNOBS: &[&str] = &[
+    "item_size",
+    "recache_rate",
+    "drop_under",
+    "drop_unread",
+    "append_wait_ms",
+];
+
+/// memcached `extstore` knobs flashtier refuses, with why.
+const NO_MEANING: &[(&str, &str)] = &[
+    (
+        "item_age",
+        "every item is written through to flash when stored; there is no idle age to wait for",
+    ),
+    (
+        "low_ttl",
+        "flash segments are not split by TTL; reclaim drops wholly expired segments unread",
+    ),
+    (
+        "max_frag",
+        "reclaim picks victims by policy (reclaim_policy fifo|greedy) and keep_limit",
+    ),
+    (
+        "max_sleep",
+        "the reclaimer is paced by reclaim_rate (bytes per second)",
+    ),
+    ("free_memchunks", "flashtier has no slab chunks"),
+];
+
+/// The cache's runtime tiering settings (see the module docs for each).
+#[derive(Debug)]
+pub struct Tiering {
+    item_size: AtomicU64,
+    recache_rate: AtomicU64,
+    drop_under: AtomicU32,
+    drop_unread: AtomicBool,
+    append_wait_us: AtomicU64,
+}
+
+impl Tiering {
+    /// Initial values: from `fs`, `drop_under` = the engine's high watermark (`high`).
+    pub fn new(fs: &FlashSettings, high: u32) -> Self {
+        Self {
+            item_size: AtomicU64::new(fs.item_size),
+            recache_rate: AtomicU64::new(u64::from(fs.recache_rate)),
+            drop_under: AtomicU32::new(fs.drop_under.unwrap_or(high)),
+            drop_unread: AtomicBool::new(fs.drop_unread),
+            append_wait_us: AtomicU64::new(fs.append_wait.as_micros() as u64),
+        }
+    }
+
+    /// Values below this many bytes are not written to flash.
+    pub fn item_size(&self) -> u64 {
+        self.item_size.load(Relaxed)
+    }
+    pub fn recache_rate(&self) -> u64 {
+        self.recache_rate.load(Relaxed)
+    }
+    pub fn drop_under(&self) -> u32 {
+        self.drop_under.load(Relaxed)
+    }
+    pub fn drop_unread(&self) -> bool {
+        self.drop_unread.load(Relaxed)
+    }
+    pub fn append_wait(&self) -> Duration {
+        Duration::from_micros(self.append_wait_us.load(Relaxed))
+    }
+
+    /// Current values as text, in [`TIERING_KNOBS`] order.
+    pub fn list(&self) -> Vec<(String, String)> {
+        vec![
+            ("item_size".into(), self.item_size().to_string()),
+            ("recache_rate".into(), self.recache_rate().to_string()),
+            ("drop_under".into(), self.drop_under().to_string()),
+            (
+                "drop_unread".into(),
+                u8::from(self.drop_unread()).to_string(),
+            ),
+            (
+                "append_wait_ms".into(),
+                self.append_wait().as_millis().to_string(),
+            ),
+        ]
+    }
+
+    /// Apply one of [`TIERING_KNOBS`]; `None` if `name` is not one of them.
+    fn set(&self, name: &str, value: &str) -> Option<Result<(), Error>> {
+        let bad = |why: &str| Error::Knob(format!("{name} {value}: {why}"));
+        let int = || {
+            value
+                .parse::<u64>()
+                .map_err(|_| bad("expected a non-negative integer"))
+        };
+        let r = match name {
+            "item_size" => flashtier_flash::config::parse_size(value)
+                .map_err(|_| bad("expected a size in bytes (e.g. 512, 4k)"))
+                .map(|n| self.item_size.store(n, Relaxed)),
+            "recache_rate" => int().map(|n| self.recache_rate.store(n, Relaxed)),
+            "drop_under" => int().and_then(|n| {
+                let n = u32::try_from(n).map_err(|_| bad("too large"))?;
+                self.drop_under.store(n, Relaxed);
+                Ok(())
+            }),
+            // memcached: any non-zero integer is "on".
+            "drop_unread" => int().map(|n| self.drop_unread.store(n != 0, Relaxed)),
+            "append_wait_ms" => int().and_then(|n| {
+                if n > 60_000 {
+                    return Err(bad("at most 60000"));
+                }
+                self.append_wait_us.store(n * 1000, Relaxed);
+                Ok(())
+            }),
+            _ => return None,
+        };
+        Some(r)
+    }
+}
+
+impl crate::cache::Inner {
+    /// Every knob with its current value: the tiering knobs, then the engine's. Empty
+    /// without flash.
+    pub(crate) fn knobs(&self) -> Vec<(String, String)> {
+        let Some(ft) = &self.ft else {
+            return Vec::new();
+        };
+        let mut v = ft.tiering.list();
+        v.extend(
+            ft.flash
+                .knobs()
+                .into_iter()
+                .map(|(k, val)| (k.to_string(), val)),
+        );
+        v
+    }
+
+    /// Change one knob by name (see the module docs).
+    pub(crate) fn set_knob(&self, name: &str, value: &str) -> Result<(), Error> {
+        let Some(ft) = &self.ft else {
+            return Err(Error::Knob(
+                "no flash tier configured: there are no knobs to change".into(),
+            ));
+        };
+        let value = value.trim();
+        if let Some(r) = ft.tiering.set(name, value) {
+            return r;
+        }
+        if let Some((_, why)) = NO_MEANING.iter().find(|(n, _)| *n == name) {
+            return Err(Error::Knob(format!("{name} is not supported: {why}")));
+        }
+        let engine_name = if name == "compact_under" {
+            "free_low_watermark"
+        } else {
+            name
+        };
+        if flashtier_flash::knobs::KNOB_NAMES.contains(&engine_name) {
+            return ft.flash.set_knob(engine_name, value).map_err(|e| {
+                let text = e.to_string();
+                // The engine says "invalid configuration: knob ...": keep the knob part.
+                let text = text
+                    .split_once("knob ")
+                    .map_or(text.as_str(), |(_, rest)| rest);
+                Error::Knob(text.to_string())
+            });
+        }
+        Err(Error::Knob(format!(
+            "unknown knob {name}; known: {}, {}, compact_under",
+            TIERING_KNOBS.join(", "),
+            flashtier_flash::knobs::KNOB_NAMES.join(", ")
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiering() -> Tiering {
+        let fs = FlashSettings::devices(Vec::new());
+        Tiering::new(&fs, 3)
+    }
+
+    #[test]
+    fn set_and_list() {
+        let t = tiering();
+        let names: Vec<String> = t.list().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, TIERING_KNOBS);
+        assert_eq!(t.drop_under(), 3);
+        assert_eq!(t.recache_rate(), 1);
+        t.set("item_size", "4k").unwrap().unwrap();
+        assert_eq!(t.item_size(), 4096);
+        t.set("drop_unread", "5").unwrap().unwrap();
+        assert!(t.drop_unread());
+        t.set("append_wait_ms", "7").unwrap().unwrap();
+        assert_eq!(t.append_wait(), Duration::from_millis(7));
+        assert!(t.set("recache_rate", "-1").unwrap().is_err());
+        assert!(t.set("append_wait_ms", "99999999").unwrap().is_err());
+        assert!(t.set("drop_under", "x").unwrap().is_err());
+        assert!(t.set("nope", "1").is_none());
+    }
+}

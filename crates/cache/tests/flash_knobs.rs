@@ -1,0 +1,109 @@
+//! Runtime knobs change what the flash tier does: `recache_rate 0` stops flash hits from
+//! being copied back to RAM, and `drop_unread 1` makes reclaim drop never-hit items even
+//! while flash has room (with `0` it keeps them all).
+mod common;
+
+use std::sync::Arc;
+
+use flashtier_cache::flash::{Device, FlashConfig, IoBackend, MemoryDevice};
+use flashtier_cache::{Cache, CacheConfig, FlashSettings, ItemWrite, KvStore};
+
+const N: u64 = 600;
+
+fn open() -> Cache {
+    let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("knobs", 16 << 20));
+    let mut fs = FlashSettings::devices(vec![d]);
+    fs.engine = Some(FlashConfig {
+        io_backend: IoBackend::Psync,
+        background_reclaim: false,
+        // Reclaim may rewrite a whole victim: only the knobs decide what is dropped.
+        keep_limit: 1.0,
+        ..FlashConfig::small()
+    });
+    let cfg = CacheConfig::builder()
+        .memory_limit(256 << 10)
+        .segment_size(64 << 10)
+        .max_item_size(64 << 10)
+        .sweep_interval(None)
+        .flash(fs)
+        .build()
+        .unwrap();
+    Cache::new(cfg).unwrap()
+}
+
+fn load(c: &Cache) {
+    for i in 0..N {
+        let w = ItemWrite::new(common::value(i, 2000), 0, 0);
+        c.set_now(format!("k{i}").as_bytes(), w).unwrap();
+    }
+}
+
+fn served(c: &Cache) -> u64 {
+    (0..N)
+        .filter(|i| {
+            let got = c.get_now(format!("k{i}").as_bytes()).unwrap();
+            if let Some(it) = &got {
+                assert_eq!(it.value, common::value(*i, 2000), "k{i} wrong bytes");
+            }
+            got.is_some()
+        })
+        .count() as u64
+}
+
+fn ext(c: &Cache, name: &str) -> u64 {
+    c.stats_section("extstore")
+        .unwrap()
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.parse().unwrap())
+        .unwrap()
+}
+
+#[test]
+fn recache_rate_zero_never_promotes() {
+    for rate in ["1", "0"] {
+        let c = open();
+        c.set_knob("recache_rate", rate).unwrap();
+        load(&c);
+        assert!(c.flash_items() > N / 2);
+        // Hits on RAM copies send them to S3-FIFO's main log when fresh writes evict them,
+        // so the main log has a head for promoted items to land in.
+        for _ in 0..2 {
+            assert_eq!(served(&c), N);
+            for i in 0..N / 4 {
+                let w = ItemWrite::new(common::value(i, 2000), 0, 0);
+                c.set_now(format!("fresh{i}").as_bytes(), w).unwrap();
+            }
+        }
+        assert_eq!(served(&c), N);
+        let promoted = ext(&c, "extstore_objects_promoted");
+        if rate == "0" {
+            assert_eq!(promoted, 0);
+        } else {
+            assert!(promoted > 0, "default recache_rate promoted nothing");
+        }
+    }
+}
+
+#[test]
+fn drop_unread_decides_what_reclaim_keeps() {
+    for drop_unread in [false, true] {
+        let c = open();
+        if drop_unread {
+            c.set_knob("drop_unread", "1").unwrap();
+        }
+        load(&c);
+        c.flash().unwrap().flush().wait().unwrap();
+        let freed = c.flash().unwrap().reclaim_now(true).unwrap();
+        assert!(freed >= 1, "no segment reclaimed");
+        let evicted = ext(&c, "extstore_objects_evicted");
+        let served = served(&c);
+        if drop_unread {
+            assert!(evicted > 0, "drop_unread kept every unhit item");
+            assert_eq!(served + evicted, N);
+        } else {
+            assert_eq!(evicted, 0, "an item was dropped while flash had room");
+            assert_eq!(served, N);
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! `flashtier kv --admin`: `/metrics` is valid Prometheus text with the flash counters,
+//! `/stats` and `/knobs` list values, and a knob POSTed over HTTP takes effect in the
+//! protocol's `stats extstore` (the same path as `extstore <knob> <value>`).
+mod common;
+
+use std::net::SocketAddr;
+
+use common::{http, roundtrip, scratch_dir, stats_section, value_of, Server};
+
+fn start_with_admin(extra: &[&str]) -> (Server, SocketAddr) {
+    let mut args = vec!["--admin", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let (server, log) = Server::start_in(&args, None);
+    let admin = log
+        .iter()
+        .find_map(|l| l.strip_prefix("flashtier kv: admin endpoint on http://"))
+        .unwrap_or_else(|| panic!("no admin address logged: {log:?}"))
+        .parse()
+        .expect("admin address");
+    (server, admin)
+}
+
+fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+}
+
+/// Check the exposition format line by line; return (name, value) of the samples.
+fn parse_metrics(text: &str) -> Vec<(String, f64)> {
+    let mut samples = Vec::new();
+    let mut typed = std::collections::HashSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut parts = rest.split(' ');
+            let name = parts.next().expect("type name");
+            assert!(valid_name(name), "bad metric name in {line:?}");
+            let kind = parts.next().expect("type kind");
+            assert!(
+                ["counter", "gauge", "untyped"].contains(&kind),
+                "bad type in {line:?}"
+            );
+            typed.insert(name.to_string());
+            continue;
+        }
+        assert!(
+            !line.starts_with('#') || line.starts_with("# HELP "),
+            "{line:?}"
+        );
+        if line.starts_with('#') {
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').expect("name value");
+        let name = series.split('{').next().expect("name");
+        assert!(valid_name(name), "bad metric name in {line:?}");
+        if let Some(labels) = series.strip_prefix(name) {
+            if !labels.is_empty() {
+                assert!(
+                    labels.starts_with('{') && labels.ends_with('}'),
+                    "bad labels in {line:?}"
+                );
+            }
+        }
+        let v: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("bad value in {line:?}"));
+        assert!(typed.contains(name), "no # TYPE before {line:?}");
+        samples.push((name.to_string(), v));
+    }
+    samples
+}
+
+#[test]
+fn metrics_stats_and_knobs_over_http() {
+    let dir = scratch_dir("kv-admin");
+    let spec = format!("{}:64MiB", dir.join("flash.bin").display());
+    let (server, admin) = start_with_admin(&["--memory", "8MiB", "--flash", &spec]);
+    let mut c = server.connect();
+    assert_eq!(
+        roundtrip(&mut c, b"set k 0 0 3\r\nabc\r\nget k\r\n", b"END\r\n"),
+        "STORED\r\nVALUE k 0 3\r\nabc\r\nEND\r\n"
+    );
+
+    let (code, text) = http(admin, "GET", "/metrics");
+    assert_eq!(code, 200);
+    let samples = parse_metrics(&text);
+    let get = |n: &str| {
+        samples
+            .iter()
+            .find(|(k, _)| k == n)
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("no {n} in {text}"))
+    };
+    assert_eq!(get("flashtier_cmd_get"), 1.0);
+    assert_eq!(get("flashtier_curr_items"), 1.0);
+    assert_eq!(get("flashtier_extstore_objects_written"), 1.0);
+    assert!(get("flashtier_ram_bytes_per_flash_item") > 0.0);
+    for n in [
+        "flashtier_extstore_bytes_written",
+        "flashtier_extstore_segments_free",
+        "flashtier_extstore_compactions",
+        "flashtier_extstore_io_queue",
+        "flashtier_extstore_checksum_failures",
+        "flashtier_flash_bytes_used",
+        "flashtier_extstore_knob_item_size",
+    ] {
+        get(n);
+    }
+    assert!(
+        text.contains("# TYPE flashtier_cmd_get counter\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE flashtier_curr_items gauge\n"),
+        "{text}"
+    );
+
+    let (code, stats) = http(admin, "GET", "/stats");
+    assert_eq!(code, 200);
+    assert!(stats.lines().any(|l| l == "cmd_get=1"), "{stats}");
+    assert!(stats
+        .lines()
+        .any(|l| l.starts_with("extstore_objects_written=")));
+
+    let (code, knobs) = http(admin, "GET", "/knobs");
+    assert_eq!(code, 200);
+    assert!(knobs.lines().any(|l| l == "item_size=0"), "{knobs}");
+    assert!(knobs.lines().any(|l| l == "reclaim_policy=fifo"), "{knobs}");
+    assert_eq!(
+        http(admin, "GET", "/knobs?drop_unread"),
+        (200, "drop_unread=0\n".into())
+    );
+
+    // Set over HTTP; the protocol sees it.
+    let (code, body) = http(admin, "POST", "/knobs?item_size=2k&reclaim_policy=greedy");
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body, "item_size=2048\nreclaim_policy=greedy\n");
+    let (code, body) = http(admin, "PUT", "/knobs?compact_under=1");
+    assert_eq!(code, 200, "{body}");
+    let ext = stats_section(&mut c, "extstore");
+    assert_eq!(value_of(&ext, "extstore_knob_item_size"), "2048");
+    assert_eq!(value_of(&ext, "extstore_knob_reclaim_policy"), "greedy");
+    assert_eq!(value_of(&ext, "extstore_knob_free_low_watermark"), "1");
+
+    // Refusals.
+    let (code, body) = http(admin, "POST", "/knobs?bogus=1");
+    assert_eq!(code, 400);
+    assert!(body.contains("unknown knob bogus"), "{body}");
+    assert_eq!(http(admin, "POST", "/knobs?item_size=x").0, 400);
+    assert_eq!(http(admin, "POST", "/knobs").0, 400);
+    assert_eq!(http(admin, "GET", "/knobs?item_size=1").0, 405);
+    assert_eq!(http(admin, "DELETE", "/metrics").0, 405);
+    assert_eq!(http(admin, "GET", "/nope").0, 404);
+    let ext = stats_section(&mut c, "extstore");
+    assert_eq!(value_of(&ext, "extstore_knob_item_size"), "2048");
+
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ram_only_metrics() {
+    let (server, admin) = start_with_admin(&["--ram-only"]);
+    let mut c = server.connect();
+    roundtrip(&mut c, b"get x\r\n", b"END\r\n");
+    let (code, text) = http(admin, "GET", "/metrics");
+    assert_eq!(code, 200);
+    let samples = parse_metrics(&text);
+    assert!(samples
+        .iter()
+        .any(|(k, v)| k == "flashtier_get_misses" && *v == 1.0));
+    assert!(!text.contains("extstore"), "{text}");
+    assert_eq!(http(admin, "GET", "/knobs"), (200, String::new()));
+    assert_eq!(http(admin, "POST", "/knobs?item_size=1").0, 400);
+}
