@@ -12,6 +12,8 @@
 //! - [`tunables`]: runtime settings ([`Mode`], [`FlushOrder`], [`TUNABLES`]).
 //! - [`stats`]: counters ([`BlockStats`]).
 //! - [`seq`]: sequential stream detection.
+//! - [`switch`]: mode switches away from writeback and how they are observed.
+//! - [`warm`]: warm restart (the clean-shutdown snapshot of clean blocks).
 //! - [`mod@error`]: the [`Error`] type.
 #![deny(unsafe_code)]
 
@@ -20,10 +22,14 @@ pub mod error;
 pub mod index;
 pub mod seq;
 pub mod stats;
+pub mod switch;
 pub mod tunables;
+pub mod warm;
 mod writeback;
 
 pub use cache::{BlockCache, BlockCacheConfig, FlushState, RecoveryInfo};
 pub use error::Error;
 pub use stats::BlockStats;
+pub use switch::{ModeSwitch, SwitchPhase};
 pub use tunables::{FlushOrder, Mode, Tunables, TUNABLES};
+pub use warm::ShutdownReport;

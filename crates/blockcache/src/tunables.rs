@@ -321,6 +321,11 @@ impl Tunables {
             .collect()
     }
 
+    /// Set the mode (the cache's `set_mode` does it together with the switch record).
+    pub(crate) fn set_mode(&self, m: Mode) {
+        self.mode.store(m.code(), Relaxed);
+    }
+
     /// Current mode.
     pub fn mode(&self) -> Mode {
         Mode::from_code(self.mode.load(Relaxed))
