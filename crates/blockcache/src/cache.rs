@@ -135,9 +135,9 @@ impl ReclaimHandler for Handler {
                 Decision::Drop
             };
         }
-        match ix.map.get(&rec.key_id) {
+        match ix.map.get(rec.key_id) {
             Some(e) if e.loc == loc => {
-                if e.dirty_seq != 0
+                if e.dirty
                     || rec.version > self.0.wm_persisted.load(Ordering::Acquire)
                     || ix.writing.contains(&rec.key_id)
                 {
@@ -166,11 +166,8 @@ impl ReclaimHandler for Handler {
             }
             return false;
         }
-        match ix.map.get_mut(&rec.key_id) {
-            Some(e) if e.loc == old => {
-                e.loc = new.pack();
-                true
-            }
+        match ix.map.get(rec.key_id) {
+            Some(e) if e.loc == old => ix.map.set_loc(rec.key_id, new.pack()),
             _ => false,
         }
     }
@@ -181,7 +178,7 @@ impl ReclaimHandler for Handler {
         }
         let mut ix = self.0.index.lock();
         if let Some(e) = ix.remove_at(rec.key_id, rec.location.pack()) {
-            if e.dirty_seq != 0 {
+            if e.dirty {
                 add(&self.0.stats.dirty_lost, 1);
                 eprintln!(
                     "flashtier block: cache device lost dirty block {} (version {})",
@@ -388,9 +385,11 @@ impl BlockCache {
                 Default::default()
             }
         };
+        let record = flashtier_flash::format::record::padded_len(0, bs as usize) as u64;
         {
             let mut ix = shared.index.lock();
-            *ix = Index::new(max_version);
+            // Sized for every block record the device can hold: the table never grows.
+            *ix = Index::with_capacity(max_version, info.capacity / record + 1);
             ix.wm_loc = wm.map(|w| w.location.pack());
             for (lba, m) in newest {
                 if m.flags & FLAG_DIRTY != 0 && m.version > watermark {
@@ -413,7 +412,6 @@ impl BlockCache {
         // Consume the snapshot before anything can reach the backing: a durable session
         // record newer than the marker makes it invalid for every later recovery.
         crate::warm::write_session(&flash, &shared, reclaim_stream)?;
-        let record = flashtier_flash::format::record::padded_len(0, bs as usize) as u64;
         let usable = info.capacity.saturating_sub(reserve * info.segment_size);
         let capacity_blocks = (usable / record).max(16);
         let cache = Arc::new(BlockCache {
@@ -575,9 +573,14 @@ impl BlockCache {
                 format!("{:.2}", a as f64 * 100.0 / b as f64)
             }
         };
-        let (dirty, cached, wm) = {
+        let (dirty, cached, wm, index_bytes) = {
             let ix = self.shared.index.lock();
-            (ix.dirty() as u64, ix.map.len() as u64, ix.clean_watermark())
+            (
+                ix.dirty() as u64,
+                ix.map.len() as u64,
+                ix.clean_watermark(),
+                ix.ram_bytes(),
+            )
         };
         v.push((
             "read_hit_percent".into(),
@@ -589,6 +592,7 @@ impl BlockCache {
         ));
         v.push(("dirty_blocks".into(), dirty.to_string()));
         v.push(("cached_blocks".into(), cached.to_string()));
+        v.push(("index_bytes".into(), index_bytes.to_string()));
         v.push(("capacity_blocks".into(), self.capacity_blocks.to_string()));
         v.push(("dirty_percent".into(), pct(dirty, self.capacity_blocks)));
         v.push(("block_size".into(), self.block_size.to_string()));
@@ -727,10 +731,10 @@ impl BlockCache {
             }
             other => {
                 let mut ix = self.shared.index.lock();
-                match ix.map.get(&lba).copied() {
+                match ix.map.get(lba) {
                     Some(now) if now.loc == e.loc && now.version == e.version => {
                         add(&self.shared.stats.ssd_read_errors, 1);
-                        if now.dirty_seq != 0 {
+                        if now.dirty {
                             let why = match other {
                                 Err(err) => err.to_string(),
                                 Ok(_) => "record mismatch".into(),
@@ -906,7 +910,7 @@ impl BlockCache {
         let _g = self.lock_stripes(a, b).await;
         let cached: Vec<bool> = {
             let ix = self.shared.index.lock();
-            (a..=b).map(|l| ix.map.contains_key(&l)).collect()
+            (a..=b).map(|l| ix.map.contains_key(l)).collect()
         };
         let data = if cached.iter().all(|c| *c) {
             Bytes::new()
@@ -994,7 +998,7 @@ impl BlockCache {
         let _g = self.lock_stripes(first, last).await;
         let any_dirty = {
             let ix = self.shared.index.lock();
-            (first..=last).any(|l| ix.map.get(&l).is_some_and(|e| e.dirty_seq != 0))
+            (first..=last).any(|l| ix.map.get(l).is_some_and(|e| e.dirty))
         };
         if want_wb || any_dirty {
             for lba in first..=last {
@@ -1018,7 +1022,7 @@ impl BlockCache {
         // uncached, never a clean copy the backing no longer holds.
         let mut images = Vec::new();
         for lba in first..=last {
-            let cached = self.shared.index.lock().map.contains_key(&lba);
+            let cached = self.shared.index.lock().map.contains_key(lba);
             let b0 = lba * bs;
             let full = off <= b0 && off + len >= b0 + bs;
             if cached || (mode == Mode::WriteThrough && admit && !seq && full) {
@@ -1037,7 +1041,7 @@ impl BlockCache {
                     continue;
                 }
                 // Clean: the request holds the stripe locks and saw no dirty block.
-                if let Some(e) = ix.map.get(lba).copied() {
+                if let Some(e) = ix.map.get(*lba) {
                     ix.remove_at(*lba, e.loc);
                     self.flash.mark_dead(Location::unpack(e.loc));
                 }

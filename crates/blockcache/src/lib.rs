@@ -8,7 +8,7 @@
 //! # Layout
 //! - [`cache`]: [`BlockCache`] (open/recovery, read and write paths, the reclaim handler).
 //! - `writeback`: the writeback task (rate controller, flush order) and explicit flushes.
-//! - [`index`]: the LBA index and dirty sets.
+//! - [`index`]: the LBA index and dirty sets; [`lbamap`]: its flat LBA table.
 //! - [`tunables`]: runtime settings ([`Mode`], [`FlushOrder`], [`TUNABLES`]).
 //! - [`stats`]: counters ([`BlockStats`]).
 //! - [`seq`]: sequential stream detection.
@@ -20,6 +20,7 @@
 pub mod cache;
 pub mod error;
 pub mod index;
+pub mod lbamap;
 pub mod seq;
 pub mod stats;
 pub mod switch;

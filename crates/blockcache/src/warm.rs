@@ -255,8 +255,8 @@ impl BlockCache {
             let e: Vec<(u64, u64)> = ix
                 .map
                 .iter()
-                .filter(|(_, e)| e.dirty_seq == 0)
-                .map(|(l, e)| (*l, e.version))
+                .filter(|(_, e)| !e.dirty)
+                .map(|(l, e)| (l, e.version))
                 .collect();
             (e, ix.take_version())
         };

@@ -144,8 +144,8 @@ impl BlockCache {
                 if ix.writing.contains(lba) {
                     continue;
                 }
-                if let Some(e) = ix.map.get(lba) {
-                    out.push((*lba, *e, true));
+                if let Some(e) = ix.map.get(*lba) {
+                    out.push((*lba, e, true));
                     chosen.insert(*lba);
                 }
             }
@@ -164,7 +164,7 @@ impl BlockCache {
                     let mut v: Vec<(u64, u64)> = ix
                         .by_lba
                         .iter()
-                        .filter_map(|l| ix.map.get(l).map(|e| (e.access, *l)))
+                        .filter_map(|l| ix.dirty_meta.get(l).map(|d| (d.access, *l)))
                         .collect();
                     v.sort_unstable();
                     v.into_iter().map(|(_, l)| l).collect()
@@ -178,8 +178,8 @@ impl BlockCache {
                 if ix.writing.contains(&lba) || chosen.contains(&lba) {
                     continue;
                 }
-                if let Some(e) = ix.map.get(&lba) {
-                    out.push((lba, *e, false));
+                if let Some(e) = ix.map.get(lba) {
+                    out.push((lba, e, false));
                     taken += 1;
                 }
             }
