@@ -695,19 +695,23 @@ impl BlockCache {
                     add(&self.shared.stats.ssd_writes, 1);
                     return Ok(Some(out));
                 }
-                Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace) => {
+                Err(e @ (flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)) => {
                     if !wait {
                         return Ok(None);
                     }
                     if self.stopping.load(Ordering::Acquire) {
                         return Err(BackendError::Shutdown);
                     }
-                    if !stalled {
-                        stalled = true;
-                        add(&self.shared.stats.write_stalls, 1);
+                    // Busy: the stream's chunk writes are all in flight, which only time
+                    // cures. NoSpace: flash is full, and space comes from writeback.
+                    if matches!(e, flashtier_flash::Error::NoSpace) {
+                        if !stalled {
+                            stalled = true;
+                            add(&self.shared.stats.write_stalls, 1);
+                        }
+                        self.urgent.store(true, Ordering::Release);
+                        self.wb_wake.notify_one();
                     }
-                    self.urgent.store(true, Ordering::Release);
-                    self.wb_wake.notify_one();
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
                 Err(e) => return Err(flash_err(e)),
