@@ -1,7 +1,8 @@
 //! RAM per cached block of the block cache's index: builds an index of clean and/or dirty
 //! blocks at random LBAs and reports the resident-set growth per block (Linux
 //! `/proc/self/statm`, each case in a fresh process) next to the index's own accounting.
-//! The `hashmap` rows are the previous layout for comparison: a `HashMap<u64, Entry>` with a
+//! `empty` is a table sized for the blocks with none inserted (its zeroed pages are not
+//! committed until written). The `hashmap` rows are the previous layout for comparison: a `HashMap<u64, Entry>` with a
 //! 32-byte entry (location, version, dirty order, access clock).
 //!
 //! Run: `cargo run --release -p flashtier-blockcache --example index_ram [BLOCKS]`.
@@ -39,6 +40,17 @@ fn case(n: u64, kind: &str) {
         }
         (m.capacity() * 41, m.len(), rss())
     } else {
+        if kind == "empty" {
+            // Sized for n, nothing inserted: the zeroed table is not committed yet.
+            let ix = Index::with_capacity(0, n);
+            let after = rss();
+            println!(
+                "{kind:>8}: sized for {n} blocks  RSS growth {:6.1} B/block  allocated {:6.1} B/block",
+                after.saturating_sub(before) as f64 / n as f64,
+                ix.ram_bytes() as f64 / n as f64
+            );
+            return;
+        }
         let every = match kind {
             "clean" => 0,
             "dirty10" => 10,
@@ -76,7 +88,7 @@ fn main() {
         return;
     };
     for n in [n, n * 7 / 10] {
-        for kind in ["hashmap", "clean", "dirty10", "dirty"] {
+        for kind in ["empty", "hashmap", "clean", "dirty10", "dirty"] {
             let ok = std::process::Command::new(&me)
                 .args(["case", &n.to_string(), kind])
                 .status()

@@ -3,19 +3,21 @@
 //!
 //! Why not `HashMap<u64, Entry>`: hashbrown keeps a 32-byte entry plus a control byte and
 //! doubles at 7/8 load, so a block costs 41–82 bytes depending on where the count falls
-//! between powers of two. Here a slot is `lba, location | dirty << 63, version`; the table
+//! between powers of two. Here a slot is `LBA + 1, location | dirty << 63, version`; the table
 //! has any size (fast range reduction, not a power of two) and stays at most 85% full, so a
 //! block costs 24 / load ≈ 28–30 bytes when the cache is full.
 //!
 //! Linear probing with backward-shift deletion (no tombstones): invariant — every entry sits
 //! in the cyclic run of occupied slots that starts at its home slot, so a lookup stops at the
-//! first empty slot. `u64::MAX` marks an empty slot; no LBA reaches it (LBAs are below the
-//! backing's block count, and the watermark's key is never stored here).
+//! first empty slot. A slot stores `LBA + 1`, so an all-zero slot is empty: the table is
+//! allocated zeroed and the OS commits its pages only as they are first written (an empty
+//! cache costs no RAM for it). No LBA is `u64::MAX` (LBAs are below the backing's block
+//! count; the watermark's key is never stored here).
 //!
 //! Guarded by the index mutex like the rest of [`crate::index`].
 
-/// An empty slot's LBA.
-const EMPTY: u64 = u64::MAX;
+/// An empty slot's key (keys are LBA + 1).
+const EMPTY: u64 = 0;
 /// Dirty flag, packed above the location (locations use 45 bits).
 const DIRTY: u64 = 1 << 63;
 /// Most entries per 100 slots before the table grows.
@@ -32,18 +34,11 @@ pub struct Entry {
     pub dirty: bool,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Slot {
-    lba: u64,
-    word: u64,
-    version: u64,
-}
+/// `[LBA + 1, location | dirty, version]`; all zero = empty. An array, not a struct, so
+/// `vec![FREE; n]` allocates zeroed memory.
+type Slot = [u64; 3];
 
-const FREE: Slot = Slot {
-    lba: EMPTY,
-    word: 0,
-    version: 0,
-};
+const FREE: Slot = [EMPTY, 0, 0];
 
 /// The table.
 #[derive(Debug, Default)]
@@ -80,8 +75,8 @@ impl LbaMap {
         self.slots.capacity() * std::mem::size_of::<Slot>()
     }
 
-    fn home(&self, lba: u64) -> usize {
-        let h = lba.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    fn home(&self, key: u64) -> usize {
+        let h = key.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         ((u128::from(h) * self.slots.len() as u128) >> 64) as usize
     }
 
@@ -93,12 +88,12 @@ impl LbaMap {
         }
     }
 
-    /// Slot holding `lba`, or the empty slot where it would go.
-    fn probe(&self, lba: u64) -> (usize, bool) {
-        let mut i = self.home(lba);
+    /// Slot holding `key` (LBA + 1), or the empty slot where it would go.
+    fn probe(&self, key: u64) -> (usize, bool) {
+        let mut i = self.home(key);
         loop {
-            let s = self.slots[i].lba;
-            if s == lba {
+            let s = self.slots[i][0];
+            if s == key {
                 return (i, true);
             }
             if s == EMPTY {
@@ -109,20 +104,20 @@ impl LbaMap {
     }
 
     fn entry_at(&self, i: usize) -> Entry {
-        let s = self.slots[i];
+        let [_, word, version] = self.slots[i];
         Entry {
-            loc: s.word & !DIRTY,
-            version: s.version,
-            dirty: s.word & DIRTY != 0,
+            loc: word & !DIRTY,
+            version,
+            dirty: word & DIRTY != 0,
         }
     }
 
     /// The entry of `lba`.
     pub fn get(&self, lba: u64) -> Option<Entry> {
-        if self.slots.is_empty() {
+        if self.slots.is_empty() || lba == u64::MAX {
             return None;
         }
-        match self.probe(lba) {
+        match self.probe(lba.wrapping_add(1)) {
             (i, true) => Some(self.entry_at(i)),
             _ => None,
         }
@@ -135,19 +130,16 @@ impl LbaMap {
 
     /// Insert or replace the entry of `lba` (`lba` must not be `u64::MAX`).
     pub fn insert(&mut self, lba: u64, e: Entry) {
-        debug_assert!(lba != EMPTY && e.loc & DIRTY == 0);
+        debug_assert!(lba != u64::MAX && e.loc & DIRTY == 0);
         if (self.len + 1) * 100 > self.slots.len() * MAX_LOAD_PCT {
             self.grow();
         }
-        let (i, found) = self.probe(lba);
+        let key = lba.wrapping_add(1);
+        let (i, found) = self.probe(key);
         if !found {
             self.len += 1;
         }
-        self.slots[i] = Slot {
-            lba,
-            word: e.loc | if e.dirty { DIRTY } else { 0 },
-            version: e.version,
-        };
+        self.slots[i] = [key, e.loc | if e.dirty { DIRTY } else { 0 }, e.version];
     }
 
     /// Change an entry's location (reclaim moved the record); false if absent.
@@ -163,10 +155,10 @@ impl LbaMap {
 
     /// Remove the entry of `lba`.
     pub fn remove(&mut self, lba: u64) -> Option<Entry> {
-        if self.slots.is_empty() {
+        if self.slots.is_empty() || lba == u64::MAX {
             return None;
         }
-        let (mut hole, found) = self.probe(lba);
+        let (mut hole, found) = self.probe(lba.wrapping_add(1));
         if !found {
             return None;
         }
@@ -175,8 +167,8 @@ impl LbaMap {
         let mut j = self.next(hole);
         // Backward shift: pull each later entry of the run into the hole if the hole lies
         // between its home and its slot.
-        while self.slots[j].lba != EMPTY {
-            let h = self.home(self.slots[j].lba);
+        while self.slots[j][0] != EMPTY {
+            let h = self.home(self.slots[j][0]);
             let from_home = (j + n - h) % n;
             let from_hole = (j + n - hole) % n;
             if from_home >= from_hole {
@@ -193,16 +185,16 @@ impl LbaMap {
     /// Every `(lba, entry)`, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (u64, Entry)> + '_ {
         (0..self.slots.len())
-            .filter(|i| self.slots[*i].lba != EMPTY)
-            .map(|i| (self.slots[i].lba, self.entry_at(i)))
+            .filter(|i| self.slots[*i][0] != EMPTY)
+            .map(|i| (self.slots[i][0] - 1, self.entry_at(i)))
     }
 
     fn grow(&mut self) {
         let old = std::mem::take(&mut self.slots);
         self.slots = vec![FREE; Self::slots_for((self.len + 1) * 2)];
         self.len = 0;
-        for s in old.into_iter().filter(|s| s.lba != EMPTY) {
-            let (i, _) = self.probe(s.lba);
+        for s in old.into_iter().filter(|s| s[0] != EMPTY) {
+            let (i, _) = self.probe(s[0]);
             self.slots[i] = s;
             self.len += 1;
         }
@@ -223,10 +215,14 @@ mod tests {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            // A small key space so runs collide, wrap and shift.
-            let lba = x % 300;
+            // A small key space so runs collide, wrap and shift; u64::MAX is never stored.
+            let lba = if step % 1000 == 999 {
+                u64::MAX
+            } else {
+                x % 300
+            };
             match x >> 60 {
-                0..=6 => {
+                0..=6 if lba != u64::MAX => {
                     let e = Entry {
                         loc: step & ((1 << 45) - 1),
                         version: step,

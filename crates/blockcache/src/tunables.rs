@@ -89,7 +89,7 @@ pub const TUNABLES: &[(&str, &str, &str)] = &[
     (
         "mode",
         "writeback",
-        "writeback | writethrough | writearound; leaving writeback starts a flush",
+        "writeback | writethrough | writearound; leaving writeback starts a switch that writes back every dirty block (ctl set mode=... --wait)",
     ),
     (
         "dirty_high_pct",
