@@ -7,15 +7,17 @@
 //!   records when the admission rules allow.
 //! - write (writeback): under the stripe locks, each block (partial blocks read-modify-write)
 //!   is appended as a dirty record with a fresh version; FUA = append + `flash.flush()`.
-//! - write (writethrough/writearound, sequential bypass): backing first, then cached copies
-//!   are updated with clean records (writethrough also admits full blocks). A request that
-//!   touches a dirty block always takes the writeback path, so the cache never holds a clean
-//!   entry whose bytes the backing lacks.
+//! - write (writethrough/writearound, sequential bypass): cached copies are dropped from the
+//!   index, the backing is written, then the new content is cached as clean records
+//!   (writethrough also admits full blocks). A request that touches a dirty block always
+//!   takes the writeback path, so the cache never holds a clean entry whose bytes the
+//!   backing lacks.
 //!
 //! Versions are taken and the index updated under the index mutex, in the same critical
 //! section as the flash append, so the *clean watermark* (every version at or below it is on
 //! the backing or superseded) is exact. The watermark is persisted as a record; recovery
-//! treats dirty-flagged records at or below it as clean. The reclaim handler keeps every
+//! treats dirty-flagged records at or below it as clean (kept only if a valid shutdown
+//! snapshot lists them, see [`crate::warm`]). The reclaim handler keeps every
 //! record newer than the persisted watermark, so a newer version can never be evicted while
 //! an older dirty copy could still come back at restart.
 //!
