@@ -7,15 +7,17 @@
 //!   records when the admission rules allow.
 //! - write (writeback): under the stripe locks, each block (partial blocks read-modify-write)
 //!   is appended as a dirty record with a fresh version; FUA = append + `flash.flush()`.
-//! - write (writethrough/writearound, sequential bypass): backing first, then cached copies
-//!   are updated with clean records (writethrough also admits full blocks). A request that
-//!   touches a dirty block always takes the writeback path, so the cache never holds a clean
-//!   entry whose bytes the backing lacks.
+//! - write (writethrough/writearound, sequential bypass): cached copies are dropped from the
+//!   index, the backing is written, then the new content is cached as clean records
+//!   (writethrough also admits full blocks). A request that touches a dirty block always
+//!   takes the writeback path, so the cache never holds a clean entry whose bytes the
+//!   backing lacks.
 //!
 //! Versions are taken and the index updated under the index mutex, in the same critical
 //! section as the flash append, so the *clean watermark* (every version at or below it is on
 //! the backing or superseded) is exact. The watermark is persisted as a record; recovery
-//! treats dirty-flagged records at or below it as clean. The reclaim handler keeps every
+//! treats dirty-flagged records at or below it as clean (kept only if a valid shutdown
+//! snapshot lists them, see [`crate::warm`]). The reclaim handler keeps every
 //! record newer than the persisted watermark, so a newer version can never be evicted while
 //! an older dirty copy could still come back at restart.
 //!
@@ -41,6 +43,7 @@ use crate::index::{Entry, Index, PutOutcome};
 use crate::seq::SeqDetector;
 use crate::stats::{add, BlockStats};
 use crate::tunables::{Mode, Tunables};
+use crate::warm::{KIND_SESSION, KIND_SHUTDOWN, KIND_SNAPSHOT};
 
 /// Record kind of the persisted clean watermark (`key_id` = [`WM_KEY`], version = mark).
 pub const KIND_WATERMARK: u8 = 4;
@@ -81,8 +84,13 @@ impl Default for BlockCacheConfig {
 pub struct RecoveryInfo {
     /// Dirty blocks recovered (to be written back).
     pub dirty_blocks: u64,
-    /// Clean records found and dropped (the cache starts cold for clean data).
+    /// Clean blocks kept from the last clean shutdown's snapshot (served at once).
+    pub clean_kept: u64,
+    /// Clean records found and dropped (not in a valid shutdown snapshot).
     pub clean_dropped: u64,
+    /// Why the snapshot of clean blocks was not used (`None` when it was): no marker
+    /// after a crash or a first start, a mismatched geometry, a torn snapshot.
+    pub cold_reason: Option<String>,
     /// Persisted clean watermark found.
     pub watermark: u64,
 }
@@ -92,6 +100,23 @@ pub(crate) struct Shared {
     pub index: Mutex<Index>,
     pub wm_persisted: AtomicU64,
     pub stats: BlockStats,
+    /// Version of this run's session record (kept by reclaim; 0 = none yet).
+    pub session_version: AtomicU64,
+    /// Version of the shutdown snapshot being written (kept by reclaim; 0 = none).
+    pub snapshot_version: AtomicU64,
+}
+
+impl Shared {
+    /// Whether a warm-restart record (session, snapshot chunk, shutdown marker) belongs to
+    /// this run and must survive reclaim.
+    fn keeps_meta(&self, rec: &RecordMeta) -> Option<bool> {
+        let v = match rec.kind {
+            KIND_SESSION => self.session_version.load(Ordering::Acquire),
+            KIND_SNAPSHOT | KIND_SHUTDOWN => self.snapshot_version.load(Ordering::Acquire),
+            _ => return None,
+        };
+        Some(v != 0 && rec.version == v)
+    }
 }
 
 /// The flash engine's reclaim callbacks: keep dirty blocks and anything newer than the
@@ -100,6 +125,9 @@ pub(crate) struct Handler(pub Arc<Shared>);
 
 impl ReclaimHandler for Handler {
     fn decide(&self, rec: &RecordMeta) -> Decision {
+        if let Some(keep) = self.0.keeps_meta(rec) {
+            return if keep { Decision::Keep } else { Decision::Drop };
+        }
         let mut ix = self.0.index.lock();
         let loc = rec.location.pack();
         if rec.kind == KIND_WATERMARK {
@@ -109,9 +137,9 @@ impl ReclaimHandler for Handler {
                 Decision::Drop
             };
         }
-        match ix.map.get(&rec.key_id) {
+        match ix.map.get(rec.key_id) {
             Some(e) if e.loc == loc => {
-                if e.dirty_seq != 0
+                if e.dirty
                     || rec.version > self.0.wm_persisted.load(Ordering::Acquire)
                     || ix.writing.contains(&rec.key_id)
                 {
@@ -127,6 +155,10 @@ impl ReclaimHandler for Handler {
     }
 
     fn relocated(&self, rec: &RecordMeta, new: Location) -> bool {
+        if let Some(keep) = self.0.keeps_meta(rec) {
+            // Found by the recovery scan, not through the index: the copy stays live.
+            return keep;
+        }
         let mut ix = self.0.index.lock();
         let old = rec.location.pack();
         if rec.kind == KIND_WATERMARK {
@@ -136,22 +168,19 @@ impl ReclaimHandler for Handler {
             }
             return false;
         }
-        match ix.map.get_mut(&rec.key_id) {
-            Some(e) if e.loc == old => {
-                e.loc = new.pack();
-                true
-            }
+        match ix.map.get(rec.key_id) {
+            Some(e) if e.loc == old => ix.map.set_loc(rec.key_id, new.pack()),
             _ => false,
         }
     }
 
     fn evicted(&self, rec: &RecordMeta) {
-        let mut ix = self.0.index.lock();
-        if rec.kind == KIND_WATERMARK {
+        if rec.kind != kind::PUT {
             return;
         }
+        let mut ix = self.0.index.lock();
         if let Some(e) = ix.remove_at(rec.key_id, rec.location.pack()) {
-            if e.dirty_seq != 0 {
+            if e.dirty {
                 add(&self.0.stats.dirty_lost, 1);
                 eprintln!(
                     "flashtier block: cache device lost dirty block {} (version {})",
@@ -185,6 +214,8 @@ pub enum FlushState {
 
 #[derive(Debug)]
 pub(crate) struct FlushJob {
+    /// Id reported by `/status` (`flush_id`); a running job that is extended keeps it.
+    pub id: u64,
     pub target: u64,
     pub total: u64,
     pub started: Instant,
@@ -203,6 +234,10 @@ pub struct BlockCache {
     stripes: Vec<tokio::sync::Mutex<()>>,
     seq: Mutex<SeqDetector>,
     pub(crate) job: Mutex<Option<FlushJob>>,
+    /// Ids handed to flush jobs (the last one used).
+    pub(crate) flush_ids: AtomicU64,
+    /// The latest switch away from writeback.
+    pub(crate) switch: Mutex<Option<crate::switch::SwitchJob>>,
     /// Wakes the writeback task.
     pub(crate) wb_wake: Notify,
     /// Signalled after each writeback batch (writers waiting for space, flush waiters).
@@ -297,6 +332,8 @@ impl BlockCache {
             index: Mutex::new(Index::new(0)),
             wm_persisted: AtomicU64::new(0),
             stats: BlockStats::default(),
+            session_version: AtomicU64::new(0),
+            snapshot_version: AtomicU64::new(0),
         });
         let nblocks = size / bs;
         // Recovery: newest version per LBA, newest watermark.
@@ -304,8 +341,12 @@ impl BlockCache {
         let mut dead: Vec<Location> = Vec::new();
         let mut wm: Option<RecordMeta> = None;
         let mut max_version = 0u64;
+        let mut found = crate::warm::Found::default();
         let mut on = |m: RecordMeta| {
             max_version = max_version.max(m.version);
+            if found.offer(&m) {
+                return;
+            }
             if m.kind == KIND_WATERMARK && m.key_id == WM_KEY {
                 match &wm {
                     Some(w) if w.version >= m.version => dead.push(m.location),
@@ -338,25 +379,41 @@ impl BlockCache {
             watermark,
             ..Default::default()
         };
+        // Clean blocks come back only from a valid shutdown snapshot (see `warm`).
+        let snapshot = match found.load(&flash, max_version, bs, nblocks) {
+            Ok(s) => s,
+            Err(why) => {
+                rec.cold_reason = Some(why);
+                Default::default()
+            }
+        };
+        let record = flashtier_flash::format::record::padded_len(0, bs as usize) as u64;
         {
             let mut ix = shared.index.lock();
-            *ix = Index::new(max_version);
+            // Sized for every block record the device can hold: the table never grows.
+            *ix = Index::with_capacity(max_version, info.capacity / record + 1);
             ix.wm_loc = wm.map(|w| w.location.pack());
             for (lba, m) in newest {
                 if m.flags & FLAG_DIRTY != 0 && m.version > watermark {
                     ix.put(lba, m.location.pack(), m.version, true);
                     rec.dirty_blocks += 1;
+                } else if snapshot.get(&lba) == Some(&m.version) {
+                    ix.put(lba, m.location.pack(), m.version, false);
+                    rec.clean_kept += 1;
                 } else {
                     dead.push(m.location);
                     rec.clean_dropped += 1;
                 }
             }
+            dead.extend(found.locations());
             for l in dead {
                 flash.mark_dead(l);
             }
         }
         shared.wm_persisted.store(watermark, Ordering::Release);
-        let record = flashtier_flash::format::record::padded_len(0, bs as usize) as u64;
+        // Consume the snapshot before anything can reach the backing: a durable session
+        // record newer than the marker makes it invalid for every later recovery.
+        crate::warm::write_session(&flash, &shared, reclaim_stream)?;
         let usable = info.capacity.saturating_sub(reserve * info.segment_size);
         let capacity_blocks = (usable / record).max(16);
         let cache = Arc::new(BlockCache {
@@ -370,6 +427,8 @@ impl BlockCache {
             stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
             seq: Mutex::new(SeqDetector::default()),
             job: Mutex::new(None),
+            flush_ids: AtomicU64::new(0),
+            switch: Mutex::new(None),
             wb_wake: Notify::new(),
             progress: Notify::new(),
             urgent: AtomicBool::new(false),
@@ -430,7 +489,7 @@ impl BlockCache {
     }
 
     /// Change a tunable (a flash engine knob if prefixed `flash.`). Leaving writeback mode
-    /// starts a flush of every dirty block.
+    /// starts a mode switch (see [`BlockCache::set_mode`]).
     pub fn set_tunable(&self, name: &str, value: &str) -> Result<(), Error> {
         if let Some(k) = name.strip_prefix("flash.") {
             if k == "keep_limit" {
@@ -440,11 +499,16 @@ impl BlockCache {
             }
             return Ok(self.flash.set_knob(k, value)?);
         }
-        let before = self.tunables.mode();
-        self.tunables.set(name, value)?;
-        if before == Mode::WriteBack && self.tunables.mode() != Mode::WriteBack {
-            self.start_flush();
+        if name == "mode" {
+            let m = Mode::parse(value.trim()).ok_or_else(|| {
+                Error::Config(format!(
+                    "mode: {value:?} is not writeback|writethrough|writearound"
+                ))
+            })?;
+            self.set_mode(m);
+            return Ok(());
         }
+        self.tunables.set(name, value)?;
         self.wb_wake.notify_one();
         Ok(())
     }
@@ -511,9 +575,14 @@ impl BlockCache {
                 format!("{:.2}", a as f64 * 100.0 / b as f64)
             }
         };
-        let (dirty, cached, wm) = {
+        let (dirty, cached, wm, index_bytes) = {
             let ix = self.shared.index.lock();
-            (ix.dirty() as u64, ix.map.len() as u64, ix.clean_watermark())
+            (
+                ix.dirty() as u64,
+                ix.map.len() as u64,
+                ix.clean_watermark(),
+                ix.ram_bytes(),
+            )
         };
         v.push((
             "read_hit_percent".into(),
@@ -525,6 +594,7 @@ impl BlockCache {
         ));
         v.push(("dirty_blocks".into(), dirty.to_string()));
         v.push(("cached_blocks".into(), cached.to_string()));
+        v.push(("index_bytes".into(), index_bytes.to_string()));
         v.push(("capacity_blocks".into(), self.capacity_blocks.to_string()));
         v.push(("dirty_percent".into(), pct(dirty, self.capacity_blocks)));
         v.push(("block_size".into(), self.block_size.to_string()));
@@ -538,6 +608,22 @@ impl BlockCache {
             self.recovery.dirty_blocks.to_string(),
         ));
         v.push(("mode".into(), self.tunables.mode().name().to_string()));
+        let sw = self.mode_switch();
+        let running = sw
+            .as_ref()
+            .is_some_and(|s| s.phase == crate::switch::SwitchPhase::Running);
+        v.push((
+            "mode_switch_in_progress".into(),
+            u64::from(running).to_string(),
+        ));
+        v.push((
+            "mode_switch_dirty_left".into(),
+            if running { dirty } else { 0 }.to_string(),
+        ));
+        v.push((
+            "recovered_clean_blocks".into(),
+            self.recovery.clean_kept.to_string(),
+        ));
         v.extend(
             self.flash
                 .stats()
@@ -546,6 +632,11 @@ impl BlockCache {
                 .map(|(k, n)| (k.to_string(), n.to_string())),
         );
         v
+    }
+
+    /// Every stripe lock (a clean shutdown).
+    pub(crate) async fn lock_all_stripes(&self) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
+        self.lock_stripes(0, STRIPES - 1).await
     }
 
     async fn lock_stripes(&self, first: u64, last: u64) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
@@ -606,19 +697,23 @@ impl BlockCache {
                     add(&self.shared.stats.ssd_writes, 1);
                     return Ok(Some(out));
                 }
-                Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace) => {
+                Err(e @ (flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)) => {
                     if !wait {
                         return Ok(None);
                     }
                     if self.stopping.load(Ordering::Acquire) {
                         return Err(BackendError::Shutdown);
                     }
-                    if !stalled {
-                        stalled = true;
-                        add(&self.shared.stats.write_stalls, 1);
+                    // Busy: the stream's chunk writes are all in flight, which only time
+                    // cures. NoSpace: flash is full, and space comes from writeback.
+                    if matches!(e, flashtier_flash::Error::NoSpace) {
+                        if !stalled {
+                            stalled = true;
+                            add(&self.shared.stats.write_stalls, 1);
+                        }
+                        self.urgent.store(true, Ordering::Release);
+                        self.wb_wake.notify_one();
                     }
-                    self.urgent.store(true, Ordering::Release);
-                    self.wb_wake.notify_one();
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
                 Err(e) => return Err(flash_err(e)),
@@ -642,10 +737,10 @@ impl BlockCache {
             }
             other => {
                 let mut ix = self.shared.index.lock();
-                match ix.map.get(&lba).copied() {
+                match ix.map.get(lba) {
                     Some(now) if now.loc == e.loc && now.version == e.version => {
                         add(&self.shared.stats.ssd_read_errors, 1);
-                        if now.dirty_seq != 0 {
+                        if now.dirty {
                             let why = match other {
                                 Err(err) => err.to_string(),
                                 Ok(_) => "record mismatch".into(),
@@ -821,7 +916,7 @@ impl BlockCache {
         let _g = self.lock_stripes(a, b).await;
         let cached: Vec<bool> = {
             let ix = self.shared.index.lock();
-            (a..=b).map(|l| ix.map.contains_key(&l)).collect()
+            (a..=b).map(|l| ix.map.contains_key(l)).collect()
         };
         let data = if cached.iter().all(|c| *c) {
             Bytes::new()
@@ -909,7 +1004,7 @@ impl BlockCache {
         let _g = self.lock_stripes(first, last).await;
         let any_dirty = {
             let ix = self.shared.index.lock();
-            (first..=last).any(|l| ix.map.get(&l).is_some_and(|e| e.dirty_seq != 0))
+            (first..=last).any(|l| ix.map.get(l).is_some_and(|e| e.dirty))
         };
         if want_wb || any_dirty {
             for lba in first..=last {
@@ -928,14 +1023,16 @@ impl BlockCache {
             }
             return Ok(());
         }
-        // Through or around: the backing first, then keep cached copies current.
+        // Through or around: drop the cached copies, write the backing, then cache the new
+        // content. A request cancelled or failing between the steps leaves the block
+        // uncached, never a clean copy the backing no longer holds.
         let mut images = Vec::new();
         for lba in first..=last {
-            let cached = self.shared.index.lock().map.contains_key(&lba);
+            let cached = self.shared.index.lock().map.contains_key(lba);
             let b0 = lba * bs;
             let full = off <= b0 && off + len >= b0 + bs;
             if cached || (mode == Mode::WriteThrough && admit && !seq && full) {
-                images.push((lba, self.block_image(lba, off, &data).await?));
+                images.push((lba, cached, self.block_image(lba, off, &data).await?));
             } else {
                 add(&s.uncached_writes, 1);
                 if seq {
@@ -943,25 +1040,26 @@ impl BlockCache {
                 }
             }
         }
-        self.backing_write(off, data, fua).await?;
-        for (lba, blk) in images {
-            match self.append(lba, &blk, false, false).await? {
-                Some(o) => {
-                    if o.hit {
-                        add(&s.write_hits, 1);
-                    }
+        {
+            let mut ix = self.shared.index.lock();
+            for (lba, cached, _) in &images {
+                if !*cached {
+                    continue;
                 }
-                None => {
-                    // Flash full: drop the now stale cached copy.
-                    let mut ix = self.shared.index.lock();
-                    if let Some(e) = ix.map.get(&lba).copied() {
-                        if e.dirty_seq == 0 {
-                            ix.remove_at(lba, e.loc);
-                            self.flash.mark_dead(Location::unpack(e.loc));
-                        }
-                    }
+                // Clean: the request holds the stripe locks and saw no dirty block.
+                if let Some(e) = ix.map.get(*lba) {
+                    ix.remove_at(*lba, e.loc);
+                    self.flash.mark_dead(Location::unpack(e.loc));
                 }
             }
+        }
+        self.backing_write(off, data, fua).await?;
+        for (lba, cached, blk) in images {
+            if cached {
+                add(&s.write_hits, 1);
+            }
+            // Flash full: the block stays uncached.
+            let _ = self.append(lba, &blk, false, false).await?;
         }
         Ok(())
     }

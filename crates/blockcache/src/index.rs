@@ -1,5 +1,7 @@
-//! The RAM index: LBA → (flash location, version, dirty), plus the dirty sets that drive
-//! writeback order.
+//! The RAM index: LBA → (flash location, version, dirty) in an [`LbaMap`] (24 bytes a slot),
+//! plus the dirty sets that drive writeback order. Per-block state that only dirty blocks
+//! need (dirty order, access clock for LRU flush order) lives beside, in `dirty_meta`, so a
+//! clean block costs one table slot.
 //!
 //! Guarded by one mutex in [`crate::cache::Shared`]; taken by request tasks, the writeback
 //! task and the flash engine's reclaimer thread (through the reclaim handler), only for
@@ -8,24 +10,13 @@
 //!
 //! Invariants:
 //! - an entry's `version` is the highest version of that LBA the cache holds;
-//! - `dirty_seq != 0` iff the entry is dirty iff its version is in `dirty_versions` and its
-//!   seq in `fifo` and its LBA in `by_lba`;
+//! - an entry is dirty iff its LBA is in `dirty_meta` iff its version is in
+//!   `dirty_versions` and its dirty seq in `fifo` and its LBA in `by_lba`;
 //! - a dirty entry is never removed (only made clean by writeback or superseded).
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
-/// One cached block.
-#[derive(Clone, Copy, Debug)]
-pub struct Entry {
-    /// Packed [`flashtier_flash::Location`].
-    pub loc: u64,
-    /// Version of the record at `loc`.
-    pub version: u64,
-    /// Order of first becoming dirty (0 = clean).
-    pub dirty_seq: u64,
-    /// Access clock at the last read or write.
-    pub access: u64,
-}
+pub use crate::lbamap::{Entry, LbaMap};
 
 /// What a put replaced.
 #[derive(Debug, Default)]
@@ -38,12 +29,23 @@ pub struct PutOutcome {
     pub dead: Option<u64>,
 }
 
+/// What only a dirty block needs.
+#[derive(Clone, Copy, Debug)]
+pub struct DirtyMeta {
+    /// Order of first becoming dirty (key in `fifo`).
+    pub seq: u64,
+    /// Access clock at the last read or write (LRU flush order).
+    pub access: u64,
+}
+
 /// The index proper.
 #[derive(Debug, Default)]
 pub struct Index {
     /// LBA → entry.
-    pub map: HashMap<u64, Entry>,
-    /// dirty_seq → (LBA, when it became dirty).
+    pub map: LbaMap,
+    /// Dirty LBA → its order and last access.
+    pub dirty_meta: HashMap<u64, DirtyMeta>,
+    /// dirty seq → (LBA, when it became dirty).
     pub fifo: BTreeMap<u64, (u64, Instant)>,
     /// Dirty LBAs in order.
     pub by_lba: BTreeSet<u64>,
@@ -62,7 +64,13 @@ pub struct Index {
 impl Index {
     /// An empty index whose versions start after `max_seen`.
     pub fn new(max_seen: u64) -> Self {
+        Self::with_capacity(max_seen, 0)
+    }
+
+    /// An empty index sized for `blocks` cached blocks (it grows past that if needed).
+    pub fn with_capacity(max_seen: u64, blocks: u64) -> Self {
         Index {
+            map: LbaMap::with_capacity(blocks as usize),
             next_version: max_seen + 1,
             next_dirty_seq: 1,
             ..Default::default()
@@ -79,11 +87,13 @@ impl Index {
     /// Look a block up and count it as accessed.
     pub fn lookup(&mut self, lba: u64) -> Option<Entry> {
         self.clock += 1;
-        let clock = self.clock;
-        self.map.get_mut(&lba).map(|e| {
-            e.access = clock;
-            *e
-        })
+        let e = self.map.get(lba)?;
+        if e.dirty {
+            if let Some(d) = self.dirty_meta.get_mut(&lba) {
+                d.access = self.clock;
+            }
+        }
+        Some(e)
     }
 
     /// Number of dirty blocks.
@@ -100,9 +110,22 @@ impl Index {
             .saturating_sub(1)
     }
 
+    /// Approximate bytes of RAM the index holds: the table exactly, the dirty sets by
+    /// their element sizes plus typical B-tree and hash-table overhead.
+    pub fn ram_bytes(&self) -> usize {
+        // hashbrown: (8 + 16) bytes + 1 control byte a bucket, buckets >= 8/7 of entries;
+        // B-tree nodes: elements ~2/3 full plus edges, ~1.6x the elements' size.
+        let dirty = self.dirty_meta.capacity() * 25
+            + self.fifo.len() * 32 * 8 / 5
+            + (self.by_lba.len() + self.dirty_versions.len() + self.writing.len()) * 8 * 8 / 5;
+        self.map.ram_bytes() + dirty
+    }
+
     fn clear_dirty(&mut self, lba: u64, e: &Entry) {
-        if e.dirty_seq != 0 {
-            self.fifo.remove(&e.dirty_seq);
+        if e.dirty {
+            if let Some(d) = self.dirty_meta.remove(&lba) {
+                self.fifo.remove(&d.seq);
+            }
             self.by_lba.remove(&lba);
             self.dirty_versions.remove(&e.version);
         }
@@ -113,29 +136,36 @@ impl Index {
     pub fn put(&mut self, lba: u64, loc: u64, version: u64, dirty: bool) -> PutOutcome {
         self.clock += 1;
         let mut out = PutOutcome::default();
-        let old = self.map.get(&lba).copied();
-        let mut dirty_seq = 0;
-        if let Some(o) = old {
+        let mut stays_dirty = false;
+        if let Some(o) = self.map.get(lba) {
             out.hit = true;
-            out.was_dirty = o.dirty_seq != 0;
+            out.was_dirty = o.dirty;
             if o.version > version {
                 out.dead = Some(loc);
                 return out;
             }
             out.dead = Some(o.loc);
-            if dirty && o.dirty_seq != 0 {
-                dirty_seq = o.dirty_seq;
+            if dirty && o.dirty {
+                // Keeps its place in the FIFO (order of first becoming dirty).
+                stays_dirty = true;
                 self.dirty_versions.remove(&o.version);
             } else {
                 self.clear_dirty(lba, &o);
             }
         }
         if dirty {
-            if dirty_seq == 0 {
-                dirty_seq = self.next_dirty_seq;
+            let clock = self.clock;
+            if stays_dirty {
+                if let Some(d) = self.dirty_meta.get_mut(&lba) {
+                    d.access = clock;
+                }
+            } else {
+                let seq = self.next_dirty_seq;
                 self.next_dirty_seq += 1;
-                self.fifo.insert(dirty_seq, (lba, Instant::now()));
+                self.fifo.insert(seq, (lba, Instant::now()));
                 self.by_lba.insert(lba);
+                self.dirty_meta
+                    .insert(lba, DirtyMeta { seq, access: clock });
             }
             self.dirty_versions.insert(version);
         }
@@ -144,8 +174,7 @@ impl Index {
             Entry {
                 loc,
                 version,
-                dirty_seq,
-                access: self.clock,
+                dirty,
             },
         );
         out
@@ -153,25 +182,23 @@ impl Index {
 
     /// Writeback of `version` finished: clean the entry if it still holds that version.
     pub fn mark_clean(&mut self, lba: u64, version: u64) -> bool {
-        match self.map.get(&lba).copied() {
-            Some(e) if e.version == version && e.dirty_seq != 0 => {
+        match self.map.get(lba) {
+            Some(e) if e.version == version && e.dirty => {
                 self.clear_dirty(lba, &e);
-                if let Some(m) = self.map.get_mut(&lba) {
-                    m.dirty_seq = 0;
-                }
+                self.map.insert(lba, Entry { dirty: false, ..e });
                 true
             }
             _ => false,
         }
     }
 
-    /// Remove a clean entry if it is at `loc` (reclaim dropped or lost it). Returns the
-    /// removed entry.
+    /// Remove the entry if it is at `loc` (reclaim dropped or lost it, or a write-through
+    /// invalidated it). Returns the removed entry.
     pub fn remove_at(&mut self, lba: u64, loc: u64) -> Option<Entry> {
-        match self.map.get(&lba).copied() {
+        match self.map.get(lba) {
             Some(e) if e.loc == loc => {
                 self.clear_dirty(lba, &e);
-                self.map.remove(&lba);
+                self.map.remove(lba);
                 Some(e)
             }
             _ => None,
@@ -211,7 +238,7 @@ mod tests {
         // an older version loses
         let o = ix.put(7, 50, v1, false);
         assert_eq!(o.dead, Some(50));
-        assert_eq!(ix.map[&7].loc, 300);
+        assert_eq!(ix.map.get(7).map(|e| e.loc), Some(300));
         assert!(ix.remove_at(7, 300).is_some());
         assert!(ix.lookup(7).is_none());
     }

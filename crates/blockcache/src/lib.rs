@@ -8,22 +8,29 @@
 //! # Layout
 //! - [`cache`]: [`BlockCache`] (open/recovery, read and write paths, the reclaim handler).
 //! - `writeback`: the writeback task (rate controller, flush order) and explicit flushes.
-//! - [`index`]: the LBA index and dirty sets.
+//! - [`index`]: the LBA index and dirty sets; [`lbamap`]: its flat LBA table.
 //! - [`tunables`]: runtime settings ([`Mode`], [`FlushOrder`], [`TUNABLES`]).
 //! - [`stats`]: counters ([`BlockStats`]).
 //! - [`seq`]: sequential stream detection.
+//! - [`switch`]: mode switches away from writeback and how they are observed.
+//! - [`warm`]: warm restart (the clean-shutdown snapshot of clean blocks).
 //! - [`mod@error`]: the [`Error`] type.
 #![deny(unsafe_code)]
 
 pub mod cache;
 pub mod error;
 pub mod index;
+pub mod lbamap;
 pub mod seq;
 pub mod stats;
+pub mod switch;
 pub mod tunables;
+pub mod warm;
 mod writeback;
 
 pub use cache::{BlockCache, BlockCacheConfig, FlushState, RecoveryInfo};
 pub use error::Error;
 pub use stats::BlockStats;
+pub use switch::{ModeSwitch, SwitchPhase};
 pub use tunables::{FlushOrder, Mode, Tunables, TUNABLES};
+pub use warm::ShutdownReport;

@@ -80,6 +80,8 @@ counters! {
     watermark_writes,
     /// Dirty blocks the flash engine could not keep (must stay 0).
     dirty_lost,
+    /// Switches away from writeback started.
+    mode_switches,
 }
 
 /// Add `n` to a counter.

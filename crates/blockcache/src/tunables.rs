@@ -89,7 +89,7 @@ pub const TUNABLES: &[(&str, &str, &str)] = &[
     (
         "mode",
         "writeback",
-        "writeback | writethrough | writearound; leaving writeback starts a flush",
+        "writeback | writethrough | writearound; leaving writeback starts a switch that writes back every dirty block (ctl set mode=... --wait)",
     ),
     (
         "dirty_high_pct",
@@ -319,6 +319,11 @@ impl Tunables {
             .iter()
             .map(|(n, _, _)| (*n, self.get(n).unwrap_or_default()))
             .collect()
+    }
+
+    /// Set the mode (the cache's `set_mode` does it together with the switch record).
+    pub(crate) fn set_mode(&self, m: Mode) {
+        self.mode.store(m.code(), Relaxed);
     }
 
     /// Current mode.

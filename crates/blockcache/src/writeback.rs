@@ -62,7 +62,9 @@ pub(crate) async fn run(cache: Arc<BlockCache>) {
         } else if dirty <= low {
             draining = false;
         }
-        let flushing = cache.flush_running();
+        // Outside writeback mode every dirty block is a leftover (or a rewrite of one)
+        // that a mode switch is draining: write it back at flush speed.
+        let flushing = cache.flush_running() || cache.switching();
         let urgent = cache.urgent.swap(false, Ordering::AcqRel);
         let thresh_rate = if draining {
             2.0 * (dirty - low).max(0.0) + 64.0
@@ -142,8 +144,8 @@ impl BlockCache {
                 if ix.writing.contains(lba) {
                     continue;
                 }
-                if let Some(e) = ix.map.get(lba) {
-                    out.push((*lba, *e, true));
+                if let Some(e) = ix.map.get(*lba) {
+                    out.push((*lba, e, true));
                     chosen.insert(*lba);
                 }
             }
@@ -162,7 +164,7 @@ impl BlockCache {
                     let mut v: Vec<(u64, u64)> = ix
                         .by_lba
                         .iter()
-                        .filter_map(|l| ix.map.get(l).map(|e| (e.access, *l)))
+                        .filter_map(|l| ix.dirty_meta.get(l).map(|d| (d.access, *l)))
                         .collect();
                     v.sort_unstable();
                     v.into_iter().map(|(_, l)| l).collect()
@@ -176,8 +178,8 @@ impl BlockCache {
                 if ix.writing.contains(&lba) || chosen.contains(&lba) {
                     continue;
                 }
-                if let Some(e) = ix.map.get(&lba) {
-                    out.push((lba, *e, false));
+                if let Some(e) = ix.map.get(lba) {
+                    out.push((lba, e, false));
                     taken += 1;
                 }
             }
@@ -339,32 +341,42 @@ impl BlockCache {
         }
     }
 
-    /// Start writing back every block dirty now; returns at once. A running flush is
-    /// extended to cover the new blocks.
-    pub fn start_flush(&self) {
+    /// Start writing back every block dirty now; returns at once with the flush's id. A
+    /// running flush is extended to cover the new blocks (and keeps its id).
+    pub fn start_flush(&self) -> u64 {
         let ix = self.shared.index.lock();
         let target = ix.next_version.saturating_sub(1);
         let pending = ix.dirty_at_or_below(target) as u64;
         drop(ix);
         let mut job = self.job.lock();
-        match job.as_mut() {
+        let id = match job.as_mut() {
             Some(j) if j.finished.is_none() => {
                 let remaining_old = self.shared.index.lock().dirty_at_or_below(j.target) as u64;
                 let done = j.total.saturating_sub(remaining_old);
                 j.target = target;
                 j.total = done + pending;
+                j.id
             }
             _ => {
+                let id = self.flush_ids.fetch_add(1, Ordering::AcqRel) + 1;
                 *job = Some(FlushJob {
+                    id,
                     target,
                     total: pending,
                     started: Instant::now(),
                     finished: None,
                 });
+                id
             }
-        }
+        };
         drop(job);
         self.wb_wake.notify_one();
+        id
+    }
+
+    /// Id of the latest explicit flush (0 = none yet).
+    pub fn flush_id(&self) -> u64 {
+        self.job.lock().as_ref().map_or(0, |j| j.id)
     }
 
     fn flush_running(&self) -> bool {

@@ -5,9 +5,13 @@
 //! Routes (GET or POST; parameters in the query string):
 //! - `/stats`: `key=value` lines (the cache's counters and gauges, then `flash_*`).
 //! - `/metrics`: Prometheus text, `flashtier_block_<name>`.
-//! - `/status`: state, mode, dirty blocks, flush progress (`flush=idle|running|done`,
-//!   `flush_done`, `flush_total`, `flush_seconds`), last error.
+//! - `/status`: state, mode, dirty blocks, flush progress (`flush_id`,
+//!   `flush=idle|running|done`, `flush_done`, `flush_total`, `flush_seconds`), the latest
+//!   mode switch (`mode_switch*`), last error.
 //! - `/get?KEY` (or `/get?key=KEY`; `all` lists every tunable), `/set?KEY=VALUE[&...]`.
+//! - `/mode?MODE[&wait]`: change the mode; leaving writeback reports the switch
+//!   (`mode_switch=running|done|cancelled`, `mode_switch_id` = its flush id,
+//!   `mode_switch_dirty_left`); `wait` returns once no block is dirty.
 //! - `/flush` starts a background flush and returns at once; `/flush?wait` returns when it
 //!   is done.
 //! - `/detach`: flush, wait, then stop the server (the process exits).
@@ -17,7 +21,7 @@
 //! API.
 use std::sync::Arc;
 
-use flashtier_blockcache::{BlockCache, FlushState};
+use flashtier_blockcache::{BlockCache, FlushState, Mode, ModeSwitch, SwitchPhase};
 use flashtier_nbd::ShutdownHandle;
 use tokio::net::TcpListener;
 
@@ -40,6 +44,20 @@ pub async fn serve(listener: TcpListener, ctx: Arc<AdminCtx>) {
     .await
 }
 
+/// `mode_switch*` lines for `/status` and `/mode`.
+fn switch_text(sw: &ModeSwitch) -> String {
+    format!(
+        "mode_switch={}\nmode_switch_id={}\nmode_switch_from={}\nmode_switch_to={}\nmode_switch_total={}\nmode_switch_dirty_left={}\nmode_switch_seconds={:.3}\n",
+        sw.phase.name(),
+        sw.id,
+        sw.from.name(),
+        sw.to.name(),
+        sw.total,
+        sw.dirty_left,
+        sw.secs
+    )
+}
+
 pub fn status_text(cache: &BlockCache) -> String {
     let mut s = String::new();
     let stats: std::collections::HashMap<String, String> =
@@ -49,6 +67,7 @@ pub fn status_text(cache: &BlockCache) -> String {
     s.push_str(&format!("dirty_blocks={}\n", get("dirty_blocks")));
     s.push_str(&format!("cached_blocks={}\n", get("cached_blocks")));
     s.push_str(&format!("capacity_blocks={}\n", get("capacity_blocks")));
+    s.push_str(&format!("flush_id={}\n", cache.flush_id()));
     match cache.flush_state() {
         FlushState::Idle => s.push_str("flush=idle\n"),
         FlushState::Running { done, total } => s.push_str(&format!(
@@ -57,6 +76,9 @@ pub fn status_text(cache: &BlockCache) -> String {
         FlushState::Done { total, secs } => s.push_str(&format!(
             "flush=done\nflush_done={total}\nflush_total={total}\nflush_seconds={secs:.3}\n"
         )),
+    }
+    if let Some(sw) = cache.mode_switch() {
+        s.push_str(&switch_text(&sw));
     }
     s.push_str(&format!("backing_errors={}\n", get("backing_errors")));
     s.push_str(&format!(
@@ -137,6 +159,31 @@ async fn route(path: &str, query: &str, ctx: &AdminCtx) -> (u16, String) {
                 (200, status_text(cache))
             }
         }
+        "/mode" => {
+            // `/mode?MODE[&wait]` (or `to=MODE`): switch; leaving writeback reports the
+            // switch (its flush id and progress), `wait` returns once no block is dirty.
+            let mut to = None;
+            let mut wait = false;
+            for p in query.split('&') {
+                match p {
+                    "wait" | "wait=1" => wait = true,
+                    _ => to = Some(p.strip_prefix("to=").unwrap_or(p)),
+                }
+            }
+            let Some(mode) = to.and_then(Mode::parse) else {
+                return (400, "usage: /mode?writeback|writethrough|writearound[&wait]\n".into());
+            };
+            let Some(sw) = cache.set_mode(mode) else {
+                return (200, format!("mode={}\n", mode.name()));
+            };
+            if !wait || sw.phase != SwitchPhase::Running {
+                return (200, format!("mode={}\n{}", mode.name(), switch_text(&sw)));
+            }
+            match cache.mode_switch_wait().await {
+                Ok(sw) => (200, format!("mode={}\n{}", mode.name(), switch_text(&sw))),
+                Err(e) => (500, format!("{e}\n")),
+            }
+        }
         "/detach" => match cache.flush_wait().await {
             Ok(()) => {
                 ctx.stop.shutdown();
@@ -146,7 +193,7 @@ async fn route(path: &str, query: &str, ctx: &AdminCtx) -> (u16, String) {
         },
         _ => (
             404,
-            "routes: /stats /metrics /status /get?KEY /set?KEY=VALUE /flush[?wait] /detach\n"
+            "routes: /stats /metrics /status /get?KEY /set?KEY=VALUE /mode?MODE[&wait] /flush[?wait] /detach\n"
                 .into(),
         ),
     }

@@ -166,12 +166,17 @@ async fn run(args: BlockArgs) -> anyhow::Result<()> {
     }
     let rec = cache.recovery();
     eprintln!(
-        "flashtier block: cache {} blocks of {} bytes; recovered {} dirty blocks (watermark {}), dropped {} clean",
+        "flashtier block: cache {} blocks of {} bytes; recovered {} dirty blocks (watermark {}), kept {} clean, dropped {} clean{}",
         cache.capacity_blocks(),
         args.block_size,
         rec.dirty_blocks,
         rec.watermark,
-        rec.clean_dropped
+        rec.clean_kept,
+        rec.clean_dropped,
+        rec.cold_reason
+            .as_ref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
     );
     let writeback = cache.start();
     let server = Server::new(
@@ -224,13 +229,19 @@ async fn run(args: BlockArgs) -> anyhow::Result<()> {
     let served = server.serve(listener).await;
     stats_task.abort();
     // Dirty blocks not yet written back stay on the cache device; the next start recovers
-    // and writes them back.
-    let c = Arc::clone(&cache);
-    tokio::task::spawn_blocking(move || c.stop()).await.ok();
+    // and writes them back. Clean blocks are listed in a snapshot so the next start is
+    // warm (a crash never gets here: its next start is cold for clean blocks).
+    cache.interrupt();
     let _ = writeback.await;
+    let report = cache.shutdown().await;
     eprintln!(
-        "flashtier block: stopped with {} dirty blocks on the cache device",
-        cache.dirty_blocks()
+        "flashtier block: stopped with {} dirty blocks on the cache device, {} clean blocks saved{}",
+        report.dirty_left,
+        report.clean_saved,
+        report
+            .skipped
+            .map(|r| format!(" (no snapshot: {r})"))
+            .unwrap_or_default()
     );
     served?;
     Ok(())

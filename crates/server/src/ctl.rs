@@ -1,5 +1,7 @@
 //! `flashtier ctl`: a small blocking HTTP client for the block face's admin endpoint.
-//! `flush --wait` starts a flush and polls `/status`, drawing a progress bar on stderr.
+//! `flush --wait` starts a flush and polls `/status`, drawing a progress bar on stderr;
+//! `set mode=… --wait` does the same for a switch away from writeback (until no block is
+//! dirty).
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -23,8 +25,14 @@ pub enum CtlOp {
     Stats,
     /// Print the Prometheus text.
     Metrics,
-    /// Set a tunable: KEY=VALUE.
-    Set { assignment: String },
+    /// Set a tunable: KEY=VALUE. `mode=writethrough|writearound` leaving writeback prints
+    /// the switch (its flush id and the dirty blocks left).
+    Set {
+        assignment: String,
+        /// With `mode=…`: block until no block is dirty, with a progress bar on stderr.
+        #[arg(long)]
+        wait: bool,
+    },
     /// Print a tunable (`all` for every one).
     Get { key: String },
     /// Write back every dirty block; returns at once unless --wait.
@@ -84,54 +92,97 @@ pub fn main(args: CtlArgs) -> anyhow::Result<()> {
         CtlOp::Metrics => print!("{}", request(a, "/metrics")?),
         CtlOp::Status => print!("{}", request(a, "/status")?),
         CtlOp::Get { key } => print!("{}", request(a, &format!("/get?{}", encode(key)))?),
-        CtlOp::Set { assignment } => {
-            if !assignment.contains('=') {
+        CtlOp::Set { assignment, wait } => {
+            let Some((key, value)) = assignment.split_once('=') else {
                 bail!("set {assignment:?}: expected KEY=VALUE");
+            };
+            if key.trim() != "mode" {
+                if *wait {
+                    bail!("set --wait applies to mode=… only");
+                }
+                print!("{}", request(a, &format!("/set?{}", encode(assignment)))?);
+                return Ok(());
             }
-            print!("{}", request(a, &format!("/set?{}", encode(assignment)))?)
+            let out = request(a, &format!("/mode?{}", encode(value.trim())))?;
+            print!("{out}");
+            if *wait && field(&out, "mode_switch").as_deref() == Some("running") {
+                let id = field(&out, "mode_switch_id").unwrap_or_default();
+                let st = progress(a, "mode_switch", "mode_switch_total", |st| {
+                    let total: u64 = num(st, "mode_switch_total");
+                    total.saturating_sub(num(st, "mode_switch_dirty_left"))
+                })?;
+                if field(&st, "mode_switch_id").unwrap_or_default() != id {
+                    bail!("another mode switch started meanwhile");
+                }
+                println!(
+                    "mode switch done: {} blocks written back in {} s (flush id {id})",
+                    num(&st, "mode_switch_total"),
+                    field(&st, "mode_switch_seconds").unwrap_or_default()
+                );
+            }
         }
         CtlOp::Detach => print!("{}", request(a, "/detach")?),
         CtlOp::Flush { wait: false } => print!("{}", request(a, "/flush")?),
         CtlOp::Flush { wait: true } => {
-            request(a, "/flush")?;
-            let mut err = std::io::stderr();
-            loop {
-                let st = request(a, "/status")?;
-                let state = field(&st, "flush").unwrap_or_default();
-                let done: u64 = field(&st, "flush_done")
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0);
-                let total: u64 = field(&st, "flush_total")
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0);
-                let frac = if total == 0 {
-                    1.0
-                } else {
-                    done as f64 / total as f64
-                };
-                let filled = (frac * 40.0).round() as usize;
-                let _ = write!(
-                    err,
-                    "\rflush [{}{}] {:5.1}% {done}/{total} blocks",
-                    "#".repeat(filled),
-                    " ".repeat(40 - filled.min(40)),
-                    frac * 100.0
-                );
-                let _ = err.flush();
-                if state == "done" {
-                    let _ = writeln!(err);
-                    println!(
-                        "flush done: {total} blocks in {} s",
-                        field(&st, "flush_seconds").unwrap_or_default()
-                    );
-                    break;
-                }
-                if let Some(e) = field(&st, "last_error").filter(|e| e != "none") {
-                    let _ = write!(err, " (last error: {e})");
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
+            let started = request(a, "/flush")?;
+            let id = field(&started, "flush_id").unwrap_or_default();
+            let st = progress(a, "flush", "flush_total", |st| num(st, "flush_done"))?;
+            println!(
+                "flush done: {} blocks in {} s (flush id {id})",
+                num(&st, "flush_total"),
+                field(&st, "flush_seconds").unwrap_or_default()
+            );
         }
     }
     Ok(())
+}
+
+fn num(st: &str, key: &str) -> u64 {
+    field(st, key).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// Poll `/status` drawing a progress bar until `state_key` is `done`; returns the last
+/// status. `cancelled` is an error.
+fn progress(
+    a: &str,
+    state_key: &str,
+    total_key: &str,
+    done_of: impl Fn(&str) -> u64,
+) -> anyhow::Result<String> {
+    let mut err = std::io::stderr();
+    loop {
+        let st = request(a, "/status")?;
+        let state = field(&st, state_key).unwrap_or_default();
+        let total = num(&st, total_key);
+        let done = done_of(&st).min(total);
+        let frac = if total == 0 || state == "done" {
+            1.0
+        } else {
+            done as f64 / total as f64
+        };
+        let filled = (frac * 40.0).round() as usize;
+        let _ = write!(
+            err,
+            "\r{state_key} [{}{}] {:5.1}% {done}/{total} blocks",
+            "#".repeat(filled),
+            " ".repeat(40 - filled.min(40)),
+            frac * 100.0
+        );
+        let _ = err.flush();
+        match state.as_str() {
+            "done" => {
+                let _ = writeln!(err);
+                return Ok(st);
+            }
+            "cancelled" => {
+                let _ = writeln!(err);
+                bail!("{state_key} cancelled (mode is writeback again)");
+            }
+            _ => {}
+        }
+        if let Some(e) = field(&st, "last_error").filter(|e| e != "none") {
+            let _ = write!(err, " (last error: {e})");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

@@ -1,0 +1,168 @@
+//! Mode switches at runtime, and how a switch away from writeback is observed.
+//!
+//! Leaving writeback changes the mode at once (new writes to clean or uncached blocks go to
+//! the backing) and starts a *switch*: an explicit flush (its id is the switch id) plus a
+//! drain that lasts until no dirty block is left. A write that touches a dirty block during
+//! the switch still takes the writeback path (a fresh dirty version), because writing it to
+//! the backing could race the writeback of the older version; the writeback task writes
+//! dirty blocks at flush speed whenever the mode is not writeback, so the drain ends once
+//! such rewrites stop. The switch is *done* when the dirty count reaches 0, *cancelled* if
+//! the mode goes back to writeback first.
+//!
+//! Invariant: the mode and the switch record change together under the switch mutex.
+//! Threads: admin requests (set, status, wait) and the writeback task (reads `switching`).
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::cache::BlockCache;
+use crate::error::Error;
+use crate::stats::add;
+use crate::tunables::Mode;
+
+/// Where a mode switch stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SwitchPhase {
+    /// Dirty blocks are being written back.
+    Running,
+    /// No dirty block is left.
+    Done,
+    /// The mode went back to writeback before the drain finished.
+    Cancelled,
+}
+
+impl SwitchPhase {
+    /// `running`, `done` or `cancelled`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SwitchPhase::Running => "running",
+            SwitchPhase::Done => "done",
+            SwitchPhase::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// The latest switch away from writeback.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModeSwitch {
+    /// Id of the flush the switch started (as reported by `flush_id`).
+    pub id: u64,
+    /// Mode before.
+    pub from: Mode,
+    /// Mode now (or, if cancelled, the mode that was asked for).
+    pub to: Mode,
+    /// Where it stands.
+    pub phase: SwitchPhase,
+    /// Dirty blocks when it started.
+    pub total: u64,
+    /// Dirty blocks now.
+    pub dirty_left: u64,
+    /// Seconds since it started, or until it finished.
+    pub secs: f64,
+}
+
+#[derive(Debug)]
+pub(crate) struct SwitchJob {
+    id: u64,
+    from: Mode,
+    to: Mode,
+    total: u64,
+    started: Instant,
+    finished: Option<f64>,
+    cancelled: bool,
+}
+
+impl BlockCache {
+    /// Change the mode. Leaving writeback starts a switch (returned); changing between
+    /// writethrough and writearound during a switch retargets it.
+    pub fn set_mode(&self, mode: Mode) -> Option<ModeSwitch> {
+        {
+            let mut sw = self.switch.lock();
+            let before = self.tunables.mode();
+            self.tunables.set_mode(mode);
+            match (before == Mode::WriteBack, mode == Mode::WriteBack) {
+                (true, false) => {
+                    let id = self.start_flush();
+                    add(&self.shared.stats.mode_switches, 1);
+                    *sw = Some(SwitchJob {
+                        id,
+                        from: before,
+                        to: mode,
+                        total: self.dirty_blocks(),
+                        started: Instant::now(),
+                        finished: None,
+                        cancelled: false,
+                    });
+                }
+                (false, true) => {
+                    if let Some(j) = sw.as_mut().filter(|j| j.finished.is_none()) {
+                        j.cancelled = true;
+                        j.finished = Some(j.started.elapsed().as_secs_f64());
+                    }
+                }
+                (false, false) => {
+                    if let Some(j) = sw.as_mut().filter(|j| j.finished.is_none()) {
+                        j.to = mode;
+                    }
+                }
+                (true, true) => {}
+            }
+        }
+        self.wb_wake.notify_one();
+        self.mode_switch()
+    }
+
+    /// The latest switch away from writeback, if any.
+    pub fn mode_switch(&self) -> Option<ModeSwitch> {
+        let dirty = self.dirty_blocks();
+        let mut sw = self.switch.lock();
+        let j = sw.as_mut()?;
+        if j.finished.is_none() && dirty == 0 {
+            j.finished = Some(j.started.elapsed().as_secs_f64());
+        }
+        let phase = match (j.finished, j.cancelled) {
+            (_, true) => SwitchPhase::Cancelled,
+            (Some(_), false) => SwitchPhase::Done,
+            (None, false) => SwitchPhase::Running,
+        };
+        Some(ModeSwitch {
+            id: j.id,
+            from: j.from,
+            to: j.to,
+            phase,
+            total: j.total.max(dirty),
+            dirty_left: dirty,
+            secs: j
+                .finished
+                .unwrap_or_else(|| j.started.elapsed().as_secs_f64()),
+        })
+    }
+
+    /// A switch is draining: the writeback task writes at flush speed.
+    pub(crate) fn switching(&self) -> bool {
+        self.tunables.mode() != Mode::WriteBack && self.dirty_blocks() > 0
+    }
+
+    /// Wait until the latest switch is done (no dirty block left). Fails if it is
+    /// cancelled, if there is none, or if the cache stops.
+    pub async fn mode_switch_wait(&self) -> Result<ModeSwitch, Error> {
+        loop {
+            match self.mode_switch() {
+                None => return Err(Error::Config("no mode switch started".into())),
+                Some(s) if s.phase == SwitchPhase::Done => return Ok(s),
+                Some(s) if s.phase == SwitchPhase::Cancelled => {
+                    return Err(Error::Config(format!(
+                        "mode switch {} cancelled: mode is writeback again",
+                        s.id
+                    )))
+                }
+                Some(_) => {}
+            }
+            if self.stopping.load(Ordering::Acquire) {
+                return Err(Error::Config("cache stopped during the mode switch".into()));
+            }
+            self.wb_wake.notify_one();
+            let _ =
+                tokio::time::timeout(Duration::from_millis(100), self.progress.notified()).await;
+        }
+    }
+}

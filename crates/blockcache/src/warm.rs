@@ -1,0 +1,325 @@
+//! Warm restart: clean cached blocks survive a clean shutdown, never a crash.
+//!
+//! The rule (ARCHITECTURE.md "Block face", docs/format.md): a clean block record is trusted
+//! at open only if a *valid shutdown snapshot* lists its exact `(LBA, version)`. A clean
+//! shutdown ([`BlockCache::shutdown`]) takes every stripe lock (no request is between a
+//! backing write and the cache update it owes, and none can start), lists the index's clean
+//! entries into snapshot records, makes them durable, then appends the *shutdown marker*
+//! and makes it durable. Snapshot records and the marker all carry version `M`, a fresh
+//! version, so at that moment `M` is the highest version on the cache device.
+//!
+//! At open the snapshot is valid only if the marker exists, its version equals the highest
+//! version found on the device, its geometry (block size, block count) matches, and every
+//! chunk it names is found. Before the cache serves anything, open appends a *session
+//! record* with a version above `M`, flushes it, and reclaim keeps it for the whole run:
+//! from then on every recovery sees a version above the marker and drops clean blocks.
+//! So after `kill -9`, a power cut, or a run that wrote to the backing (write-through,
+//! write-around, sequential bypass, invalidation) and did not shut down cleanly, the cache
+//! starts cold for clean data. Dirty blocks are recovered either way (`cache`).
+//!
+//! Why the exact version: an older dead record of an LBA can outlive a newer one that
+//! reclaim evicted; "newest record found" is not "the block the index held". Listing the
+//! version makes such a resurrected record a mismatch.
+//!
+//! Record layouts (little-endian):
+//!
+//! | kind | key_id | version | value |
+//! |------|--------|---------|-------|
+//! | 5 snapshot chunk | chunk index | M | `n × (lba: u64, version: u64)` |
+//! | 6 shutdown marker | 0 | M | marker table below |
+//! | 7 session | 0 | S (fresh at open) | empty |
+//!
+//! | offset | size | marker field |
+//! |--------|------|--------------|
+//! | 0 | 8 | magic `FTWARM01` |
+//! | 8 | 8 | block size |
+//! | 16 | 8 | blocks on the backing |
+//! | 24 | 8 | chunks |
+//! | 32 | 8 | entries |
+//!
+//! Threads: `Found` and `write_session` run on the thread opening the cache;
+//! [`BlockCache::shutdown`] on a tokio task.
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flashtier_flash::{Flash, Location, RecordMeta, RecordWrite};
+
+use crate::cache::{BlockCache, Shared, STREAM_META};
+use crate::error::Error;
+
+/// Record kind of a snapshot chunk.
+pub const KIND_SNAPSHOT: u8 = 5;
+/// Record kind of the shutdown marker.
+pub const KIND_SHUTDOWN: u8 = 6;
+/// Record kind of the session record.
+pub const KIND_SESSION: u8 = 7;
+const MAGIC: &[u8; 8] = b"FTWARM01";
+const MARKER_LEN: usize = 40;
+const ENTRY_LEN: usize = 16;
+/// Largest snapshot chunk value (bytes).
+const CHUNK_MAX: usize = 256 << 10;
+/// How long a shutdown waits for in-flight requests, and for flash space.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
+
+/// Warm-restart records seen by the recovery scan.
+#[derive(Default)]
+pub(crate) struct Found {
+    marker: Option<RecordMeta>,
+    chunks: HashMap<(u64, u64), RecordMeta>,
+    others: Vec<Location>,
+}
+
+impl Found {
+    /// Take `m` if it is a warm-restart record.
+    pub fn offer(&mut self, m: &RecordMeta) -> bool {
+        match m.kind {
+            KIND_SHUTDOWN => {
+                match &self.marker {
+                    Some(o) if o.version >= m.version => self.others.push(m.location),
+                    _ => {
+                        if let Some(o) = self.marker.replace(*m) {
+                            self.others.push(o.location);
+                        }
+                    }
+                }
+                true
+            }
+            KIND_SNAPSHOT => {
+                // Reclaim may have copied a chunk: same (index, version), same bytes.
+                if let Some(o) = self.chunks.insert((m.key_id, m.version), *m) {
+                    self.others.push(o.location);
+                }
+                true
+            }
+            KIND_SESSION => {
+                self.others.push(m.location);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Every warm-restart record's location (all are dead once open finished).
+    pub fn locations(&self) -> Vec<Location> {
+        let mut v = self.others.clone();
+        v.extend(self.marker.map(|m| m.location));
+        v.extend(self.chunks.values().map(|m| m.location));
+        v
+    }
+
+    /// The snapshot as LBA → version, or why it cannot be trusted.
+    pub fn load(
+        &self,
+        flash: &Flash,
+        max_version: u64,
+        block_size: u64,
+        nblocks: u64,
+    ) -> Result<HashMap<u64, u64>, String> {
+        let Some(m) = self.marker else {
+            return Err("no clean-shutdown marker (first start or crash)".into());
+        };
+        if m.version != max_version {
+            return Err(format!(
+                "shutdown marker {} is older than the newest record {max_version} (crash after a restart)",
+                m.version
+            ));
+        }
+        let rec = flash
+            .read(m.location)
+            .wait()
+            .map_err(|e| format!("shutdown marker unreadable: {e}"))?;
+        let v = &rec.value[..];
+        if v.len() != MARKER_LEN || &v[0..8] != MAGIC {
+            return Err("shutdown marker malformed".into());
+        }
+        let field = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&v[8 * i..8 * i + 8]);
+            u64::from_le_bytes(b)
+        };
+        let (bs, nb, chunks, entries) = (field(1), field(2), field(3), field(4));
+        if bs != block_size || nb != nblocks {
+            return Err(format!(
+                "snapshot was for {nb} blocks of {bs} bytes, now {nblocks} of {block_size}"
+            ));
+        }
+        let mut out = HashMap::with_capacity(entries as usize);
+        for i in 0..chunks {
+            let c = self
+                .chunks
+                .get(&(i, m.version))
+                .ok_or_else(|| format!("snapshot chunk {i} missing"))?;
+            let r = flash
+                .read(c.location)
+                .wait()
+                .map_err(|e| format!("snapshot chunk {i} unreadable: {e}"))?;
+            if r.value.len() % ENTRY_LEN != 0 {
+                return Err(format!("snapshot chunk {i} malformed"));
+            }
+            for e in r.value.chunks_exact(ENTRY_LEN) {
+                let mut a = [0u8; 8];
+                let mut b = [0u8; 8];
+                a.copy_from_slice(&e[0..8]);
+                b.copy_from_slice(&e[8..16]);
+                out.insert(u64::from_le_bytes(a), u64::from_le_bytes(b));
+            }
+        }
+        if out.len() as u64 != entries {
+            return Err(format!(
+                "snapshot holds {} entries, marker says {entries}",
+                out.len()
+            ));
+        }
+        Ok(out)
+    }
+}
+
+/// Append and make durable this run's session record (see the module doc). Called by open
+/// before the cache is handed out; failure fails the open.
+pub(crate) fn write_session(
+    flash: &Flash,
+    shared: &Shared,
+    reclaim_stream: u8,
+) -> Result<(), Error> {
+    let v = shared.index.lock().take_version();
+    shared.session_version.store(v, Ordering::Release);
+    let rec = RecordWrite {
+        kind: KIND_SESSION,
+        key_id: 0,
+        version: v,
+        flags: 0,
+        exptime: 0,
+        key: &[],
+        value: &[],
+    };
+    let wait = Duration::from_secs(5);
+    match flash.append_blocking(STREAM_META, &rec, wait) {
+        Ok(_) => {}
+        Err(flashtier_flash::Error::NoSpace) => {
+            flash.append_blocking(reclaim_stream, &rec, wait)?;
+        }
+        Err(e) => return Err(e.into()),
+    }
+    flash.flush().wait()?;
+    Ok(())
+}
+
+/// What a clean shutdown did.
+#[derive(Clone, Debug, Default)]
+pub struct ShutdownReport {
+    /// Clean blocks listed in the snapshot (served from flash after restart).
+    pub clean_saved: u64,
+    /// Dirty blocks left on the cache device (written back after restart).
+    pub dirty_left: u64,
+    /// Why no snapshot was written (the next start is cold for clean data), if so.
+    pub skipped: Option<String>,
+}
+
+impl BlockCache {
+    /// Clean shutdown: stop writeback and waiting requests, wait for requests in flight,
+    /// save the snapshot of clean blocks (so the next open is warm), close the engine.
+    /// Await the writeback task's handle after [`BlockCache::interrupt`] and before this
+    /// for the fewest dirty blocks left; correctness does not depend on it.
+    pub async fn shutdown(self: &Arc<Self>) -> ShutdownReport {
+        self.interrupt();
+        let mut report = ShutdownReport::default();
+        // Every stripe: a request between its backing write and its cache update holds
+        // one, and no new request passes them until the engine is closed.
+        let guards = tokio::time::timeout(SHUTDOWN_WAIT, self.lock_all_stripes()).await;
+        match &guards {
+            Ok(_) => {
+                self.persist_watermark().await;
+                match self.save_snapshot().await {
+                    Ok(n) => report.clean_saved = n,
+                    Err(e) => report.skipped = Some(e),
+                }
+            }
+            Err(_) => report.skipped = Some("requests still in flight".into()),
+        }
+        report.dirty_left = self.dirty_blocks();
+        let c = Arc::clone(self);
+        match tokio::task::spawn_blocking(move || c.flash.close()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("flashtier block: closing the cache device: {e}"),
+            Err(e) => eprintln!("flashtier block: closing the cache device: {e}"),
+        }
+        drop(guards);
+        report
+    }
+
+    async fn save_snapshot(&self) -> Result<u64, String> {
+        let (entries, m) = {
+            let mut ix = self.shared.index.lock();
+            let e: Vec<(u64, u64)> = ix
+                .map
+                .iter()
+                .filter(|(_, e)| !e.dirty)
+                .map(|(l, e)| (l, e.version))
+                .collect();
+            (e, ix.take_version())
+        };
+        self.shared.snapshot_version.store(m, Ordering::Release);
+        let per = (CHUNK_MAX.min(self.flash.max_value_len(0)) / ENTRY_LEN).max(1);
+        let mut buf = Vec::with_capacity(per * ENTRY_LEN);
+        let mut chunks = 0u64;
+        let deadline = Instant::now() + SHUTDOWN_WAIT;
+        for part in entries.chunks(per) {
+            buf.clear();
+            for (l, v) in part {
+                buf.extend_from_slice(&l.to_le_bytes());
+                buf.extend_from_slice(&v.to_le_bytes());
+            }
+            self.append_meta(KIND_SNAPSHOT, chunks, m, &buf, deadline)
+                .await?;
+            chunks += 1;
+        }
+        self.flash
+            .flush()
+            .await
+            .map_err(|e| format!("flushing the snapshot: {e}"))?;
+        let mut marker = Vec::with_capacity(MARKER_LEN);
+        marker.extend_from_slice(MAGIC);
+        for f in [self.block_size, self.nblocks, chunks, entries.len() as u64] {
+            marker.extend_from_slice(&f.to_le_bytes());
+        }
+        self.append_meta(KIND_SHUTDOWN, 0, m, &marker, deadline)
+            .await?;
+        self.flash
+            .flush()
+            .await
+            .map_err(|e| format!("flushing the shutdown marker: {e}"))?;
+        Ok(entries.len() as u64)
+    }
+
+    async fn append_meta(
+        &self,
+        kind: u8,
+        key_id: u64,
+        version: u64,
+        value: &[u8],
+        deadline: Instant,
+    ) -> Result<(), String> {
+        let rec = RecordWrite {
+            kind,
+            key_id,
+            version,
+            flags: 0,
+            exptime: 0,
+            key: &[],
+            value,
+        };
+        loop {
+            match self.flash.append(STREAM_META, &rec) {
+                Ok(_) => return Ok(()),
+                Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)
+                    if Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                Err(e) => return Err(format!("writing the snapshot: {e}")),
+            }
+        }
+    }
+}
