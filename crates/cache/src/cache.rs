@@ -337,9 +337,13 @@ impl Cache {
     async fn get_hybrid(&self, key: &[u8]) -> Result<Option<Item>, Error> {
         let inner = &*self.inner;
         let hash = inner.index.hash(key);
+        let mut later = None;
         loop {
             let view = inner.view(key, hash, true).await;
-            if let Step::Done(r) = inner.get_with(key, hash, &view)? {
+            if let Step::Done(r) = inner.get_with(key, hash, &view, &mut later)? {
+                if let Some(p) = later {
+                    inner.promote_later(key, hash, p);
+                }
                 return Ok(r);
             }
         }

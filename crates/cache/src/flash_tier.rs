@@ -30,9 +30,14 @@
 //! - **Promotion.** The 2 frequency bits of a flash slot count hits since the item went to
 //!   flash (a RAM copy that had been fetched is demoted with frequency 1). A hit on a flash
 //!   slot whose frequency is already ≥ 1 — a repeat hit, every `recache_rate`-th one (knob,
-//!   default 1 = all) — copies the item back into RAM (the
-//!   home stays the same flash record, nothing is written) if a RAM log head has room without
-//!   evicting; otherwise, and on a first hit, it only raises the frequency.
+//!   default 1 = all) — copies the item back into RAM's main log (the home stays the same
+//!   flash record, nothing is written to flash). If the main log's open segment has room the
+//!   copy is published under the shard lock of the GET; otherwise the GET answers, and then,
+//!   with no lock held, reserves space the way a SET does (which may evict; evicting a RAM
+//!   copy of a flash item only turns its slot back into a flash slot), writes the copy, and
+//!   publishes it only if the key's slot is still the flash slot that was read — else the
+//!   space is abandoned (`extstore_promotions_abandoned`). At most [`MAX_PROMOTING`] such
+//!   promotions run at once. A first hit only raises the frequency.
 //! - **Metadata on flash.** `fetched` of a flash item is "frequency > 0"; `last_access` is the
 //!   time it was stored (a flash record is immutable; the time of a hit that did not promote
 //!   is not kept). Both are exact again once the item is back in RAM.
@@ -40,7 +45,7 @@
 //! # Threads
 //! Any caller thread appends and reads; the engine's reclaimer calls `reclaim`'s handler.
 //! Appends happen under the key's index shard lock (the engine's lock is a leaf below it).
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use bytes::Bytes;
 use flashtier_flash::{kind, Flash, FlashInfo, Location, Record, RecordWrite};
@@ -57,6 +62,10 @@ pub const KIND_FLUSH: u8 = 3;
 /// Record kind of a CAS checkpoint (appended at a clean close; its version is ≥ every CAS
 /// handed out, so a restart continues above it).
 pub const KIND_CAS: u8 = 4;
+/// Promotions that may allocate RAM space at once (each may seal a log head and evict a
+/// segment); a repeat hit beyond this is served without promoting (`promotions_skipped`).
+/// It bounds how much of the RAM tier's allocation work flash hits can cause at a time.
+pub const MAX_PROMOTING: u32 = 4;
 /// Bytes of the value prefix (CAS, stored time, meta bits).
 pub const PREFIX: usize = 16;
 /// Marker flag: a delayed flush (its `exptime` is the flush time).
@@ -79,6 +88,11 @@ pub struct TierCounters {
     pub collisions: AtomicU64,
     /// Items copied back to RAM on a repeat hit.
     pub promoted: AtomicU64,
+    /// Promotions given up after space was taken: the slot changed meanwhile (a SET,
+    /// DELETE, relocation or another promotion won), or no RAM space could be had.
+    pub promotions_abandoned: AtomicU64,
+    /// Promotions not attempted because `MAX_PROMOTING` were already under way.
+    pub promotions_skipped: AtomicU64,
     /// RAM evictions that became flash slots (the item stayed).
     pub demoted: AtomicU64,
     /// Items lost because reclaim dropped their flash record (flash full).
@@ -120,6 +134,9 @@ pub struct FlashTier {
     reserve: u32,
     /// Repeat flash hits seen, for `recache_rate` (promote every Nth repeat hit).
     repeat_hits: AtomicU64,
+    /// Promotions running outside the shard lock (`hybrid::promote_later`); at most
+    /// `MAX_PROMOTING`.
+    promoting: AtomicU32,
     /// Set by the first `Cache::close`.
     pub closed: std::sync::atomic::AtomicBool,
     pub counters: TierCounters,
@@ -130,6 +147,15 @@ impl std::fmt::Debug for FlashTier {
         f.debug_struct("FlashTier")
             .field("info", &self.info)
             .finish_non_exhaustive()
+    }
+}
+
+/// One running promotion (see [`FlashTier::promotion_turn`]).
+pub struct PromotionTurn<'a>(&'a AtomicU32);
+
+impl Drop for PromotionTurn<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -201,6 +227,7 @@ impl FlashTier {
             tiering,
             reserve,
             repeat_hits: AtomicU64::new(0),
+            promoting: AtomicU32::new(0),
             closed: std::sync::atomic::AtomicBool::new(false),
             flash,
             info,
@@ -230,6 +257,22 @@ impl FlashTier {
                 .fetch_add(1, Ordering::Relaxed)
                 .is_multiple_of(n),
         }
+    }
+
+    /// A turn to run a promotion outside the shard lock, or `None` (counted as skipped) if
+    /// `MAX_PROMOTING` are under way. The turn ends when the guard is dropped.
+    pub fn promotion_turn(&self) -> Option<PromotionTurn<'_>> {
+        let ok = self
+            .promoting
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < MAX_PROMOTING).then_some(n + 1)
+            })
+            .is_ok();
+        if !ok {
+            add(&self.counters.promotions_skipped, 1);
+            return None;
+        }
+        Some(PromotionTurn(&self.promoting))
     }
 
     /// A fresh version, larger than every earlier one and ≥ `at_least`.

@@ -45,6 +45,28 @@ pub(crate) struct View {
     blind: bool,
 }
 
+/// A promotion decided in `get_with` and finished by `promote_later` without the shard
+/// lock: the packed location of the flash slot the item was read from, and the item.
+pub(crate) struct Promotion {
+    loc: u64,
+    item: FlashItem,
+}
+
+/// The header of a RAM copy of flash item `f` (at packed `loc`, its home) promoted at `now`.
+fn promoted_header(loc: u64, key: &[u8], f: &FlashItem, now: u32) -> Header {
+    Header {
+        cas: f.cas,
+        exptime: f.exptime,
+        flags: f.flags,
+        vlen: f.value.len() as u32,
+        stored: f.stored,
+        last_access: now,
+        klen: key.len() as u16,
+        rflags: (f.rflags & (F_STALE | F_WIN)) | F_FETCHED,
+        home: home_word(Location::unpack(loc)),
+    }
+}
+
 /// Phase 2's outcome.
 pub(crate) enum Step<T> {
     Done(T),
@@ -197,8 +219,10 @@ impl Inner {
         }
     }
 
-    /// Copy a flash item back into RAM (repeat hit). False if no RAM space was at hand.
-    fn promote(
+    /// Copy a flash item back into RAM (repeat hit) if the main log's open segment has room;
+    /// the shard lock is held, so nothing is allocated or evicted here. False if there was
+    /// no room (the caller may then `promote_later`).
+    fn promote_in_place(
         &self,
         shard: &mut Shard<'_>,
         pos: Pos,
@@ -208,53 +232,102 @@ impl Inner {
         now: u32,
     ) -> bool {
         let words = record::rec_words(key.len(), f.value.len());
-        if words > self.arena.large_threshold() {
-            return false;
-        }
         let Some(space) = self.arena.try_bump(Log::Main, words) else {
             return false;
         };
-        let h = Header {
-            cas: f.cas,
-            exptime: f.exptime,
-            flags: f.flags,
-            vlen: f.value.len() as u32,
-            stored: f.stored,
-            last_access: now,
-            klen: key.len() as u16,
-            rflags: (f.rflags & (F_STALE | F_WIN)) | F_FETCHED,
-            home: home_word(Location::unpack(packed_of(&e))),
-        };
+        let h = promoted_header(packed_of(&e), key, f, now);
         if !self.arena.write_record(&space, &h, key, &f.value) {
             self.abandon_space(space);
-            return false;
+            self.count_promotion(false);
+            return true;
         }
+        self.publish_promoted(shard, pos, e, &space, &h);
+        self.finish(space);
+        true
+    }
+
+    /// Point the flash slot at `pos` (entry `e`) at the promoted record written in `space`.
+    /// Shard lock held; the caller then `finish`es the space.
+    fn publish_promoted(
+        &self,
+        shard: &mut Shard<'_>,
+        pos: Pos,
+        e: Entry,
+        space: &Space,
+        h: &Header,
+    ) {
         shard.set(
             pos,
             Entry {
                 tier: Tier::Ram,
                 freq: e.freq,
-                size_hint: index::size_hint(words * 8),
+                size_hint: index::size_hint(space.words * 8),
                 loc: self.arena.loc(space.seg, space.off),
             },
         );
         self.arena
             .slot(space.seg)
-            .note_publish(words, h.exptime, h.stored);
-        Counters::add(&self.counters.live_bytes, (words * 8) as u64);
-        self.arena.finish(space);
-        if let Some(ft) = &self.ft {
-            Counters::add(&ft.counters.promoted, 1);
-        }
-        true
+            .note_publish(space.words, h.exptime, h.stored);
+        Counters::add(&self.counters.live_bytes, (space.words * 8) as u64);
+        self.count_promotion(true);
     }
 
-    /// Phase 2 of a GET.
+    fn count_promotion(&self, done: bool) {
+        if let Some(ft) = &self.ft {
+            let c = if done {
+                &ft.counters.promoted
+            } else {
+                &ft.counters.promotions_abandoned
+            };
+            Counters::add(c, 1);
+        }
+    }
+
+    /// Finish a promotion `get_with` could not do under the shard lock (the main log's open
+    /// segment was full). No lock is held on entry: space is reserved the way a SET reserves
+    /// it (which may seal the head and evict; an evicted RAM copy whose item is on flash only
+    /// becomes a flash slot), the record is written, and the shard is locked again to publish
+    /// only if the key's slot is still the flash slot the item was read from — a SET,
+    /// DELETE, reclaim relocation or another promotion meanwhile changed or removed it, and
+    /// then the space is abandoned. At most `MAX_PROMOTING` run at once (more are skipped).
+    pub(crate) fn promote_later(&self, key: &[u8], hash: u64, p: Promotion) {
+        let Some(ft) = &self.ft else { return };
+        let Some(_turn) = ft.promotion_turn() else {
+            return;
+        };
+        let words = record::rec_words(key.len(), p.item.value.len());
+        let Ok(space) = self.reserve(Log::Main, words) else {
+            self.count_promotion(false);
+            return;
+        };
+        let h = promoted_header(p.loc, key, &p.item, self.now());
+        if !self.arena.write_record(&space, &h, key, &p.item.value) {
+            self.abandon_space(space);
+            self.count_promotion(false);
+            return;
+        }
+        let mut shard = self.index.lock(hash);
+        let Some((pos, e)) = shard.find(hash, |e| e.tier == Tier::Flash && packed_of(&e) == p.loc)
+        else {
+            drop(shard);
+            self.abandon_space(space);
+            self.count_promotion(false);
+            return;
+        };
+        self.publish_promoted(&mut shard, pos, e, &space, &h);
+        drop(shard);
+        self.finish(space);
+    }
+
+    /// Phase 2 of a GET. A repeat hit on a flash item that should be promoted but finds no
+    /// room in the main log's open segment is left in `later` for `promote_later`, to be
+    /// run once this returns (no lock held).
     pub(crate) fn get_with(
         &self,
         key: &[u8],
         hash: u64,
         view: &View,
+        later: &mut Option<Promotion>,
     ) -> Result<Step<Option<Item>>, Error> {
         let now = self.now();
         let mut shard = self.index.lock(hash);
@@ -273,9 +346,18 @@ impl Inner {
                 if let Some(ft) = &self.ft {
                     Counters::add(&ft.counters.hits, 1);
                 }
-                let recache = e.freq > 0 && self.ft.as_ref().is_some_and(|ft| ft.should_recache());
-                if !recache || !self.promote(&mut shard, pos, e, key, &item, now) {
+                let recache = e.freq > 0
+                    && record::rec_words(key.len(), item.value.len())
+                        <= self.arena.large_threshold()
+                    && self.ft.as_ref().is_some_and(|ft| ft.should_recache());
+                if !recache || !self.promote_in_place(&mut shard, pos, e, key, &item, now) {
                     shard.touch(pos);
+                    if recache {
+                        *later = Some(Promotion {
+                            loc: packed_of(&e),
+                            item,
+                        });
+                    }
                 }
                 Ok(Step::Done(Some(it)))
             }

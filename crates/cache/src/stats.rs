@@ -69,6 +69,8 @@ impl crate::cache::Inner {
             ("extstore_hits", g(&t.hits)),
             ("extstore_tag_collisions", g(&t.collisions)),
             ("extstore_objects_promoted", g(&t.promoted)),
+            ("extstore_promotions_abandoned", g(&t.promotions_abandoned)),
+            ("extstore_promotions_skipped", g(&t.promotions_skipped)),
             ("extstore_objects_demoted", g(&t.demoted)),
             ("extstore_objects_evicted", g(&t.evicted)),
             ("extstore_objects_relocated", g(&t.relocated)),
