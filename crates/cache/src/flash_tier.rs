@@ -30,8 +30,9 @@
 //! - **Promotion.** The 2 frequency bits of a flash slot count hits since the item went to
 //!   flash (a RAM copy that had been fetched is demoted with frequency 1). A hit on a flash
 //!   slot whose frequency is already ≥ 1 — a repeat hit, every `recache_rate`-th one (knob,
-//!   default 1 = all) — copies the item back into RAM's main log (the home stays the same
-//!   flash record, nothing is written to flash). If the main log's open segment has room the
+//!   default 1 = all) — copies the item back into RAM's small log with frequency 0, S3-FIFO's
+//!   probation (the home stays the same flash record, nothing is written to flash; a copy
+//!   not hit again is evicted at no cost). If the small log's open segment has room the
 //!   copy is published under the shard lock of the GET; otherwise the GET answers, and then,
 //!   with no lock held, reserves space the way a SET does (which may evict; evicting a RAM
 //!   copy of a flash item only turns its slot back into a flash slot), writes the copy, and
