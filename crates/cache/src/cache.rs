@@ -200,6 +200,12 @@ impl Cache {
         })
     }
 
+    /// The shared state, for unit tests that drive a request's phases by hand.
+    #[cfg(test)]
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+
     /// The flash engine, when flash is configured (knobs: `flash().set_knob(..)`; durability
     /// barrier: `flash().flush()`; reclaim by hand: `flash().reclaim_now(..)`).
     pub fn flash(&self) -> Option<&Flash> {

@@ -619,3 +619,90 @@ pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
         std::thread::park();
     }
 }
+
+/// `promote_later` publishes only over the flash slot the item was read from.
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::flash::{Device, FlashConfig, IoBackend, MemoryDevice};
+    use crate::{Cache, CacheConfig, FlashSettings, ItemWrite};
+
+    fn open() -> Cache {
+        let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("promote", 16 << 20));
+        let mut fs = FlashSettings::devices(vec![d]);
+        fs.engine = Some(FlashConfig {
+            io_backend: IoBackend::Psync,
+            ..FlashConfig::small()
+        });
+        let cfg = CacheConfig::builder()
+            .memory_limit(256 << 10)
+            .segment_size(64 << 10)
+            .max_item_size(64 << 10)
+            .sweep_interval(None)
+            .flash(fs)
+            .build()
+            .unwrap();
+        let c = Cache::new(cfg).unwrap();
+        for i in 0..400u32 {
+            let v = Bytes::from(vec![i as u8; 2000]);
+            c.set_now(format!("k{i}").as_bytes(), ItemWrite::new(v, 0, 0))
+                .unwrap();
+        }
+        c
+    }
+
+    /// Phase 1 of a GET of `key` (on flash): the slot read and the item.
+    fn read(c: &Cache, key: &[u8]) -> (u64, Promotion) {
+        let inner = c.inner();
+        let hash = inner.index.hash(key);
+        let view = block_on(inner.view(key, hash, true));
+        let (loc, item) = view.found.expect("key not on flash");
+        (hash, Promotion { loc, item })
+    }
+
+    fn counts(c: &Cache) -> (u64, u64) {
+        let t = &c.inner().ft.as_ref().unwrap().counters;
+        (
+            t.promoted.load(Ordering::Relaxed),
+            t.promotions_abandoned.load(Ordering::Relaxed),
+        )
+    }
+
+    #[test]
+    fn unchanged_slot_is_promoted() {
+        let c = open();
+        let (hash, p) = read(&c, b"k0");
+        c.inner().promote_later(b"k0", hash, p);
+        assert_eq!(counts(&c), (1, 0));
+        let t = &c.inner().ft.as_ref().unwrap().counters;
+        let reads = t.objects_read.load(Ordering::Relaxed);
+        let it = c.get_now(b"k0").unwrap().unwrap();
+        assert_eq!(it.value, Bytes::from(vec![0u8; 2000]));
+        assert_eq!(
+            t.objects_read.load(Ordering::Relaxed),
+            reads,
+            "read flash again"
+        );
+    }
+
+    #[test]
+    fn set_or_delete_in_between_wins() {
+        let c = open();
+        let (hash, p) = read(&c, b"k0");
+        let new = Bytes::from_static(b"new");
+        c.set_now(b"k0", ItemWrite::new(new.clone(), 0, 0)).unwrap();
+        c.inner().promote_later(b"k0", hash, p);
+        assert_eq!(counts(&c), (0, 1));
+        assert_eq!(c.get_now(b"k0").unwrap().unwrap().value, new);
+
+        let (hash, p) = read(&c, b"k1");
+        assert!(c.delete_now(b"k1"));
+        c.inner().promote_later(b"k1", hash, p);
+        assert_eq!(counts(&c), (0, 2));
+        assert!(c.get_now(b"k1").unwrap().is_none());
+    }
+}
