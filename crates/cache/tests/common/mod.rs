@@ -1,5 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
+pub mod model_ops;
+
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
