@@ -257,20 +257,11 @@ pub(crate) fn recover(
             }
             drop(st);
             for e in &found.entries {
-                let Ok(location) = inner.location(seg, e.offset, e.len as usize) else {
+                let Ok(meta) = inner.record_meta(seg, e, seq) else {
                     continue;
                 };
                 FlashStats::add(&inner.stats.recovered_records, 1);
-                on_record(RecordMeta {
-                    location,
-                    key_id: e.key_id,
-                    version: e.version,
-                    kind: e.kind,
-                    exptime: e.exptime,
-                    flags: e.flags,
-                    len: e.len,
-                    seq,
-                });
+                on_record(meta);
             }
         }
     }
