@@ -6,10 +6,11 @@
 //! small sets, oversized text storage commands (`noreply` too) and oversized `ms` with random
 //! flags, ending in `mn` — cut into TCP writes at random boundaries (from 1 byte to 64 KiB,
 //! sometimes pausing), while a reader reads the replies in small random pieces, sometimes
-//! pausing too (a slow reader). Oversized payloads are full of lines that look like commands,
-//! so a mis-swallow shows as an extra or wrong reply. Now and then a connection leaves in the
-//! middle of a swallow. Every reply is checked byte for byte against a model; a read or write
-//! that makes no progress for [`STALL`] fails the test loudly with the seed and the pipeline.
+//! pausing too (a slow reader), or only once everything is sent (a blind client). Oversized
+//! payloads are full of lines that look like commands, so a mis-swallow shows as an extra or
+//! wrong reply. Now and then a connection leaves in the middle of a swallow. Every reply is
+//! checked byte for byte against a model; a read or write that makes no progress for
+//! [`STALL`] fails the test loudly with the seed and the pipeline.
 //!
 //! Runs about two seconds by default. For a long soak by hand:
 //! `FLASHTIER_SOAK_SECS=300 cargo test -p flashtier-server --test oversized_pipeline`
@@ -27,6 +28,8 @@ use common::{roundtrip, Server};
 const LIMIT: usize = 64 * 1024;
 /// How long a read or write may make no progress before the test calls it a hang.
 const STALL: Duration = Duration::from_secs(10);
+/// Largest reply a blind client (one that reads only after sending everything) waits for.
+const BLIND_REPLY_MAX: usize = 32 * 1024;
 const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
 
 /// xorshift64*: reproducible from the seed printed on failure.
@@ -281,8 +284,17 @@ fn soak_connection(server: &Server, conn: usize, seed: u64, until: Instant) -> (
         let p = build(&mut rng, conn, &mut model);
         let mut wrng = Rng(rng.next() | 1);
         let mut w = c.try_clone().unwrap();
+        // Sometimes a blind client: it sends the whole pipeline before reading a byte (as
+        // memcached's own tests do). Only with replies small enough to sit in the socket
+        // buffers; larger ones would block memcached just the same.
+        let blind = p.reply.len() <= BLIND_REPLY_MAX && rng.chance(25);
         let res = std::thread::scope(|s| {
             let writer = s.spawn(|| send_chopped(&mut wrng, &mut w, &p.request));
+            if blind {
+                while !writer.is_finished() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
             let read = receive_slowly(&mut rng, &mut c, &p.reply);
             (read, writer.join())
         });
@@ -294,7 +306,8 @@ fn soak_connection(server: &Server, conn: usize, seed: u64, until: Instant) -> (
         };
         assert!(
             failure.is_empty(),
-            "connection {conn} (seed {seed}) round {round}: {failure}\npipeline: {:#?}",
+            "connection {conn} (seed {seed}) round {round}{}: {failure}\npipeline: {:#?}",
+            if blind { " (blind)" } else { "" },
             p.summary
         );
         oversized += p.oversized;
