@@ -15,26 +15,21 @@ use std::sync::Arc;
 
 use common::model_ops::{apply, op, read_all, Blocking, Ctx, Norm, Op};
 use flashtier_cache::flash::{Device, FlashConfig, MemoryDevice};
-use flashtier_cache::{Cache, CacheConfig, Clock, FlashSettings, KvStore, ModelStore};
+use flashtier_cache::{Cache, Clock, KvStore, ModelStore};
 use proptest::prelude::*;
 
 fn open(dev: &Arc<MemoryDevice>, clock: &Clock) -> Cache {
     let d: Arc<dyn Device> = dev.clone();
-    let mut fs = FlashSettings::devices(vec![d]);
-    fs.engine = Some(FlashConfig {
+    let engine = FlashConfig {
         background_reclaim: false,
         keep_limit: 1.0,
         io_backend: flashtier_cache::flash::IoBackend::Psync,
         ..FlashConfig::small()
-    });
-    let cfg = CacheConfig::builder()
-        .memory_limit(256 << 10)
-        .segment_size(64 << 10)
-        .max_item_size(64 << 10)
+    };
+    let cfg = common::small_flash_config(d, engine)
         .index_shards(16)
         .sweep_interval(None)
         .clock(clock.clone())
-        .flash(fs)
         .build()
         .unwrap();
     Cache::new(cfg).unwrap()
