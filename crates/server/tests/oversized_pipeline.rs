@@ -14,7 +14,8 @@
 //!
 //! Runs about two seconds by default. For a long soak by hand:
 //! `FLASHTIER_SOAK_SECS=300 cargo test -p flashtier-server --test oversized_pipeline`
-//! (`FLASHTIER_SOAK_SEED` replays a seed; `FLASHTIER_SOAK_CONNS` sets the connection count).
+//! (`FLASHTIER_SOAK_SEED` replays a seed; `FLASHTIER_SOAK_CONNS` sets the connection count,
+//! `FLASHTIER_SOAK_LIMIT` the item limit in bytes, 64 KiB by default).
 mod common;
 
 use std::collections::HashMap;
@@ -24,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use common::{roundtrip, Server};
 
-/// The server's item limit in this test.
-const LIMIT: usize = 64 * 1024;
+/// The server's item limit (`--max-item-size`) unless `FLASHTIER_SOAK_LIMIT` sets one.
+const DEFAULT_LIMIT: usize = 64 * 1024;
 /// How long a read or write may make no progress before the test calls it a hang.
 const STALL: Duration = Duration::from_secs(10);
 /// Largest reply a blind client (one that reads only after sending everything) waits for.
@@ -62,9 +63,10 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 /// What one connection believes the store holds for its own keys.
-#[derive(Default)]
 struct Model {
     items: HashMap<String, (u32, Vec<u8>)>,
+    /// The server's item limit.
+    limit: usize,
 }
 
 /// One pipeline: the bytes to send, the exact reply expected, and a summary for failures.
@@ -95,12 +97,12 @@ fn decoy(rng: &mut Rng, len: usize) -> Vec<u8> {
     v
 }
 
-fn oversized_len(rng: &mut Rng) -> usize {
+fn oversized_len(rng: &mut Rng, limit: usize) -> usize {
     match rng.below(10) {
-        0..=3 => LIMIT + 1,
-        4..=7 => LIMIT + rng.size(2 * LIMIT),
-        8 => LIMIT + 1 + rng.size(8),
-        _ => LIMIT + rng.size(2 << 20),
+        0..=3 => limit + 1,
+        4..=7 => limit + rng.size(2 * limit),
+        8 => limit + 1 + rng.size(8),
+        _ => limit + rng.size(2 << 20),
     }
 }
 
@@ -150,7 +152,7 @@ fn build(rng: &mut Rng, conn: usize, model: &mut Model) -> Pipeline {
             }
             4..=6 => {
                 let k = key(rng);
-                let len = oversized_len(rng);
+                let len = oversized_len(rng, model.limit);
                 let (cmd, drops) = [
                     ("set", true),
                     ("add", false),
@@ -177,7 +179,7 @@ fn build(rng: &mut Rng, conn: usize, model: &mut Model) -> Pipeline {
             }
             7 | 8 => {
                 let k = key(rng);
-                let len = oversized_len(rng);
+                let len = oversized_len(rng, model.limit);
                 let mut flags: Vec<&str> = ["T0", "q", "F5", "I", "c"]
                     .into_iter()
                     .filter(|_| rng.chance(25))
@@ -271,9 +273,18 @@ fn receive_slowly(rng: &mut Rng, c: &mut TcpStream, want: &[u8]) -> Result<(), S
 
 /// One connection's share of the soak; returns the number of oversized requests answered
 /// and the number sent on connections abandoned mid-swallow.
-fn soak_connection(server: &Server, conn: usize, seed: u64, until: Instant) -> (u64, u64) {
+fn soak_connection(
+    server: &Server,
+    limit: usize,
+    conn: usize,
+    seed: u64,
+    until: Instant,
+) -> (u64, u64) {
     let mut rng = Rng(seed | 1);
-    let mut model = Model::default();
+    let mut model = Model {
+        items: HashMap::new(),
+        limit,
+    };
     let mut c = server.connect();
     c.set_read_timeout(Some(STALL)).unwrap();
     c.set_write_timeout(Some(STALL)).unwrap();
@@ -314,7 +325,7 @@ fn soak_connection(server: &Server, conn: usize, seed: u64, until: Instant) -> (
         if rng.chance(5) {
             // Leave in the middle of a swallow; the server must just drop the connection.
             let mut d = server.connect();
-            let len = oversized_len(&mut rng);
+            let len = oversized_len(&mut rng, limit);
             let mut req = format!("get c{conn}k0\r\nset c{conn}x 0 0 {len}\r\n").into_bytes();
             let cut = rng.below(len);
             req.extend_from_slice(&decoy(&mut rng, cut));
@@ -334,15 +345,16 @@ fn pipelined_gets_and_oversized_sets_never_hang() {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64)
     });
-    eprintln!("oversized_pipeline: seed {seed}, {conns} connections, {secs} s");
-    let server = Server::start(&["--max-item-size", "64k"]);
+    let limit = env_u64("FLASHTIER_SOAK_LIMIT").map_or(DEFAULT_LIMIT, |l| l as usize);
+    eprintln!("oversized_pipeline: seed {seed}, {conns} connections, {secs} s, limit {limit}");
+    let server = Server::start(&["--max-item-size", &limit.to_string()]);
     let until = Instant::now() + Duration::from_secs(secs);
     let (answered, abandoned) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..conns)
             .map(|i| {
                 let server = &server;
                 let seed = seed.wrapping_add(i as u64 * 0x9e37_79b9);
-                s.spawn(move || soak_connection(server, i, seed, until))
+                s.spawn(move || soak_connection(server, limit, i, seed, until))
             })
             .collect();
         handles
