@@ -77,6 +77,19 @@ struct Pipeline {
     oversized: u64,
 }
 
+impl Pipeline {
+    /// Append a storage command: its `line`, its data block, the reply it must get (empty
+    /// for none) and the line for the failure summary.
+    fn storage(&mut self, line: &str, data: &[u8], reply: &[u8]) {
+        self.request.extend_from_slice(line.as_bytes());
+        self.request.extend_from_slice(b"\r\n");
+        self.request.extend_from_slice(data);
+        self.request.extend_from_slice(b"\r\n");
+        self.reply.extend_from_slice(reply);
+        self.summary.push(line.to_string());
+    }
+}
+
 /// A payload of `len` bytes that reads like a stream of commands (so a server that parsed
 /// swallowed bytes would answer them), cut at an arbitrary point.
 fn decoy(rng: &mut Rng, len: usize) -> Vec<u8> {
@@ -140,14 +153,8 @@ fn build(rng: &mut Rng, conn: usize, model: &mut Model) -> Pipeline {
                 let v = decoy(rng, n);
                 let noreply = rng.chance(30);
                 let nr = if noreply { " noreply" } else { "" };
-                p.request
-                    .extend_from_slice(format!("set {k} {flags} 0 {}{nr}\r\n", v.len()).as_bytes());
-                p.request.extend_from_slice(&v);
-                p.request.extend_from_slice(b"\r\n");
-                if !noreply {
-                    p.reply.extend_from_slice(b"STORED\r\n");
-                }
-                p.summary.push(format!("set {k} {}{nr}", v.len()));
+                let reply: &[u8] = if noreply { b"" } else { b"STORED\r\n" };
+                p.storage(&format!("set {k} {flags} 0 {}{nr}", v.len()), &v, reply);
                 model.items.insert(k, (flags, v));
             }
             4..=6 => {
@@ -164,18 +171,13 @@ fn build(rng: &mut Rng, conn: usize, model: &mut Model) -> Pipeline {
                 let cas = if cmd == "cas" { " 1" } else { "" };
                 let noreply = rng.chance(30);
                 let nr = if noreply { " noreply" } else { "" };
-                p.request
-                    .extend_from_slice(format!("{cmd} {k} 0 0 {len}{cas}{nr}\r\n").as_bytes());
-                p.request.extend_from_slice(&decoy(rng, len));
-                p.request.extend_from_slice(b"\r\n");
-                if !noreply {
-                    p.reply.extend_from_slice(TOO_LARGE);
-                }
+                let reply = if noreply { b"" } else { TOO_LARGE };
+                let data = decoy(rng, len);
+                p.storage(&format!("{cmd} {k} 0 0 {len}{cas}{nr}"), &data, reply);
                 if drops {
                     model.items.remove(&k);
                 }
                 p.oversized += 1;
-                p.summary.push(format!("{cmd} {k} {len}{nr} (oversized)"));
             }
             7 | 8 => {
                 let k = key(rng);
@@ -188,15 +190,11 @@ fn build(rng: &mut Rng, conn: usize, model: &mut Model) -> Pipeline {
                     flags.push(["MS", "ME", "MA", "MR"][rng.below(4)]);
                 }
                 let line = format!("ms {k} {len} {}", flags.join(" "));
-                p.request
-                    .extend_from_slice(format!("{}\r\n", line.trim_end()).as_bytes());
-                p.request.extend_from_slice(&decoy(rng, len));
-                p.request.extend_from_slice(b"\r\n");
+                let data = decoy(rng, len);
                 // Meta commands report errors even in quiet mode; memcached drops the old item.
-                p.reply.extend_from_slice(TOO_LARGE);
+                p.storage(line.trim_end(), &data, TOO_LARGE);
                 model.items.remove(&k);
                 p.oversized += 1;
-                p.summary.push(format!("{} (oversized)", line.trim_end()));
             }
             _ => {
                 let k = key(rng);
@@ -204,14 +202,8 @@ fn build(rng: &mut Rng, conn: usize, model: &mut Model) -> Pipeline {
                 let v = decoy(rng, n);
                 let quiet = rng.chance(40);
                 let q = if quiet { " q" } else { "" };
-                p.request
-                    .extend_from_slice(format!("ms {k} {} F7{q}\r\n", v.len()).as_bytes());
-                p.request.extend_from_slice(&v);
-                p.request.extend_from_slice(b"\r\n");
-                if !quiet {
-                    p.reply.extend_from_slice(b"HD\r\n");
-                }
-                p.summary.push(format!("ms {k} {} F7{q}", v.len()));
+                let reply: &[u8] = if quiet { b"" } else { b"HD\r\n" };
+                p.storage(&format!("ms {k} {} F7{q}", v.len()), &v, reply);
                 model.items.insert(k, (7, v));
             }
         }
