@@ -15,7 +15,9 @@
 //! Runs about two seconds by default. For a long soak by hand:
 //! `FLASHTIER_SOAK_SECS=300 cargo test -p flashtier-server --test oversized_pipeline`
 //! (`FLASHTIER_SOAK_SEED` replays a seed; `FLASHTIER_SOAK_CONNS` sets the connection count,
-//! `FLASHTIER_SOAK_LIMIT` the item limit in bytes, 64 KiB by default).
+//! `FLASHTIER_SOAK_LIMIT` the item limit in bytes, 64 KiB by default; `FLASHTIER_SOAK_FLASH`
+//! names a flash file, not on tmpfs, to serve with 4 MiB of RAM over 64 MiB of flash and 4096
+//! keys a connection).
 mod common;
 
 use std::collections::HashMap;
@@ -67,6 +69,8 @@ struct Model {
     items: HashMap<String, (u32, Vec<u8>)>,
     /// The server's item limit.
     limit: usize,
+    /// How many keys the connection uses.
+    keys: usize,
 }
 
 /// One pipeline: the bytes to send, the exact reply expected, and a summary for failures.
@@ -126,7 +130,8 @@ fn build(rng: &mut Rng, conn: usize, model: &mut Model) -> Pipeline {
         summary: Vec::new(),
         oversized: 0,
     };
-    let key = |rng: &mut Rng| format!("c{conn}k{}", rng.below(4));
+    let keys = model.keys;
+    let key = |rng: &mut Rng| format!("c{conn}k{}", rng.below(keys));
     let ops = 1 + rng.below(12);
     for _ in 0..ops {
         match rng.below(10) {
@@ -267,7 +272,7 @@ fn receive_slowly(rng: &mut Rng, c: &mut TcpStream, want: &[u8]) -> Result<(), S
 /// and the number sent on connections abandoned mid-swallow.
 fn soak_connection(
     server: &Server,
-    limit: usize,
+    (limit, keys): (usize, usize),
     conn: usize,
     seed: u64,
     until: Instant,
@@ -276,6 +281,7 @@ fn soak_connection(
     let mut model = Model {
         items: HashMap::new(),
         limit,
+        keys,
     };
     let mut c = server.connect();
     c.set_read_timeout(Some(STALL)).unwrap();
@@ -338,15 +344,31 @@ fn pipelined_gets_and_oversized_sets_never_hang() {
             .map_or(1, |d| d.as_nanos() as u64)
     });
     let limit = env_u64("FLASHTIER_SOAK_LIMIT").map_or(DEFAULT_LIMIT, |l| l as usize);
-    eprintln!("oversized_pipeline: seed {seed}, {conns} connections, {secs} s, limit {limit}");
-    let server = Server::start(&["--max-item-size", &limit.to_string()]);
+    let limit_arg = limit.to_string();
+    let mut args = vec!["--max-item-size", &limit_arg];
+    // With a flash file, a small RAM and many keys per connection, so gets are served from
+    // flash too.
+    let flash = std::env::var("FLASHTIER_SOAK_FLASH").ok();
+    let flash_arg = flash.as_ref().map(|f| format!("{f}:64MiB"));
+    let keys = match &flash_arg {
+        Some(spec) => {
+            args.extend(["--memory", "4MiB", "--flash", spec]);
+            4096
+        }
+        None => 4,
+    };
+    eprintln!(
+        "oversized_pipeline: seed {seed}, {conns} connections, {secs} s, limit {limit}, \
+         flash {flash:?}"
+    );
+    let server = Server::start(&args);
     let until = Instant::now() + Duration::from_secs(secs);
     let (answered, abandoned) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..conns)
             .map(|i| {
                 let server = &server;
                 let seed = seed.wrapping_add(i as u64 * 0x9e37_79b9);
-                s.spawn(move || soak_connection(server, limit, i, seed, until))
+                s.spawn(move || soak_connection(server, (limit, keys), i, seed, until))
             })
             .collect();
         handles
@@ -366,4 +388,21 @@ fn pipelined_gets_and_oversized_sets_never_hang() {
         "oversized_pipeline: {answered} oversized requests answered, {abandoned} abandoned \
          mid-swallow, {counted} counted"
     );
+    if flash.is_some() {
+        c.write_all(b"stats extstore\r\n").unwrap();
+        let stats = String::from_utf8_lossy(&common::read_until(&mut c, b"END\r\n")).into_owned();
+        let stat = |name: &str| {
+            stats
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let (demoted, read) = (
+            stat("extstore_objects_demoted"),
+            stat("extstore_objects_read"),
+        );
+        eprintln!("oversized_pipeline: flash: {demoted} objects demoted, {read} read back");
+        assert!(demoted > 0, "the flash soak never reached flash");
+    }
 }
