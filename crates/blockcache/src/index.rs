@@ -3,10 +3,10 @@
 //! need (dirty order, access clock for LRU flush order) lives beside, in `dirty_meta`, so a
 //! clean block costs one table slot.
 //!
-//! Guarded by one mutex in [`crate::cache::Shared`]; taken by request tasks, the writeback
-//! task and the flash engine's reclaimer thread (through the reclaim handler), only for
-//! memory work. Version numbers are handed out under the same lock as the index update
-//! (see [`crate::cache`]), so the smallest dirty version is exact.
+//! Guarded by one mutex in `crate::reclaim_handler::Shared`; taken by request tasks, the
+//! writeback task and the flash engine's reclaimer thread (through the reclaim handler),
+//! only for memory work. Version numbers are handed out under the same lock as the index
+//! update (see `crate::block_io`), so the smallest dirty version is exact.
 //!
 //! Invariants:
 //! - an entry's `version` is the highest version of that LBA the cache holds;

@@ -6,7 +6,10 @@
 //! serves a [`BlockCache`] over NBD and exposes its stats and tunables.
 //!
 //! # Layout
-//! - [`cache`]: [`BlockCache`] (open/recovery, read and write paths, the reclaim handler).
+//! - [`cache`]: [`BlockCache`] (the struct, settings, accessors); its `impl` continues in
+//!   `open` (open and recovery), `reclaim_handler` (the reclaim callbacks), `block_io`
+//!   (stripe locks, record append, backing I/O), `read` and `write` (the request paths) and
+//!   `backend` (the [`BlockBackend`](flashtier_nbd::BlockBackend) impl).
 //! - `writeback`: the writeback task (rate controller, flush order) and explicit flushes.
 //! - [`index`]: the LBA index and dirty sets; [`lbamap`]: its flat LBA table.
 //! - [`tunables`]: runtime settings ([`Mode`], [`FlushOrder`], [`TUNABLES`]).
@@ -17,15 +20,21 @@
 //! - [`mod@error`]: the [`Error`] type.
 #![deny(unsafe_code)]
 
+mod backend;
+mod block_io;
 pub mod cache;
 pub mod error;
 pub mod index;
 pub mod lbamap;
+mod open;
+mod read;
+mod reclaim_handler;
 pub mod seq;
 pub mod stats;
 pub mod switch;
 pub mod tunables;
 pub mod warm;
+mod write;
 mod writeback;
 
 pub use cache::{BlockCache, BlockCacheConfig, FlushState, RecoveryInfo};

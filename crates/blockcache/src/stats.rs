@@ -1,6 +1,11 @@
 //! Block cache counters (FlashCache's set and more), relaxed atomics updated by the data
-//! path and the writeback task. Block counters count cache blocks, not requests.
+//! path and the writeback task. Block counters count cache blocks, not requests. Also
+//! [`BlockCache::stats_pairs`], the flat `(name, value)` list the server's stats file and
+//! `/stats` report (these counters, gauges read from the index and the mode switch, then
+//! the flash engine's).
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::cache::BlockCache;
 
 macro_rules! counters {
     ($( $(#[doc = $doc:literal])* $name:ident ),* $(,)?) => {
@@ -87,4 +92,82 @@ counters! {
 /// Add `n` to a counter.
 pub(crate) fn add(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
+}
+
+impl BlockCache {
+    /// Every statistic as `(name, value)`: the cache's counters and gauges, then the flash
+    /// engine's (`flash_*`).
+    pub fn stats_pairs(&self) -> Vec<(String, String)> {
+        let s = &self.shared.stats;
+        let mut v: Vec<(String, String)> = s
+            .pairs()
+            .into_iter()
+            .map(|(k, n)| (k.to_string(), n.to_string()))
+            .collect();
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let pct = |a: u64, b: u64| {
+            if b == 0 {
+                "0.00".to_string()
+            } else {
+                format!("{:.2}", a as f64 * 100.0 / b as f64)
+            }
+        };
+        let (dirty, cached, wm, index_bytes) = {
+            let ix = self.shared.index.lock();
+            (
+                ix.dirty() as u64,
+                ix.map.len() as u64,
+                ix.clean_watermark(),
+                ix.ram_bytes(),
+            )
+        };
+        v.push((
+            "read_hit_percent".into(),
+            pct(load(&s.read_hits), load(&s.reads)),
+        ));
+        v.push((
+            "write_hit_percent".into(),
+            pct(load(&s.write_hits), load(&s.writes)),
+        ));
+        v.push(("dirty_blocks".into(), dirty.to_string()));
+        v.push(("cached_blocks".into(), cached.to_string()));
+        v.push(("index_bytes".into(), index_bytes.to_string()));
+        v.push(("capacity_blocks".into(), self.capacity_blocks.to_string()));
+        v.push(("dirty_percent".into(), pct(dirty, self.capacity_blocks)));
+        v.push(("block_size".into(), self.block_size.to_string()));
+        v.push(("clean_watermark".into(), wm.to_string()));
+        v.push((
+            "clean_watermark_persisted".into(),
+            self.shared.wm_persisted.load(Ordering::Relaxed).to_string(),
+        ));
+        v.push((
+            "recovered_dirty_blocks".into(),
+            self.recovery.dirty_blocks.to_string(),
+        ));
+        v.push(("mode".into(), self.tunables.mode().name().to_string()));
+        let sw = self.mode_switch();
+        let running = sw
+            .as_ref()
+            .is_some_and(|s| s.phase == crate::switch::SwitchPhase::Running);
+        v.push((
+            "mode_switch_in_progress".into(),
+            u64::from(running).to_string(),
+        ));
+        v.push((
+            "mode_switch_dirty_left".into(),
+            if running { dirty } else { 0 }.to_string(),
+        ));
+        v.push((
+            "recovered_clean_blocks".into(),
+            self.recovery.clean_kept.to_string(),
+        ));
+        v.extend(
+            self.flash
+                .stats()
+                .pairs()
+                .into_iter()
+                .map(|(k, n)| (k.to_string(), n.to_string())),
+        );
+        v
+    }
 }

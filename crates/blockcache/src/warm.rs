@@ -46,8 +46,9 @@ use std::time::{Duration, Instant};
 
 use flashtier_flash::{Flash, Location, RecordMeta, RecordWrite};
 
-use crate::cache::{BlockCache, Shared, STREAM_META};
+use crate::cache::{BlockCache, STREAM_META};
 use crate::error::Error;
+use crate::reclaim_handler::Shared;
 
 /// Record kind of a snapshot chunk.
 pub const KIND_SNAPSHOT: u8 = 5;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use flashtier_cache::flash::{Device, FlashConfig, IoBackend, MemoryDevice};
-use flashtier_cache::{Cache, CacheConfig, FlashSettings, ItemWrite, KvStore, Update};
+use flashtier_cache::{Cache, ItemWrite, KvStore, Update};
 
 const THREADS: u64 = 4;
 const KEYS: u64 = 400;
@@ -38,18 +38,11 @@ fn concurrent_reclaim_never_serves_wrong_values() {
 
 fn run(flash_bytes: u64) -> (u64, u64, u64, u64) {
     let dev: Arc<dyn Device> = Arc::new(MemoryDevice::new("conc", flash_bytes));
-    let mut fs = FlashSettings::devices(vec![dev]);
-    fs.engine = Some(FlashConfig {
+    let engine = FlashConfig {
         io_backend: IoBackend::Psync,
         ..FlashConfig::small()
-    });
-    let cfg = CacheConfig::builder()
-        .memory_limit(256 << 10)
-        .segment_size(64 << 10)
-        .max_item_size(64 << 10)
-        .flash(fs)
-        .build()
-        .unwrap();
+    };
+    let cfg = common::small_flash_config(dev, engine).build().unwrap();
     let cache = Arc::new(Cache::new(cfg).unwrap());
     let handles: Vec<_> = (0..THREADS)
         .map(|t| {

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use flashtier_cache::flash::{Device, Faults, FaultyDevice, FlashConfig, IoBackend, MemoryDevice};
-use flashtier_cache::{Cache, CacheConfig, Error, FlashSettings, ItemWrite, KvStore};
+use flashtier_cache::{Cache, Error, ItemWrite, KvStore};
 
 const N: u64 = 300;
 
@@ -16,18 +16,13 @@ fn open() -> (Cache, Arc<Faults>) {
     let faults = Faults::new();
     let mem: Arc<dyn Device> = Arc::new(MemoryDevice::new("faulty", 16 << 20));
     let dev: Arc<dyn Device> = Arc::new(FaultyDevice::new(mem, faults.clone()));
-    let mut fs = FlashSettings::devices(vec![dev]);
-    fs.engine = Some(FlashConfig {
+    let engine = FlashConfig {
         io_backend: IoBackend::Psync,
         background_reclaim: false,
         ..FlashConfig::small()
-    });
-    let cfg = CacheConfig::builder()
-        .memory_limit(256 << 10)
-        .segment_size(64 << 10)
-        .max_item_size(64 << 10)
+    };
+    let cfg = common::small_flash_config(dev, engine)
         .sweep_interval(None)
-        .flash(fs)
         .build()
         .unwrap();
     (Cache::new(cfg).unwrap(), faults)

@@ -204,6 +204,21 @@ impl Inner {
         Location::new(addr, len as u64).ok_or(Error::InvalidLocation(addr))
     }
 
+    /// What recovery and reclaim report of summary entry `e` of segment `seg` (sequence
+    /// number `seq`).
+    pub(crate) fn record_meta(&self, seg: u32, e: &SummaryEntry, seq: u64) -> Result<RecordMeta> {
+        Ok(RecordMeta {
+            location: self.location(seg, e.offset, e.len as usize)?,
+            key_id: e.key_id,
+            version: e.version,
+            kind: e.kind,
+            exptime: e.exptime,
+            flags: e.flags,
+            len: e.len,
+            seq,
+        })
+    }
+
     pub(crate) fn update_gauges(&self, st: &State) {
         FlashStats::set(&self.stats.segments_free, st.free.total(&st.failed) as u64);
         let used: u64 = st

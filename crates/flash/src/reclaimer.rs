@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::{now_unix, Decision, Inner, RecordMeta, RecordWrite};
+use crate::engine::{now_unix, Decision, Inner, RecordWrite};
 use crate::error::{Error, Result};
 use crate::format::record::{self, Record};
 use crate::format::segment::{decode_summary, tail_len, Footer, SummaryEntry, FOOTER_LEN};
@@ -167,19 +167,7 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
             e
         }
     };
-    let meta = |e: &SummaryEntry| -> Option<RecordMeta> {
-        let location = inner.location(seg, e.offset, e.len as usize).ok()?;
-        Some(RecordMeta {
-            location,
-            key_id: e.key_id,
-            version: e.version,
-            kind: e.kind,
-            exptime: e.exptime,
-            flags: e.flags,
-            len: e.len,
-            seq: 0,
-        })
-    };
+    let meta = |e: &SummaryEntry| inner.record_meta(seg, e, 0).ok();
     let handler = &inner.handler;
     let now = now_unix();
     let mut dropped = 0u64;

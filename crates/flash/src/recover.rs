@@ -257,20 +257,11 @@ pub(crate) fn recover(
             }
             drop(st);
             for e in &found.entries {
-                let Ok(location) = inner.location(seg, e.offset, e.len as usize) else {
+                let Ok(meta) = inner.record_meta(seg, e, seq) else {
                     continue;
                 };
                 FlashStats::add(&inner.stats.recovered_records, 1);
-                on_record(RecordMeta {
-                    location,
-                    key_id: e.key_id,
-                    version: e.version,
-                    kind: e.kind,
-                    exptime: e.exptime,
-                    flags: e.flags,
-                    len: e.len,
-                    seq,
-                });
+                on_record(meta);
             }
         }
     }
@@ -305,6 +296,23 @@ fn read_segments(inner: &Inner, headers: &[(u64, u32, u8)]) -> Result<Vec<Found>
         .map(|h| segment_seed(&inner.uuid, h.0))
         .collect();
     let mut found: Vec<Option<Found>> = headers.iter().map(|_| None).collect();
+    // For each index `i` of `batch`, read the `(offset, length)` that `at(i)` names within
+    // segment `headers[i].1`, all in one batch; results in `batch` order.
+    let read = |batch: &[usize], at: &dyn Fn(usize) -> (u64, u64)| {
+        let ops = batch
+            .iter()
+            .map(|&i| {
+                let (dev, off) = place(headers[i].1);
+                let (rel, len) = at(i);
+                IoOp::Read {
+                    dev,
+                    off: off + rel,
+                    buf: AlignedBuf::zeroed(len as usize),
+                }
+            })
+            .collect();
+        run_batch(exec, ops)
+    };
     let read_err = |seg: u32, what: &'static str, e| {
         let (dev, _) = place(seg);
         Error::io(inner.dev_name(dev), what, e)
@@ -313,18 +321,8 @@ fn read_segments(inner: &Inner, headers: &[(u64, u32, u8)]) -> Result<Vec<Found>
         let mut footers: Vec<Option<Footer>> = vec![None; headers.len()];
         let idx: Vec<usize> = (0..headers.len()).collect();
         for batch in idx.chunks(64) {
-            let ops = batch
-                .iter()
-                .map(|&i| {
-                    let (dev, off) = place(headers[i].1);
-                    IoOp::Read {
-                        dev,
-                        off: off + seg_size - PAGE,
-                        buf: AlignedBuf::zeroed(PAGE as usize),
-                    }
-                })
-                .collect();
-            for (&i, r) in batch.iter().zip(run_batch(exec, ops)) {
+            let footers_read = read(batch, &|_| (seg_size - PAGE, PAGE));
+            for (&i, r) in batch.iter().zip(footers_read) {
                 let buf = r.map_err(|e| read_err(headers[i].1, "read segment footer", e))?;
                 FlashStats::add(&inner.stats.device_bytes_read, PAGE);
                 let Some(buf) = buf else { continue };
@@ -341,20 +339,12 @@ fn read_segments(inner: &Inner, headers: &[(u64, u32, u8)]) -> Result<Vec<Found>
             .filter(|&i| footers[i].is_some())
             .collect();
         for batch in sealed.chunks(32) {
-            let ops = batch
-                .iter()
-                .filter_map(|&i| {
-                    let f = footers[i]?;
-                    let (dev, off) = place(headers[i].1);
-                    let so = u64::from(f.summary_offset);
-                    Some(IoOp::Read {
-                        dev,
-                        off: off + so,
-                        buf: AlignedBuf::zeroed((seg_size - so) as usize),
-                    })
-                })
-                .collect();
-            for (&i, r) in batch.iter().zip(run_batch(exec, ops)) {
+            // Every index in `sealed` has a footer.
+            let summary_at = |i: usize| {
+                let so = footers[i].map_or(0, |f| u64::from(f.summary_offset));
+                (so, seg_size - so)
+            };
+            for (&i, r) in batch.iter().zip(read(batch, &summary_at)) {
                 let buf = r.map_err(|e| read_err(headers[i].1, "read segment summary", e))?;
                 let (Some(buf), Some(f)) = (buf, footers[i]) else {
                     continue;
@@ -378,18 +368,7 @@ fn read_segments(inner: &Inner, headers: &[(u64, u32, u8)]) -> Result<Vec<Found>
     }
     let to_scan: Vec<usize> = (0..headers.len()).filter(|&i| found[i].is_none()).collect();
     for batch in to_scan.chunks(4) {
-        let ops = batch
-            .iter()
-            .map(|&i| {
-                let (dev, off) = place(headers[i].1);
-                IoOp::Read {
-                    dev,
-                    off,
-                    buf: AlignedBuf::zeroed(seg_size as usize),
-                }
-            })
-            .collect();
-        for (&i, r) in batch.iter().zip(run_batch(exec, ops)) {
+        for (&i, r) in batch.iter().zip(read(batch, &|_| (0, seg_size))) {
             let buf = r.map_err(|e| read_err(headers[i].1, "scan segment", e))?;
             let Some(buf) = buf else { continue };
             FlashStats::add(&inner.stats.device_bytes_read, seg_size);

@@ -21,13 +21,25 @@ enum Flag {
 }
 
 impl Generator {
-    fn opaque(&mut self) -> Vec<u8> {
-        let n = self.rng.range(1, 32);
-        let mut o = b"O".to_vec();
-        for _ in 0..n {
-            o.push(*self.rng.pick(b"abcdefghijklmnopqrstuvwxyz0123456789"));
+    /// With a 15% chance, an opaque token (`O` and 1 to 31 characters).
+    fn maybe_opaque(&mut self, flags: &mut Vec<Flag>) {
+        if self.rng.chance(15) {
+            let n = self.rng.range(1, 32);
+            let mut o = b"O".to_vec();
+            for _ in 0..n {
+                o.push(*self.rng.pick(b"abcdefghijklmnopqrstuvwxyz0123456789"));
+            }
+            flags.push(Flag::Text(o));
         }
-        o
+    }
+
+    /// Each single-letter flag of `list` with its percent chance, in order.
+    fn letter_flags(&mut self, flags: &mut Vec<Flag>, list: &[(u8, u64)]) {
+        for &(flag, pct) in list {
+            if self.rng.chance(pct) {
+                flags.push(Flag::Text(vec![flag]));
+            }
+        }
     }
 
     fn ttl_token(&mut self) -> Vec<u8> {
@@ -123,28 +135,24 @@ impl Generator {
             flags.push(Flag::Text(b"b".to_vec()));
         }
         let arith = self.is_arith(&key);
-        for (flag, pct) in [
-            (b'v', 60),
-            (b'c', 30),
-            (b'f', 25),
-            (b'k', 20),
-            (b't', 25),
-            (b'h', if arith { 0 } else { 10 }),
-            (b'l', 10),
-            (b'u', 10),
-            (b'q', 15),
-        ] {
-            if self.rng.chance(pct) {
-                flags.push(Flag::Text(vec![flag]));
-            }
-        }
+        self.letter_flags(
+            &mut flags,
+            &[
+                (b'v', 60),
+                (b'c', 30),
+                (b'f', 25),
+                (b'k', 20),
+                (b't', 25),
+                (b'h', if arith { 0 } else { 10 }),
+                (b'l', 10),
+                (b'u', 10),
+                (b'q', 15),
+            ],
+        );
         if !arith && self.rng.chance(15) {
             flags.push(Flag::Text(b"s".to_vec()));
         }
-        if self.rng.chance(15) {
-            let o = self.opaque();
-            flags.push(Flag::Text(o));
-        }
+        self.maybe_opaque(&mut flags);
         let vivify = self.rng.chance(8);
         let recache = self.rng.chance(8);
         if !arith && (vivify || recache) {
@@ -217,11 +225,7 @@ impl Generator {
                 flags.push(Flag::Text(b"I".to_vec()));
             }
         }
-        for (flag, pct) in [(b'c', 25), (b'k', 15), (b'q', 15)] {
-            if self.rng.chance(pct) {
-                flags.push(Flag::Text(vec![flag]));
-            }
-        }
+        self.letter_flags(&mut flags, &[(b'c', 25), (b'k', 15), (b'q', 15)]);
         if self.rng.chance(30) {
             let mut f = b"F".to_vec();
             f.extend(self.flags_token(true).into_bytes());
@@ -232,10 +236,7 @@ impl Generator {
             t.extend(self.ttl_token());
             flags.push(Flag::Text(t));
         }
-        if self.rng.chance(15) {
-            let o = self.opaque();
-            flags.push(Flag::Text(o));
-        }
+        self.maybe_opaque(&mut flags);
         self.shuffle(&mut flags);
 
         let (kind, len_token, data): (&'static str, Vec<u8>, Vec<u8>) = if variant < 84 {
@@ -315,15 +316,8 @@ impl Generator {
                 flags.push(Flag::Text(t));
             }
         }
-        for (flag, pct) in [(b'k', 15), (b'q', 20)] {
-            if self.rng.chance(pct) {
-                flags.push(Flag::Text(vec![flag]));
-            }
-        }
-        if self.rng.chance(15) {
-            let o = self.opaque();
-            flags.push(Flag::Text(o));
-        }
+        self.letter_flags(&mut flags, &[(b'k', 15), (b'q', 20)]);
+        self.maybe_opaque(&mut flags);
         self.shuffle(&mut flags);
         let mut kind = "md";
         if self.rng.chance(5) {
@@ -387,15 +381,11 @@ impl Generator {
         }
         // No `T`: memcached 1.6.18 applies it to the item or to the copy incr made of it,
         // depending on timing (see docs/compat.md).
-        for (flag, pct) in [(b'q', 15), (b't', 15), (b'c', 20), (b'v', 50), (b'k', 10)] {
-            if self.rng.chance(pct) {
-                flags.push(Flag::Text(vec![flag]));
-            }
-        }
-        if self.rng.chance(15) {
-            let o = self.opaque();
-            flags.push(Flag::Text(o));
-        }
+        self.letter_flags(
+            &mut flags,
+            &[(b'q', 15), (b't', 15), (b'c', 20), (b'v', 50), (b'k', 10)],
+        );
+        self.maybe_opaque(&mut flags);
         self.shuffle(&mut flags);
         let mut kind = "ma";
         if self.rng.chance(7) {

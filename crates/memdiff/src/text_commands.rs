@@ -244,21 +244,8 @@ impl Generator {
             3..=59 => 1,
             _ => self.rng.range(2, 6),
         };
-        let mut tokens: Vec<Vec<u8>> = vec![cmd.as_bytes().to_vec()];
-        let mut single = None;
-        for _ in 0..n {
-            let k = self.text_key();
-            single = Some(k.clone());
-            tokens.push(k);
-        }
-        let refs: Vec<&[u8]> = tokens.iter().map(Vec::as_slice).collect();
-        let mut line = join(&refs);
-        line.extend_from_slice(self.eol());
-        let mut c = flushed_if_long_key(cmd, &tokens, line);
-        if n == 1 {
-            c.key = single;
-        }
-        c
+        let tokens: Vec<Vec<u8>> = vec![cmd.as_bytes().to_vec()];
+        self.with_keys(cmd, tokens, n)
     }
 
     /// `gat gats`.
@@ -270,7 +257,13 @@ impl Generator {
         } else {
             self.rng.range(1, 4)
         };
-        let mut tokens: Vec<Vec<u8>> = vec![cmd.as_bytes().to_vec(), exptime.into_bytes()];
+        let tokens: Vec<Vec<u8>> = vec![cmd.as_bytes().to_vec(), exptime.into_bytes()];
+        self.with_keys(cmd, tokens, n)
+    }
+
+    /// `tokens` followed by `n` random keys, as one command line (a single key is the
+    /// command's key).
+    fn with_keys(&mut self, cmd: &'static str, mut tokens: Vec<Vec<u8>>, n: usize) -> Command {
         let mut single = None;
         for _ in 0..n {
             let k = self.text_key();

@@ -12,6 +12,21 @@ use flashtier_nbd::NbdClientBackend;
 
 const SIZE: usize = 64 << 20;
 
+/// Our server in front of an `NbdClientBackend` connected to the nbdkit at `kit_uri`; the
+/// runtime drives the backend and must outlive the server.
+fn serve_over(dir: &TestDir, kit_uri: &str) -> (tokio::runtime::Runtime, TestServer) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let backend = rt
+        .block_on(NbdClientBackend::connect_str(kit_uri, 2))
+        .expect("connect to nbdkit");
+    let server = TestServer::single(dir, Arc::new(backend));
+    (rt, server)
+}
+
 #[test]
 fn nbdcopy_through_our_server_over_nbdkit_delay_file() {
     let name = "nbdcopy_through_our_server_over_nbdkit_delay_file";
@@ -37,15 +52,7 @@ fn nbdcopy_through_our_server_over_nbdkit_delay_file() {
     );
     let kit_uri = format!("nbd+unix:///?socket={}", dir.path("slow.sock").display());
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let backend = rt
-        .block_on(NbdClientBackend::connect_str(&kit_uri, 2))
-        .expect("connect to nbdkit");
-    let server = TestServer::single(&dir, Arc::new(backend));
+    let (rt, server) = serve_over(&dir, &kit_uri);
     let uri = server.uri("disk");
 
     let src = dir.path("src.img");
@@ -79,15 +86,7 @@ fn fio_verify_through_our_server_over_nbdkit_memory() {
     let dir = TestDir::new("chainfio");
     let _kit = Nbdkit::start(&dir, "mem", &["memory", "32M"]);
     let kit_uri = format!("nbd+unix:///?socket={}", dir.path("mem.sock").display());
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let backend = rt
-        .block_on(NbdClientBackend::connect_str(&kit_uri, 2))
-        .expect("connect to nbdkit");
-    let server = TestServer::single(&dir, Arc::new(backend));
+    let (rt, server) = serve_over(&dir, &kit_uri);
     run(Command::new("fio")
         .current_dir(&dir.0)
         .args([

@@ -1,8 +1,14 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
+pub mod model_ops;
+
 use std::future::Future;
 use std::pin::pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+
+use flashtier_cache::flash::{Device, FlashConfig};
+use flashtier_cache::{CacheConfig, CacheConfigBuilder, FlashSettings};
 
 /// Run a future that completes on its first poll (every RAM-tier operation does).
 pub fn now<F: Future>(f: F) -> F::Output {
@@ -56,4 +62,17 @@ pub fn block_on<F: Future>(f: F) -> F::Output {
         }
         std::thread::park();
     }
+}
+
+/// The flash-tier tests' cache: 256 KiB of RAM in 64 KiB segments (so items move to flash
+/// all the time) and a 64 KiB item limit, over the one device `dev` run with `engine`.
+/// Callers add what differs (no sweeper, a clock, shards) and build.
+pub fn small_flash_config(dev: Arc<dyn Device>, engine: FlashConfig) -> CacheConfigBuilder {
+    let mut fs = FlashSettings::devices(vec![dev]);
+    fs.engine = Some(engine);
+    CacheConfig::builder()
+        .memory_limit(256 << 10)
+        .segment_size(64 << 10)
+        .max_item_size(64 << 10)
+        .flash(fs)
 }

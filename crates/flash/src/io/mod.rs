@@ -19,9 +19,14 @@
 //! flight, hence of read buffers, is bounded by `read_queue_limit`.
 use std::io;
 use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use parking_lot::Mutex;
+
+use crate::stats::FlashStats;
 
 pub mod faulty;
 pub mod file;
@@ -231,6 +236,32 @@ pub(crate) fn read_blocking(
         },
     )?
     .ok_or_else(|| io::Error::other("read returned no buffer"))
+}
+
+/// The executors' common `submit` step: count `req` in `io_queue_depth` and send it to the
+/// executor's thread(s). After shutdown (`tx` taken, or the receiving side gone) the request
+/// is uncounted and completes at once with an error, on the caller's thread. Returns true if
+/// the request was sent.
+pub(crate) fn enqueue(
+    tx: &Mutex<Option<Sender<IoRequest>>>,
+    stats: &FlashStats,
+    req: IoRequest,
+) -> bool {
+    stats.io_queue_depth.fetch_add(1, Ordering::Relaxed);
+    let tx = tx.lock();
+    let rejected = match tx.as_ref() {
+        Some(tx) => tx.send(req).err().map(|e| e.0),
+        None => Some(req),
+    };
+    drop(tx);
+    match rejected {
+        None => true,
+        Some(req) => {
+            stats.io_queue_depth.fetch_sub(1, Ordering::Relaxed);
+            (req.done)(Err(io::Error::other("flash executor shut down")));
+            false
+        }
+    }
 }
 
 pub(crate) fn op_dev(op: &IoOp) -> usize {

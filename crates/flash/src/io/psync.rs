@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
-use super::{op_dev, run_blocking, Device, Executor, IoRequest};
+use super::{enqueue, op_dev, run_blocking, Device, Executor, IoRequest};
 use crate::stats::FlashStats;
 
 /// Thread-pool executor.
@@ -64,17 +64,7 @@ fn worker(rx: &Mutex<Receiver<IoRequest>>, devices: &[Arc<dyn Device>], stats: &
 
 impl Executor for PsyncExecutor {
     fn submit(&self, req: IoRequest) {
-        self.stats.io_queue_depth.fetch_add(1, Ordering::Relaxed);
-        let tx = self.tx.lock();
-        let rejected = match tx.as_ref() {
-            Some(tx) => tx.send(req).err().map(|e| e.0),
-            None => Some(req),
-        };
-        drop(tx);
-        if let Some(req) = rejected {
-            self.stats.io_queue_depth.fetch_sub(1, Ordering::Relaxed);
-            (req.done)(Err(io::Error::other("flash executor shut down")));
-        }
+        enqueue(&self.tx, &self.stats, req);
     }
 
     fn shutdown(&self) {

@@ -24,7 +24,7 @@ use std::thread::JoinHandle;
 use io_uring::{opcode, types, IoUring};
 use parking_lot::Mutex;
 
-use super::{Device, Executor, IoOp, IoRequest};
+use super::{enqueue, Device, Executor, IoOp, IoRequest};
 use crate::stats::FlashStats;
 
 const WAKE_TOKEN: u64 = u64::MAX;
@@ -102,19 +102,7 @@ impl UringExecutor {
 
 impl Executor for UringExecutor {
     fn submit(&self, req: IoRequest) {
-        self.stats.io_queue_depth.fetch_add(1, Ordering::Relaxed);
-        let tx = self.tx.lock();
-        let rejected = match tx.as_ref() {
-            Some(tx) => tx.send(req).err().map(|e| e.0),
-            None => Some(req),
-        };
-        drop(tx);
-        if let Some(req) = rejected {
-            self.stats.io_queue_depth.fetch_sub(1, Ordering::Relaxed);
-            (req.done)(Err(io::Error::other("flash executor shut down")));
-            return;
-        }
-        if self.sleeping.swap(false, Ordering::SeqCst) {
+        if enqueue(&self.tx, &self.stats, req) && self.sleeping.swap(false, Ordering::SeqCst) {
             self.kick();
         }
     }

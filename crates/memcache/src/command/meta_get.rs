@@ -218,6 +218,19 @@ async fn opaque_error<S: KvStore>(ctx: &Context<S>, meta: &Meta, now: u32, out: 
     reply::line(out, b"CLIENT_ERROR opaque token too long");
 }
 
+/// Count the command and its hit or miss: as a touch when it changes the TTL (`T`), else as
+/// a get (memcached's `cmd_touch`/`touch_hits` or `cmd_get`/`get_hits` and their misses).
+fn count(stats: &Stats, o: &MetaOpts, hit: bool) {
+    let (cmd, result) = match (o.ttl.is_some(), hit) {
+        (true, true) => (&stats.cmd_touch, &stats.touch_hits),
+        (true, false) => (&stats.cmd_touch, &stats.touch_misses),
+        (false, true) => (&stats.cmd_get, &stats.get_hits),
+        (false, false) => (&stats.cmd_get, &stats.get_misses),
+    };
+    Stats::incr(cmd);
+    Stats::incr(result);
+}
+
 pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut Output) {
     let now = ctx.store.clock().now();
     if opaque_too_long(&meta.opts) {
@@ -225,19 +238,8 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut Output) {
     }
     let found = lookup(ctx, &meta, now).await;
     let o = &meta.opts;
-    let stats = &ctx.stats;
-    let ttl_set = o.ttl.is_some();
     let Some(f) = found else {
-        Stats::incr(if ttl_set {
-            &stats.cmd_touch
-        } else {
-            &stats.cmd_get
-        });
-        Stats::incr(if ttl_set {
-            &stats.touch_misses
-        } else {
-            &stats.get_misses
-        });
+        count(&ctx.stats, o, false);
         if !o.quiet {
             out.extend_from_slice(b"EN");
             super::meta_echo(out, &meta);
@@ -245,16 +247,7 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut Output) {
         }
         return;
     };
-    Stats::incr(if ttl_set {
-        &stats.cmd_touch
-    } else {
-        &stats.cmd_get
-    });
-    Stats::incr(if ttl_set {
-        &stats.touch_hits
-    } else {
-        &stats.get_hits
-    });
+    count(&ctx.stats, o, true);
     let item = &f.item;
     if o.value {
         out.extend_from_slice(b"VA ");

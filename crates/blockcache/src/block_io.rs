@@ -1,0 +1,242 @@
+//! The primitives the read and write paths share: stripe locks, the versioned record
+//! append, checked reads of cached blocks, and backing I/O with retries.
+//!
+//! Invariants:
+//! - Stripe locks (1024 async mutexes by LBA) are always taken in ascending order, so two
+//!   requests never deadlock; a request holds its blocks' stripes across backing I/O and
+//!   the cache update.
+//! - Versions are taken and the index updated under the index mutex, in the same critical
+//!   section as the flash append, so the *clean watermark* (every version at or below it is
+//!   on the backing or superseded) is exact.
+//! - A cached read is checked (kind, key_id = LBA, version, length); a clean block that
+//!   cannot be read is dropped from the index, a dirty one is an error.
+//!
+//! Threads: request tasks and the shutdown path (stripe locks); completions arrive from the
+//! engine's IO threads.
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use flashtier_flash::{kind, Location, RecordWrite};
+use flashtier_nbd::{BackendError, BlockBackend};
+
+use crate::cache::{flash_err, BlockCache, BACKING_IO, FLAG_DIRTY, STREAM_DATA, STRIPES};
+use crate::index::{Entry, PutOutcome};
+use crate::stats::add;
+
+impl BlockCache {
+    /// Every stripe lock (a clean shutdown).
+    pub(crate) async fn lock_all_stripes(&self) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
+        self.lock_stripes(0, STRIPES - 1).await
+    }
+
+    pub(crate) async fn lock_stripes(
+        &self,
+        first: u64,
+        last: u64,
+    ) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
+        let mut ids: Vec<u64> = if last - first + 1 >= STRIPES {
+            (0..STRIPES).collect()
+        } else {
+            (first..=last).map(|l| l % STRIPES).collect()
+        };
+        ids.sort_unstable();
+        ids.dedup();
+        let mut guards = Vec::with_capacity(ids.len());
+        for i in ids {
+            guards.push(self.stripes[i as usize].lock().await);
+        }
+        guards
+    }
+
+    /// Append a block record; `wait` retries while flash is full (writes), otherwise a full
+    /// flash returns `Ok(None)` (admissions).
+    pub(crate) async fn append(
+        &self,
+        lba: u64,
+        data: &[u8],
+        dirty: bool,
+        wait: bool,
+    ) -> Result<Option<PutOutcome>, BackendError> {
+        let mut stalled = false;
+        loop {
+            let res = {
+                let mut ix = self.shared.index.lock();
+                let v = ix.next_version;
+                let r = self.flash.append(
+                    STREAM_DATA,
+                    &RecordWrite {
+                        kind: kind::PUT,
+                        key_id: lba,
+                        version: v,
+                        flags: if dirty { FLAG_DIRTY } else { 0 },
+                        exptime: 0,
+                        key: &[],
+                        value: data,
+                    },
+                );
+                match r {
+                    Ok(loc) => {
+                        ix.next_version += 1;
+                        let out = ix.put(lba, loc.pack(), v, dirty);
+                        if let Some(d) = out.dead {
+                            self.flash.mark_dead(Location::unpack(d));
+                        }
+                        Ok(out)
+                    }
+                    Err(e) => Err(e),
+                }
+            };
+            match res {
+                Ok(out) => {
+                    add(&self.shared.stats.ssd_writes, 1);
+                    return Ok(Some(out));
+                }
+                Err(e @ (flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)) => {
+                    if !wait {
+                        return Ok(None);
+                    }
+                    if self.stopping.load(Ordering::Acquire) {
+                        return Err(BackendError::Shutdown);
+                    }
+                    // Busy: the stream's chunk writes are all in flight, which only time
+                    // cures. NoSpace: flash is full, and space comes from writeback.
+                    if matches!(e, flashtier_flash::Error::NoSpace) {
+                        if !stalled {
+                            stalled = true;
+                            add(&self.shared.stats.write_stalls, 1);
+                        }
+                        self.urgent.store(true, Ordering::Release);
+                        self.wb_wake.notify_one();
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                Err(e) => return Err(flash_err(e)),
+            }
+        }
+    }
+
+    /// Read a cached block. `Ok(None)`: the entry moved or vanished (look again); a clean
+    /// block that cannot be read is reported as `Ok(None)` after removing it.
+    pub(crate) async fn read_cached(
+        &self,
+        lba: u64,
+        e: Entry,
+    ) -> Result<Option<Bytes>, BackendError> {
+        let res = self.flash.read(Location::unpack(e.loc)).await;
+        match res {
+            Ok(r)
+                if r.header.kind == kind::PUT
+                    && r.header.key_id == lba
+                    && r.header.version == e.version
+                    && r.value.len() as u64 == self.block_size =>
+            {
+                add(&self.shared.stats.ssd_reads, 1);
+                Ok(Some(r.value))
+            }
+            other => {
+                let mut ix = self.shared.index.lock();
+                match ix.map.get(lba) {
+                    Some(now) if now.loc == e.loc && now.version == e.version => {
+                        add(&self.shared.stats.ssd_read_errors, 1);
+                        if now.dirty {
+                            let why = match other {
+                                Err(err) => err.to_string(),
+                                Ok(_) => "record mismatch".into(),
+                            };
+                            return Err(BackendError::Io(std::io::Error::other(format!(
+                                "dirty block {lba} unreadable on the cache device: {why}"
+                            ))));
+                        }
+                        ix.remove_at(lba, e.loc);
+                        self.flash.mark_dead(Location::unpack(e.loc));
+                        Ok(None)
+                    }
+                    _ => Ok(None),
+                }
+            }
+        }
+    }
+
+    /// The current content of one block (cache, else backing). Caller holds its stripe lock.
+    pub(crate) async fn current_block(&self, lba: u64) -> Result<Bytes, BackendError> {
+        for _ in 0..16 {
+            let e = self.shared.index.lock().lookup(lba);
+            match e {
+                Some(e) => {
+                    if let Some(b) = self.read_cached(lba, e).await? {
+                        return Ok(b);
+                    }
+                }
+                None => {
+                    return self
+                        .backing_read(lba * self.block_size, self.block_size)
+                        .await
+                }
+            }
+        }
+        Err(BackendError::Io(std::io::Error::other("block kept moving")))
+    }
+
+    pub(crate) async fn backing_read(&self, off: u64, len: u64) -> Result<Bytes, BackendError> {
+        let mut out = BytesMut::with_capacity(len as usize);
+        let mut pos = off;
+        while pos < off + len {
+            let n = (off + len - pos).min(BACKING_IO);
+            let mut tries = 0;
+            let b = loop {
+                add(&self.shared.stats.disk_reads, 1);
+                match self.backing.read(pos, n as u32).await {
+                    Ok(b) => break b,
+                    Err(e) if tries < 3 && !matches!(e, BackendError::OutOfRange { .. }) => {
+                        tries += 1;
+                        add(&self.shared.stats.backing_errors, 1);
+                        *self.last_error.lock() = Some(format!("backing read: {e}"));
+                        tokio::time::sleep(Duration::from_millis(50 << tries)).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            out.extend_from_slice(&b);
+            pos += n;
+        }
+        Ok(out.freeze())
+    }
+
+    pub(crate) async fn backing_write(
+        &self,
+        off: u64,
+        data: Bytes,
+        fua: bool,
+    ) -> Result<(), BackendError> {
+        let mut pos = 0u64;
+        let len = data.len() as u64;
+        while pos < len {
+            let n = (len - pos).min(BACKING_IO);
+            let piece = data.slice(pos as usize..(pos + n) as usize);
+            let mut tries = 0;
+            loop {
+                add(&self.shared.stats.disk_writes, 1);
+                match self.backing.write(off + pos, piece.clone(), fua).await {
+                    Ok(()) => break,
+                    Err(e) if tries < 3 && !matches!(e, BackendError::OutOfRange { .. }) => {
+                        tries += 1;
+                        add(&self.shared.stats.backing_errors, 1);
+                        *self.last_error.lock() = Some(format!("backing write: {e}"));
+                        tokio::time::sleep(Duration::from_millis(50 << tries)).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            pos += n;
+        }
+        self.backing_dirty.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    pub(crate) fn seq_run(&self, off: u64, len: u64) -> bool {
+        let thr = self.tunables.seq_threshold();
+        let run = self.seq.lock().observe(off, len);
+        thr != 0 && run >= thr
+    }
+}

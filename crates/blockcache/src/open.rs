@@ -1,0 +1,217 @@
+//! Opening a [`BlockCache`]: the flash engine is opened with the reclaim handler, every
+//! record found is offered to recovery, and the index is rebuilt from it.
+//!
+//! Recovery rules: the newest version per LBA wins; the newest watermark record gives the
+//! clean watermark W. A newest record that is dirty-flagged with version > W is dirty (back
+//! in the index, written back by a flush started at open). Dirty-flagged records at or
+//! below W, and clean records, are kept only if a valid shutdown snapshot lists their exact
+//! (LBA, version) (see [`crate::warm`]); everything else is dropped and marked dead.
+//!
+//! Threads: the caller's (open is synchronous, before any request or writeback task runs);
+//! the engine's IO threads during its recovery scan.
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use flashtier_flash::{
+    kind, Device, DeviceSpec, Flash, FlashConfig, FlashInfo, Location, ReclaimHandler, RecordMeta,
+};
+use flashtier_nbd::BlockBackend;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use crate::cache::{
+    BlockCache, BlockCacheConfig, RecoveryInfo, FLAG_DIRTY, KIND_WATERMARK, STRIPES, WM_KEY,
+};
+use crate::error::Error;
+use crate::index::Index;
+use crate::reclaim_handler::{Handler, Shared};
+use crate::seq::SeqDetector;
+use crate::stats::BlockStats;
+use crate::tunables::Tunables;
+
+impl BlockCache {
+    /// Open a cache on `PATH:SIZE` flash specs over `backing` (recovering dirty blocks).
+    /// Call [`BlockCache::start`] from inside a tokio runtime afterwards.
+    pub fn open_specs(
+        specs: &[DeviceSpec],
+        backing: Arc<dyn BlockBackend>,
+        cfg: BlockCacheConfig,
+    ) -> Result<Arc<Self>, Error> {
+        let cap: u64 = specs.iter().map(|s| s.size).sum();
+        Self::open_with(cap, backing, cfg, |fc, h, on| {
+            Flash::open_specs(specs, fc, h, on)
+        })
+    }
+
+    /// Open a cache on the given flash devices (tests use `MemoryDevice`).
+    pub fn open_devices(
+        devices: Vec<Arc<dyn Device>>,
+        backing: Arc<dyn BlockBackend>,
+        cfg: BlockCacheConfig,
+    ) -> Result<Arc<Self>, Error> {
+        let cap: u64 = devices.iter().map(|d| d.len()).sum();
+        Self::open_with(cap, backing, cfg, move |fc, h, on| {
+            Flash::open(devices, fc, h, on)
+        })
+    }
+
+    fn open_with(
+        cap: u64,
+        backing: Arc<dyn BlockBackend>,
+        cfg: BlockCacheConfig,
+        open: impl FnOnce(
+            FlashConfig,
+            Arc<dyn ReclaimHandler>,
+            &mut dyn FnMut(RecordMeta),
+        ) -> flashtier_flash::Result<(Flash, FlashInfo)>,
+    ) -> Result<Arc<Self>, Error> {
+        let bs = u64::from(cfg.block_size);
+        if !bs.is_power_of_two() || !(512..=(1 << 20)).contains(&bs) {
+            return Err(Error::Config(format!(
+                "block_size {bs} must be a power of two within 512..=1MiB"
+            )));
+        }
+        let size = backing.size();
+        if !size.is_multiple_of(bs) || size == 0 {
+            return Err(Error::Config(format!(
+                "backing size {size} is not a non-zero multiple of the block size {bs}"
+            )));
+        }
+        let tunables = Tunables::default();
+        for (k, v) in &cfg.tunables {
+            tunables.set(k, v)?;
+        }
+        let mut fc = cfg
+            .flash
+            .clone()
+            .unwrap_or_else(|| FlashConfig::for_capacity(cap));
+        fc.keep_limit = 1.0;
+        let reclaim_stream = fc.reclaim_stream;
+        // Space the cache cannot fill with blocks: reclaim's reserve and free target plus
+        // one open segment per stream.
+        let reserve =
+            u64::from(fc.reserve_segments + fc.free_high_watermark) + u64::from(fc.streams);
+        let max_val = fc.max_value_len(0) as u64;
+        if bs > max_val {
+            return Err(Error::Config(format!(
+                "block_size {bs} exceeds the largest flash record value {max_val}"
+            )));
+        }
+        let shared = Arc::new(Shared {
+            index: Mutex::new(Index::new(0)),
+            wm_persisted: AtomicU64::new(0),
+            stats: BlockStats::default(),
+            session_version: AtomicU64::new(0),
+            snapshot_version: AtomicU64::new(0),
+        });
+        let nblocks = size / bs;
+        // Recovery: newest version per LBA, newest watermark.
+        let mut newest: std::collections::HashMap<u64, RecordMeta> = Default::default();
+        let mut dead: Vec<Location> = Vec::new();
+        let mut wm: Option<RecordMeta> = None;
+        let mut max_version = 0u64;
+        let mut found = crate::warm::Found::default();
+        let mut on = |m: RecordMeta| {
+            max_version = max_version.max(m.version);
+            if found.offer(&m) {
+                return;
+            }
+            if m.kind == KIND_WATERMARK && m.key_id == WM_KEY {
+                match &wm {
+                    Some(w) if w.version >= m.version => dead.push(m.location),
+                    _ => {
+                        if let Some(w) = wm.replace(m) {
+                            dead.push(w.location);
+                        }
+                    }
+                }
+                return;
+            }
+            if m.kind != kind::PUT || m.key_id >= nblocks {
+                dead.push(m.location);
+                return;
+            }
+            match newest.get(&m.key_id) {
+                Some(o) if o.version > m.version => dead.push(m.location),
+                _ => {
+                    if let Some(o) = newest.insert(m.key_id, m) {
+                        dead.push(o.location);
+                    }
+                }
+            }
+        };
+        let handler: Arc<dyn ReclaimHandler> = Arc::new(Handler(Arc::clone(&shared)));
+        let (flash, info) = open(fc, handler, &mut on)?;
+        let flash = Arc::new(flash);
+        let watermark = wm.map(|w| w.version).unwrap_or(0);
+        let mut rec = RecoveryInfo {
+            watermark,
+            ..Default::default()
+        };
+        // Clean blocks come back only from a valid shutdown snapshot (see `warm`).
+        let snapshot = match found.load(&flash, max_version, bs, nblocks) {
+            Ok(s) => s,
+            Err(why) => {
+                rec.cold_reason = Some(why);
+                Default::default()
+            }
+        };
+        let record = flashtier_flash::format::record::padded_len(0, bs as usize) as u64;
+        {
+            let mut ix = shared.index.lock();
+            // Sized for every block record the device can hold: the table never grows.
+            *ix = Index::with_capacity(max_version, info.capacity / record + 1);
+            ix.wm_loc = wm.map(|w| w.location.pack());
+            for (lba, m) in newest {
+                if m.flags & FLAG_DIRTY != 0 && m.version > watermark {
+                    ix.put(lba, m.location.pack(), m.version, true);
+                    rec.dirty_blocks += 1;
+                } else if snapshot.get(&lba) == Some(&m.version) {
+                    ix.put(lba, m.location.pack(), m.version, false);
+                    rec.clean_kept += 1;
+                } else {
+                    dead.push(m.location);
+                    rec.clean_dropped += 1;
+                }
+            }
+            dead.extend(found.locations());
+            for l in dead {
+                flash.mark_dead(l);
+            }
+        }
+        shared.wm_persisted.store(watermark, Ordering::Release);
+        // Consume the snapshot before anything can reach the backing: a durable session
+        // record newer than the marker makes it invalid for every later recovery.
+        crate::warm::write_session(&flash, &shared, reclaim_stream)?;
+        let usable = info.capacity.saturating_sub(reserve * info.segment_size);
+        let capacity_blocks = (usable / record).max(16);
+        let cache = Arc::new(BlockCache {
+            shared,
+            flash,
+            backing,
+            tunables,
+            block_size: bs,
+            nblocks,
+            capacity_blocks,
+            stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+            seq: Mutex::new(SeqDetector::default()),
+            job: Mutex::new(None),
+            flush_ids: AtomicU64::new(0),
+            switch: Mutex::new(None),
+            wb_wake: Notify::new(),
+            progress: Notify::new(),
+            urgent: AtomicBool::new(false),
+            backing_dirty: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            backoff: AtomicU64::new(0),
+            last_error: Mutex::new(None),
+            recovery: rec,
+            reclaim_stream,
+            flash_info: info,
+        });
+        if cache.recovery.dirty_blocks > 0 {
+            cache.start_flush();
+        }
+        Ok(cache)
+    }
+}
