@@ -81,22 +81,31 @@ def wait_port(port, pid, seconds=15.0):
     sys.exit(f"server pid {pid} did not listen on {port} within {seconds}s")
 
 
-def server_slabs(port):
-    """memcached's `stats slabs` as {class: {field: int}} (empty if the server has none)."""
+def stats_replies(port, cmds):
+    """Send each stats command on one connection; the replies (to END or an error line)
+    concatenated. Empty if the server cannot be reached."""
     try:
         s = socket.create_connection(("127.0.0.1", port), timeout=5)
     except OSError:
-        return {}
-    s.sendall(b"stats slabs\r\n")
+        return b""
     buf = b""
-    while not (buf.endswith(b"END\r\n") or buf.endswith(b"ERROR\r\n")):
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        buf += chunk
+    for cmd in cmds:
+        s.sendall(cmd)
+        part = b""
+        while not (part.endswith(b"END\r\n") or part.endswith(b"ERROR\r\n")):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            part += chunk
+        buf += part
     s.close()
+    return buf
+
+
+def server_slabs(port):
+    """memcached's `stats slabs` as {class: {field: int}} (empty if the server has none)."""
     out = {}
-    for line in buf.decode(errors="replace").splitlines():
+    for line in stats_replies(port, [b"stats slabs\r\n"]).decode(errors="replace").splitlines():
         parts = line.split()
         if len(parts) == 3 and parts[0] == "STAT" and ":" in parts[1]:
             cls, field = parts[1].split(":", 1)
@@ -107,21 +116,7 @@ def server_slabs(port):
 
 def server_stats(port):
     """`stats` merged with `stats extstore` (the general section wins on a shared name)."""
-    try:
-        s = socket.create_connection(("127.0.0.1", port), timeout=5)
-    except OSError:
-        return {}
-    buf = b""
-    for cmd in (b"stats\r\n", b"stats extstore\r\n"):
-        s.sendall(cmd)
-        part = b""
-        while not (part.endswith(b"END\r\n") or part.endswith(b"ERROR\r\n")):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            part += chunk
-        buf += part
-    s.close()
+    buf = stats_replies(port, [b"stats\r\n", b"stats extstore\r\n"])
     out = {}
     for line in buf.decode(errors="replace").splitlines():
         parts = line.split(" ", 2)
