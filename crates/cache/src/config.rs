@@ -62,21 +62,18 @@ pub struct FlashSettings {
 impl FlashSettings {
     /// Flash on `PATH:SIZE` specs with default engine settings.
     pub fn specs(specs: Vec<DeviceSpec>) -> Self {
-        Self {
-            devices: FlashDevices::Specs(specs),
-            engine: None,
-            append_wait: Duration::from_millis(200),
-            item_size: 0,
-            recache_rate: 1,
-            drop_under: None,
-            drop_unread: false,
-        }
+        Self::with_defaults(FlashDevices::Specs(specs))
     }
 
     /// Flash on already-opened devices with default engine settings.
     pub fn devices(devices: Vec<std::sync::Arc<dyn Device>>) -> Self {
+        Self::with_defaults(FlashDevices::Devices(devices))
+    }
+
+    /// `devices` with every tiering setting at its default.
+    fn with_defaults(devices: FlashDevices) -> Self {
         Self {
-            devices: FlashDevices::Devices(devices),
+            devices,
             engine: None,
             append_wait: Duration::from_millis(200),
             item_size: 0,
