@@ -166,7 +166,7 @@ impl BlockCache {
     pub fn stop(&self) {
         self.interrupt();
         if let Err(e) = self.flash.close() {
-            eprintln!("flashtier block: closing the cache device: {e}");
+            log::error!("closing the cache device: {e}");
         }
     }
 

@@ -106,9 +106,10 @@ impl ReclaimHandler for Handler {
         if let Some(e) = ix.remove_at(rec.key_id, rec.location.pack()) {
             if e.dirty {
                 add(&self.0.stats.dirty_lost, 1);
-                eprintln!(
-                    "flashtier block: cache device lost dirty block {} (version {})",
-                    rec.key_id, rec.version
+                log::error!(
+                    "cache device lost dirty block {} (version {})",
+                    rec.key_id,
+                    rec.version
                 );
             }
         }

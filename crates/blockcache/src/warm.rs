@@ -243,8 +243,8 @@ impl BlockCache {
         let c = Arc::clone(self);
         match tokio::task::spawn_blocking(move || c.flash.close()).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => eprintln!("flashtier block: closing the cache device: {e}"),
-            Err(e) => eprintln!("flashtier block: closing the cache device: {e}"),
+            Ok(Err(e)) => log::error!("closing the cache device: {e}"),
+            Err(e) => log::error!("closing the cache device: {e}"),
         }
         drop(guards);
         report

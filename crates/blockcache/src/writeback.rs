@@ -294,7 +294,7 @@ impl BlockCache {
 
     fn report(&self, msg: String) {
         add(&self.shared.stats.backing_errors, 1);
-        eprintln!("flashtier block: {msg} (will retry)");
+        log::warn!("{msg} (will retry)");
         *self.last_error.lock() = Some(msg);
     }
 

@@ -62,7 +62,7 @@ pub async fn serve<S: KvStore>(
                     Ok(a) => a,
                     Err(e) => {
                         // Out of file descriptors and the like: back off instead of spinning.
-                        eprintln!("flashtier: accept failed: {e}");
+                        log::warn!("accept failed: {e}");
                         tokio::time::sleep(Duration::from_millis(20)).await;
                         continue;
                     }

@@ -363,6 +363,11 @@ fn build_store(cfg: &KvConfig) -> anyhow::Result<Arc<Cache>> {
 
 pub fn main(args: KvArgs) -> anyhow::Result<()> {
     let cfg = KvConfig::from_args(&args)?;
+    crate::logging::set_level(match cfg.verbose {
+        0 => log::LevelFilter::Info,
+        1 => log::LevelFilter::Debug,
+        _ => log::LevelFilter::Trace,
+    });
     if args.check_config {
         println!("{cfg:#?}");
         println!("configuration ok");

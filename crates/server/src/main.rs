@@ -8,6 +8,7 @@
 //! - [`block`]: `flashtier block`, the NBD block cache; [`admin`] its HTTP admin endpoint;
 //!   [`ctl`]: `flashtier ctl`, the admin client.
 //! - [`http`]: the HTTP plumbing both admin endpoints share.
+//! - [`logging`]: the process logger behind the `log` facade the libraries use.
 #![deny(unsafe_code)]
 
 mod admin;
@@ -17,11 +18,13 @@ mod ctl;
 mod http;
 mod kv;
 mod kv_admin;
+mod logging;
 mod signals;
 
 use clap::Parser as _;
 
 fn main() -> std::process::ExitCode {
+    logging::init(log::LevelFilter::Info);
     let cli = cli::Cli::parse();
     let result = match cli.command {
         cli::Command::Kv(args) => kv::main(args),
