@@ -15,6 +15,8 @@ use flashtier_blockcache::{BlockCache, BlockCacheConfig, Mode};
 use flashtier_flash::{DeviceSpec, FlashConfig};
 use flashtier_nbd::{open_backend, BlockBackend, Export, ListenAddr, Server, ServerConfig};
 
+use crate::startup::Litter;
+
 #[derive(Clone, Debug, Args)]
 pub struct BlockArgs {
     /// The slow device: a file or block device path, `nbd://HOST[:PORT]/EXPORT` or
@@ -83,6 +85,12 @@ pub struct BlockArgs {
     /// Runtime worker threads. Default: the number of CPU cores.
     #[arg(long)]
     pub threads: Option<usize>,
+
+    /// Format a cache device that holds other data (a file system, a partition table,
+    /// random bytes, a kv flash file) instead of refusing to start. What it holds is lost.
+    /// Default: off (only all-zero devices and flashtier's own block caches are used).
+    #[arg(long)]
+    pub force_format: bool,
 }
 
 pub fn main(args: BlockArgs) -> anyhow::Result<()> {
@@ -143,11 +151,32 @@ async fn run(args: BlockArgs) -> anyhow::Result<()> {
     if spec.size == 0 {
         bail!("--cache {:?}: give a size, e.g. PATH:4G", args.cache);
     }
+    // The backing path is locked for as long as it is served (another flashtier using it as
+    // backing or cache is refused), and is never the cache.
+    let _backing_lock = lock_backing(&args.backing, &spec.path)?;
     let backing = open_backend(&args.backing)
         .await
         .with_context(|| format!("--backing {:?}", args.backing))?;
+    // Declared before the cache: on failure the cache is closed first, then undone.
+    let mut litter = Litter::default();
+    if let ListenAddr::Unix(path) = &listen {
+        litter.note_file(path);
+    }
+    // Sockets first: a start that cannot serve never touches the cache device.
+    let listener = Server::bind(&listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let admin = match &args.admin {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--admin {addr}"))?,
+        ),
+        None => None,
+    };
     let flash = FlashConfig {
         direct_io: !args.no_direct_io,
+        force_format: args.force_format,
         ..FlashConfig::for_capacity(spec.size)
     };
     let cfg = BlockCacheConfig {
@@ -155,15 +184,21 @@ async fn run(args: BlockArgs) -> anyhow::Result<()> {
         flash: Some(flash),
         tunables: cache_tun,
     };
+    litter
+        .create_dir_all(&args.run_dir)
+        .with_context(|| format!("--run-dir {}", args.run_dir.display()))?;
+    litter.note_file(&spec.path);
     let cache = tokio::task::spawn_blocking(move || BlockCache::open_specs(&[spec], backing, cfg))
         .await
         .context("open task")?
-        .context("cannot open the block cache")?;
+        .context("cannot open the block cache")
+        .map_err(crate::startup::explain)?;
     for (k, v) in flash_knobs {
         cache
             .set_tunable(&k, &v)
             .with_context(|| format!("--set {k}={v}"))?;
     }
+    litter.keep();
     let rec = cache.recovery();
     eprintln!(
         "flashtier block: cache {} blocks of {} bytes; recovered {} dirty blocks (watermark {}), kept {} clean, dropped {} clean{}",
@@ -187,9 +222,6 @@ async fn run(args: BlockArgs) -> anyhow::Result<()> {
         .with_description("flashtier block cache")],
         ServerConfig::default(),
     )?;
-    let listener = Server::bind(&listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
     eprintln!(
         "flashtier block: serving export {:?} on {}",
         args.export,
@@ -198,10 +230,7 @@ async fn run(args: BlockArgs) -> anyhow::Result<()> {
             .map(|a| a.to_string())
             .unwrap_or_default()
     );
-    if let Some(addr) = &args.admin {
-        let l = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("--admin {addr}"))?;
+    if let Some(l) = admin {
         eprintln!("flashtier block: admin on {}", l.local_addr()?);
         let ctx = Arc::new(crate::admin::AdminCtx {
             cache: Arc::clone(&cache),
@@ -209,8 +238,6 @@ async fn run(args: BlockArgs) -> anyhow::Result<()> {
         });
         tokio::spawn(crate::admin::serve(l, ctx));
     }
-    std::fs::create_dir_all(&args.run_dir)
-        .with_context(|| format!("--run-dir {}", args.run_dir.display()))?;
     let stats_path = args.run_dir.join(format!("{}.stats", args.export));
     let stats_cache = Arc::clone(&cache);
     let stats_task = tokio::spawn(async move {
@@ -245,6 +272,34 @@ async fn run(args: BlockArgs) -> anyhow::Result<()> {
     );
     served?;
     Ok(())
+}
+
+/// Refuse a cache that is the backing, then lock the backing path (if it is a path, not an
+/// NBD URI) the way the flash engine locks its devices; the lock lasts as long as the file.
+fn lock_backing(backing: &str, cache: &std::path::Path) -> anyhow::Result<Option<std::fs::File>> {
+    if flashtier_nbd::is_nbd_uri(backing) {
+        return Ok(None);
+    }
+    let path = std::path::Path::new(backing);
+    let same = flashtier_flash::probe::same_storage(path, cache)
+        .with_context(|| format!("--backing {backing}"))?;
+    if let Some(why) = same {
+        bail!(
+            "--cache {} is the backing: {why}; the cache must be another device",
+            cache.display()
+        );
+    }
+    let Ok(file) = std::fs::File::open(path) else {
+        // Opening the backing reports the error.
+        return Ok(None);
+    };
+    flashtier_flash::io::file::lock_exclusive(&file).map_err(|e| {
+        anyhow::anyhow!(
+            "--backing {backing} is locked by another process (a flashtier serving it or \
+             using it as a cache?): {e}"
+        )
+    })?;
+    Ok(Some(file))
 }
 
 fn write_stats_file(path: &std::path::Path, cache: &BlockCache) {

@@ -9,6 +9,8 @@
 //!   [`ctl`]: `flashtier ctl`, the admin client.
 //! - [`http`]: the HTTP plumbing both admin endpoints share.
 //! - [`logging`]: the process logger behind the `log` facade the libraries use.
+//! - [`startup`]: what `kv` and `block` share at start-up: no litter from a failed start,
+//!   one-line refusals to format foreign data.
 #![deny(unsafe_code)]
 
 mod admin;
@@ -20,6 +22,7 @@ mod kv;
 mod kv_admin;
 mod logging;
 mod signals;
+mod startup;
 
 use clap::Parser as _;
 
