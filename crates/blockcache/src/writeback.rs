@@ -304,7 +304,8 @@ impl BlockCache {
         let w = {
             let mut ix = self.shared.index.lock();
             let w = ix.clean_watermark();
-            if w <= self.shared.wm_persisted.load(Ordering::Acquire) {
+            let rewrite = self.shared.wm_lost.swap(false, Ordering::AcqRel);
+            if w <= self.shared.wm_persisted.load(Ordering::Acquire) && !rewrite {
                 return;
             }
             let rec = RecordWrite {
@@ -331,7 +332,12 @@ impl BlockCache {
                         self.flash.mark_dead(Location::unpack(old));
                     }
                 }
-                Err(_) => return,
+                Err(_) => {
+                    if rewrite {
+                        self.shared.wm_lost.store(true, Ordering::Release);
+                    }
+                    return;
+                }
             }
             w
         };

@@ -531,14 +531,8 @@ impl Inner {
                     now,
                     h.rflags & (F_STALE | F_WIN),
                 );
-                match appended {
-                    Ok(Some(loc)) => h.home = home_word(loc),
-                    Ok(None) => {}
-                    Err(e) => {
-                        drop(shard);
-                        self.abandon(Some(space));
-                        return Err(e);
-                    }
+                if let Some(loc) = appended {
+                    h.home = home_word(loc);
                 }
             }
             if !self.arena.write_record(&space, &h, key, &w.value) {

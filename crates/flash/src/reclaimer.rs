@@ -1,6 +1,6 @@
 //! Reclaim: keep enough segments free by emptying victims.
 //!
-//! A victim is a sealed segment on a healthy device: first any whose records have all expired
+//! A victim is a sealed segment on a healthy device (no writes go to a failing one): first any whose records have all expired
 //! (dropped from its summary alone, no value is read), else the oldest (FIFO) or the one
 //! with most records marked dead (greedy). For every record the user decides (through
 //! [`ReclaimHandler`]) to keep it — it is copied into the reclaim stream and the user told
@@ -104,7 +104,7 @@ fn pick_victim(inner: &Inner, st: &mut crate::engine::State) -> Option<u32> {
         .segs
         .iter()
         .enumerate()
-        .filter(|(_, s)| s.state == SegState::Sealed && !st.failed[s.dev]);
+        .filter(|(_, s)| s.state == SegState::Sealed && !st.out[s.dev]);
     let expired = candidates
         .clone()
         .filter(|(_, s)| s.all_expired(now))
@@ -294,25 +294,24 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
     ) {
         FlashStats::add(&stats.write_errors, 1);
         let mut st = inner.state.lock();
-        inner.fail_device(&mut st, dev);
+        inner.device_error(
+            &mut st,
+            dev,
+            "write (reclaim, segment header)",
+            &e.to_string(),
+        );
         return Err(Error::io(&name, "write", e));
     }
     FlashStats::add(&stats.device_bytes_written, PAGE);
     let mut st = inner.state.lock();
-    let failed = st.failed[dev];
     let info = &mut st.segs[seg as usize];
-    info.state = if failed {
-        SegState::Failed
-    } else {
-        SegState::Free
-    };
+    info.state = SegState::Free;
     info.records = 0;
     info.dead = 0;
     info.data_bytes = 0;
     info.data_end = 0;
-    if !failed {
-        st.free.push(dev, seg);
-    }
+    // A failing device keeps its free segments listed; allocation skips them until it is back.
+    st.free.push(dev, seg);
     FlashStats::add(&stats.reclaims, 1);
     inner.update_gauges(&st);
     Ok(())
