@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs the real peers the tests run against, on Debian, when they are missing:
 # memcached (differential peer), memccapable, nutcracker (twemproxy), pylibmc, nbdkit, fio,
-# libnbd tools and Python bindings, qemu-img, netcat; pymemcache + pytest from PyPI; cargo-fuzz.
+# libnbd tools (nbdinfo, nbdcopy, nbdfuse: the fault tests' erroring flash file) and Python
+# bindings, qemu-img, netcat; pymemcache + pytest from PyPI; cargo-fuzz.
 set -euo pipefail
 need_apt=()
 for pair in memcached:memcached memccapable:libmemcached-tools nutcracker:nutcracker \
-            nbdkit:nbdkit fio:fio nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils \
+            nbdkit:nbdkit fio:fio nbdinfo:libnbd-bin nbdcopy:libnbd-bin nbdfuse:libnbd-bin \
+            qemu-img:qemu-utils \
             qemu-io:qemu-utils nc:netcat-openbsd; do
   bin=${pair%%:*}; pkg=${pair#*:}
   command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")
