@@ -72,8 +72,10 @@ fuzz_target!(|data: &[u8]| {
     }) else {
         return;
     };
-    for meta in metas {
-        if let Ok(rec) = flash.read(meta.location).wait() {
+    // All reads in flight at once (the executor drains them in one go), then checked.
+    let reads: Vec<_> = metas.iter().map(|m| flash.read(m.location)).collect();
+    for read in reads {
+        if let Ok(rec) = read.wait() {
             let key_id = rec.header.key_id;
             assert!(key_id < RECORDS, "served a record that was never written");
             assert_eq!(&rec.key[..], &key_id.to_le_bytes()[..], "served a wrong key");

@@ -154,7 +154,13 @@ pub struct FlashTier {
     /// Set by the first `Cache::close`.
     pub closed: std::sync::atomic::AtomicBool,
     pub counters: TierCounters,
+    /// When an unreadable item was last logged, and how many since (the log is limited to
+    /// one line per [`LOSS_LOG_EVERY`]).
+    loss_log: parking_lot::Mutex<(Option<std::time::Instant>, u64)>,
 }
+
+/// Shortest time between two log lines about items dropped as unreadable.
+pub const LOSS_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl std::fmt::Debug for FlashTier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -233,6 +239,7 @@ impl FlashTier {
             repeat_hits: AtomicU64::new(0),
             promoting: AtomicU32::new(0),
             closed: std::sync::atomic::AtomicBool::new(false),
+            loss_log: parking_lot::Mutex::new((None, 0)),
             flash,
             info,
             version: AtomicU64::new(max_version),
@@ -260,6 +267,23 @@ impl FlashTier {
                 .repeat_hits
                 .fetch_add(1, Ordering::Relaxed)
                 .is_multiple_of(n),
+        }
+    }
+
+    /// An item's flash record failed its checksum (or its segment was freed or retired)
+    /// under a current slot: the slot was removed. Count it; log it, at most one line per
+    /// [`LOSS_LOG_EVERY`] with the count since the last line.
+    pub fn unreadable_item(&self, err: &flashtier_flash::Error) {
+        add(&self.counters.checksum_failures, 1);
+        let mut l = self.loss_log.lock();
+        l.1 += 1;
+        if l.0.is_none_or(|t| t.elapsed() >= LOSS_LOG_EVERY) {
+            log::warn!(
+                "flash: {} items dropped as unreadable ({err}); counted in \
+                 extstore_checksum_failures",
+                l.1
+            );
+            *l = (Some(std::time::Instant::now()), 0);
         }
     }
 

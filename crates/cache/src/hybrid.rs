@@ -193,7 +193,7 @@ impl Inner {
         for (loc, err) in &view.failed {
             if is_corrupt(err) {
                 if self.remove_flash_loc(shard, hash, *loc) {
-                    Counters::add(&ft.counters.checksum_failures, 1);
+                    ft.unreadable_item(err);
                 }
             } else if view.found.is_none() {
                 Counters::add(&ft.counters.errors, 1);

@@ -368,6 +368,7 @@ impl Flash {
             })
             .collect();
         let nsegs = layout.segs.len() as u32;
+        let layout_lost = layout.superblocks_lost;
         let cfg_for_knobs = cfg.clone();
         let inner = Arc::new(Inner {
             seg_size: cfg.segment_size,
@@ -404,6 +405,7 @@ impl Flash {
             knobs: crate::knobs::Knobs::new(&cfg_for_knobs),
         });
         FlashStats::set(&inner.stats.segments_total, u64::from(nsegs));
+        FlashStats::add(&inner.stats.superblocks_lost, layout_lost);
         crate::recover::recover(&inner, layout.formatted, on_record)?;
         let info = FlashInfo {
             uuid: inner.uuid,

@@ -91,8 +91,20 @@ stats! {
     recovered_records,
     /// Segments recovered (sealed with a summary, or scanned).
     recovered_segments,
-    /// Segments found with a valid header but a corrupt summary or torn records.
+    /// Segments recovered in part or not at all: torn or damaged records (the records past
+    /// the damage are lost), or a segment that could not be read (retired for the run).
     recovery_damaged_segments,
+    /// Segment header pages that were neither a valid header nor zero (overwritten), or
+    /// could not be read, at recovery: whatever those segments held is lost.
+    recovery_unreadable_headers,
+    /// Devices formatted over something that was neither blank nor a valid superblock of
+    /// this set (the cache started empty).
+    superblocks_lost,
+    /// Records reclaim could not read (checksum) and dropped; the user's index entries are
+    /// removed through `evicted`.
+    records_unreadable,
+    /// Segments retired by reclaim because they could not be read (never reused this run).
+    segments_retired,
     /// Microseconds the last recovery took.
     recovery_time_us,
     /// Bytes written to devices (records, padding, headers, summaries): write amplification

@@ -11,8 +11,12 @@
 //! - Random errors: 10 % of every request fails (the scenario); SETs all succeed,
 //!   nothing wrong is served, flash keeps serving more than RAM could hold, and once the
 //!   errors stop the device is healthy.
+//! - Damage at rest (a plain flash file): a segment overwritten with garbage, then garbage
+//!   over the first 64 KiB: each restart counts and logs what was lost (the second: the
+//!   cache starts empty), and serves nothing wrong.
 //!
-//! Skipped, loudly, when nbdkit, nbdfuse or /dev/fuse is not available.
+//! The erroring-device tests are skipped, loudly, when nbdkit, nbdfuse or /dev/fuse is not
+//! available.
 mod common;
 
 use std::io::{Read, Write};
@@ -441,4 +445,66 @@ fn kv_under_random_flash_errors_stores_everything_and_serves_nothing_wrong() {
     drop(server);
     drop(disk);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Damage at rest is counted and logged at the next start, and nothing wrong is served.
+#[test]
+fn kv_counts_and_logs_damage_found_at_start() {
+    let dir = scratch_dir("kv-flash-damage");
+    let file = dir.join("flash.bin");
+    let flash = vec![format!("{}:64MiB", file.display())];
+    let mut server = start_kv(&flash, &dir);
+    let mut c = server.connect();
+    for k in 0..6000 {
+        set(&mut c, k);
+    }
+    let seg = ext(&server, "extstore_segment_size");
+    drop(c);
+    assert!(server.terminate(Duration::from_secs(20)).is_some());
+    // Overwrite segment 1 (after the 4 KiB superblock page and segment 0) with garbage.
+    let garbage: Vec<u8> = (0..seg).map(|i| (i * 31 + 7) as u8).collect();
+    poke(&file, 4096 + seg, &garbage);
+    let mut server = start_kv(&flash, &dir);
+    assert_eq!(ext(&server, "flash_recovery_unreadable_headers"), 1);
+    let lines = server.log_lines("flash recovery: segment 1 ");
+    assert_eq!(lines.len(), 1, "{:?}", server.log.lock().map(|l| l.clone()));
+    assert!(lines[0].contains("lost"), "{}", lines[0]);
+    let mut c = server.connect();
+    let (mut hits, mut misses) = (0, 0);
+    for k in 0..6000 {
+        match get(&mut c, k) {
+            Got::Hit => hits += 1,
+            Got::Miss => misses += 1,
+            Got::Error => panic!("k{k}: error"),
+        }
+    }
+    assert!(
+        misses > 0 && hits > 5000 - misses.min(1000),
+        "{hits} hits, {misses} misses"
+    );
+    drop(c);
+    assert!(server.terminate(Duration::from_secs(20)).is_some());
+    // Garbage over the first 64 KiB: the superblock is gone; the cache starts empty, and says so.
+    poke(&file, 0, &vec![0xA5; 64 << 10]);
+    let server = start_kv(&flash, &dir);
+    assert_eq!(ext(&server, "flash_superblocks_lost"), 1);
+    let lines = server.log_lines("the cache starts empty");
+    assert_eq!(lines.len(), 1, "{:?}", server.log.lock().map(|l| l.clone()));
+    let mut c = server.connect();
+    for k in (0..6000).step_by(10) {
+        assert_eq!(get(&mut c, k), Got::Miss, "k{k}");
+    }
+    drop(c);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn poke(file: &Path, off: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(file)
+        .expect("open flash file");
+    f.write_all_at(bytes, off).expect("poke");
+    f.sync_all().expect("sync");
 }

@@ -15,6 +15,9 @@ use super::Device;
 pub struct Faults {
     /// Every read fails with EIO while set.
     pub read_eio: AtomicBool,
+    /// Reads that touch the 4 KiB page at this byte offset fail with EIO (`u64::MAX`: none,
+    /// the default): one bad sector.
+    pub bad_read_page: AtomicU64,
     /// Every write fails with EIO while set.
     pub write_eio: AtomicBool,
     /// Every write fails with ENOSPC while set.
@@ -42,6 +45,7 @@ impl Faults {
     pub fn new() -> Arc<Self> {
         let f = Self::default();
         f.crash_after_writes.store(-1, Ordering::SeqCst);
+        f.bad_read_page.store(u64::MAX, Ordering::SeqCst);
         Arc::new(f)
     }
 }
@@ -69,7 +73,10 @@ impl Device for FaultyDevice {
     }
 
     fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
-        if self.faults.read_eio.load(Ordering::SeqCst) {
+        let bad = self.faults.bad_read_page.load(Ordering::SeqCst);
+        let hits_bad =
+            bad != u64::MAX && off < bad + super::ALIGN as u64 && bad < off + buf.len() as u64;
+        if self.faults.read_eio.load(Ordering::SeqCst) || hits_bad {
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         self.inner.read_at(buf, off)

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 pub struct Server {
     pub child: Child,
     pub addr: SocketAddr,
-    /// Every stderr line after "listening" (log lines), as they arrive.
+    /// Every stderr line but the "listening" one (startup and log lines), as they arrive.
     pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
@@ -62,7 +62,7 @@ impl Server {
             log.push(line);
         };
         // Keep draining stderr so the server never blocks on a full pipe; keep the lines.
-        let kept = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = std::sync::Arc::new(std::sync::Mutex::new(log.clone()));
         let sink = std::sync::Arc::clone(&kept);
         std::thread::spawn(move || {
             for l in lines.map_while(Result::ok) {
