@@ -185,10 +185,12 @@ impl ReclaimHandler for Handler {
                 }
             }
         }
-        log::warn!(
-            "cache device write failed: {again} dirty blocks appended again, {clean} clean \
-             blocks dropped from the cache, {gone} dirty blocks lost"
-        );
+        if again + clean + gone > 0 {
+            log::warn!(
+                "cache device write failed: {again} dirty blocks appended again, {clean} clean \
+                 blocks dropped from the cache, {gone} dirty blocks lost"
+            );
+        }
     }
 
     fn evicted(&self, rec: &RecordMeta) {
