@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs the real peers the tests run against, on Debian, when they are missing:
 # memcached (differential peer), memccapable, nutcracker (twemproxy), pylibmc, nbdkit, fio,
-# libnbd tools and Python bindings, qemu-img, netcat; the tools that write the on-disk formats
+# libnbd tools (nbdinfo, nbdcopy, nbdfuse: the fault tests' erroring flash file) and Python
+# bindings, qemu-img, netcat; the tools that write the on-disk formats
 # flashtier must refuse to format (e2fsprogs, xfsprogs, btrfs-progs, fdisk, cryptsetup,
 # bcache-tools); pymemcache + pytest from PyPI; cargo-fuzz.
 set -euo pipefail
 need_apt=()
 for pair in memcached:memcached memccapable:libmemcached-tools nutcracker:nutcracker \
-            nbdkit:nbdkit fio:fio nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils \
+            nbdkit:nbdkit fio:fio nbdinfo:libnbd-bin nbdcopy:libnbd-bin nbdfuse:libnbd-bin \
+            qemu-img:qemu-utils \
             qemu-io:qemu-utils nc:netcat-openbsd mkfs.ext4:e2fsprogs mkfs.xfs:xfsprogs \
             mkfs.btrfs:btrfs-progs sfdisk:fdisk cryptsetup:cryptsetup-bin \
             make-bcache:bcache-tools mkswap:util-linux; do

@@ -5,11 +5,25 @@
 
 use std::sync::{Arc, OnceLock};
 
-use flashtier_flash::{kind, DropAll, Flash, FlashConfig, MemoryDevice, RecordWrite};
+use flashtier_flash::{kind, DropAll, Flash, FlashConfig, IoBackend, MemoryDevice, RecordWrite};
 use libfuzzer_sys::fuzz_target;
 
 const RECORDS: u64 = 64;
-const DEVICE_LEN: u64 = 4 << 20;
+const DEVICE_LEN: u64 = 1 << 20;
+
+/// A small, quiet engine: 64 KiB segments (15 on the device, so a flip often lands in a
+/// header, summary or record), no background threads beyond the minimum, one IO thread.
+fn config() -> FlashConfig {
+    FlashConfig {
+        segment_size: 64 << 10,
+        chunk_size: 16 << 10,
+        flush_interval: None,
+        background_reclaim: false,
+        psync_threads: 1,
+        io_backend: IoBackend::Psync,
+        ..FlashConfig::small()
+    }
+}
 
 fn value_for(key_id: u64) -> Vec<u8> {
     let len = 100 + (key_id as usize * 37) % 3000;
@@ -21,7 +35,7 @@ fn base_image() -> &'static Vec<u8> {
     IMAGE.get_or_init(|| {
         let dev = Arc::new(MemoryDevice::new("base", DEVICE_LEN));
         let (flash, _) =
-            Flash::open(vec![dev.clone()], FlashConfig::small(), Arc::new(DropAll), |_| {})
+            Flash::open(vec![dev.clone()], config(), Arc::new(DropAll), |_| {})
                 .expect("open blank memory device");
         for key_id in 0..RECORDS {
             let key = key_id.to_le_bytes();
@@ -53,13 +67,15 @@ fuzz_target!(|data: &[u8]| {
     }
     let dev = Arc::new(MemoryDevice::from_image("fuzz", image));
     let mut metas = Vec::new();
-    let Ok((flash, _)) = Flash::open(vec![dev], FlashConfig::small(), Arc::new(DropAll), |m| {
+    let Ok((flash, _)) = Flash::open(vec![dev], config(), Arc::new(DropAll), |m| {
         metas.push(m)
     }) else {
         return;
     };
-    for meta in metas {
-        if let Ok(rec) = flash.read(meta.location).wait() {
+    // All reads in flight at once (the executor drains them in one go), then checked.
+    let reads: Vec<_> = metas.iter().map(|m| flash.read(m.location)).collect();
+    for read in reads {
+        if let Ok(rec) = read.wait() {
             let key_id = rec.header.key_id;
             assert!(key_id < RECORDS, "served a record that was never written");
             assert_eq!(&rec.key[..], &key_id.to_le_bytes()[..], "served a wrong key");

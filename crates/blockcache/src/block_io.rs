@@ -14,7 +14,7 @@
 //! Threads: request tasks and the shutdown path (stripe locks); completions arrive from the
 //! engine's IO threads.
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use flashtier_flash::{kind, Location, RecordWrite};
@@ -49,14 +49,15 @@ impl BlockCache {
         guards
     }
 
-    /// Append a block record; `wait` retries while flash is full (writes), otherwise a full
-    /// flash returns `Ok(None)` (admissions).
+    /// Append a block record. With a `wait` deadline (writes) it retries while flash is full
+    /// or busy and fails with EIO at the deadline; without one a full flash returns
+    /// `Ok(None)` (admissions).
     pub(crate) async fn append(
         &self,
         lba: u64,
         data: &[u8],
         dirty: bool,
-        wait: bool,
+        wait: Option<Instant>,
     ) -> Result<Option<PutOutcome>, BackendError> {
         let mut stalled = false;
         loop {
@@ -93,11 +94,14 @@ impl BlockCache {
                     return Ok(Some(out));
                 }
                 Err(e @ (flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)) => {
-                    if !wait {
+                    let Some(deadline) = wait else {
                         return Ok(None);
-                    }
+                    };
                     if self.stopping.load(Ordering::Acquire) {
                         return Err(BackendError::Shutdown);
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(self.stall_timeout("flash stayed full of dirty blocks"));
                     }
                     // Busy: the stream's chunk writes are all in flight, which only time
                     // cures. NoSpace: flash is full, and space comes from writeback.
@@ -232,6 +236,27 @@ impl BlockCache {
         }
         self.backing_dirty.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// A write waited `write_stall_max_ms` for space: count it, log (at most once a second,
+    /// with the count), remember it as the last error, and fail the write with EIO.
+    pub(crate) fn stall_timeout(&self, why: &str) -> BackendError {
+        add(&self.shared.stats.write_stall_timeouts, 1);
+        let max = self.tunables.write_stall_max();
+        let msg = format!(
+            "write failed after waiting {} ms for space: {why} (writeback cannot progress; \
+             last error: {})",
+            max.as_millis(),
+            self.last_error().unwrap_or_else(|| "none".into())
+        );
+        let mut log = self.stall_log.lock();
+        log.1 += 1;
+        if log.0.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            log::error!("{msg} ({} such writes since the last line)", log.1);
+            *log = (Some(Instant::now()), 0);
+        }
+        drop(log);
+        BackendError::Io(std::io::Error::other(msg))
     }
 
     pub(crate) fn seq_run(&self, off: u64, len: u64) -> bool {

@@ -89,6 +89,8 @@ pub enum FlushState {
         done: u64,
         /// Blocks to write back.
         total: u64,
+        /// Backing writes and flushes that failed since the flush started (retried).
+        errors: u64,
     },
     /// Finished.
     Done {
@@ -96,6 +98,8 @@ pub enum FlushState {
         total: u64,
         /// Seconds it took.
         secs: f64,
+        /// Backing writes and flushes that failed on the way (and were retried).
+        errors: u64,
     },
 }
 
@@ -107,6 +111,8 @@ pub(crate) struct FlushJob {
     pub total: u64,
     pub started: Instant,
     pub finished: Option<f64>,
+    /// Failed backing writes and flushes while it ran.
+    pub errors: u64,
 }
 
 /// The block cache. Share it as `Arc<BlockCache>`; it is a [`BlockBackend`].
@@ -134,9 +140,13 @@ pub struct BlockCache {
     /// A write reached the backing since the last backing flush.
     pub(crate) backing_dirty: AtomicBool,
     pub(crate) stopping: AtomicBool,
-    /// Consecutive failed writeback batches (backoff exponent).
-    pub(crate) backoff: AtomicU64,
+    /// Blocks on hold after a failed backing write (`retry`). Lock order: after `index`.
+    pub(crate) retries: Mutex<crate::retry::Retries>,
     pub(crate) last_error: Mutex<Option<String>>,
+    /// When writeback last logged an error, and errors since (the log is rate-limited).
+    pub(crate) error_log: Mutex<(Option<Instant>, u64)>,
+    /// When a write last logged a stall timeout, and timeouts since (rate-limited too).
+    pub(crate) stall_log: Mutex<(Option<Instant>, u64)>,
     pub(crate) recovery: RecoveryInfo,
     /// The flash engine's reclaim stream (may use reserved segments).
     pub(crate) reclaim_stream: u8,
@@ -258,5 +268,10 @@ impl BlockCache {
     /// Last backing or cache error seen by writeback, if any.
     pub fn last_error(&self) -> Option<String> {
         self.last_error.lock().clone()
+    }
+
+    /// Dirty blocks on hold after a failed backing write (retried when their hold ends).
+    pub fn held_blocks(&self) -> u64 {
+        self.retries.lock().len() as u64
     }
 }

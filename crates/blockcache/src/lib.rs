@@ -10,7 +10,8 @@
 //!   `open` (open and recovery), `reclaim_handler` (the reclaim callbacks), `block_io`
 //!   (stripe locks, record append, backing I/O), `read` and `write` (the request paths) and
 //!   `backend` (the [`BlockBackend`](flashtier_nbd::BlockBackend) impl).
-//! - `writeback`: the writeback task (rate controller, flush order) and explicit flushes.
+//! - `writeback`: the writeback task (rate controller, flush order) and explicit flushes;
+//!   `retry`: the per-block holds after failed backing writes.
 //! - [`index`]: the LBA index and dirty sets; [`lbamap`]: its flat LBA table.
 //! - [`tunables`]: runtime settings ([`Mode`], [`FlushOrder`], [`TUNABLES`]).
 //! - [`stats`]: counters ([`BlockStats`]).
@@ -29,6 +30,7 @@ pub mod lbamap;
 mod open;
 mod read;
 mod reclaim_handler;
+mod retry;
 pub mod seq;
 pub mod stats;
 pub mod switch;
@@ -39,6 +41,7 @@ mod writeback;
 
 pub use cache::{BlockCache, BlockCacheConfig, FlushState, RecoveryInfo};
 pub use error::Error;
+pub use retry::RETRY_MAX;
 pub use stats::BlockStats;
 pub use switch::{ModeSwitch, SwitchPhase};
 pub use tunables::{FlushOrder, Mode, Tunables, TUNABLES};

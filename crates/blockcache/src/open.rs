@@ -105,6 +105,9 @@ impl BlockCache {
             stats: BlockStats::default(),
             session_version: AtomicU64::new(0),
             snapshot_version: AtomicU64::new(0),
+            flash: std::sync::OnceLock::new(),
+            reclaim_stream,
+            wm_lost: AtomicBool::new(false),
         });
         let nblocks = size / bs;
         // Recovery: newest version per LBA, newest watermark.
@@ -145,6 +148,7 @@ impl BlockCache {
         let handler: Arc<dyn ReclaimHandler> = Arc::new(Handler(Arc::clone(&shared)));
         let (flash, info) = open(fc, handler, &mut on)?;
         let flash = Arc::new(flash);
+        let _ = shared.flash.set(Arc::downgrade(&flash));
         let watermark = wm.map(|w| w.version).unwrap_or(0);
         let mut rec = RecoveryInfo {
             watermark,
@@ -205,8 +209,10 @@ impl BlockCache {
             urgent: AtomicBool::new(false),
             backing_dirty: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
-            backoff: AtomicU64::new(0),
+            retries: Mutex::new(crate::retry::Retries::default()),
             last_error: Mutex::new(None),
+            error_log: Mutex::new((None, 0)),
+            stall_log: Mutex::new((None, 0)),
             recovery: rec,
             reclaim_stream,
             flash_info: info,

@@ -98,7 +98,7 @@ impl BlockCache {
             }
             let blk = data.slice(k * bs as usize..(k + 1) * bs as usize);
             self.copy_into(out, off, lba, &blk);
-            if admit && self.append(lba, &blk, false, false).await?.is_some() {
+            if admit && self.append(lba, &blk, false, None).await?.is_some() {
                 add(&s.read_admits, 1);
             } else {
                 add(&s.uncached_reads, 1);

@@ -6,15 +6,24 @@
 //! evicted while an older dirty copy could still come back at restart. Other clean blocks
 //! are dropped from the index when reclaim evicts them.
 //!
+//! Records lost to a failed flash write (`lost`): a clean block is dropped from the index
+//! (read from the backing again); a dirty block is appended again from the lost content,
+//! same version and still dirty (on a device that takes writes), and only if that fails is
+//! it dropped and counted in `dirty_lost` (logged); a lost watermark record is written again
+//! by the writeback task's next tick.
+//!
 //! Threads: the engine's reclaimer calls the handler; request tasks and the writeback task
 //! share [`Shared`] through [`crate::cache::BlockCache`]. The index mutex is the one lock.
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
 
-use flashtier_flash::{kind, Decision, Location, ReclaimHandler, RecordMeta};
+use flashtier_flash::{
+    kind, Decision, Flash, Location, LostRecord, ReclaimHandler, RecordMeta, RecordWrite,
+};
 use parking_lot::Mutex;
 
-use crate::cache::KIND_WATERMARK;
+use crate::cache::{FLAG_DIRTY, KIND_WATERMARK, STREAM_DATA};
 use crate::index::Index;
 use crate::stats::{add, BlockStats};
 use crate::warm::{KIND_SESSION, KIND_SHUTDOWN, KIND_SNAPSHOT};
@@ -28,6 +37,12 @@ pub(crate) struct Shared {
     pub session_version: AtomicU64,
     /// Version of the shutdown snapshot being written (kept by reclaim; 0 = none).
     pub snapshot_version: AtomicU64,
+    /// The engine, for appending lost dirty blocks again (set once it is open).
+    pub flash: OnceLock<Weak<Flash>>,
+    /// The engine's reclaim stream (may use the reserved segments).
+    pub reclaim_stream: u8,
+    /// The persisted watermark record's write failed: write it again even if unchanged.
+    pub wm_lost: AtomicBool,
 }
 
 impl Shared {
@@ -46,6 +61,30 @@ impl Shared {
 /// The flash engine's reclaim callbacks: keep dirty blocks and anything newer than the
 /// persisted watermark, drop (evict) other clean blocks.
 pub(crate) struct Handler(pub Arc<Shared>);
+
+impl Handler {
+    /// Append a lost dirty block again (same version, dirty), waiting up to a second for a
+    /// chunk buffer and falling back to the reclaim stream when flash is full.
+    fn append_again(&self, flash: &Flash, m: &RecordMeta, value: &[u8]) -> Option<Location> {
+        let w = RecordWrite {
+            kind: kind::PUT,
+            key_id: m.key_id,
+            version: m.version,
+            flags: m.flags | FLAG_DIRTY,
+            exptime: 0,
+            key: &[],
+            value,
+        };
+        let wait = Duration::from_secs(1);
+        match flash.append_blocking(STREAM_DATA, &w, wait) {
+            Ok(l) => Some(l),
+            Err(flashtier_flash::Error::NoSpace) => {
+                flash.append_blocking(self.0.reclaim_stream, &w, wait).ok()
+            }
+            Err(_) => None,
+        }
+    }
+}
 
 impl ReclaimHandler for Handler {
     fn decide(&self, rec: &RecordMeta) -> Decision {
@@ -95,6 +134,62 @@ impl ReclaimHandler for Handler {
         match ix.map.get(rec.key_id) {
             Some(e) if e.loc == old => ix.map.set_loc(rec.key_id, new.pack()),
             _ => false,
+        }
+    }
+
+    fn lost(&self, recs: &[LostRecord]) {
+        let flash = self.0.flash.get().and_then(Weak::upgrade);
+        let (mut again, mut clean, mut gone) = (0u64, 0u64, 0u64);
+        for r in recs {
+            let m = &r.meta;
+            let loc = m.location.pack();
+            let mut ix = self.0.index.lock();
+            if m.kind == KIND_WATERMARK {
+                if ix.wm_loc == Some(loc) {
+                    ix.wm_loc = None;
+                    self.0.wm_lost.store(true, Ordering::Release);
+                }
+                continue;
+            }
+            // Warm-restart records are written with a sync that reports their failure.
+            if m.kind != kind::PUT {
+                continue;
+            }
+            let Some(e) = ix.map.get(m.key_id).filter(|e| e.loc == loc) else {
+                continue;
+            };
+            if !e.dirty {
+                ix.remove_at(m.key_id, loc);
+                clean += 1;
+                continue;
+            }
+            let appended = match (&flash, &r.record) {
+                (Some(f), Some(rec)) => self.append_again(f, m, &rec.value),
+                _ => None,
+            };
+            match appended {
+                Some(new) => {
+                    ix.map.set_loc(m.key_id, new.pack());
+                    again += 1;
+                }
+                None => {
+                    ix.remove_at(m.key_id, loc);
+                    gone += 1;
+                    add(&self.0.stats.dirty_lost, 1);
+                    log::error!(
+                        "cache device lost dirty block {} (version {}): its write failed and \
+                         no device takes it again; reads now return the backing's older data",
+                        m.key_id,
+                        m.version
+                    );
+                }
+            }
+        }
+        if again + clean + gone > 0 {
+            log::warn!(
+                "cache device write failed: {again} dirty blocks appended again, {clean} clean \
+                 blocks dropped from the cache, {gone} dirty blocks lost"
+            );
         }
     }
 

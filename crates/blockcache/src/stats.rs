@@ -77,6 +77,12 @@ counters! {
     fua_writes,
     /// Backing errors seen (each retried).
     backing_errors,
+    /// Writeback runs (and backing flushes after them) that failed; their blocks stay dirty
+    /// and are retried after a per-range hold.
+    writeback_write_errors,
+    /// Writes that failed with EIO after waiting `write_stall_max_ms` for dirty or flash
+    /// space that writeback could not free.
+    write_stall_timeouts,
     /// Cache device read errors (served from the backing when the block was clean).
     ssd_read_errors,
     /// Times a writer waited because dirty blocks reached dirty_max_pct or flash was full.
@@ -130,6 +136,10 @@ impl BlockCache {
             pct(load(&s.write_hits), load(&s.writes)),
         ));
         v.push(("dirty_blocks".into(), dirty.to_string()));
+        v.push((
+            "writeback_held_blocks".into(),
+            self.held_blocks().to_string(),
+        ));
         v.push(("cached_blocks".into(), cached.to_string()));
         v.push(("index_bytes".into(), index_bytes.to_string()));
         v.push(("capacity_blocks".into(), self.capacity_blocks.to_string()));

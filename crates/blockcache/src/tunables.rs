@@ -107,6 +107,11 @@ pub const TUNABLES: &[(&str, &str, &str)] = &[
         "percent of cache blocks dirty at which writes wait for writeback",
     ),
     (
+        "write_stall_max_ms",
+        "30000",
+        "longest a write waits for dirty or flash space (writeback cannot progress, e.g. backing errors); it then fails with EIO (1..)",
+    ),
+    (
         "flush_period_s",
         "30",
         "a dirty block is written back within this many seconds (0 = no deadline)",
@@ -158,6 +163,7 @@ pub struct Tunables {
     dirty_high_pct: AtomicU64,
     dirty_low_pct: AtomicU64,
     dirty_max_pct: AtomicU64,
+    write_stall_max_ms: AtomicU64,
     flush_period_s: AtomicU64,
     flush_order: AtomicU64,
     seq_threshold_kb: AtomicU64,
@@ -178,6 +184,7 @@ impl Default for Tunables {
             dirty_high_pct: AtomicU64::new(0),
             dirty_low_pct: AtomicU64::new(0),
             dirty_max_pct: AtomicU64::new(0),
+            write_stall_max_ms: AtomicU64::new(0),
             flush_period_s: AtomicU64::new(0),
             flush_order: AtomicU64::new(0),
             seq_threshold_kb: AtomicU64::new(0),
@@ -254,6 +261,10 @@ impl Tunables {
                 self.dirty_max_pct.store(mx, Relaxed);
             }
             "flush_period_s" => self.flush_period_s.store(parse_u64(name, value)?, Relaxed),
+            "write_stall_max_ms" => match parse_u64(name, value)? {
+                0 => return Err(Error::Config(format!("{name}: must be at least 1"))),
+                n => self.write_stall_max_ms.store(n, Relaxed),
+            },
             "flush_order" => {
                 let o = FlushOrder::parse(value.trim()).ok_or_else(|| {
                     Error::Config(format!("flush_order: {value:?} is not fifo|lru|lba"))
@@ -299,6 +310,7 @@ impl Tunables {
             "dirty_high_pct" => self.dirty_high_pct.load(Relaxed).to_string(),
             "dirty_low_pct" => self.dirty_low_pct.load(Relaxed).to_string(),
             "dirty_max_pct" => self.dirty_max_pct.load(Relaxed).to_string(),
+            "write_stall_max_ms" => self.write_stall_max_ms.load(Relaxed).to_string(),
             "flush_period_s" => self.flush_period_s.load(Relaxed).to_string(),
             "seq_threshold_kb" => self.seq_threshold_kb.load(Relaxed).to_string(),
             "admit_max_kb" => self.admit_max_kb.load(Relaxed).to_string(),
@@ -347,6 +359,11 @@ impl Tunables {
             self.dirty_high_pct.load(Relaxed),
             self.dirty_max_pct.load(Relaxed),
         )
+    }
+
+    /// Longest a write waits for space before it fails with EIO.
+    pub fn write_stall_max(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.write_stall_max_ms.load(Relaxed))
     }
 
     /// Flush period in seconds (0 = none).

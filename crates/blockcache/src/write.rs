@@ -2,7 +2,10 @@
 //!
 //! - writeback: wait while dirty blocks are at `dirty_max_pct`, then under the stripe locks
 //!   each block (partial blocks read-modify-write) is appended as a dirty record with a
-//!   fresh version; FUA = append + `flash.flush()`.
+//!   fresh version; FUA = append + `flash.flush()`. Waiting for space (dirty limit, or flash
+//!   full of dirty blocks) is bounded by `write_stall_max_ms` from the request's start; past
+//!   it the write fails with EIO (`write_stall_timeouts`, logged), so a backing that stops
+//!   taking writeback never hangs a client.
 //! - writethrough/writearound, sequential bypass: cached copies are dropped from the index,
 //!   the backing is written, then the new content is cached as clean records (writethrough
 //!   also admits full blocks). A request that touches a dirty block always takes the
@@ -13,7 +16,7 @@
 //!
 //! Threads: request tasks (tokio); the writeback task is woken when writers wait for space.
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use flashtier_flash::Location;
@@ -24,21 +27,27 @@ use crate::stats::add;
 use crate::tunables::Mode;
 
 impl BlockCache {
-    async fn throttle(&self) {
+    /// Wait while dirty blocks are at `dirty_max_pct`, until `deadline` (then EIO).
+    async fn throttle(&self, deadline: Instant) -> Result<(), BackendError> {
         let mut stalled = false;
         loop {
             let (_, _, max_pct) = self.tunables.dirty_pcts();
             let max = (self.capacity_blocks * max_pct / 100).max(1);
             if self.dirty_blocks() < max || self.stopping.load(Ordering::Acquire) {
-                return;
+                return Ok(());
             }
             if !stalled {
                 stalled = true;
                 add(&self.shared.stats.write_stalls, 1);
             }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(self.stall_timeout("dirty blocks stayed at dirty_max_pct"));
+            }
             self.urgent.store(true, Ordering::Release);
             self.wb_wake.notify_one();
-            let _ = tokio::time::timeout(Duration::from_millis(20), self.progress.notified()).await;
+            let nap = left.min(Duration::from_millis(20));
+            let _ = tokio::time::timeout(nap, self.progress.notified()).await;
         }
     }
 
@@ -84,8 +93,10 @@ impl BlockCache {
         let seq = self.seq_run(off, len);
         let admit = self.tunables.admits(off, len, true);
         let want_wb = mode == Mode::WriteBack && admit && !seq;
+        // No write waits for space longer than this (see `write_stall_max_ms`).
+        let deadline = Instant::now() + self.tunables.write_stall_max();
         if want_wb {
-            self.throttle().await;
+            self.throttle(deadline).await?;
         }
         let _g = self.lock_stripes(first, last).await;
         let any_dirty = {
@@ -95,7 +106,7 @@ impl BlockCache {
         if want_wb || any_dirty {
             for lba in first..=last {
                 let blk = self.block_image(lba, off, &data).await?;
-                if let Some(o) = self.append(lba, &blk, true, true).await? {
+                if let Some(o) = self.append(lba, &blk, true, Some(deadline)).await? {
                     if o.hit {
                         add(&s.write_hits, 1);
                     }
@@ -145,7 +156,7 @@ impl BlockCache {
                 add(&s.write_hits, 1);
             }
             // Flash full: the block stays uncached.
-            let _ = self.append(lba, &blk, false, false).await?;
+            let _ = self.append(lba, &blk, false, None).await?;
         }
         Ok(())
     }

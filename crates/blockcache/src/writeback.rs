@@ -11,10 +11,13 @@
 //! - an explicit flush or a writer waiting at `dirty_max_pct` lifts the limit.
 //!
 //! A batch: read the records from flash, write contiguous runs to the backing
-//! (`writeback_inflight` at a time), flush the backing, then mark the blocks clean if they
-//! were not rewritten meanwhile, then persist the new clean watermark (a record plus a
-//! `flash.flush()`). Backing errors are retried with exponential backoff (up to 5 s) and
-//! reported in `last_error`/`backing_errors`; the blocks stay dirty until a try succeeds.
+//! (`writeback_inflight` at a time), flush the backing, then mark the blocks of the runs
+//! that were written clean if they were not rewritten meanwhile, then persist the new clean
+//! watermark (a record plus a `flash.flush()`). Success is per run: a run that fails stays
+//! dirty and is put on hold with its own jittered backoff (`retry`, 100 ms doubling to 5 s),
+//! while the rest of the batch is cleaned and later batches keep draining other blocks; a
+//! failed backing flush keeps the whole batch dirty. Errors are counted (`backing_errors`,
+//! and `flush_errors` of a running flush), logged and kept in `last_error`.
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -134,6 +137,8 @@ impl BlockCache {
         oldest_first: bool,
     ) -> Vec<(u64, Entry, bool)> {
         let mut ix = self.shared.index.lock();
+        let retries = self.retries.lock();
+        let now = Instant::now();
         let mut out: Vec<(u64, Entry, bool)> = Vec::new();
         let mut chosen = std::collections::BTreeSet::new();
         if let Some(age) = due_age {
@@ -141,7 +146,7 @@ impl BlockCache {
                 if out.len() >= batch || since.elapsed() < age {
                     break;
                 }
-                if ix.writing.contains(lba) {
+                if ix.writing.contains(lba) || !retries.ready(*lba, now) {
                     continue;
                 }
                 if let Some(e) = ix.map.get(*lba) {
@@ -175,7 +180,7 @@ impl BlockCache {
                 if taken >= want {
                     break;
                 }
-                if ix.writing.contains(&lba) || chosen.contains(&lba) {
+                if ix.writing.contains(&lba) || chosen.contains(&lba) || !retries.ready(lba, now) {
                     continue;
                 }
                 if let Some(e) = ix.map.get(lba) {
@@ -184,10 +189,18 @@ impl BlockCache {
                 }
             }
         }
+        drop(retries);
         for (lba, _, _) in &out {
             ix.writing.insert(*lba);
         }
         out
+    }
+
+    /// A writeback write failed: count it against a running flush.
+    fn flush_error(&self) {
+        if let Some(j) = self.job.lock().as_mut().filter(|j| j.finished.is_none()) {
+            j.errors += 1;
+        }
     }
 
     /// Write `picks` back; returns blocks made clean.
@@ -215,48 +228,77 @@ impl BlockCache {
             }
         }
         blocks.sort_unstable_by_key(|b| b.0);
-        let mut runs: Vec<(u64, BytesMut)> = Vec::new();
+        // Contiguous runs of at most 1 MiB: (first LBA, bytes, how many blocks of `blocks`).
+        let mut runs: Vec<(u64, BytesMut, usize)> = Vec::new();
         for (lba, _, _, v) in &blocks {
             match runs.last_mut() {
-                Some((start, buf))
+                Some((start, buf, n))
                     if *start + (buf.len() as u64 / bs) == *lba && buf.len() < (1 << 20) =>
                 {
                     buf.extend_from_slice(v);
+                    *n += 1;
                 }
-                _ => runs.push((*lba, BytesMut::from(&v[..]))),
+                _ => runs.push((*lba, BytesMut::from(&v[..]), 1)),
             }
         }
+        // Which blocks (indexes into `blocks`) each run holds.
+        let mut spans = Vec::with_capacity(runs.len());
+        let mut at = 0;
+        for (_, _, n) in &runs {
+            spans.push(at..at + n);
+            at += n;
+        }
         let (_, inflight, _) = self.tunables.writeback();
-        let mut ok = true;
+        let mut written = vec![false; runs.len()];
         let mut set = tokio::task::JoinSet::new();
-        let mut iter = runs.into_iter();
+        let mut iter = runs.into_iter().enumerate();
         loop {
             while set.len() < inflight {
-                let Some((lba, buf)) = iter.next() else { break };
+                let Some((i, (lba, buf, _))) = iter.next() else {
+                    break;
+                };
                 let backing = Arc::clone(&self.backing);
                 let off = lba * bs;
                 let data = buf.freeze();
-                set.spawn(async move { backing.write(off, data, false).await });
+                set.spawn(async move { (i, backing.write(off, data, false).await) });
             }
             match set.join_next().await {
                 None => break,
-                Some(Ok(Ok(()))) => add(&s.disk_writes, 1),
-                Some(Ok(Err(e))) => {
-                    ok = false;
-                    self.report(format!("writeback to backing: {e}"));
+                Some(Ok((i, Ok(())))) => {
+                    add(&s.disk_writes, 1);
+                    written[i] = true;
+                }
+                Some(Ok((i, Err(e)))) => {
+                    add(&s.disk_writes, 1);
+                    add(&s.writeback_write_errors, 1);
+                    self.flush_error();
+                    let first = spans
+                        .get(i)
+                        .and_then(|r| blocks.get(r.start))
+                        .map_or(0, |b| b.0);
+                    let n = spans.get(i).map_or(0, ExactSizeIterator::len);
+                    self.report(format!(
+                        "writeback of blocks {first}..{} to the backing: {e}",
+                        first + n as u64
+                    ));
                 }
                 Some(Err(e)) => {
-                    ok = false;
+                    self.flush_error();
                     self.report(format!("writeback task: {e}"));
                 }
             }
         }
-        if ok {
+        // Durability: a written run is clean only once a backing flush after it succeeded.
+        let mut flushed = written.iter().any(|w| *w);
+        if flushed {
             if let Err(e) = self.backing.flush().await {
-                ok = false;
-                self.report(format!("backing flush: {e}"));
+                flushed = false;
+                add(&s.writeback_write_errors, 1);
+                self.flush_error();
+                self.report(format!("backing flush after writeback: {e}"));
             }
         }
+        let now = Instant::now();
         let mut cleaned = 0u64;
         let mut fallow = 0u64;
         {
@@ -264,8 +306,15 @@ impl BlockCache {
             for (lba, _, _) in picks {
                 ix.writing.remove(lba);
             }
-            if ok {
-                for (lba, v, due, _) in &blocks {
+            let mut retries = self.retries.lock();
+            for (i, span) in spans.iter().enumerate() {
+                let run = blocks.get(span.clone()).unwrap_or(&[]);
+                if !(written[i] && flushed) {
+                    retries.failed(run.iter().map(|b| b.0), now);
+                    continue;
+                }
+                retries.succeeded(run.iter().map(|b| b.0));
+                for (lba, v, due, _) in run {
                     if ix.mark_clean(*lba, *v) {
                         cleaned += 1;
                         if *due {
@@ -274,13 +323,9 @@ impl BlockCache {
                     }
                 }
             }
+            let dirty = ix.dirty();
+            retries.prune(dirty, |l| ix.dirty_meta.contains_key(&l));
         }
-        if !ok {
-            let n = self.backoff.fetch_add(1, Ordering::AcqRel).min(6);
-            tokio::time::sleep(Duration::from_millis(80 << n)).await;
-            return 0;
-        }
-        self.backoff.store(0, Ordering::Release);
         add(&s.cleanings, cleaned);
         add(&s.fallow_cleanings, fallow);
         let rest = cleaned - fallow;
@@ -292,10 +337,21 @@ impl BlockCache {
         cleaned
     }
 
+    /// Count, log and remember a writeback error. Logged at most once a second (with the
+    /// count since the last line), so a failing backing does not flood the log.
     fn report(&self, msg: String) {
         add(&self.shared.stats.backing_errors, 1);
-        log::warn!("{msg} (will retry)");
-        *self.last_error.lock() = Some(msg);
+        let mut last = self.last_error.lock();
+        let mut log = self.error_log.lock();
+        log.1 += 1;
+        if log.0.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            log::warn!(
+                "{msg} (retried with backoff; {} errors since the last line)",
+                log.1
+            );
+            *log = (Some(Instant::now()), 0);
+        }
+        *last = Some(msg);
     }
 
     /// Persist the clean watermark if it moved: a record, then a flash flush; only then may
@@ -304,7 +360,8 @@ impl BlockCache {
         let w = {
             let mut ix = self.shared.index.lock();
             let w = ix.clean_watermark();
-            if w <= self.shared.wm_persisted.load(Ordering::Acquire) {
+            let rewrite = self.shared.wm_lost.swap(false, Ordering::AcqRel);
+            if w <= self.shared.wm_persisted.load(Ordering::Acquire) && !rewrite {
                 return;
             }
             let rec = RecordWrite {
@@ -331,7 +388,12 @@ impl BlockCache {
                         self.flash.mark_dead(Location::unpack(old));
                     }
                 }
-                Err(_) => return,
+                Err(_) => {
+                    if rewrite {
+                        self.shared.wm_lost.store(true, Ordering::Release);
+                    }
+                    return;
+                }
             }
             w
         };
@@ -365,6 +427,7 @@ impl BlockCache {
                     total: pending,
                     started: Instant::now(),
                     finished: None,
+                    errors: 0,
                 });
                 id
             }
@@ -393,6 +456,7 @@ impl BlockCache {
             return FlushState::Done {
                 total: j.total,
                 secs,
+                errors: j.errors,
             };
         }
         let remaining = self.shared.index.lock().dirty_at_or_below(j.target) as u64;
@@ -402,11 +466,13 @@ impl BlockCache {
             return FlushState::Done {
                 total: j.total,
                 secs,
+                errors: j.errors,
             };
         }
         FlushState::Running {
             done: j.total.saturating_sub(remaining),
             total: j.total.max(remaining),
+            errors: j.errors,
         }
     }
 

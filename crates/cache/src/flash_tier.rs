@@ -14,14 +14,20 @@
 //!   prefix (CAS u64, stored-time u32, stale/win bits u8, 3 zero bytes, little-endian) + the
 //!   value. Deletes append a `TOMBSTONE` with a fresh version; `flush_all` appends a marker of
 //!   kind [`KIND_FLUSH`] (flags 0 = immediate, 1 = delayed with `exptime` = the flush time).
-//! - **Back-pressure.** If the write buffers are all in flight the SET waits up to
-//!   `append_wait_ms` (knob; holding its key's shard lock) and then, like on `NoSpace`, a
-//!   value too large for a flash chunk or one smaller than the `item_size` knob (default 0),
-//!   stores the item in RAM only (counted in
+//! - **Back-pressure and faults never fail a store.** If the write buffers are all in
+//!   flight the SET waits up to `append_wait_ms` (knob; holding its key's shard lock) and
+//!   then, like on `NoSpace`, a value too large for a flash chunk or one smaller than the
+//!   `item_size` knob (default 0), or an engine with no device taking writes (all failing
+//!   or offline after write errors), stores the item in RAM only (counted in
 //!   `extstore_write_skipped`); when such an item is later evicted from RAM the append is
-//!   retried once, and only if that fails too is it dropped (counted as an eviction).
-//!   A device fault (I/O error, failed device, closed engine) fails the request with
-//!   [`crate::Error::Flash`] and changes nothing.
+//!   retried once, and only if that fails too is it dropped (counted as an eviction). As
+//!   memcached with extstore, a SET never fails because flash has trouble.
+//! - **Failed writes.** An append is a memory copy; the chunk write to the device happens
+//!   later. When it fails for good the engine reports the chunk's records (`lost`, see
+//!   `reclaim`): a RAM copy whose home was there loses its home (it stays in RAM and is
+//!   appended again when RAM evicts it; `extstore_write_failed_in_ram`); a flash-only slot
+//!   there is removed (`extstore_write_failed_lost`, logged); a lost tombstone or marker is
+//!   appended again with its own version.
 //! - **Reads.** A slot on flash is read (`Flash::read`, awaited), then `key_id`, kind, key and
 //!   expiry are checked; a record of another key (a 41-bit tag collision) is skipped. A
 //!   checksum failure or a location whose segment was freed under a still-current slot is
@@ -49,7 +55,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use bytes::Bytes;
-use flashtier_flash::{kind, Flash, FlashInfo, Location, Record, RecordWrite};
+use flashtier_flash::{kind, Flash, FlashInfo, Location, Record, RecordMeta, RecordWrite};
 
 use crate::index::{Entry, Tier, LOC_BITS, MAX_LOC};
 use crate::knobs::Tiering;
@@ -111,6 +117,13 @@ pub struct TierCounters {
     pub tombstones: AtomicU64,
     /// Tombstones or flush markers that could not be appended.
     pub marker_failures: AtomicU64,
+    /// Items whose flash write failed while their RAM copy was live: the copy stays, without
+    /// a flash home, and is appended again when RAM evicts it.
+    pub write_failed_in_ram: AtomicU64,
+    /// Items whose flash write failed after RAM had let them go (flash-only slots): lost.
+    pub write_failed_lost: AtomicU64,
+    /// Tombstones and markers whose write failed and that were appended again.
+    pub markers_rewritten: AtomicU64,
     /// Items rebuilt into the index at open.
     pub recovered: AtomicU64,
 }
@@ -141,7 +154,13 @@ pub struct FlashTier {
     /// Set by the first `Cache::close`.
     pub closed: std::sync::atomic::AtomicBool,
     pub counters: TierCounters,
+    /// When an unreadable item was last logged, and how many since (the log is limited to
+    /// one line per [`LOSS_LOG_EVERY`]).
+    loss_log: parking_lot::Mutex<(Option<std::time::Instant>, u64)>,
 }
+
+/// Shortest time between two log lines about items dropped as unreadable.
+pub const LOSS_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl std::fmt::Debug for FlashTier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -198,16 +217,6 @@ pub fn flash_err(e: &flashtier_flash::Error) -> Error {
     Error::Flash(e.to_string())
 }
 
-/// True for back-pressure (keep the item in RAM only) rather than a fault.
-fn is_backpressure(e: &flashtier_flash::Error) -> bool {
-    matches!(
-        e,
-        flashtier_flash::Error::NoSpace
-            | flashtier_flash::Error::Busy(_)
-            | flashtier_flash::Error::RecordTooLarge { .. }
-    )
-}
-
 /// True for a read error that means "this record is not there any more" (never served).
 pub fn is_corrupt(e: &flashtier_flash::Error) -> bool {
     matches!(
@@ -230,6 +239,7 @@ impl FlashTier {
             repeat_hits: AtomicU64::new(0),
             promoting: AtomicU32::new(0),
             closed: std::sync::atomic::AtomicBool::new(false),
+            loss_log: parking_lot::Mutex::new((None, 0)),
             flash,
             info,
             version: AtomicU64::new(max_version),
@@ -257,6 +267,23 @@ impl FlashTier {
                 .repeat_hits
                 .fetch_add(1, Ordering::Relaxed)
                 .is_multiple_of(n),
+        }
+    }
+
+    /// An item's flash record failed its checksum (or its segment was freed or retired)
+    /// under a current slot: the slot was removed. Count it; log it, at most one line per
+    /// [`LOSS_LOG_EVERY`] with the count since the last line.
+    pub fn unreadable_item(&self, err: &flashtier_flash::Error) {
+        add(&self.counters.checksum_failures, 1);
+        let mut l = self.loss_log.lock();
+        l.1 += 1;
+        if l.0.is_none_or(|t| t.elapsed() >= LOSS_LOG_EVERY) {
+            log::warn!(
+                "flash: {} items dropped as unreadable ({err}); counted in \
+                 extstore_checksum_failures",
+                l.1
+            );
+            *l = (Some(std::time::Instant::now()), 0);
         }
     }
 
@@ -297,8 +324,9 @@ impl FlashTier {
         }
     }
 
-    /// Append one item version. `Ok(None)`: back-pressure, or a value smaller than the
-    /// `item_size` knob; the caller keeps it in RAM only.
+    /// Append one item version. `None`: back-pressure, a value smaller than the `item_size`
+    /// knob or too large for a chunk, or no device taking writes; the caller keeps it in
+    /// RAM only (an append never fails a store).
     #[allow(clippy::too_many_arguments)]
     pub fn append_put(
         &self,
@@ -310,10 +338,10 @@ impl FlashTier {
         cas: u64,
         stored: u32,
         rflags: u8,
-    ) -> Result<Option<Location>, Error> {
+    ) -> Option<Location> {
         if (value.len() as u64) < self.tiering.item_size() {
             add(&self.counters.write_skipped, 1);
-            return Ok(None);
+            return None;
         }
         let mut buf = Vec::with_capacity(PREFIX + value.len());
         buf.extend_from_slice(&cas.to_le_bytes());
@@ -333,15 +361,11 @@ impl FlashTier {
             Ok(loc) => {
                 add(&self.counters.objects_written, 1);
                 add(&self.counters.bytes_written, value.len() as u64);
-                Ok(Some(loc))
+                Some(loc)
             }
-            Err(e) if is_backpressure(&e) => {
+            Err(_) => {
                 add(&self.counters.write_skipped, 1);
-                Ok(None)
-            }
-            Err(e) => {
-                add(&self.counters.errors, 1);
-                Err(flash_err(&e))
+                None
             }
         }
     }
@@ -397,6 +421,23 @@ impl FlashTier {
         if self.append(&w).is_err() {
             add(&self.counters.marker_failures, 1);
         }
+    }
+
+    /// Append a tombstone, marker or checkpoint again after its write failed, with its own
+    /// kind, version and fields (`rec`, the lost content, gives the key). False if the
+    /// engine refused it.
+    pub fn append_again(&self, m: &RecordMeta, rec: Option<&Record>) -> bool {
+        let (key, value) = rec.map_or((&[][..], &[][..]), |r| (&r.key[..], &r.value[..]));
+        let w = RecordWrite {
+            kind: m.kind,
+            key_id: m.key_id,
+            version: m.version,
+            flags: m.flags,
+            exptime: m.exptime,
+            key,
+            value,
+        };
+        self.append(&w).is_ok()
     }
 
     /// True for a marker record reclaim must keep (the newest flush markers).

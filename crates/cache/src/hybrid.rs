@@ -193,7 +193,7 @@ impl Inner {
         for (loc, err) in &view.failed {
             if is_corrupt(err) {
                 if self.remove_flash_loc(shard, hash, *loc) {
-                    Counters::add(&ft.counters.checksum_failures, 1);
+                    ft.unreadable_item(err);
                 }
             } else if view.found.is_none() {
                 Counters::add(&ft.counters.errors, 1);
@@ -531,14 +531,8 @@ impl Inner {
                     now,
                     h.rflags & (F_STALE | F_WIN),
                 );
-                match appended {
-                    Ok(Some(loc)) => h.home = home_word(loc),
-                    Ok(None) => {}
-                    Err(e) => {
-                        drop(shard);
-                        self.abandon(Some(space));
-                        return Err(e);
-                    }
+                if let Some(loc) = appended {
+                    h.home = home_word(loc);
                 }
             }
             if !self.arena.write_record(&space, &h, key, &w.value) {

@@ -16,6 +16,10 @@
 //!   appended again if RAM evicts it).
 //! - `relocated`: move the slot or home to the new location if it still points at the old.
 //! - `evicted`: the engine could not keep it (keep limit, expiry, unreadable): as a drop.
+//! - `lost`: the chunk write holding these records failed (see `flash_tier` "Failed
+//!   writes"): a RAM copy loses its home, a flash-only slot is removed and counted lost,
+//!   tombstones and markers are appended again with their own version. Logged once per
+//!   failed write.
 //!
 //! # Threads
 //! Called on the engine's reclaimer thread with no engine lock held; takes one index shard
@@ -23,7 +27,7 @@
 //! never comes up the gate is closed and everything is dropped.
 use std::sync::{Arc, Weak};
 
-use flashtier_flash::{kind, Decision, Location, ReclaimHandler, RecordMeta};
+use flashtier_flash::{kind, Decision, Location, LostRecord, ReclaimHandler, RecordMeta};
 use parking_lot::{Condvar, Mutex};
 
 use crate::cache::Inner;
@@ -202,6 +206,50 @@ impl Inner {
             self.drop_ref(&mut shard, r, m);
         }
     }
+
+    /// The engine could not write these records (see the module docs).
+    pub(crate) fn write_lost(&self, recs: &[LostRecord]) {
+        let Some(ft) = &self.ft else { return };
+        let (mut in_ram, mut lost, mut again, mut failed) = (0u64, 0u64, 0u64, 0u64);
+        for r in recs {
+            let m = &r.meta;
+            if m.kind != kind::PUT {
+                if ft.append_again(m, r.record.as_ref()) {
+                    again += 1;
+                } else {
+                    failed += 1;
+                }
+                continue;
+            }
+            let mut shard = self.index.lock(m.key_id);
+            match self.find_ref(&shard, m) {
+                Some(Ref::Ram(_, _, loc)) => {
+                    self.set_ram_home(loc, 0);
+                    in_ram += 1;
+                }
+                Some(Ref::Flash(pos, _)) => {
+                    shard.remove(pos);
+                    lost += 1;
+                }
+                None => {}
+            }
+        }
+        let c = &ft.counters;
+        Counters::add(&c.write_failed_in_ram, in_ram);
+        Counters::add(&c.write_failed_lost, lost);
+        Counters::add(&c.markers_rewritten, again);
+        Counters::add(&c.marker_failures, failed);
+        let msg = format!(
+            "flash write failed: {lost} items lost (on flash only), {in_ram} kept in RAM \
+             without a flash copy (written again when RAM evicts them), {again} tombstones or \
+             markers appended again ({failed} could not be)"
+        );
+        if lost > 0 || failed > 0 {
+            log::error!("{msg}");
+        } else {
+            log::warn!("{msg}");
+        }
+    }
 }
 
 impl ReclaimHandler for Handler {
@@ -219,6 +267,12 @@ impl ReclaimHandler for Handler {
     fn evicted(&self, rec: &RecordMeta) {
         if let Some(i) = self.inner() {
             i.reclaim_evicted(rec);
+        }
+    }
+
+    fn lost(&self, recs: &[LostRecord]) {
+        if let Some(i) = self.inner() {
+            i.write_lost(recs);
         }
     }
 }

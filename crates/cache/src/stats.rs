@@ -80,6 +80,9 @@ impl crate::cache::Inner {
             ("extstore_checksum_failures", g(&t.checksum_failures)),
             ("extstore_tombstones", g(&t.tombstones)),
             ("extstore_marker_failures", g(&t.marker_failures)),
+            ("extstore_write_failed_in_ram", g(&t.write_failed_in_ram)),
+            ("extstore_write_failed_lost", g(&t.write_failed_lost)),
+            ("extstore_markers_rewritten", g(&t.markers_rewritten)),
             ("extstore_bytes_used", f(&fs.bytes_used)),
             ("extstore_bytes_fragmented", f(&fs.bytes_dead)),
             (

@@ -7,8 +7,9 @@
 //!   with that location, and the evictor rewrites the index slot in place, under the same
 //!   shard lock, to the flash tier bit and the location — readers never see the item missing,
 //!   and no flash write happens;
-//! - no home (the write-through was skipped by back-pressure, or reclaim dropped the flash
-//!   copy while the RAM copy was hot): the record is appended now; if that fails too, `Drop`.
+//! - no home (the write-through was skipped by back-pressure or a device fault, its chunk
+//!   write failed, or reclaim dropped the flash copy while the RAM copy was hot): the record
+//!   is appended now; if that fails too, `Drop`.
 //!
 //! # Threads
 //! Runs on whichever thread evicts (a writer needing a segment, or the sweeper), holding the
@@ -50,8 +51,8 @@ impl Inner {
                 match ft.append_put(
                     hash, key, &value, h.flags, h.exptime, h.cas, h.stored, rflags,
                 ) {
-                    Ok(Some(loc)) => loc,
-                    _ => return Demotion::Drop,
+                    Some(loc) => loc,
+                    None => return Demotion::Drop,
                 }
             }
         };

@@ -160,6 +160,9 @@ pub struct FlashConfig {
     /// Recovery verifies every record by scanning whole segments instead of trusting sealed
     /// summaries (slower; reads all of flash). Default: `false`.
     pub recovery_full_scan: bool,
+    /// Longest wait between probes of a failing or offline device (the waits double from
+    /// 100 ms up to this; see [`crate::health`]). Default: `10 s`.
+    pub device_retry_max: Duration,
 }
 
 impl Default for FlashConfig {
@@ -189,6 +192,7 @@ impl Default for FlashConfig {
             role: Role::Any,
             force_format: false,
             recovery_full_scan: false,
+            device_retry_max: Duration::from_secs(10),
         }
     }
 }

@@ -28,6 +28,7 @@ use crate::config::{DeviceSpec, FlashConfig, IoBackend};
 use crate::error::{Error, Result};
 use crate::format::record::Record;
 use crate::format::segment::SummaryEntry;
+use crate::health::{DeviceState, Health};
 use crate::io::file::FileDevice;
 use crate::io::psync::PsyncExecutor;
 use crate::io::uring::UringExecutor;
@@ -88,8 +89,10 @@ pub enum Decision {
     Drop,
 }
 
-/// Called by the reclaimer (on its own thread, with no engine lock held; the handler may call
-/// the engine).
+/// The engine's callbacks to its user about records it holds: the reclaimer's questions
+/// (`decide`, `relocated`, `evicted`, on the reclaimer thread) and records lost to a failed
+/// write (`lost`, on the flusher thread). Called with no engine lock held; the handler may
+/// call the engine.
 pub trait ReclaimHandler: Send + Sync + 'static {
     /// Decide for a record that has not expired.
     fn decide(&self, rec: &RecordMeta) -> Decision;
@@ -100,6 +103,24 @@ pub trait ReclaimHandler: Send + Sync + 'static {
     /// The record is gone (expired, or the engine could not keep it: keep limit, no space,
     /// unreadable). Remove the index entry if it still points at `rec.location`.
     fn evicted(&self, rec: &RecordMeta);
+    /// Records whose write to flash failed for good (after retries): they were readable from
+    /// the write buffer since `append` returned, and their locations no longer hold them (a
+    /// read fails, never returns other data). Each comes with its content, decoded from the
+    /// buffer, so the user may append it again. Remove or repoint index entries that still
+    /// point at `location`; do not `mark_dead` these locations (the engine counted them).
+    /// Called once per failed write, in write order, before the device's next write is
+    /// reported as failed.
+    fn lost(&self, recs: &[LostRecord]);
+}
+
+/// A record whose write failed (see [`ReclaimHandler::lost`]).
+#[derive(Clone, Debug)]
+pub struct LostRecord {
+    /// Where it was appended.
+    pub meta: RecordMeta,
+    /// Its content, from the write buffer (`None` only if the buffer did not decode, which
+    /// would be an engine bug).
+    pub record: Option<Record>,
 }
 
 /// A handler that drops everything (tests, or a user with no index).
@@ -113,6 +134,7 @@ impl ReclaimHandler for DropAll {
         false
     }
     fn evicted(&self, _: &RecordMeta) {}
+    fn lost(&self, _: &[LostRecord]) {}
 }
 
 pub(crate) struct StreamState {
@@ -140,6 +162,8 @@ pub(crate) struct InflightWrite {
     pub off: u32,
     pub buf: Arc<AlignedBuf>,
     pub stream: u8,
+    /// Summary entries of the chunk's records (reported as lost if the write fails).
+    pub entries: Vec<SummaryEntry>,
 }
 
 pub(crate) struct FlushWaiter {
@@ -152,7 +176,12 @@ pub(crate) struct FlushWaiter {
 pub(crate) struct State {
     pub segs: Vec<SegInfo>,
     pub free: FreeLists,
-    pub failed: Vec<bool>,
+    /// Devices out of allocation (failing or offline), kept in step with `health`.
+    pub out: Vec<bool>,
+    /// Per device: state, strikes, probe schedule, sync bookkeeping (`health.rs`).
+    pub health: Vec<Health>,
+    /// Records of failed writes, waiting for the flusher to hand them to `lost`.
+    pub lost: Vec<LostRecord>,
     pub streams: Vec<StreamState>,
     pub inflight: Vec<InflightWrite>,
     /// Next write id (ids start at 1).
@@ -220,7 +249,12 @@ impl Inner {
     }
 
     pub(crate) fn update_gauges(&self, st: &State) {
-        FlashStats::set(&self.stats.segments_free, st.free.total(&st.failed) as u64);
+        FlashStats::set(&self.stats.segments_free, st.free.total(&st.out) as u64);
+        let count = |s: DeviceState| st.health.iter().filter(|h| h.state == s).count() as u64;
+        let (failing, offline) = (count(DeviceState::Failing), count(DeviceState::Offline));
+        FlashStats::set(&self.stats.devices_failing, failing);
+        FlashStats::set(&self.stats.devices_offline, offline);
+        FlashStats::set(&self.stats.devices_failed, failing + offline);
         let used: u64 = st
             .segs
             .iter()
@@ -239,7 +273,7 @@ impl Inner {
 
     /// Free segments available to ordinary streams (beyond the reserve).
     pub(crate) fn spare(&self, st: &State) -> u32 {
-        (st.free.total(&st.failed) as u32).saturating_sub(self.cfg.reserve_segments)
+        (st.free.total(&st.out) as u32).saturating_sub(self.cfg.reserve_segments)
     }
 }
 
@@ -353,12 +387,20 @@ impl Flash {
             })
             .collect();
         let nsegs = layout.segs.len() as u32;
+        let layout_lost = layout.superblocks_lost;
         let cfg_for_knobs = cfg.clone();
         let inner = Arc::new(Inner {
             seg_size: cfg.segment_size,
             state: Mutex::new(State {
                 free: FreeLists::new(devices.len()),
-                failed: vec![false; devices.len()],
+                out: vec![false; devices.len()],
+                health: {
+                    let mut seed = [0u8; 8];
+                    seed.copy_from_slice(&random_bytes()[..8]);
+                    let seed = u64::from_le_bytes(seed);
+                    (0..devices.len()).map(|d| Health::new(d, seed)).collect()
+                },
+                lost: Vec::new(),
                 segs: layout.segs,
                 streams,
                 inflight: Vec::new(),
@@ -382,6 +424,7 @@ impl Flash {
             knobs: crate::knobs::Knobs::new(&cfg_for_knobs),
         });
         FlashStats::set(&inner.stats.segments_total, u64::from(nsegs));
+        FlashStats::add(&inner.stats.superblocks_lost, layout_lost);
         crate::recover::recover(&inner, layout.formatted, on_record)?;
         let info = FlashInfo {
             uuid: inner.uuid,
@@ -414,7 +457,11 @@ impl Flash {
     /// immediately and durable after the next completed [`flush`](Self::flush).
     ///
     /// Errors: `NoSpace` (no free segment for this stream; reclaim was woken), `Busy` (too
-    /// many chunk writes in flight for the stream), `RecordTooLarge`, `DeviceFailed`/`Closed`.
+    /// many chunk writes in flight for the stream), `RecordTooLarge`, `DeviceFailed` (every
+    /// device is failing or offline after write errors; see [`crate::health`]), `Closed`.
+    ///
+    /// If the record's write to the device later fails (after retries), the handler's
+    /// [`lost`](ReclaimHandler::lost) hears of it; the location then no longer reads.
     /// Never blocks on IO.
     pub fn append(&self, stream: StreamId, rec: &RecordWrite<'_>) -> Result<Location> {
         self.inner.append(stream, rec)
@@ -437,14 +484,17 @@ impl Flash {
     /// is a location whose segment is free (`InvalidLocation`) or was reused while the read
     /// was in flight. A location the user kept *after* reclaim dropped or relocated it may,
     /// once its segment is reused, hold a newer record: compare `key_id` (and the key).
-    /// Errors also: `Busy` (read queue full), `Io` (device read failed), `DeviceFailed`.
+    /// Errors also: `Busy` (read queue full), `Io` (device read failed). Data on a failing
+    /// or offline device stays readable.
     pub fn read(&self, loc: Location) -> Completion<Record> {
         self.inner.read(loc)
     }
 
     /// Durability barrier: write every partly filled buffer (padded to its page end), wait
-    /// for every write submitted so far, then fdatasync each device. Completes with an error
-    /// if any write since the previous `flush` failed.
+    /// for every write submitted so far, then fdatasync each device that completed writes
+    /// since its last sync. Completes with an error if any write since the previous `flush`
+    /// failed, or a sync failed; such an error is reported once (the failed write's records
+    /// went to [`ReclaimHandler::lost`]; a later flush covers only later writes).
     pub fn flush(&self) -> Completion<()> {
         self.inner.flush()
     }
@@ -486,7 +536,7 @@ impl Flash {
     /// Free segments right now (the reclaim reserve included).
     pub fn free_segments(&self) -> u32 {
         let st = self.inner.state.lock();
-        st.free.total(&st.failed) as u32
+        st.free.total(&st.out) as u32
     }
 
     /// Largest value for a key of `key_len` bytes that `append` accepts.

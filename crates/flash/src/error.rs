@@ -45,7 +45,8 @@ pub enum Error {
         /// The OS error.
         source: io::Error,
     },
-    /// The device was marked failed after a write or sync error and is no longer used.
+    /// No device takes writes: every one is failing or offline after write or sync errors
+    /// (probed, and back in allocation when it works again). The text names the devices.
     DeviceFailed(String),
     /// No free segment is available for this stream right now (reclaim is running).
     NoSpace,
@@ -110,7 +111,9 @@ impl fmt::Display for Error {
             ),
             Error::SameStorage(m) => write!(f, "refusing to use the same storage twice: {m}"),
             Error::Io { device, op, source } => write!(f, "flash {op} on {device}: {source}"),
-            Error::DeviceFailed(d) => write!(f, "flash device {d} failed earlier and is offline"),
+            Error::DeviceFailed(d) => {
+                write!(f, "no flash device takes writes ({d} failing or offline)")
+            }
             Error::NoSpace => write!(f, "no free flash segment"),
             Error::Busy(q) => write!(f, "flash {q} queue full"),
             Error::RecordTooLarge { size, max } => {

@@ -17,6 +17,7 @@ pub const KNOB_NAMES: &[&str] = &[
     "reclaim_policy",
     "keep_limit",
     "reclaim_rate",
+    "device_retry_max_ms",
 ];
 
 pub(crate) struct Knobs {
@@ -30,6 +31,7 @@ pub(crate) struct Knobs {
     /// keep_limit * 1_000_000.
     keep_limit_ppm: AtomicU64,
     reclaim_rate: AtomicU64,
+    device_retry_max_ms: AtomicU64,
 }
 
 fn rel(a: &AtomicU64) -> u64 {
@@ -50,6 +52,7 @@ impl Knobs {
             greedy: AtomicBool::new(cfg.reclaim_policy == ReclaimPolicy::Greedy),
             keep_limit_ppm: AtomicU64::new((cfg.keep_limit * 1e6) as u64),
             reclaim_rate: AtomicU64::new(cfg.reclaim_rate),
+            device_retry_max_ms: AtomicU64::new((cfg.device_retry_max.as_millis() as u64).max(1)),
         }
     }
 
@@ -84,6 +87,9 @@ impl Knobs {
     pub(crate) fn reclaim_rate(&self) -> u64 {
         rel(&self.reclaim_rate)
     }
+    pub(crate) fn device_retry_max(&self) -> Duration {
+        Duration::from_millis(rel(&self.device_retry_max_ms))
+    }
 
     /// Current values as text, in [`KNOB_NAMES`] order.
     pub(crate) fn list(&self) -> Vec<(&'static str, String)> {
@@ -108,6 +114,10 @@ impl Knobs {
             ),
             ("keep_limit", format!("{}", self.keep_limit())),
             ("reclaim_rate", self.reclaim_rate().to_string()),
+            (
+                "device_retry_max_ms",
+                rel(&self.device_retry_max_ms).to_string(),
+            ),
         ]
     }
 
@@ -162,6 +172,10 @@ impl Knobs {
             "reclaim_rate" => self
                 .reclaim_rate
                 .store(parse_size(value)?, Ordering::Relaxed),
+            "device_retry_max_ms" => match int()? {
+                0 => return Err(bad("must be > 0")),
+                n => self.device_retry_max_ms.store(n, Ordering::Relaxed),
+            },
             _ => {
                 return Err(bad(&format!(
                     "unknown knob; known: {}",

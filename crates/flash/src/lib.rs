@@ -13,7 +13,10 @@
 //! - `recover`: superblock check/format and rebuilding the segment table at open.
 //! - [`probe`]: what a device holds before it is formatted (blank, flashtier's, or foreign:
 //!   named), and whether two paths are the same storage.
-//! - `flusher`: writes chunks older than the flush interval.
+//! - `flusher`: writes chunks older than the flush interval, hands lost records to the
+//!   user, starts device probes.
+//! - [`health`]: device states (healthy, failing, offline), probes and backoff, sync
+//!   bookkeeping.
 //! - `segments`: the segment table and free lists.
 //! - [`format`](mod@format): the on-flash structs with byte tables (mirrored in `docs/format.md`).
 //! - [`io`]: the [`Device`] trait with file, memory and fault-injecting devices, and the
@@ -45,6 +48,7 @@ pub mod engine;
 pub mod error;
 mod flusher;
 pub mod format;
+pub mod health;
 pub mod io;
 pub mod knobs;
 pub mod location;
@@ -59,11 +63,13 @@ mod writer;
 pub use completion::Completion;
 pub use config::{parse_size, DeviceSpec, FlashConfig, IoBackend, ReclaimPolicy};
 pub use engine::{
-    Decision, DropAll, Flash, FlashInfo, ReclaimHandler, RecordMeta, RecordWrite, StreamId,
+    Decision, DropAll, Flash, FlashInfo, LostRecord, ReclaimHandler, RecordMeta, RecordWrite,
+    StreamId,
 };
 pub use error::{Error, Result};
 pub use format::record::{kind, Record, RecordHeader};
 pub use format::superblock::Role;
+pub use health::DeviceState;
 pub use io::faulty::{Faults, FaultyDevice};
 pub use io::file::FileDevice;
 pub use io::memory::MemoryDevice;

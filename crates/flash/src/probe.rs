@@ -47,11 +47,15 @@ pub fn inspect(
     if len == 0 {
         return Ok(Content::Blank);
     }
-    let head_len = len.min(EDGE);
-    let head = read_span(read, 0, head_len)?;
-    if head.starts_with(MAGIC) {
+    // A flashtier device is known by its first page alone: the rest of it (segment headers,
+    // records) is the superblock rules' business, and reading no more keeps an open of a
+    // device with an unreadable page elsewhere going.
+    let first = read_span(read, 0, len.min(PAGE))?;
+    if first.starts_with(MAGIC) {
         return Ok(Content::Flashtier);
     }
+    let head_len = len.min(EDGE);
+    let head = read_span(read, 0, head_len)?;
     let tail_start = len.saturating_sub(EDGE).max(head_len);
     let tail = read_span(read, tail_start, len - tail_start)?;
     if let Some(name) = signature(&head, &tail, tail_start, len) {

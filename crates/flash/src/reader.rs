@@ -55,11 +55,7 @@ impl Inner {
             SegState::Free => return Err(Error::InvalidLocation(loc.byte_addr())),
             SegState::Failed => {
                 FlashStats::add(&self.stats.read_errors, 1);
-                return Err(if st.failed.get(info.dev).copied().unwrap_or(true) {
-                    Error::DeviceFailed(self.dev_name(info.dev).to_string())
-                } else {
-                    Error::Corrupt("segment retired after read errors")
-                });
+                return Err(Error::Corrupt("segment retired after read errors"));
             }
             SegState::Open(s) => {
                 let ss = &st.streams[usize::from(s)];

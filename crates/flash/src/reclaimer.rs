@@ -1,6 +1,6 @@
 //! Reclaim: keep enough segments free by emptying victims.
 //!
-//! A victim is a sealed segment on a healthy device: first any whose records have all expired
+//! A victim is a sealed segment on a healthy device (no writes go to a failing one): first any whose records have all expired
 //! (dropped from its summary alone, no value is read), else the oldest (FIFO) or the one
 //! with most records marked dead (greedy). For every record the user decides (through
 //! [`ReclaimHandler`]) to keep it — it is copied into the reclaim stream and the user told
@@ -82,7 +82,13 @@ pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool) -> Result<u32> {
             }
             if unreadable {
                 FlashStats::add(&inner.stats.read_errors, 1);
+                FlashStats::add(&inner.stats.segments_retired, 1);
                 inner.update_gauges(&st);
+                log::error!(
+                    "flash reclaim: segment {seg} cannot be read ({e}): retired (never reused \
+                     this run); records it held that the user still indexes are lost (their \
+                     reads fail and are counted)"
+                );
             }
             return Err(e);
         }
@@ -104,7 +110,7 @@ fn pick_victim(inner: &Inner, st: &mut crate::engine::State) -> Option<u32> {
         .segs
         .iter()
         .enumerate()
-        .filter(|(_, s)| s.state == SegState::Sealed && !st.failed[s.dev]);
+        .filter(|(_, s)| s.state == SegState::Sealed && !st.out[s.dev]);
     let expired = candidates
         .clone()
         .filter(|(_, s)| s.all_expired(now))
@@ -204,47 +210,63 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
     if !keeps.is_empty() {
         // Few keeps: read just their pages (batched). Many: one read of the record area.
         let kept_bytes: u64 = keeps.iter().map(|(e, _)| u64::from(e.len)).sum();
-        let recs: Vec<Result<Record, record::DecodeError>> = match data {
-            Some(d) => keeps
-                .iter()
-                .map(|(e, _)| decode_at(d.as_slice(), e.offset, seed))
-                .collect(),
-            None if kept_bytes * 4 < u64::from(data_end) => {
-                let ops = keeps
-                    .iter()
-                    .map(|(e, _)| {
-                        let p0 = u64::from(e.offset) / PAGE * PAGE;
-                        let p1 = (u64::from(e.offset) + u64::from(e.len)).div_ceil(PAGE) * PAGE;
-                        IoOp::Read {
-                            dev,
-                            off: dev_off + p0,
-                            buf: AlignedBuf::zeroed((p1 - p0) as usize),
-                        }
-                    })
-                    .collect();
-                let mut out = Vec::with_capacity(keeps.len());
-                for ((e, _), r) in keeps.iter().zip(run_batch(exec, ops)) {
-                    let buf = r.map_err(|err| Error::io(&name, "read", err))?;
-                    let Some(buf) = buf else {
-                        out.push(Err(record::DecodeError::Truncated));
-                        continue;
-                    };
-                    FlashStats::add(&stats.device_bytes_read, buf.len() as u64);
-                    out.push(decode_at(buf.as_slice(), e.offset % PAGE as u32, seed));
-                }
-                out
-            }
-            None => {
-                let len = u64::from(data_end).max(PAGE);
-                let d = read_blocking(exec, dev, dev_off, len as usize)
-                    .map_err(|e| Error::io(&name, "read", e))?;
-                FlashStats::add(&stats.device_bytes_read, len);
-                keeps
+        let read_keeps = || -> Result<Vec<Result<Record, record::DecodeError>>> {
+            Ok(match data {
+                Some(d) => keeps
                     .iter()
                     .map(|(e, _)| decode_at(d.as_slice(), e.offset, seed))
-                    .collect()
+                    .collect(),
+                None if kept_bytes * 4 < u64::from(data_end) => {
+                    let ops = keeps
+                        .iter()
+                        .map(|(e, _)| {
+                            let p0 = u64::from(e.offset) / PAGE * PAGE;
+                            let p1 = (u64::from(e.offset) + u64::from(e.len)).div_ceil(PAGE) * PAGE;
+                            IoOp::Read {
+                                dev,
+                                off: dev_off + p0,
+                                buf: AlignedBuf::zeroed((p1 - p0) as usize),
+                            }
+                        })
+                        .collect();
+                    let mut out = Vec::with_capacity(keeps.len());
+                    for ((e, _), r) in keeps.iter().zip(run_batch(exec, ops)) {
+                        let buf = r.map_err(|err| Error::io(&name, "read", err))?;
+                        let Some(buf) = buf else {
+                            out.push(Err(record::DecodeError::Truncated));
+                            continue;
+                        };
+                        FlashStats::add(&stats.device_bytes_read, buf.len() as u64);
+                        out.push(decode_at(buf.as_slice(), e.offset % PAGE as u32, seed));
+                    }
+                    out
+                }
+                None => {
+                    let len = u64::from(data_end).max(PAGE);
+                    let d = read_blocking(exec, dev, dev_off, len as usize)
+                        .map_err(|e| Error::io(&name, "read", e))?;
+                    FlashStats::add(&stats.device_bytes_read, len);
+                    keeps
+                        .iter()
+                        .map(|(e, _)| decode_at(d.as_slice(), e.offset, seed))
+                        .collect()
+                }
+            })
+        };
+        let recs = match read_keeps() {
+            Ok(r) => r,
+            Err(e) => {
+                // The records to keep cannot be read: they are lost; tell the user.
+                for (_, m) in &keeps {
+                    handler.evicted(m);
+                }
+                let n = keeps.len() as u64;
+                FlashStats::add(&stats.records_unreadable, n);
+                FlashStats::add(&stats.records_dropped, dropped + n);
+                return Err(e);
             }
         };
+        let mut unreadable = 0u64;
         for ((_, m), rec) in keeps.iter().zip(recs) {
             let rec = match rec {
                 Ok(r) => r,
@@ -252,6 +274,7 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
                     let _ = inner.decode_error(err);
                     handler.evicted(m);
                     dropped += 1;
+                    unreadable += 1;
                     continue;
                 }
             };
@@ -278,6 +301,13 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
                 }
             }
         }
+        if unreadable > 0 {
+            FlashStats::add(&stats.records_unreadable, unreadable);
+            log::warn!(
+                "flash reclaim: {unreadable} records of segment {seg} failed their checksum: \
+                 dropped (the user's index entries removed)"
+            );
+        }
         // The copies must be durable before the originals can disappear.
         inner.flush().wait()?;
     }
@@ -294,25 +324,24 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
     ) {
         FlashStats::add(&stats.write_errors, 1);
         let mut st = inner.state.lock();
-        inner.fail_device(&mut st, dev);
+        inner.device_error(
+            &mut st,
+            dev,
+            "write (reclaim, segment header)",
+            &e.to_string(),
+        );
         return Err(Error::io(&name, "write", e));
     }
     FlashStats::add(&stats.device_bytes_written, PAGE);
     let mut st = inner.state.lock();
-    let failed = st.failed[dev];
     let info = &mut st.segs[seg as usize];
-    info.state = if failed {
-        SegState::Failed
-    } else {
-        SegState::Free
-    };
+    info.state = SegState::Free;
     info.records = 0;
     info.dead = 0;
     info.data_bytes = 0;
     info.data_end = 0;
-    if !failed {
-        st.free.push(dev, seg);
-    }
+    // A failing device keeps its free segments listed; allocation skips them until it is back.
+    st.free.push(dev, seg);
     FlashStats::add(&stats.reclaims, 1);
     inner.update_gauges(&st);
     Ok(())

@@ -11,6 +11,14 @@
 //! after sealing is a read error, never data). With `recovery_full_scan`, every segment is
 //! scanned and every record verified at recovery instead.
 //!
+//! Losses are counted and logged, never silent: a superblock that is neither blank nor valid
+//! (the device is formatted and the cache starts empty), a segment header page that is
+//! neither zero (free) nor a valid header (`recovery_unreadable_headers`; formatting zeroes
+//! every header page, and reclaim zeroes a header when it frees a segment, so only damage
+//! leaves anything else), a header, footer, summary or segment that cannot be read (the
+//! segment is retired for this run), a corrupt summary or a scan that stops inside a page
+//! (`recovery_damaged_segments`).
+//!
 //! Runs on the thread calling `Flash::open`, before any other engine thread exists.
 use std::time::Instant;
 
@@ -34,6 +42,16 @@ pub(crate) struct Layout {
     pub uuid: [u8; 16],
     pub hash_seed: u64,
     pub formatted: bool,
+    /// Devices whose superblock held something other than a flashtier superblock or zeros
+    /// and that were formatted anyway (what they held is lost).
+    pub superblocks_lost: u64,
+}
+
+/// Segments past which per-segment loss lines are summed up in one line.
+const LOG_EACH: u64 = 10;
+
+fn all_zero(b: &[u8]) -> bool {
+    b.iter().all(|&x| x == 0)
 }
 
 /// Check or write the superblocks; return the segment table skeleton.
@@ -61,7 +79,7 @@ pub(crate) fn open_layout(
     }
     cfg.validate_total(segs.len() as u64)?;
 
-    let found = superblocks(devices, cfg, exec)?;
+    let (found, blank_dev) = superblocks(devices, cfg, exec)?;
     let mismatch = check(&found, &plan, devices, cfg);
     let blank = found
         .iter()
@@ -77,12 +95,29 @@ pub(crate) fn open_layout(
                 uuid: sb.uuid,
                 hash_seed: sb.hash_seed,
                 formatted: false,
+                superblocks_lost: 0,
             });
         }
         (false, Some(why)) if !cfg.reformat_on_mismatch && !cfg.force_format => {
             return Err(Error::Mismatch(why))
         }
         _ => {}
+    }
+    // Formatting over anything but a blank page loses what the device held: say so.
+    let mut superblocks_lost = 0;
+    for (d, dev) in devices.iter().enumerate() {
+        let what = match found[d] {
+            _ if blank_dev[d] => continue,
+            Err(SuperblockError::NotFormatted) => "foreign data (forced)".to_string(),
+            Err(e) => format!("superblock {e:?}"),
+            Ok(_) => "a superblock of another device set or geometry".to_string(),
+        };
+        superblocks_lost += 1;
+        log::error!(
+            "flash device {}: {what} at its start; formatting it: the cache starts empty \
+             (whatever it held is lost)",
+            dev.name()
+        );
     }
     prepare(devices)?;
     // Format: a new uuid makes every old segment header and record foreign.
@@ -93,6 +128,23 @@ pub(crate) fn open_layout(
     seed.copy_from_slice(&rnd[16..]);
     let hash_seed = u64::from_le_bytes(seed);
     let created = u64::from(crate::engine::now_unix());
+    // Zero every segment's header page first, so that later a header page is either a valid
+    // header, zero (free), or damage; the superblock goes last, so an interrupted format
+    // leaves no superblock and is simply done again.
+    let zero = std::sync::Arc::new(AlignedBuf::zeroed(PAGE as usize));
+    for batch in segs.chunks(256) {
+        let ops = batch
+            .iter()
+            .map(|s| IoOp::Write {
+                dev: s.dev,
+                off: s.dev_off,
+                buf: std::sync::Arc::clone(&zero),
+            })
+            .collect();
+        for (s, r) in batch.iter().zip(run_batch(exec, ops)) {
+            r.map_err(|e| Error::io(devices[s.dev].name(), "write segment header", e))?;
+        }
+    }
     let mut ops = Vec::new();
     for (d, dev) in devices.iter().enumerate() {
         let (n, first) = plan[d];
@@ -129,18 +181,23 @@ pub(crate) fn open_layout(
         uuid,
         hash_seed,
         formatted: true,
+        superblocks_lost,
     })
 }
 
-/// Each device's superblock, or why it has none. Refuses, before anything is written, a
+/// A device's superblock, or why it has none.
+type SuperblockFound = Result<Superblock, SuperblockError>;
+
+/// Each device's superblock, or why it has none, and whether it was blank. Refuses, before anything is written, a
 /// device that holds neither zeros nor flashtier's format (see [`crate::probe`]) and one
 /// formatted by the other face, unless `force_format` (then it counts as blank).
 fn superblocks(
     devices: &[std::sync::Arc<dyn Device>],
     cfg: &FlashConfig,
     exec: &dyn Executor,
-) -> Result<Vec<Result<Superblock, SuperblockError>>> {
+) -> Result<(Vec<SuperblockFound>, Vec<bool>)> {
     let mut found = Vec::with_capacity(devices.len());
+    let mut blank = Vec::with_capacity(devices.len());
     for (d, dev) in devices.iter().enumerate() {
         let refuse = |what: String| -> Result<Result<Superblock, SuperblockError>> {
             if !cfg.force_format {
@@ -153,6 +210,7 @@ fn superblocks(
             Ok(Err(SuperblockError::NotFormatted))
         };
         let content = dev.probe().map_err(|e| Error::io(dev.name(), "probe", e))?;
+        blank.push(matches!(content, Content::Blank));
         let sb = match content {
             Content::Blank => Err(SuperblockError::NotFormatted),
             Content::Foreign(what) => refuse(what)?,
@@ -173,7 +231,7 @@ fn superblocks(
         };
         found.push(sb);
     }
-    Ok(found)
+    Ok((found, blank))
 }
 
 /// Size every device for use (a file is grown to its configured length): only once the
@@ -257,6 +315,9 @@ pub(crate) fn recover(
     let exec = inner.exec.as_ref();
     let nsegs = inner.state.lock().segs.len();
     let mut headers: Vec<(u64, u32, u8)> = Vec::new(); // (seq, seg, stream)
+    let mut losses = Losses::default();
+    // Segments that could not be read: neither recovered nor reused this run.
+    let mut retired = vec![false; nsegs];
     if !formatted {
         let places: Vec<(usize, u64)> = {
             let st = inner.state.lock();
@@ -273,17 +334,30 @@ pub(crate) fn recover(
                 .collect();
             for (i, r) in run_batch(exec, ops).into_iter().enumerate() {
                 let seg = (batch_start + i) as u32;
-                let buf =
-                    r.map_err(|e| Error::io(inner.dev_name(batch[i].0), "read segment header", e))?;
-                FlashStats::add(&inner.stats.device_bytes_read, PAGE);
-                let Some(h) = buf
-                    .as_ref()
-                    .and_then(|b| SegmentHeader::decode(b.as_slice()))
-                else {
-                    continue;
+                let dev = inner.dev_name(batch[i].0);
+                let buf = match r {
+                    Ok(Some(b)) => b,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        losses.unreadable(inner, seg, dev, &format!("header read failed: {e}"));
+                        retired[seg as usize] = true;
+                        continue;
+                    }
                 };
-                if h.uuid == inner.uuid && h.segment == seg {
-                    headers.push((h.seq, seg, h.stream));
+                FlashStats::add(&inner.stats.device_bytes_read, PAGE);
+                match SegmentHeader::decode(buf.as_slice()) {
+                    Some(h) if h.uuid == inner.uuid && h.segment == seg => {
+                        headers.push((h.seq, seg, h.stream));
+                    }
+                    // Another device set's header (before a reformat): free.
+                    Some(_) => {}
+                    None if all_zero(&buf.as_slice()[..SEGMENT_HEADER_LEN]) => {}
+                    None => losses.unreadable(
+                        inner,
+                        seg,
+                        dev,
+                        "header page is neither a segment header nor zero (overwritten?)",
+                    ),
                 }
             }
         }
@@ -293,9 +367,13 @@ pub(crate) fn recover(
     let mut live = vec![false; nsegs];
     // Windows of 64 segments bound the summaries held in RAM at once.
     for window in headers.chunks(64) {
-        let found = read_segments(inner, window)?;
+        let found = read_segments(inner, window, &mut losses);
         for (&(seq, seg, stream), found) in window.iter().zip(found) {
             max_seq = max_seq.max(seq);
+            let Some(found) = found else {
+                retired[seg as usize] = true;
+                continue;
+            };
             if found.entries.is_empty() {
                 continue;
             }
@@ -323,11 +401,14 @@ pub(crate) fn recover(
     let mut st = inner.state.lock();
     st.next_seq = max_seq + 1;
     for (i, is_live) in live.iter().enumerate() {
-        if !is_live {
+        if retired[i] {
+            st.segs[i].state = SegState::Failed;
+        } else if !is_live {
             let dev = st.segs[i].dev;
             st.free.push(dev, i as u32);
         }
     }
+    losses.summary();
     inner.update_gauges(&st);
     FlashStats::set(
         &inner.stats.recovery_time_us,
@@ -336,10 +417,60 @@ pub(crate) fn recover(
     Ok(())
 }
 
+/// Losses found by recovery: counted in the engine stats, logged one line per segment up
+/// to [`LOG_EACH`], then summed up in one line at the end.
+#[derive(Default)]
+struct Losses {
+    logged: u64,
+    unlogged: u64,
+}
+
+impl Losses {
+    fn log(&mut self, line: String) {
+        if self.logged < LOG_EACH {
+            self.logged += 1;
+            log::warn!("{line}");
+        } else {
+            self.unlogged += 1;
+        }
+    }
+
+    /// A segment whose header could not be read or is damaged: whatever it held is lost.
+    fn unreadable(&mut self, inner: &Inner, seg: u32, dev: &str, why: &str) {
+        FlashStats::add(&inner.stats.recovery_unreadable_headers, 1);
+        self.log(format!(
+            "flash recovery: segment {seg} on {dev}: {why}; the records it held (if any) are \
+             lost"
+        ));
+    }
+
+    /// A segment recovered only in part (or not at all): corrupt summary, torn or damaged
+    /// records, or a read that failed.
+    fn damaged(&mut self, inner: &Inner, seg: u32, dev: &str, why: &str) {
+        FlashStats::add(&inner.stats.recovery_damaged_segments, 1);
+        self.log(format!("flash recovery: segment {seg} on {dev}: {why}"));
+    }
+
+    fn summary(&self) {
+        if self.unlogged > 0 {
+            log::warn!(
+                "flash recovery: {} more damaged or unreadable segments (see \
+                 flash_recovery_damaged_segments, flash_recovery_unreadable_headers)",
+                self.unlogged
+            );
+        }
+    }
+}
+
 /// Read the records of every segment in `headers` (seq order): from their summaries if
 /// sealed (and full scan is off), else by scanning. IO is issued in batches so the device
-/// sees many reads in flight: footers, then summaries, then segments to scan.
-fn read_segments(inner: &Inner, headers: &[(u64, u32, u8)]) -> Result<Vec<Found>> {
+/// sees many reads in flight: footers, then summaries, then segments to scan. `None` for a
+/// segment that could not be read at all (logged, counted; the caller retires it).
+fn read_segments(
+    inner: &Inner,
+    headers: &[(u64, u32, u8)],
+    losses: &mut Losses,
+) -> Vec<Option<Found>> {
     let exec = inner.exec.as_ref();
     let seg_size = inner.seg_size;
     let place = |seg: u32| {
@@ -368,19 +499,17 @@ fn read_segments(inner: &Inner, headers: &[(u64, u32, u8)]) -> Result<Vec<Found>
             .collect();
         run_batch(exec, ops)
     };
-    let read_err = |seg: u32, what: &'static str, e| {
-        let (dev, _) = place(seg);
-        Error::io(inner.dev_name(dev), what, e)
-    };
+    let dev_of = |seg: u32| inner.dev_name(place(seg).0).to_string();
+    let mut unreadable = vec![false; headers.len()];
     if !inner.cfg.recovery_full_scan {
         let mut footers: Vec<Option<Footer>> = vec![None; headers.len()];
         let idx: Vec<usize> = (0..headers.len()).collect();
         for batch in idx.chunks(64) {
             let footers_read = read(batch, &|_| (seg_size - PAGE, PAGE));
             for (&i, r) in batch.iter().zip(footers_read) {
-                let buf = r.map_err(|e| read_err(headers[i].1, "read segment footer", e))?;
+                // A footer that cannot be read: scan the segment instead.
+                let Ok(Some(buf)) = r else { continue };
                 FlashStats::add(&inner.stats.device_bytes_read, PAGE);
-                let Some(buf) = buf else { continue };
                 let fbuf = &buf.as_slice()[PAGE as usize - FOOTER_LEN..];
                 footers[i] = Footer::decode(fbuf, seeds[i]).filter(|f| {
                     f.seq == headers[i].0
@@ -400,8 +529,8 @@ fn read_segments(inner: &Inner, headers: &[(u64, u32, u8)]) -> Result<Vec<Found>
                 (so, seg_size - so)
             };
             for (&i, r) in batch.iter().zip(read(batch, &summary_at)) {
-                let buf = r.map_err(|e| read_err(headers[i].1, "read segment summary", e))?;
-                let (Some(buf), Some(f)) = (buf, footers[i]) else {
+                // A summary that cannot be read: scan the segment instead.
+                let (Ok(Some(buf)), Some(f)) = (r, footers[i]) else {
                     continue;
                 };
                 FlashStats::add(&inner.stats.device_bytes_read, buf.len() as u64);
@@ -414,8 +543,14 @@ fn read_segments(inner: &Inner, headers: &[(u64, u32, u8)]) -> Result<Vec<Found>
                         })
                     }
                     None => {
+                        // Not a loss yet: the scan below finds what verifies.
                         FlashStats::add(&inner.stats.checksum_failures, 1);
-                        FlashStats::add(&inner.stats.recovery_damaged_segments, 1);
+                        log::warn!(
+                            "flash recovery: segment {} on {}: summary corrupt; scanning its \
+                             records instead",
+                            headers[i].1,
+                            dev_of(headers[i].1)
+                        );
                     }
                 }
             }
@@ -424,13 +559,36 @@ fn read_segments(inner: &Inner, headers: &[(u64, u32, u8)]) -> Result<Vec<Found>
     let to_scan: Vec<usize> = (0..headers.len()).filter(|&i| found[i].is_none()).collect();
     for batch in to_scan.chunks(4) {
         for (&i, r) in batch.iter().zip(read(batch, &|_| (0, seg_size))) {
-            let buf = r.map_err(|e| read_err(headers[i].1, "scan segment", e))?;
-            let Some(buf) = buf else { continue };
+            let seg = headers[i].1;
+            let buf = match r {
+                Ok(Some(b)) => b,
+                Ok(None) => continue,
+                Err(e) => {
+                    FlashStats::add(&inner.stats.read_errors, 1);
+                    losses.damaged(
+                        inner,
+                        seg,
+                        &dev_of(seg),
+                        &format!("cannot be read ({e}): retired, the records it held are lost"),
+                    );
+                    unreadable[i] = true;
+                    continue;
+                }
+            };
             FlashStats::add(&inner.stats.device_bytes_read, seg_size);
             let (entries, data_end, damaged) = scan(buf.as_slice(), seeds[i]);
             if damaged {
                 FlashStats::add(&inner.stats.checksum_failures, 1);
-                FlashStats::add(&inner.stats.recovery_damaged_segments, 1);
+                losses.damaged(
+                    inner,
+                    seg,
+                    &dev_of(seg),
+                    &format!(
+                        "a record does not verify after {} good ones (torn or damaged); the \
+                         records past it are lost",
+                        entries.len()
+                    ),
+                );
             }
             found[i] = Some(Found {
                 entries,
@@ -439,16 +597,19 @@ fn read_segments(inner: &Inner, headers: &[(u64, u32, u8)]) -> Result<Vec<Found>
             });
         }
     }
-    Ok(found
+    found
         .into_iter()
-        .map(|f| {
-            f.unwrap_or(Found {
-                entries: Vec::new(),
-                data_end: 0,
-                sealed: false,
+        .zip(unreadable)
+        .map(|(f, bad)| {
+            (!bad).then(|| {
+                f.unwrap_or(Found {
+                    entries: Vec::new(),
+                    data_end: 0,
+                    sealed: false,
+                })
             })
         })
-        .collect())
+        .collect()
 }
 
 /// Parse records from the start of a segment image until the first that does not verify.

@@ -18,7 +18,7 @@ pub(crate) enum SegState {
     Sealed,
     /// Chosen as a reclaim victim; still readable.
     Reclaiming,
-    /// On a failed device: neither written nor reused.
+    /// Retired: reclaim could not read it. Neither read, written nor reused.
     Failed,
 }
 
@@ -130,30 +130,29 @@ impl FreeLists {
         }
     }
 
-    pub(crate) fn total(&self, failed: &[bool]) -> usize {
+    /// Free segments on devices not `out` of allocation.
+    pub(crate) fn total(&self, out: &[bool]) -> usize {
         self.per_dev
             .iter()
             .enumerate()
-            .filter(|(d, _)| !failed.get(*d).copied().unwrap_or(true))
+            .filter(|(d, _)| !out.get(*d).copied().unwrap_or(true))
             .map(|(_, l)| l.len())
             .sum()
     }
 
-    /// Drop every free segment of a failed device from allocation.
-    pub(crate) fn clear_dev(&mut self, dev: usize) -> Vec<u32> {
-        self.per_dev
-            .get_mut(dev)
-            .map(|l| l.drain(..).collect())
-            .unwrap_or_default()
+    /// The next free segment of `dev`, left in place (a probe target).
+    pub(crate) fn peek(&self, dev: usize) -> Option<u32> {
+        self.per_dev.get(dev).and_then(|l| l.front().copied())
     }
 
-    /// Take a free segment round-robin over healthy devices, preferring `tier` if given.
-    pub(crate) fn pop(&mut self, failed: &[bool], tiers: &[u8], tier: Option<u8>) -> Option<u32> {
+    /// Take a free segment round-robin over devices not `out` (of allocation), preferring
+    /// `tier` if given.
+    pub(crate) fn pop(&mut self, out: &[bool], tiers: &[u8], tier: Option<u8>) -> Option<u32> {
         let n = self.per_dev.len();
         for pass in 0..2 {
             for i in 0..n {
                 let d = (self.next_dev + i) % n;
-                if failed.get(d).copied().unwrap_or(true) {
+                if out.get(d).copied().unwrap_or(true) {
                     continue;
                 }
                 let dev_tier = tiers.get(d).copied().unwrap_or(0);

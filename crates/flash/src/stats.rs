@@ -57,22 +57,54 @@ stats! {
     read_queue_full,
     /// Appends refused because no segment was free (or the write buffers were full).
     append_rejected,
-    /// Failed device writes.
+    /// Failed device writes (every try; a chunk is tried up to 3 times).
     write_errors,
+    /// Writes tried again after an error.
+    write_retries,
+    /// Chunk writes that failed every try (their records are lost from flash).
+    chunks_lost,
+    /// Records in chunks whose write failed (handed to the user's `lost`).
+    records_lost,
     /// Failed device reads.
     read_errors,
     /// Failed device syncs.
     sync_errors,
-    /// Gauge: devices marked failed.
+    /// Gauge: devices out of allocation (failing or offline).
     devices_failed,
+    /// Gauge: devices failing (write or sync errors, being probed).
+    devices_failing,
+    /// Gauge: devices offline (kept failing; probed at the longest backoff).
+    devices_offline,
+    /// Devices that went from healthy to failing (or straight to offline).
+    device_failures,
+    /// Devices that went from failing to offline.
+    device_offlines,
+    /// Devices back in allocation after a successful probe.
+    device_recoveries,
+    /// Probes of failing or offline devices.
+    device_probes,
+    /// Probes that failed.
+    device_probe_failures,
     /// Durability flushes completed.
     flushes,
     /// Records reported to the user by recovery.
     recovered_records,
     /// Segments recovered (sealed with a summary, or scanned).
     recovered_segments,
-    /// Segments found with a valid header but a corrupt summary or torn records.
+    /// Segments recovered in part or not at all: torn or damaged records (the records past
+    /// the damage are lost), or a segment that could not be read (retired for the run).
     recovery_damaged_segments,
+    /// Segment header pages that were neither a valid header nor zero (overwritten), or
+    /// could not be read, at recovery: whatever those segments held is lost.
+    recovery_unreadable_headers,
+    /// Devices formatted over something that was neither blank nor a valid superblock of
+    /// this set (the cache started empty).
+    superblocks_lost,
+    /// Records reclaim could not read (checksum) and dropped; the user's index entries are
+    /// removed through `evicted`.
+    records_unreadable,
+    /// Segments retired by reclaim because they could not be read (never reused this run).
+    segments_retired,
     /// Microseconds the last recovery took.
     recovery_time_us,
     /// Bytes written to devices (records, padding, headers, summaries): write amplification

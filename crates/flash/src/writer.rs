@@ -12,16 +12,29 @@ use std::time::Instant;
 use parking_lot::Mutex;
 
 use crate::completion::{pair, Completion, Promise};
-use crate::engine::{FlushWaiter, InflightWrite, Inner, RecordWrite, State, StreamId};
+use crate::engine::{FlushWaiter, InflightWrite, Inner, LostRecord, RecordWrite, State, StreamId};
 use crate::error::{Error, Result};
 use crate::format::record::{self, padded_len, RecordHeader};
 use crate::format::segment::{
     encode_tail, tail_len, Footer, SegmentHeader, SummaryEntry, SEGMENT_HEADER_LEN,
 };
+use crate::health::WRITE_ATTEMPTS;
 use crate::io::{AlignedBuf, IoOp, IoRequest};
 use crate::location::{Location, PAGE};
 use crate::segments::SegState;
 use crate::stats::FlashStats;
+
+/// One device write and how to retry or report it.
+struct WriteJob {
+    id: u64,
+    dev: usize,
+    off: u64,
+    buf: Arc<AlignedBuf>,
+    /// 1 for the first try.
+    attempt: u32,
+    /// For a summary + footer write: the segment and its seq (else a chunk in `inflight`).
+    tail_of: Option<(u32, u64)>,
+}
 
 fn round_page(x: u64) -> u64 {
     x.div_ceil(PAGE) * PAGE
@@ -158,14 +171,14 @@ impl Inner {
 
     fn open_segment(&self, st: &mut State, stream: StreamId) -> Result<()> {
         let reserve = self.cfg.reserve_segments as usize;
-        let free = st.free.total(&st.failed);
+        let free = st.free.total(&st.out);
         if free <= self.knobs.free_low() as usize + reserve {
             self.wake.notify_all();
         }
         if stream != self.cfg.reclaim_stream && free <= reserve {
             FlashStats::add(&self.stats.append_rejected, 1);
-            return Err(if st.failed.iter().all(|f| *f) {
-                Error::DeviceFailed("all devices".into())
+            return Err(if st.out.iter().all(|o| *o) {
+                Error::DeviceFailed(format!("all {} devices", st.out.len()))
             } else {
                 Error::NoSpace
             });
@@ -176,9 +189,13 @@ impl Inner {
             .get(usize::from(stream))
             .copied()
             .flatten();
-        let Some(seg) = st.free.pop(&st.failed, &self.tiers, tier) else {
+        let Some(seg) = st.free.pop(&st.out, &self.tiers, tier) else {
             FlashStats::add(&self.stats.append_rejected, 1);
-            return Err(Error::NoSpace);
+            return Err(if st.out.iter().all(|o| *o) {
+                Error::DeviceFailed(format!("all {} devices", st.out.len()))
+            } else {
+                Error::NoSpace
+            });
         };
         let seq = st.next_seq;
         st.next_seq += 1;
@@ -223,6 +240,12 @@ impl Inner {
         let padded = round_page(ss.fill as u64) as usize;
         buf.as_mut_slice()[ss.fill..padded].fill(0);
         buf.set_len(padded);
+        let first = ss.summary.len().saturating_sub(ss.chunk_records as usize);
+        let entries = ss
+            .summary
+            .get(first..)
+            .map(<[_]>::to_vec)
+            .unwrap_or_default();
         let off = ss.buf_off;
         ss.buf_off += padded as u32;
         ss.fill = 0;
@@ -242,16 +265,28 @@ impl Inner {
             off,
             buf: Arc::clone(&buf),
             stream,
+            entries,
         });
-        self.submit_write(id, dev, dev_off, buf);
+        self.submit_write(WriteJob {
+            id,
+            dev,
+            off: dev_off,
+            buf,
+            attempt: 1,
+            tail_of: None,
+        });
     }
 
-    fn submit_write(self: &Arc<Self>, id: u64, dev: usize, off: u64, buf: Arc<AlignedBuf>) {
+    fn submit_write(self: &Arc<Self>, job: WriteJob) {
         let me = Arc::clone(self);
-        let n = buf.len() as u64;
+        let op = IoOp::Write {
+            dev: job.dev,
+            off: job.off,
+            buf: Arc::clone(&job.buf),
+        };
         self.exec.submit(IoRequest {
-            op: IoOp::Write { dev, off, buf },
-            done: Box::new(move |res| me.write_done(id, dev, n, res.map(|_| ()))),
+            op,
+            done: Box::new(move |res| me.write_done(job, res.map(|_| ()))),
         });
     }
 
@@ -283,45 +318,107 @@ impl Inner {
         buf.as_mut_slice().copy_from_slice(&bytes);
         info.state = SegState::Sealed;
         info.has_summary = true;
-        let (dev, dev_off) = (info.dev, info.dev_off + self.seg_size - tail);
+        let (dev, dev_off, seq) = (info.dev, info.dev_off + self.seg_size - tail, info.seq);
         let id = st.next_write_id;
         st.next_write_id += 1;
         st.outstanding.insert(id);
-        self.submit_write(id, dev, dev_off, Arc::new(buf));
+        self.submit_write(WriteJob {
+            id,
+            dev,
+            off: dev_off,
+            buf: Arc::new(buf),
+            attempt: 1,
+            tail_of: Some((seg, seq)),
+        });
     }
 
-    /// Completion of write `id` (executor thread).
-    fn write_done(self: &Arc<Self>, id: u64, dev: usize, n: u64, res: io::Result<()>) {
+    /// Completion of a write (executor thread). A failed write is tried again at once, up
+    /// to [`WRITE_ATTEMPTS`] times; the last failure loses the chunk's records (queued for
+    /// the handler's `lost`), tells the pending flushes, and makes the device failing.
+    fn write_done(self: &Arc<Self>, job: WriteJob, res: io::Result<()>) {
+        if let Err(e) = &res {
+            FlashStats::add(&self.stats.write_errors, 1);
+            if job.attempt < WRITE_ATTEMPTS && !self.state.lock().closed {
+                FlashStats::add(&self.stats.write_retries, 1);
+                log::debug!(
+                    "flash write on {} failed (try {} of {WRITE_ATTEMPTS}): {e}; retrying",
+                    self.dev_name(job.dev),
+                    job.attempt
+                );
+                self.submit_write(WriteJob {
+                    attempt: job.attempt + 1,
+                    ..job
+                });
+                return;
+            }
+        }
+        let WriteJob {
+            id,
+            dev,
+            off,
+            buf,
+            tail_of,
+            ..
+        } = job;
+        let written = buf.len() as u64;
+        drop(buf);
         let ready = {
             let mut guard = self.state.lock();
             let st = &mut *guard;
             st.outstanding.remove(&id);
-            if let Some(pos) = st.inflight.iter().position(|w| w.id == id) {
-                let w = st.inflight.swap_remove(pos);
+            let w = st
+                .inflight
+                .iter()
+                .position(|w| w.id == id)
+                .map(|pos| st.inflight.swap_remove(pos));
+            if let Some(w) = &w {
                 if let Some(ss) = st.streams.get_mut(usize::from(w.stream)) {
                     ss.in_flight = ss.in_flight.saturating_sub(1);
                 }
+            }
+            match res {
+                Ok(()) => {
+                    FlashStats::add(&self.stats.device_bytes_written, written);
+                    // Records need a sync before a flush may call them durable; a summary
+                    // does not (recovery scans a segment whose summary is missing), so it
+                    // rides on the device's next sync.
+                    if w.is_some() {
+                        if let Some(h) = st.health.get_mut(dev) {
+                            h.write_gen += 1;
+                        }
+                    }
+                }
+                Err(e) => {
+                    let msg = format!("write at {off} on {}: {e}", self.dev_name(dev));
+                    if let Some(w) = &w {
+                        let mut told = false;
+                        for w in st.waiters.iter_mut().filter(|w| w.target >= id) {
+                            w.error.get_or_insert_with(|| msg.clone());
+                            told = true;
+                        }
+                        if !told {
+                            // No flush is waiting for this write: the next flush reports it.
+                            st.write_error.get_or_insert(msg.clone());
+                        }
+                        self.lose_chunk(st, w, &msg);
+                    } else if let Some((seg, seq)) = tail_of {
+                        // The records are on the device; only the summary is missing, so
+                        // recovery and reclaim scan the segment instead. Nothing is lost:
+                        // no flush fails for it.
+                        if let Some(info) = st.segs.get_mut(seg as usize) {
+                            if info.seq == seq {
+                                info.has_summary = false;
+                            }
+                        }
+                    }
+                    self.device_error(st, dev, "write", &e.to_string());
+                }
+            }
+            if let Some(w) = w {
                 if let Ok(b) = Arc::try_unwrap(w.buf) {
                     if st.pool.len() < st.streams.len() * 2 {
                         st.pool.push(b);
                     }
-                }
-            }
-            match res {
-                Ok(()) => FlashStats::add(&self.stats.device_bytes_written, n),
-                Err(e) => {
-                    FlashStats::add(&self.stats.write_errors, 1);
-                    let msg = format!("write on {}: {e}", self.dev_name(dev));
-                    let mut told = false;
-                    for w in st.waiters.iter_mut().filter(|w| w.target >= id) {
-                        w.error.get_or_insert_with(|| msg.clone());
-                        told = true;
-                    }
-                    if !told {
-                        // No flush is waiting for this write: the next flush reports it.
-                        st.write_error.get_or_insert(msg);
-                    }
-                    self.fail_device(st, dev);
                 }
             }
             let min_out = st.outstanding.first().copied().unwrap_or(u64::MAX);
@@ -337,54 +434,69 @@ impl Inner {
         self.wake.notify_all();
     }
 
+    /// The chunk `w` could not be written: its records are lost. Queue them (with their
+    /// content) for the handler, drop them from the open segment's summary so a seal does not
+    /// list them, and count them dead.
+    fn lose_chunk(&self, st: &mut State, w: &InflightWrite, why: &str) {
+        let Some(info) = st.segs.get(w.seg as usize) else {
+            return;
+        };
+        let (seq, seed) = (info.seq, info.seed);
+        let end = w.off + w.buf.len() as u32;
+        let mut lost = Vec::with_capacity(w.entries.len());
+        for e in &w.entries {
+            let Ok(meta) = self.record_meta(w.seg, e, seq) else {
+                continue;
+            };
+            let record = e
+                .offset
+                .checked_sub(w.off)
+                .and_then(|rel| w.buf.as_slice().get(rel as usize..))
+                .and_then(|b| record::decode_record(b, seed).ok());
+            lost.push(LostRecord { meta, record });
+        }
+        if let Some(ss) = st.streams.get_mut(usize::from(w.stream)) {
+            if ss.seg == Some(w.seg) {
+                ss.summary.retain(|e| e.offset < w.off || e.offset >= end);
+            }
+        }
+        let n = lost.len() as u32;
+        if let Some(info) = st.segs.get_mut(w.seg as usize) {
+            info.dead = (info.dead + n).min(info.records);
+        }
+        FlashStats::add(&self.stats.chunks_lost, 1);
+        FlashStats::add(&self.stats.records_lost, u64::from(n));
+        log::warn!(
+            "flash: {n} records lost: chunk {why} (failed {WRITE_ATTEMPTS} times); the user \
+             is told which"
+        );
+        st.lost.extend(lost);
+    }
+
     pub(crate) fn dev_name(&self, dev: usize) -> &str {
         self.devices.get(dev).map(|d| d.name()).unwrap_or("?")
     }
 
-    /// Take a device out of service after a write or sync error: no more allocation on it,
-    /// its open segments are abandoned (their buffered records are lost).
-    pub(crate) fn fail_device(&self, st: &mut State, dev: usize) {
-        if st.failed.get(dev).copied().unwrap_or(true) {
-            return;
-        }
-        st.failed[dev] = true;
-        FlashStats::add(&self.stats.devices_failed, 1);
-        for seg in st.free.clear_dev(dev) {
-            st.segs[seg as usize].state = SegState::Failed;
-        }
-        for ss in st.streams.iter_mut() {
-            let Some(seg) = ss.seg else { continue };
-            if st.segs[seg as usize].dev != dev {
-                continue;
-            }
-            // Keep what reached the device readable; records of the failed chunk read back
-            // as checksum failures, never as data.
-            st.segs[seg as usize].state = SegState::Sealed;
-            ss.seg = None;
-            ss.buf = None;
-            ss.summary.clear();
-            ss.fill = 0;
-            ss.chunk_records = 0;
-            ss.oldest = None;
-        }
-        self.update_gauges(st);
-    }
-
-    /// All writes up to the waiter's target are done: sync every healthy device, then
-    /// complete (called without the state lock).
+    /// All writes up to the waiter's target are done: sync every device with completed
+    /// writes not yet synced, then complete (called without the state lock).
     fn finish_flush(self: &Arc<Self>, w: FlushWaiter) {
         if let Some(e) = w.error {
             w.promise
                 .complete(Err(Error::io("flash", "flush", io::Error::other(e))));
             return;
         }
-        let devs: Vec<usize> = {
+        let devs: Vec<(usize, u64)> = {
             let st = self.state.lock();
-            (0..self.devices.len()).filter(|d| !st.failed[*d]).collect()
+            st.health
+                .iter()
+                .enumerate()
+                .filter(|(_, h)| h.write_gen > h.synced_gen)
+                .map(|(d, h)| (d, h.write_gen))
+                .collect()
         };
         if devs.is_empty() {
-            w.promise
-                .complete(Err(Error::DeviceFailed("all devices".into())));
+            FlashStats::add(&self.stats.flushes, 1);
+            w.promise.complete(Ok(()));
             return;
         }
         struct Join {
@@ -397,19 +509,28 @@ impl Inner {
             error: Mutex::new(None),
             promise: Mutex::new(Some(w.promise)),
         });
-        for dev in devs {
+        for (dev, gen) in devs {
             let me = Arc::clone(self);
             let join = Arc::clone(&join);
             self.exec.submit(IoRequest {
                 op: IoOp::Sync { dev },
                 done: Box::new(move |res| {
-                    if let Err(e) = res {
-                        FlashStats::add(&me.stats.sync_errors, 1);
-                        join.error
-                            .lock()
-                            .get_or_insert(format!("sync on {}: {e}", me.dev_name(dev)));
-                        let mut st = me.state.lock();
-                        me.fail_device(&mut st, dev);
+                    {
+                        let mut guard = me.state.lock();
+                        let st = &mut *guard;
+                        match &res {
+                            Ok(_) => {
+                                if let Some(h) = st.health.get_mut(dev) {
+                                    h.synced_gen = h.synced_gen.max(gen);
+                                }
+                            }
+                            Err(e) => {
+                                FlashStats::add(&me.stats.sync_errors, 1);
+                                let msg = format!("sync on {}: {e}", me.dev_name(dev));
+                                join.error.lock().get_or_insert(msg);
+                                me.device_error(st, dev, "sync", &e.to_string());
+                            }
+                        }
                     }
                     if join.left.fetch_sub(1, Ordering::AcqRel) == 1 {
                         let out = match join.error.lock().take() {

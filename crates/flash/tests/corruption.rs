@@ -1,13 +1,19 @@
 //! Corrupt bytes on "flash" and reopen: corrupt records are never served (and with a full
 //! scan never recovered), a corrupt summary falls back to a verified scan, every detection is
-//! counted; a config that does not match the format is a clear error (or a documented
-//! reformat).
+//! counted; a segment overwritten with garbage, a header page that cannot be read and a
+//! superblock that is neither blank nor valid are counted as losses; reclaim counts the
+//! records it cannot read and tells the user; a config that does not match the format is a
+//! clear error (or a documented reformat).
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::sync::atomic::Ordering;
+
+use parking_lot::Mutex;
+
 use flashtier_flash::{
-    kind, Device, DropAll, Error, Flash, FlashConfig, FlashStats, Location, MemoryDevice,
-    RecordMeta, RecordWrite,
+    kind, Decision, Device, DropAll, Error, Faults, FaultyDevice, Flash, FlashConfig, FlashStats,
+    Location, LostRecord, MemoryDevice, ReclaimHandler, RecordMeta, RecordWrite,
 };
 
 fn cfg() -> FlashConfig {
@@ -94,7 +100,11 @@ fn corrupt_summary_falls_back_to_a_verified_scan() {
     let (f, rec) = open(&dev, cfg()).unwrap();
     assert_eq!(rec.len(), 600, "the scan recovers every intact record");
     let s = f.stats();
-    assert_eq!(FlashStats::get(&s.recovery_damaged_segments), 1);
+    assert_eq!(
+        FlashStats::get(&s.recovery_damaged_segments),
+        0,
+        "nothing was lost"
+    );
     assert!(FlashStats::get(&s.checksum_failures) >= 1);
     for m in &rec {
         assert_eq!(f.read(m.location).wait().unwrap().header.key_id, m.key_id);
@@ -127,4 +137,151 @@ fn mismatched_config_is_an_error_or_a_documented_reformat() {
     drop(f);
     let (_f, rec) = open(&dev, other).unwrap();
     assert!(rec.is_empty());
+}
+
+fn stat(f: &Flash, name: &str) -> u64 {
+    f.stats()
+        .pairs()
+        .into_iter()
+        .find(|(k, _)| *k == format!("flash_{name}"))
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| panic!("no stat {name}"))
+}
+
+#[test]
+fn segment_overwritten_with_garbage_is_counted_and_the_rest_survives() {
+    let dev = Arc::new(MemoryDevice::new("m", 4 << 20));
+    let locs = fill(&dev);
+    let seg = cfg().segment_size;
+    let in_seg1: Vec<u64> = (0..600u64)
+        .filter(|&i| (seg..2 * seg).contains(&locs[i as usize].byte_addr()))
+        .collect();
+    assert!(!in_seg1.is_empty());
+    let garbage: Vec<u8> = (0..seg).map(|i| (i * 7 + 13) as u8).collect();
+    dev.poke(dev_off(seg), &garbage);
+    let (f, rec) = open(&dev, cfg()).unwrap();
+    assert_eq!(stat(&f, "recovery_unreadable_headers"), 1);
+    assert_eq!(
+        rec.len(),
+        600 - in_seg1.len(),
+        "every other record is recovered"
+    );
+    assert!(rec.iter().all(|m| !in_seg1.contains(&m.key_id)));
+    for m in &rec {
+        assert_eq!(f.read(m.location).wait().unwrap().header.key_id, m.key_id);
+    }
+    f.close().unwrap();
+}
+
+#[test]
+fn freed_and_never_used_segments_are_not_losses() {
+    let dev = Arc::new(MemoryDevice::new("m", 4 << 20));
+    fill(&dev);
+    let (f, _) = open(&dev, cfg()).unwrap();
+    assert_eq!(f.reclaim_now(true).unwrap(), 1);
+    f.close().unwrap();
+    drop(f);
+    let (f, _) = open(&dev, cfg()).unwrap();
+    assert_eq!(stat(&f, "recovery_unreadable_headers"), 0);
+    assert_eq!(stat(&f, "recovery_damaged_segments"), 0);
+    assert_eq!(stat(&f, "superblocks_lost"), 0);
+}
+
+#[test]
+fn garbage_superblock_is_refused_or_formatted_and_counted_when_forced() {
+    let dev = Arc::new(MemoryDevice::new("m", 4 << 20));
+    fill(&dev);
+    dev.poke(0, &[0x5a; 64 << 10]);
+    let before = dev.image();
+    match open(&dev, cfg()) {
+        Err(Error::NotBlank { found, .. }) => {
+            assert!(found.contains("non-zero data at byte 0"), "{found}")
+        }
+        other => panic!(
+            "garbage at the start must be refused, got {:?}",
+            other.err()
+        ),
+    }
+    assert!(dev.image() == before, "a refused device is left as it was");
+    let forced = FlashConfig {
+        force_format: true,
+        ..cfg()
+    };
+    let (f, rec) = open(&dev, forced).unwrap();
+    assert!(rec.is_empty(), "the cache starts empty");
+    assert_eq!(stat(&f, "superblocks_lost"), 1);
+    f.close().unwrap();
+    drop(f);
+    let (f, _) = open(&dev, cfg()).unwrap();
+    assert_eq!(stat(&f, "superblocks_lost"), 0, "formatted: valid now");
+    assert_eq!(
+        stat(&f, "recovery_unreadable_headers"),
+        0,
+        "formatting zeroed every segment header, the garbage ones too"
+    );
+    drop(f);
+    let blank = Arc::new(MemoryDevice::new("blank", 4 << 20));
+    let (f, _) = open(&blank, cfg()).unwrap();
+    assert_eq!(stat(&f, "superblocks_lost"), 0, "a blank device is no loss");
+}
+
+#[test]
+fn unreadable_header_page_retires_its_segment_and_open_goes_on() {
+    let mem = Arc::new(MemoryDevice::new("m", 4 << 20));
+    let locs = fill(&mem);
+    let seg = cfg().segment_size;
+    let faults = Faults::new();
+    faults.bad_read_page.store(dev_off(seg), Ordering::SeqCst);
+    let d: Arc<dyn Device> = Arc::new(FaultyDevice::new(mem.clone(), Arc::clone(&faults)));
+    let mut rec = Vec::new();
+    let (f, _) = Flash::open(vec![d], cfg(), Arc::new(DropAll), |m| rec.push(m)).unwrap();
+    assert_eq!(stat(&f, "recovery_unreadable_headers"), 1);
+    let lost = locs
+        .iter()
+        .filter(|l| (seg..2 * seg).contains(&l.byte_addr()))
+        .count();
+    assert_eq!(rec.len(), 600 - lost);
+    // The retired segment is neither recovered nor freed for reuse.
+    let used: std::collections::BTreeSet<u64> = locs.iter().map(|l| l.byte_addr() / seg).collect();
+    let total = (mem.len() - 4096) / seg;
+    assert_eq!(u64::from(f.free_segments()), total - used.len() as u64);
+    assert!(f.read(locs[0]).wait().is_ok());
+}
+
+/// Keeps every record; remembers what the engine evicted.
+#[derive(Default)]
+struct KeepAll(Mutex<Vec<u64>>);
+
+impl ReclaimHandler for KeepAll {
+    fn decide(&self, _: &RecordMeta) -> Decision {
+        Decision::Keep
+    }
+    fn relocated(&self, _: &RecordMeta, _: Location) -> bool {
+        true
+    }
+    fn evicted(&self, rec: &RecordMeta) {
+        self.0.lock().push(rec.key_id);
+    }
+    fn lost(&self, _: &[LostRecord]) {}
+}
+
+#[test]
+fn reclaim_counts_the_records_it_cannot_read_and_tells_the_user() {
+    let dev = Arc::new(MemoryDevice::new("m", 4 << 20));
+    let locs = fill(&dev);
+    dev.poke(dev_off(locs[3].byte_addr()) + 200, &[0xFF, 0x00]);
+    let handler = Arc::new(KeepAll::default());
+    let d: Arc<dyn Device> = Arc::clone(&dev) as Arc<dyn Device>;
+    let keep_all = FlashConfig {
+        keep_limit: 1.0,
+        ..cfg()
+    };
+    let (f, _) = Flash::open(vec![d], keep_all, handler.clone(), |_| {}).unwrap();
+    assert_eq!(f.reclaim_now(true).unwrap(), 1);
+    assert_eq!(stat(&f, "records_unreadable"), 1);
+    assert_eq!(
+        *handler.0.lock(),
+        vec![3],
+        "the user hears which record went"
+    );
 }

@@ -11,8 +11,8 @@ use parking_lot::Mutex;
 use proptest::prelude::*;
 
 use flashtier_flash::{
-    kind, Decision, Device, Error, Flash, FlashConfig, Location, MemoryDevice, ReclaimHandler,
-    RecordMeta, RecordWrite,
+    kind, Decision, Device, Error, Flash, FlashConfig, Location, LostRecord, MemoryDevice,
+    ReclaimHandler, RecordMeta, RecordWrite,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -46,6 +46,11 @@ impl ReclaimHandler for Index {
         let mut m = self.0.lock();
         if m.get(&rec.key_id).is_some_and(|e| e.loc == rec.location) {
             m.remove(&rec.key_id);
+        }
+    }
+    fn lost(&self, recs: &[LostRecord]) {
+        for r in recs {
+            self.evicted(&r.meta);
         }
     }
 }

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use flashtier_flash::{
-    kind, Decision, Device, Error, Flash, FlashConfig, FlashStats, Location, MemoryDevice,
-    ReclaimHandler, RecordMeta, RecordWrite,
+    kind, Decision, Device, Error, Flash, FlashConfig, FlashStats, Location, LostRecord,
+    MemoryDevice, ReclaimHandler, RecordMeta, RecordWrite,
 };
 
 /// key_id -> location; keeps even keys, drops odd ones.
@@ -44,6 +44,11 @@ impl ReclaimHandler for Index {
         let mut m = self.map.lock();
         if m.get(&rec.key_id) == Some(&rec.location) {
             m.remove(&rec.key_id);
+        }
+    }
+    fn lost(&self, recs: &[LostRecord]) {
+        for r in recs {
+            self.evicted(&r.meta);
         }
     }
 }

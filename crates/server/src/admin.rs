@@ -6,8 +6,9 @@
 //! - `/stats`: `key=value` lines (the cache's counters and gauges, then `flash_*`).
 //! - `/metrics`: Prometheus text, `flashtier_block_<name>`.
 //! - `/status`: state, mode, dirty blocks, flush progress (`flush_id`,
-//!   `flush=idle|running|done`, `flush_done`, `flush_total`, `flush_seconds`), the latest
-//!   mode switch (`mode_switch*`), last error.
+//!   `flush=idle|running|done`, `flush_done`, `flush_total`, `flush_left`, `flush_errors`,
+//!   `flush_seconds`), the latest mode switch (`mode_switch*`), blocks on hold after
+//!   backing errors (`writeback_held_blocks`), last error.
 //! - `/get?KEY` (or `/get?key=KEY`; `all` lists every tunable), `/set?KEY=VALUE[&...]`.
 //! - `/mode?MODE[&wait]`: change the mode; leaving writeback reports the switch
 //!   (`mode_switch=running|done|cancelled`, `mode_switch_id` = its flush id,
@@ -70,17 +71,30 @@ pub fn status_text(cache: &BlockCache) -> String {
     s.push_str(&format!("flush_id={}\n", cache.flush_id()));
     match cache.flush_state() {
         FlushState::Idle => s.push_str("flush=idle\n"),
-        FlushState::Running { done, total } => s.push_str(&format!(
-            "flush=running\nflush_done={done}\nflush_total={total}\n"
+        FlushState::Running {
+            done,
+            total,
+            errors,
+        } => s.push_str(&format!(
+            "flush=running\nflush_done={done}\nflush_total={total}\nflush_left={}\nflush_errors={errors}\n",
+            total.saturating_sub(done)
         )),
-        FlushState::Done { total, secs } => s.push_str(&format!(
-            "flush=done\nflush_done={total}\nflush_total={total}\nflush_seconds={secs:.3}\n"
+        FlushState::Done {
+            total,
+            secs,
+            errors,
+        } => s.push_str(&format!(
+            "flush=done\nflush_done={total}\nflush_total={total}\nflush_left=0\nflush_errors={errors}\nflush_seconds={secs:.3}\n"
         )),
     }
     if let Some(sw) = cache.mode_switch() {
         s.push_str(&switch_text(&sw));
     }
     s.push_str(&format!("backing_errors={}\n", get("backing_errors")));
+    s.push_str(&format!(
+        "writeback_held_blocks={}\n",
+        get("writeback_held_blocks")
+    ));
     s.push_str(&format!(
         "last_error={}\n",
         cache.last_error().unwrap_or_else(|| "none".into())

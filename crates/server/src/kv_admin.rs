@@ -128,6 +128,8 @@ fn is_gauge(name: &str) -> bool {
         "flash_bytes_dead",
         "flash_io_queue_depth",
         "flash_devices_failed",
+        "flash_devices_failing",
+        "flash_devices_offline",
         "flash_recovery_time_us",
     ];
     GAUGES.contains(&name)

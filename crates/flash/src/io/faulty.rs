@@ -1,5 +1,5 @@
-//! A fault-injecting wrapper for tests: EIO on read or write, ENOSPC on write, and torn
-//! writes that freeze the device (a crash image: the inner device then holds exactly what a
+//! A fault-injecting wrapper for tests: EIO on read or write (always, the next N writes, or
+//! every Nth write), ENOSPC on write, EIO on sync, and torn writes that freeze the device (a crash image: the inner device then holds exactly what a
 //! power cut in the middle of that write could leave).
 //!
 //! Faults are armed through [`Faults`], shared with the test, and checked on every call from
@@ -15,10 +15,19 @@ use super::Device;
 pub struct Faults {
     /// Every read fails with EIO while set.
     pub read_eio: AtomicBool,
+    /// Reads that touch the 4 KiB page at this byte offset fail with EIO (`u64::MAX`: none,
+    /// the default): one bad sector.
+    pub bad_read_page: AtomicU64,
     /// Every write fails with EIO while set.
     pub write_eio: AtomicBool,
     /// Every write fails with ENOSPC while set.
     pub write_enospc: AtomicBool,
+    /// The next this many writes fail with EIO (counts down).
+    pub fail_next_writes: AtomicU64,
+    /// Every Nth write fails with EIO while non-zero (a steady error rate of 1/N).
+    pub fail_every_nth_write: AtomicU64,
+    /// Writes seen (for `fail_every_nth_write`).
+    pub writes: AtomicU64,
     /// Every sync fails with EIO while set.
     pub sync_eio: AtomicBool,
     /// Writes allowed before the device "crashes": the write that finds this at 0 is torn
@@ -36,6 +45,7 @@ impl Faults {
     pub fn new() -> Arc<Self> {
         let f = Self::default();
         f.crash_after_writes.store(-1, Ordering::SeqCst);
+        f.bad_read_page.store(u64::MAX, Ordering::SeqCst);
         Arc::new(f)
     }
 }
@@ -63,7 +73,10 @@ impl Device for FaultyDevice {
     }
 
     fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
-        if self.faults.read_eio.load(Ordering::SeqCst) {
+        let bad = self.faults.bad_read_page.load(Ordering::SeqCst);
+        let hits_bad =
+            bad != u64::MAX && off < bad + super::ALIGN as u64 && bad < off + buf.len() as u64;
+        if self.faults.read_eio.load(Ordering::SeqCst) || hits_bad {
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         self.inner.read_at(buf, off)
@@ -74,7 +87,13 @@ impl Device for FaultyDevice {
         if f.write_enospc.load(Ordering::SeqCst) {
             return Err(io::Error::from_raw_os_error(libc::ENOSPC));
         }
-        if f.write_eio.load(Ordering::SeqCst) {
+        let nth = f.writes.fetch_add(1, Ordering::SeqCst) + 1;
+        let every = f.fail_every_nth_write.load(Ordering::SeqCst);
+        let next = f
+            .fail_next_writes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if f.write_eio.load(Ordering::SeqCst) || next || (every > 0 && nth.is_multiple_of(every)) {
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         if f.crashed.load(Ordering::SeqCst) {

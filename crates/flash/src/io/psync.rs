@@ -62,6 +62,14 @@ fn worker(rx: &Mutex<Receiver<IoRequest>>, devices: &[Arc<dyn Device>], stats: &
     }
 }
 
+/// Dropping the executor (an engine that failed to open, or the last handle going away)
+/// stops and joins its threads, so none outlives it.
+impl Drop for PsyncExecutor {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
 impl Executor for PsyncExecutor {
     fn submit(&self, req: IoRequest) {
         enqueue(&self.tx, &self.stats, req);

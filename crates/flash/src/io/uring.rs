@@ -100,6 +100,14 @@ impl UringExecutor {
     }
 }
 
+/// Dropping the executor (an engine that failed to open, or the last handle going away)
+/// stops and joins its threads, so none outlives it.
+impl Drop for UringExecutor {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
 impl Executor for UringExecutor {
     fn submit(&self, req: IoRequest) {
         if enqueue(&self.tx, &self.stats, req) && self.sleeping.swap(false, Ordering::SeqCst) {

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 pub struct Server {
     pub child: Child,
     pub addr: SocketAddr,
+    /// Every stderr line but the "listening" one (startup and log lines), as they arrive.
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -59,9 +61,24 @@ impl Server {
             }
             log.push(line);
         };
-        // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        (Server { child, addr }, log)
+        // Keep draining stderr so the server never blocks on a full pipe; keep the lines.
+        let kept = std::sync::Arc::new(std::sync::Mutex::new(log.clone()));
+        let sink = std::sync::Arc::clone(&kept);
+        std::thread::spawn(move || {
+            for l in lines.map_while(Result::ok) {
+                if let Ok(mut v) = sink.lock() {
+                    v.push(l);
+                }
+            }
+        });
+        (
+            Server {
+                child,
+                addr,
+                log: kept,
+            },
+            log,
+        )
     }
 
     pub fn connect(&self) -> TcpStream {
@@ -99,6 +116,14 @@ impl Server {
             std::thread::sleep(Duration::from_millis(20));
         }
         None
+    }
+
+    /// Log lines (after startup) that contain `needle`.
+    pub fn log_lines(&self, needle: &str) -> Vec<String> {
+        self.log
+            .lock()
+            .map(|v| v.iter().filter(|l| l.contains(needle)).cloned().collect())
+            .unwrap_or_default()
     }
 
     /// A `stats` value.
