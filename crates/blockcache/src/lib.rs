@@ -41,5 +41,5 @@ pub use cache::{BlockCache, BlockCacheConfig, FlushState, RecoveryInfo};
 pub use error::Error;
 pub use stats::BlockStats;
 pub use switch::{ModeSwitch, SwitchPhase};
-pub use tunables::{FlushOrder, Mode, Tunables, TUNABLES};
+pub use tunables::{FlushOrder, Mode, Refusal, Tunables, TUNABLES};
 pub use warm::ShutdownReport;

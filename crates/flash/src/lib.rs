@@ -65,4 +65,5 @@ pub use io::file::FileDevice;
 pub use io::memory::MemoryDevice;
 pub use io::Device;
 pub use location::Location;
-pub use stats::FlashStats;
+pub use flashtier_metrics as metrics;
+pub use stats::{FlashStats, IoLatency};

@@ -249,9 +249,13 @@ impl Inner {
     fn submit_write(self: &Arc<Self>, id: u64, dev: usize, off: u64, buf: Arc<AlignedBuf>) {
         let me = Arc::clone(self);
         let n = buf.len() as u64;
+        let started = std::time::Instant::now();
         self.exec.submit(IoRequest {
             op: IoOp::Write { dev, off, buf },
-            done: Box::new(move |res| me.write_done(id, dev, n, res.map(|_| ()))),
+            done: Box::new(move |res| {
+                me.stats.latency.write.record(started.elapsed());
+                me.write_done(id, dev, n, res.map(|_| ()))
+            }),
         });
     }
 
