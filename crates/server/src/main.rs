@@ -9,6 +9,8 @@
 //!   [`ctl`]: `flashtier ctl`, the admin client.
 //! - [`http`]: the HTTP plumbing both admin endpoints share.
 //! - [`logging`]: the process logger behind the `log` facade the libraries use.
+//! - [`metrics`]: the Prometheus naming layer both `/metrics` share; [`procstat`] the
+//!   process metrics it reads from /proc.
 #![deny(unsafe_code)]
 
 mod admin;
@@ -19,6 +21,8 @@ mod http;
 mod kv;
 mod kv_admin;
 mod logging;
+mod metrics;
+mod procstat;
 mod signals;
 
 use clap::Parser as _;
