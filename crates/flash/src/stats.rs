@@ -81,7 +81,7 @@ stats! {
     recovered_segments,
     /// Segments found with a valid header but a corrupt summary or torn records.
     recovery_damaged_segments,
-    /// Microseconds the last recovery took.
+    /// Gauge: microseconds the last recovery took.
     recovery_time_us,
     /// Bytes written to devices (records, padding, headers, summaries): write amplification
     /// is this over `bytes_written`.

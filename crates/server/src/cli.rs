@@ -13,6 +13,11 @@ use clap::{ArgAction, Args, Parser, Subcommand};
     about = "A cache that extends caching beyond RAM onto flash"
 )]
 pub struct Cli {
+    /// Log line format on stderr: text (timestamp, level, target, message) or json (one
+    /// object per line).
+    #[arg(long, global = true, value_enum, default_value_t = crate::logging::LogFormat::Text)]
+    pub log_format: crate::logging::LogFormat,
+
     #[command(subcommand)]
     pub command: Command,
 }

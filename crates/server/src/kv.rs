@@ -396,7 +396,7 @@ pub fn main(args: KvArgs) -> anyhow::Result<()> {
 /// One line at startup: which flash files and sizes are in use, or that there are none.
 fn log_flash(cfg: &KvConfig, store: &Cache) {
     if cfg.flash.is_empty() {
-        eprintln!("flashtier kv: RAM only, no flash tier");
+        log::info!("RAM only, no flash tier");
         return;
     }
     let cwd = std::env::current_dir().unwrap_or_default();
@@ -412,8 +412,8 @@ fn log_flash(cfg: &KvConfig, store: &Cache) {
         .into_iter()
         .find(|(k, _)| k == "extstore_objects_recovered")
         .map_or_else(|| "0".to_string(), |(_, v)| v);
-    eprintln!(
-        "flashtier kv: flash tier on {} ({recovered} items recovered)",
+    log::info!(
+        "flash tier on {} ({recovered} items recovered)",
         devices.join(", ")
     );
 }
@@ -442,20 +442,19 @@ async fn run<S: KvStore>(
             .await
             .with_context(|| format!("cannot listen on {addr} (--admin)"))?;
         let bound = admin.local_addr().context("admin address")?;
-        eprintln!("flashtier kv: admin endpoint on http://{bound}");
+        log::info!("admin endpoint on http://{bound}");
         tokio::spawn(crate::kv_admin::serve(admin, Arc::clone(&ctx)));
     }
-    if cfg.verbose > 0 {
-        eprintln!(
-            "flashtier kv: listening on {listen} (memory {} bytes, max item {} bytes, {} threads, \
-             max {} connections)",
-            cfg.memory, cfg.max_item_size, cfg.threads, cfg.max_connections
-        );
-    }
+    log::info!(
+        "listening on {listen} (memory {} bytes, max item {} bytes, {} threads, max {} \
+         connections)",
+        cfg.memory,
+        cfg.max_item_size,
+        cfg.threads,
+        cfg.max_connections
+    );
     flashtier_memcache::serve(listener, ctx, crate::signals::shutdown_signal()).await?;
-    if cfg.verbose > 0 {
-        eprintln!("flashtier kv: shut down");
-    }
+    log::info!("shut down");
     Ok(())
 }
 

@@ -6,8 +6,10 @@
 //!   HTTP admin endpoint (metrics, stats, runtime knobs).
 //! - [`signals`]: SIGTERM/SIGINT handling shared by `kv` and `block`.
 //! - [`block`]: `flashtier block`, the NBD block cache; [`admin`] its HTTP admin endpoint;
-//!   [`ctl`]: `flashtier ctl`, the admin client.
+//!   [`ctl`]: `flashtier ctl`, the admin client; [`ctl_table`] its tables for people.
 //! - [`http`]: the HTTP plumbing both admin endpoints share.
+//! - [`rundir`]: the block face's run dir (lock, stats file, `ctl list`); [`rates`]: its
+//!   per-window counter rates.
 //! - [`logging`]: the process logger behind the `log` facade the libraries use.
 //! - [`metrics`]: the Prometheus naming layer both `/metrics` share; [`procstat`] the
 //!   process metrics it reads from /proc.
@@ -17,12 +19,15 @@ mod admin;
 mod block;
 mod cli;
 mod ctl;
+mod ctl_table;
 mod http;
 mod kv;
 mod kv_admin;
 mod logging;
 mod metrics;
 mod procstat;
+mod rates;
+mod rundir;
 mod signals;
 
 use clap::Parser as _;
@@ -30,6 +35,7 @@ use clap::Parser as _;
 fn main() -> std::process::ExitCode {
     logging::init(log::LevelFilter::Info);
     let cli = cli::Cli::parse();
+    logging::set_format(cli.log_format);
     let result = match cli.command {
         cli::Command::Kv(args) => kv::main(args),
         cli::Command::Block(args) => block::main(args),
@@ -38,7 +44,7 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("flashtier: {e:#}");
+            log::error!("{}", logging::error_chain(&e));
             std::process::ExitCode::FAILURE
         }
     }

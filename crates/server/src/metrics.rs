@@ -137,7 +137,14 @@ impl Exposition {
         };
         let (name, scale) = metric_name(stat, kind);
         let full = format!("{}{name}", self.prefix);
-        if self.head(&full, kind.name(), help) {
+        let unit = ["_seconds", "_bytes", "_ratio"]
+            .into_iter()
+            .find(|u| name.trim_end_matches("_total").ends_with(u) && !stat.ends_with(u));
+        let help = match unit {
+            Some(u) => format!("{help} (stat {stat}, exported in {}).", &u[1..]),
+            None => help.to_string(),
+        };
+        if self.head(&full, kind.name(), &help) {
             let _ = writeln!(self.out, "{full} {}", number(v * scale));
         }
     }
@@ -264,30 +271,56 @@ impl Exposition {
 /// as a wildcard; last cell: meaning), so HELP says what the documentation says.
 pub fn doc_help(stat: &str) -> Option<String> {
     const DOC: &str = include_str!("../../../docs/stats.md");
-    let knob = stat.strip_prefix("extstore_knob_");
-    for line in DOC.lines().filter(|l| l.starts_with("| `")) {
-        let cells: Vec<&str> = line.trim_matches('|').split(" | ").collect();
-        let (Some(names), Some(meaning)) = (cells.first(), cells.last()) else {
-            continue;
-        };
-        let matches = names.split('`').skip(1).step_by(2).any(|pat| {
-            let hit = |s: &str| match pat.strip_suffix('*') {
-                Some(p) => s.starts_with(p) && !p.is_empty(),
-                None => s == pat,
-            };
-            hit(stat) || knob.is_some_and(|k| cells.len() == 3 && hit(k))
-        });
-        if matches {
-            let m = meaning.replace('`', "");
-            let m = m.trim();
-            return Some(if knob.is_some() {
-                format!("Runtime knob: {m}")
-            } else {
-                m.to_string()
-            });
+    let rows: Vec<Vec<&str>> = DOC
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| l.trim_matches('|').split(" | ").collect())
+        .collect();
+    let find = |stat: &str, columns: Option<usize>| {
+        rows.iter()
+            .filter(|cells| columns.is_none_or(|n| cells.len() == n))
+            .find(|cells| {
+                cells.first().is_some_and(|names| {
+                    names.split('`').skip(1).step_by(2).any(|pat| match pat.strip_suffix('*') {
+                        Some(p) => !p.is_empty() && stat.starts_with(p),
+                        None => stat == pat,
+                    })
+                })
+            })
+            .and_then(|cells| cells.last())
+            .map(|m| plain(m))
+    };
+    // A knob's own row (knob | default | meaning) says more than the `extstore_knob_*` row.
+    if let Some(m) = stat.strip_prefix("extstore_knob_").and_then(|k| find(k, Some(3))) {
+        return Some(format!("Runtime knob: {m}"));
+    }
+    find(stat, None)
+}
+
+/// Markdown cell text as plain text: backticks dropped, `[text](link)` becomes `text`.
+fn plain(md: &str) -> String {
+    let mut out = String::new();
+    let mut rest = md.trim();
+    while let Some(open) = rest.find('[') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        match after.find("](").and_then(|close| {
+            after[close..]
+                .find(')')
+                .map(|end| (close, close + end + 1))
+        }) {
+            Some((close, end)) => {
+                out.push_str(&after[..close]);
+                rest = &after[end..];
+            }
+            None => {
+                out.push('[');
+                rest = after;
+            }
         }
     }
-    None
+    out.push_str(rest);
+    out.replace('`', "")
 }
 
 #[cfg(test)]
@@ -321,7 +354,7 @@ mod tests {
         assert_eq!(
             e.finish(),
             "# HELP x_cmd_get_total gets\n# TYPE x_cmd_get_total counter\nx_cmd_get_total 3\n\
-             # HELP x_hit_ratio hits\n# TYPE x_hit_ratio gauge\nx_hit_ratio 0.5\n\
+             # HELP x_hit_ratio hits (stat hit_percent, exported in ratio).\n# TYPE x_hit_ratio gauge\nx_hit_ratio 0.5\n\
              # HELP x_version not a number: skipped\n# TYPE x_version gauge\nx_version 1.2\n\
              # HELP x_info facts\n# TYPE x_info gauge\nx_info{version=\"1.6\\\"x\\\"\"} 1\n"
         );
@@ -349,6 +382,8 @@ mod tests {
         assert!(doc_help("extstore_knob_item_size")
             .unwrap()
             .starts_with("Runtime knob: values smaller"));
+        assert_eq!(plain("see [knobs](#runtime-knobs) and `x`"), "see knobs and x");
+        assert_eq!(plain("a [b c"), "a [b c");
         assert_eq!(doc_help("no_such_stat_anywhere"), None);
     }
 }

@@ -67,10 +67,10 @@ impl BlockServer {
             };
             seen.push_str(&line);
             seen.push('\n');
-            if let Some(a) = line.strip_prefix("flashtier block: admin on ") {
+            if let Some((_, a)) = line.split_once(" block: admin on http://") {
                 admin = Some(a.trim().to_string());
             }
-            serving |= line.starts_with("flashtier block: serving");
+            serving |= line.contains(" block: serving");
             if serving && admin.is_some() {
                 break;
             }
