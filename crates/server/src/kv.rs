@@ -196,14 +196,14 @@ impl KvConfig {
             .listen
             .clone()
             .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
-        let (mut host, mut port) = split_host_port(&listen_text)?;
+        let (mut host, mut port) = split_host_port(&listen_text).context("--listen")?;
         if let Some(l) = &a.listen_addr {
             host = l.clone();
         }
         if let Some(p) = a.port {
             port = p;
         }
-        let listen = resolve(&host, port)?;
+        let listen = resolve(&host, port).context("--listen")?;
 
         let memory = match (a.memory_mb, &a.memory) {
             (Some(_), Some(_)) => bail!("give the memory limit once: --memory or -m, not both"),
@@ -308,10 +308,10 @@ impl KvConfig {
 fn split_host_port(s: &str) -> anyhow::Result<(String, u16)> {
     let (host, port) = s
         .rsplit_once(':')
-        .with_context(|| format!("--listen {s:?}: expected HOST:PORT"))?;
+        .with_context(|| format!("{s:?}: expected HOST:PORT"))?;
     let port: u16 = port
         .parse()
-        .with_context(|| format!("--listen {s:?}: bad port"))?;
+        .with_context(|| format!("{s:?}: bad port"))?;
     let host = host
         .trim_start_matches('[')
         .trim_end_matches(']')
@@ -322,9 +322,9 @@ fn split_host_port(s: &str) -> anyhow::Result<(String, u16)> {
 fn resolve(host: &str, port: u16) -> anyhow::Result<SocketAddr> {
     (host, port)
         .to_socket_addrs()
-        .with_context(|| format!("cannot resolve listen address {host}:{port}"))?
+        .with_context(|| format!("cannot resolve {host}:{port}"))?
         .next()
-        .with_context(|| format!("listen address {host}:{port} resolves to nothing"))
+        .with_context(|| format!("{host}:{port} resolves to nothing"))
 }
 
 fn parse_flash_spec(v: &str, what: &str) -> anyhow::Result<String> {
@@ -368,9 +368,11 @@ pub fn main(args: KvArgs) -> anyhow::Result<()> {
         1 => log::LevelFilter::Debug,
         _ => log::LevelFilter::Trace,
     });
+    crate::kv_check::check(&cfg)?;
     if args.check_config {
-        println!("{cfg:#?}");
-        println!("configuration ok");
+        crate::kv_check::check_ports(&cfg)?;
+        print!("{}", crate::kv_check::describe(&cfg));
+        println!("# configuration ok");
         return Ok(());
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -3,7 +3,8 @@
 //! # Layout
 //! - [`cli`]: command-line flags (clap derive), native and memcached-compatible.
 //! - [`kv`]: `flashtier kv`, the memcached-compatible key-value server; [`kv_admin`] its
-//!   HTTP admin endpoint (metrics, stats, runtime knobs).
+//!   HTTP admin endpoint (metrics, stats, runtime knobs); [`kv_check`] what a start and
+//!   `--check-config` check before anything is created.
 //! - [`signals`]: SIGTERM/SIGINT handling shared by `kv` and `block`.
 //! - [`block`]: `flashtier block`, the NBD block cache; [`admin`] its HTTP admin endpoint;
 //!   [`ctl`]: `flashtier ctl`, the admin client; [`ctl_table`] its tables for people.
@@ -23,6 +24,7 @@ mod ctl_table;
 mod http;
 mod kv;
 mod kv_admin;
+mod kv_check;
 mod logging;
 mod metrics;
 mod procstat;
