@@ -23,42 +23,44 @@ use crate::rundir::{Header, RunDir};
 
 /// The admin endpoint's default address, the one `flashtier ctl` talks to by default.
 pub const DEFAULT_ADMIN: &str = "127.0.0.1:10810";
+/// The NBD listen address by default (NBD's port).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
 
 #[derive(Clone, Debug, Args)]
 pub struct BlockArgs {
     /// The slow device: a file or block device path, `nbd://HOST[:PORT]/EXPORT` or
     /// `nbd+unix:///EXPORT?socket=PATH`.
     #[arg(long, value_name = "PATH|URI")]
-    pub backing: String,
+    pub backing: Option<String>,
 
     /// The cache device, PATH:SIZE (created and sized if missing), e.g. /var/cache/ft.img:4G.
     #[arg(long, value_name = "PATH:SIZE")]
-    pub cache: String,
+    pub cache: Option<String>,
 
     /// writeback | writethrough | writearound. Default: writeback.
     #[arg(long, value_name = "MODE")]
     pub mode: Option<String>,
 
     /// NBD listen address: HOST:PORT or unix:PATH. Default: 127.0.0.1:10809.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:10809")]
-    pub listen: String,
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
 
     /// Export name. Default: block.
-    #[arg(long, default_value = "block")]
-    pub export: String,
+    #[arg(long)]
+    pub export: Option<String>,
 
     /// Admin HTTP endpoint (stats, /metrics, tunables, flush, status, detach), HOST:PORT, or
     /// `none`. Default: 127.0.0.1:10810, where `flashtier ctl` looks.
-    #[arg(long, value_name = "HOST:PORT|none", default_value = DEFAULT_ADMIN)]
-    pub admin: String,
+    #[arg(long, value_name = "HOST:PORT|none")]
+    pub admin: Option<String>,
 
     /// Directory for `<export>.stats` (rewritten every second). Default: ./data/run/block.
-    #[arg(long, value_name = "DIR", default_value = "data/run/block")]
-    pub run_dir: PathBuf,
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: Option<PathBuf>,
 
     /// Cache block size in bytes (power of two, 512..=1MiB). Default: 4096.
-    #[arg(long, default_value_t = 4096)]
-    pub block_size: u32,
+    #[arg(long)]
+    pub block_size: Option<u32>,
 
     /// Dirty percentage of the cache at which writeback starts. Default: 40.
     #[arg(long)]
@@ -94,14 +96,92 @@ pub struct BlockArgs {
     #[arg(long)]
     pub threads: Option<usize>,
 
+    /// TOML configuration file: the flags' names as keys (backing, cache, mode, listen,
+    /// export, admin, run_dir, block_size, no_direct_io, threads, dirty_high_pct, ...) and a
+    /// [set] table of tunables (`"flash.reclaim_policy" = "greedy"`). Flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
     /// Validate everything a start validates (tunables, addresses, sizes, paths; creating
     /// and changing nothing), print the effective configuration and exit.
     #[arg(long)]
     pub check_config: bool,
 }
 
+/// The `--config` TOML file of `flashtier block`. Every key is optional; flags override.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BlockFile {
+    pub backing: Option<String>,
+    pub cache: Option<String>,
+    pub mode: Option<String>,
+    pub listen: Option<String>,
+    pub export: Option<String>,
+    pub admin: Option<String>,
+    pub run_dir: Option<PathBuf>,
+    pub block_size: Option<u32>,
+    pub dirty_high_pct: Option<u64>,
+    pub dirty_low_pct: Option<u64>,
+    pub dirty_max_pct: Option<u64>,
+    pub flush_period: Option<u64>,
+    pub flush_order: Option<String>,
+    pub seq_threshold_kb: Option<u64>,
+    pub admit_max_kb: Option<u64>,
+    pub no_direct_io: Option<bool>,
+    pub threads: Option<usize>,
+    /// Tunables as `--set` takes them (`flash.*` included); `--set` flags come after.
+    pub set: Option<std::collections::BTreeMap<String, toml::Value>>,
+}
+
+/// The flags with the `--config` file under them: a flag wins, then the file.
+fn merged(args: &BlockArgs) -> anyhow::Result<BlockArgs> {
+    let Some(path) = &args.config else {
+        return Ok(args.clone());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--config {}: cannot read it", path.display()))?;
+    let f: BlockFile =
+        toml::from_str(&text).with_context(|| format!("--config {}", path.display()))?;
+    let mut a = args.clone();
+    macro_rules! fill {
+        ($($field:ident),*) => { $( if a.$field.is_none() { a.$field = f.$field.clone(); } )* };
+    }
+    fill!(
+        backing,
+        cache,
+        mode,
+        listen,
+        export,
+        admin,
+        run_dir,
+        block_size,
+        dirty_high_pct,
+        dirty_low_pct,
+        dirty_max_pct,
+        flush_period,
+        flush_order,
+        seq_threshold_kb,
+        admit_max_kb,
+        threads
+    );
+    a.no_direct_io |= f.no_direct_io.unwrap_or(false);
+    if let Some(table) = &f.set {
+        let mut set: Vec<String> = table
+            .iter()
+            .map(|(k, v)| match v {
+                toml::Value::String(s) => format!("{k}={s}"),
+                other => format!("{k}={other}"),
+            })
+            .collect();
+        set.extend(a.set.iter().cloned());
+        a.set = set;
+    }
+    Ok(a)
+}
+
 pub fn main(args: BlockArgs) -> anyhow::Result<()> {
     let cfg = BlockConfig::from_args(&args)?;
+    let threads = cfg.threads;
     if args.check_config {
         cfg.check_paths()?;
         print!("{}", cfg.describe());
@@ -109,7 +189,7 @@ pub fn main(args: BlockArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let mut rt = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = args.threads {
+    if let Some(n) = threads {
         rt.worker_threads(n.max(1));
     }
     let runtime = rt
@@ -134,6 +214,7 @@ pub struct BlockConfig {
     pub run_dir: PathBuf,
     pub block_size: u32,
     pub direct_io: bool,
+    pub threads: Option<usize>,
     /// Cache tunables in the order they are applied, then `flash.*` engine knobs.
     pub tunables: Vec<(String, String)>,
     pub flash_knobs: Vec<(String, String)>,
@@ -143,28 +224,39 @@ pub struct BlockConfig {
 
 impl BlockConfig {
     pub fn from_args(args: &BlockArgs) -> anyhow::Result<Self> {
+        let args = &merged(args)?;
         let all = tunables(args)?;
         let (flash_knobs, tun): (Vec<_>, Vec<_>) =
             all.into_iter().partition(|(k, _)| k.starts_with("flash."));
-        let listen: ListenAddr = args
+        let backing = args
+            .backing
+            .clone()
+            .context("--backing PATH|URI is required (or `backing` in --config)")?;
+        let cache_text = args
+            .cache
+            .clone()
+            .context("--cache PATH:SIZE is required (or `cache` in --config)")?;
+        let listen_text = args
             .listen
+            .clone()
+            .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+        let listen: ListenAddr = listen_text
             .parse()
-            .with_context(|| format!("--listen {:?}", args.listen))?;
-        let cache =
-            DeviceSpec::parse(&args.cache).with_context(|| format!("--cache {:?}", args.cache))?;
+            .with_context(|| format!("--listen {listen_text:?}"))?;
+        let cache = DeviceSpec::parse(&cache_text)
+            .with_context(|| format!("--cache {cache_text:?}"))?;
         if cache.size == 0 {
-            bail!("--cache {:?}: give a size, e.g. PATH:4G", args.cache);
+            bail!("--cache {cache_text:?}: give a size, e.g. PATH:4G");
         }
-        if !args.block_size.is_power_of_two() || !(512..=1 << 20).contains(&args.block_size) {
-            bail!(
-                "--block-size {}: expected a power of two from 512 to 1MiB",
-                args.block_size
-            );
+        let block_size = args.block_size.unwrap_or(4096);
+        if !block_size.is_power_of_two() || !(512..=1 << 20).contains(&block_size) {
+            bail!("--block-size {block_size}: expected a power of two from 512 to 1MiB");
         }
-        if args.export.is_empty() || args.export.contains('/') {
-            bail!("--export {:?}: expected a non-empty name without '/'", args.export);
+        let export = args.export.clone().unwrap_or_else(|| "block".to_string());
+        if export.is_empty() || export.contains('/') {
+            bail!("--export {export:?}: expected a non-empty name without '/'");
         }
-        let admin = match args.admin.trim() {
+        let admin = match args.admin.as_deref().unwrap_or(DEFAULT_ADMIN).trim() {
             "none" | "off" | "" => None,
             a => Some(resolve_admin(a)?),
         };
@@ -191,16 +283,20 @@ impl BlockConfig {
             .collect();
         effective.extend(flash_knobs.iter().cloned());
         Ok(Self {
-            backing: args.backing.clone(),
-            cache_text: args.cache.clone(),
+            backing,
+            cache_text,
             cache,
             listen,
-            listen_text: args.listen.clone(),
-            export: args.export.clone(),
+            listen_text,
+            export,
             admin,
-            run_dir: args.run_dir.clone(),
-            block_size: args.block_size,
+            run_dir: args
+                .run_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("data/run/block")),
+            block_size,
             direct_io: !args.no_direct_io,
+            threads: args.threads,
             tunables: tun,
             flash_knobs,
             effective,

@@ -30,6 +30,12 @@ pub enum Command {
     Block(crate::block::BlockArgs),
     /// Control a running `flashtier block` through its admin endpoint.
     Ctl(crate::ctl::CtlArgs),
+    /// Write man pages and shell completions generated from this CLI into DIR (packaging).
+    #[command(hide = true)]
+    Assets {
+        /// Output directory (created): man/*.1, completions/{flashtier.bash,_flashtier,flashtier.fish}.
+        dir: std::path::PathBuf,
+    },
 }
 
 #[derive(Clone, Debug, Default, Args)]

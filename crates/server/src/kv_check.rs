@@ -17,8 +17,8 @@ use crate::kv::KvConfig;
 pub fn check(cfg: &KvConfig) -> anyhow::Result<()> {
     let specs: Vec<&str> = cfg.flash.iter().map(String::as_str).collect();
     if specs.is_empty() {
-        if let Some((name, _)) = cfg.knobs.first() {
-            bail!("--knob {name}: knobs tune the flash tier, and this configuration has none (--ram-only)");
+        if let Some((name, value)) = cfg.knobs.first() {
+            bail!("--knob {name}={value}: no flash tier (--ram-only) for knobs to tune");
         }
     } else {
         let fs = FlashSettings::parse(&specs).context("--flash")?;

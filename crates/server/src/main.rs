@@ -11,12 +11,14 @@
 //! - [`http`]: the HTTP plumbing both admin endpoints share.
 //! - [`rundir`]: the block face's run dir (lock, stats file, `ctl list`); [`rates`]: its
 //!   per-window counter rates.
+//! - [`assets`]: man pages and shell completions generated from the CLI (packaging).
 //! - [`logging`]: the process logger behind the `log` facade the libraries use.
 //! - [`metrics`]: the Prometheus naming layer both `/metrics` share; [`procstat`] the
 //!   process metrics it reads from /proc.
 #![deny(unsafe_code)]
 
 mod admin;
+mod assets;
 mod block;
 mod cli;
 mod ctl;
@@ -42,6 +44,7 @@ fn main() -> std::process::ExitCode {
         cli::Command::Kv(args) => kv::main(args),
         cli::Command::Block(args) => block::main(args),
         cli::Command::Ctl(args) => ctl::main(args),
+        cli::Command::Assets { dir } => assets::write(&dir),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
