@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs the real peers the tests run against, on Debian, when they are missing:
 # memcached (differential peer), memccapable, nutcracker (twemproxy), pylibmc, nbdkit, fio,
-# libnbd tools and Python bindings, qemu-img, netcat; pymemcache + pytest from PyPI; cargo-fuzz.
+# libnbd tools and Python bindings, qemu-img, netcat; promtool (package prometheus: checks
+# both faces' /metrics); systemd-analyze, man and readelf (the .deb test); pymemcache +
+# pytest from PyPI; cargo-fuzz and cargo-deb from crates.io.
 set -euo pipefail
 need_apt=()
 for pair in memcached:memcached memccapable:libmemcached-tools nutcracker:nutcracker \
             nbdkit:nbdkit fio:fio nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils \
-            qemu-io:qemu-utils nc:netcat-openbsd; do
+            qemu-io:qemu-utils nc:netcat-openbsd promtool:prometheus \
+            systemd-analyze:systemd man:man-db readelf:binutils dpkg-deb:dpkg; do
   bin=${pair%%:*}; pkg=${pair#*:}
   command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
@@ -19,3 +22,4 @@ if ((${#need_apt[@]})); then
 fi
 python3 -c 'import pymemcache, pytest' 2>/dev/null || python3 -m pip install -q pymemcache pytest
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install -q cargo-fuzz --locked
+command -v cargo-deb >/dev/null 2>&1 || cargo install -q cargo-deb --locked
