@@ -255,7 +255,10 @@ mod tests {
         assert!(ok("item_size", "4k").is_ok());
         assert!(ok("compact_under", "1").is_ok());
         assert!(ok("reclaim_policy", "greedy").is_ok());
-        assert!(ok("foo", "1").unwrap_err().to_string().contains("unknown knob foo"));
+        assert!(ok("foo", "1")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown knob foo"));
         assert!(ok("item_age", "1").is_err());
         assert!(ok("append_wait_ms", "60001").is_err());
         assert!(ok("keep_limit", "2").is_err());

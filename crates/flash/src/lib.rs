@@ -59,11 +59,11 @@ pub use engine::{
     Decision, DropAll, Flash, FlashInfo, ReclaimHandler, RecordMeta, RecordWrite, StreamId,
 };
 pub use error::{Error, Result};
+pub use flashtier_metrics as metrics;
 pub use format::record::{kind, Record, RecordHeader};
 pub use io::faulty::{Faults, FaultyDevice};
 pub use io::file::FileDevice;
 pub use io::memory::MemoryDevice;
 pub use io::Device;
 pub use location::Location;
-pub use flashtier_metrics as metrics;
 pub use stats::{FlashStats, IoLatency};

@@ -51,9 +51,7 @@ impl Family {
     pub fn of(r: &Request) -> Family {
         match r {
             Request::Retrieval(_) | Request::MetaGet(_) => Family::Get,
-            Request::Storage(_) | Request::MetaSet { .. } | Request::TooLarge { .. } => {
-                Family::Set
-            }
+            Request::Storage(_) | Request::MetaSet { .. } | Request::TooLarge { .. } => Family::Set,
             Request::Delete { .. } | Request::MetaDelete(_) => Family::Delete,
             Request::Arith { .. } | Request::MetaArith { .. } => Family::Arith,
             Request::Touch { .. } => Family::Touch,

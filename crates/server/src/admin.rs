@@ -54,20 +54,47 @@ pub struct AdminCtx {
 
 /// HELP of the block cache's gauges (its counters document themselves in `BlockStats`).
 const GAUGES: &[(&str, &str)] = &[
-    ("read_hit_percent", "Blocks read that were cache hits, since start"),
-    ("write_hit_percent", "Blocks written that were already cached, since start"),
-    ("dirty_blocks", "Cached blocks not yet written back to the backing"),
+    (
+        "read_hit_percent",
+        "Blocks read that were cache hits, since start",
+    ),
+    (
+        "write_hit_percent",
+        "Blocks written that were already cached, since start",
+    ),
+    (
+        "dirty_blocks",
+        "Cached blocks not yet written back to the backing",
+    ),
     ("cached_blocks", "Blocks in the cache"),
     ("index_bytes", "RAM used by the block index"),
     ("capacity_blocks", "Blocks the cache device holds"),
     ("dirty_percent", "Dirty blocks over the capacity"),
     ("block_size", "Cache block size in bytes"),
-    ("clean_watermark", "Write sequence below which every block is clean"),
-    ("clean_watermark_persisted", "Clean watermark last written to the cache device"),
-    ("recovered_dirty_blocks", "Dirty blocks recovered from the cache device at start"),
-    ("recovered_clean_blocks", "Clean blocks kept at start (warm restart)"),
-    ("mode_switch_in_progress", "1 while a switch away from writeback is writing back"),
-    ("mode_switch_dirty_left", "Dirty blocks the running mode switch still has to write back"),
+    (
+        "clean_watermark",
+        "Write sequence below which every block is clean",
+    ),
+    (
+        "clean_watermark_persisted",
+        "Clean watermark last written to the cache device",
+    ),
+    (
+        "recovered_dirty_blocks",
+        "Dirty blocks recovered from the cache device at start",
+    ),
+    (
+        "recovered_clean_blocks",
+        "Clean blocks kept at start (warm restart)",
+    ),
+    (
+        "mode_switch_in_progress",
+        "1 while a switch away from writeback is writing back",
+    ),
+    (
+        "mode_switch_dirty_left",
+        "Dirty blocks the running mode switch still has to write back",
+    ),
 ];
 
 /// NBD counters (the nbd crate's names) and their HELP; `nbd_in_flight` and
@@ -80,10 +107,19 @@ const NBD: &[(&str, &str)] = &[
     ("nbd_write_zeroes", "NBD WRITE_ZEROES requests"),
     ("nbd_caches", "NBD CACHE requests"),
     ("nbd_discs", "NBD DISC requests"),
-    ("nbd_unknown_commands", "NBD requests with an unknown command"),
+    (
+        "nbd_unknown_commands",
+        "NBD requests with an unknown command",
+    ),
     ("nbd_fua_requests", "NBD requests carrying FUA"),
-    ("nbd_bytes_read", "Payload bytes sent to clients by successful READs"),
-    ("nbd_bytes_written", "Payload bytes accepted from clients by successful WRITEs"),
+    (
+        "nbd_bytes_read",
+        "Payload bytes sent to clients by successful READs",
+    ),
+    (
+        "nbd_bytes_written",
+        "Payload bytes accepted from clients by successful WRITEs",
+    ),
     ("nbd_errors", "NBD error replies and protocol violations"),
     ("nbd_in_flight", "NBD requests in flight now"),
     ("nbd_max_in_flight", "Most NBD requests in flight at once"),
@@ -110,12 +146,15 @@ pub fn kind_of(stat: &str) -> (Kind, String) {
             stat,
             "nbd_in_flight" | "nbd_max_in_flight" | "nbd_connections_active"
         );
-        return (if gauge { Kind::Gauge } else { Kind::Counter }, doc.to_string());
+        return (
+            if gauge { Kind::Gauge } else { Kind::Counter },
+            doc.to_string(),
+        );
     }
-    let help = GAUGES
-        .iter()
-        .find(|(k, _)| *k == stat)
-        .map_or_else(|| format!("block cache stat {stat}"), |(_, h)| h.to_string());
+    let help = GAUGES.iter().find(|(k, _)| *k == stat).map_or_else(
+        || format!("block cache stat {stat}"),
+        |(_, h)| h.to_string(),
+    );
     (Kind::Gauge, help)
 }
 
@@ -140,7 +179,11 @@ impl AdminCtx {
     fn raw_pairs(&self) -> Vec<(String, String)> {
         let mut v = self.cache.stats_pairs();
         let t = self.nbd.totals();
-        v.extend(t.key_values().iter().map(|(k, n)| (k.to_string(), n.to_string())));
+        v.extend(
+            t.key_values()
+                .iter()
+                .map(|(k, n)| (k.to_string(), n.to_string())),
+        );
         v.push((
             "nbd_connections_accepted".into(),
             self.nbd.connections_accepted().to_string(),
@@ -214,9 +257,24 @@ pub fn metrics(ctx: &AdminCtx) -> String {
         FlushState::Running { done, total } => (1, done, total),
         FlushState::Done { total, .. } => (0, total, total),
     };
-    e.stat("flush_running", &running.to_string(), Kind::Gauge, "1 while a flush (ctl flush, detach, mode switch) runs");
-    e.stat("flush_done_blocks", &done.to_string(), Kind::Gauge, "Blocks the current or last flush has written back");
-    e.stat("flush_target_blocks", &total.to_string(), Kind::Gauge, "Blocks the current or last flush set out to write back");
+    e.stat(
+        "flush_running",
+        &running.to_string(),
+        Kind::Gauge,
+        "1 while a flush (ctl flush, detach, mode switch) runs",
+    );
+    e.stat(
+        "flush_done_blocks",
+        &done.to_string(),
+        Kind::Gauge,
+        "Blocks the current or last flush has written back",
+    );
+    e.stat(
+        "flush_target_blocks",
+        &total.to_string(),
+        Kind::Gauge,
+        "Blocks the current or last flush set out to write back",
+    );
     e.info("Text-valued stats (mode) as labels; always 1.", &info);
     e.histogram(
         "request_duration_seconds",
@@ -402,7 +460,10 @@ async fn route(req: &Request, ctx: &AdminCtx) -> (u16, String) {
                 }
             }
             let Some(mode) = to.and_then(Mode::parse) else {
-                return (400, "usage: /mode?writeback|writethrough|writearound[&wait]\n".into());
+                return (
+                    400,
+                    "usage: /mode?writeback|writethrough|writearound[&wait]\n".into(),
+                );
             };
             let Some(sw) = cache.set_mode(mode) else {
                 return (200, format!("mode={}\n", mode.name()));

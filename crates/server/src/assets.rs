@@ -18,7 +18,13 @@ pub fn write(dir: &Path) -> anyhow::Result<()> {
     page(&man, "flashtier", cmd.clone())?;
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
         let name = format!("flashtier-{}", sub.get_name());
-        page(&man, &name, sub.clone().display_name(name.clone()).bin_name(name.replace('-', " ")))?;
+        page(
+            &man,
+            &name,
+            sub.clone()
+                .display_name(name.clone())
+                .bin_name(name.replace('-', " ")),
+        )?;
     }
     for (shell, file) in [
         (Shell::Bash, "flashtier.bash"),
@@ -26,7 +32,12 @@ pub fn write(dir: &Path) -> anyhow::Result<()> {
         (Shell::Fish, "flashtier.fish"),
     ] {
         let mut out = Vec::new();
-        clap_complete::generate(shell, &mut crate::cli::Cli::command(), "flashtier", &mut out);
+        clap_complete::generate(
+            shell,
+            &mut crate::cli::Cli::command(),
+            "flashtier",
+            &mut out,
+        );
         let path = comp.join(file);
         std::fs::write(&path, out).with_context(|| format!("cannot write {}", path.display()))?;
     }

@@ -243,8 +243,8 @@ impl BlockConfig {
         let listen: ListenAddr = listen_text
             .parse()
             .with_context(|| format!("--listen {listen_text:?}"))?;
-        let cache = DeviceSpec::parse(&cache_text)
-            .with_context(|| format!("--cache {cache_text:?}"))?;
+        let cache =
+            DeviceSpec::parse(&cache_text).with_context(|| format!("--cache {cache_text:?}"))?;
         if cache.size == 0 {
             bail!("--cache {cache_text:?}: give a size, e.g. PATH:4G");
         }
@@ -397,8 +397,11 @@ fn writable_dir(d: &Path) -> anyhow::Result<()> {
     if !m.is_dir() {
         bail!("{} is not a directory", d.display());
     }
-    rustix::fs::access(d, rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK)
-        .with_context(|| format!("{} is not writable", d.display()))?;
+    rustix::fs::access(
+        d,
+        rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+    )
+    .with_context(|| format!("{} is not writable", d.display()))?;
     Ok(())
 }
 
@@ -449,7 +452,12 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
             },
             &[],
         )
-        .with_context(|| format!("--run-dir {}: cannot write the stats file", cfg.run_dir.display()))?;
+        .with_context(|| {
+            format!(
+                "--run-dir {}: cannot write the stats file",
+                cfg.run_dir.display()
+            )
+        })?;
     let backing = open_backend(&cfg.backing)
         .await
         .with_context(|| format!("--backing {:?}", cfg.backing))?;
@@ -517,7 +525,8 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
     }
     let run_dir = Arc::new(run_dir);
     let write = {
-        let (export, listen, admin) = (cfg.export.clone(), listen_addr.clone(), admin_bound.clone());
+        let (export, listen, admin) =
+            (cfg.export.clone(), listen_addr.clone(), admin_bound.clone());
         let run_dir = Arc::clone(&run_dir);
         let ctx = Arc::clone(&ctx);
         move |state: &str| {
@@ -532,7 +541,12 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
             )
         }
     };
-    write("serving").with_context(|| format!("--run-dir {}: cannot write the stats file", cfg.run_dir.display()))?;
+    write("serving").with_context(|| {
+        format!(
+            "--run-dir {}: cannot write the stats file",
+            cfg.run_dir.display()
+        )
+    })?;
     if cfg.admin.is_some() {
         log::info!("admin on http://{admin_bound}");
     }

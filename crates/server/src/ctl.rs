@@ -130,7 +130,10 @@ pub fn main(args: CtlArgs) -> anyhow::Result<()> {
     match &args.op {
         CtlOp::Stats { table: false } => print!("{}", get(a, "/stats")?),
         CtlOp::Stats { table: true } => {
-            print!("{}", crate::ctl_table::table(&get(a, "/stats")?, &get(a, "/rates")?))
+            print!(
+                "{}",
+                crate::ctl_table::table(&get(a, "/stats")?, &get(a, "/rates")?)
+            )
         }
         CtlOp::ResetStats => print!("{}", post(a, "/reset-stats")?),
         CtlOp::List { run_dir } => print!("{}", crate::ctl_table::list(run_dir)?),

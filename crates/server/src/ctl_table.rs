@@ -173,10 +173,22 @@ mod tests {
              flash_bytes_written=2048.000,0,0\n",
         );
         let lines: Vec<&str> = t.lines().collect();
-        assert!(lines[1].starts_with("reads") && lines[1].contains("1.2k"), "{t}");
+        assert!(
+            lines[1].starts_with("reads") && lines[1].contains("1.2k"),
+            "{t}"
+        );
         assert!(lines[1].contains("20/s") && lines[1].contains("4/s"), "{t}");
-        assert!(lines[2].contains(" 5 ") && lines[2].trim_end().ends_with('-'), "{t}");
-        assert!(lines[3].contains("1.0 MiB") && lines[3].contains("2.0 KiB/s"), "{t}");
-        assert!(t.contains("windows covered so far: 60 s, 300 s, 300 s"), "{t}");
+        assert!(
+            lines[2].contains(" 5 ") && lines[2].trim_end().ends_with('-'),
+            "{t}"
+        );
+        assert!(
+            lines[3].contains("1.0 MiB") && lines[3].contains("2.0 KiB/s"),
+            "{t}"
+        );
+        assert!(
+            t.contains("windows covered so far: 60 s, 300 s, 300 s"),
+            "{t}"
+        );
     }
 }

@@ -211,7 +211,11 @@ fn head_end(buf: &[u8]) -> Option<usize> {
     }
 }
 
-async fn write_response(sock: &mut TcpStream, r: &Response, head_only: bool) -> std::io::Result<()> {
+async fn write_response(
+    sock: &mut TcpStream,
+    r: &Response,
+    head_only: bool,
+) -> std::io::Result<()> {
     let reason = match r.code {
         200 => "OK",
         400 => "Bad Request",

@@ -309,9 +309,7 @@ fn split_host_port(s: &str) -> anyhow::Result<(String, u16)> {
     let (host, port) = s
         .rsplit_once(':')
         .with_context(|| format!("{s:?}: expected HOST:PORT"))?;
-    let port: u16 = port
-        .parse()
-        .with_context(|| format!("{s:?}: bad port"))?;
+    let port: u16 = port.parse().with_context(|| format!("{s:?}: bad port"))?;
     let host = host
         .trim_start_matches('[')
         .trim_end_matches(']')

@@ -207,6 +207,9 @@ mod tests {
         assert_eq!(kind_of("flash_segments_total").0, Kind::Gauge);
         assert_eq!(kind_of("flash_bytes_written").0, Kind::Counter);
         assert!(kind_of("flash_bytes_dead").1.contains("dead"));
-        assert_eq!(kind_of("brand_new_stat").1, "memcached-style stat brand_new_stat");
+        assert_eq!(
+            kind_of("brand_new_stat").1,
+            "memcached-style stat brand_new_stat"
+        );
     }
 }

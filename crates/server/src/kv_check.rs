@@ -35,8 +35,16 @@ fn check_device(text: &str, spec: &DeviceSpec) -> anyhow::Result<()> {
     let path = &spec.path;
     match std::fs::metadata(path) {
         Ok(m) if m.is_dir() => bail!("--flash {text}: {} is a directory", path.display()),
-        Ok(_) => rustix::fs::access(path, rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK)
-            .with_context(|| format!("--flash {text}: {} cannot be read and written", path.display())),
+        Ok(_) => rustix::fs::access(
+            path,
+            rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK,
+        )
+        .with_context(|| {
+            format!(
+                "--flash {text}: {} cannot be read and written",
+                path.display()
+            )
+        }),
         Err(_) if spec.size == 0 => bail!(
             "--flash {text}: size 0 means \"the whole existing file or device\", and {} does not \
              exist; give a size to create it (e.g. {}:1GiB)",
@@ -56,14 +64,17 @@ fn check_device(text: &str, spec: &DeviceSpec) -> anyhow::Result<()> {
             if !existing.is_dir() {
                 bail!("--flash {text}: {} is not a directory", existing.display());
             }
-            rustix::fs::access(existing, rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK)
-                .with_context(|| {
-                    format!(
-                        "--flash {text}: cannot create {} ({} is not writable)",
-                        path.display(),
-                        existing.display()
-                    )
-                })
+            rustix::fs::access(
+                existing,
+                rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+            )
+            .with_context(|| {
+                format!(
+                    "--flash {text}: cannot create {} ({} is not writable)",
+                    path.display(),
+                    existing.display()
+                )
+            })
         }
     }
 }

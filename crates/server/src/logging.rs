@@ -88,7 +88,11 @@ fn line(level: Level, target: &str, msg: &str) -> String {
         Level::Trace => "TRACE",
     };
     // One event, one line: a message with line breaks keeps them escaped.
-    format!("{} {level} {short}: {}\n", timestamp(), msg.replace('\n', "\\n"))
+    format!(
+        "{} {level} {short}: {}\n",
+        timestamp(),
+        msg.replace('\n', "\\n")
+    )
 }
 
 /// Change the level of the installed logger.
@@ -185,7 +189,9 @@ mod tests {
     #[test]
     fn causes_once() {
         let io = std::io::Error::new(std::io::ErrorKind::WouldBlock, "busy");
-        let e = anyhow::Error::new(io).context("flash lock on f: busy").context("cannot open");
+        let e = anyhow::Error::new(io)
+            .context("flash lock on f: busy")
+            .context("cannot open");
         assert_eq!(error_chain(&e), "cannot open: flash lock on f: busy");
     }
 

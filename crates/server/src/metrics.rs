@@ -281,17 +281,24 @@ pub fn doc_help(stat: &str) -> Option<String> {
             .filter(|cells| columns.is_none_or(|n| cells.len() == n))
             .find(|cells| {
                 cells.first().is_some_and(|names| {
-                    names.split('`').skip(1).step_by(2).any(|pat| match pat.strip_suffix('*') {
-                        Some(p) => !p.is_empty() && stat.starts_with(p),
-                        None => stat == pat,
-                    })
+                    names
+                        .split('`')
+                        .skip(1)
+                        .step_by(2)
+                        .any(|pat| match pat.strip_suffix('*') {
+                            Some(p) => !p.is_empty() && stat.starts_with(p),
+                            None => stat == pat,
+                        })
                 })
             })
             .and_then(|cells| cells.last())
             .map(|m| plain(m))
     };
     // A knob's own row (knob | default | meaning) says more than the `extstore_knob_*` row.
-    if let Some(m) = stat.strip_prefix("extstore_knob_").and_then(|k| find(k, Some(3))) {
+    if let Some(m) = stat
+        .strip_prefix("extstore_knob_")
+        .and_then(|k| find(k, Some(3)))
+    {
         return Some(format!("Runtime knob: {m}"));
     }
     find(stat, None)
@@ -304,11 +311,10 @@ fn plain(md: &str) -> String {
     while let Some(open) = rest.find('[') {
         out.push_str(&rest[..open]);
         let after = &rest[open + 1..];
-        match after.find("](").and_then(|close| {
-            after[close..]
-                .find(')')
-                .map(|end| (close, close + end + 1))
-        }) {
+        match after
+            .find("](")
+            .and_then(|close| after[close..].find(')').map(|end| (close, close + end + 1)))
+        {
             Some((close, end)) => {
                 out.push_str(&after[..close]);
                 rest = &after[end..];
@@ -333,12 +339,21 @@ mod tests {
         let g = |s| metric_name(s, Kind::Gauge);
         assert_eq!(c("cmd_get"), ("cmd_get_total".into(), 1.0));
         assert_eq!(g("flash_segments_total"), ("flash_segments".into(), 1.0));
-        assert_eq!(g("flash_recovery_time_us"), ("flash_recovery_time_seconds".into(), 1e-6));
-        assert_eq!(g("extstore_knob_append_wait_ms").0, "extstore_knob_append_wait_seconds");
+        assert_eq!(
+            g("flash_recovery_time_us"),
+            ("flash_recovery_time_seconds".into(), 1e-6)
+        );
+        assert_eq!(
+            g("extstore_knob_append_wait_ms").0,
+            "extstore_knob_append_wait_seconds"
+        );
         assert_eq!(g("read_hit_percent"), ("read_hit_ratio".into(), 0.01));
         assert_eq!(g("uptime").0, "uptime_seconds");
         assert_eq!(c("rusage_user").0, "rusage_user_seconds_total");
-        assert_eq!(g("seq_threshold_kb"), ("seq_threshold_bytes".into(), 1024.0));
+        assert_eq!(
+            g("seq_threshold_kb"),
+            ("seq_threshold_bytes".into(), 1024.0)
+        );
         assert_eq!(c("a-b.c").0, "a_b_c_total");
     }
 
@@ -378,11 +393,16 @@ mod tests {
     #[test]
     fn help_from_the_docs() {
         assert!(doc_help("cmd_get").unwrap().contains("commands received"));
-        assert!(doc_help("incr_hits").unwrap().contains("per-command outcomes"));
+        assert!(doc_help("incr_hits")
+            .unwrap()
+            .contains("per-command outcomes"));
         assert!(doc_help("extstore_knob_item_size")
             .unwrap()
             .starts_with("Runtime knob: values smaller"));
-        assert_eq!(plain("see [knobs](#runtime-knobs) and `x`"), "see knobs and x");
+        assert_eq!(
+            plain("see [knobs](#runtime-knobs) and `x`"),
+            "see knobs and x"
+        );
         assert_eq!(plain("a [b c"), "a [b c");
         assert_eq!(doc_help("no_such_stat_anywhere"), None);
     }

@@ -41,8 +41,15 @@ impl RunDir {
             .read(true)
             .write(true)
             .open(&lock_path)
-            .with_context(|| format!("--run-dir {}: cannot open {}", dir.display(), lock_path.display()))?;
-        if let Err(e) = rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+            .with_context(|| {
+                format!(
+                    "--run-dir {}: cannot open {}",
+                    dir.display(),
+                    lock_path.display()
+                )
+            })?;
+        if let Err(e) =
+            rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)
         {
             let holder = std::fs::read_to_string(&lock_path).unwrap_or_default();
             let holder = holder.trim();
@@ -54,11 +61,21 @@ impl RunDir {
                     if holder.is_empty() { "unknown" } else { holder }
                 );
             }
-            bail!("--run-dir {}: cannot lock {}: {e}", dir.display(), lock_path.display());
+            bail!(
+                "--run-dir {}: cannot lock {}: {e}",
+                dir.display(),
+                lock_path.display()
+            );
         }
         file.set_len(0)
             .and_then(|()| writeln!(file, "{}", std::process::id()))
-            .with_context(|| format!("--run-dir {}: cannot write {}", dir.display(), lock_path.display()))?;
+            .with_context(|| {
+                format!(
+                    "--run-dir {}: cannot write {}",
+                    dir.display(),
+                    lock_path.display()
+                )
+            })?;
         Ok(RunDir {
             stats_path: dir.join(format!("{export}.stats")),
             _lock: file,
@@ -166,9 +183,17 @@ mod tests {
             listen: "127.0.0.1:1",
             admin: "none",
         };
-        rd.write_stats(&h, &[("dirty_blocks".into(), "3".into())]).unwrap();
+        rd.write_stats(&h, &[("dirty_blocks".into(), "3".into())])
+            .unwrap();
         other
-            .write_stats(&Header { state: "stopped", export: "b", ..h }, &[])
+            .write_stats(
+                &Header {
+                    state: "stopped",
+                    export: "b",
+                    ..h
+                },
+                &[],
+            )
             .unwrap();
         let l = list(&dir).unwrap();
         assert_eq!(l.len(), 2);

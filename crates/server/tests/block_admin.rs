@@ -37,7 +37,11 @@ fn http(addr: &str, method: &str, path: &str) -> (u16, String) {
 }
 
 fn ctl(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(FT).arg("ctl").args(args).output().expect("ctl");
+    let out = Command::new(FT)
+        .arg("ctl")
+        .args(args)
+        .output()
+        .expect("ctl");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -145,7 +149,10 @@ async fn default_admin_ctl_post_only_metrics_and_stats_file() {
     assert_eq!(http(DEFAULT_ADMIN, "GET", "/reset-stats").0, 405);
     assert_eq!(http(DEFAULT_ADMIN, "POST", "/metrics").0, 405);
     std::thread::sleep(Duration::from_millis(200));
-    assert!(server.child.try_wait().expect("wait").is_none(), "server exited");
+    assert!(
+        server.child.try_wait().expect("wait").is_none(),
+        "server exited"
+    );
     let (ok, status, _) = ctl(&["status"]);
     assert!(ok);
     assert_eq!(field(&status, "mode"), Some("writeback"));
@@ -170,7 +177,10 @@ async fn default_admin_ctl_post_only_metrics_and_stats_file() {
     ] {
         assert!(metrics.contains(needle), "no {needle:?} in\n{metrics}");
     }
-    assert_eq!(http(DEFAULT_ADMIN, "HEAD", "/metrics"), (200, String::new()));
+    assert_eq!(
+        http(DEFAULT_ADMIN, "HEAD", "/metrics"),
+        (200, String::new())
+    );
 
     // stats --table: human units and rate columns; reset-stats zeroes the counters shown.
     let (ok, table, err) = ctl(&["stats", "--table"]);
@@ -193,7 +203,10 @@ async fn default_admin_ctl_post_only_metrics_and_stats_file() {
     let (ok, list, err) = ctl(&["list", "--run-dir", run.to_str().unwrap()]);
     assert!(ok, "{err}");
     let row = list.lines().find(|l| l.starts_with("block ")).expect(&list);
-    assert!(row.contains("serving") && row.contains(DEFAULT_ADMIN), "{list}");
+    assert!(
+        row.contains("serving") && row.contains(DEFAULT_ADMIN),
+        "{list}"
+    );
     let second = Command::new(FT)
         .args(["block", "--backing", &backing, "--cache"])
         .arg(format!("{}:32MiB", dir.join("cache2.img").display()))
@@ -205,7 +218,10 @@ async fn default_admin_ctl_post_only_metrics_and_stats_file() {
     assert!(!second.status.success());
     assert!(err2.contains("already served from this run dir"), "{err2}");
     assert!(!err2.contains("serving export"), "{err2}");
-    assert!(!dir.join("cache2.img").exists(), "opened the cache before the lock");
+    assert!(
+        !dir.join("cache2.img").exists(),
+        "opened the cache before the lock"
+    );
 
     // Detach by POST (ctl): the process exits and the stats file holds the final state.
     drop(client);
@@ -239,7 +255,10 @@ fn admin_none_and_unusable_run_dir() {
         .expect("run");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("--run-dir /proc/flashtier-no-such-dir"), "{err}");
+    assert!(
+        err.contains("--run-dir /proc/flashtier-no-such-dir"),
+        "{err}"
+    );
     assert!(!err.contains("serving"), "{err}");
     assert!(!dir.join("cache.img").exists());
     // --admin none: no endpoint, no admin line.

@@ -57,7 +57,10 @@ fn exprs(v: &serde_json::Value, out: &mut Vec<String>) {
 
 #[test]
 fn every_dashboard_metric_is_exported() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../packaging/grafana/flashtier.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../packaging/grafana/flashtier.json"
+    );
     let dash: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).expect("dashboard")).expect("json");
     let panels = dash["panels"].as_array().expect("panels");
@@ -76,7 +79,10 @@ fn every_dashboard_metric_is_exported() {
     let (kv, log) = Server::start_in(&["--admin", "127.0.0.1:0", "--flash", &spec], None);
     let admin = log
         .iter()
-        .find_map(|l| l.split_once(" kv: admin endpoint on http://").map(|(_, a)| a))
+        .find_map(|l| {
+            l.split_once(" kv: admin endpoint on http://")
+                .map(|(_, a)| a)
+        })
         .expect("admin line")
         .parse()
         .expect("admin address");
@@ -99,7 +105,10 @@ fn every_dashboard_metric_is_exported() {
         .cloned()
         .collect();
     let missing: Vec<&String> = wanted.iter().filter(|n| !have.contains(*n)).collect();
-    assert!(missing.is_empty(), "the dashboard queries metrics nobody exports: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "the dashboard queries metrics nobody exports: {missing:?}"
+    );
     drop(kv);
     drop(block);
     let _ = std::fs::remove_dir_all(&dir);

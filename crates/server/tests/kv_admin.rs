@@ -15,7 +15,10 @@ fn start_with_admin(extra: &[&str]) -> (Server, SocketAddr) {
     let (server, log) = Server::start_in(&args, None);
     let admin = log
         .iter()
-        .find_map(|l| l.split_once(" kv: admin endpoint on http://").map(|(_, a)| a))
+        .find_map(|l| {
+            l.split_once(" kv: admin endpoint on http://")
+                .map(|(_, a)| a)
+        })
         .unwrap_or_else(|| panic!("no admin address logged: {log:?}"))
         .parse()
         .expect("admin address");

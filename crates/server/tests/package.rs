@@ -41,7 +41,9 @@ fn deb_installs_verifies_and_runs() {
     let built = PathBuf::from(env!("CARGO_BIN_EXE_flashtier"));
     assert_eq!(
         built.canonicalize().unwrap(),
-        repo.join("target/release/flashtier").canonicalize().unwrap(),
+        repo.join("target/release/flashtier")
+            .canonicalize()
+            .unwrap(),
         "run this test with `cargo test --release` in the repo's own target dir"
     );
     let out = run(Command::new(repo.join("scripts/build-deb.sh"))
@@ -92,14 +94,29 @@ fn deb_installs_verifies_and_runs() {
         "the packaged binary is not stripped"
     );
     let id = build_id(&bin);
-    let debug = dbg.join(format!("usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]));
-    assert!(debug.is_file(), "no split debug info at {}", debug.display());
+    let debug = dbg.join(format!(
+        "usr/lib/debug/.build-id/{}/{}.debug",
+        &id[..2],
+        &id[2..]
+    ));
+    assert!(
+        debug.is_file(),
+        "no split debug info at {}",
+        debug.display()
+    );
     let dsections = run(Command::new("readelf").args(["-S", "--wide"]).arg(&debug));
-    assert!(dsections.contains(".debug_info"), "debug file without debug info");
+    assert!(
+        dsections.contains(".debug_info"),
+        "debug file without debug info"
+    );
     let control = run(Command::new("dpkg-deb").arg("-I").arg(&deb));
-    assert!(control.contains("postinst") && control.contains("adduser"), "{control}");
-    let comp = std::fs::read_to_string(root.join("usr/share/bash-completion/completions/flashtier"))
-        .unwrap();
+    assert!(
+        control.contains("postinst") && control.contains("adduser"),
+        "{control}"
+    );
+    let comp =
+        std::fs::read_to_string(root.join("usr/share/bash-completion/completions/flashtier"))
+            .unwrap();
     assert!(comp.contains("reset-stats") && comp.contains("--log-format"));
 
     // systemd-analyze verify inside the root: the host's units provide the targets.
@@ -151,7 +168,13 @@ fn deb_installs_verifies_and_runs() {
     let cfg = run(Command::new(&bin)
         .args(["kv", "--config"])
         .arg(root.join("etc/flashtier/kv.toml"))
-        .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--flash"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--flash",
+        ])
         .arg(format!("{}/flash.bin:64MiB", scratch.display()))
         .arg("--check-config"));
     assert!(cfg.contains("configuration ok"), "{cfg}");
@@ -166,10 +189,19 @@ fn deb_installs_verifies_and_runs() {
         .arg(&backing)
         .arg("--cache")
         .arg(format!("{}/cache.img:64MiB", scratch.display()))
-        .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--run-dir"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--run-dir",
+        ])
         .arg(scratch.join("run"))
         .arg("--check-config"));
-    assert!(cfg.contains("seq_threshold_kb=1024") && cfg.contains("configuration ok"), "{cfg}");
+    assert!(
+        cfg.contains("seq_threshold_kb=1024") && cfg.contains("configuration ok"),
+        "{cfg}"
+    );
     assert!(!scratch.join("cache.img").exists() && !scratch.join("run").exists());
 
     let mut kv = Command::new(&bin)
@@ -185,7 +217,8 @@ fn deb_installs_verifies_and_runs() {
         }
     };
     let mut s = std::net::TcpStream::connect(&addr).unwrap();
-    s.write_all(b"set k 0 0 2\r\nhi\r\nget k\r\nquit\r\n").unwrap();
+    s.write_all(b"set k 0 0 2\r\nhi\r\nget k\r\nquit\r\n")
+        .unwrap();
     let mut reply = String::new();
     s.read_to_string(&mut reply).unwrap();
     assert_eq!(reply, "STORED\r\nVALUE k 0 2\r\nhi\r\nEND\r\n");
