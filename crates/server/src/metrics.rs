@@ -209,7 +209,7 @@ impl Exposition {
     /// Linux) are skipped.
     pub fn process(&mut self) {
         let p = crate::procstat::read();
-        let prefix = std::mem::replace(&mut self.prefix, "");
+        let prefix = std::mem::take(&mut self.prefix);
         let mut one = |name: &str, kind: Kind, help: &str, v: Option<f64>| {
             if let Some(v) = v {
                 self.labelled_bare(name, kind, help, v);

@@ -14,10 +14,13 @@ pub const INTERVAL: Duration = Duration::from_secs(10);
 pub const WINDOWS: [u64; 3] = [60, 300, 3600];
 const MAX_SAMPLES: usize = (3600 / 10) as usize + 2;
 
+/// One sample: when, and every counter's value.
+type Sample = (Instant, Vec<(String, u64)>);
+
 /// The sample ring.
 #[derive(Default)]
 pub struct Rates {
-    samples: Mutex<VecDeque<(Instant, Vec<(String, u64)>)>>,
+    samples: Mutex<VecDeque<Sample>>,
 }
 
 /// Rates of one window.
