@@ -206,9 +206,9 @@ impl AdminCtx {
 
     /// What `/stats`, `ctl stats` and the stats file show: counters since the last reset.
     pub fn stats_view(&self) -> Vec<(String, String)> {
+        let raw = self.raw_pairs();
         let base = self.baseline.lock();
-        let mut v: Vec<(String, String)> = self
-            .raw_pairs()
+        let mut v: Vec<(String, String)> = raw
             .into_iter()
             .map(|(k, v)| match (base.1.get(&k), v.parse::<u64>()) {
                 (Some(b), Ok(n)) => {
