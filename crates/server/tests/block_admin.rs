@@ -177,6 +177,15 @@ async fn default_admin_ctl_post_only_metrics_and_stats_file() {
     ] {
         assert!(metrics.contains(needle), "no {needle:?} in\n{metrics}");
     }
+    // The client's FLUSH made the engine write: its device writes were timed.
+    let flash_writes: u64 = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("flashtier_block_flash_io_duration_seconds_count{op=\"write\"} ")
+        })
+        .and_then(|v| v.parse().ok())
+        .expect("flash write histogram");
+    assert!(flash_writes > 0, "{metrics}");
     assert_eq!(
         http(DEFAULT_ADMIN, "HEAD", "/metrics"),
         (200, String::new())
