@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Installs the real peers the tests run against, on Debian, when they are missing:
 # memcached (differential peer), memccapable, nutcracker (twemproxy), pylibmc, nbdkit, fio,
-# libnbd tools and Python bindings, qemu-img, netcat; promtool (package prometheus: checks
-# both faces' /metrics); systemd-analyze, man and readelf (the .deb test); pymemcache +
-# pytest from PyPI; cargo-fuzz and cargo-deb from crates.io.
+# libnbd tools and Python bindings, qemu-img, netcat; the tools that write the on-disk formats
+# flashtier must refuse to format (e2fsprogs, xfsprogs, btrfs-progs, fdisk, cryptsetup,
+# bcache-tools); promtool (package prometheus: checks both faces' /metrics);
+# systemd-analyze, man and readelf (the .deb test); pymemcache + pytest from PyPI;
+# cargo-fuzz and cargo-deb from crates.io.
 set -euo pipefail
 need_apt=()
 for pair in memcached:memcached memccapable:libmemcached-tools nutcracker:nutcracker \
             nbdkit:nbdkit fio:fio nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils \
-            qemu-io:qemu-utils nc:netcat-openbsd promtool:prometheus \
+            qemu-io:qemu-utils nc:netcat-openbsd mkfs.ext4:e2fsprogs mkfs.xfs:xfsprogs \
+            mkfs.btrfs:btrfs-progs sfdisk:fdisk cryptsetup:cryptsetup-bin \
+            make-bcache:bcache-tools mkswap:util-linux promtool:prometheus \
             systemd-analyze:systemd man:man-db readelf:binutils dpkg-deb:dpkg; do
   bin=${pair%%:*}; pkg=${pair#*:}
   command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")

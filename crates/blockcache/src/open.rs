@@ -86,6 +86,8 @@ impl BlockCache {
             .clone()
             .unwrap_or_else(|| FlashConfig::for_capacity(cap));
         fc.keep_limit = 1.0;
+        // A kv flash file is not a block cache: the engine refuses it (and foreign data).
+        fc.role = flashtier_flash::Role::Block;
         let reclaim_stream = fc.reclaim_stream;
         // Space the cache cannot fill with blocks: reclaim's reserve and free target plus
         // one open segment per stream.

@@ -57,6 +57,9 @@ pub struct FlashSettings {
     /// Reclaim drops items never hit even while flash has room (memcached's
     /// `ext_drop_unread`). Runtime knob `drop_unread`. Default: `false`.
     pub drop_unread: bool,
+    /// Format flash devices that hold other data (a file system, random bytes, a block
+    /// cache) instead of refusing to start. Default: `false`.
+    pub force_format: bool,
 }
 
 impl FlashSettings {
@@ -80,6 +83,7 @@ impl FlashSettings {
             recache_rate: 1,
             drop_under: None,
             drop_unread: false,
+            force_format: false,
         }
     }
 
@@ -100,11 +104,16 @@ impl FlashSettings {
         }
     }
 
-    /// The engine configuration in force.
+    /// The engine configuration in force: the kv role (a block cache device is refused),
+    /// and `force_format` if asked for here.
     pub(crate) fn engine_config(&self) -> FlashConfig {
-        self.engine
+        let mut cfg = self
+            .engine
             .clone()
-            .unwrap_or_else(|| FlashConfig::for_capacity(self.capacity()))
+            .unwrap_or_else(|| FlashConfig::for_capacity(self.capacity()));
+        cfg.role = flashtier_flash::Role::Kv;
+        cfg.force_format |= self.force_format;
+        cfg
     }
 }
 

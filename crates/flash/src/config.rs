@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::format::record::RECORD_HEADER_LEN;
 use crate::format::segment::{tail_len, SEGMENT_HEADER_LEN};
+use crate::format::superblock::Role;
 use crate::location::{MAX_BYTES, PAGE};
 
 /// One device to open: `PATH:SIZE` on the command line (`--flash PATH:SIZE`, memcached's
@@ -149,6 +150,13 @@ pub struct FlashConfig {
     pub direct_io: bool,
     /// At open, wipe devices whose format does not match instead of failing. Default: `false`.
     pub reformat_on_mismatch: bool,
+    /// Which face this engine serves; written into the superblock at format, and a device
+    /// formatted by another face is refused (see [`crate::probe`]). Default: `Role::Any`.
+    pub role: Role,
+    /// Format devices that are not blank (a file system, other data, another face's device)
+    /// instead of refusing them with `Error::NotBlank`. A valid flashtier set of this role is
+    /// still opened, not wiped. Default: `false`.
+    pub force_format: bool,
     /// Recovery verifies every record by scanning whole segments instead of trusting sealed
     /// summaries (slower; reads all of flash). Default: `false`.
     pub recovery_full_scan: bool,
@@ -178,6 +186,8 @@ impl Default for FlashConfig {
             psync_threads: 2,
             direct_io: true,
             reformat_on_mismatch: false,
+            role: Role::Any,
+            force_format: false,
             recovery_full_scan: false,
         }
     }

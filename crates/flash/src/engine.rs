@@ -273,28 +273,47 @@ pub struct FlashInfo {
 
 impl Flash {
     /// Open (or format) files or block devices from `PATH:SIZE` specs. See [`Flash::open`].
+    /// Refuses two specs that are the same storage (`Error::SameStorage`); if the open
+    /// fails, files it created are removed and files it grew are shrunk back.
     pub fn open_specs(
         specs: &[DeviceSpec],
         cfg: FlashConfig,
         handler: Arc<dyn ReclaimHandler>,
         on_record: impl FnMut(RecordMeta),
     ) -> Result<(Self, FlashInfo)> {
-        let mut devices: Vec<Arc<dyn Device>> = Vec::with_capacity(specs.len());
-        for s in specs {
-            devices.push(Arc::new(FileDevice::open(
-                &s.path,
-                s.size,
-                s.create,
-                cfg.direct_io,
-            )?));
+        for (i, a) in specs.iter().enumerate() {
+            for b in &specs[i + 1..] {
+                let same = crate::probe::same_storage(&a.path, &b.path)
+                    .map_err(|e| Error::io(&a.path.display().to_string(), "stat", e))?;
+                if let Some(why) = same {
+                    return Err(Error::SameStorage(why));
+                }
+            }
         }
+        let mut files: Vec<Arc<FileDevice>> = Vec::with_capacity(specs.len());
+        let undo = |files: &[Arc<FileDevice>]| files.iter().for_each(|f| f.undo());
+        for s in specs {
+            match FileDevice::open(&s.path, s.size, s.create, cfg.direct_io) {
+                Ok(f) => files.push(Arc::new(f)),
+                Err(e) => {
+                    undo(&files);
+                    return Err(e);
+                }
+            }
+        }
+        let devices = files
+            .iter()
+            .map(|f| Arc::clone(f) as Arc<dyn Device>)
+            .collect();
         let mut cfg = cfg;
         cfg.device_tiers = specs.iter().map(|s| s.tier).collect();
-        Self::open(devices, cfg, handler, on_record)
+        // An open that fails leaves no file it created or grew behind.
+        Self::open(devices, cfg, handler, on_record).inspect_err(|_| undo(&files))
     }
 
-    /// Open a device set: validate superblocks (format blank devices; mismatches are an error
-    /// unless `reformat_on_mismatch`), recover every segment in sequence order and call
+    /// Open a device set: validate superblocks (format blank devices; a device holding other
+    /// data or the other face's format is `Error::NotBlank` unless `force_format`; mismatches
+    /// are an error unless `reformat_on_mismatch`), recover every segment in sequence order and call
     /// `on_record` for each recovered record (segments oldest first, records in append order
     /// within one), then start the background threads.
     ///

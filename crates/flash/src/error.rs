@@ -24,6 +24,18 @@ pub enum Error {
     /// The devices hold a flashtier format that does not match the configuration (or each
     /// other); the message says what differs. Open with `reformat_on_mismatch` to wipe.
     Mismatch(String),
+    /// A device holds data that is not flashtier's of this role (a file system, a partition
+    /// table, another face's device, any non-zero bytes): the engine formats only blank
+    /// devices unless `FlashConfig::force_format` is set. Nothing was written to it.
+    NotBlank {
+        /// Device name (path or label).
+        device: String,
+        /// What was found ("an ext4 file system", "non-zero data at byte 4096 ...").
+        found: String,
+    },
+    /// Two devices of a set, or a device and another path the user named, are the same
+    /// storage (the same file, block device, or overlapping partitions); the message says which.
+    SameStorage(String),
     /// An I/O error from a device, with the device name and the operation.
     Io {
         /// Device name (path or label).
@@ -91,6 +103,12 @@ impl fmt::Display for Error {
                 p.display()
             ),
             Error::Mismatch(m) => write!(f, "flash format mismatch: {m}"),
+            Error::NotBlank { device, found } => write!(
+                f,
+                "refusing to format {device}: it holds {found}; flashtier formats only \
+                 all-zero devices and its own (force the format to overwrite it)"
+            ),
+            Error::SameStorage(m) => write!(f, "refusing to use the same storage twice: {m}"),
             Error::Io { device, op, source } => write!(f, "flash {op} on {device}: {source}"),
             Error::DeviceFailed(d) => write!(f, "flash device {d} failed earlier and is offline"),
             Error::NoSpace => write!(f, "no free flash segment"),

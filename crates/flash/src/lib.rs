@@ -11,6 +11,8 @@
 //! - `reader`: reads from RAM buffers or one aligned device read, checksum-verified.
 //! - `reclaimer`: victim choice, keep/drop through the handler, freeing segments.
 //! - `recover`: superblock check/format and rebuilding the segment table at open.
+//! - [`probe`]: what a device holds before it is formatted (blank, flashtier's, or foreign:
+//!   named), and whether two paths are the same storage.
 //! - `flusher`: writes chunks older than the flush interval.
 //! - `segments`: the segment table and free lists.
 //! - [`format`](mod@format): the on-flash structs with byte tables (mirrored in `docs/format.md`).
@@ -46,6 +48,7 @@ pub mod format;
 pub mod io;
 pub mod knobs;
 pub mod location;
+pub mod probe;
 mod reader;
 mod reclaimer;
 mod recover;
@@ -61,6 +64,7 @@ pub use engine::{
 pub use error::{Error, Result};
 pub use flashtier_metrics as metrics;
 pub use format::record::{kind, Record, RecordHeader};
+pub use format::superblock::Role;
 pub use io::faulty::{Faults, FaultyDevice};
 pub use io::file::FileDevice;
 pub use io::memory::MemoryDevice;

@@ -1,5 +1,5 @@
-//! Open-time work: superblocks (validate, or format blank devices) and recovery of every
-//! segment in sequence order.
+//! Open-time work: superblocks (validate, or format blank devices — never foreign data or the
+//! other face's device, see [`crate::probe`]) and recovery of every segment in sequence order.
 //!
 //! Recovery reads each segment's header page; for a segment with a valid header of this
 //! instance it reads the footer page and the summary (sealed segments: no record is read), or
@@ -21,10 +21,11 @@ use crate::format::record::{self, DecodeError};
 use crate::format::segment::{
     decode_summary, Footer, SegmentHeader, SummaryEntry, FOOTER_LEN, SEGMENT_HEADER_LEN,
 };
-use crate::format::superblock::{Superblock, SuperblockError, SUPERBLOCK_AREA};
+use crate::format::superblock::{Role, Superblock, SuperblockError, SUPERBLOCK_AREA};
 use crate::format::{segment_seed, FORMAT_VERSION};
 use crate::io::{read_blocking, run_batch, run_one, AlignedBuf, Device, Executor, IoOp};
 use crate::location::PAGE;
+use crate::probe::Content;
 use crate::segments::{SegInfo, SegState};
 use crate::stats::FlashStats;
 
@@ -60,12 +61,7 @@ pub(crate) fn open_layout(
     }
     cfg.validate_total(segs.len() as u64)?;
 
-    let mut found = Vec::with_capacity(devices.len());
-    for (d, dev) in devices.iter().enumerate() {
-        let page = read_blocking(exec, d, 0, PAGE as usize)
-            .map_err(|e| Error::io(dev.name(), "read superblock", e))?;
-        found.push(Superblock::decode(page.as_slice()));
-    }
+    let found = superblocks(devices, cfg, exec)?;
     let mismatch = check(&found, &plan, devices, cfg);
     let blank = found
         .iter()
@@ -75,6 +71,7 @@ pub(crate) fn open_layout(
             let Some(Ok(sb)) = found.first() else {
                 return Err(Error::Mismatch("no superblock".into()));
             };
+            prepare(devices)?;
             return Ok(Layout {
                 segs,
                 uuid: sb.uuid,
@@ -82,9 +79,12 @@ pub(crate) fn open_layout(
                 formatted: false,
             });
         }
-        (false, Some(why)) if !cfg.reformat_on_mismatch => return Err(Error::Mismatch(why)),
+        (false, Some(why)) if !cfg.reformat_on_mismatch && !cfg.force_format => {
+            return Err(Error::Mismatch(why))
+        }
         _ => {}
     }
+    prepare(devices)?;
     // Format: a new uuid makes every old segment header and record foreign.
     let rnd = random_bytes();
     let mut uuid = [0u8; 16];
@@ -108,6 +108,7 @@ pub(crate) fn open_layout(
             hash_seed,
             created,
             tier: cfg.device_tiers.get(d).copied().unwrap_or(0),
+            role: cfg.role.to_byte(),
         };
         let mut buf = AlignedBuf::zeroed(PAGE as usize);
         let bytes = sb.encode();
@@ -129,6 +130,60 @@ pub(crate) fn open_layout(
         hash_seed,
         formatted: true,
     })
+}
+
+/// Each device's superblock, or why it has none. Refuses, before anything is written, a
+/// device that holds neither zeros nor flashtier's format (see [`crate::probe`]) and one
+/// formatted by the other face, unless `force_format` (then it counts as blank).
+fn superblocks(
+    devices: &[std::sync::Arc<dyn Device>],
+    cfg: &FlashConfig,
+    exec: &dyn Executor,
+) -> Result<Vec<Result<Superblock, SuperblockError>>> {
+    let mut found = Vec::with_capacity(devices.len());
+    for (d, dev) in devices.iter().enumerate() {
+        let refuse = |what: String| -> Result<Result<Superblock, SuperblockError>> {
+            if !cfg.force_format {
+                return Err(Error::NotBlank {
+                    device: dev.name().to_string(),
+                    found: what,
+                });
+            }
+            log::warn!("{}: formatting over {what} (forced)", dev.name());
+            Ok(Err(SuperblockError::NotFormatted))
+        };
+        let content = dev.probe().map_err(|e| Error::io(dev.name(), "probe", e))?;
+        let sb = match content {
+            Content::Blank => Err(SuperblockError::NotFormatted),
+            Content::Foreign(what) => refuse(what)?,
+            Content::Flashtier => {
+                let page = read_blocking(exec, d, 0, PAGE as usize)
+                    .map_err(|e| Error::io(dev.name(), "read superblock", e))?;
+                match Superblock::decode(page.as_slice()) {
+                    Ok(sb) => match Role::from_byte(sb.role) {
+                        Some(r) if r == cfg.role || r == Role::Any || cfg.role == Role::Any => {
+                            Ok(sb)
+                        }
+                        Some(r) => refuse(r.describe().to_string())?,
+                        None => refuse(format!("a flashtier device of unknown role {}", sb.role))?,
+                    },
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        found.push(sb);
+    }
+    Ok(found)
+}
+
+/// Size every device for use (a file is grown to its configured length): only once the
+/// engine has decided to use them all.
+fn prepare(devices: &[std::sync::Arc<dyn Device>]) -> Result<()> {
+    for dev in devices {
+        dev.prepare()
+            .map_err(|e| Error::io(dev.name(), "allocate", e))?;
+    }
+    Ok(())
 }
 
 fn check(

@@ -27,6 +27,7 @@ fn golden_bytes() {
         hash_seed: 0x1122_3344_5566_7788,
         created: 0x6000_0000,
         tier: 2,
+        role: 0,
     };
     let h = SegmentHeader {
         seq: 7,

@@ -20,6 +20,7 @@ use flashtier_flash::{DeviceSpec, FlashConfig};
 use flashtier_nbd::{open_backend, BlockBackend, Export, ListenAddr, Server, ServerConfig};
 
 use crate::rundir::{Header, RunDir};
+use crate::startup::Litter;
 
 /// The admin endpoint's default address, the one `flashtier ctl` talks to by default.
 pub const DEFAULT_ADMIN: &str = "127.0.0.1:10810";
@@ -95,6 +96,12 @@ pub struct BlockArgs {
     /// Runtime worker threads. Default: the number of CPU cores.
     #[arg(long)]
     pub threads: Option<usize>,
+
+    /// Format a cache device that holds other data (a file system, a partition table,
+    /// random bytes, a kv flash file) instead of refusing to start. What it holds is lost.
+    /// Default: off (only all-zero devices and flashtier's own block caches are used).
+    #[arg(long)]
+    pub force_format: bool,
 
     /// TOML configuration file: the flags' names as keys (backing, cache, mode, listen,
     /// export, admin, run_dir, block_size, no_direct_io, threads, dirty_high_pct, ...) and a
@@ -214,6 +221,8 @@ pub struct BlockConfig {
     pub run_dir: PathBuf,
     pub block_size: u32,
     pub direct_io: bool,
+    /// `--force-format` (a flag only, never from the config file).
+    pub force_format: bool,
     pub threads: Option<usize>,
     /// Cache tunables in the order they are applied, then `flash.*` engine knobs.
     pub tunables: Vec<(String, String)>,
@@ -296,6 +305,7 @@ impl BlockConfig {
                 .unwrap_or_else(|| PathBuf::from("data/run/block")),
             block_size,
             direct_io: !args.no_direct_io,
+            force_format: args.force_format,
             threads: args.threads,
             tunables: tun,
             flash_knobs,
@@ -314,6 +324,17 @@ impl BlockConfig {
             }
         }
         let cache = &self.cache.path;
+        if !flashtier_nbd::is_nbd_uri(&self.backing) {
+            let same = flashtier_flash::probe::same_storage(Path::new(&self.backing), cache)
+                .with_context(|| format!("--backing {}", self.backing))?;
+            if let Some(why) = same {
+                bail!(
+                    "--cache {} is the backing: {why}; the cache must be another device",
+                    cache.display()
+                );
+            }
+        }
+        crate::kv_check::check_contents(cache, "--cache", self.force_format)?;
         match std::fs::metadata(cache) {
             Ok(m) if m.is_dir() => bail!("--cache {}: is a directory", cache.display()),
             Ok(_) => {}
@@ -439,30 +460,40 @@ fn tunables(args: &BlockArgs) -> anyhow::Result<Vec<(String, String)>> {
 }
 
 async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
+    // Declared first, dropped last: if the start fails, the cache is closed and the run-dir
+    // lock released before what this start created is removed.
+    let mut litter = Litter::default();
     // The run dir first: a busy or unwritable one fails before anything is opened.
+    litter
+        .create_dir_all(&cfg.run_dir)
+        .with_context(|| format!("--run-dir {}: cannot create it", cfg.run_dir.display()))?;
+    litter.note_file(&cfg.run_dir.join(format!("{}.lock", cfg.export)));
     let run_dir = RunDir::lock(&cfg.run_dir, &cfg.export)?;
-    let admin_text = cfg.admin.map_or("none".to_string(), |a| a.to_string());
-    run_dir
-        .write_stats(
-            &Header {
-                state: "starting",
-                export: &cfg.export,
-                listen: &cfg.listen_text,
-                admin: &admin_text,
-            },
-            &[],
-        )
-        .with_context(|| {
-            format!(
-                "--run-dir {}: cannot write the stats file",
-                cfg.run_dir.display()
-            )
-        })?;
+    // The backing path is locked for as long as it is served (another flashtier using it as
+    // backing or cache is refused), and is never the cache.
+    let _backing_lock = lock_backing(&cfg.backing, &cfg.cache.path)?;
     let backing = open_backend(&cfg.backing)
         .await
         .with_context(|| format!("--backing {:?}", cfg.backing))?;
+    // Sockets next: a start that cannot serve never touches the cache device.
+    if let ListenAddr::Unix(path) = &cfg.listen {
+        litter.note_file(path);
+    }
+    let listener = Server::bind(&cfg.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (--listen)", cfg.listen_text))?;
+    let admin = match cfg.admin {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+            format!(
+                "cannot listen on {addr} (--admin; another flashtier block? give --admin \
+                 HOST:PORT or --admin none)"
+            )
+        })?),
+        None => None,
+    };
     let flash = FlashConfig {
         direct_io: cfg.direct_io,
+        force_format: cfg.force_format,
         ..FlashConfig::for_capacity(cfg.cache.size)
     };
     let bc = BlockCacheConfig {
@@ -470,11 +501,13 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
         flash: Some(flash),
         tunables: cfg.tunables.clone(),
     };
+    litter.note_file(&cfg.cache.path);
     let spec = cfg.cache.clone();
     let cache = tokio::task::spawn_blocking(move || BlockCache::open_specs(&[spec], backing, bc))
         .await
         .context("open task")?
-        .with_context(|| format!("cannot open the block cache on {}", cfg.cache_text))?;
+        .with_context(|| format!("cannot open the block cache on {}", cfg.cache_text))
+        .map_err(crate::startup::explain)?;
     for (k, v) in &cfg.flash_knobs {
         cache
             .set_tunable(k, v)
@@ -494,7 +527,6 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
             .map(|r| format!(" ({r})"))
             .unwrap_or_default()
     );
-    let writeback = cache.start();
     let server = Server::new(
         vec![Export::new(
             cfg.export.clone(),
@@ -503,9 +535,6 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
         .with_description("flashtier block cache")],
         ServerConfig::default(),
     )?;
-    let listener = Server::bind(&cfg.listen)
-        .await
-        .with_context(|| format!("cannot listen on {} (--listen)", cfg.listen_text))?;
     let listen_addr = listener
         .local_addr()
         .map(|a| a.to_string())
@@ -515,14 +544,12 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
         server.shutdown_handle(),
         server.stats(),
     ));
-    let mut admin_bound = "none".to_string();
-    if let Some(addr) = cfg.admin {
-        let l = tokio::net::TcpListener::bind(addr).await.with_context(|| {
-            format!("cannot listen on {addr} (--admin; another flashtier block? give --admin HOST:PORT or --admin none)")
-        })?;
-        admin_bound = l.local_addr().map_or(addr.to_string(), |a| a.to_string());
-        tokio::spawn(crate::admin::serve(l, Arc::clone(&ctx)));
-    }
+    let admin_bound = match &admin {
+        Some(l) => l
+            .local_addr()
+            .map_or_else(|_| "?".to_string(), |a| a.to_string()),
+        None => "none".to_string(),
+    };
     let run_dir = Arc::new(run_dir);
     let write = {
         let (export, listen, admin) =
@@ -541,14 +568,19 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
             )
         }
     };
+    litter.note_file(&cfg.run_dir.join(format!("{}.stats", cfg.export)));
     write("serving").with_context(|| {
         format!(
             "--run-dir {}: cannot write the stats file",
             cfg.run_dir.display()
         )
     })?;
-    if cfg.admin.is_some() {
+    // Nothing below fails the start: keep what it created, then serve.
+    litter.keep();
+    let writeback = cache.start();
+    if let Some(l) = admin {
         log::info!("admin on http://{admin_bound}");
+        tokio::spawn(crate::admin::serve(l, Arc::clone(&ctx)));
     }
     log::info!("serving export {:?} on {listen_addr}", cfg.export);
     let stats_task = {
@@ -611,4 +643,32 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
     );
     served?;
     Ok(())
+}
+
+/// Refuse a cache that is the backing, then lock the backing path (if it is a path, not an
+/// NBD URI) the way the flash engine locks its devices; the lock lasts as long as the file.
+fn lock_backing(backing: &str, cache: &std::path::Path) -> anyhow::Result<Option<std::fs::File>> {
+    if flashtier_nbd::is_nbd_uri(backing) {
+        return Ok(None);
+    }
+    let path = std::path::Path::new(backing);
+    let same = flashtier_flash::probe::same_storage(path, cache)
+        .with_context(|| format!("--backing {backing}"))?;
+    if let Some(why) = same {
+        bail!(
+            "--cache {} is the backing: {why}; the cache must be another device",
+            cache.display()
+        );
+    }
+    let Ok(file) = std::fs::File::open(path) else {
+        // Opening the backing reports the error.
+        return Ok(None);
+    };
+    flashtier_flash::io::file::lock_exclusive(&file).map_err(|e| {
+        anyhow::anyhow!(
+            "--backing {backing} is locked by another process (a flashtier serving it or \
+             using it as a cache?): {e}"
+        )
+    })?;
+    Ok(Some(file))
 }

@@ -90,6 +90,12 @@ pub struct KvArgs {
     #[arg(long)]
     pub check_config: bool,
 
+    /// Format flash files or devices that hold other data (a file system, a partition
+    /// table, random bytes, a block cache) instead of refusing to start. What they hold is
+    /// lost. Default: off (only all-zero devices and flashtier's own kv flash are used).
+    #[arg(long)]
+    pub force_format: bool,
+
     /// Verbose logging to stderr (-v, -vv). memcached's -v.
     #[arg(short = 'v', action = ArgAction::Count)]
     pub verbose: u8,

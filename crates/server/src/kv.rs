@@ -14,6 +14,7 @@ use flashtier_cache::{Cache, CacheConfig, FlashSettings, KvStore};
 use flashtier_memcache::{Context, MemoryLimitHook, Settings};
 
 use crate::cli::KvArgs;
+use crate::startup::Litter;
 use flashtier_cache::flash::parse_size;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:11211";
@@ -94,6 +95,8 @@ pub struct KvConfig {
     /// Runtime knobs to set at startup, in order (`--knob NAME=VALUE`, memcached's
     /// `-o ext_item_size=...` and friends, the file's `[knobs]`). Default: none.
     pub knobs: Vec<(String, String)>,
+    /// Format flash devices that hold other data (`--force-format`). Default: false.
+    pub force_format: bool,
 }
 
 /// The `--config` TOML file. Every key is optional; flags override the file.
@@ -276,6 +279,7 @@ impl KvConfig {
             flash,
             admin,
             knobs,
+            force_format: a.force_format,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -333,9 +337,11 @@ fn parse_flash_spec(v: &str, what: &str) -> anyhow::Result<String> {
 
 /// The one place the server chooses its store: `flashtier_cache::Cache`, the RAM tier with
 /// the configured memory limit and item size, over the flash tier when `--flash` (or
-/// `-o ext_path`) names devices. Opening formats blank flash files and recovers used ones
-/// (warm restart). Everything downstream is generic over `KvStore`.
-fn build_store(cfg: &KvConfig) -> anyhow::Result<Arc<Cache>> {
+/// `-o ext_path`) names devices. Opening formats blank flash files (never foreign data
+/// unless `--force-format`) and recovers used ones (warm restart). Every flash file and
+/// directory it may create is noted in `litter`. Everything downstream is generic over
+/// `KvStore`.
+fn build_store(cfg: &KvConfig, litter: &mut Litter) -> anyhow::Result<Arc<Cache>> {
     let mut builder = CacheConfig::builder()
         .memory_limit(cfg.memory as usize)
         .max_item_size(cfg.max_item_size as usize);
@@ -347,11 +353,15 @@ fn build_store(cfg: &KvConfig) -> anyhow::Result<Arc<Cache>> {
                 .context("--flash")?
                 .path;
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)
+                litter
+                    .create_dir_all(dir)
                     .with_context(|| format!("cannot create flash directory {}", dir.display()))?;
             }
+            litter.note_file(&path);
         }
-        builder = builder.flash(FlashSettings::parse(&specs).context("--flash")?);
+        let mut flash = FlashSettings::parse(&specs).context("--flash")?;
+        flash.force_format = cfg.force_format;
+        builder = builder.flash(flash);
     }
     let cache_cfg = builder.build().context("invalid cache configuration")?;
     Ok(Arc::new(
@@ -368,7 +378,7 @@ pub fn main(args: KvArgs) -> anyhow::Result<()> {
     });
     crate::kv_check::check(&cfg)?;
     if args.check_config {
-        crate::kv_check::check_ports(&cfg)?;
+        crate::kv_check::check_more(&cfg)?;
         print!("{}", crate::kv_check::describe(&cfg));
         println!("# configuration ok");
         return Ok(());
@@ -378,7 +388,21 @@ pub fn main(args: KvArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let store = build_store(&cfg)?;
+    // Sockets first: a start that cannot serve never touches a flash file.
+    let listener = runtime
+        .block_on(async { bind(cfg.listen) })
+        .with_context(|| format!("cannot listen on {}", cfg.listen))?;
+    let admin = match cfg.admin {
+        Some(addr) => Some(
+            runtime
+                .block_on(tokio::net::TcpListener::bind(addr))
+                .with_context(|| format!("cannot listen on {addr} (--admin)"))?,
+        ),
+        None => None,
+    };
+    // Declared before the store: on failure the store is closed first, then undone.
+    let mut litter = Litter::default();
+    let store = build_store(&cfg, &mut litter).map_err(crate::startup::explain)?;
     for (name, value) in &cfg.knobs {
         store
             .set_knob(name, value)
@@ -390,7 +414,8 @@ pub fn main(args: KvArgs) -> anyhow::Result<()> {
     // `Cache::set_memory_limit`).
     let limit_store = Arc::clone(&store);
     let hook: MemoryLimitHook = Box::new(move |bytes| limit_store.set_memory_limit(bytes).is_ok());
-    runtime.block_on(run(cfg, store, Some(hook)))
+    litter.keep();
+    runtime.block_on(run(cfg, store, listener, admin, Some(hook)))
 }
 
 /// One line at startup: which flash files and sizes are in use, or that there are none.
@@ -421,9 +446,10 @@ fn log_flash(cfg: &KvConfig, store: &Cache) {
 async fn run<S: KvStore>(
     cfg: KvConfig,
     store: Arc<S>,
+    listener: tokio::net::TcpListener,
+    admin: Option<tokio::net::TcpListener>,
     memory_limit_hook: Option<MemoryLimitHook>,
 ) -> anyhow::Result<()> {
-    let listener = bind(cfg.listen).with_context(|| format!("cannot listen on {}", cfg.listen))?;
     let listen = listener.local_addr().context("listener address")?;
     let settings = Settings {
         listen,
@@ -437,10 +463,7 @@ async fn run<S: KvStore>(
     if let Some(hook) = memory_limit_hook {
         ctx.set_memory_limit_hook(hook);
     }
-    if let Some(addr) = cfg.admin {
-        let admin = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen on {addr} (--admin)"))?;
+    if let Some(admin) = admin {
         let bound = admin.local_addr().context("admin address")?;
         log::info!("admin endpoint on http://{bound}");
         tokio::spawn(crate::kv_admin::serve(admin, Arc::clone(&ctx)));

@@ -31,6 +31,16 @@ pub fn check(cfg: &KvConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What only `--check-config` checks (a start finds it when it opens the devices): the
+/// contents of existing flash files, and the ports.
+pub fn check_more(cfg: &KvConfig) -> anyhow::Result<()> {
+    for text in &cfg.flash {
+        let spec = DeviceSpec::parse(text).with_context(|| format!("--flash {text}"))?;
+        check_contents(&spec.path, "--flash", cfg.force_format)?;
+    }
+    check_ports(cfg)
+}
+
 fn check_device(text: &str, spec: &DeviceSpec) -> anyhow::Result<()> {
     let path = &spec.path;
     match std::fs::metadata(path) {
@@ -79,8 +89,40 @@ fn check_device(text: &str, spec: &DeviceSpec) -> anyhow::Result<()> {
     }
 }
 
-/// `--check-config` adds the ports: bound and released at once.
-pub fn check_ports(cfg: &KvConfig) -> anyhow::Result<()> {
+/// What a start's format check would find on an existing device, read-only: a foreign file
+/// system or other data is refused (as the start would refuse it) unless `force_format`.
+pub fn check_contents(path: &Path, what: &str, force_format: bool) -> anyhow::Result<()> {
+    use std::os::unix::fs::FileExt as _;
+    let Ok(file) = std::fs::File::open(path) else {
+        return Ok(());
+    };
+    let len = file
+        .metadata()
+        .map(|m| m.len())
+        .with_context(|| format!("{what} {}", path.display()))?;
+    // A block device reports length 0 in its metadata: probe up to its end.
+    let len = if len == 0 {
+        use std::io::Seek as _;
+        (&file).seek(std::io::SeekFrom::End(0)).unwrap_or(0)
+    } else {
+        len
+    };
+    let found = flashtier_flash::probe::inspect(len, &mut |off, buf| file.read_at(buf, off))
+        .with_context(|| format!("{what} {}: cannot read it", path.display()))?;
+    if let flashtier_flash::probe::Content::Foreign(found) = found {
+        if !force_format {
+            bail!(
+                "{what} {}: refusing to format it: it holds {found}; flashtier formats only \
+                 all-zero devices and its own. Pass --force-format to overwrite it",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The ports: bound and released at once.
+fn check_ports(cfg: &KvConfig) -> anyhow::Result<()> {
     std::net::TcpListener::bind(cfg.listen)
         .with_context(|| format!("--listen {}: cannot listen", cfg.listen))?;
     if let Some(a) = cfg.admin {
@@ -127,6 +169,7 @@ mod tests {
             verbose: 0,
             flash: flash.iter().map(|s| s.to_string()).collect(),
             admin: None,
+            force_format: false,
             knobs: knobs
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -148,6 +191,16 @@ mod tests {
         assert!(e.to_string().contains("give a size"), "{e}");
         // Nothing was created.
         assert!(!dir.exists());
+        std::fs::create_dir_all(&dir).unwrap();
+        let foreign = dir.join("foreign.bin");
+        std::fs::write(&foreign, vec![7u8; 1 << 20]).unwrap();
+        let e = check_contents(&foreign, "--flash", false).unwrap_err();
+        assert!(e.to_string().contains("--force-format"), "{e}");
+        assert!(check_contents(&foreign, "--flash", true).is_ok());
+        let blank = dir.join("blank.bin");
+        std::fs::write(&blank, vec![0u8; 1 << 20]).unwrap();
+        assert!(check_contents(&blank, "--flash", false).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
         let e = check(&cfg(&["/tmp:1G"], &[])).unwrap_err();
         assert!(e.to_string().contains("is a directory"), "{e}");
         let text = describe(&cfg(&[&f], &[("item_size", "512")]));

@@ -15,6 +15,8 @@
 //! - [`logging`]: the process logger behind the `log` facade the libraries use.
 //! - [`metrics`]: the Prometheus naming layer both `/metrics` share; [`procstat`] the
 //!   process metrics it reads from /proc.
+//! - [`startup`]: what `kv` and `block` share at start-up: no litter from a failed start,
+//!   one-line refusals to format foreign data.
 #![deny(unsafe_code)]
 
 mod admin;
@@ -33,6 +35,7 @@ mod procstat;
 mod rates;
 mod rundir;
 mod signals;
+mod startup;
 
 use clap::Parser as _;
 

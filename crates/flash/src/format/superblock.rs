@@ -15,10 +15,14 @@
 //!  56    8 hash seed for the user (random at format time)
 //!  64    8 created (unix seconds)
 //!  72    1 tier of this device
-//!  73   51 reserved, 0
+//!  73    1 role: which face formatted it (0 = unspecified, 1 = kv flash, 2 = block cache)
+//!  74   50 reserved, 0
 //! 124    4 crc32c of bytes 0..124
 //! ```
 //! Segment `i` of a device starts at byte `4096 + i * segment_size`.
+//!
+//! The role byte was reserved (zero) before it was used, so devices formatted by builds that
+//! did not write it read as role 0, which every face accepts.
 use super::{Cursor, Put, FORMAT_VERSION};
 
 /// Encoded superblock length.
@@ -26,7 +30,52 @@ pub const SUPERBLOCK_LEN: usize = 128;
 /// Bytes reserved for the superblock at the start of every device.
 pub const SUPERBLOCK_AREA: u64 = 4096;
 
-const MAGIC: &[u8; 8] = b"FLTIERSB";
+/// The superblock magic at byte 0 of every flashtier device.
+pub const MAGIC: &[u8; 8] = b"FLTIERSB";
+
+/// Which face of flashtier formatted a device. A face refuses a device formatted by the
+/// other (a kv flash file is not a block cache and vice versa), unless told to reformat.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Role {
+    /// No face named (engine users, tests, devices from builds before the role byte).
+    /// Accepted by every face; opened by it, it keeps role 0.
+    #[default]
+    Any,
+    /// The key-value face's flash tier (`flashtier kv --flash`).
+    Kv,
+    /// The block face's cache device (`flashtier block --cache`).
+    Block,
+}
+
+impl Role {
+    /// The byte stored at offset 73.
+    pub fn to_byte(self) -> u8 {
+        match self {
+            Role::Any => 0,
+            Role::Kv => 1,
+            Role::Block => 2,
+        }
+    }
+
+    /// The role of a stored byte; `None` for a value this build does not know.
+    pub fn from_byte(b: u8) -> Option<Self> {
+        match b {
+            0 => Some(Role::Any),
+            1 => Some(Role::Kv),
+            2 => Some(Role::Block),
+            _ => None,
+        }
+    }
+
+    /// What a device of this role is, for messages ("a flashtier kv flash device").
+    pub fn describe(self) -> &'static str {
+        match self {
+            Role::Any => "a flashtier device",
+            Role::Kv => "a flashtier kv flash device",
+            Role::Block => "a flashtier block cache device",
+        }
+    }
+}
 
 /// Decoded superblock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +102,8 @@ pub struct Superblock {
     pub created: u64,
     /// Device tier.
     pub tier: u8,
+    /// [`Role`] byte of the face that formatted it (0 = unspecified).
+    pub role: u8,
 }
 
 /// Why a superblock did not decode.
@@ -83,7 +134,8 @@ impl Superblock {
             .u64(self.hash_seed)
             .u64(self.created)
             .u8(self.tier)
-            .zeros(51);
+            .u8(self.role)
+            .zeros(50);
         let crc = crc32c::crc32c(&v);
         Put(&mut v).u32(crc);
         v
@@ -109,8 +161,9 @@ impl Superblock {
             hash_seed: c.u64().ok_or(bad)?,
             created: c.u64().ok_or(bad)?,
             tier: c.u8().ok_or(bad)?,
+            role: c.u8().ok_or(bad)?,
         };
-        c.bytes(51).ok_or(bad)?;
+        c.bytes(50).ok_or(bad)?;
         if c.u32().ok_or(bad)? != crc32c::crc32c(body) {
             return Err(bad);
         }
@@ -140,6 +193,7 @@ mod tests {
             hash_seed: 99,
             created: 1,
             tier: 0,
+            role: 2,
         };
         let b = sb.encode();
         assert_eq!(b.len(), SUPERBLOCK_LEN);

@@ -1,9 +1,13 @@
 //! A file or block device opened with `O_DIRECT`, read and written with `pread`/`pwrite`.
 //!
 //! This is the device the psync executor drives directly; the io_uring executor uses its
-//! file descriptor ([`Device::raw_fd`]). A missing regular file is created and sized with
-//! `fallocate` (so a full file system fails at open, not at the first write) when the spec
-//! allows it; a missing directory is a clear [`Error::DeviceMissing`].
+//! file descriptor ([`Device::raw_fd`]). A missing regular file is created (empty) at open
+//! when the spec allows it; a missing directory is a clear [`Error::DeviceMissing`]. The file
+//! is sized to the configured length with `fallocate` only in [`Device::prepare`], once the
+//! engine has probed what it held and decided to use it (so a full file system fails at
+//! open, not at the first write, and a refused file is never grown). If the open fails
+//! after that, [`FileDevice::undo`] removes the file it created or shrinks the one it grew
+//! back to its old length.
 //!
 //! Threads: any executor thread; `pread`/`pwrite` on one fd are safe concurrently.
 // `unsafe` is needed here for raw syscalls/io_uring; each block states its SAFETY.
@@ -21,13 +25,21 @@ use crate::error::{Error, Result};
 /// A file or block device.
 pub struct FileDevice {
     name: String,
+    path: PathBuf,
     file: File,
     len: u64,
+    /// Bytes the file held before this open (0 if it was created); the probe reads only
+    /// these, and `undo` shrinks the file back to this length.
+    existing: u64,
+    /// This open created the file.
+    created: bool,
+    block_device: bool,
 }
 
 impl FileDevice {
-    /// Open `path` (creating and sizing it to `size` bytes if `create` and it is missing or
-    /// shorter). `size == 0` uses the existing size. `direct` opens with `O_DIRECT`.
+    /// Open `path` (creating it, empty, if `create` and it is missing; [`Device::prepare`]
+    /// sizes it to `size` bytes if shorter). `size == 0` uses the existing size. `direct`
+    /// opens with `O_DIRECT`. The file is locked (`flock`) for as long as it is open.
     pub fn open(path: &Path, size: u64, create: bool, direct: bool) -> Result<Self> {
         let name = path.display().to_string();
         let exists = path.exists();
@@ -40,7 +52,10 @@ impl FileDevice {
             }
         }
         let mut opts = OpenOptions::new();
-        opts.read(true).write(true).create(create);
+        opts.read(true).write(true);
+        if !exists {
+            opts.create_new(true);
+        }
         if direct {
             opts.custom_flags(libc::O_DIRECT);
         }
@@ -57,34 +72,65 @@ impl FileDevice {
             }
             Err(e) => return Err(Error::io(&name, "open", e)),
         };
-        lock_exclusive(&file).map_err(|e| Error::io(&name, "lock", e))?;
-        let meta = file.metadata().map_err(|e| Error::io(&name, "stat", e))?;
-        let len = if meta.file_type().is_block_device() {
+        let created = !exists;
+        let fail = |e: Error| {
+            if created {
+                let _ = std::fs::remove_file(path);
+            }
+            e
+        };
+        lock_exclusive(&file).map_err(|e| fail(Error::io(&name, "lock", e)))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| fail(Error::io(&name, "stat", e)))?;
+        let block_device = meta.file_type().is_block_device();
+        let (len, existing) = if block_device {
             let dev_len = file
                 .seek(SeekFrom::End(0))
                 .map_err(|e| Error::io(&name, "seek", e))?;
-            if size == 0 {
+            let len = if size == 0 {
                 dev_len
             } else {
                 size.min(dev_len)
-            }
+            };
+            (len, len)
         } else {
             let cur = meta.len();
-            if size > cur {
-                if !create {
-                    return Err(Error::Config(format!(
-                        "{name} is {cur} bytes, smaller than the configured {size}"
-                    )));
-                }
-                allocate(&file, size).map_err(|e| Error::io(&name, "fallocate", e))?;
-                size
-            } else if size == 0 {
-                cur
-            } else {
-                size
+            if size > cur && !create {
+                return Err(Error::Config(format!(
+                    "{name} is {cur} bytes, smaller than the configured {size}"
+                )));
             }
+            (if size == 0 { cur } else { size }, cur)
         };
-        Ok(Self { name, file, len })
+        Ok(Self {
+            name,
+            path: path.to_path_buf(),
+            file,
+            len,
+            existing,
+            created,
+            block_device,
+        })
+    }
+
+    /// Undo what this open did to the file system, after an open that failed: remove the
+    /// file if this open created it, else shrink it back to the length it had (freeing
+    /// what `prepare` allocated, also after a partly failed `fallocate`).
+    pub fn undo(&self) {
+        if self.created {
+            let _ = std::fs::remove_file(&self.path);
+        } else if !self.block_device {
+            let grown = self.file.metadata().is_ok_and(|m| m.len() != self.existing);
+            if grown {
+                let _ = self.file.set_len(self.existing);
+            }
+        }
+    }
+
+    /// True if this open created the file.
+    pub fn created(&self) -> bool {
+        self.created
     }
 }
 
@@ -96,7 +142,7 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Take an exclusive advisory lock so two engines never share a device; released when the
 /// file is closed (also by a crash, see [`LOCK_WAIT`]).
-fn lock_exclusive(file: &File) -> io::Result<()> {
+pub fn lock_exclusive(file: &File) -> io::Result<()> {
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     let mut told = false;
     loop {
@@ -165,6 +211,19 @@ fn lock_holder(m: &std::fs::Metadata) -> Option<u32> {
     })
 }
 
+/// Bytes an unprivileged writer may still allocate on `file`'s file system.
+fn free_bytes(file: &File) -> io::Result<u64> {
+    // SAFETY: an all-zero `statvfs` is a valid value of this plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `file` owns a valid open descriptor for the duration of the call and `st` is a
+    // properly aligned, writable `statvfs` the kernel fills in.
+    let rc = unsafe { libc::fstatvfs(file.as_raw_fd(), &mut st) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
 fn allocate(file: &File, size: u64) -> io::Result<()> {
     let len =
         libc::off_t::try_from(size).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
@@ -205,5 +264,34 @@ impl Device for FileDevice {
 
     fn raw_fd(&self) -> Option<RawFd> {
         Some(self.file.as_raw_fd())
+    }
+
+    fn probe(&self) -> io::Result<crate::probe::Content> {
+        // Buffered reads of exactly the bytes that were there (no O_DIRECT alignment).
+        let plain = File::open(&self.path)?;
+        crate::probe::inspect(self.existing, &mut |off, buf: &mut [u8]| {
+            plain.read_at(buf, off)
+        })
+    }
+
+    fn prepare(&self) -> io::Result<()> {
+        if self.block_device || self.existing >= self.len {
+            return Ok(());
+        }
+        // Refuse before allocating anything when the file system cannot hold the growth (a
+        // failed fallocate may leave metadata blocks behind even after the file is shrunk).
+        let need = self.len - self.existing;
+        let free = free_bytes(&self.file)?;
+        if need > free {
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!(
+                    "No space left on device: {} bytes are needed to size it to {}, the file \
+                     system has {free} free",
+                    need, self.len
+                ),
+            ));
+        }
+        allocate(&self.file, self.len)
     }
 }

@@ -58,6 +58,25 @@ pub trait Device: Send + Sync + 'static {
     fn raw_fd(&self) -> Option<RawFd> {
         None
     }
+    /// What the device held before this open ([`crate::probe::inspect`] over its bytes).
+    /// The default reads through [`read_at`](Self::read_at) (whole 4 KiB pages of
+    /// [`len`](Self::len)); a device that was created or will be grown by this open probes
+    /// only the bytes it had.
+    fn probe(&self) -> io::Result<crate::probe::Content> {
+        let len = self.len() / ALIGN as u64 * ALIGN as u64;
+        crate::probe::inspect(len, &mut |off, buf: &mut [u8]| {
+            let mut a = AlignedBuf::zeroed(buf.len().div_ceil(ALIGN) * ALIGN);
+            self.read_at(a.as_mut_slice(), off)?;
+            let n = buf.len();
+            buf.copy_from_slice(&a.as_slice()[..n]);
+            Ok(n)
+        })
+    }
+    /// Make all of [`len`](Self::len) usable before the first write (a file device grows its
+    /// file to the configured size). Called once the engine has decided to use the device.
+    fn prepare(&self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A heap buffer whose window is 4 KiB aligned.

@@ -1,0 +1,132 @@
+//! Start-up rules `kv` and `block` share: a start that fails leaves nothing behind, and a
+//! refusal to format says what was found and how to override it.
+//!
+//! [`Litter`] records, before a start touches the file system, which paths it may create
+//! (flash/cache files, their directories, the pid file, a unix socket) and the length of
+//! files it may grow; if the start fails (the guard is dropped without [`Litter::keep`]) it
+//! removes what it created and shrinks what it grew. The flash engine already does this for
+//! its own failures; the guard covers the steps after it (knobs, privileges, ...) and the
+//! directories the server creates. Declare the guard before the store it protects, so the
+//! store is closed first.
+//!
+//! Not undone: a file that existed and was blank (all zeros where the probe looks) and was
+//! formatted by a start that then failed keeps its new superblock; every later step that can
+//! fail is ordered before the format where possible (sockets, directories, pid file).
+use std::path::{Path, PathBuf};
+
+/// What a failing start must undo.
+#[derive(Debug, Default)]
+pub struct Litter {
+    /// Files that did not exist (None) or their length before the start (Some).
+    files: Vec<(PathBuf, Option<u64>)>,
+    /// Directories this start created, outermost first.
+    dirs: Vec<PathBuf>,
+    kept: bool,
+}
+
+impl Litter {
+    /// Remember `path`'s state before the start may create or grow it.
+    pub fn note_file(&mut self, path: &Path) {
+        let before = std::fs::symlink_metadata(path).ok().map(|m| m.len());
+        self.files.push((path.to_path_buf(), before));
+    }
+
+    /// `create_dir_all`, remembering every directory it creates.
+    pub fn create_dir_all(&mut self, dir: &Path) -> std::io::Result<()> {
+        let mut missing = Vec::new();
+        let mut d = Some(dir);
+        while let Some(p) = d.filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
+            missing.push(p.to_path_buf());
+            d = p.parent();
+        }
+        std::fs::create_dir_all(dir)?;
+        self.dirs.extend(missing.into_iter().rev());
+        Ok(())
+    }
+
+    /// The start succeeded: keep everything.
+    pub fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for Litter {
+    fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
+        for (path, before) in self.files.iter().rev() {
+            match before {
+                None => {
+                    let _ = std::fs::remove_file(path);
+                }
+                Some(len) => {
+                    let grown =
+                        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() != *len);
+                    if grown {
+                        let _ = std::fs::OpenOptions::new()
+                            .write(true)
+                            .open(path)
+                            .and_then(|f| f.set_len(*len));
+                    }
+                }
+            }
+        }
+        for dir in self.dirs.iter().rev() {
+            // Only if empty: never remove what someone else put there.
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// Rewrite a refusal to format (anywhere in `e`'s chain) as one line naming what was found
+/// and `--force-format`; other errors pass through.
+pub fn explain(e: anyhow::Error) -> anyhow::Error {
+    let refused = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<flashtier_flash::Error>());
+    match refused {
+        Some(flashtier_flash::Error::NotBlank { device, found }) => anyhow::anyhow!(
+            "refusing to format {device}: it holds {found}; flashtier formats only all-zero \
+             devices and its own. Pass --force-format to overwrite it (what it holds is lost)"
+        ),
+        _ => e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn undoes_files_and_directories_unless_kept() {
+        let root = std::env::temp_dir().join(format!("ft-litter-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let old = root.join("old");
+        std::fs::write(&old, b"12345").unwrap();
+        let deep = root.join("a/b");
+        {
+            let mut l = Litter::default();
+            l.note_file(&old);
+            l.create_dir_all(&deep).unwrap();
+            l.note_file(&deep.join("new"));
+            std::fs::write(deep.join("new"), b"x").unwrap();
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&old)
+                .unwrap()
+                .set_len(100)
+                .unwrap();
+        }
+        assert_eq!(std::fs::read(&old).unwrap(), b"12345");
+        assert!(!root.join("a").exists());
+        {
+            let mut l = Litter::default();
+            l.create_dir_all(&deep).unwrap();
+            l.keep();
+        }
+        assert!(deep.exists());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}
