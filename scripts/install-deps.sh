@@ -4,7 +4,9 @@
 # libnbd tools (nbdinfo, nbdcopy, nbdfuse: the fault tests' erroring flash file) and Python
 # bindings, qemu-img, netcat; the tools that write the on-disk formats
 # flashtier must refuse to format (e2fsprogs, xfsprogs, btrfs-progs, fdisk, cryptsetup,
-# bcache-tools); pymemcache + pytest from PyPI; cargo-fuzz.
+# bcache-tools); promtool (package prometheus: checks both faces' /metrics);
+# systemd-analyze, man and readelf (the .deb test); pymemcache + pytest from PyPI;
+# cargo-fuzz and cargo-deb from crates.io.
 set -euo pipefail
 need_apt=()
 for pair in memcached:memcached memccapable:libmemcached-tools nutcracker:nutcracker \
@@ -12,7 +14,8 @@ for pair in memcached:memcached memccapable:libmemcached-tools nutcracker:nutcra
             qemu-img:qemu-utils \
             qemu-io:qemu-utils nc:netcat-openbsd mkfs.ext4:e2fsprogs mkfs.xfs:xfsprogs \
             mkfs.btrfs:btrfs-progs sfdisk:fdisk cryptsetup:cryptsetup-bin \
-            make-bcache:bcache-tools mkswap:util-linux; do
+            make-bcache:bcache-tools mkswap:util-linux promtool:prometheus \
+            systemd-analyze:systemd man:man-db readelf:binutils dpkg-deb:dpkg; do
   bin=${pair%%:*}; pkg=${pair#*:}
   command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
@@ -25,3 +28,4 @@ if ((${#need_apt[@]})); then
 fi
 python3 -c 'import pymemcache, pytest' 2>/dev/null || python3 -m pip install -q pymemcache pytest
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install -q cargo-fuzz --locked
+command -v cargo-deb >/dev/null 2>&1 || cargo install -q cargo-deb --locked

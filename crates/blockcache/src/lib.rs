@@ -44,5 +44,5 @@ pub use error::Error;
 pub use retry::RETRY_MAX;
 pub use stats::BlockStats;
 pub use switch::{ModeSwitch, SwitchPhase};
-pub use tunables::{FlushOrder, Mode, Tunables, TUNABLES};
+pub use tunables::{FlushOrder, Mode, Refusal, Tunables, TUNABLES};
 pub use warm::ShutdownReport;

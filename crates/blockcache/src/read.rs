@@ -26,7 +26,7 @@ impl BlockCache {
         let (first, last) = (off / bs, (off + len - 1) / bs);
         add(&s.reads, last - first + 1);
         let seq = self.seq_run(off, len);
-        let admit = !seq && self.tunables.admits(off, len, false);
+        let admit = self.admission(off, len, false, seq);
         let mut out = vec![0u8; len as usize];
         let entries: Vec<(u64, Option<Entry>)> = {
             let mut ix = self.shared.index.lock();

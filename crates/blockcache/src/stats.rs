@@ -20,6 +20,11 @@ macro_rules! counters {
             pub fn pairs(&self) -> Vec<(&'static str, u64)> {
                 vec![ $( (stringify!($name), self.$name.load(Ordering::Relaxed)), )* ]
             }
+
+            /// Every counter's name and doc text, in declaration order.
+            pub fn describe() -> Vec<(&'static str, &'static str)> {
+                vec![ $( (stringify!($name), concat!($($doc),*).trim_ascii()), )* ]
+            }
         }
     };
 }
@@ -93,6 +98,14 @@ counters! {
     dirty_lost,
     /// Switches away from writeback started.
     mode_switches,
+    /// Requests not admitted because they were part of a sequential stream.
+    bypass_sequential_requests,
+    /// Requests not admitted because admission is off for their direction (admit_reads, admit_writes).
+    bypass_direction_requests,
+    /// Requests not admitted because they were larger than admit_max_kb.
+    bypass_size_requests,
+    /// Requests not admitted because they fell outside admit_offset_min..admit_offset_max.
+    bypass_offset_requests,
 }
 
 /// Add `n` to a counter.
@@ -101,6 +114,30 @@ pub(crate) fn add(c: &AtomicU64, n: u64) {
 }
 
 impl BlockCache {
+    /// The admission decision for a request (`seq`: part of a sequential stream), counting
+    /// the rule that refused it.
+    pub(crate) fn admission(&self, off: u64, len: u64, write: bool, seq: bool) -> bool {
+        let s = &self.shared.stats;
+        if seq {
+            add(&s.bypass_sequential_requests, 1);
+            return false;
+        }
+        match self.tunables.refusal(off, len, write) {
+            None => true,
+            Some(r) => {
+                add(
+                    match r {
+                        crate::tunables::Refusal::Direction => &s.bypass_direction_requests,
+                        crate::tunables::Refusal::Size => &s.bypass_size_requests,
+                        crate::tunables::Refusal::Offset => &s.bypass_offset_requests,
+                    },
+                    1,
+                );
+                false
+            }
+        }
+    }
+
     /// Every statistic as `(name, value)`: the cache's counters and gauges, then the flash
     /// engine's (`flash_*`).
     pub fn stats_pairs(&self) -> Vec<(String, String)> {

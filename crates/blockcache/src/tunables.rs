@@ -378,6 +378,11 @@ impl Tunables {
 
     /// Whether a request of `len` bytes at `offset` may be admitted (`write` = a write).
     pub fn admits(&self, offset: u64, len: u64, write: bool) -> bool {
+        self.refusal(offset, len, write).is_none()
+    }
+
+    /// The first admission rule refusing a request of `len` bytes at `offset`, if any.
+    pub fn refusal(&self, offset: u64, len: u64, write: bool) -> Option<Refusal> {
         let dir = if write {
             self.admit_writes.load(Relaxed)
         } else {
@@ -386,7 +391,15 @@ impl Tunables {
         let max = self.admit_max_kb.load(Relaxed) * 1024;
         let lo = self.admit_offset_min.load(Relaxed);
         let hi = self.admit_offset_max.load(Relaxed);
-        dir == 1 && (max == 0 || len <= max) && offset >= lo && (hi == 0 || offset < hi)
+        if dir != 1 {
+            Some(Refusal::Direction)
+        } else if max != 0 && len > max {
+            Some(Refusal::Size)
+        } else if offset < lo || (hi != 0 && offset >= hi) {
+            Some(Refusal::Offset)
+        } else {
+            None
+        }
     }
 
     /// `(batch, inflight, max_rate)` for writeback.
@@ -397,6 +410,17 @@ impl Tunables {
             self.writeback_max_rate.load(Relaxed),
         )
     }
+}
+
+/// Which admission rule refused a request (see [`Tunables::refusal`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// `admit_reads` / `admit_writes` is 0 for the request's direction.
+    Direction,
+    /// Larger than `admit_max_kb`.
+    Size,
+    /// Outside `admit_offset_min..admit_offset_max`.
+    Offset,
 }
 
 #[cfg(test)]

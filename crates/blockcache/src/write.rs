@@ -91,7 +91,7 @@ impl BlockCache {
         add(&s.writes, last - first + 1);
         let mode = self.tunables.mode();
         let seq = self.seq_run(off, len);
-        let admit = self.tunables.admits(off, len, true);
+        let admit = self.admission(off, len, true, seq);
         let want_wb = mode == Mode::WriteBack && admit && !seq;
         // No write waits for space longer than this (see `write_stall_max_ms`).
         let deadline = Instant::now() + self.tunables.write_stall_max();

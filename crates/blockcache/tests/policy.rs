@@ -210,3 +210,65 @@ async fn dirty_blocks_recovered_after_reopen() {
     check_all(&cache, &model).await;
     cache.stop();
 }
+
+/// Each admission rule counts the requests it keeps out of the cache, once per request,
+/// and the first refusing rule is the one counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_rules_are_counted() {
+    const SIZE: usize = 4 << 20;
+    let dev = Arc::new(MemoryDevice::new("flash", 8 << 20));
+    let backing = Arc::new(MemoryBackend::new(SIZE));
+    let cache = open(
+        &dev,
+        &backing,
+        &[
+            ("admit_max_kb", "16"),
+            ("admit_offset_max", "2097152"),
+            ("seq_threshold_kb", "0"),
+        ],
+    );
+    let stat = |name: &str| -> u64 {
+        cache
+            .stats_pairs()
+            .into_iter()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or_else(|| panic!("no stat {name}"))
+    };
+    let block = Bytes::from(vec![1u8; 4096]);
+    cache
+        .write(0, block.clone(), false)
+        .await
+        .expect("admitted");
+    cache
+        .write(8192, Bytes::from(vec![2u8; 64 << 10]), false)
+        .await
+        .expect("too large");
+    cache
+        .write(3 << 20, block.clone(), false)
+        .await
+        .expect("past the range");
+    cache
+        .read(3 << 20, 4096)
+        .await
+        .expect("read past the range");
+    cache.set_tunable("admit_reads", "0").expect("tunable");
+    cache
+        .read(1 << 20, 4096)
+        .await
+        .expect("read with reads off");
+    assert_eq!(stat("bypass_size_requests"), 1);
+    assert_eq!(stat("bypass_offset_requests"), 2);
+    assert_eq!(stat("bypass_direction_requests"), 1);
+    assert_eq!(stat("bypass_sequential_requests"), 0);
+    // A sequential stream is counted as such, before any other rule.
+    cache.set_tunable("seq_threshold_kb", "8").expect("tunable");
+    for i in 0..8u64 {
+        cache
+            .write((1 << 20) + i * 4096, block.clone(), false)
+            .await
+            .expect("sequential write");
+    }
+    assert!(stat("bypass_sequential_requests") > 0);
+    assert_eq!(stat("bypass_size_requests"), 1);
+}

@@ -859,6 +859,10 @@ impl Inner {
 }
 
 impl KvStore for Cache {
+    fn flash_stats(&self) -> Option<&flashtier_flash::FlashStats> {
+        self.flash().map(Flash::stats)
+    }
+
     async fn get(&self, key: &[u8]) -> Result<Option<Item>, Error> {
         if self.inner.ft.is_none() {
             return self.inner.get(key);

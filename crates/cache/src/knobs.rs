@@ -145,6 +145,46 @@ impl Tiering {
     }
 }
 
+/// Check knob changes against `fs` without opening anything (a `--check-config` validates
+/// what a start would apply): the same names, parsing and limits as `Cache::set_knob` on a
+/// cache opened with `fs`, applied in order to scratch copies of the knobs.
+pub fn validate_knobs(fs: &FlashSettings, changes: &[(String, String)]) -> Result<(), Error> {
+    let engine = fs.engine_config();
+    let tiering = Tiering::new(fs, engine.free_high_watermark);
+    let mut engine_changes: Vec<(String, String)> = Vec::new();
+    for (name, value) in changes {
+        let value = value.trim();
+        if let Some(r) = tiering.set(name, value) {
+            r?;
+            continue;
+        }
+        if let Some((_, why)) = NO_MEANING.iter().find(|(n, _)| n == name) {
+            return Err(Error::Knob(format!("{name} is not supported: {why}")));
+        }
+        let engine_name = if name == "compact_under" {
+            "free_low_watermark"
+        } else {
+            name.as_str()
+        };
+        if !flashtier_flash::knobs::KNOB_NAMES.contains(&engine_name) {
+            return Err(Error::Knob(format!(
+                "unknown knob {name}; known: {}, {}, compact_under",
+                TIERING_KNOBS.join(", "),
+                flashtier_flash::knobs::KNOB_NAMES.join(", ")
+            )));
+        }
+        engine_changes.push((engine_name.to_string(), value.to_string()));
+        flashtier_flash::knobs::validate_knobs(&engine, &engine_changes).map_err(|e| {
+            let text = e.to_string();
+            let text = text
+                .split_once("knob ")
+                .map_or(text.as_str(), |(_, rest)| rest);
+            Error::Knob(text.to_string())
+        })?;
+    }
+    Ok(())
+}
+
 impl crate::cache::Inner {
     /// Every knob with its current value: the tiering knobs, then the engine's. Empty
     /// without flash.
@@ -206,6 +246,22 @@ mod tests {
     fn tiering() -> Tiering {
         let fs = FlashSettings::devices(Vec::new());
         Tiering::new(&fs, 3)
+    }
+
+    #[test]
+    fn validation_without_a_cache() {
+        let fs = FlashSettings::devices(Vec::new());
+        let ok = |k: &str, v: &str| validate_knobs(&fs, &[(k.into(), v.into())]);
+        assert!(ok("item_size", "4k").is_ok());
+        assert!(ok("compact_under", "1").is_ok());
+        assert!(ok("reclaim_policy", "greedy").is_ok());
+        assert!(ok("foo", "1")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown knob foo"));
+        assert!(ok("item_age", "1").is_err());
+        assert!(ok("append_wait_ms", "60001").is_err());
+        assert!(ok("keep_limit", "2").is_err());
     }
 
     #[test]

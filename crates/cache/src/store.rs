@@ -86,4 +86,10 @@ pub trait KvStore: Send + Sync + 'static {
             "unknown knob {name}: this store has no runtime knobs"
         )))
     }
+
+    /// The flash engine's counters and IO latency histograms, when the store has a flash
+    /// tier (for metrics exporters). Default: none.
+    fn flash_stats(&self) -> Option<&flashtier_flash::FlashStats> {
+        None
+    }
 }

@@ -20,6 +20,15 @@ pub const KNOB_NAMES: &[&str] = &[
     "device_retry_max_ms",
 ];
 
+/// Check knob changes against a configuration without an engine (a `--check-config`
+/// validates what a start would apply): the same parsing and limits as
+/// [`crate::Flash::set_knob`], applied in order to a scratch copy of the knobs `cfg`
+/// starts with.
+pub fn validate_knobs(cfg: &FlashConfig, changes: &[(String, String)]) -> Result<()> {
+    let k = Knobs::new(cfg);
+    changes.iter().try_for_each(|(n, v)| k.set(n, v))
+}
+
 pub(crate) struct Knobs {
     /// Microseconds; 0 = no interval flush.
     flush_interval_us: AtomicU64,

@@ -67,6 +67,7 @@ pub use engine::{
     StreamId,
 };
 pub use error::{Error, Result};
+pub use flashtier_metrics as metrics;
 pub use format::record::{kind, Record, RecordHeader};
 pub use format::superblock::Role;
 pub use health::DeviceState;
@@ -75,4 +76,4 @@ pub use io::file::FileDevice;
 pub use io::memory::MemoryDevice;
 pub use io::Device;
 pub use location::Location;
-pub use stats::FlashStats;
+pub use stats::{FlashStats, IoLatency};

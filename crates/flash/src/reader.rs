@@ -126,13 +126,17 @@ impl Inner {
         let me = Arc::clone(self);
         let buf = AlignedBuf::zeroed(len as usize);
         let dev = t.dev;
+        let started = std::time::Instant::now();
         self.exec.submit(IoRequest {
             op: IoOp::Read {
                 dev,
                 off: t.seg_dev_off + page0,
                 buf,
             },
-            done: Box::new(move |res| me.read_done(t, page0, first, res, promise)),
+            done: Box::new(move |res| {
+                me.stats.latency.read.record(started.elapsed());
+                me.read_done(t, page0, first, res, promise)
+            }),
         });
     }
 

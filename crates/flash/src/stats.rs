@@ -9,12 +9,20 @@ macro_rules! stats {
         #[derive(Debug, Default)]
         pub struct FlashStats {
             $( $(#[doc = $doc])* pub $name: AtomicU64, )*
+            /// Device read and write latency (submit to completion, queueing included).
+            pub latency: IoLatency,
         }
 
         impl FlashStats {
             /// Every counter as `("flash_<name>", value)`, in declaration order.
             pub fn pairs(&self) -> Vec<(&'static str, u64)> {
                 vec![ $( (concat!("flash_", stringify!($name)), self.$name.load(Ordering::Relaxed)), )* ]
+            }
+
+            /// Every counter's name (as [`Self::pairs`] gives it) and its doc text; a text
+            /// starting `Gauge` marks a level rather than a running total.
+            pub fn describe() -> Vec<(&'static str, &'static str)> {
+                vec![ $( (concat!("flash_", stringify!($name)), concat!($($doc),*).trim_ascii()), )* ]
             }
         }
     };
@@ -105,13 +113,22 @@ stats! {
     records_unreadable,
     /// Segments retired by reclaim because they could not be read (never reused this run).
     segments_retired,
-    /// Microseconds the last recovery took.
+    /// Gauge: microseconds the last recovery took.
     recovery_time_us,
     /// Bytes written to devices (records, padding, headers, summaries): write amplification
     /// is this over `bytes_written`.
     device_bytes_written,
     /// Bytes read from devices.
     device_bytes_read,
+}
+
+/// Device IO latency histograms of one engine.
+#[derive(Debug, Default)]
+pub struct IoLatency {
+    /// Device reads (record fetches), submit to completion.
+    pub read: flashtier_metrics::Histogram,
+    /// Device writes (chunks, segment tails), submit to completion.
+    pub write: flashtier_metrics::Histogram,
 }
 
 impl FlashStats {

@@ -284,9 +284,13 @@ impl Inner {
             off: job.off,
             buf: Arc::clone(&job.buf),
         };
+        let started = std::time::Instant::now();
         self.exec.submit(IoRequest {
             op,
-            done: Box::new(move |res| me.write_done(job, res.map(|_| ()))),
+            done: Box::new(move |res| {
+                me.stats.latency.write.record(started.elapsed());
+                me.write_done(job, res.map(|_| ()))
+            }),
         });
     }
 

@@ -61,6 +61,8 @@ pub struct ConnEntry {
 pub struct Context<S> {
     pub store: Arc<S>,
     pub stats: Stats,
+    /// Request latency per command family (metrics).
+    pub latency: crate::latency::Latency,
     pub settings: Settings,
     /// Unix seconds at start (for `uptime`).
     pub started: u32,
@@ -106,6 +108,7 @@ impl<S> Context<S> {
         Self {
             store,
             stats: Stats::default(),
+            latency: Default::default(),
             settings,
             started,
             verbosity: Default::default(),

@@ -6,7 +6,8 @@
 //! - [`request`]: the parsed request types the codec produces.
 //! - [`command`]: what each command does to the store and answers, one file per family.
 //! - [`reply`]: reply formatting helpers; [`output`]: a connection's pending replies.
-//! - [`stats`]: protocol counters (`stats` output).
+//! - [`stats`]: protocol counters (`stats` output); [`latency`]: request latency
+//!   histograms per command family (metrics).
 //! - [`context`]: what all connections of one server share (store, stats, settings).
 //! - [`connection`]: the per-connection read/execute/write loop.
 //! - [`server`]: the accept loop, connection limit and graceful shutdown.
@@ -44,6 +45,7 @@ pub mod connection;
 pub mod context;
 pub mod error;
 pub mod join;
+pub mod latency;
 pub mod output;
 pub mod reply;
 pub mod request;

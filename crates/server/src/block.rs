@@ -1,56 +1,67 @@
-//! `flashtier block`: open the backing (file, block device or NBD URI) and the flash cache,
-//! recover dirty blocks, serve the cache over NBD, expose the admin endpoint and rewrite the
-//! stats file every second, until SIGTERM/SIGINT or `ctl detach`.
+//! `flashtier block`: validate the configuration ([`BlockConfig`], also all that
+//! `--check-config` does), lock the run dir, open the backing (file, block device or NBD
+//! URI) and the flash cache, recover dirty blocks, bind the NBD and admin listeners, and only
+//! then announce that it serves. Until SIGTERM/SIGINT or `ctl detach` it rewrites the
+//! `<export>.stats` file every second and samples counters for per-window rates; at exit the
+//! file is rewritten once more with the final state (`state=stopped`).
 //!
 //! Threads: the tokio runtime's workers run the NBD server, the admin endpoint, the
-//! writeback task and the stats writer; the flash engine runs its own IO and reclaim
-//! threads. The main thread only blocks on the runtime.
-use std::path::PathBuf;
+//! writeback task, the stats writer and the rate sampler; the flash engine runs its own IO
+//! and reclaim threads. The main thread only blocks on the runtime.
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use clap::Args;
-use flashtier_blockcache::{BlockCache, BlockCacheConfig, Mode};
+use flashtier_blockcache::{BlockCache, BlockCacheConfig, Mode, Tunables};
 use flashtier_flash::{DeviceSpec, FlashConfig};
 use flashtier_nbd::{open_backend, BlockBackend, Export, ListenAddr, Server, ServerConfig};
 
+use crate::rundir::{Header, RunDir};
 use crate::startup::Litter;
+
+/// The admin endpoint's default address, the one `flashtier ctl` talks to by default.
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:10810";
+/// The NBD listen address by default (NBD's port).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
 
 #[derive(Clone, Debug, Args)]
 pub struct BlockArgs {
     /// The slow device: a file or block device path, `nbd://HOST[:PORT]/EXPORT` or
     /// `nbd+unix:///EXPORT?socket=PATH`.
     #[arg(long, value_name = "PATH|URI")]
-    pub backing: String,
+    pub backing: Option<String>,
 
     /// The cache device, PATH:SIZE (created and sized if missing), e.g. /var/cache/ft.img:4G.
     #[arg(long, value_name = "PATH:SIZE")]
-    pub cache: String,
+    pub cache: Option<String>,
 
     /// writeback | writethrough | writearound. Default: writeback.
     #[arg(long, value_name = "MODE")]
     pub mode: Option<String>,
 
     /// NBD listen address: HOST:PORT or unix:PATH. Default: 127.0.0.1:10809.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:10809")]
-    pub listen: String,
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
 
     /// Export name. Default: block.
-    #[arg(long, default_value = "block")]
-    pub export: String,
+    #[arg(long)]
+    pub export: Option<String>,
 
-    /// Admin HTTP endpoint (stats, /metrics, tunables, flush, status, detach), HOST:PORT.
-    #[arg(long, value_name = "HOST:PORT")]
+    /// Admin HTTP endpoint (stats, /metrics, tunables, flush, status, detach), HOST:PORT, or
+    /// `none`. Default: 127.0.0.1:10810, where `flashtier ctl` looks.
+    #[arg(long, value_name = "HOST:PORT|none")]
     pub admin: Option<String>,
 
     /// Directory for `<export>.stats` (rewritten every second). Default: ./data/run/block.
-    #[arg(long, value_name = "DIR", default_value = "data/run/block")]
-    pub run_dir: PathBuf,
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: Option<PathBuf>,
 
     /// Cache block size in bytes (power of two, 512..=1MiB). Default: 4096.
-    #[arg(long, default_value_t = 4096)]
-    pub block_size: u32,
+    #[arg(long)]
+    pub block_size: Option<u32>,
 
     /// Dirty percentage of the cache at which writeback starts. Default: 40.
     #[arg(long)]
@@ -91,18 +102,328 @@ pub struct BlockArgs {
     /// Default: off (only all-zero devices and flashtier's own block caches are used).
     #[arg(long)]
     pub force_format: bool,
+
+    /// TOML configuration file: the flags' names as keys (backing, cache, mode, listen,
+    /// export, admin, run_dir, block_size, no_direct_io, threads, dirty_high_pct, ...) and a
+    /// [set] table of tunables (`"flash.reclaim_policy" = "greedy"`). Flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Validate everything a start validates (tunables, addresses, sizes, paths; creating
+    /// and changing nothing), print the effective configuration and exit.
+    #[arg(long)]
+    pub check_config: bool,
+}
+
+/// The `--config` TOML file of `flashtier block`. Every key is optional; flags override.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BlockFile {
+    pub backing: Option<String>,
+    pub cache: Option<String>,
+    pub mode: Option<String>,
+    pub listen: Option<String>,
+    pub export: Option<String>,
+    pub admin: Option<String>,
+    pub run_dir: Option<PathBuf>,
+    pub block_size: Option<u32>,
+    pub dirty_high_pct: Option<u64>,
+    pub dirty_low_pct: Option<u64>,
+    pub dirty_max_pct: Option<u64>,
+    pub flush_period: Option<u64>,
+    pub flush_order: Option<String>,
+    pub seq_threshold_kb: Option<u64>,
+    pub admit_max_kb: Option<u64>,
+    pub no_direct_io: Option<bool>,
+    pub threads: Option<usize>,
+    /// Tunables as `--set` takes them (`flash.*` included); `--set` flags come after.
+    pub set: Option<std::collections::BTreeMap<String, toml::Value>>,
+}
+
+/// The flags with the `--config` file under them: a flag wins, then the file.
+fn merged(args: &BlockArgs) -> anyhow::Result<BlockArgs> {
+    let Some(path) = &args.config else {
+        return Ok(args.clone());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--config {}: cannot read it", path.display()))?;
+    let f: BlockFile =
+        toml::from_str(&text).with_context(|| format!("--config {}", path.display()))?;
+    let mut a = args.clone();
+    macro_rules! fill {
+        ($($field:ident),*) => { $( if a.$field.is_none() { a.$field = f.$field.clone(); } )* };
+    }
+    fill!(
+        backing,
+        cache,
+        mode,
+        listen,
+        export,
+        admin,
+        run_dir,
+        block_size,
+        dirty_high_pct,
+        dirty_low_pct,
+        dirty_max_pct,
+        flush_period,
+        flush_order,
+        seq_threshold_kb,
+        admit_max_kb,
+        threads
+    );
+    a.no_direct_io |= f.no_direct_io.unwrap_or(false);
+    if let Some(table) = &f.set {
+        let mut set: Vec<String> = table
+            .iter()
+            .map(|(k, v)| match v {
+                toml::Value::String(s) => format!("{k}={s}"),
+                other => format!("{k}={other}"),
+            })
+            .collect();
+        set.extend(a.set.iter().cloned());
+        a.set = set;
+    }
+    Ok(a)
 }
 
 pub fn main(args: BlockArgs) -> anyhow::Result<()> {
+    let cfg = BlockConfig::from_args(&args)?;
+    let threads = cfg.threads;
+    if args.check_config {
+        cfg.check_paths()?;
+        print!("{}", cfg.describe());
+        println!("configuration ok");
+        return Ok(());
+    }
     let mut rt = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = args.threads {
+    if let Some(n) = threads {
         rt.worker_threads(n.max(1));
     }
     let runtime = rt
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(run(args))
+    runtime.block_on(run(cfg))
+}
+
+/// A validated `flashtier block` configuration: what a start needs before it touches a
+/// file or a socket.
+#[derive(Debug)]
+pub struct BlockConfig {
+    pub backing: String,
+    pub cache: DeviceSpec,
+    pub cache_text: String,
+    pub listen: ListenAddr,
+    pub listen_text: String,
+    pub export: String,
+    /// `None`: `--admin none`.
+    pub admin: Option<SocketAddr>,
+    pub run_dir: PathBuf,
+    pub block_size: u32,
+    pub direct_io: bool,
+    /// `--force-format` (a flag only, never from the config file).
+    pub force_format: bool,
+    pub threads: Option<usize>,
+    /// Cache tunables in the order they are applied, then `flash.*` engine knobs.
+    pub tunables: Vec<(String, String)>,
+    pub flash_knobs: Vec<(String, String)>,
+    /// Every tunable's effective value (defaults with the changes applied).
+    pub effective: Vec<(String, String)>,
+}
+
+impl BlockConfig {
+    pub fn from_args(args: &BlockArgs) -> anyhow::Result<Self> {
+        let args = &merged(args)?;
+        let all = tunables(args)?;
+        let (flash_knobs, tun): (Vec<_>, Vec<_>) =
+            all.into_iter().partition(|(k, _)| k.starts_with("flash."));
+        let backing = args
+            .backing
+            .clone()
+            .context("--backing PATH|URI is required (or `backing` in --config)")?;
+        let cache_text = args
+            .cache
+            .clone()
+            .context("--cache PATH:SIZE is required (or `cache` in --config)")?;
+        let listen_text = args
+            .listen
+            .clone()
+            .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+        let listen: ListenAddr = listen_text
+            .parse()
+            .with_context(|| format!("--listen {listen_text:?}"))?;
+        let cache =
+            DeviceSpec::parse(&cache_text).with_context(|| format!("--cache {cache_text:?}"))?;
+        if cache.size == 0 {
+            bail!("--cache {cache_text:?}: give a size, e.g. PATH:4G");
+        }
+        let block_size = args.block_size.unwrap_or(4096);
+        if !block_size.is_power_of_two() || !(512..=1 << 20).contains(&block_size) {
+            bail!("--block-size {block_size}: expected a power of two from 512 to 1MiB");
+        }
+        let export = args.export.clone().unwrap_or_else(|| "block".to_string());
+        if export.is_empty() || export.contains('/') {
+            bail!("--export {export:?}: expected a non-empty name without '/'");
+        }
+        let admin = match args.admin.as_deref().unwrap_or(DEFAULT_ADMIN).trim() {
+            "none" | "off" | "" => None,
+            a => Some(resolve_admin(a)?),
+        };
+        // The same checks the cache applies at open, on a scratch copy.
+        let scratch = Tunables::default();
+        for (k, v) in &tun {
+            scratch
+                .set(k, v)
+                .with_context(|| format!("tunable {k}={v}"))?;
+        }
+        let flash = FlashConfig::for_capacity(cache.size);
+        let engine: Vec<(String, String)> = flash_knobs
+            .iter()
+            .map(|(k, v)| (k.trim_start_matches("flash.").to_string(), v.clone()))
+            .collect();
+        if engine.iter().any(|(k, _)| k == "keep_limit") {
+            bail!("--set flash.keep_limit: fixed at 1 for the block face");
+        }
+        flashtier_flash::knobs::validate_knobs(&flash, &engine).context("--set flash.*")?;
+        let mut effective: Vec<(String, String)> = scratch
+            .list()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        effective.extend(flash_knobs.iter().cloned());
+        Ok(Self {
+            backing,
+            cache_text,
+            cache,
+            listen,
+            listen_text,
+            export,
+            admin,
+            run_dir: args
+                .run_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("data/run/block")),
+            block_size,
+            direct_io: !args.no_direct_io,
+            force_format: args.force_format,
+            threads: args.threads,
+            tunables: tun,
+            flash_knobs,
+            effective,
+        })
+    }
+
+    /// What `--check-config` adds to [`Self::from_args`]: the paths a start would use, read
+    /// without being created or changed, and the TCP ports (bound and released at once).
+    pub fn check_paths(&self) -> anyhow::Result<()> {
+        if !flashtier_nbd::is_nbd_uri(&self.backing) {
+            let m = std::fs::metadata(&self.backing)
+                .with_context(|| format!("--backing {}", self.backing))?;
+            if m.is_dir() {
+                bail!("--backing {}: is a directory", self.backing);
+            }
+        }
+        let cache = &self.cache.path;
+        if !flashtier_nbd::is_nbd_uri(&self.backing) {
+            let same = flashtier_flash::probe::same_storage(Path::new(&self.backing), cache)
+                .with_context(|| format!("--backing {}", self.backing))?;
+            if let Some(why) = same {
+                bail!(
+                    "--cache {} is the backing: {why}; the cache must be another device",
+                    cache.display()
+                );
+            }
+        }
+        crate::kv_check::check_contents(cache, "--cache", self.force_format)?;
+        match std::fs::metadata(cache) {
+            Ok(m) if m.is_dir() => bail!("--cache {}: is a directory", cache.display()),
+            Ok(_) => {}
+            Err(_) => writable_dir(parent_of(cache))
+                .with_context(|| format!("--cache {}: cannot be created", cache.display()))?,
+        }
+        writable_dir(existing_ancestor(&self.run_dir))
+            .with_context(|| format!("--run-dir {}", self.run_dir.display()))?;
+        match &self.listen {
+            ListenAddr::Tcp(a) => {
+                let addr = a
+                    .to_socket_addrs()
+                    .with_context(|| format!("--listen {a}"))?
+                    .next()
+                    .with_context(|| format!("--listen {a}: resolves to nothing"))?;
+                std::net::TcpListener::bind(addr).with_context(|| format!("--listen {a}"))?;
+            }
+            ListenAddr::Unix(p) => writable_dir(parent_of(p))
+                .with_context(|| format!("--listen unix:{}", p.display()))?,
+        }
+        if let Some(a) = self.admin {
+            std::net::TcpListener::bind(a).with_context(|| format!("--admin {a}"))?;
+        }
+        Ok(())
+    }
+
+    /// The effective configuration, `key=value` lines.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "backing={}\ncache={}\ncache_size={}\nlisten={}\nexport={}\nadmin={}\nrun_dir={}\n\
+             block_size={}\ndirect_io={}\n",
+            self.backing,
+            self.cache.path.display(),
+            self.cache.size,
+            self.listen_text,
+            self.export,
+            self.admin.map_or("none".to_string(), |a| a.to_string()),
+            self.run_dir.display(),
+            self.block_size,
+            self.direct_io
+        );
+        for (k, v) in &self.effective {
+            s.push_str(&format!("{k}={v}\n"));
+        }
+        s
+    }
+}
+
+fn resolve_admin(a: &str) -> anyhow::Result<SocketAddr> {
+    let (host, port) = a
+        .rsplit_once(':')
+        .with_context(|| format!("--admin {a:?}: expected HOST:PORT or none"))?;
+    let port: u16 = port
+        .parse()
+        .with_context(|| format!("--admin {a:?}: bad port {port:?}"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    (host, port)
+        .to_socket_addrs()
+        .with_context(|| format!("--admin {a:?}: cannot resolve {host:?}"))?
+        .next()
+        .with_context(|| format!("--admin {a:?}: resolves to nothing"))
+}
+
+fn parent_of(p: &Path) -> &Path {
+    p.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// The path itself if it exists, else its nearest existing ancestor (what `create_dir_all`
+/// would create under).
+fn existing_ancestor(p: &Path) -> &Path {
+    p.ancestors()
+        .find(|a| !a.as_os_str().is_empty() && a.exists())
+        .unwrap_or(Path::new("."))
+}
+
+/// A directory this process may create files in (checked with access(2), nothing written).
+fn writable_dir(d: &Path) -> anyhow::Result<()> {
+    let m = std::fs::metadata(d).with_context(|| format!("{}", d.display()))?;
+    if !m.is_dir() {
+        bail!("{} is not a directory", d.display());
+    }
+    rustix::fs::access(
+        d,
+        rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+    )
+    .with_context(|| format!("{} is not writable", d.display()))?;
+    Ok(())
 }
 
 fn tunables(args: &BlockArgs) -> anyhow::Result<Vec<(String, String)>> {
@@ -138,72 +459,65 @@ fn tunables(args: &BlockArgs) -> anyhow::Result<Vec<(String, String)>> {
     Ok(t)
 }
 
-async fn run(args: BlockArgs) -> anyhow::Result<()> {
-    let all = tunables(&args)?;
-    let (flash_knobs, cache_tun): (Vec<_>, Vec<_>) =
-        all.into_iter().partition(|(k, _)| k.starts_with("flash."));
-    let listen: ListenAddr = args
-        .listen
-        .parse()
-        .with_context(|| format!("--listen {:?}", args.listen))?;
-    let spec =
-        DeviceSpec::parse(&args.cache).with_context(|| format!("--cache {:?}", args.cache))?;
-    if spec.size == 0 {
-        bail!("--cache {:?}: give a size, e.g. PATH:4G", args.cache);
-    }
+async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
+    // Declared first, dropped last: if the start fails, the cache is closed and the run-dir
+    // lock released before what this start created is removed.
+    let mut litter = Litter::default();
+    // The run dir first: a busy or unwritable one fails before anything is opened.
+    litter
+        .create_dir_all(&cfg.run_dir)
+        .with_context(|| format!("--run-dir {}: cannot create it", cfg.run_dir.display()))?;
+    litter.note_file(&cfg.run_dir.join(format!("{}.lock", cfg.export)));
+    let run_dir = RunDir::lock(&cfg.run_dir, &cfg.export)?;
     // The backing path is locked for as long as it is served (another flashtier using it as
     // backing or cache is refused), and is never the cache.
-    let _backing_lock = lock_backing(&args.backing, &spec.path)?;
-    let backing = open_backend(&args.backing)
+    let _backing_lock = lock_backing(&cfg.backing, &cfg.cache.path)?;
+    let backing = open_backend(&cfg.backing)
         .await
-        .with_context(|| format!("--backing {:?}", args.backing))?;
-    // Declared before the cache: on failure the cache is closed first, then undone.
-    let mut litter = Litter::default();
-    if let ListenAddr::Unix(path) = &listen {
+        .with_context(|| format!("--backing {:?}", cfg.backing))?;
+    // Sockets next: a start that cannot serve never touches the cache device.
+    if let ListenAddr::Unix(path) = &cfg.listen {
         litter.note_file(path);
     }
-    // Sockets first: a start that cannot serve never touches the cache device.
-    let listener = Server::bind(&listen)
+    let listener = Server::bind(&cfg.listen)
         .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
-    let admin = match &args.admin {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("--admin {addr}"))?,
-        ),
+        .with_context(|| format!("cannot listen on {} (--listen)", cfg.listen_text))?;
+    let admin = match cfg.admin {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+            format!(
+                "cannot listen on {addr} (--admin; another flashtier block? give --admin \
+                 HOST:PORT or --admin none)"
+            )
+        })?),
         None => None,
     };
     let flash = FlashConfig {
-        direct_io: !args.no_direct_io,
-        force_format: args.force_format,
-        ..FlashConfig::for_capacity(spec.size)
+        direct_io: cfg.direct_io,
+        force_format: cfg.force_format,
+        ..FlashConfig::for_capacity(cfg.cache.size)
     };
-    let cfg = BlockCacheConfig {
-        block_size: args.block_size,
+    let bc = BlockCacheConfig {
+        block_size: cfg.block_size,
         flash: Some(flash),
-        tunables: cache_tun,
+        tunables: cfg.tunables.clone(),
     };
-    litter
-        .create_dir_all(&args.run_dir)
-        .with_context(|| format!("--run-dir {}", args.run_dir.display()))?;
-    litter.note_file(&spec.path);
-    let cache = tokio::task::spawn_blocking(move || BlockCache::open_specs(&[spec], backing, cfg))
+    litter.note_file(&cfg.cache.path);
+    let spec = cfg.cache.clone();
+    let cache = tokio::task::spawn_blocking(move || BlockCache::open_specs(&[spec], backing, bc))
         .await
         .context("open task")?
-        .context("cannot open the block cache")
+        .with_context(|| format!("cannot open the block cache on {}", cfg.cache_text))
         .map_err(crate::startup::explain)?;
-    for (k, v) in flash_knobs {
+    for (k, v) in &cfg.flash_knobs {
         cache
-            .set_tunable(&k, &v)
+            .set_tunable(k, v)
             .with_context(|| format!("--set {k}={v}"))?;
     }
-    litter.keep();
     let rec = cache.recovery();
-    eprintln!(
-        "flashtier block: cache {} blocks of {} bytes; recovered {} dirty blocks (watermark {}), kept {} clean, dropped {} clean{}",
+    log::info!(
+        "cache {} blocks of {} bytes; recovered {} dirty blocks (watermark {}), kept {} clean, dropped {} clean{}",
         cache.capacity_blocks(),
-        args.block_size,
+        cfg.block_size,
         rec.dirty_blocks,
         rec.watermark,
         rec.clean_kept,
@@ -213,39 +527,92 @@ async fn run(args: BlockArgs) -> anyhow::Result<()> {
             .map(|r| format!(" ({r})"))
             .unwrap_or_default()
     );
-    let writeback = cache.start();
     let server = Server::new(
         vec![Export::new(
-            args.export.clone(),
+            cfg.export.clone(),
             Arc::clone(&cache) as Arc<dyn BlockBackend>,
         )
         .with_description("flashtier block cache")],
         ServerConfig::default(),
     )?;
-    eprintln!(
-        "flashtier block: serving export {:?} on {}",
-        args.export,
-        listener
+    let listen_addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| cfg.listen_text.clone());
+    let ctx = Arc::new(crate::admin::AdminCtx::new(
+        Arc::clone(&cache),
+        server.shutdown_handle(),
+        server.stats(),
+    ));
+    let admin_bound = match &admin {
+        Some(l) => l
             .local_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_default()
-    );
-    if let Some(l) = admin {
-        eprintln!("flashtier block: admin on {}", l.local_addr()?);
-        let ctx = Arc::new(crate::admin::AdminCtx {
-            cache: Arc::clone(&cache),
-            stop: server.shutdown_handle(),
-        });
-        tokio::spawn(crate::admin::serve(l, ctx));
-    }
-    let stats_path = args.run_dir.join(format!("{}.stats", args.export));
-    let stats_cache = Arc::clone(&cache);
-    let stats_task = tokio::spawn(async move {
-        loop {
-            write_stats_file(&stats_path, &stats_cache);
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            .map_or_else(|_| "?".to_string(), |a| a.to_string()),
+        None => "none".to_string(),
+    };
+    let run_dir = Arc::new(run_dir);
+    let write = {
+        let (export, listen, admin) =
+            (cfg.export.clone(), listen_addr.clone(), admin_bound.clone());
+        let run_dir = Arc::clone(&run_dir);
+        let ctx = Arc::clone(&ctx);
+        move |state: &str| {
+            run_dir.write_stats(
+                &Header {
+                    state,
+                    export: &export,
+                    listen: &listen,
+                    admin: &admin,
+                },
+                &ctx.stats_view(),
+            )
         }
-    });
+    };
+    litter.note_file(&cfg.run_dir.join(format!("{}.stats", cfg.export)));
+    write("serving").with_context(|| {
+        format!(
+            "--run-dir {}: cannot write the stats file",
+            cfg.run_dir.display()
+        )
+    })?;
+    // Nothing below fails the start: keep what it created, then serve.
+    litter.keep();
+    let writeback = cache.start();
+    if let Some(l) = admin {
+        log::info!("admin on http://{admin_bound}");
+        tokio::spawn(crate::admin::serve(l, Arc::clone(&ctx)));
+    }
+    log::info!("serving export {:?} on {listen_addr}", cfg.export);
+    let stats_task = {
+        let write = write.clone();
+        tokio::spawn(async move {
+            let mut failing = false;
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                // Logged once per transition, not every second.
+                match write("serving") {
+                    Ok(()) if failing => {
+                        failing = false;
+                        log::info!("stats file writable again");
+                    }
+                    Err(e) if !failing => {
+                        failing = true;
+                        log::warn!("cannot rewrite the stats file: {e}");
+                    }
+                    _ => {}
+                }
+            }
+        })
+    };
+    let sampler = {
+        let ctx = Arc::clone(&ctx);
+        tokio::spawn(async move {
+            loop {
+                ctx.rates.record(Instant::now(), ctx.counters());
+                tokio::time::sleep(crate::rates::INTERVAL).await;
+            }
+        })
+    };
     let stop = server.shutdown_handle();
     let on_signal = Arc::clone(&cache);
     tokio::spawn(async move {
@@ -255,14 +622,18 @@ async fn run(args: BlockArgs) -> anyhow::Result<()> {
     });
     let served = server.serve(listener).await;
     stats_task.abort();
+    sampler.abort();
     // Dirty blocks not yet written back stay on the cache device; the next start recovers
     // and writes them back. Clean blocks are listed in a snapshot so the next start is
     // warm (a crash never gets here: its next start is cold for clean blocks).
     cache.interrupt();
     let _ = writeback.await;
     let report = cache.shutdown().await;
-    eprintln!(
-        "flashtier block: stopped with {} dirty blocks on the cache device, {} clean blocks saved{}",
+    if let Err(e) = write("stopped") {
+        log::warn!("cannot write the final stats file: {e}");
+    }
+    log::info!(
+        "stopped with {} dirty blocks on the cache device, {} clean blocks saved{}",
         report.dirty_left,
         report.clean_saved,
         report
@@ -300,21 +671,4 @@ fn lock_backing(backing: &str, cache: &std::path::Path) -> anyhow::Result<Option
         )
     })?;
     Ok(Some(file))
-}
-
-fn write_stats_file(path: &std::path::Path, cache: &BlockCache) {
-    let mut text = String::new();
-    for (k, v) in cache.stats_pairs() {
-        text.push_str(&k);
-        text.push('=');
-        text.push_str(&v);
-        text.push('\n');
-    }
-    let tmp = path.with_extension("stats.tmp");
-    if std::fs::write(&tmp, text)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .is_err()
-    {
-        // The stats file is best effort; the admin endpoint still answers.
-    }
 }

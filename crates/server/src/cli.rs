@@ -13,6 +13,11 @@ use clap::{ArgAction, Args, Parser, Subcommand};
     about = "A cache that extends caching beyond RAM onto flash"
 )]
 pub struct Cli {
+    /// Log line format on stderr: text (timestamp, level, target, message) or json (one
+    /// object per line).
+    #[arg(long, global = true, value_enum, default_value_t = crate::logging::LogFormat::Text)]
+    pub log_format: crate::logging::LogFormat,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -25,6 +30,12 @@ pub enum Command {
     Block(crate::block::BlockArgs),
     /// Control a running `flashtier block` through its admin endpoint.
     Ctl(crate::ctl::CtlArgs),
+    /// Write man pages and shell completions generated from this CLI into DIR (packaging).
+    #[command(hide = true)]
+    Assets {
+        /// Output directory (created): man/*.1, completions/{flashtier.bash,_flashtier,flashtier.fish}.
+        dir: std::path::PathBuf,
+    },
 }
 
 #[derive(Clone, Debug, Default, Args)]

@@ -1,9 +1,12 @@
 //! `flashtier ctl`: a small blocking HTTP client for the block face's admin endpoint.
 //! `flush --wait` starts a flush and polls `/status`, drawing a progress bar on stderr;
 //! `set mode=… --wait` does the same for a switch away from writeback (until no block is
-//! dirty).
+//! dirty). Reads are `GET`, actions `POST` (the endpoint refuses a `GET` that would change
+//! state). `--admin` takes `HOST:PORT` (host names resolve; `http://` is accepted) and may
+//! stand before or after the subcommand. `list` reads a run dir's stats files instead of an
+//! endpoint; `stats --table` joins `/stats` and `/rates` in human units.
 use std::io::{Read as _, Write as _};
-use std::net::TcpStream;
+use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -11,8 +14,9 @@ use clap::{Args, Subcommand};
 
 #[derive(Clone, Debug, Args)]
 pub struct CtlArgs {
-    /// Admin endpoint of `flashtier block`, HOST:PORT.
-    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:10810")]
+    /// Admin endpoint of `flashtier block`, HOST:PORT (host names resolve). Accepted before
+    /// or after the subcommand.
+    #[arg(long, global = true, value_name = "HOST:PORT", default_value = crate::block::DEFAULT_ADMIN)]
     pub admin: String,
 
     #[command(subcommand)]
@@ -21,8 +25,21 @@ pub struct CtlArgs {
 
 #[derive(Clone, Debug, Subcommand)]
 pub enum CtlOp {
-    /// Print every statistic as key=value.
-    Stats,
+    /// Print every statistic as key=value (counters since the last reset-stats).
+    Stats {
+        /// A table in human units with per-second rates over 1 min, 5 min and 1 h.
+        #[arg(long)]
+        table: bool,
+    },
+    /// Start the counters shown by `stats` (and the stats file) from 0 again; Prometheus
+    /// metrics keep counting.
+    ResetStats,
+    /// List the caches whose stats files are in a run dir (running or stopped).
+    List {
+        /// The run dir `flashtier block --run-dir` used.
+        #[arg(long, value_name = "DIR", default_value = "data/run/block")]
+        run_dir: std::path::PathBuf,
+    },
     /// Print the Prometheus text.
     Metrics,
     /// Set a tunable: KEY=VALUE. `mode=writethrough|writearound` leaving writeback prints
@@ -47,11 +64,34 @@ pub enum CtlOp {
     Detach,
 }
 
-fn request(addr: &str, path: &str) -> anyhow::Result<String> {
-    let mut s = TcpStream::connect(addr).with_context(|| format!("cannot connect to {addr}"))?;
+/// `http://host:port/` or `host:port` → `host:port`.
+fn endpoint(admin: &str) -> &str {
+    admin
+        .trim()
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+}
+
+fn get(addr: &str, path: &str) -> anyhow::Result<String> {
+    request(addr, "GET", path)
+}
+
+fn post(addr: &str, path: &str) -> anyhow::Result<String> {
+    request(addr, "POST", path)
+}
+
+fn request(admin: &str, method: &str, path: &str) -> anyhow::Result<String> {
+    let addr = endpoint(admin);
+    let targets: Vec<std::net::SocketAddr> = addr
+        .to_socket_addrs()
+        .with_context(|| format!("--admin {admin}: cannot resolve (expected HOST:PORT)"))?
+        .collect();
+    let mut s = TcpStream::connect(&targets[..]).with_context(|| {
+        format!("cannot connect to the admin endpoint {addr} (is flashtier block running with --admin {addr}?)")
+    })?;
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     )?;
     let mut resp = String::new();
     s.read_to_string(&mut resp)?;
@@ -88,10 +128,18 @@ fn encode(s: &str) -> String {
 pub fn main(args: CtlArgs) -> anyhow::Result<()> {
     let a = &args.admin;
     match &args.op {
-        CtlOp::Stats => print!("{}", request(a, "/stats")?),
-        CtlOp::Metrics => print!("{}", request(a, "/metrics")?),
-        CtlOp::Status => print!("{}", request(a, "/status")?),
-        CtlOp::Get { key } => print!("{}", request(a, &format!("/get?{}", encode(key)))?),
+        CtlOp::Stats { table: false } => print!("{}", get(a, "/stats")?),
+        CtlOp::Stats { table: true } => {
+            print!(
+                "{}",
+                crate::ctl_table::table(&get(a, "/stats")?, &get(a, "/rates")?)
+            )
+        }
+        CtlOp::ResetStats => print!("{}", post(a, "/reset-stats")?),
+        CtlOp::List { run_dir } => print!("{}", crate::ctl_table::list(run_dir)?),
+        CtlOp::Metrics => print!("{}", get(a, "/metrics")?),
+        CtlOp::Status => print!("{}", get(a, "/status")?),
+        CtlOp::Get { key } => print!("{}", get(a, &format!("/get?{}", encode(key)))?),
         CtlOp::Set { assignment, wait } => {
             let Some((key, value)) = assignment.split_once('=') else {
                 bail!("set {assignment:?}: expected KEY=VALUE");
@@ -100,10 +148,10 @@ pub fn main(args: CtlArgs) -> anyhow::Result<()> {
                 if *wait {
                     bail!("set --wait applies to mode=… only");
                 }
-                print!("{}", request(a, &format!("/set?{}", encode(assignment)))?);
+                print!("{}", post(a, &format!("/set?{}", encode(assignment)))?);
                 return Ok(());
             }
-            let out = request(a, &format!("/mode?{}", encode(value.trim())))?;
+            let out = post(a, &format!("/mode?{}", encode(value.trim())))?;
             print!("{out}");
             if *wait && field(&out, "mode_switch").as_deref() == Some("running") {
                 let id = field(&out, "mode_switch_id").unwrap_or_default();
@@ -121,10 +169,10 @@ pub fn main(args: CtlArgs) -> anyhow::Result<()> {
                 );
             }
         }
-        CtlOp::Detach => print!("{}", request(a, "/detach")?),
-        CtlOp::Flush { wait: false } => print!("{}", request(a, "/flush")?),
+        CtlOp::Detach => print!("{}", post(a, "/detach")?),
+        CtlOp::Flush { wait: false } => print!("{}", post(a, "/flush")?),
         CtlOp::Flush { wait: true } => {
-            let started = request(a, "/flush")?;
+            let started = post(a, "/flush")?;
             let id = field(&started, "flush_id").unwrap_or_default();
             let st = progress(a, "flush", "flush_total", |st| num(st, "flush_done"))?;
             println!(
@@ -151,7 +199,7 @@ fn progress(
 ) -> anyhow::Result<String> {
     let mut err = std::io::stderr();
     loop {
-        let st = request(a, "/status")?;
+        let st = get(a, "/status")?;
         let state = field(&st, state_key).unwrap_or_default();
         let total = num(&st, total_key);
         let done = done_of(&st).min(total);

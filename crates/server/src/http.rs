@@ -1,6 +1,7 @@
 //! The plumbing both faces' admin endpoints share: a tiny HTTP/1.1 server over a
 //! `TcpListener` — accept loop, request head (and small form body) parsing, query decoding,
-//! response writing. One request per connection (`Connection: close`), text bodies. What a
+//! response writing. One request per connection (`Connection: close`), text bodies; `HEAD`
+//! is answered as `GET` without the body. What a
 //! path means is the face's business ([`crate::admin`] for block, [`crate::kv_admin`] for kv):
 //! each passes a handler turning a [`Request`] into a [`Response`].
 //!
@@ -129,7 +130,7 @@ where
                 });
             }
             Err(e) => {
-                eprintln!("flashtier {face}: admin accept: {e}");
+                log::warn!("{face} admin endpoint: accept: {e}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
@@ -141,13 +142,21 @@ where
     H: Fn(Request) -> Fut,
     Fut: Future<Output = Response>,
 {
+    let mut head_only = false;
     let response = match tokio::time::timeout(READ_TIMEOUT, read_request(&mut sock)).await {
-        Ok(Ok(Some(req))) => handler(req).await,
+        Ok(Ok(Some(mut req))) => {
+            // HEAD is GET without the body (same status and Content-Length).
+            if req.method.eq_ignore_ascii_case("HEAD") {
+                head_only = true;
+                req.method = "GET".into();
+            }
+            handler(req).await
+        }
         Ok(Ok(None)) => Response::new(413, "request too large\n"),
         Ok(Err(e)) => return Err(e),
         Err(_) => return Ok(()),
     };
-    write_response(&mut sock, &response).await
+    write_response(&mut sock, &response, head_only).await
 }
 
 /// Read the head and, when `Content-Length` says so, the body. `None`: too large.
@@ -202,7 +211,11 @@ fn head_end(buf: &[u8]) -> Option<usize> {
     }
 }
 
-async fn write_response(sock: &mut TcpStream, r: &Response) -> std::io::Result<()> {
+async fn write_response(
+    sock: &mut TcpStream,
+    r: &Response,
+    head_only: bool,
+) -> std::io::Result<()> {
     let reason = match r.code {
         200 => "OK",
         400 => "Bad Request",
@@ -219,7 +232,9 @@ async fn write_response(sock: &mut TcpStream, r: &Response) -> std::io::Result<(
         r.body.len()
     );
     sock.write_all(head.as_bytes()).await?;
-    sock.write_all(r.body.as_bytes()).await?;
+    if !head_only {
+        sock.write_all(r.body.as_bytes()).await?;
+    }
     sock.shutdown().await
 }
 

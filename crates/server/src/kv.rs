@@ -199,14 +199,14 @@ impl KvConfig {
             .listen
             .clone()
             .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
-        let (mut host, mut port) = split_host_port(&listen_text)?;
+        let (mut host, mut port) = split_host_port(&listen_text).context("--listen")?;
         if let Some(l) = &a.listen_addr {
             host = l.clone();
         }
         if let Some(p) = a.port {
             port = p;
         }
-        let listen = resolve(&host, port)?;
+        let listen = resolve(&host, port).context("--listen")?;
 
         let memory = match (a.memory_mb, &a.memory) {
             (Some(_), Some(_)) => bail!("give the memory limit once: --memory or -m, not both"),
@@ -312,10 +312,8 @@ impl KvConfig {
 fn split_host_port(s: &str) -> anyhow::Result<(String, u16)> {
     let (host, port) = s
         .rsplit_once(':')
-        .with_context(|| format!("--listen {s:?}: expected HOST:PORT"))?;
-    let port: u16 = port
-        .parse()
-        .with_context(|| format!("--listen {s:?}: bad port"))?;
+        .with_context(|| format!("{s:?}: expected HOST:PORT"))?;
+    let port: u16 = port.parse().with_context(|| format!("{s:?}: bad port"))?;
     let host = host
         .trim_start_matches('[')
         .trim_end_matches(']')
@@ -326,9 +324,9 @@ fn split_host_port(s: &str) -> anyhow::Result<(String, u16)> {
 fn resolve(host: &str, port: u16) -> anyhow::Result<SocketAddr> {
     (host, port)
         .to_socket_addrs()
-        .with_context(|| format!("cannot resolve listen address {host}:{port}"))?
+        .with_context(|| format!("cannot resolve {host}:{port}"))?
         .next()
-        .with_context(|| format!("listen address {host}:{port} resolves to nothing"))
+        .with_context(|| format!("{host}:{port} resolves to nothing"))
 }
 
 fn parse_flash_spec(v: &str, what: &str) -> anyhow::Result<String> {
@@ -378,9 +376,11 @@ pub fn main(args: KvArgs) -> anyhow::Result<()> {
         1 => log::LevelFilter::Debug,
         _ => log::LevelFilter::Trace,
     });
+    crate::kv_check::check(&cfg)?;
     if args.check_config {
-        println!("{cfg:#?}");
-        println!("configuration ok");
+        crate::kv_check::check_more(&cfg)?;
+        print!("{}", crate::kv_check::describe(&cfg));
+        println!("# configuration ok");
         return Ok(());
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -421,7 +421,7 @@ pub fn main(args: KvArgs) -> anyhow::Result<()> {
 /// One line at startup: which flash files and sizes are in use, or that there are none.
 fn log_flash(cfg: &KvConfig, store: &Cache) {
     if cfg.flash.is_empty() {
-        eprintln!("flashtier kv: RAM only, no flash tier");
+        log::info!("RAM only, no flash tier");
         return;
     }
     let cwd = std::env::current_dir().unwrap_or_default();
@@ -437,8 +437,8 @@ fn log_flash(cfg: &KvConfig, store: &Cache) {
         .into_iter()
         .find(|(k, _)| k == "extstore_objects_recovered")
         .map_or_else(|| "0".to_string(), |(_, v)| v);
-    eprintln!(
-        "flashtier kv: flash tier on {} ({recovered} items recovered)",
+    log::info!(
+        "flash tier on {} ({recovered} items recovered)",
         devices.join(", ")
     );
 }
@@ -465,20 +465,19 @@ async fn run<S: KvStore>(
     }
     if let Some(admin) = admin {
         let bound = admin.local_addr().context("admin address")?;
-        eprintln!("flashtier kv: admin endpoint on http://{bound}");
+        log::info!("admin endpoint on http://{bound}");
         tokio::spawn(crate::kv_admin::serve(admin, Arc::clone(&ctx)));
     }
-    if cfg.verbose > 0 {
-        eprintln!(
-            "flashtier kv: listening on {listen} (memory {} bytes, max item {} bytes, {} threads, \
-             max {} connections)",
-            cfg.memory, cfg.max_item_size, cfg.threads, cfg.max_connections
-        );
-    }
+    log::info!(
+        "listening on {listen} (memory {} bytes, max item {} bytes, {} threads, max {} \
+         connections)",
+        cfg.memory,
+        cfg.max_item_size,
+        cfg.threads,
+        cfg.max_connections
+    );
     flashtier_memcache::serve(listener, ctx, crate::signals::shutdown_signal()).await?;
-    if cfg.verbose > 0 {
-        eprintln!("flashtier kv: shut down");
-    }
+    log::info!("shut down");
     Ok(())
 }
 

@@ -17,16 +17,17 @@
 //! # Threads
 //! Runs on the kv runtime's workers next to the protocol; it reads counters and writes
 //! knobs, both relaxed atomics, so it never blocks a request.
-use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 use flashtier_cache::KvStore;
+use flashtier_flash::FlashStats;
 use flashtier_memcache::command::admin::general_pairs;
 use flashtier_memcache::Context;
 use tokio::net::TcpListener;
 
 use crate::http::{self, Request, Response};
+use crate::metrics::{doc_help, parse_number, Exposition, Kind};
 
 const ROUTES: &str =
     "routes: GET /metrics, GET /stats, GET /knobs[?NAME], POST|PUT /knobs?NAME=VALUE\n";
@@ -44,7 +45,7 @@ fn route<S: KvStore>(req: &Request, ctx: &Context<S>) -> Response {
     let method = req.method.to_ascii_uppercase();
     let read = method == "GET";
     match req.path.as_str() {
-        "/metrics" if read => Response::ok(metrics(&stat_pairs(ctx))),
+        "/metrics" if read => Response::ok(metrics(ctx)),
         "/stats" if read => {
             let mut s = String::new();
             for (k, v) in stat_pairs(ctx) {
@@ -106,7 +107,8 @@ fn set_knobs<S: KvStore>(req: &Request, ctx: &Context<S>) -> Response {
     Response::ok(out)
 }
 
-/// Stats that are levels rather than running totals.
+/// Stats that are levels rather than running totals (flash engine stats say so in their
+/// own docs, see [`kind_of`]).
 fn is_gauge(name: &str) -> bool {
     const GAUGES: &[&str] = &[
         "pid",
@@ -125,12 +127,6 @@ fn is_gauge(name: &str) -> bool {
         "extstore_capacity",
         "extstore_segment_size",
         "extstore_io_queue",
-        "flash_bytes_dead",
-        "flash_io_queue_depth",
-        "flash_devices_failed",
-        "flash_devices_failing",
-        "flash_devices_offline",
-        "flash_recovery_time_us",
     ];
     GAUGES.contains(&name)
         || name.starts_with("extstore_knob_")
@@ -141,88 +137,79 @@ fn is_gauge(name: &str) -> bool {
         || name.ends_with("_fragmented")
 }
 
-/// A Prometheus number: what Rust and Prometheus both read as a finite float.
-fn is_number(v: &str) -> bool {
-    !v.is_empty()
-        && v.bytes()
-            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'+' | b'e' | b'E'))
-        && v.parse::<f64>().is_ok_and(f64::is_finite)
-}
-
-/// `[a-zA-Z0-9_]` kept, anything else becomes `_`.
-fn metric_name(stat: &str) -> String {
-    let clean: String = stat
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    format!("flashtier_{clean}")
-}
-
-fn label_value(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// The exposition text for `pairs` (first occurrence of a name wins).
-pub fn metrics(pairs: &[(String, String)]) -> String {
-    let mut out = String::new();
-    let mut seen = HashSet::new();
-    let mut info = Vec::new();
-    for (k, v) in pairs {
-        let name = metric_name(k);
-        if !seen.insert(name.clone()) {
-            continue;
-        }
-        if !is_number(v) {
-            info.push((name.trim_start_matches("flashtier_").to_string(), v));
-            continue;
-        }
-        let kind = if is_gauge(k) { "gauge" } else { "counter" };
-        let _ = writeln!(out, "# TYPE {name} {kind}\n{name} {v}");
+/// Kind and HELP text of a stat: the flash engine's own doc text for `flash_*`, else
+/// docs/stats.md, else a sentence naming the stat.
+fn kind_of(stat: &str) -> (Kind, String) {
+    if let Some((_, doc)) = FlashStats::describe().into_iter().find(|(k, _)| *k == stat) {
+        let kind = if doc.starts_with("Gauge") {
+            Kind::Gauge
+        } else {
+            Kind::Counter
+        };
+        return (kind, doc.to_string());
     }
-    if !info.is_empty() {
-        let labels: Vec<String> = info
-            .iter()
-            .map(|(k, v)| format!("{k}=\"{}\"", label_value(v)))
-            .collect();
-        let _ = writeln!(
-            out,
-            "# TYPE flashtier_info gauge\nflashtier_info{{{}}} 1",
-            labels.join(",")
+    let kind = if is_gauge(stat) {
+        Kind::Gauge
+    } else {
+        Kind::Counter
+    };
+    let help = doc_help(stat).unwrap_or_else(|| format!("memcached-style stat {stat}"));
+    (kind, help)
+}
+
+/// The `/metrics` text: every numeric stat through the naming rule, text stats as labels
+/// of `flashtier_info`, request latency per command family, flash IO latency, process.
+pub fn metrics<S: KvStore>(ctx: &Context<S>) -> String {
+    let mut e = Exposition::new("flashtier_");
+    let mut info = Vec::new();
+    for (k, v) in stat_pairs(ctx) {
+        if parse_number(&v).is_none() {
+            info.push((k, v));
+            continue;
+        }
+        let (kind, help) = kind_of(&k);
+        e.stat(&k, &v, kind, &help);
+    }
+    e.info(
+        "Text-valued stats (version, flash backend, reclaim policy) as labels; always 1.",
+        &info,
+    );
+    e.histogram(
+        "request_duration_seconds",
+        "Time from a parsed request starting to execute to its reply being buffered, per \
+         memcached command family (get, set, delete, arith, touch, flush, other).",
+        "command",
+        &ctx.latency.snapshots(),
+    );
+    if let Some(fs) = ctx.store.flash_stats() {
+        e.histogram(
+            "flash_io_duration_seconds",
+            "Flash device IO time, submit to completion (queueing included), by op.",
+            "op",
+            &[
+                ("read", fs.latency.read.snapshot()),
+                ("write", fs.latency.write.snapshot()),
+            ],
         );
     }
-    out
+    e.process();
+    e.finish()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn p(k: &str, v: &str) -> (String, String) {
-        (k.to_string(), v.to_string())
-    }
-
     #[test]
-    fn exposition() {
-        let text = metrics(&[
-            p("cmd_get", "3"),
-            p("curr_items", "2"),
-            p("version", "1.6.18-\"x\""),
-            p("ram_bytes_per_flash_item", "12.50"),
-            p("cmd_get", "9"),
-            p("extstore_knob_reclaim_policy", "fifo"),
-        ]);
+    fn kinds_and_help() {
+        assert_eq!(kind_of("cmd_get").0, Kind::Counter);
+        assert_eq!(kind_of("curr_items").0, Kind::Gauge);
+        assert_eq!(kind_of("flash_segments_total").0, Kind::Gauge);
+        assert_eq!(kind_of("flash_bytes_written").0, Kind::Counter);
+        assert!(kind_of("flash_bytes_dead").1.contains("dead"));
         assert_eq!(
-            text,
-            "# TYPE flashtier_cmd_get counter\nflashtier_cmd_get 3\n\
-             # TYPE flashtier_curr_items gauge\nflashtier_curr_items 2\n\
-             # TYPE flashtier_ram_bytes_per_flash_item gauge\n\
-             flashtier_ram_bytes_per_flash_item 12.50\n\
-             # TYPE flashtier_info gauge\n\
-             flashtier_info{version=\"1.6.18-\\\"x\\\"\",extstore_knob_reclaim_policy=\"fifo\"} 1\n"
+            kind_of("brand_new_stat").1,
+            "memcached-style stat brand_new_stat"
         );
-        assert!(!is_number("inf") && !is_number("NaN") && !is_number(""));
-        assert!(is_number("0.5") && is_number("42"));
     }
 }

@@ -1,21 +1,98 @@
 //! The process logger: every library logs through the `log` facade, this binary prints.
 //!
-//! One line per event on stderr: `2026-11-23T21:30:00.123Z WARN  flash: message`. The level
-//! is `info` by default; `-v` on `kv` raises it to `debug`, `-vv` to `trace`. Libraries never
-//! print; they call `log::warn!` etc., so what they report reaches the same place as the
-//! binary's own lines.
+//! One line per event on stderr: `2026-11-23T21:30:00.123Z WARN  flash: message`, or with
+//! `--log-format json` one JSON object per line
+//! (`{"ts":"…","level":"warn","target":"flash","msg":"…"}`). The level is `info` by default;
+//! `-v` on `kv` raises it to `debug`, `-vv` to `trace`. Libraries never print; they call
+//! `log::warn!` etc., so what they report reaches the same place as the binary's own lines.
+//! The target is the crate (`flash`, `cache`, `nbd`, ...) or the binary's module (`kv`,
+//! `block`, `ctl`).
 use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
 
 struct StderrLogger;
 
+/// `--log-format json` in force.
+static JSON: AtomicBool = AtomicBool::new(false);
+
+/// How log lines look.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// `TIMESTAMP LEVEL target: message`.
+    #[default]
+    Text,
+    /// One JSON object per line: ts, level, target, msg.
+    Json,
+}
+
 /// Install the logger (once; later calls are ignored) at `level`.
 pub fn init(level: LevelFilter) {
     if log::set_logger(&StderrLogger).is_ok() {
         log::set_max_level(level);
     }
+}
+
+/// Choose the line format.
+pub fn set_format(f: LogFormat) {
+    JSON.store(f == LogFormat::Json, Ordering::Relaxed);
+}
+
+/// `s` as a JSON string literal (quotes included).
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The short target of a log record: the crate without `flashtier_`, or the binary's module.
+fn short_target(target: &str) -> &str {
+    let t = target
+        .strip_prefix("flashtier::")
+        .or_else(|| target.strip_prefix("flashtier_"))
+        .unwrap_or(target);
+    t.split("::").next().unwrap_or(t)
+}
+
+/// One formatted line (newline included).
+fn line(level: Level, target: &str, msg: &str) -> String {
+    let short = short_target(target);
+    if JSON.load(Ordering::Relaxed) {
+        return format!(
+            "{{\"ts\":\"{}\",\"level\":\"{}\",\"target\":{},\"msg\":{}}}\n",
+            timestamp(),
+            level.as_str().to_ascii_lowercase(),
+            json_string(short),
+            json_string(msg)
+        );
+    }
+    let level = match level {
+        Level::Error => "ERROR",
+        Level::Warn => "WARN ",
+        Level::Info => "INFO ",
+        Level::Debug => "DEBUG",
+        Level::Trace => "TRACE",
+    };
+    // One event, one line: a message with line breaks keeps them escaped.
+    format!(
+        "{} {level} {short}: {}\n",
+        timestamp(),
+        msg.replace('\n', "\\n")
+    )
 }
 
 /// Change the level of the installed logger.
@@ -32,22 +109,8 @@ impl Log for StderrLogger {
         if !self.enabled(r.metadata()) {
             return;
         }
-        let target = r.target();
-        let short = target
-            .strip_prefix("flashtier_")
-            .unwrap_or(target)
-            .split("::")
-            .next()
-            .unwrap_or(target);
-        let level = match r.level() {
-            Level::Error => "ERROR",
-            Level::Warn => "WARN ",
-            Level::Info => "INFO ",
-            Level::Debug => "DEBUG",
-            Level::Trace => "TRACE",
-        };
-        let line = format!("{} {level} {short}: {}\n", timestamp(), r.args());
-        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+        let text = line(r.level(), r.target(), &r.args().to_string());
+        let _ = std::io::stderr().lock().write_all(text.as_bytes());
     }
 
     fn flush(&self) {
@@ -86,9 +149,51 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (y, m, d)
 }
 
+/// An error and its causes on one line, each cause once: a cause whose text the message
+/// already holds (a wrapper that printed its source) is not repeated.
+pub fn error_chain(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || msg.contains(&text) {
+            continue;
+        }
+        if !msg.is_empty() {
+            msg.push_str(": ");
+        }
+        msg.push_str(&text);
+    }
+    msg
+}
+
 #[cfg(test)]
 mod tests {
-    use super::civil_from_days;
+    use super::*;
+
+    #[test]
+    fn lines_and_json() {
+        let t = line(Level::Warn, "flashtier_flash::engine", "a\nb \"q\"");
+        assert!(t.ends_with(" WARN  flash: a\\nb \"q\"\n"), "{t}");
+        assert_eq!(short_target("flashtier::block"), "block");
+        assert_eq!(short_target("tokio::net"), "tokio");
+        set_format(LogFormat::Json);
+        let j = line(Level::Info, "flashtier::kv", "x\t\u{1}\"");
+        set_format(LogFormat::Text);
+        assert!(
+            j.ends_with(",\"level\":\"info\",\"target\":\"kv\",\"msg\":\"x\\t\\u0001\\\"\"}\n"),
+            "{j}"
+        );
+        assert!(j.starts_with("{\"ts\":\"20"), "{j}");
+    }
+
+    #[test]
+    fn causes_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::WouldBlock, "busy");
+        let e = anyhow::Error::new(io)
+            .context("flash lock on f: busy")
+            .context("cannot open");
+        assert_eq!(error_chain(&e), "cannot open: flash lock on f: busy");
+    }
 
     #[test]
     fn dates() {

@@ -12,7 +12,7 @@ pub async fn shutdown_signal() {
             }
         }
         Err(e) => {
-            eprintln!("flashtier: cannot watch SIGTERM ({e}); only SIGINT stops the server");
+            log::warn!("cannot watch SIGTERM ({e}); only SIGINT stops the server");
             let _ = tokio::signal::ctrl_c().await;
         }
     }

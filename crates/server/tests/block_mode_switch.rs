@@ -14,12 +14,12 @@ fn field(text: &str, key: &str) -> Option<String> {
         .find_map(|l| l.strip_prefix(key)?.strip_prefix('=').map(str::to_string))
 }
 
-fn http_get(addr: &str, path: &str) -> String {
+fn http_post(addr: &str, path: &str) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).expect("connect admin");
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     )
     .expect("send");
     let mut resp = String::new();
@@ -145,7 +145,7 @@ async fn switch_away_from_writeback_waits_for_clean() {
             .expect("write");
         model[off as usize..off as usize + 4096].copy_from_slice(&data);
     }
-    let body = http_get(&server.admin, "/mode?writethrough&wait");
+    let body = http_post(&server.admin, "/mode?writethrough&wait");
     assert_eq!(
         field(&body, "mode_switch").as_deref(),
         Some("done"),

@@ -38,7 +38,58 @@ fn check_config() {
     // The flash file's directory is created when missing; one under a regular file cannot be.
     let flash = flashtier(&["kv", "-o", "ext_path=/proc/version/flash:1G"]);
     assert!(!flash.status.success());
-    assert!(String::from_utf8_lossy(&flash.stderr).contains("cannot create flash directory"));
+    let err = String::from_utf8_lossy(&flash.stderr);
+    assert!(err.contains("/proc/version is not a directory"), "{err}");
+    // --check-config validates what a start validates, creating nothing, and prints the
+    // effective configuration as a config file.
+    let dir = std::env::temp_dir().join(format!("ft-checkcfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_flashtier"))
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("run")
+    };
+    let bad = run(&["kv", "--check-config", "--knob", "foo=1"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown knob foo"));
+    let bad = run(&["kv", "--check-config", "--knob", "append_wait_ms=99999999"]);
+    assert!(!bad.status.success());
+    let bad = run(&["kv", "--check-config", "--flash", "missing.bin:0"]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("give a size"), "{err}");
+    let bad = run(&["kv", "--check-config", "--admin", "foo"]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("--admin") && !err.contains("--listen"),
+        "{err}"
+    );
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().to_string();
+    let bad = run(&["kv", "--check-config", "--listen", &port]);
+    assert!(!bad.status.success(), "a port in use passed");
+    let ok = run(&["kv", "--check-config", "--knob", "item_size=1k", "-p", "0"]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let text = String::from_utf8_lossy(&ok.stdout);
+    assert!(text.contains("flash = [\"data/flash.bin:1GiB\"]"), "{text}");
+    assert!(text.contains("[knobs]\nitem_size = \"1k\""), "{text}");
+    assert!(
+        !dir.join("data").exists(),
+        "--check-config created the flash directory"
+    );
+    // A bad knob fails the start before the flash file is created.
+    let bad = run(&["kv", "--knob", "foo=1", "-p", "0"]);
+    assert!(!bad.status.success());
+    assert!(
+        !dir.join("data").exists(),
+        "a failed start left a flash file"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
     // Flash flags and --ram-only exclude each other; knobs need a flash tier.
     let both = flashtier(&["kv", "--ram-only", "--flash", "/tmp/x:1G", "--check-config"]);
     assert!(String::from_utf8_lossy(&both.stderr).contains("--ram-only conflicts"));

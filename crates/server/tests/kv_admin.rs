@@ -1,6 +1,8 @@
-//! `flashtier kv --admin`: `/metrics` is valid Prometheus text with the flash counters,
-//! `/stats` and `/knobs` list values, and a knob POSTed over HTTP takes effect in the
-//! protocol's `stats extstore` (the same path as `extstore <knob> <value>`).
+//! `flashtier kv --admin`: `/metrics` is valid Prometheus text with the flash counters
+//! (checked line by line here and by `promtool check metrics`, which must find nothing),
+//! latency histograms and process metrics, answers `HEAD`; `/stats` and `/knobs` list
+//! values, and a knob POSTed over HTTP takes effect in the protocol's `stats extstore` (the
+//! same path as `extstore <knob> <value>`).
 mod common;
 
 use std::net::SocketAddr;
@@ -13,7 +15,10 @@ fn start_with_admin(extra: &[&str]) -> (Server, SocketAddr) {
     let (server, log) = Server::start_in(&args, None);
     let admin = log
         .iter()
-        .find_map(|l| l.strip_prefix("flashtier kv: admin endpoint on http://"))
+        .find_map(|l| {
+            l.split_once(" kv: admin endpoint on http://")
+                .map(|(_, a)| a)
+        })
         .unwrap_or_else(|| panic!("no admin address logged: {log:?}"))
         .parse()
         .expect("admin address");
@@ -39,7 +44,7 @@ fn parse_metrics(text: &str) -> Vec<(String, f64)> {
             assert!(valid_name(name), "bad metric name in {line:?}");
             let kind = parts.next().expect("type kind");
             assert!(
-                ["counter", "gauge", "untyped"].contains(&kind),
+                ["counter", "gauge", "histogram"].contains(&kind),
                 "bad type in {line:?}"
             );
             typed.insert(name.to_string());
@@ -55,6 +60,10 @@ fn parse_metrics(text: &str) -> Vec<(String, f64)> {
         let (series, value) = line.rsplit_once(' ').expect("name value");
         let name = series.split('{').next().expect("name");
         assert!(valid_name(name), "bad metric name in {line:?}");
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|f| typed.contains(*f)))
+            .unwrap_or(name);
         if let Some(labels) = series.strip_prefix(name) {
             if !labels.is_empty() {
                 assert!(
@@ -66,10 +75,40 @@ fn parse_metrics(text: &str) -> Vec<(String, f64)> {
         let v: f64 = value
             .parse()
             .unwrap_or_else(|_| panic!("bad value in {line:?}"));
-        assert!(typed.contains(name), "no # TYPE before {line:?}");
+        assert!(typed.contains(family), "no # TYPE before {line:?}");
         samples.push((name.to_string(), v));
     }
     samples
+}
+
+/// `promtool check metrics` (Debian's `prometheus` package, installed by
+/// scripts/install-deps.sh) must report nothing: `_total` counters, HELP and TYPE on every
+/// family, base units.
+pub fn promtool_clean(text: &str) {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (apt-get install prometheus; scripts/install-deps.sh does)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("feed promtool");
+    let out = child.wait_with_output().expect("promtool");
+    let findings = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && findings.trim().is_empty(),
+        "promtool check metrics: {findings}"
+    );
 }
 
 #[test]
@@ -93,25 +132,46 @@ fn metrics_stats_and_knobs_over_http() {
             .map(|(_, v)| *v)
             .unwrap_or_else(|| panic!("no {n} in {text}"))
     };
-    assert_eq!(get("flashtier_cmd_get"), 1.0);
+    assert_eq!(get("flashtier_cmd_get_total"), 1.0);
     assert_eq!(get("flashtier_curr_items"), 1.0);
-    assert_eq!(get("flashtier_extstore_objects_written"), 1.0);
+    assert_eq!(get("flashtier_extstore_objects_written_total"), 1.0);
     assert!(get("flashtier_ram_bytes_per_flash_item") > 0.0);
     for n in [
-        "flashtier_extstore_bytes_written",
+        "flashtier_extstore_bytes_written_total",
         "flashtier_extstore_segments_free",
-        "flashtier_extstore_compactions",
+        "flashtier_extstore_compactions_total",
         "flashtier_extstore_io_queue",
-        "flashtier_extstore_checksum_failures",
+        "flashtier_extstore_checksum_failures_total",
         "flashtier_flash_bytes_used",
+        "flashtier_flash_segments",
+        "flashtier_flash_recovery_time_seconds",
         "flashtier_extstore_knob_item_size",
+        "flashtier_extstore_knob_append_wait_seconds",
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "process_open_fds",
+        "process_start_time_seconds",
     ] {
         get(n);
     }
+    assert_eq!(get("flashtier_extstore_knob_append_wait_seconds"), 0.2);
+    // One get and one set, each in its command family's histogram.
     assert!(
-        text.contains("# TYPE flashtier_cmd_get counter\n"),
+        text.contains("flashtier_request_duration_seconds_count{command=\"get\"} 1\n"),
         "{text}"
     );
+    assert!(
+        text.contains("flashtier_request_duration_seconds_count{command=\"set\"} 1\n"),
+        "{text}"
+    );
+    assert!(text.contains("flashtier_flash_io_duration_seconds_bucket{op=\"write\",le=\"+Inf\"}"));
+    assert!(
+        text.contains("# TYPE flashtier_cmd_get_total counter\n"),
+        "{text}"
+    );
+    promtool_clean(&text);
+    let (code, head) = http(admin, "HEAD", "/metrics");
+    assert_eq!((code, head.as_str()), (200, ""));
     assert!(
         text.contains("# TYPE flashtier_curr_items gauge\n"),
         "{text}"
@@ -170,7 +230,8 @@ fn ram_only_metrics() {
     let samples = parse_metrics(&text);
     assert!(samples
         .iter()
-        .any(|(k, v)| k == "flashtier_get_misses" && *v == 1.0));
+        .any(|(k, v)| k == "flashtier_get_misses_total" && *v == 1.0));
+    promtool_clean(&text);
     assert!(!text.contains("extstore"), "{text}");
     assert_eq!(http(admin, "GET", "/knobs"), (200, String::new()));
     assert_eq!(http(admin, "POST", "/knobs?item_size=1").0, 400);

@@ -79,8 +79,7 @@ impl FileDevice {
             }
             e
         };
-        lock_exclusive(&file)
-            .map_err(|e| fail(Error::io(&name, "lock (is another process using it?)", e)))?;
+        lock_exclusive(&file).map_err(|e| fail(Error::io(&name, "lock", e)))?;
         let meta = file
             .metadata()
             .map_err(|e| fail(Error::io(&name, "stat", e)))?;
@@ -138,13 +137,14 @@ impl FileDevice {
 /// How long to wait for the lock of a process that just died: the kernel drops a killed
 /// process's io_uring ring (and the file references it holds, hence the lock) asynchronously,
 /// a moment after the process is gone, so a restart right after `kill -9` can find the lock
-/// still held. A live engine holding it is still refused, only later.
+/// still held. A lock whose owner (from /proc/locks) is a running process is refused at once.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Take an exclusive advisory lock so two engines never share a device; released when the
 /// file is closed (also by a crash, see [`LOCK_WAIT`]).
 pub fn lock_exclusive(file: &File) -> io::Result<()> {
     let deadline = std::time::Instant::now() + LOCK_WAIT;
+    let mut told = false;
     loop {
         // SAFETY: `file` owns a valid open descriptor for the duration of the call; flock
         // touches no memory of ours.
@@ -153,11 +153,62 @@ pub fn lock_exclusive(file: &File) -> io::Result<()> {
             return Ok(());
         }
         let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::WouldBlock || std::time::Instant::now() >= deadline {
+        if err.kind() != io::ErrorKind::WouldBlock {
             return Err(err);
+        }
+        let holder = file.metadata().ok().and_then(|m| lock_holder(&m));
+        if let Some(pid) = holder.filter(|p| running(*p)) {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!("in use by running process {pid}"),
+            ));
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                "still locked by a process that exited (its lock was not released)",
+            ));
+        }
+        if !told {
+            told = true;
+            log::info!(
+                "waiting up to {} s for the lock of an exited process{} to be released",
+                LOCK_WAIT.as_secs(),
+                holder.map(|p| format!(" (pid {p})")).unwrap_or_default()
+            );
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// A process that exists and is not a zombie (a zombie's file references are gone).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(") ")
+            .is_some_and(|(_, r)| !r.starts_with('Z') && !r.starts_with('X'))
+    })
+}
+
+/// The pid owning a `flock` on the file `m` describes, from /proc/locks
+/// (`N: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE 0 EOF`, device numbers in hex).
+fn lock_holder(m: &std::fs::Metadata) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt as _;
+    let dev = m.dev();
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let want = (major, minor, m.ino());
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.get(1) != Some(&"FLOCK") {
+            return None;
+        }
+        let mut id = f.get(5)?.split(':');
+        let maj = u64::from_str_radix(id.next()?, 16).ok()?;
+        let min = u64::from_str_radix(id.next()?, 16).ok()?;
+        let ino = id.next()?.parse::<u64>().ok()?;
+        ((maj, min, ino) == want).then(|| f.get(4)?.parse().ok())?
+    })
 }
 
 /// Bytes an unprivileged writer may still allocate on `file`'s file system.

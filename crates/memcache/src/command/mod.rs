@@ -44,6 +44,14 @@ pub enum Flow {
 
 /// Execute one request, appending its reply (if any) to `out`.
 pub async fn execute<S: KvStore>(ctx: &Context<S>, request: Request, out: &mut Output) -> Flow {
+    let family = crate::latency::Family::of(&request);
+    let started = std::time::Instant::now();
+    let flow = run(ctx, request, out).await;
+    ctx.latency.of(family).record(started.elapsed());
+    flow
+}
+
+async fn run<S: KvStore>(ctx: &Context<S>, request: Request, out: &mut Output) -> Flow {
     match request {
         Request::Storage(s) => storage::run(ctx, s, out).await,
         Request::Retrieval(r) => retrieval::run(ctx, r, out).await,

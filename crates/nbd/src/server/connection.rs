@@ -343,6 +343,7 @@ where
             Ok(r) => r,
             Err(e) => break Err(e.into()),
         };
+        let started = std::time::Instant::now();
         let cmd = req.kind();
         stats.request(cmd);
         if req.flags & proto::CMD_FLAG_FUA != 0 {
@@ -396,6 +397,7 @@ where
                 reply: Some(reply),
             };
             let result = execute(backend.as_ref(), req, cmd, payload, &task_stats).await;
+            task_stats.latency(cmd, started.elapsed());
             guard.send(result).await;
         });
     };

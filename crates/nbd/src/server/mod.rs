@@ -29,7 +29,7 @@ use crate::error::Error;
 
 pub use config::{Export, ServerConfig};
 pub use listener::Listener;
-pub use stats::{ConnectionInfo, ServerStats, StatsSnapshot};
+pub use stats::{ConnectionInfo, OpLatency, ServerStats, StatsSnapshot};
 
 /// State shared by the accept loop and all connections.
 pub(crate) struct Shared {

@@ -32,6 +32,49 @@ pub struct ConnectionStats {
     max_in_flight: AtomicU64,
     /// Export chosen in the handshake; unset while negotiating.
     export: OnceLock<String>,
+    /// Server-wide latency per op (shared by every connection of one server).
+    latency: Arc<OpLatency>,
+}
+
+/// Request latency per NBD op, server-wide: from the request header being read to the
+/// reply being handed to the connection's writer (socket write excluded). Lock-free
+/// histograms ([`flashtier_metrics::Histogram`]).
+#[derive(Debug, Default)]
+pub struct OpLatency {
+    read: flashtier_metrics::Histogram,
+    write: flashtier_metrics::Histogram,
+    flush: flashtier_metrics::Histogram,
+    trim: flashtier_metrics::Histogram,
+    write_zeroes: flashtier_metrics::Histogram,
+    cache: flashtier_metrics::Histogram,
+}
+
+impl OpLatency {
+    /// Records one request of `cmd` (other commands are not timed).
+    pub fn record(&self, cmd: Command, d: std::time::Duration) {
+        let h = match cmd {
+            Command::Read => &self.read,
+            Command::Write => &self.write,
+            Command::Flush => &self.flush,
+            Command::Trim => &self.trim,
+            Command::WriteZeroes => &self.write_zeroes,
+            Command::Cache => &self.cache,
+            _ => return,
+        };
+        h.record(d);
+    }
+
+    /// `(op name, snapshot)` for every timed op.
+    pub fn snapshots(&self) -> Vec<(&'static str, flashtier_metrics::Snapshot)> {
+        vec![
+            ("read", self.read.snapshot()),
+            ("write", self.write.snapshot()),
+            ("flush", self.flush.snapshot()),
+            ("trim", self.trim.snapshot()),
+            ("write_zeroes", self.write_zeroes.snapshot()),
+            ("cache", self.cache.snapshot()),
+        ]
+    }
 }
 
 /// A point-in-time copy of counters (one connection, or summed).
@@ -163,6 +206,11 @@ impl ConnectionStats {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// Records the latency of one request of `cmd` in the server-wide histograms.
+    pub fn latency(&self, cmd: Command, d: std::time::Duration) {
+        self.latency.record(cmd, d);
+    }
+
     /// Copies the counters.
     pub fn snapshot(&self) -> StatsSnapshot {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -211,6 +259,7 @@ pub struct ServerStats {
     /// Connections accepted since start.
     accepted: AtomicU64,
     registry: Mutex<Registry>,
+    latency: Arc<OpLatency>,
 }
 
 impl ServerStats {
@@ -218,7 +267,10 @@ impl ServerStats {
     pub(crate) fn open(&self, peer: String) -> (u64, Arc<ConnectionStats>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         self.accepted.fetch_add(1, Ordering::Relaxed);
-        let stats = Arc::new(ConnectionStats::default());
+        let stats = Arc::new(ConnectionStats {
+            latency: Arc::clone(&self.latency),
+            ..ConnectionStats::default()
+        });
         self.lock().live.insert(id, (peer, Arc::clone(&stats)));
         (id, stats)
     }
@@ -238,6 +290,11 @@ impl ServerStats {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         }
+    }
+
+    /// Request latency per op, every connection since start.
+    pub fn latency(&self) -> &OpLatency {
+        &self.latency
     }
 
     /// Connections accepted since the server started.

@@ -18,6 +18,22 @@ pub struct BlockServer {
 impl BlockServer {
     /// Start over `backing` with cache `cache_spec` (PATH:SIZE); `extra` flags appended.
     pub fn start(dir: &Path, backing: &str, cache_spec: &str, extra: &[&str]) -> BlockServer {
+        let mut args = vec!["--admin", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        Self::start_args(dir, backing, cache_spec, &args)
+    }
+
+    /// As [`BlockServer::start`] without an `--admin` flag: the default endpoint.
+    pub fn start_default_admin(
+        dir: &Path,
+        backing: &str,
+        cache_spec: &str,
+        extra: &[&str],
+    ) -> BlockServer {
+        Self::start_args(dir, backing, cache_spec, extra)
+    }
+
+    fn start_args(dir: &Path, backing: &str, cache_spec: &str, extra: &[&str]) -> BlockServer {
         // After SIGKILL the kernel may release the cache file's lock a little later (an
         // io_uring instance is torn down asynchronously): retry briefly.
         for _ in 0..50 {
@@ -44,7 +60,7 @@ impl BlockServer {
             .args(["block", "--backing", backing, "--cache", cache_spec])
             .arg("--listen")
             .arg(format!("unix:{}", sock.display()))
-            .args(["--admin", "127.0.0.1:0", "--run-dir"])
+            .arg("--run-dir")
             .arg(dir.join("run"))
             .args(extra)
             .stdin(Stdio::null())
@@ -67,10 +83,14 @@ impl BlockServer {
             };
             seen.push_str(&line);
             seen.push('\n');
-            if let Some(a) = line.strip_prefix("flashtier block: admin on ") {
+            if let Some((_, a)) = line.split_once(" block: admin on http://") {
                 admin = Some(a.trim().to_string());
             }
-            serving |= line.starts_with("flashtier block: serving");
+            serving |= line.contains(" block: serving");
+            let admin_off = extra.windows(2).any(|w| w == ["--admin", "none"]);
+            if serving && admin_off {
+                admin = Some("none".into());
+            }
             if serving && admin.is_some() {
                 break;
             }

@@ -55,7 +55,7 @@ impl Server {
                 .next()
                 .unwrap_or_else(|| panic!("flashtier exited before listening: {log:?}"))
                 .expect("read");
-            if let Some(rest) = line.strip_prefix("flashtier kv: listening on ") {
+            if let Some((_, rest)) = line.split_once(" kv: listening on ") {
                 let addr = rest.split_whitespace().next().expect("address");
                 break addr.parse().expect("socket address");
             }
