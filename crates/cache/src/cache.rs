@@ -77,7 +77,7 @@ pub(crate) struct Inner {
 
 /// The RAM-tier store. See the module docs.
 pub struct Cache {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
     sweeper: Option<Sweeper>,
     handler: Option<Arc<Handler>>,
 }
@@ -778,12 +778,14 @@ impl Inner {
 
     fn stats_section(&self, section: &str) -> Option<Vec<(String, String)>> {
         let kv = |k: &str, v: String| (k.to_string(), v);
-        let c = &self.counters;
         match section {
             "settings" => Some(vec![
                 kv("maxbytes", self.cfg.memory_limit.to_string()),
                 kv("item_size_max", self.cfg.max_item_size.to_string()),
-                kv("evictions", "on".into()),
+                kv(
+                    "evictions",
+                    if self.cfg.evict_to_free { "on" } else { "off" }.into(),
+                ),
                 kv(
                     "eviction_policy",
                     match self.cfg.eviction {
@@ -802,56 +804,8 @@ impl Inner {
                         .to_string(),
                 ),
             ]),
-            "slabs" => {
-                let st = self.arena.state.lock();
-                let large = st
-                    .queues
-                    .iter()
-                    .flatten()
-                    .filter(|&&s| self.arena.slot(s).is_large())
-                    .count();
-                let small = st.queues[Log::Small as usize].len();
-                let main = st.queues[Log::Main as usize].len();
-                let free = self.arena.free_count(&st);
-                drop(st);
-                Some(vec![
-                    kv("segment_size", self.cfg.segment_size.to_string()),
-                    kv("segments_small", small.to_string()),
-                    kv("segments_main", main.to_string()),
-                    kv("segments_free", free.to_string()),
-                    kv("segments_large", large.to_string()),
-                    kv("total_malloced", self.arena.mem_used().to_string()),
-                    kv("index_bytes", self.index.memory_bytes().to_string()),
-                    kv("ghost_bytes", self.ghost.memory_bytes().to_string()),
-                ])
-            }
-            "items" => {
-                let p = "items:1:";
-                let g = Counters::get;
-                Some(vec![
-                    kv(&format!("{p}number"), self.index.len().to_string()),
-                    kv(&format!("{p}evicted"), g(&c.evictions).to_string()),
-                    kv(
-                        &format!("{p}evicted_unfetched"),
-                        g(&c.evicted_unfetched).to_string(),
-                    ),
-                    kv(
-                        &format!("{p}expired_unfetched"),
-                        g(&c.expired_unfetched).to_string(),
-                    ),
-                    kv(&format!("{p}reclaimed"), g(&c.reclaimed).to_string()),
-                    kv(
-                        &format!("{p}moves_to_main"),
-                        g(&c.moves_to_main).to_string(),
-                    ),
-                    kv(&format!("{p}reinserted"), g(&c.reinserted).to_string()),
-                    kv(&format!("{p}compacted"), g(&c.compacted).to_string()),
-                    kv(
-                        &format!("{p}segments_swept"),
-                        g(&c.segments_swept).to_string(),
-                    ),
-                ])
-            }
+            "slabs" => Some(self.slabs_stats()),
+            "items" => Some(self.items_stats()),
             "extstore" => self.extstore_stats(),
             _ => None,
         }
@@ -914,5 +868,13 @@ impl KvStore for Cache {
 
     fn set_knob(&self, name: &str, value: &str) -> Result<(), Error> {
         self.inner.set_knob(name, value)
+    }
+
+    fn dump_parts(&self) -> usize {
+        self.inner.index.shard_count()
+    }
+
+    async fn dump_part(&self, part: usize) -> Vec<crate::store::ItemInfo> {
+        self.dump_shard(part).await
     }
 }

@@ -165,6 +165,12 @@ pub struct CacheConfig {
     pub sweep_interval: Option<Duration>,
     /// The clock items' expiry is judged by. Default: [`Clock::system`].
     pub clock: Clock,
+    /// Evict live items to make room (memcached's default). `false` (memcached -M): a RAM-only
+    /// cache refuses a write with `Error::OutOfMemory` instead of evicting a segment that
+    /// still holds live items; with flash, RAM evictions still move items to flash (nothing
+    /// is lost), and flash reclaim still drops the coldest items when flash is full.
+    /// Default: `true`.
+    pub evict_to_free: bool,
     /// The flash tier, or `None` for a RAM-only cache (exactly the RAM tier's behaviour).
     /// With flash, `hash_seed` is replaced by the seed stored on flash. Default: `None`.
     pub flash: Option<FlashSettings>,
@@ -183,6 +189,7 @@ impl Default for CacheConfig {
             ghost_entries: None,
             sweep_interval: Some(Duration::from_secs(1)),
             clock: Clock::system(),
+            evict_to_free: true,
             flash: None,
         }
     }
@@ -375,6 +382,11 @@ impl CacheConfigBuilder {
     }
     pub fn clock(mut self, clock: Clock) -> Self {
         self.cfg.clock = clock;
+        self
+    }
+    /// See [`CacheConfig::evict_to_free`].
+    pub fn evict_to_free(mut self, on: bool) -> Self {
+        self.cfg.evict_to_free = on;
         self
     }
     pub fn flash(mut self, flash: FlashSettings) -> Self {

@@ -138,6 +138,14 @@ impl Inner {
             } else {
                 return false;
             };
+        // memcached -M: never drop a live item to make room (with flash, eviction only
+        // moves items to flash, so it goes on).
+        if !self.cfg.evict_to_free && self.ft.is_none() {
+            let victim = st.queues[log as usize].front().copied();
+            if victim.is_some_and(|v| self.arena.slot(v).live.load(Ordering::Relaxed) > 0) {
+                return false;
+            }
+        }
         let Some(seg) = self.arena.pop_queue(st, log) else {
             return false;
         };

@@ -288,6 +288,17 @@ impl Table {
             .count()
     }
 
+    /// Call `f` on every entry (the dump commands).
+    pub fn for_each(&self, mut f: impl FnMut(Entry)) {
+        for bucket in self.buckets.iter() {
+            for &w in &bucket.slots {
+                if w & VALID != 0 {
+                    f(decode(w));
+                }
+            }
+        }
+    }
+
     /// Remove every entry, calling `f` on each.
     pub fn drain(&mut self, mut f: impl FnMut(Entry)) {
         for bucket in &mut self.buckets {
@@ -435,6 +446,11 @@ impl Shard<'_> {
     /// See [`Table::count_tier`].
     pub fn count_tier(&self, tier: Tier) -> usize {
         self.table.count_tier(tier)
+    }
+
+    /// See [`Table::for_each`].
+    pub fn for_each(&self, f: impl FnMut(Entry)) {
+        self.table.for_each(f);
     }
 
     /// See [`Table::drain`].

@@ -13,6 +13,7 @@
 //! - [`index`]: the compact sharded hash index (tag + location, no key; ≤ 16 B/entry).
 //! - `record`: the byte layout of an item in a RAM segment.
 //! - `arena`: RAM segments, write heads, the byte budget and the reuse invariants.
+//! - `dump`: listing live items (RAM and flash) for the dump commands.
 //! - `evict`: S3-FIFO over segments, the ghost set use, the drain shared with the sweeper.
 //! - `ghost`: S3-FIFO's ghost set.
 //! - `sweeper`: the background thread freeing expired and dead space.
@@ -62,6 +63,7 @@ mod arena;
 pub mod cache;
 pub mod clock;
 pub mod config;
+mod dump;
 pub mod error;
 mod evict;
 mod flash_tier;
@@ -89,4 +91,4 @@ pub use error::Error;
 pub use flashtier_flash as flash;
 pub use item::{CasMode, Item, ItemMeta, ItemWrite, Update};
 pub use model::ModelStore;
-pub use store::{KvStore, StoreStats};
+pub use store::{ItemInfo, KvStore, StoreStats};

@@ -188,6 +188,37 @@ impl KvStore for ModelStore {
     fn stats_section(&self, _section: &str) -> Option<Vec<(String, String)>> {
         None
     }
+
+    fn dump_parts(&self) -> usize {
+        1
+    }
+
+    async fn dump_part(&self, part: usize) -> Vec<crate::store::ItemInfo> {
+        let now = self.clock.now();
+        let state = self.state.lock();
+        let mut v: Vec<crate::store::ItemInfo> = state
+            .map
+            .iter()
+            .filter(|_| part == 0)
+            .filter(|(_, e)| {
+                let expired = e.item.exptime != 0 && e.item.exptime <= now;
+                let flushed = matches!(state.flush_at, Some(t) if t <= now && e.stored_at <= t);
+                !expired && !flushed
+            })
+            .map(|(k, e)| crate::store::ItemInfo {
+                key: bytes::Bytes::copy_from_slice(k),
+                exptime: e.item.exptime,
+                last_access: e.item.meta.last_access,
+                cas: e.item.cas,
+                fetched: e.item.meta.fetched,
+                value_len: e.item.value.len() as u32,
+                size: (k.len() + e.item.value.len()) as u32,
+                flash_only: false,
+            })
+            .collect();
+        v.sort_by(|a, b| a.key.cmp(&b.key));
+        v
+    }
 }
 
 #[cfg(test)]

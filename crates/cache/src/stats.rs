@@ -4,14 +4,20 @@
 //! - general: `curr_items` (index entries, may include expired items not yet found),
 //!   `total_items`, `bytes` (record bytes the index points at: header + key + value + padding),
 //!   `limit_maxbytes`, `evictions`, `reclaimed`, `expired_unfetched`, `evicted_unfetched`.
-//! - `stats slabs` → segments: memcached's slab classes have no equivalent in a log-structured
-//!   arena, so the section reports the arena: `segment_size`, `segments_small`,
-//!   `segments_main`, `segments_free`, `segments_large`, `total_malloced` (segment bytes
-//!   allocated), `index_bytes`, `ghost_bytes`.
-//! - `stats items` → one pseudo class `items:1:*` with `number`, `evicted`,
-//!   `evicted_unfetched`, `expired_unfetched`, `reclaimed`, `moves_to_main` (S3-FIFO
-//!   promotions), `reinserted` (main-log second chances), `compacted` (records moved by the
-//!   sweeper), `segments_swept`.
+//! - `stats slabs` and `stats items`: memcached's slab classes have no equivalent in a
+//!   log-structured arena. Both sections use memcached's shape (what memcached-tool and
+//!   memcached_exporter read) with one class per tier: class `1` is the RAM tier (a "page" is
+//!   a RAM segment: `chunk_size` = segment size, one chunk per page), class `2` the flash
+//!   tier (a page is a flash segment; its items are those whose only copy is on flash).
+//!   Only values flashtier keeps are listed: `N:chunk_size`, `chunks_per_page`,
+//!   `total_pages`, `total_chunks`, `used_chunks`, `free_chunks`, `free_chunks_end`,
+//!   `mem_requested`; `items:N:number`, `age` (RAM: seconds since the newest item of the
+//!   oldest segment was stored, a lower bound of the eviction tail's age), `mem_requested`,
+//!   `evicted`, `evicted_unfetched`, `expired_unfetched`, `reclaimed` (counted in the class
+//!   whose policy drops items: RAM without flash, flash with it), and flashtier's own
+//!   `moves_to_main`, `reinserted`, `compacted`, `segments_swept`; then the arena totals
+//!   `active_slabs`, `total_malloced`, `segment_size`, `segments_small`, `segments_main`,
+//!   `segments_free`, `segments_large`, `index_bytes`, `ghost_bytes`.
 //! - `stats settings` → `maxbytes`, `item_size_max`, `evictions` (`on`), `eviction_policy`,
 //!   `segment_size`, `index_shards`, `hash_seed`, `sweep_interval_ms`.
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -46,6 +52,120 @@ impl Counters {
 }
 
 impl crate::cache::Inner {
+    /// Index entries of `tier` (walks every shard).
+    fn count_tier(&self, tier: crate::index::Tier) -> u64 {
+        (0..self.index.shard_count())
+            .map(|i| self.index.lock_nth(i).count_tier(tier) as u64)
+            .sum()
+    }
+
+    /// `stats slabs` in memcached's shape (see the module docs).
+    pub(crate) fn slabs_stats(&self) -> Vec<(String, String)> {
+        use crate::arena::Log;
+        let seg = self.cfg.segment_size as u64;
+        let st = self.arena.state.lock();
+        let large = st
+            .queues
+            .iter()
+            .flatten()
+            .filter(|&&s| self.arena.slot(s).is_large())
+            .count();
+        let small = st.queues[Log::Small as usize].len();
+        let main = st.queues[Log::Main as usize].len();
+        let free = self.arena.free_count(&st) as u64;
+        drop(st);
+        let malloced = self.arena.mem_used();
+        let pages = malloced / seg;
+        let limit_pages = self.arena.limit() / seg;
+        let mut v: Vec<(String, String)> = Vec::new();
+        let mut add = |k: &str, n: u64| v.push((k.to_string(), n.to_string()));
+        add("1:chunk_size", seg);
+        add("1:chunks_per_page", 1);
+        add("1:total_pages", pages);
+        add("1:total_chunks", pages);
+        add("1:used_chunks", pages.saturating_sub(free));
+        add("1:free_chunks", free);
+        add("1:free_chunks_end", limit_pages.saturating_sub(pages));
+        add("1:mem_requested", Counters::get(&self.counters.live_bytes));
+        let mut active = 1;
+        if let Some(ft) = &self.ft {
+            let fs = ft.flash.stats();
+            let f = flashtier_flash::FlashStats::get;
+            let total = f(&fs.segments_total);
+            let free = f(&fs.segments_free);
+            add("2:chunk_size", ft.info.segment_size);
+            add("2:chunks_per_page", 1);
+            add("2:total_pages", total);
+            add("2:total_chunks", total);
+            add("2:used_chunks", total.saturating_sub(free));
+            add("2:free_chunks", free);
+            add("2:free_chunks_end", 0);
+            add("2:mem_requested", f(&fs.bytes_used));
+            active = 2;
+        }
+        add("active_slabs", active);
+        add("total_malloced", malloced);
+        add("segment_size", seg);
+        add("segments_small", small as u64);
+        add("segments_main", main as u64);
+        add("segments_free", free);
+        add("segments_large", large as u64);
+        add("index_bytes", self.index.memory_bytes());
+        add("ghost_bytes", self.ghost.memory_bytes() as u64);
+        v
+    }
+
+    /// `stats items` in memcached's shape (see the module docs).
+    pub(crate) fn items_stats(&self) -> Vec<(String, String)> {
+        use crate::arena::Log;
+        use crate::index::Tier;
+        let c = &self.counters;
+        let g = Counters::get;
+        let now = self.now();
+        let oldest = {
+            let st = self.arena.state.lock();
+            [Log::Small, Log::Main]
+                .iter()
+                .filter_map(|&l| st.queues[l as usize].front().copied())
+                .map(|s| self.arena.slot(s).max_stored.load(Relaxed))
+                .filter(|&t| t != 0)
+                .min()
+        };
+        let age = oldest.map_or(0, |t| u64::from(now.saturating_sub(t)));
+        // Items dropped (not moved) are counted in the class whose policy drops them.
+        let lossy = if self.ft.is_some() { 2 } else { 1 };
+        let mut v: Vec<(String, String)> = Vec::new();
+        let mut add = |class: u32, k: &str, n: u64| {
+            v.push((format!("items:{class}:{k}"), n.to_string()));
+        };
+        add(1, "number", self.count_tier(Tier::Ram));
+        add(1, "age", age);
+        add(1, "mem_requested", g(&c.live_bytes));
+        let drops = |class: u32| if class == lossy { 1 } else { 0 };
+        for class in 1..=lossy {
+            if class == 2 {
+                add(2, "number", self.count_tier(Tier::Flash));
+                if let Some(ft) = &self.ft {
+                    add(
+                        2,
+                        "mem_requested",
+                        flashtier_flash::FlashStats::get(&ft.flash.stats().bytes_used),
+                    );
+                }
+            }
+            let d = drops(class);
+            add(class, "evicted", d * g(&c.evictions));
+            add(class, "evicted_unfetched", d * g(&c.evicted_unfetched));
+            add(class, "expired_unfetched", d * g(&c.expired_unfetched));
+            add(class, "reclaimed", d * g(&c.reclaimed));
+        }
+        add(1, "moves_to_main", g(&c.moves_to_main));
+        add(1, "reinserted", g(&c.reinserted));
+        add(1, "compacted", g(&c.compacted));
+        add(1, "segments_swept", g(&c.segments_swept));
+        v
+    }
+
     /// `stats extstore`: memcached extstore-like names where they fit, the engine's `flash_*`
     /// pairs, and the RAM the index spends per item. `None` without flash.
     pub(crate) fn extstore_stats(&self) -> Option<Vec<(String, String)>> {
@@ -102,6 +222,10 @@ impl crate::cache::Inner {
         v.push(("ram_bytes_per_flash_item".into(), format!("{per_item:.2}")));
         v.push(("extstore_backend".into(), ft.info.backend.to_string()));
         v.push(("extstore_capacity".into(), ft.info.capacity.to_string()));
+        v.push((
+            "extstore_limit_maxbytes".into(),
+            ft.info.capacity.to_string(),
+        ));
         v.push((
             "extstore_segment_size".into(),
             ft.info.segment_size.to_string(),

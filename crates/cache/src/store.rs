@@ -30,6 +30,24 @@ pub struct StoreStats {
     pub evicted_unfetched: u64,
 }
 
+/// One live item as the dump commands (`lru_crawler metadump`, `stats cachedump`) list it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ItemInfo {
+    pub key: bytes::Bytes,
+    /// Absolute unix seconds; 0 = never.
+    pub exptime: u32,
+    /// Unix seconds of the last access (a flash item: when it was stored).
+    pub last_access: u32,
+    pub cas: u64,
+    pub fetched: bool,
+    /// Value bytes.
+    pub value_len: u32,
+    /// Bytes the item takes in its record (header, key, value).
+    pub size: u32,
+    /// The item is only on flash right now (its RAM copy was evicted).
+    pub flash_only: bool,
+}
+
 /// A key-value store with memcached's item model.
 pub trait KvStore: Send + Sync + 'static {
     /// Fetch a live item and record the access (sets `fetched`, `last_access`). The returned
@@ -75,6 +93,20 @@ pub trait KvStore: Send + Sync + 'static {
     /// Default: none.
     fn knobs(&self) -> Vec<(String, String)> {
         Vec::new()
+    }
+
+    /// How many parts [`dump_part`](Self::dump_part) walks the items in. Default: 0 (the
+    /// store cannot list its items).
+    fn dump_parts(&self) -> usize {
+        0
+    }
+
+    /// The live items of part `part` (`0..dump_parts()`), expired and flushed ones left out,
+    /// in no particular order. For the dump commands: a flash-only item costs one flash
+    /// read. Default: none.
+    fn dump_part(&self, part: usize) -> impl Future<Output = Vec<ItemInfo>> + Send {
+        let _ = part;
+        std::future::ready(Vec::new())
     }
 
     /// Change one runtime knob. The value is text as a client sent it. An unknown name or a

@@ -23,25 +23,25 @@
 //! its keys' reads together (see `command::retrieval`).
 use bytes::{Buf, BytesMut};
 use flashtier_cache::KvStore;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::codec::{CloseReason, Decoded, Decoder, Limits};
 use crate::command::{execute, Flow};
 use crate::context::Context;
+use crate::dump::DumpState;
 use crate::join::{join_all, BoxFuture};
 use crate::output::Output;
-use crate::request::Request;
+use crate::request::{Request, StoreMode};
 use crate::stats::Stats;
+use crate::stream::{Stream, READ_CHUNK};
 
-/// Read size per `read` call (memcached reads 16 KiB at a time too).
-const READ_CHUNK: usize = 16 * 1024;
 /// Output buffer capacity a connection keeps between bursts.
 const IDLE_KEEP: usize = 64 * 1024;
 /// Input buffer capacity a connection keeps while waiting for bytes: none, so thousands of
 /// idle connections cost no read buffers (a burst allocates `READ_CHUNK` again).
 const IDLE_KEEP_INPUT: usize = 0;
+/// Longest command line shown by the per-command log.
+const LOG_LINE_MAX: usize = 200;
 
 /// Most pipelined read requests of one connection executed together. Bounds the reply
 /// buffers held at once to this many replies (each at most one multi-get's worth).
@@ -86,6 +86,14 @@ pub struct Session {
     pub input: BytesMut,
     pub output: Output,
     max_output: usize,
+    /// Connection id (logs, `stats conns`).
+    pub id: u64,
+    /// Passed ASCII authentication (or none is required).
+    authenticated: bool,
+    /// A dump in progress.
+    dump: Option<DumpState>,
+    /// Requests run since the connection last yielded (-R).
+    since_yield: u32,
 }
 
 impl Session {
@@ -97,12 +105,25 @@ impl Session {
             input: BytesMut::new(),
             output: Output::new(),
             max_output,
+            id: 0,
+            authenticated: false,
+            dump: None,
+            since_yield: 0,
         }
     }
 
     /// Execute every complete request in `input`. See [`Pump`].
     pub async fn pump<S: KvStore>(&mut self, ctx: &Context<S>) -> Pump {
         loop {
+            if let Some(dump) = self.dump.as_mut() {
+                if dump.step(ctx, &mut self.output).await {
+                    self.dump = None;
+                }
+                if self.output.len() >= self.max_output {
+                    return Pump::Flush;
+                }
+                continue;
+            }
             if self.swallow > 0 {
                 let n = self.swallow.min(self.input.len());
                 self.input.advance(n);
@@ -111,10 +132,15 @@ impl Session {
                     return Pump::NeedInput;
                 }
             }
+            let logging = log::log_enabled!(log::Level::Debug) && self.lookahead.is_none();
+            if logging {
+                self.log_command();
+            }
             let decoded = match self.lookahead.take() {
                 Some(d) => d,
                 None => self.decoder.decode(&mut self.input),
             };
+            let before = self.output.len();
             match decoded {
                 Decoded::Incomplete => return Pump::NeedInput,
                 Decoded::Close(reason) => {
@@ -124,15 +150,33 @@ impl Session {
                         CloseReason::LineTooLong => Stats::incr(&s.line_too_long_closed),
                         _ => {}
                     }
+                    log::trace!("<{} closing: {reason:?}", self.id);
                     return Pump::Close(reason);
                 }
                 Decoded::Request { request, swallow } => {
                     self.swallow = swallow;
-                    if swallow == 0 && is_plain_read(&request) {
+                    if ctx.settings.auth.is_some() && !self.authenticated {
+                        self.authenticate(ctx, request);
+                    } else if swallow == 0 && is_plain_read(&request) {
                         let batch = self.gather_reads(request);
+                        self.since_yield += batch.len() as u32;
                         self.execute_reads(ctx, batch).await;
-                    } else if execute(ctx, request, &mut self.output).await == Flow::Close {
-                        return Pump::Quit;
+                    } else {
+                        self.since_yield += 1;
+                        match execute(ctx, request, &mut self.output).await {
+                            Flow::Close => return Pump::Quit,
+                            Flow::Dump(state) => self.dump = Some(state),
+                            Flow::Continue => {}
+                        }
+                    }
+                    if logging {
+                        self.log_reply(before);
+                    }
+                    if self.since_yield >= ctx.settings.reqs_per_event {
+                        // memcached -R: let the other connections run.
+                        self.since_yield = 0;
+                        Stats::incr(&ctx.stats.conn_yields);
+                        tokio::task::yield_now().await;
                     }
                     if self.output.len() >= self.max_output {
                         return Pump::Flush;
@@ -140,6 +184,63 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// -vv: the command line at the front of the input.
+    fn log_command(&self) {
+        if self.swallow > 0 || self.input.is_empty() {
+            return;
+        }
+        let Some(end) = memchr::memchr(b'\n', &self.input) else {
+            return;
+        };
+        let line = &self.input[..end.min(LOG_LINE_MAX)];
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        log::debug!("<{} {}", self.id, line.escape_ascii());
+    }
+
+    /// -vv: the first line of the reply appended since `before`.
+    fn log_reply(&self, before: usize) {
+        let produced = self.output.len().saturating_sub(before);
+        if produced == 0 {
+            return;
+        }
+        let tail: &[u8] = &self.output;
+        let start = tail.len().saturating_sub(produced);
+        let reply = &tail[start..];
+        let first = reply.split(|&b| b == b'\n').next().unwrap_or(reply);
+        let first = &first[..first.len().min(LOG_LINE_MAX)];
+        let first = first.strip_suffix(b"\r").unwrap_or(first);
+        log::debug!(">{} {}", self.id, first.escape_ascii());
+    }
+
+    /// memcached's ASCII authentication: only `set <key> <flags> <exptime> <n>` with
+    /// `user pass` as its data is served before the connection authenticates.
+    fn authenticate<S>(&mut self, ctx: &Context<S>, request: Request) {
+        let Some(auth) = &ctx.settings.auth else {
+            return;
+        };
+        let line: &[u8] = match request {
+            Request::Storage(s) if s.mode == StoreMode::Set => {
+                let mut parts = s.value.split(|&b| b == b' ').filter(|p| !p.is_empty());
+                match (parts.next(), parts.next()) {
+                    (Some(user), Some(pass)) => {
+                        Stats::incr(&ctx.stats.auth_cmds);
+                        if auth.check(user, pass) {
+                            self.authenticated = true;
+                            log::debug!("<{} authenticated", self.id);
+                            b"STORED"
+                        } else {
+                            Stats::incr(&ctx.stats.auth_errors);
+                            b"CLIENT_ERROR authentication failure"
+                        }
+                    }
+                    _ => b"CLIENT_ERROR bad authentication token format",
+                }
+            }
+            _ => b"CLIENT_ERROR unauthenticated",
+        };
+        crate::reply::line(&mut self.output, line);
     }
 
     /// `first` and the plain reads decoded right after it (up to [`READ_BATCH`]); the first
@@ -192,19 +293,23 @@ impl Session {
     }
 }
 
-/// Serve one accepted connection until the client leaves, sends `quit`, breaks the protocol
-/// or the server shuts down.
+/// Serve one accepted connection until the client leaves, sends `quit`, breaks the protocol,
+/// stays idle past `idle_timeout` or the server shuts down.
 pub async fn serve_connection<S: KvStore>(
     ctx: &Context<S>,
-    mut stream: TcpStream,
+    mut stream: Stream,
+    id: u64,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    let _ = stream.set_nodelay(true);
+    if let Stream::Tcp(s) = &stream {
+        let _ = s.set_nodelay(true);
+    }
     let limits = Limits {
         max_item_size: ctx.settings.max_item_size.min(ctx.store.max_item_size()),
         ..Limits::default()
     };
     let mut session = Session::new(limits, ctx.settings.max_output_buffer);
+    session.id = id;
     loop {
         let step = session.pump(ctx).await;
         if !session.output.is_empty() {
@@ -212,10 +317,14 @@ pub async fn serve_connection<S: KvStore>(
             for segment in session.output.drain() {
                 stream.write_all(&segment).await?;
             }
+            stream.flush().await?;
             session.output.clear(IDLE_KEEP);
         }
         match step {
-            Pump::Quit | Pump::Close(_) => return Ok(()),
+            Pump::Quit | Pump::Close(_) => {
+                stream.shutdown().await;
+                return Ok(());
+            }
             Pump::Flush => continue,
             Pump::NeedInput => {}
         }
@@ -225,31 +334,35 @@ pub async fn serve_connection<S: KvStore>(
         if session.input.is_empty() && session.input.capacity() > IDLE_KEEP_INPUT {
             session.input = BytesMut::new();
         }
-        // Wait for bytes (holding no buffer while idle), or for shutdown.
-        tokio::select! {
-            ready = stream.readable() => ready?,
-            _ = shutdown.changed() => return Ok(()),
-        }
-        session.input.reserve(READ_CHUNK);
-        let mut room = session.input.capacity() - session.input.len();
-        let mut n = match stream.try_read_buf(&mut session.input) {
-            Ok(0) => return Ok(()),
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e),
+        // Wait for bytes (holding no buffer while idle on a plain socket), for shutdown, or
+        // for the idle timeout.
+        let idle = async {
+            match ctx.settings.idle_timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
         };
+        let n = tokio::select! {
+            r = stream.read_some(&mut session.input) => r?,
+            _ = shutdown.changed() => return Ok(()),
+            _ = idle => {
+                Stats::incr(&ctx.stats.idle_kicks);
+                log::trace!("<{id} closing idle connection");
+                return Ok(());
+            }
+        };
+        if n == 0 {
+            return Ok(());
+        }
         Stats::add(&ctx.stats.bytes_read, n as u64);
-        // A read that filled the buffer may have left more behind: keep reading (up to a
+        // A read that filled its chunk may have left more behind: keep reading (up to a
         // bound) so a pipeline sent in one burst is answered with one write. A short read
         // means the socket is drained, so skip the extra syscall.
-        while n == room && session.input.len() < READ_CHUNK * 4 {
-            session.input.reserve(READ_CHUNK);
-            room = session.input.capacity() - session.input.len();
-            n = match stream.try_read_buf(&mut session.input) {
-                Ok(n) if n > 0 => n,
-                _ => break,
-            };
-            Stats::add(&ctx.stats.bytes_read, n as u64);
+        while n >= READ_CHUNK && session.input.len() < READ_CHUNK * 4 {
+            match stream.read_ready(&mut session.input) {
+                Some(more) => Stats::add(&ctx.stats.bytes_read, more as u64),
+                None => break,
+            }
         }
     }
 }

@@ -14,8 +14,10 @@ use crate::stats::Stats;
 /// Settings a server reports (`stats settings`) and enforces.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// Address the server listens on.
+    /// The first TCP address the server listens on (`inter`, `tcpport`).
     pub listen: SocketAddr,
+    /// Unix socket path and access mask (`domain_socket`, `umask`), if one is served.
+    pub unix_socket: Option<(String, u32)>,
     /// Most simultaneous client connections. Default: `1024`.
     pub max_connections: usize,
     /// Largest value in bytes. Default: `1 MiB`.
@@ -29,18 +31,60 @@ pub struct Settings {
     pub max_output_buffer: usize,
     /// The string returned by `version`.
     pub version: String,
+    /// CAS values are handed out (memcached -C turns this off: `gets` answers 0 and `cas`
+    /// matches any item). Default: `true`.
+    pub cas_enabled: bool,
+    /// The store evicts to make room (memcached -M turns this off). Reported only; the
+    /// store enforces it. Default: `true`.
+    pub evictions: bool,
+    /// `flush_all` is allowed (memcached -F). Default: `true`.
+    pub flush_enabled: bool,
+    /// `stats cachedump` and `lru_crawler metadump` are allowed (memcached -X).
+    /// Default: `true`.
+    pub dump_enabled: bool,
+    /// The `shutdown` command is allowed (memcached -A). Default: `false`.
+    pub shutdown_enabled: bool,
+    /// Requests one connection runs before yielding to the others (memcached -R).
+    /// Default: `20`.
+    pub reqs_per_event: u32,
+    /// Listen backlog (reported). Default: `1024`.
+    pub backlog: u32,
+    /// Connections idle this long are closed (`idle_kicks`). Default: `None` (never).
+    pub idle_timeout: Option<std::time::Duration>,
+    /// `stats detail` key prefix delimiter (memcached -D). Default: `:`.
+    pub detail_delimiter: u8,
+    /// As `stats settings` names it: `ascii` or `auto-negotiate`. Default: `ascii`.
+    pub binding_protocol: &'static str,
+    /// TLS is served (memcached -Z), and its minimum version as memcached names it.
+    /// Default: `None`.
+    pub tls: Option<&'static str>,
+    /// ASCII authentication (memcached -Y): connections must authenticate first.
+    pub auth: Option<Arc<crate::auth::AuthFile>>,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 11211)),
+            unix_socket: None,
             max_connections: 1024,
             max_item_size: 1 << 20,
             memory_limit: 64 << 20,
             threads: 1,
             max_output_buffer: 1 << 20,
             version: default_version(),
+            cas_enabled: true,
+            evictions: true,
+            flush_enabled: true,
+            dump_enabled: true,
+            shutdown_enabled: false,
+            reqs_per_event: 20,
+            backlog: 1024,
+            idle_timeout: None,
+            detail_delimiter: b':',
+            binding_protocol: "ascii",
+            tls: None,
+            auth: None,
         }
     }
 }
@@ -54,7 +98,10 @@ pub fn default_version() -> String {
 /// One open connection, for `stats conns`.
 #[derive(Clone, Debug)]
 pub struct ConnEntry {
-    pub peer: SocketAddr,
+    /// `tcp:ADDR:PORT` or `unix:PATH`, as memcached shows it.
+    pub peer: String,
+    /// The listener it came in on, in the same form.
+    pub listen: String,
 }
 
 /// State shared by all connections of a server.
@@ -68,6 +115,10 @@ pub struct Context<S> {
     pub started: u32,
     /// Current `verbosity` level (accepted and reported; logging uses the binary's flags).
     pub verbosity: std::sync::atomic::AtomicU32,
+    /// Per-key-prefix counters (`stats detail`).
+    pub detail: crate::detail::Detail,
+    /// Woken by the `shutdown` command (memcached -A): the server stops as on SIGTERM.
+    pub shutdown: tokio::sync::Notify,
     conns: Mutex<BTreeMap<u64, ConnEntry>>,
     /// Current RAM limit in bytes (starts at `settings.memory_limit`; `cache_memlimit`).
     memory_limit: AtomicU64,
@@ -99,6 +150,16 @@ impl<S: flashtier_cache::KvStore> Context<S> {
 }
 
 impl<S> Context<S> {
+    /// A CAS value as replies show it: 0 when CAS is disabled (memcached -C).
+    pub fn cas_out(&self, cas: u64) -> u64 {
+        if self.settings.cas_enabled {
+            cas
+        } else {
+            0
+        }
+    }
+
+    /// A context serving `store` with `settings`.
     pub fn new(store: Arc<S>, settings: Settings) -> Self {
         let started = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -112,6 +173,8 @@ impl<S> Context<S> {
             settings,
             started,
             verbosity: Default::default(),
+            detail: crate::detail::Detail::default(),
+            shutdown: tokio::sync::Notify::new(),
             conns: Mutex::new(BTreeMap::new()),
             memory_limit: AtomicU64::new(settings_limit),
             memory_limit_hook: Mutex::new(None),

@@ -106,10 +106,35 @@ pub enum StatsArg {
     Reset,
     /// `stats detail on|off|dump` (`None`: missing or other argument).
     Detail(Option<Bytes>),
-    /// `stats cachedump <class> <limit>` (arguments already validated).
-    CacheDump,
+    /// `stats cachedump <class> <limit>` (arguments already validated; limit 0 = all).
+    CacheDump {
+        class: u32,
+        limit: u32,
+    },
     /// Any other sub-command (`settings`, `items`, `slabs`, `conns`, ...).
     Section(Bytes),
+}
+
+/// `shutdown [graceful]` (memcached -A).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShutdownArg {
+    /// `shutdown`.
+    Now,
+    /// `shutdown graceful`.
+    Graceful,
+    /// Any other argument.
+    Invalid,
+}
+
+/// `lru_crawler <sub-command>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LruCrawler {
+    /// `metadump all|hash|<class>[,<class>...]`: every live item's metadata.
+    Metadump(Bytes),
+    /// `crawl`, `enable`, `disable`, `tocrawl <n>`, `sleep <us>` with a valid argument.
+    Accepted,
+    /// A reply decided while parsing.
+    Reply(&'static str),
 }
 
 /// A request the command layer executes.
@@ -154,6 +179,8 @@ pub enum Request {
         noreply: bool,
     },
     Quit,
+    Shutdown(ShutdownArg),
+    LruCrawler(LruCrawler),
     Stats(StatsArg),
     MetaGet(Meta),
     /// `ms`: the mode (already mapped, incl. the CAS upgrade) and the data block.

@@ -1,19 +1,21 @@
-//! The accept loop: connection limit, one task per connection, graceful shutdown.
+//! The accept loop: every listener (TCP, TLS, unix socket), the connection limit, one task
+//! per connection, graceful shutdown.
 //!
 //! Runs on the tokio runtime the binary builds (worker threads = `--threads`). Each accepted
-//! socket becomes a task running [`crate::connection::serve_connection`]. Above
+//! socket becomes a task running [`crate::connection::serve_connection`] (a TLS connection
+//! first completes its handshake there, within [`TLS_HANDSHAKE_TIMEOUT`]). Above
 //! `max_connections` a new client gets memcached's `ERROR Too many open connections` and is
-//! closed (counted in `rejected_connections`). When the shutdown future completes the
-//! listener is closed at once, every connection finishes the requests it has already read,
-//! flushes its replies and closes; connections still busy after [`SHUTDOWN_GRACE`] are
-//! abandoned.
+//! closed (counted in `rejected_connections`). When the shutdown future completes — or a
+//! client sends `shutdown` where that is enabled — the listeners are closed at once, every
+//! connection finishes the requests it has already read, flushes its replies and closes;
+//! connections still busy after [`SHUTDOWN_GRACE`] are abandoned.
 use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use flashtier_cache::KvStore;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -21,9 +23,12 @@ use crate::connection::serve_connection;
 use crate::context::{ConnEntry, Context};
 use crate::error::Error;
 use crate::stats::Stats;
+use crate::stream::{Listener, Stream};
 
 /// How long in-flight connections get to finish after shutdown starts.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// How long a TLS client gets to complete its handshake.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The line memcached sends to a client above the connection limit.
 pub const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
 
@@ -43,22 +48,59 @@ impl<S: KvStore> Drop for ConnGuard<S> {
     }
 }
 
-/// Serve `listener` until `shutdown` completes, then drain connections and return.
+/// An accepted socket before any TLS handshake.
+enum Accepted {
+    Tcp(
+        tokio::net::TcpStream,
+        std::net::SocketAddr,
+        Option<tokio_rustls::TlsAcceptor>,
+    ),
+    Unix(tokio::net::UnixStream),
+}
+
+/// Accept from whichever listener is ready first: (socket, listener index).
+async fn accept_any(listeners: &[Listener]) -> (std::io::Result<Accepted>, usize) {
+    std::future::poll_fn(|cx| {
+        for (i, l) in listeners.iter().enumerate() {
+            let r = match l {
+                Listener::Tcp(t, tls) => match t.poll_accept(cx) {
+                    Poll::Ready(r) => r.map(|(s, a)| Accepted::Tcp(s, a, tls.clone())),
+                    Poll::Pending => continue,
+                },
+                Listener::Unix(u, _) => match u.poll_accept(cx) {
+                    Poll::Ready(r) => r.map(|(s, _)| Accepted::Unix(s)),
+                    Poll::Pending => continue,
+                },
+            };
+            return Poll::Ready((r, i));
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// Serve every listener until `shutdown` completes (or `shutdown` is sent by a client where
+/// enabled), then drain connections and return.
 pub async fn serve<S: KvStore>(
-    listener: TcpListener,
+    listeners: Vec<Listener>,
     ctx: Arc<Context<S>>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
     let mut next_id: u64 = 0;
+    let names: Vec<String> = listeners.iter().map(Listener::describe).collect();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
+            _ = ctx.shutdown.notified() => {
+                log::info!("shutdown command received: stopping");
+                break;
+            }
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
-            accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
+            (accepted, which) = accept_any(&listeners) => {
+                let accepted = match accepted {
                     Ok(a) => a,
                     Err(e) => {
                         // Out of file descriptors and the like: back off instead of spinning.
@@ -72,8 +114,12 @@ pub async fn serve<S: KvStore>(
                 if curr >= ctx.settings.max_connections as u64 {
                     Stats::incr(&ctx.stats.rejected_connections);
                     tokio::spawn(async move {
-                        let mut stream = stream;
-                        let write = stream.write_all(TOO_MANY_CONNECTIONS);
+                        let write = async {
+                            match accepted {
+                                Accepted::Tcp(mut s, _, _) => s.write_all(TOO_MANY_CONNECTIONS).await,
+                                Accepted::Unix(mut s) => s.write_all(TOO_MANY_CONNECTIONS).await,
+                            }
+                        };
                         let _ = tokio::time::timeout(Duration::from_secs(1), write).await;
                     });
                     continue;
@@ -81,19 +127,50 @@ pub async fn serve<S: KvStore>(
                 Stats::incr(&ctx.stats.curr_connections);
                 next_id += 1;
                 let id = next_id;
-                ctx.register(id, ConnEntry { peer });
+                let listen = names[which].clone();
+                let peer = match &accepted {
+                    Accepted::Tcp(_, a, _) => format!("tcp:{a}"),
+                    Accepted::Unix(_) => format!("unix:{}", listen.trim_start_matches("unix:")),
+                };
+                log::trace!("<{id} new client connection from {peer} on {listen}");
+                ctx.register(id, ConnEntry { peer, listen });
                 let guard = ConnGuard { ctx: Arc::clone(&ctx), id };
                 let rx = stop_rx.clone();
                 tasks.spawn(async move {
                     let ctx = Arc::clone(&guard.ctx);
-                    // A connection ending in a socket error is a normal event for a server.
-                    let _ = serve_connection(&ctx, stream, rx).await;
+                    let stream = match accepted {
+                        Accepted::Tcp(s, _, None) => Some(Stream::Tcp(s)),
+                        Accepted::Unix(s) => Some(Stream::Unix(s)),
+                        Accepted::Tcp(s, _, Some(tls)) => {
+                            match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.accept(s)).await {
+                                Ok(Ok(t)) => Some(Stream::Tls(Box::new(t))),
+                                Ok(Err(e)) => {
+                                    Stats::incr(&ctx.stats.ssl_handshake_errors);
+                                    log::debug!("<{id} TLS handshake failed: {e}");
+                                    None
+                                }
+                                Err(_) => {
+                                    Stats::incr(&ctx.stats.ssl_handshake_errors);
+                                    log::debug!("<{id} TLS handshake timed out");
+                                    None
+                                }
+                            }
+                        }
+                    };
+                    if let Some(stream) = stream {
+                        if matches!(stream, Stream::Tls(_)) {
+                            Stats::incr(&ctx.stats.ssl_new_sessions);
+                        }
+                        // A connection ending in a socket error is a normal event for a server.
+                        let _ = serve_connection(&ctx, stream, id, rx).await;
+                    }
+                    log::trace!("<{id} connection closed");
                     drop(guard);
                 });
             }
         }
     }
-    drop(listener);
+    drop(listeners);
     let _ = stop_tx.send(true);
     let drain = async { while tasks.join_next().await.is_some() {} };
     if tokio::time::timeout(SHUTDOWN_GRACE, drain).await.is_err() {

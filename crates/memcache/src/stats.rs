@@ -65,6 +65,8 @@ counters! {
         store_no_memory,
         auth_cmds,
         auth_errors,
+        /// Connections closed by -o idle_timeout.
+        idle_kicks,
         bytes_read,
         bytes_written,
         /// Connections closed for sending a binary-protocol request.
@@ -73,6 +75,12 @@ counters! {
         line_too_long_closed,
         /// Runs of two or more pipelined reads executed together on one connection.
         pipelined_read_batches,
+        /// Times a connection yielded after -R requests.
+        conn_yields,
+        /// TLS connections established (-Z).
+        ssl_new_sessions,
+        /// TLS handshakes that failed or timed out.
+        ssl_handshake_errors,
     }
 }
 

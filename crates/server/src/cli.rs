@@ -1,9 +1,15 @@
 //! Command-line flags.
 //!
-//! `flashtier kv` takes native long flags and the memcached short flags users' scripts
-//! already pass (`-p -l -m -c -t -I -U -u -v -o`), so `flashtier kv -p 11211 -m 1024` drops
-//! in where `memcached -p 11211 -m 1024` ran. Where both forms are given, the memcached flag
-//! refines the native one (`-l` replaces the host of `--listen`, `-p` its port).
+//! `flashtier kv` takes its native long flags and memcached 1.6's whole command line (every
+//! short flag and long option `memcached -h` lists), so `flashtier kv -p 11211 -m 1024` drops
+//! in where `memcached -p 11211 -m 1024` ran. Installed (or linked) under the name
+//! `memcached`, the binary *is* `flashtier kv` with memcached's defaults ([`invoked_as_memcached`]):
+//! Debian's `/etc/memcached.conf` and its systemd wrapper start it unchanged. What each
+//! memcached flag and `-o` option does here is decided in `kv::config` and listed in
+//! `docs/compat.md`.
+//!
+//! Bad command lines are usage errors ([`Usage`]): one line on stderr, exit status 64
+//! (`EX_USAGE`, as memcached), nothing touched on disk.
 use clap::{ArgAction, Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
@@ -38,6 +44,46 @@ pub enum Command {
     },
 }
 
+/// The binary run under the name `memcached`: `flashtier kv` with memcached's defaults.
+#[derive(Debug, Parser)]
+#[command(
+    name = "memcached",
+    about = "flashtier kv, started as memcached (memcached 1.6 command line)",
+    disable_version_flag = true
+)]
+pub struct MemcachedCli {
+    #[command(flatten)]
+    pub args: KvArgs,
+}
+
+/// True when argv[0]'s file name is `memcached` (an installed copy, a symlink, a bind mount
+/// over `/usr/bin/memcached`).
+pub fn invoked_as_memcached(argv0: &std::ffi::OsStr) -> bool {
+    std::path::Path::new(argv0)
+        .file_name()
+        .is_some_and(|n| n == "memcached")
+}
+
+/// A bad command line or configuration: exit status 64 (`EX_USAGE`).
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// `anyhow::bail!` for usage errors.
+#[macro_export]
+macro_rules! usage {
+    ($($t:tt)*) => {
+        return Err(anyhow::Error::new($crate::cli::Usage(format!($($t)*))))
+    };
+}
+
 #[derive(Clone, Debug, Default, Args)]
 pub struct KvArgs {
     /// TOML configuration file (keys: listen, memory, max_item_size, threads,
@@ -45,29 +91,47 @@ pub struct KvArgs {
     #[arg(long, value_name = "FILE")]
     pub config: Option<std::path::PathBuf>,
 
-    /// Address to listen on, HOST:PORT. Default: 127.0.0.1:11211.
-    #[arg(long, value_name = "HOST:PORT")]
-    pub listen: Option<String>,
+    /// Address(es) to listen on: ADDR or ADDR:PORT, a comma-separated list, repeatable
+    /// (memcached -l; `[v6]:port`; `notls:` serves that address without TLS under -Z).
+    /// Default: 127.0.0.1 (as `memcached`: every interface).
+    #[arg(short = 'l', long = "listen", value_name = "ADDR[:PORT]", action = ArgAction::Append)]
+    pub listen: Vec<String>,
+
+    /// TCP port for addresses given without one (memcached -p). Default: 11211.
+    #[arg(short = 'p', long = "port", value_name = "PORT")]
+    pub port: Option<u16>,
 
     /// RAM for items, e.g. 64M, 64MiB, 1G or plain bytes. Default: 64MiB.
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<String>,
 
-    /// Largest value a single item may hold. Default: 1MiB.
-    #[arg(long, value_name = "SIZE")]
+    /// memcached -m: item memory in megabytes. Default: 64.
+    #[arg(short = 'm', long = "memory-limit", value_name = "MB")]
+    pub memory_mb: Option<u64>,
+
+    /// Largest value a single item may hold, e.g. 1m, 512k (memcached -I). Default: 1MiB.
+    #[arg(short = 'I', long = "max-item-size", value_name = "SIZE")]
     pub max_item_size: Option<String>,
 
-    /// Worker threads. Default: the number of CPU cores.
-    #[arg(long, value_name = "N")]
+    /// Network worker threads (memcached -t). Default: the number of CPU cores (as
+    /// `memcached`: 4).
+    #[arg(short = 't', long = "threads", value_name = "N")]
     pub threads: Option<usize>,
 
-    /// Most simultaneous client connections. Default: 1024.
-    #[arg(long, value_name = "N")]
-    pub max_connections: Option<usize>,
+    /// Most simultaneous client connections; more are refused (memcached -c).
+    /// Default: 1024.
+    #[arg(
+        short = 'c',
+        long = "conn-limit",
+        visible_alias = "max-connections",
+        value_name = "N"
+    )]
+    pub conn_limit: Option<usize>,
 
     /// Flash tier device or file as PATH:SIZE (e.g. data/flash.bin:2GiB); repeat for JBOD.
     /// memcached's `-o ext_path=PATH:SIZE` is the same. Default: data/flash.bin:1GiB under
-    /// the current directory (created), unless --ram-only.
+    /// the current directory (created), unless --ram-only (as `memcached`: RAM only unless
+    /// -o ext_path).
     #[arg(long, value_name = "PATH:SIZE", action = ArgAction::Append)]
     pub flash: Vec<String>,
 
@@ -96,43 +160,150 @@ pub struct KvArgs {
     #[arg(long)]
     pub force_format: bool,
 
-    /// Verbose logging to stderr (-v, -vv). memcached's -v.
-    #[arg(short = 'v', action = ArgAction::Count)]
+    /// Verbosity: -v errors and warnings, -vv also every command and reply (debug),
+    /// -vvv also connection state (trace). memcached -v.
+    #[arg(short = 'v', long = "verbose", action = ArgAction::Count)]
     pub verbose: u8,
 
-    /// memcached -p: TCP port.
-    #[arg(short = 'p', value_name = "PORT")]
-    pub port: Option<u16>,
+    /// Print the version and exit (memcached -V).
+    #[arg(short = 'V', long = "version")]
+    pub version: bool,
 
-    /// memcached -l: address to listen on.
-    #[arg(short = 'l', value_name = "ADDR")]
-    pub listen_addr: Option<String>,
+    /// Print the license and exit (memcached -i).
+    #[arg(short = 'i', long = "license")]
+    pub license: bool,
 
-    /// memcached -m: item memory in megabytes.
-    #[arg(short = 'm', value_name = "MB")]
-    pub memory_mb: Option<u64>,
-
-    /// memcached -c: max simultaneous connections.
-    #[arg(short = 'c', value_name = "N")]
-    pub conn_limit: Option<usize>,
-
-    /// memcached -t: worker threads.
-    #[arg(short = 't', value_name = "N")]
-    pub thread_count: Option<usize>,
-
-    /// memcached -I: max item size (e.g. 1m, 512k).
-    #[arg(short = 'I', value_name = "SIZE")]
-    pub item_size: Option<String>,
-
-    /// memcached -U: UDP port. Only 0 (UDP off) is supported.
-    #[arg(short = 'U', value_name = "PORT")]
+    /// memcached -U: UDP port. Only 0 (UDP off, the default) is accepted.
+    #[arg(short = 'U', long = "udp-port", value_name = "PORT")]
     pub udp_port: Option<u16>,
 
-    /// memcached -u: user to run as. Accepted for compatibility; flashtier does not switch users.
-    #[arg(short = 'u', value_name = "USER")]
+    /// Listen on a unix socket at PATH instead of TCP (memcached -s); text and meta
+    /// protocols, as on TCP.
+    #[arg(short = 's', long = "unix-socket", value_name = "PATH")]
+    pub unix_socket: Option<std::path::PathBuf>,
+
+    /// Access mask of the unix socket, octal (memcached -a). Default: 700.
+    #[arg(short = 'a', long = "unix-mask", value_name = "MASK")]
+    pub unix_mask: Option<String>,
+
+    /// Enable the `shutdown` command (memcached -A).
+    #[arg(short = 'A', long = "enable-shutdown")]
+    pub enable_shutdown: bool,
+
+    /// Run as a daemon: the command returns once the server serves (memcached -d).
+    #[arg(short = 'd', long = "daemon")]
+    pub daemon: bool,
+
+    /// Raise the core file size limit to its maximum (memcached -r).
+    #[arg(short = 'r', long = "enable-coredumps")]
+    pub enable_coredumps: bool,
+
+    /// Run as USER once the sockets and flash files are open (memcached -u; only as root).
+    #[arg(short = 'u', long = "user", value_name = "USER")]
     pub user: Option<String>,
 
-    /// memcached -o: comma-separated extended options (e.g. ext_path=PATH:SIZE).
-    #[arg(short = 'o', value_name = "OPTS", action = ArgAction::Append)]
+    /// Return an error when memory is full instead of evicting (memcached -M).
+    #[arg(short = 'M', long = "disable-evictions")]
+    pub disable_evictions: bool,
+
+    /// Lock all paged memory (mlockall; memcached -k).
+    #[arg(short = 'k', long = "lock-memory")]
+    pub lock_memory: bool,
+
+    /// Write the process id to FILE (memcached -P); removed at exit.
+    #[arg(short = 'P', long = "pidfile", value_name = "FILE")]
+    pub pidfile: Option<std::path::PathBuf>,
+
+    /// memcached -f: slab growth factor. No slab classes here: accepted, with a warning.
+    #[arg(short = 'f', long = "slab-growth-factor", value_name = "FACTOR")]
+    pub slab_growth_factor: Option<f64>,
+
+    /// memcached -n: smallest slab chunk. No slab classes here: accepted, with a warning.
+    #[arg(short = 'n', long = "slab-min-size", value_name = "BYTES")]
+    pub slab_min_size: Option<u32>,
+
+    /// Key prefix delimiter for `stats detail` (memcached -D); turns detail stats on.
+    #[arg(short = 'D', value_name = "CHAR")]
+    pub prefix_delimiter: Option<String>,
+
+    /// memcached -L: large memory pages. Accepted, with a warning.
+    #[arg(short = 'L', long = "enable-largepages")]
+    pub large_pages: bool,
+
+    /// Requests one connection runs before yielding to others (memcached -R). Default: 20.
+    #[arg(short = 'R', long = "max-reqs-per-event", value_name = "N")]
+    pub reqs_per_event: Option<u32>,
+
+    /// Disable CAS: `gets` answers 0 and `cas` always matches (memcached -C).
+    #[arg(short = 'C', long = "disable-cas")]
+    pub disable_cas: bool,
+
+    /// Listen backlog (memcached -b). Default: 1024.
+    #[arg(short = 'b', long = "listen-backlog", value_name = "N")]
+    pub backlog: Option<u32>,
+
+    /// Protocol: ascii or auto (memcached -B); binary is not served.
+    #[arg(short = 'B', long = "protocol", value_name = "NAME")]
+    pub protocol: Option<String>,
+
+    /// memcached -S: SASL needs the binary protocol, which flashtier does not serve; refused
+    /// (use -Y).
+    #[arg(short = 'S', long = "enable-sasl")]
+    pub enable_sasl: bool,
+
+    /// Disable `flush_all` (memcached -F).
+    #[arg(short = 'F', long = "disable-flush-all")]
+    pub disable_flush_all: bool,
+
+    /// Disable `stats cachedump` and `lru_crawler metadump` (memcached -X).
+    #[arg(short = 'X', long = "disable-dumping")]
+    pub disable_dumping: bool,
+
+    /// Disable `watch` (memcached -W; flashtier has no `watch`).
+    #[arg(short = 'W', long = "disable-watch")]
+    pub disable_watch: bool,
+
+    /// ASCII authentication from FILE of `user:password` lines (memcached -Y); SIGHUP
+    /// reloads it.
+    #[arg(short = 'Y', long = "auth-file", value_name = "FILE")]
+    pub auth_file: Option<std::path::PathBuf>,
+
+    /// memcached -e: restartable memory file. Accepted, with a warning (a flash tier
+    /// restarts warm by itself).
+    #[arg(short = 'e', long = "memory-file", value_name = "FILE")]
+    pub memory_file: Option<std::path::PathBuf>,
+
+    /// Serve TLS (memcached -Z); certificate and key from -o ssl_chain_cert, ssl_key.
+    #[arg(short = 'Z', long = "enable-ssl")]
+    pub enable_ssl: bool,
+
+    /// memcached -N: NAPI ids. Accepted, with a warning.
+    #[arg(
+        short = 'N',
+        long = "napi-ids",
+        visible_alias = "napi_ids",
+        value_name = "N"
+    )]
+    pub napi_ids: Option<u32>,
+
+    /// memcached -o: comma-separated extended options (e.g. ext_path=PATH:SIZE,
+    /// idle_timeout=600); repeatable. See docs/compat.md for each.
+    #[arg(short = 'o', long = "extended", value_name = "OPTS", action = ArgAction::Append)]
     pub extended: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn command_lines_are_consistent() {
+        // clap's own checks (duplicate short flags, bad defaults), in every build profile.
+        super::Cli::command().debug_assert();
+        super::MemcachedCli::command().debug_assert();
+        assert!(super::invoked_as_memcached("/usr/bin/memcached".as_ref()));
+        assert!(super::invoked_as_memcached("memcached".as_ref()));
+        assert!(!super::invoked_as_memcached("/usr/bin/flashtier".as_ref()));
+        assert!(!super::invoked_as_memcached("memcached-tool".as_ref()));
+    }
 }

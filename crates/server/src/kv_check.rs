@@ -123,8 +123,10 @@ pub fn check_contents(path: &Path, what: &str, force_format: bool) -> anyhow::Re
 
 /// The ports: bound and released at once.
 fn check_ports(cfg: &KvConfig) -> anyhow::Result<()> {
-    std::net::TcpListener::bind(cfg.listen)
-        .with_context(|| format!("--listen {}: cannot listen", cfg.listen))?;
+    for l in &cfg.listen {
+        std::net::TcpListener::bind(l.addr)
+            .with_context(|| format!("--listen {}: cannot listen", l.addr))?;
+    }
     if let Some(a) = cfg.admin {
         std::net::TcpListener::bind(a).with_context(|| format!("--admin {a}: cannot listen"))?;
     }
@@ -135,7 +137,7 @@ fn check_ports(cfg: &KvConfig) -> anyhow::Result<()> {
 pub fn describe(cfg: &KvConfig) -> String {
     let q = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
     let mut s = String::new();
-    let _ = writeln!(s, "listen = {}", q(&cfg.listen.to_string()));
+    let _ = writeln!(s, "listen = {}", q(&cfg.first_listen().to_string()));
     let _ = writeln!(s, "memory = {}", q(&cfg.memory.to_string()));
     let _ = writeln!(s, "max_item_size = {}", q(&cfg.max_item_size.to_string()));
     let _ = writeln!(s, "threads = {}", cfg.threads);
@@ -160,21 +162,18 @@ mod tests {
     use super::*;
 
     fn cfg(flash: &[&str], knobs: &[(&str, &str)]) -> KvConfig {
-        KvConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            memory: 64 << 20,
-            max_item_size: 1 << 20,
-            threads: 1,
-            max_connections: 10,
-            verbose: 0,
-            flash: flash.iter().map(|s| s.to_string()).collect(),
-            admin: None,
-            force_format: false,
-            knobs: knobs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        }
+        let args = crate::cli::KvArgs {
+            listen: vec!["127.0.0.1:0".into()],
+            ram_only: true,
+            ..Default::default()
+        };
+        let mut c = KvConfig::from_args(&args, false).unwrap();
+        c.flash = flash.iter().map(|s| s.to_string()).collect();
+        c.knobs = knobs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        c
     }
 
     #[test]

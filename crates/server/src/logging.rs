@@ -3,7 +3,8 @@
 //! One line per event on stderr: `2026-11-23T21:30:00.123Z WARN  flash: message`, or with
 //! `--log-format json` one JSON object per line
 //! (`{"ts":"…","level":"warn","target":"flash","msg":"…"}`). The level is `info` by default;
-//! `-v` on `kv` raises it to `debug`, `-vv` to `trace`. Libraries never print; they call
+//! `-vv` on `kv` raises it to `debug` (every command),
+//! `-vvv` to `trace`. Libraries never print; they call
 //! `log::warn!` etc., so what they report reaches the same place as the binary's own lines.
 //! The target is the crate (`flash`, `cache`, `nbd`, ...) or the binary's module (`kv`,
 //! `block`, `ctl`).

@@ -1,7 +1,9 @@
 //! The `flashtier` binary: one executable, one subcommand per face.
 //!
 //! # Layout
-//! - [`cli`]: command-line flags (clap derive), native and memcached-compatible.
+//! - [`cli`]: command-line flags (clap derive), native and memcached-compatible; started as
+//!   `memcached` (argv[0]) the binary is `flashtier kv` with memcached's command line.
+//! - [`daemon`]: daemonizing, the pid file, dropping root (memcached -d, -P, -u).
 //! - [`kv`]: `flashtier kv`, the memcached-compatible key-value server; [`kv_admin`] its
 //!   HTTP admin endpoint (metrics, stats, runtime knobs); [`kv_check`] what a start and
 //!   `--check-config` check before anything is created.
@@ -25,6 +27,7 @@ mod block;
 mod cli;
 mod ctl;
 mod ctl_table;
+mod daemon;
 mod http;
 mod kv;
 mod kv_admin;
@@ -39,12 +42,40 @@ mod startup;
 
 use clap::Parser as _;
 
+/// memcached's (and sysexits') exit status for a bad command line.
+const EX_USAGE: u8 = 64;
+
 fn main() -> std::process::ExitCode {
     logging::init(log::LevelFilter::Info);
-    let cli = cli::Cli::parse();
-    logging::set_format(cli.log_format);
-    let result = match cli.command {
-        cli::Command::Kv(args) => kv::main(args),
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    let memcached = cli::invoked_as_memcached(&argv0);
+    let command = if memcached {
+        cli::MemcachedCli::try_parse().map(|m| cli::Command::Kv(m.args))
+    } else {
+        cli::Cli::try_parse().map(|c| {
+            logging::set_format(c.log_format);
+            c.command
+        })
+    };
+    let command = match command {
+        Ok(c) => c,
+        Err(e) if !e.use_stderr() => {
+            // --help: print it and succeed.
+            let _ = e.print();
+            return std::process::ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // One line: clap's first line without its "error: " prefix.
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("bad command line");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            let name = if memcached { "memcached" } else { "flashtier" };
+            eprintln!("{name}: {first} (see --help)");
+            return std::process::ExitCode::from(EX_USAGE);
+        }
+    };
+    let result = match command {
+        cli::Command::Kv(args) => kv::main(args, memcached),
         cli::Command::Block(args) => block::main(args),
         cli::Command::Ctl(args) => ctl::main(args),
         cli::Command::Assets { dir } => assets::write(&dir),
@@ -52,8 +83,19 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            log::error!("{}", logging::error_chain(&e));
-            std::process::ExitCode::FAILURE
+            let usage =
+                e.downcast_ref::<cli::Usage>().is_some() || e.chain().any(|c| c.is::<cli::Usage>());
+            let code = if usage { EX_USAGE } else { 1 };
+            let line = format!(
+                "{}: {}",
+                if memcached { "memcached" } else { "flashtier" },
+                logging::error_chain(&e)
+            );
+            // A daemon's parent prints it; otherwise log it here.
+            if !daemon::fail(&line, code) {
+                log::error!("{}", logging::error_chain(&e));
+            }
+            std::process::ExitCode::from(code)
         }
     }
 }

@@ -40,6 +40,21 @@ fn flashtier(args: &[&str]) -> Output {
     child.wait_with_output().expect("output")
 }
 
+/// `flashtier block --backing B --cache SPEC --listen 127.0.0.1:0 <extra>` to its exit.
+fn block(backing: &Path, cache: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "block",
+        "--backing",
+        backing.to_str().expect("utf-8"),
+        "--cache",
+        cache,
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    flashtier(&args)
+}
+
 fn sh(cmd: &str) {
     let out = Command::new("sh").args(["-c", cmd]).output().expect("sh");
     assert!(
@@ -174,17 +189,11 @@ fn kv_and_block_refuse_foreign_data_and_leave_it_untouched() {
         let ext = format!("ext_path={spec}");
         let out = flashtier(&["kv", "--listen", "127.0.0.1:0", "-o", &ext]);
         assert_refused(&out, what);
-        let out = flashtier(&[
-            "block",
-            "--backing",
-            backing.to_str().expect("utf-8"),
-            "--cache",
+        let out = block(
+            &backing,
             &spec,
-            "--listen",
-            "127.0.0.1:0",
-            "--run-dir",
-            dir.join("run").to_str().expect("utf-8"),
-        ]);
+            &["--run-dir", dir.join("run").to_str().expect("utf-8")],
+        );
         assert_refused(&out, what);
         assert!(String::from_utf8_lossy(&out.stderr).contains("--force-format"));
         assert_eq!(snapshot(&img), before, "block changed {}", img.display());
@@ -215,15 +224,7 @@ fn force_format_overwrites_and_then_the_device_is_flashtiers() {
     let backing = dir.join("backing.img");
     sh(&format!("truncate -s 16M {}", backing.display()));
     let b = backing.to_str().expect("utf-8");
-    let out = flashtier(&[
-        "block",
-        "--backing",
-        b,
-        "--cache",
-        &spec,
-        "--listen",
-        "127.0.0.1:0",
-    ]);
+    let out = block(std::path::Path::new(b), &spec, &[]);
     assert_refused(&out, "flashtier kv flash device");
     // The block face with the override; then the kv face refuses the block cache.
     let server = BlockServer::start(&dir, b, &spec, &["--force-format"]);
@@ -296,30 +297,14 @@ fn the_backing_is_locked_while_served() {
     let c1 = format!("{}:16M", dir.join("c1.img").display());
     let server = BlockServer::start(&dir, b, &c1, &[]);
     let c2 = format!("{}:16M", dir.join("c2.img").display());
-    let out = flashtier(&[
-        "block",
-        "--backing",
-        b,
-        "--cache",
-        &c2,
-        "--listen",
-        "127.0.0.1:0",
-    ]);
+    let out = block(std::path::Path::new(b), &c2, &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("locked") && err.contains("b.img"), "{err}");
     assert!(!dir.join("c2.img").exists(), "nothing created: {err}");
     // The first server's cache is locked too: it cannot be another server's backing.
     let c1_path = dir.join("c1.img");
-    let out = flashtier(&[
-        "block",
-        "--backing",
-        c1_path.to_str().expect("utf-8"),
-        "--cache",
-        &c2,
-        "--listen",
-        "127.0.0.1:0",
-    ]);
+    let out = block(&c1_path, &c2, &[]);
     assert_eq!(out.status.code(), Some(1));
     drop(server);
     std::fs::remove_dir_all(&dir).expect("cleanup");
@@ -444,15 +429,7 @@ fn a_filesystem_too_small_for_size_keeps_nothing() {
     sh(&format!("truncate -s 16M {}", backing.display()));
     let used = fs.used();
     let cache = format!("{m}/cache.img:1G");
-    let out = flashtier(&[
-        "block",
-        "--backing",
-        backing.to_str().expect("utf-8"),
-        "--cache",
-        &cache,
-        "--listen",
-        "127.0.0.1:0",
-    ]);
+    let out = block(&backing, &cache, &[]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(fs.entries(), names);
     assert_eq!(fs.used(), used);

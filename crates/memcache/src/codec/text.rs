@@ -10,7 +10,7 @@ use super::meta;
 use super::number::{strtol32, strtoul32, strtoull};
 use super::tokens::Tokens;
 use super::{CloseReason, DataHeader, Limits, LineOutcome, KEY_MAX_LENGTH};
-use crate::request::{Request, Retrieval, StatsArg, Storage, StoreMode};
+use crate::request::{LruCrawler, Request, Retrieval, ShutdownArg, StatsArg, Storage, StoreMode};
 
 const BAD_FORMAT: &str = "CLIENT_ERROR bad command line format";
 
@@ -72,7 +72,12 @@ pub(crate) fn parse_line(line: &[u8], limits: &Limits) -> LineOutcome {
             noreply: noreply(&t),
         }),
         b"slabs" if n >= 3 && t.get(1) == b"automove" => slabs_automove(&t),
-        b"shutdown" => reply("ERROR: shutdown not enabled", false),
+        b"shutdown" => LineOutcome::Done(Request::Shutdown(match (n, t.get(1)) {
+            (1, _) => ShutdownArg::Now,
+            (2, b"graceful") => ShutdownArg::Graceful,
+            _ => ShutdownArg::Invalid,
+        })),
+        b"lru_crawler" => lru_crawler(&t),
         _ => {
             if t.last().starts_with(b"HTTP/") {
                 LineOutcome::Close(CloseReason::Http)
@@ -265,6 +270,30 @@ fn slabs_automove(t: &Tokens<'_>) -> LineOutcome {
     }
 }
 
+/// `lru_crawler ...` with memcached 1.6.18's arity rules and answers. flashtier has no LRU
+/// crawler (its sweeper reclaims expired items all the time), so the tuning sub-commands are
+/// accepted when valid; `metadump` lists the items.
+fn lru_crawler(t: &Tokens<'_>) -> LineOutcome {
+    let done = |c| LineOutcome::Done(Request::LruCrawler(c));
+    match (t.count(), t.get(1)) {
+        (3, b"metadump") => done(LruCrawler::Metadump(key(t.get(2)))),
+        (3, b"crawl") => done(LruCrawler::Accepted),
+        (3, b"tocrawl") => match strtoul32(t.get(2)) {
+            Some(_) => done(LruCrawler::Accepted),
+            None => done(LruCrawler::Reply(BAD_FORMAT)),
+        },
+        (3, b"sleep") => match strtoul32(t.get(2)) {
+            Some(us) if us <= 1_000_000 => done(LruCrawler::Accepted),
+            Some(_) => done(LruCrawler::Reply(
+                "CLIENT_ERROR sleep must be one second or less",
+            )),
+            None => done(LruCrawler::Reply(BAD_FORMAT)),
+        },
+        (2, b"enable" | b"disable") => done(LruCrawler::Accepted),
+        _ => error(),
+    }
+}
+
 fn memlimit(t: &Tokens<'_>) -> LineOutcome {
     let noreply = noreply(t);
     match strtoul32(t.get(1)) {
@@ -291,7 +320,9 @@ fn stats(t: &Tokens<'_>) -> LineOutcome {
                 return reply("CLIENT_ERROR bad command line", false);
             }
             match (strtoul32(t.get(2)), strtoul32(t.get(3))) {
-                (Some(class), Some(_)) if class < SLAB_CLASSES => StatsArg::CacheDump,
+                (Some(class), Some(limit)) if class < SLAB_CLASSES => {
+                    StatsArg::CacheDump { class, limit }
+                }
                 (Some(_), Some(_)) => return reply("CLIENT_ERROR Illegal slab id", false),
                 _ => return reply(BAD_FORMAT, false),
             }

@@ -1,19 +1,25 @@
-//! `flush_all`, `version` and `stats` (general, `settings`, `items`, `slabs`, `sizes`,
-//! `conns`, `reset`, `detail`, and any section the store provides, such as `extstore`).
-//!
-//! Stat names follow memcached so existing dashboards and scripts keep working. Sub-commands
-//! neither flashtier nor its store know answer `ERROR`, as memcached does.
+//! `flush_all`, `version`, `shutdown`, `lru_crawler`, `cache_memlimit` and `extstore`; the
+//! general `stats` pairs the admin endpoint shares ([`general_pairs`]). The `stats` command
+//! itself is in [`super::stats`].
 use flashtier_cache::KvStore;
 
-use super::exptime;
+use super::{exptime, Flow};
 use crate::context::Context;
+use crate::dump::DumpState;
 use crate::output::Output;
 use crate::reply;
-use crate::request::StatsArg;
+use crate::request::{LruCrawler, ShutdownArg};
 use crate::stats::Stats;
 
 pub fn flush_all<S: KvStore>(ctx: &Context<S>, delay: i32, noreply: bool, out: &mut Output) {
     Stats::incr(&ctx.stats.cmd_flush);
+    if !ctx.settings.flush_enabled {
+        // memcached -F: refused, but counted.
+        if !noreply {
+            reply::line(out, b"CLIENT_ERROR flush_all not allowed");
+        }
+        return;
+    }
     let now = ctx.store.clock().now();
     // memcached invalidates items stored at or before `realtime(delay) - 1` once that time
     // comes; with no delay, everything stored so far.
@@ -74,50 +80,36 @@ pub fn version<S>(ctx: &Context<S>, out: &mut Output) {
     reply::line(out, line.as_bytes());
 }
 
-pub fn stats<S: KvStore>(ctx: &Context<S>, arg: StatsArg, out: &mut Output) {
-    match arg {
-        StatsArg::General => general(ctx, out),
-        StatsArg::Reset => {
-            ctx.stats.reset();
-            reply::line(out, b"RESET");
-            return;
-        }
-        // flashtier keeps no slab classes to list items by; every class dumps empty.
-        StatsArg::CacheDump => {}
-        StatsArg::Detail(sub) => {
-            match sub.as_deref() {
-                Some(b"on") | Some(b"off") => reply::line(out, b"OK"),
-                Some(b"dump") => reply::line(out, b"END"),
-                _ => reply::line(out, b"CLIENT_ERROR usage: stats detail on|off|dump"),
-            }
-            return;
-        }
-        StatsArg::Section(name) => match &name[..] {
-            b"settings" => settings(ctx, out),
-            b"conns" => conns(ctx, out),
-            b"sizes" => reply::stat(out, "sizes_status", "disabled"),
-            other => {
-                let name = String::from_utf8_lossy(other);
-                match ctx.store.stats_section(&name) {
-                    Some(lines) => {
-                        for (k, v) in lines {
-                            reply::stat(out, &k, v);
-                        }
-                    }
-                    None if name == "items" => {}
-                    None if name == "slabs" => {
-                        reply::stat(out, "active_slabs", 0);
-                        reply::stat(out, "total_malloced", ctx.store.stats().bytes);
-                    }
-                    None => {
-                        reply::line(out, b"ERROR");
-                        return;
-                    }
-                }
-            }
-        },
+/// `shutdown [graceful]` (memcached -A): stops the server as SIGTERM does.
+pub fn shutdown<S>(ctx: &Context<S>, arg: ShutdownArg, out: &mut Output) {
+    if !ctx.settings.shutdown_enabled {
+        reply::line(out, b"ERROR: shutdown not enabled");
+        return;
     }
-    reply::line(out, b"END");
+    match arg {
+        ShutdownArg::Now | ShutdownArg::Graceful => ctx.shutdown.notify_one(),
+        ShutdownArg::Invalid => reply::line(out, b"CLIENT_ERROR invalid shutdown mode"),
+    }
+}
+
+/// `lru_crawler ...`: `metadump` starts a dump; the tuning sub-commands are accepted (there
+/// is no crawler: the sweeper reclaims expired items continuously).
+pub fn lru_crawler<S>(ctx: &Context<S>, cmd: LruCrawler, out: &mut Output) -> Flow {
+    match cmd {
+        LruCrawler::Metadump(arg) => {
+            if !ctx.settings.dump_enabled {
+                reply::line(out, b"ERROR metadump not allowed");
+                return Flow::Continue;
+            }
+            match DumpState::metadump(&arg) {
+                Ok(d) => return Flow::Dump(d),
+                Err(line) => reply::line(out, line.as_bytes()),
+            }
+        }
+        LruCrawler::Accepted => reply::line(out, b"OK"),
+        LruCrawler::Reply(line) => reply::line(out, line.as_bytes()),
+    }
+    Flow::Continue
 }
 
 /// (user, system) CPU seconds of this process, from `/proc/self/stat`.
@@ -191,49 +183,6 @@ pub fn general_pairs<S: KvStore>(ctx: &Context<S>) -> Vec<(String, String)> {
     add("evictions", store.evictions.to_string());
     add("reclaimed", store.reclaimed.to_string());
     v
-}
-
-fn general<S: KvStore>(ctx: &Context<S>, out: &mut Output) {
-    for (k, v) in general_pairs(ctx) {
-        reply::stat(out, &k, v);
-    }
-}
-
-fn settings<S: KvStore>(ctx: &Context<S>, out: &mut Output) {
-    let st = &ctx.settings;
-    reply::stat(out, "maxbytes", ctx.memory_limit());
-    reply::stat(out, "maxconns", st.max_connections);
-    reply::stat(out, "tcpport", st.listen.port());
-    reply::stat(out, "udpport", 0);
-    reply::stat(out, "inter", st.listen.ip());
-    reply::stat(
-        out,
-        "verbosity",
-        ctx.verbosity.load(std::sync::atomic::Ordering::Relaxed),
-    );
-    reply::stat(out, "evictions", "on");
-    reply::stat(out, "num_threads", st.threads);
-    reply::stat(out, "cas_enabled", "yes");
-    reply::stat(out, "item_size_max", st.max_item_size);
-    reply::stat(out, "flush_enabled", "yes");
-    reply::stat(out, "binding_protocol", "ascii");
-    reply::stat(out, "max_output_buffer", st.max_output_buffer);
-    // The store's runtime knobs, named as memcached names its extstore settings.
-    for (k, v) in ctx.knobs() {
-        reply::stat(out, &format!("ext_{k}"), v);
-    }
-}
-
-fn conns<S>(ctx: &Context<S>, out: &mut Output) {
-    for (id, entry) in ctx.connections() {
-        reply::stat(out, &format!("{id}:addr"), format!("tcp:{}", entry.peer));
-        reply::stat(
-            out,
-            &format!("{id}:listen_addr"),
-            format!("tcp:{}", ctx.settings.listen),
-        );
-        reply::stat(out, &format!("{id}:state"), "conn_parse_cmd");
-    }
 }
 
 #[cfg(test)]

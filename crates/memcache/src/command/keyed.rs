@@ -9,6 +9,11 @@ use crate::reply;
 use crate::stats::Stats;
 
 pub async fn delete<S: KvStore>(ctx: &Context<S>, key: &[u8], noreply: bool, out: &mut Output) {
+    ctx.detail.record(
+        key,
+        ctx.settings.detail_delimiter,
+        crate::detail::Event::Delete,
+    );
     let res = ctx
         .store
         .update(key, |cur| match cur {

@@ -94,7 +94,16 @@ fn decide(o: &MetaOpts, key: &[u8], incr: bool, cur: Option<&Item>, now: u32) ->
 }
 
 pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, incr: bool, out: &mut Output) {
-    let o = &meta.opts;
+    // memcached -C: a compare value matches any item.
+    let opts = if ctx.settings.cas_enabled {
+        None
+    } else {
+        Some(crate::request::MetaOpts {
+            compare_cas: None,
+            ..meta.opts.clone()
+        })
+    };
+    let o = opts.as_ref().unwrap_or(&meta.opts);
     let now = ctx.store.clock().now();
     let res = ctx
         .store
@@ -149,7 +158,7 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, incr: bool, out: &mut
             }
             for f in &o.flags {
                 match f.letter {
-                    b'c' => reply::flag_u64(out, b'c', cas),
+                    b'c' => reply::flag_u64(out, b'c', ctx.cas_out(cas)),
                     b't' => {
                         out.extend_from_slice(b" t");
                         reply::i64(out, ttl_out);

@@ -20,6 +20,11 @@ enum Outcome {
 
 pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut Output) {
     let o = &meta.opts;
+    ctx.detail.record(
+        &meta.key,
+        ctx.settings.detail_delimiter,
+        crate::detail::Event::Delete,
+    );
     let now = ctx.store.clock().now();
     let res = ctx
         .store
@@ -27,7 +32,7 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut Output) {
             let Some(it) = cur else {
                 return (Update::Keep, Outcome::NotFound);
             };
-            if o.compare_cas.is_some_and(|c| c != it.cas) {
+            if ctx.settings.cas_enabled && o.compare_cas.is_some_and(|c| c != it.cas) {
                 return (Update::Keep, Outcome::Exists);
             }
             if !o.invalidate {

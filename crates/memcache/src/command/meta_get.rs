@@ -238,7 +238,13 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut Output) {
     }
     let found = lookup(ctx, &meta, now).await;
     let o = &meta.opts;
+    let detail = |hit| {
+        let ev = crate::detail::Event::Get { hit };
+        ctx.detail
+            .record(&meta.key, ctx.settings.detail_delimiter, ev);
+    };
     let Some(f) = found else {
+        detail(false);
         count(&ctx.stats, o, false);
         if !o.quiet {
             out.extend_from_slice(b"EN");
@@ -247,6 +253,7 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut Output) {
         }
         return;
     };
+    detail(true);
     count(&ctx.stats, o, true);
     let item = &f.item;
     if o.value {
@@ -262,7 +269,7 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut Output) {
                 out.extend_from_slice(b" t");
                 reply::i64(out, f.walk.ttl_out);
             }
-            b'c' => reply::flag_u64(out, b'c', f.cas),
+            b'c' => reply::flag_u64(out, b'c', ctx.cas_out(f.cas)),
             b'f' => reply::flag_u64(out, b'f', u64::from(item.flags)),
             b'l' => {
                 let la = if f.created {

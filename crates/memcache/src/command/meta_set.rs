@@ -28,7 +28,13 @@ pub async fn run<S: KvStore>(
         exptime: exptime::absolute(o.ttl.unwrap_or(0), now),
         compare: o.compare_cas.unwrap_or(0),
         set_stale: o.invalidate && mode == StoreMode::Cas,
+        any_cas: !ctx.settings.cas_enabled,
     };
+    ctx.detail.record(
+        &meta.key,
+        ctx.settings.detail_delimiter,
+        crate::detail::Event::Set,
+    );
     let max = ctx.store.max_item_size();
     let res = ctx
         .store
@@ -52,7 +58,7 @@ pub async fn run<S: KvStore>(
         match f.letter {
             b'O' => reply::flag_bytes(out, b'O', &f.token),
             b'k' => super::meta_key(out, &meta),
-            b'c' => reply::flag_u64(out, b'c', cas),
+            b'c' => reply::flag_u64(out, b'c', ctx.cas_out(cas)),
             _ => {}
         }
     }

@@ -9,7 +9,8 @@
 //! - [`arith`]: incr decr (and the number rules `ma` uses)
 //! - [`keyed`]: delete touch
 //! - [`meta_get`], [`meta_set`], [`meta_delete`], [`meta_arith`], [`meta_debug`]
-//! - [`admin`]: flush_all version verbosity stats
+//! - [`admin`]: flush_all version verbosity shutdown lru_crawler cache_memlimit extstore
+//! - [`stats`]: every `stats` section in memcached's shapes
 //! - [`exptime`]: memcached's exptime rules on the store's clock
 //!
 //! Runs on the connection's task; any worker thread.
@@ -23,6 +24,7 @@ pub mod meta_delete;
 pub mod meta_get;
 pub mod meta_set;
 pub mod retrieval;
+pub mod stats;
 pub mod storage;
 
 use flashtier_cache::{Error as StoreError, KvStore};
@@ -35,11 +37,13 @@ use crate::request::{Meta, Request};
 use crate::stats::Stats;
 
 /// What the connection does after a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Flow {
     Continue,
     /// `quit`: flush replies and close.
     Close,
+    /// A dump to continue part by part between output flushes.
+    Dump(crate::dump::DumpState),
 }
 
 /// Execute one request, appending its reply (if any) to `out`.
@@ -78,13 +82,15 @@ async fn run<S: KvStore>(ctx: &Context<S>, request: Request, out: &mut Output) -
             }
         }
         Request::Quit => return Flow::Close,
+        Request::Shutdown(arg) => admin::shutdown(ctx, arg, out),
+        Request::LruCrawler(cmd) => return admin::lru_crawler(ctx, cmd, out),
         Request::MemLimit { megabytes, noreply } => admin::memlimit(ctx, megabytes, noreply, out),
         Request::Extstore {
             name,
             value,
             noreply,
         } => admin::extstore(ctx, &name, &value, noreply, out),
-        Request::Stats(arg) => admin::stats(ctx, arg, out),
+        Request::Stats(arg) => return stats::run(ctx, arg, out),
         Request::MetaGet(meta) => meta_get::run(ctx, meta, out).await,
         Request::MetaSet { meta, mode, value } => meta_set::run(ctx, meta, mode, value, out).await,
         Request::MetaDelete(meta) => meta_delete::run(ctx, meta, out).await,

@@ -110,7 +110,14 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, req: Retrieval, out: &mut Output)
                 Stats::incr(&stats.get_misses);
             }
         }
-        if let Some(item) = item.filter(|_| !req.key_too_long) {
+        if abs.is_none() {
+            let ev = crate::detail::Event::Get {
+                hit: item.is_some(),
+            };
+            ctx.detail.record(key, ctx.settings.detail_delimiter, ev);
+        }
+        if let Some(mut item) = item.filter(|_| !req.key_too_long) {
+            item.cas = ctx.cas_out(item.cas);
             value_block(out, key, &item, req.with_cas);
         }
     }

@@ -33,6 +33,8 @@ pub struct Offer {
     pub compare: u64,
     /// `ms ... I` in CAS mode: accept an older CAS and store the item as stale.
     pub set_stale: bool,
+    /// CAS is disabled (memcached -C): any compare value matches an existing item.
+    pub any_cas: bool,
 }
 
 /// Decide what `mode` does to `current` (memcached `do_store_item`).
@@ -61,7 +63,7 @@ pub fn decide(
     }
     let check = if offer.compare == 0 {
         CasCheck::None
-    } else if offer.compare == old.cas {
+    } else if offer.any_cas || offer.compare == old.cas {
         CasCheck::Match
     } else if offer.set_stale && offer.compare < old.cas {
         CasCheck::Stale
@@ -138,7 +140,13 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, req: Storage, out: &mut Output) {
         exptime: exptime::absolute(req.exptime, now),
         compare: req.cas,
         set_stale: false,
+        any_cas: !ctx.settings.cas_enabled,
     };
+    ctx.detail.record(
+        &req.key,
+        ctx.settings.detail_delimiter,
+        crate::detail::Event::Set,
+    );
     let result = if req.mode == StoreMode::Set {
         let w = ItemWrite::new(offer.value.clone(), offer.flags, offer.exptime);
         store.set(&req.key, w).await.map(|_| Stored::Stored)

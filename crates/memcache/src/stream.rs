@@ -1,0 +1,116 @@
+//! The byte streams a connection runs on: TCP, a unix socket (memcached -s) or TLS over
+//! TCP (memcached -Z), behind one small read/write interface.
+//!
+//! Plain sockets are read with readiness + `try_read`, so an idle connection holds no read
+//! buffer (space is reserved only once bytes are there); TLS reads through rustls, which
+//! needs the buffer before it can decrypt, so an idle TLS connection keeps one reserved.
+//! TLS output is flushed after every batch of replies (rustls buffers records).
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+
+/// Bytes reserved per read.
+pub const READ_CHUNK: usize = 16 * 1024;
+
+/// A place clients connect to.
+pub enum Listener {
+    /// TCP, with TLS when an acceptor is given.
+    Tcp(TcpListener, Option<TlsAcceptor>),
+    /// A unix socket; the path is shown in `stats conns`.
+    Unix(UnixListener, String),
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+impl Listener {
+    /// `tcp:ADDR:PORT`, `tls:ADDR:PORT` or `unix:PATH`.
+    pub fn describe(&self) -> String {
+        match self {
+            Listener::Tcp(l, tls) => {
+                let addr = l
+                    .local_addr()
+                    .map_or_else(|_| "?".to_string(), |a| a.to_string());
+                format!("{}:{addr}", if tls.is_some() { "tls" } else { "tcp" })
+            }
+            Listener::Unix(_, path) => format!("unix:{path}"),
+        }
+    }
+}
+
+/// One accepted connection's byte stream.
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Stream {
+    /// Wait for bytes and append some to `buf` (reserving [`READ_CHUNK`] once they are
+    /// there). `Ok(0)` is end of stream.
+    pub async fn read_some(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
+        loop {
+            let r = match self {
+                Stream::Tcp(s) => {
+                    s.readable().await?;
+                    buf.reserve(READ_CHUNK);
+                    s.try_read_buf(buf)
+                }
+                Stream::Unix(s) => {
+                    s.readable().await?;
+                    buf.reserve(READ_CHUNK);
+                    s.try_read_buf(buf)
+                }
+                Stream::Tls(s) => {
+                    buf.reserve(READ_CHUNK);
+                    return s.read_buf(buf).await;
+                }
+            };
+            match r {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// Read more without waiting, if bytes are already there (plain sockets only): lets a
+    /// pipeline sent in one burst be answered with one write. `None`: nothing more now.
+    pub fn read_ready(&mut self, buf: &mut BytesMut) -> Option<usize> {
+        buf.reserve(READ_CHUNK);
+        let r = match self {
+            Stream::Tcp(s) => s.try_read_buf(buf),
+            Stream::Unix(s) => s.try_read_buf(buf),
+            Stream::Tls(_) => return None,
+        };
+        r.ok().filter(|&n| n > 0)
+    }
+
+    /// Write all of `bytes`.
+    pub async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.write_all(bytes).await,
+            Stream::Unix(s) => s.write_all(bytes).await,
+            Stream::Tls(s) => s.write_all(bytes).await,
+        }
+    }
+
+    /// Push buffered output to the socket (TLS records).
+    pub async fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Stream::Tls(s) => s.flush().await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Close the write side cleanly (a TLS close_notify).
+    pub async fn shutdown(&mut self) {
+        if let Stream::Tls(s) = self {
+            let _ = s.shutdown().await;
+        }
+    }
+}

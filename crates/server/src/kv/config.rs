@@ -1,0 +1,846 @@
+//! `flashtier kv`'s configuration: the optional TOML file (`--config`) and the flags — native
+//! and memcached's, which override the file — resolved into a validated [`KvConfig`].
+//!
+//! Two sets of defaults: `flashtier kv` listens on 127.0.0.1 with a flash tier on
+//! [`DEFAULT_FLASH`] and one thread per core; invoked as `memcached` it starts as memcached
+//! does — every interface, RAM only unless `-o ext_path`, 4 threads, and it refuses to run
+//! as root without `-u`. Everything refused is a [`crate::cli::Usage`] error (exit 64)
+//! found before anything is opened.
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use flashtier_cache::flash::parse_size;
+
+use super::options::{self, TlsOptions};
+use crate::cli::{KvArgs, Usage};
+use crate::usage;
+
+const DEFAULT_HOST: &str = "127.0.0.1";
+const DEFAULT_PORT: u16 = 11211;
+const DEFAULT_MEMORY: u64 = 64 << 20;
+const DEFAULT_MAX_ITEM: u64 = 1 << 20;
+const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// memcached's defaults for -t, -R, -b and -a.
+const MEMCACHED_THREADS: usize = 4;
+const DEFAULT_REQS_PER_EVENT: u32 = 20;
+const DEFAULT_BACKLOG: u32 = 1024;
+const DEFAULT_UNIX_MASK: u32 = 0o700;
+/// The flash tier `flashtier kv` runs on when no flash and no `--ram-only` is given: a
+/// 1 GiB file under the current directory.
+pub const DEFAULT_FLASH: &str = "data/flash.bin:1GiB";
+/// memcached's bounds for `-I`.
+const MIN_ITEM: u64 = 1 << 10;
+const MAX_ITEM: u64 = 1 << 30;
+
+/// One TCP address to serve.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listen {
+    pub addr: SocketAddr,
+    /// Served with TLS (under -Z, unless the `-l` entry had a `notls:` prefix).
+    pub tls: bool,
+}
+
+/// A validated `flashtier kv` configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvConfig {
+    /// Started as `memcached` (argv[0]): memcached's defaults and rules.
+    pub memcached: bool,
+    /// TCP addresses (none with -s, as memcached).
+    pub listen: Vec<Listen>,
+    /// Unix socket path and its access mask (-s, -a).
+    pub unix: Option<(PathBuf, u32)>,
+    /// Listen backlog (-b). Default: 1024.
+    pub backlog: u32,
+    /// Bytes of RAM for items. Default: 64 MiB.
+    pub memory: u64,
+    /// Largest value in bytes. Default: 1 MiB.
+    pub max_item_size: u64,
+    /// Runtime worker threads. Default: number of cores (memcached: 4).
+    pub threads: usize,
+    /// Default: 1024.
+    pub max_connections: usize,
+    pub verbose: u8,
+    /// Flash tier devices (`--flash`, `-o ext_path`), validated `PATH:SIZE[:TIER]` specs;
+    /// empty = RAM only (`--ram-only`). Default: [`DEFAULT_FLASH`] (memcached: none).
+    pub flash: Vec<String>,
+    /// Admin HTTP endpoint (`--admin`). Default: none.
+    pub admin: Option<SocketAddr>,
+    /// Runtime knobs to set at startup, in order (`--knob NAME=VALUE`, memcached's
+    /// `-o ext_item_size=...` and friends, the file's `[knobs]`). Default: none.
+    pub knobs: Vec<(String, String)>,
+    /// Format flash devices that hold other data (`--force-format`). Default: false.
+    pub force_format: bool,
+    /// Daemonize (-d).
+    pub daemon: bool,
+    /// Pid file (-P).
+    pub pidfile: Option<PathBuf>,
+    /// Drop to this user after opening everything (-u, as root only).
+    pub user: Option<String>,
+    /// Maximise the core size limit (-r).
+    pub coredumps: bool,
+    /// mlockall (-k).
+    pub lock_memory: bool,
+    /// Evict to make room (false with -M).
+    pub evictions: bool,
+    /// CAS values kept (false with -C).
+    pub cas: bool,
+    /// Requests per connection before yielding (-R). Default: 20.
+    pub reqs_per_event: u32,
+    /// `flush_all` allowed (false with -F).
+    pub flush_enabled: bool,
+    /// `stats cachedump` / `lru_crawler metadump` allowed (false with -X).
+    pub dump_enabled: bool,
+    /// `shutdown` allowed (-A).
+    pub shutdown_enabled: bool,
+    /// Close connections idle this long (-o idle_timeout). Default: never.
+    pub idle_timeout: Option<Duration>,
+    /// `stats detail` prefix delimiter, and whether detail is on from the start (-D).
+    pub detail_delimiter: u8,
+    pub detail_enabled: bool,
+    /// ASCII auth file (-Y).
+    pub auth_file: Option<PathBuf>,
+    /// TLS settings when -Z is given.
+    pub tls: Option<TlsOptions>,
+    /// "ascii" or "auto-negotiate" (-B), as `stats settings` reports it.
+    pub protocol: &'static str,
+    /// One line each: flags and options accepted without effect.
+    pub warnings: Vec<String>,
+}
+
+/// The `--config` TOML file. Every key is optional; flags override the file.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KvFile {
+    /// HOST:PORT. Default: 127.0.0.1:11211.
+    pub listen: Option<String>,
+    /// Size such as "64MiB". Default: 64 MiB.
+    pub memory: Option<String>,
+    /// Size such as "1MiB". Default: 1 MiB.
+    pub max_item_size: Option<String>,
+    /// Default: number of cores.
+    pub threads: Option<usize>,
+    /// Default: 1024.
+    pub max_connections: Option<usize>,
+    /// Flash devices as "PATH:SIZE"; an empty list means RAM only.
+    /// Default: ["data/flash.bin:1GiB"].
+    pub flash: Option<Vec<String>>,
+    /// No flash tier. Default: false.
+    pub ram_only: Option<bool>,
+    /// Admin endpoint HOST:PORT. Default: none.
+    pub admin: Option<String>,
+    /// Runtime knobs set at startup (`[knobs]` table, e.g. `item_size = 512`); `--knob`
+    /// flags come after them. Default: none.
+    pub knobs: Option<std::collections::BTreeMap<String, toml::Value>>,
+}
+
+impl KvFile {
+    pub fn load(path: &std::path::Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| Usage(format!("cannot read config file {}", path.display())))?;
+        toml::from_str(&text)
+            .with_context(|| Usage(format!("invalid config file {}", path.display())))
+    }
+}
+
+impl KvConfig {
+    /// Resolve the config file (if any) and the flags, then validate. `memcached`: started
+    /// under that name (its defaults and rules).
+    pub fn from_args(args: &KvArgs, memcached: bool) -> anyhow::Result<Self> {
+        let file = match &args.config {
+            Some(path) => KvFile::load(path)?,
+            None => KvFile::default(),
+        };
+        let mut a = args.clone();
+        // A file value counts only where no flag (native or memcached-style) was given.
+        if a.listen.is_empty() {
+            a.listen.extend(file.listen);
+        }
+        if a.memory.is_none() && a.memory_mb.is_none() {
+            a.memory = file.memory;
+        }
+        if a.max_item_size.is_none() {
+            a.max_item_size = file.max_item_size;
+        }
+        if a.threads.is_none() {
+            a.threads = file.threads;
+        }
+        if a.conn_limit.is_none() {
+            a.conn_limit = file.max_connections;
+        }
+        if a.admin.is_none() {
+            a.admin = file.admin;
+        }
+        if let Some(table) = &file.knobs {
+            let mut from_file: Vec<String> = table
+                .iter()
+                .map(|(k, v)| match v {
+                    toml::Value::String(s) => format!("{k}={s}"),
+                    other => format!("{k}={other}"),
+                })
+                .collect();
+            from_file.append(&mut a.knob);
+            a.knob = from_file;
+        }
+        // Flash: flags first (`--flash`, `-o ext_path`, `--ram-only`), then the file, then
+        // the default file under the current directory (not as memcached: RAM only).
+        let flag_flash = !a.flash.is_empty() || a.extended.iter().any(|o| o.contains("ext_path"));
+        if a.ram_only && flag_flash {
+            usage!("--ram-only conflicts with --flash / -o ext_path");
+        }
+        let ram_only = a.ram_only || (!flag_flash && file.ram_only == Some(true));
+        let file_flash = if flag_flash || ram_only {
+            None
+        } else {
+            file.flash
+        };
+        if let Some(f) = &file_flash {
+            a.flash = f.clone();
+        }
+        let mut cfg = Self::from_flags(&a, memcached)?;
+        if cfg.flash.is_empty() && !ram_only && file_flash.is_none() && !memcached {
+            cfg.flash = vec![DEFAULT_FLASH.to_string()];
+        }
+        Ok(cfg)
+    }
+
+    fn from_flags(a: &KvArgs, memcached: bool) -> anyhow::Result<Self> {
+        let x = options::apply(&a.extended)?;
+        let mut warnings = Vec::new();
+        let memory = match (a.memory_mb, &a.memory) {
+            (Some(_), Some(_)) => usage!("give the memory limit once: --memory or -m, not both"),
+            (Some(mb), None) => match mb.checked_mul(1 << 20) {
+                Some(b) => b,
+                None => usage!("-m {mb}: too large"),
+            },
+            (None, Some(s)) => size(s, "--memory")?,
+            (None, None) => DEFAULT_MEMORY,
+        };
+        let max_item_size = match &a.max_item_size {
+            Some(s) => size(s, "-I/--max-item-size")?,
+            None => DEFAULT_MAX_ITEM,
+        };
+        let threads = match a.threads {
+            Some(t) => t,
+            None if memcached => MEMCACHED_THREADS,
+            None => std::thread::available_parallelism().map_or(4, |n| n.get()),
+        };
+        let max_connections = a.conn_limit.unwrap_or(DEFAULT_MAX_CONNECTIONS);
+        if let Some(udp) = a.udp_port {
+            if udp != 0 {
+                usage!("-U {udp}: UDP is not supported; use -U 0 (the default)");
+            }
+        }
+        let mut knobs = Vec::new();
+        for k in &a.knob {
+            let Some((name, value)) = k.split_once('=') else {
+                usage!("--knob {k}: expected NAME=VALUE");
+            };
+            knobs.push((name.trim().to_string(), value.trim().to_string()));
+        }
+        knobs.extend(x.knobs);
+        let mut flash = Vec::new();
+        for spec in &a.flash {
+            flash.push(flash_spec(spec, "--flash")?);
+        }
+        for spec in &x.flash {
+            flash.push(flash_spec(spec, "-o ext_path")?);
+        }
+        warnings.extend(x.warnings);
+
+        let unix = match &a.unix_socket {
+            Some(path) => {
+                let mask = match &a.unix_mask {
+                    Some(m) => match u32::from_str_radix(m, 8) {
+                        Ok(v) if v <= 0o777 => v,
+                        _ => usage!("-a {m}: an octal access mask such as 700"),
+                    },
+                    None => DEFAULT_UNIX_MASK,
+                };
+                Some((path.clone(), mask))
+            }
+            None => {
+                if a.unix_mask.is_some() {
+                    usage!("-a needs -s (the mask applies to the unix socket)");
+                }
+                None
+            }
+        };
+        let tls = if a.enable_ssl {
+            let t = x.tls.clone();
+            if t.chain_cert.is_none() {
+                usage!("-Z needs -o ssl_chain_cert=FILE (and ssl_key=FILE unless the chain file holds the key)");
+            }
+            if t.verify_mode > 0 && t.ca_cert.is_none() {
+                usage!(
+                    "-o ssl_verify_mode={} needs -o ssl_ca_cert=FILE",
+                    t.verify_mode
+                );
+            }
+            Some(t)
+        } else {
+            if x.tls.chain_cert.is_some() || x.tls.key.is_some() {
+                warnings.push("-o ssl_* options accepted with no effect: TLS needs -Z".into());
+            }
+            None
+        };
+        // TCP: none with -s (memcached's "-s disables network support").
+        let listen = if unix.is_some() {
+            if !a.listen.is_empty() || a.port.is_some() {
+                warnings.push(
+                    "-l/-p accepted with no effect: -s serves the unix socket only (as memcached)"
+                        .into(),
+                );
+            }
+            Vec::new()
+        } else {
+            listen_addrs(&a.listen, a.port, memcached, tls.is_some())?
+        };
+        if listen.is_empty() && unix.is_none() {
+            usage!("nothing to listen on: -p 0 turns TCP off; give -l ADDR:PORT or -s PATH");
+        }
+        let protocol = match a.protocol.as_deref() {
+            None | Some("ascii") => "ascii",
+            Some("auto") => {
+                warnings.push(
+                    "-B auto: only the text and meta protocols are served; a binary request \
+                     closes its connection"
+                        .into(),
+                );
+                "auto-negotiate"
+            }
+            Some("binary") => {
+                usage!("-B binary: the binary protocol is not served (text and meta only)")
+            }
+            Some(other) => usage!("-B {other}: should be one of auto, binary, or ascii"),
+        };
+        if a.enable_sasl {
+            usage!("-S: SASL works over the binary protocol, which flashtier does not serve; use -Y FILE (ASCII authentication)");
+        }
+        if let Some(f) = a.slab_growth_factor {
+            if f <= 1.0 {
+                usage!("-f {f}: factor must be greater than 1");
+            }
+            warnings.push(format!(
+                "-f {f} accepted with no effect: there are no slab classes (RAM is a log of segments)"
+            ));
+        }
+        if let Some(n) = a.slab_min_size {
+            if n == 0 {
+                usage!("-n 0: chunk size must be greater than 0");
+            }
+            warnings.push(format!(
+                "-n {n} accepted with no effect: there are no slab classes (RAM is a log of segments)"
+            ));
+        }
+        if a.large_pages {
+            warnings.push(
+                "-L accepted with no effect: RAM segments are allocated lazily; transparent \
+                 huge pages apply if the kernel enables them"
+                    .into(),
+            );
+        }
+        if let Some(e) = &a.memory_file {
+            warnings.push(format!(
+                "-e {} accepted with no effect: items are not kept in a memory file; with a \
+                 flash tier (-o ext_path) a restart is warm",
+                e.display()
+            ));
+        }
+        if let Some(n) = a.napi_ids {
+            if n == 0 {
+                usage!("-N 0: must be greater than 0");
+            }
+            warnings.push(format!(
+                "-N {n} accepted with no effect: connections are not placed by NAPI id"
+            ));
+        }
+        let (detail_delimiter, detail_enabled) = match &a.prefix_delimiter {
+            Some(d) => match d.as_bytes().first() {
+                Some(&c) => (c, true),
+                None => usage!("-D: no delimiter specified"),
+            },
+            None => (b':', false),
+        };
+        if a.reqs_per_event == Some(0) {
+            usage!("-R 0: number of requests per event must be greater than 0");
+        }
+        if a.user.is_some() && !is_root() {
+            warnings.push("-u accepted with no effect: not running as root".into());
+        }
+        let admin = match &a.admin {
+            Some(text) => {
+                let (host, port) = split_host_port(text, None)
+                    .with_context(|| Usage(format!("--admin {text}: expected HOST:PORT")))?;
+                let Some(port) = port else {
+                    usage!("--admin {text}: expected HOST:PORT");
+                };
+                Some(resolve(&host, port)?[0])
+            }
+            None => None,
+        };
+        let cfg = Self {
+            memcached,
+            listen,
+            unix,
+            backlog: a.backlog.unwrap_or(DEFAULT_BACKLOG),
+            memory,
+            max_item_size,
+            threads,
+            max_connections,
+            verbose: a.verbose,
+            flash,
+            admin,
+            knobs,
+            force_format: a.force_format,
+            daemon: a.daemon,
+            pidfile: a.pidfile.clone(),
+            user: a.user.clone(),
+            coredumps: a.enable_coredumps,
+            lock_memory: a.lock_memory,
+            evictions: !a.disable_evictions,
+            cas: !a.disable_cas,
+            reqs_per_event: a.reqs_per_event.unwrap_or(DEFAULT_REQS_PER_EVENT),
+            flush_enabled: !a.disable_flush_all,
+            dump_enabled: !a.disable_dumping,
+            shutdown_enabled: a.enable_shutdown,
+            idle_timeout: x.idle_timeout,
+            detail_delimiter,
+            detail_enabled,
+            auth_file: a.auth_file.clone(),
+            tls,
+            protocol,
+            warnings,
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.threads == 0 || self.threads > 1024 {
+            usage!("threads must be between 1 and 1024 (got {})", self.threads);
+        }
+        if self.max_connections == 0 {
+            usage!("max connections must be at least 1");
+        }
+        if !(MIN_ITEM..=MAX_ITEM).contains(&self.max_item_size) {
+            usage!(
+                "max item size must be between 1KiB and 1GiB (got {})",
+                self.max_item_size
+            );
+        }
+        if self.memory < self.max_item_size {
+            usage!(
+                "memory ({}) must be at least the max item size ({})",
+                self.memory,
+                self.max_item_size
+            );
+        }
+        if self.memcached && is_root() && self.user.is_none() {
+            usage!("can't run as root without the -u switch");
+        }
+        Ok(())
+    }
+
+    /// The address `stats settings` reports as `inter`/`tcpport` (the first TCP one).
+    pub fn first_listen(&self) -> SocketAddr {
+        self.listen
+            .first()
+            .map_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)), |l| l.addr)
+    }
+}
+
+fn size(s: &str, what: &str) -> anyhow::Result<u64> {
+    match parse_size(s) {
+        Ok(v) => Ok(v),
+        Err(e) => usage!("{what} {s}: {e}"),
+    }
+}
+
+fn is_root() -> bool {
+    crate::daemon::is_root()
+}
+
+/// memcached's `-l` entries (each a comma-separated list, `notls:` prefixed or not) with
+/// `-p` as the port of entries that name none.
+fn listen_addrs(
+    entries: &[String],
+    port: Option<u16>,
+    memcached: bool,
+    tls: bool,
+) -> anyhow::Result<Vec<Listen>> {
+    let default_port = port.unwrap_or(DEFAULT_PORT);
+    let mut items: Vec<String> = entries
+        .iter()
+        .flat_map(|e| e.split(','))
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    if items.is_empty() {
+        if memcached && port == Some(0) {
+            return Ok(Vec::new());
+        }
+        items = if memcached {
+            vec!["0.0.0.0".into()]
+        } else {
+            vec![DEFAULT_HOST.into()]
+        };
+    }
+    let mut out: Vec<Listen> = Vec::new();
+    for item in items {
+        let (notls, rest) = match item.strip_prefix("notls:") {
+            Some(r) => (true, r.to_string()),
+            None => (false, item.clone()),
+        };
+        let (host, p) = split_host_port(&rest, Some(default_port))
+            .with_context(|| Usage(format!("-l {item}: expected ADDR or ADDR:PORT")))?;
+        let p = p.unwrap_or(default_port);
+        for addr in resolve(&host, p)? {
+            if !out.iter().any(|l| l.addr == addr) {
+                out.push(Listen {
+                    addr,
+                    tls: tls && !notls,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `HOST`, `HOST:PORT`, `[V6]`, `[V6]:PORT` or a bare IPv6 address.
+fn split_host_port(s: &str, default: Option<u16>) -> anyhow::Result<(String, Option<u16>)> {
+    let port = |p: &str| -> anyhow::Result<u16> {
+        p.parse()
+            .map_err(|_| anyhow::Error::new(Usage(format!("{s:?}: bad port {p:?}"))))
+    };
+    if let Some(rest) = s.strip_prefix('[') {
+        let Some((host, after)) = rest.split_once(']') else {
+            usage!("{s:?}: unclosed [");
+        };
+        let p = match after.strip_prefix(':') {
+            Some(p) => Some(port(p)?),
+            None if after.is_empty() => default,
+            None => usage!("{s:?}: expected [ADDR]:PORT"),
+        };
+        return Ok((host.to_string(), p));
+    }
+    match s.matches(':').count() {
+        0 => Ok((s.to_string(), default)),
+        1 => {
+            let (h, p) = s.split_once(':').unwrap_or((s, ""));
+            Ok((h.to_string(), Some(port(p)?)))
+        }
+        // A bare IPv6 address.
+        _ => Ok((s.to_string(), default)),
+    }
+}
+
+fn resolve(host: &str, port: u16) -> anyhow::Result<Vec<SocketAddr>> {
+    let addrs: Vec<SocketAddr> = match (host, port).to_socket_addrs() {
+        Ok(a) => a.collect(),
+        Err(e) => usage!("cannot resolve listen address {host}:{port}: {e}"),
+    };
+    if addrs.is_empty() {
+        usage!("listen address {host}:{port} resolves to nothing");
+    }
+    Ok(addrs)
+}
+
+fn flash_spec(v: &str, what: &str) -> anyhow::Result<String> {
+    if flashtier_cache::flash::DeviceSpec::parse(v).is_err() {
+        usage!("{what} {v}: expected PATH:SIZE (e.g. data/flash.bin:2GiB)");
+    }
+    Ok(v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    fn parse(args: &[&str]) -> anyhow::Result<KvConfig> {
+        let mut full = vec!["flashtier", "kv"];
+        full.extend_from_slice(args);
+        let cli = crate::cli::Cli::try_parse_from(full)?;
+        let crate::cli::Command::Kv(a) = cli.command else {
+            anyhow::bail!("not a kv command line")
+        };
+        KvConfig::from_args(&a, false)
+    }
+
+    fn parse_memcached(args: &[&str]) -> anyhow::Result<KvConfig> {
+        let mut full = vec!["memcached"];
+        full.extend_from_slice(args);
+        let cli = crate::cli::MemcachedCli::try_parse_from(full)?;
+        KvConfig::from_args(&cli.args, true)
+    }
+
+    fn addrs(c: &KvConfig) -> Vec<String> {
+        c.listen.iter().map(|l| l.addr.to_string()).collect()
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(addrs(&c), vec!["127.0.0.1:11211"]);
+        assert_eq!(c.memory, 64 << 20);
+        assert_eq!(c.max_item_size, 1 << 20);
+        assert_eq!(c.max_connections, 1024);
+        assert!(c.threads >= 1);
+        assert_eq!(c.flash, vec![DEFAULT_FLASH.to_string()]);
+        assert_eq!(c.admin, None);
+        assert!(c.evictions && c.cas && c.flush_enabled && c.dump_enabled);
+        assert_eq!((c.reqs_per_event, c.backlog), (20, 1024));
+    }
+
+    #[test]
+    fn memcached_defaults() {
+        let c = parse_memcached(&["-u", "nobody"]).unwrap();
+        assert_eq!(addrs(&c), vec!["0.0.0.0:11211"]);
+        assert_eq!(c.threads, 4);
+        assert!(c.flash.is_empty(), "RAM only unless ext_path");
+        assert!(c.memcached);
+        if is_root() {
+            let e = parse_memcached(&[]).unwrap_err();
+            assert!(e.to_string().contains("without the -u switch"), "{e}");
+        }
+    }
+
+    #[test]
+    fn listen_lists_ports_and_unix() {
+        let c = parse(&[
+            "-l",
+            "127.0.0.1,127.0.0.2:7000",
+            "-l",
+            "[::1]:7001",
+            "-p",
+            "7002",
+        ])
+        .unwrap();
+        assert_eq!(
+            addrs(&c),
+            vec!["127.0.0.1:7002", "127.0.0.2:7000", "[::1]:7001"]
+        );
+        let c = parse(&["--listen", "127.0.0.1:9999"]).unwrap();
+        assert_eq!(addrs(&c), vec!["127.0.0.1:9999"]);
+        let c = parse(&["-s", "/tmp/x.sock", "-a", "770"]).unwrap();
+        assert!(c.listen.is_empty());
+        assert_eq!(c.unix, Some((PathBuf::from("/tmp/x.sock"), 0o770)));
+        assert!(parse(&["-a", "770"]).is_err());
+        assert!(parse(&["-s", "/tmp/x", "-a", "999"]).is_err());
+        assert!(parse(&["-l", "127.0.0.1:notaport"]).is_err());
+    }
+
+    #[test]
+    fn startup_knobs() {
+        let c = parse(&[
+            "--knob",
+            "item_size=4k",
+            "-o",
+            "ext_drop_unread=1,ext_wbuf_size=8,ext_item_age=5",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.knobs,
+            vec![
+                ("item_size".to_string(), "4k".to_string()),
+                ("drop_unread".to_string(), "1".to_string())
+            ]
+        );
+        assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+        assert!(parse(&["--knob", "item_size"]).is_err());
+    }
+
+    #[test]
+    fn flash_default_and_ram_only() {
+        assert!(parse(&["--ram-only"]).unwrap().flash.is_empty());
+        let c = parse(&["--flash", "/tmp/a:2G"]).unwrap();
+        assert_eq!(c.flash, vec!["/tmp/a:2G".to_string()]);
+        assert!(parse(&["--ram-only", "--flash", "/tmp/a:2G"]).is_err());
+        assert!(parse(&["--ram-only", "-o", "ext_path=/tmp/a:2G"]).is_err());
+        let c = parse(&["--admin", "127.0.0.1:0"]).unwrap();
+        assert_eq!(c.admin, Some("127.0.0.1:0".parse().unwrap()));
+        assert!(parse(&["--admin", "nocolon"]).is_err());
+    }
+
+    #[test]
+    fn memcached_flags() {
+        let c = parse(&[
+            "-p",
+            "11311",
+            "-m",
+            "1024",
+            "-c",
+            "10",
+            "-t",
+            "2",
+            "-I",
+            "2m",
+            "-U",
+            "0",
+            "-u",
+            "root",
+            "-l",
+            "0.0.0.0",
+            "-vv",
+            "-M",
+            "-C",
+            "-R",
+            "5",
+            "-b",
+            "64",
+            "-F",
+            "-X",
+            "-A",
+            "-D",
+            "/",
+            "-B",
+            "ascii",
+            "-o",
+            "idle_timeout=9",
+        ])
+        .unwrap();
+        assert_eq!(addrs(&c), vec!["0.0.0.0:11311"]);
+        assert_eq!(c.memory, 1024 << 20);
+        assert_eq!(c.max_connections, 10);
+        assert_eq!(c.threads, 2);
+        assert_eq!(c.max_item_size, 2 << 20);
+        assert_eq!(c.verbose, 2);
+        assert!(!c.evictions && !c.cas && !c.flush_enabled && !c.dump_enabled);
+        assert!(c.shutdown_enabled && c.detail_enabled);
+        assert_eq!(
+            (c.reqs_per_event, c.backlog, c.detail_delimiter),
+            (5, 64, b'/')
+        );
+        assert_eq!(c.idle_timeout, Some(Duration::from_secs(9)));
+        // Long options as memcached spells them.
+        let c = parse(&[
+            "--port=11312",
+            "--memory-limit=128",
+            "--conn-limit=7",
+            "--threads=3",
+            "--max-item-size=512k",
+            "--disable-cas",
+            "--listen-backlog=9",
+        ])
+        .unwrap();
+        assert_eq!(addrs(&c), vec!["127.0.0.1:11312"]);
+        assert_eq!((c.memory, c.max_connections, c.threads), (128 << 20, 7, 3));
+        assert_eq!((c.max_item_size, c.cas, c.backlog), (512 << 10, false, 9));
+    }
+
+    #[test]
+    fn refused_and_warned() {
+        assert!(parse(&["-U", "11211"]).is_err());
+        assert!(parse(&["-I", "10"]).is_err());
+        assert!(parse(&["-m", "1", "-I", "2m"]).is_err());
+        assert!(parse(&["-m", "1", "--memory", "1G"]).is_err());
+        assert!(parse(&["--threads", "0"]).is_err());
+        assert!(parse(&["--listen", "a:b:c:d:e:f:g:h:i"]).is_err());
+        assert!(parse(&["-o", "bogus_option"]).is_err());
+        assert!(parse(&["-o", "ext_path=/tmp/x"]).is_err());
+        assert!(parse(&["-B", "binary"]).is_err());
+        assert!(parse(&["-S"]).is_err());
+        assert!(parse(&["-f", "0.5"]).is_err());
+        assert!(parse(&["-R", "0"]).is_err());
+        assert!(parse(&["-Z"]).is_err(), "TLS needs a certificate");
+        let c = parse(&[
+            "-f",
+            "1.5",
+            "-n",
+            "48",
+            "-L",
+            "-B",
+            "auto",
+            "-o",
+            "slab_reassign",
+        ])
+        .unwrap();
+        assert_eq!(c.warnings.len(), 5, "{:?}", c.warnings);
+        let e = parse(&["-o", "bogus"]).unwrap_err();
+        assert!(e.downcast_ref::<Usage>().is_some());
+    }
+
+    #[test]
+    fn config_file_with_flag_overrides() {
+        let dir = std::env::temp_dir().join(format!("flashtier-kv-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("kv.toml");
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:7000\"\nmemory = \"2G\"\nthreads = 3\n",
+        )
+        .unwrap();
+        let p = path.to_str().unwrap();
+        let c = parse(&["--config", p]).unwrap();
+        assert_eq!(c.first_listen().port(), 7000);
+        assert_eq!(c.memory, 2 << 30);
+        assert_eq!(c.threads, 3);
+        let c = parse(&[
+            "--config",
+            p,
+            "-m",
+            "100",
+            "-l",
+            "127.0.0.1:7001",
+            "-t",
+            "1",
+        ])
+        .unwrap();
+        assert_eq!(c.memory, 100 << 20);
+        assert_eq!(c.first_listen().port(), 7001);
+        assert_eq!(c.threads, 1);
+        std::fs::write(&path, "ram_only = true\nadmin = \"127.0.0.1:9\"\n").unwrap();
+        let c = parse(&["--config", p]).unwrap();
+        assert!(c.flash.is_empty());
+        assert_eq!(c.admin, Some("127.0.0.1:9".parse().unwrap()));
+        assert_eq!(
+            parse(&["--config", p, "--flash", "/tmp/b:1G"])
+                .unwrap()
+                .flash
+                .len(),
+            1
+        );
+        std::fs::write(&path, "flash = []\n").unwrap();
+        assert!(parse(&["--config", p]).unwrap().flash.is_empty());
+        std::fs::write(&path, "flash = [\"/tmp/c:1G\"]\n").unwrap();
+        assert_eq!(
+            parse(&["--config", p]).unwrap().flash,
+            vec!["/tmp/c:1G".to_string()]
+        );
+        std::fs::write(
+            &path,
+            "[knobs]\nitem_size = 512\nreclaim_policy = \"greedy\"\n",
+        )
+        .unwrap();
+        let c = parse(&["--config", p, "--knob", "item_size=1k"]).unwrap();
+        assert_eq!(
+            c.knobs,
+            vec![
+                ("item_size".to_string(), "512".to_string()),
+                ("reclaim_policy".to_string(), "greedy".to_string()),
+                ("item_size".to_string(), "1k".to_string()),
+            ]
+        );
+        std::fs::write(&path, "bogus = 1\n").unwrap();
+        assert!(parse(&["--config", p]).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn extended_options() {
+        let c = parse(&[
+            "-o",
+            "modern,slab_reassign,ext_path=/tmp/f:4G,ext_wbuf_size=8",
+        ])
+        .unwrap();
+        assert_eq!(c.flash, vec!["/tmp/f:4G".to_string()]);
+        let c = parse(&["--flash", "/tmp/a:1GiB", "--flash", "/tmp/b:2G"]).unwrap();
+        assert_eq!(
+            c.flash,
+            vec!["/tmp/a:1GiB".to_string(), "/tmp/b:2G".to_string()]
+        );
+        assert!(parse(&["--flash", "/tmp/a"]).is_err());
+    }
+}
