@@ -212,6 +212,8 @@ pub(crate) struct Inner {
     pub handler: Arc<dyn ReclaimHandler>,
     /// Runtime-tunable settings.
     pub knobs: crate::knobs::Knobs,
+    /// Recycled device-read buffers (see `io::pool`).
+    pub read_pool: Arc<crate::io::pool::ReadPool>,
 }
 
 /// Unix seconds now.
@@ -390,6 +392,7 @@ impl Flash {
         let layout_lost = layout.superblocks_lost;
         let cfg_for_knobs = cfg.clone();
         let inner = Arc::new(Inner {
+            read_pool: Arc::default(),
             seg_size: cfg.segment_size,
             state: Mutex::new(State {
                 free: FreeLists::new(devices.len()),

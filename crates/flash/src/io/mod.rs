@@ -14,9 +14,9 @@
 //! Buffers are [`AlignedBuf`]s: 4 KiB aligned, a multiple of 4 KiB long when used for IO, as
 //! `O_DIRECT` requires. They are built without `unsafe` by over-allocating a `Vec` and using
 //! the aligned window inside it. Write chunks are recycled through a small pool (two per
-//! stream). Read buffers are not pooled on purpose: the read buffer becomes the returned
-//! record's `Bytes` (key and value are slices of it, no copy), and the number of reads in
-//! flight, hence of read buffers, is bounded by `read_queue_limit`.
+//! stream). Read buffers come from [`pool::ReadPool`] and are not zeroed: the read buffer
+//! becomes the returned record's `Bytes` (key and value are slices of it, no copy) and goes
+//! back to the pool when the last slice is dropped.
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
@@ -31,6 +31,7 @@ use crate::stats::FlashStats;
 pub mod faulty;
 pub mod file;
 pub mod memory;
+pub mod pool;
 pub mod psync;
 pub mod uring;
 
