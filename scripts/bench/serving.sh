@@ -8,6 +8,8 @@
 #
 # Usage: scripts/bench/serving.sh [--servers memcached,flashtier] [--shapes 16x2,8x16]
 #        [--duration 10s] [--out DIR] [--flashtier PATH] [--threads N]
+# A server may be LABEL=PATH (a flashtier binary), to compare builds in one run:
+#   --servers memcached,before=/tmp/flashtier.old,after=target/release/flashtier
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -44,7 +46,9 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 IFS=, read -r -a KINDS <<< "$SERVERS"
 IFS=, read -r -a SHAPE_LIST <<< "$SHAPES"
 printf '%-10s %-6s %10s %9s %9s %8s %8s\n' server shape ops/s p50_ms p99_ms hit cpu_us/op | tee "$OUT/summary.txt"
-for kind in "${KINDS[@]}"; do
+for spec in "${KINDS[@]}"; do
+  kind=${spec%%=*} bin=$FLASHTIER_BIN
+  [[ $spec == *=* ]] && bin=${spec#*=}
   port=$($PROBE free-port)
   flash=$FLASH_DIR/$kind.flash; rm -f "$flash"
   CG=/sys/fs/cgroup/memory/serving_$kind
@@ -53,7 +57,7 @@ for kind in "${KINDS[@]}"; do
   case $kind in
     memcached) cmd=(/usr/bin/memcached -u root -l 127.0.0.1 -p "$port" -m $MEM -U 0 -t "$THREADS"
                     -o "ext_path=$flash:$FLASH_SIZE,slab_automove=2") ;;
-    flashtier) cmd=("$FLASHTIER_BIN" kv --listen "127.0.0.1:$port" -m $MEM --threads "$THREADS"
+    *) cmd=("$bin" kv --listen "127.0.0.1:$port" -m $MEM --threads "$THREADS"
                     --flash "$flash:$FLASH_SIZE") ;;
   esac
   sync; echo 3 > /proc/sys/vm/drop_caches

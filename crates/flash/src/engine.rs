@@ -493,6 +493,12 @@ impl Flash {
         self.inner.read(loc)
     }
 
+    /// A handle for an event loop to reap IO completions on its own thread (poll its fd for
+    /// readability, then call `reap`); `None` on the psync backend. See `io::uring`.
+    pub fn reap_handle(&self) -> Option<crate::ReapHandle> {
+        self.inner.exec.reap_handle()
+    }
+
     /// Durability barrier: write every partly filled buffer (padded to its page end), wait
     /// for every write submitted so far, then fdatasync each device that completed writes
     /// since its last sync. Completes with an error if any write since the previous `flush`

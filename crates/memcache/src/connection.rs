@@ -311,7 +311,8 @@ pub async fn serve_connection<S: KvStore>(
     let mut session = Session::new(limits, ctx.settings.max_output_buffer);
     session.id = id;
     loop {
-        let step = session.pump(ctx).await;
+        // The flash reads this turn starts are handed to the kernel together.
+        let step = flashtier_cache::flash::batch_submissions(session.pump(ctx)).await;
         if !session.output.is_empty() {
             Stats::add(&ctx.stats.bytes_written, session.output.len() as u64);
             for segment in session.output.drain() {

@@ -4,9 +4,10 @@
 //!   Implementations side by side: [`file::FileDevice`] (a file or block device, `O_DIRECT`,
 //!   `pread`/`pwrite`), [`memory::MemoryDevice`] (tests, crash images) and
 //!   [`faulty::FaultyDevice`] (EIO/ENOSPC/torn writes on demand, wrapping another device).
-//! - Executors run [`IoRequest`]s and call their completion callback on the executor's own
-//!   thread: [`uring`] (one thread owning an io_uring ring; submissions batched, an eventfd
-//!   wakes it) and [`psync`] (a small thread pool calling the blocking [`Device`] methods).
+//! - Executors run [`IoRequest`]s and call their completion callback: [`uring`] (one shared
+//!   ring; the submitting thread enters the kernel, batched by [`plug`]; completions reaped by
+//!   an event loop holding a [`uring::ReapHandle`], else by the ring's own thread) and
+//!   [`psync`] (a small thread pool calling the blocking [`Device`] methods).
 //!   Callers never block: `submit` only enqueues. The engine bounds what it enqueues (reads by
 //!   a queue limit, writes by a per-stream limit of chunks in flight) and the current depth is
 //!   the `io_queue_depth` stat.
@@ -31,6 +32,7 @@ use crate::stats::FlashStats;
 pub mod faulty;
 pub mod file;
 pub mod memory;
+pub mod plug;
 pub mod pool;
 pub mod psync;
 pub mod uring;
@@ -189,6 +191,10 @@ pub trait Executor: Send + Sync {
     fn shutdown(&self);
     /// Backend name for stats (`io_uring`, `psync`).
     fn backend(&self) -> &'static str;
+    /// A handle an event loop polls to reap completions on its own thread (io_uring only).
+    fn reap_handle(&self) -> Option<uring::ReapHandle> {
+        None
+    }
 }
 
 /// Run one request synchronously against a device (used by the psync pool and as the
