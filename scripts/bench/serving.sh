@@ -4,7 +4,9 @@
 # -m 256, 4 GiB flash file, 600k keys x 4 KiB, zipf 0.99, 90/10. Prints, per server and shape:
 # ops/s, p99 and server CPU per op (utime+stime from /proc/PID/stat over the measured window
 # divided by the ops the generator counted). Run as root. The full side-by-side suite with
-# plots is compare.sh; this is the quick loop used while changing the serving path.
+# plots is compare.sh; this is the quick loop used while changing the serving path. With
+# perf available it also prints system calls and context switches per op (server process
+# only), which stay comparable on a busy machine where ops/s do not.
 #
 # Usage: scripts/bench/serving.sh [--servers memcached,flashtier] [--shapes 16x2,8x16]
 #        [--duration 10s] [--out DIR] [--flashtier PATH] [--threads N]
@@ -45,7 +47,10 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 IFS=, read -r -a KINDS <<< "$SERVERS"
 IFS=, read -r -a SHAPE_LIST <<< "$SHAPES"
-printf '%-10s %-6s %10s %9s %9s %8s %8s\n' server shape ops/s p50_ms p99_ms hit cpu_us/op | tee "$OUT/summary.txt"
+PERF=0
+perf stat -e instructions true > /dev/null 2>&1 && PERF=1
+printf '%-10s %-6s %10s %9s %9s %8s %8s %8s %6s\n' server shape ops/s p50_ms p99_ms hit cpu_us/op \
+  sysc/op cs/op | tee "$OUT/summary.txt"
 for spec in "${KINDS[@]}"; do
   kind=${spec%%=*} bin=$FLASHTIER_BIN
   [[ $spec == *=* ]] && bin=${spec#*=}
@@ -70,11 +75,16 @@ for spec in "${KINDS[@]}"; do
     c=${shape%x*} d=${shape#*x}
     gen=(-s "127.0.0.1:$port" -c "$c" -d "$d" --keys $KEYS -v $VALUE --dist zipf:0.99 --get-ratio 0.9)
     "$BENCH" load "${gen[@]}" --warmup 0s --duration 3s > /dev/null 2>&1   # warm-up
-    t0=$(cpu_ticks "$PID")
+    t0=$(cpu_ticks "$PID") perf_pid=""
+    if ((PERF)); then
+      perf stat -x, -e raw_syscalls:sys_enter,context-switches -p "$PID" -o "$OUT/$kind-$shape.perf" &
+      perf_pid=$!
+    fi
     "$BENCH" load "${gen[@]}" --warmup 0s --duration "$DURATION" --json "$OUT/$kind-$shape.json" \
       > /dev/null 2> "$OUT/$kind-$shape.log"
     t1=$(cpu_ticks "$PID")
-    python3 - "$OUT/$kind-$shape.json" "$kind" "$shape" $((t1 - t0)) "$TICK" <<'PY' | tee -a "$OUT/summary.txt"
+    if [ -n "$perf_pid" ]; then kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true; fi
+    python3 - "$OUT/$kind-$shape.json" "$kind" "$shape" $((t1 - t0)) "$TICK" "$OUT/$kind-$shape.perf" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 path, kind, shape, ticks, hz = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 j = json.load(open(path))
@@ -83,7 +93,17 @@ ops, tput, hit = r["completed_ops"], r["throughput_ops_per_sec"], r["hit_ratio"]
 p50, p99 = r["latency"]["p50_us"], r["latency"]["p99_us"]
 cpu = ticks / hz * 1e6 / ops if ops else float("nan")
 f = lambda x, k=1.0: "%.2f" % (x / k) if isinstance(x, (int, float)) else "?"
-print("%-10s %-6s %10.0f %9s %9s %8s %8.1f" % (kind, shape, tput, f(p50, 1000), f(p99, 1000), f(hit), cpu))
+extra = ""
+try:
+    ev = {}
+    for line in open(sys.argv[6]):
+        parts = line.strip().split(",")
+        if len(parts) > 2 and parts[0].replace(".", "").isdigit():
+            ev[parts[2]] = float(parts[0])
+    extra = " %8.2f %6.3f" % (ev["raw_syscalls:sys_enter"] / ops, ev["context-switches"] / ops)
+except (OSError, KeyError, ZeroDivisionError):
+    pass
+print("%-10s %-6s %10.0f %9s %9s %8s %8.1f%s" % (kind, shape, tput, f(p50, 1000), f(p99, 1000), f(hit), cpu, extra))
 PY
   done
   kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
