@@ -174,8 +174,12 @@ impl Inner {
                 }
             }
         }
-        let out = record::decode_record_owned(PooledBuf::into_bytes(buf, Arc::clone(&self.read_pool)), start, t.seed)
-            .map_err(|e| self.decode_error(e));
+        let out = record::decode_record_owned(
+            PooledBuf::into_bytes(buf, Arc::clone(&self.read_pool)),
+            start,
+            t.seed,
+        )
+        .map_err(|e| self.decode_error(e));
         if let Ok(r) = &out {
             self.count_read(r);
         }

@@ -89,7 +89,10 @@ pub async fn serve<S: KvStore>(
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
     // Flash completions are reaped by this runtime's threads while it serves.
-    let reaper = ctx.store.flash_reaper().map(|h| tokio::spawn(reap_flash(h)));
+    let reaper = ctx
+        .store
+        .flash_reaper()
+        .map(|h| tokio::spawn(reap_flash(h)));
     let mut next_id: u64 = 0;
     let names: Vec<String> = listeners.iter().map(Listener::describe).collect();
     tokio::pin!(shutdown);

@@ -27,7 +27,9 @@ pub struct ReadPool {
 impl Default for ReadPool {
     fn default() -> Self {
         Self {
-            classes: (0..MAX_CLASS_PAGES).map(|_| Mutex::new(Vec::new())).collect(),
+            classes: (0..MAX_CLASS_PAGES)
+                .map(|_| Mutex::new(Vec::new()))
+                .collect(),
         }
     }
 }

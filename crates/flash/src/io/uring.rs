@@ -366,8 +366,7 @@ impl Ring {
             let mut st = self.state.lock();
             let mut done = Vec::with_capacity(cqes.len());
             for (ud, res) in cqes {
-                let Some((req, len)) = st.slots.get_mut(ud as usize).and_then(Option::take)
-                else {
+                let Some((req, len)) = st.slots.get_mut(ud as usize).and_then(Option::take) else {
                     continue;
                 };
                 st.free.push(ud as usize);
