@@ -1,4 +1,4 @@
-//! Batched submission: while the current thread is *plugged*, flash IO it submits is queued
+//! Batched submission: while the current thread is *plugged*, flash reads it submits are queued
 //! in the ring and handed to the kernel later, in one `io_uring_enter` for the lot (one
 //! device doorbell per batch instead of one per read).
 //!

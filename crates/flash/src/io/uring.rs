@@ -89,6 +89,13 @@ impl UringExecutor {
             })?);
         }
         let ring = IoUring::new(entries.next_power_of_two())?;
+        if !ring.params().is_feature_ext_arg() {
+            // The ring thread's timed wait needs IORING_ENTER_EXT_ARG (Linux 5.11).
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "io_uring without EXT_ARG (kernel older than 5.11)",
+            ));
+        }
         // SAFETY: eventfd takes no pointers; the returned descriptor is checked below and
         // then owned by exactly one OwnedFd.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -138,6 +145,9 @@ impl Drop for UringExecutor {
 impl Executor for UringExecutor {
     fn submit(&self, req: IoRequest) {
         let r = &self.ring;
+        // Only reads wait for the end of a plug: a chunk write or sync may have a thread
+        // waiting on it (buffer space, a flush), so it enters at once.
+        let deferrable = matches!(req.op, IoOp::Read { .. });
         r.stats.io_queue_depth.fetch_add(1, Ordering::Relaxed);
         let failed = {
             let mut st = r.state.lock();
@@ -151,7 +161,7 @@ impl Executor for UringExecutor {
             r.push_pending(&mut st)
         };
         r.fail(failed);
-        if !super::plug::defer(r) {
+        if !(deferrable && super::plug::defer(r)) {
             r.enter();
         }
     }
