@@ -12,6 +12,7 @@
 //!
 //! Threads: the tokio runtime's workers (`--threads`) run the accept loop and every
 //! connection; the main thread only blocks on the runtime.
+mod address;
 mod config;
 mod listen;
 mod options;
