@@ -99,6 +99,8 @@ def parse_samples(path):
             "load1": d.get("load1"),
             "dirty_percent": d.get("dirty_percent"),
             "cached_blocks": d.get("cached_blocks"),
+            "cached_percent": round(100 * d["cached_blocks"] / d["capacity_blocks"], 2)
+            if d.get("capacity_blocks") else None,
             "dirty_blocks": d.get("dirty_blocks"),
             "read_hit_percent_cum": d.get("read_hit_percent"),
         }
@@ -237,7 +239,9 @@ def main():
         t = [s["t"] for s in ss if s.get("read_hit_percent_interval") is not None]
         h = [s["read_hit_percent_interval"] for s in ss if s.get("read_hit_percent_interval") is not None]
         ax[1][0].plot(t, h, label=LABEL.get(c, c))
-        ax[1][1].plot([s["t"] for s in ss], [s["dirty_percent"] for s in ss], label=LABEL.get(c, c))
+        line, = ax[1][1].plot([s["t"] for s in ss], [s["dirty_percent"] for s in ss], label=f"{LABEL.get(c, c)}: dirty")
+        ax[1][1].plot([s["t"] for s in ss], [s["cached_percent"] for s in ss], ls="--", color=line.get_color(),
+                      label=f"{LABEL.get(c, c)}: cached")
         # phase boundaries
         last = None
         for s in ss:
@@ -249,8 +253,8 @@ def main():
     ax[1][0].set_title(f"flashtier read hits per {meta.get('sample', '?')} s sample, %")
     ax[1][0].set_ylim(0, 100)
     ax[1][0].set_xlabel("s since the database started")
-    ax[1][1].set_title("flashtier dirty blocks, % of the cache")
-    ax[1][1].set_ylim(0, 100)
+    ax[1][1].set_title("flashtier dirty (solid) and cached (dashed) blocks, % of the cache")
+    ax[1][1].set_ylim(0, 120)  # cached_blocks can exceed capacity_blocks (a nominal figure)
     ax[1][1].set_xlabel("s since the database started")
     if samples:
         ax[1][0].legend(fontsize=8)
