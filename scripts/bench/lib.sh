@@ -107,9 +107,11 @@ start_server() {
       cmd=("$MEMCACHED_BIN" -u root -l 127.0.0.1 -p "$SERVER_PORT" -m "$mem" -U 0 -c 4096
         -t "$SERVER_THREADS" -o "$opts") ;;
     flashtier)
-      # flashtier takes binary suffixes (GiB); memcached's G is also GiB.
+      # memcached's ext_path sizes are binary (G = GiB, M = MiB); flashtier spells them so.
+      local fsz=$fsize
+      case "$fsz" in *G) fsz=${fsz%G}GiB ;; *M) fsz=${fsz%M}MiB ;; esac
       cmd=("$FLASHTIER_BIN" kv --listen "127.0.0.1:$SERVER_PORT" -m "$mem" -c 4096
-        --threads "$SERVER_THREADS" --flash "$SERVER_FLASH:${fsize%G}GiB")
+        --threads "$SERVER_THREADS" --flash "$SERVER_FLASH:$fsz")
       # shellcheck disable=SC2206
       [ -n "$FLASHTIER_EXTRA" ] && cmd+=($FLASHTIER_EXTRA) ;;
     *) die "unknown server kind $kind" ;;
