@@ -58,6 +58,10 @@ def rows_of(d, ceil):
                 "flash_gets_per_sec": flash_gets, "fio_depth": qd,
                 "flash_gets_over_fio": ratio(flash_gets, ceil.get(qd)) if qd else None,
             })
+    # fresh before full; closed shapes by connections then depth, flashread, open by rate.
+    kind = {"closed": 0, "open": 2}
+    out.sort(key=lambda r: (r["phase"] != "fresh", 1 if "flashread" in r["shape"] else kind[r["mode"]],
+                            r["offered"] or 0, r["connections"], r["depth"]))
     return out
 
 
