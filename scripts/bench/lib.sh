@@ -81,7 +81,7 @@ stop_server() {
 on_exit() {
   local rc=$?
   stop_server
-  rm -f "$FLASH_DIR"/fio-"$NAME".test
+  rm -f "$FLASH_DIR/fio-$NAME-$$.test"
   ((rc == 0)) || echo "$NAME: exited with status $rc (servers and cgroups cleaned up)" >&2
   exit $rc
 }
@@ -95,11 +95,12 @@ start_server() {
   [ -z "$SERVER_PID" ] || die "start_server: a server is already running"
   SERVER_LABEL=$label
   SERVER_PORT=$("${PROBE[@]}" free-port)
-  SERVER_CG=/sys/fs/cgroup/memory/flashtier_bench_$NAME
+  # Names carry the script's pid: another engineer's run of the same script cannot collide.
+  SERVER_CG=/sys/fs/cgroup/memory/flashtier_bench_${NAME}_$$
   [ -d "$SERVER_CG" ] && { rmdir "$SERVER_CG" || die "stale cgroup $SERVER_CG is busy"; }
   mkdir "$SERVER_CG"
   echo $((cgmb * 1024 * 1024)) > "$SERVER_CG/memory.limit_in_bytes"
-  SERVER_FLASH=$FLASH_DIR/$NAME-$label.flash
+  SERVER_FLASH=$FLASH_DIR/$NAME-$$-$label.flash
   rm -f "$SERVER_FLASH"
   case "$kind" in
     memcached)

@@ -56,7 +56,7 @@ JSON
 log "out $OUT; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # ---- fio ceiling: same disk, same read size, each queue depth ----------------------------
-FIO_FILE=$FLASH_DIR/fio-$NAME.test
+FIO_FILE=$FLASH_DIR/fio-$NAME-$$.test
 mkdir -p "$OUT/raw/fio"
 for qd in $FIO_DEPTHS; do
   drop_caches
@@ -97,7 +97,10 @@ import glob, json, sys
 d, pcts, fixed = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
 peak = max(json.load(open(p))["rows"][0]["throughput_ops_per_sec"] for p in glob.glob(d + "/fresh-closed-*.json"))
 json.dump({"memcached_peak_ops_per_sec": peak}, open(d + "/../peak.json", "w"))
-print(",".join([str(int(peak * int(p) / 100)) for p in pcts] + fixed))
+def ops(r):
+    return float(r[:-1]) * 1000 if r[-1] in "kK" else float(r)
+rates = [int(peak * int(p) / 100) for p in pcts] + [int(ops(r)) for r in fixed]
+print(",".join(str(r) for r in sorted(set(rates))))
 PY
 )
     log "open-loop rates (from memcached's peak): $RATES"

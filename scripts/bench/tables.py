@@ -102,8 +102,8 @@ def steady_run(d):
 
 def steady_runs(out):
     raw = os.path.join(out, "raw")
-    runs = [steady_run(os.path.join(raw, d)) for d in sorted(os.listdir(raw))]
-    return [r for r in runs if r]
+    runs = [r for r in (steady_run(os.path.join(raw, d)) for d in os.listdir(raw)) if r]
+    return sorted(runs, key=lambda r: (r["kind"], r["mem_mb"], r["set_fraction"], r["theta"]))
 
 
 def steady(out):
@@ -205,6 +205,9 @@ def plot(out, name, xlabel, ylabel, series, logx=False, logy=False, title=None):
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
     if logx:
         ax.set_xscale("log", base=2)
+        xs = sorted({p[0] for pts in series.values() for p in pts})
+        ax.set_xticks(xs)
+        ax.set_xticklabels([str(x) for x in xs])
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel(xlabel)
