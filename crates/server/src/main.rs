@@ -23,7 +23,6 @@
 //! The global allocator is mimalloc (measured against glibc malloc: ARCHITECTURE.md).
 #![deny(unsafe_code)]
 
-mod admin;
 mod assets;
 mod block;
 mod cli;
@@ -32,8 +31,6 @@ mod ctl_table;
 mod daemon;
 mod http;
 mod kv;
-mod kv_admin;
-mod kv_check;
 mod logging;
 mod metrics;
 mod procstat;
