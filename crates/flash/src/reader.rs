@@ -2,8 +2,9 @@
 //! device read of the pages the location's size hint names (two reads when the hint says
 //! "more than 31 pages"), verifying the checksum with the seed captured at submit time.
 //!
-//! Runs on the caller's thread (lookup, submit) and on an IO executor thread (decode,
-//! complete). Never blocks the caller.
+//! Runs on the caller's thread (lookup, submit) and on whichever thread reaps the IO
+//! (decode, complete): an event loop holding a `ReapHandle`, or an executor thread. Never
+//! blocks the caller. Read buffers come from `io::pool` and go back when the record drops.
 use std::io;
 use std::sync::Arc;
 

@@ -171,7 +171,8 @@ pub enum IoOp {
     },
 }
 
-/// Completion callback: runs on an executor thread, must not block. Receives the read buffer
+/// Completion callback: runs on the thread that reaps the IO (an executor thread, or an event
+/// loop holding a [`uring::ReapHandle`]), must not block. Receives the read buffer
 /// for reads, `None` for writes and syncs.
 pub type IoDone = Box<dyn FnOnce(io::Result<Option<AlignedBuf>>) + Send>;
 
