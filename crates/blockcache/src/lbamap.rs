@@ -20,9 +20,12 @@
 const EMPTY: u64 = 0;
 /// Dirty flag, packed above the location (locations use 45 bits).
 const DIRTY: u64 = 1 << 63;
-/// Referenced flag (CLOCK): set when the block is read, cleared when the clock hand or
-/// reclaim passes it. Kept across inserts that replace an entry.
-const REF: u64 = 1 << 62;
+/// Reference count (CLOCK with frequency, 2 bits at 61..63): raised (up to 3) when the
+/// block is read, lowered by one each time the CLOCK hand or reclaim passes it, so a block
+/// read often survives several passes. Kept across inserts that replace an entry.
+const REF: u64 = 3 << REF_SHIFT;
+const REF_SHIFT: u32 = 61;
+const REF_ONE: u64 = 1 << REF_SHIFT;
 /// Most entries per 100 slots before the table grows.
 const MAX_LOAD_PCT: usize = 85;
 
@@ -148,38 +151,44 @@ impl LbaMap {
         self.slots[i] = [key, e.loc | r | if e.dirty { DIRTY } else { 0 }, e.version];
     }
 
-    /// Mark `lba` referenced (read); false if absent.
+    /// Count a read of `lba` (saturating); false if absent.
     pub fn touch(&mut self, lba: u64) -> bool {
         if self.slots.is_empty() || lba == u64::MAX {
             return false;
         }
         match self.probe(lba.wrapping_add(1)) {
             (i, true) => {
-                self.slots[i][1] |= REF;
+                if self.slots[i][1] & REF != REF {
+                    self.slots[i][1] += REF_ONE;
+                }
                 true
             }
             _ => false,
         }
     }
 
-    /// Whether `lba` was referenced since the last call; clears the mark.
+    /// Whether `lba` was read since passes used up its count; lowers the count by one.
     pub fn take_ref(&mut self, lba: u64) -> bool {
         if self.slots.is_empty() || lba == u64::MAX {
             return false;
         }
         match self.probe(lba.wrapping_add(1)) {
-            (i, true) => {
-                let r = self.slots[i][1] & REF != 0;
-                self.slots[i][1] &= !REF;
-                r
-            }
+            (i, true) => Self::lower(&mut self.slots[i]),
             _ => false,
         }
     }
 
-    /// CLOCK: advance `hand` to the next clean entry not referenced since the hand last
-    /// passed (clearing the marks it passes) for which `skip` is false. At most two sweeps
-    /// of the table; `None` if every entry is dirty or skipped.
+    fn lower(slot: &mut Slot) -> bool {
+        let r = slot[1] & REF != 0;
+        if r {
+            slot[1] -= REF_ONE;
+        }
+        r
+    }
+
+    /// CLOCK: advance `hand` to the next clean entry whose count is 0 (lowering the counts
+    /// it passes) for which `skip` is false. At most four sweeps of the table; `None` if
+    /// every entry is dirty or skipped.
     pub fn clock_victim(
         &mut self,
         hand: &mut usize,
@@ -189,15 +198,14 @@ impl LbaMap {
         if n == 0 || self.len == 0 {
             return None;
         }
-        for _ in 0..2 * n {
+        for _ in 0..4 * n {
             let i = *hand % n;
             *hand = i + 1;
             let [key, word, _] = self.slots[i];
             if key == EMPTY || word & DIRTY != 0 || skip(key - 1) {
                 continue;
             }
-            if word & REF != 0 {
-                self.slots[i][1] &= !REF;
+            if Self::lower(&mut self.slots[i]) {
                 continue;
             }
             return Some((key - 1, self.entry_at(i)));
@@ -340,6 +348,10 @@ mod tests {
             m.insert(lba, e);
         }
         assert!(m.touch(0) && m.touch(1) && !m.touch(9));
+        // A count saturates at 3 and the hand takes one per pass.
+        for _ in 0..5 {
+            m.touch(3);
+        }
         // The mark survives a replacement (a move by reclaim) and hides from `get`.
         assert!(m.set_loc(0, 40));
         assert_eq!(m.get(0).map(|e| e.loc), Some(40));
@@ -357,7 +369,7 @@ mod tests {
         got.sort_unstable();
         assert_eq!(got, vec![0, 1]);
         assert!(m.contains_key(3));
-        assert!(!m.take_ref(3));
+        assert!(m.take_ref(3) && m.take_ref(3) && m.take_ref(3) && !m.take_ref(3));
         m.touch(3);
         assert!(m.take_ref(3) && !m.take_ref(3));
     }

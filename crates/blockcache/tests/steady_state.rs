@@ -1,0 +1,115 @@
+//! The cache at steady state: full, with a hot read set, under sustained overwrites many
+//! times the flash size. `cached_blocks` never exceeds `capacity_blocks` and stays near it,
+//! the hot read set stays cached (reclaim moves it), every read matches a byte model.
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use flashtier_blockcache::{BlockCache, BlockCacheConfig};
+use flashtier_flash::{Device, MemoryDevice};
+use flashtier_nbd::{BlockBackend, MemoryBackend};
+
+const BS: u64 = 4096;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn stat(cache: &BlockCache, name: &str) -> u64 {
+    cache
+        .stats_pairs()
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or_else(|| panic!("no stat {name}"))
+}
+
+fn block(lba: u64, gen: u64) -> Bytes {
+    let mut b = vec![0u8; BS as usize];
+    b[..8].copy_from_slice(&lba.to_le_bytes());
+    b[8..16].copy_from_slice(&gen.to_le_bytes());
+    Bytes::from(b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_cache_keeps_hot_reads_under_sustained_overwrites() {
+    const BACKING: u64 = 128 << 20;
+    let dev = Arc::new(MemoryDevice::new("flash", 32 << 20));
+    let backing = Arc::new(MemoryBackend::new(BACKING as usize));
+    let devs: Vec<Arc<dyn Device>> = vec![Arc::clone(&dev) as Arc<dyn Device>];
+    let cfg = BlockCacheConfig {
+        tunables: vec![("flush_period_s".into(), "1".into())],
+        ..Default::default()
+    };
+    let cache = BlockCache::open_devices(devs, Arc::clone(&backing) as Arc<dyn BlockBackend>, cfg)
+        .expect("open");
+    let wb = cache.start();
+    let cap = cache.capacity_blocks();
+    let nblocks = BACKING / BS;
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    // Hot read set: 40 % of the capacity, in the first half; writes go to the second half.
+    let hot: Vec<u64> = (0..cap * 2 / 5).map(|_| rng.below(nblocks / 2)).collect();
+    let mut model: HashMap<u64, u64> = HashMap::new();
+    let check = |lba: u64, got: &[u8], model: &HashMap<u64, u64>| {
+        let want = model.get(&lba).map_or_else(|| vec![0u8; BS as usize], |g| block(lba, *g).to_vec());
+        assert!(got == &want[..], "block {lba} differs from the model");
+    };
+    // Fill: the hot set, then cold reads until flash is full.
+    for lba in hot.iter().copied().chain((0..cap * 2).map(|_| rng.below(nblocks))) {
+        let got = cache.read(lba * BS, BS as u32).await.expect("read");
+        check(lba, &got, &model);
+    }
+    assert!(stat(&cache, "cached_blocks") <= cap);
+    let (mut hits0, mut reads0) = (0, 0);
+    // Sustained overwrites: ~10× the flash size, with hot reads interleaved.
+    let writes = (32 << 20) * 10 / BS;
+    let mut min_cached = u64::MAX;
+    for i in 0..writes {
+        let lba = nblocks / 2 + rng.below(cap);
+        let gen = i + 1;
+        cache.write(lba * BS, block(lba, gen), false).await.expect("write");
+        model.insert(lba, gen);
+        let h = hot[rng.below(hot.len() as u64) as usize];
+        let got = cache.read(h * BS, BS as u32).await.expect("read");
+        check(h, &got, &model);
+        if i == writes / 2 {
+            // Hits are measured over the second half (past the hot set's first misses).
+            hits0 = stat(&cache, "read_hits");
+            reads0 = stat(&cache, "reads");
+        }
+        if i % 512 == 0 {
+            let cached = stat(&cache, "cached_blocks");
+            assert!(cached <= cap, "cached_blocks {cached} > capacity_blocks {cap}");
+            if i > writes / 4 {
+                min_cached = min_cached.min(cached);
+            }
+        }
+    }
+    let hit = (stat(&cache, "read_hits") - hits0) as f64 / (stat(&cache, "reads") - reads0) as f64;
+    let moved = stat(&cache, "moved_clean_blocks");
+    eprintln!(
+        "capacity {cap}, min cached after warm-up {min_cached}, hot read hit {hit:.3}, \
+         moved clean {moved}, evictions {}, replacements {}",
+        stat(&cache, "capacity_evictions"),
+        stat(&cache, "replacements")
+    );
+    assert!(min_cached as f64 >= cap as f64 * 0.8, "cached fell to {min_cached} of {cap}");
+    assert!(hit >= 0.9, "hot read set hit ratio {hit:.3}");
+    assert!(moved > 0, "reclaim moved no clean block");
+    // Everything reads back as the model says, through the cache.
+    for lba in model.keys().copied().take(2000) {
+        let got = cache.read(lba * BS, BS as u32).await.expect("read");
+        check(lba, &got, &model);
+    }
+    cache.stop();
+    wb.abort();
+}
