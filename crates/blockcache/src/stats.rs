@@ -202,6 +202,24 @@ impl BlockCache {
             "writeback_rate".into(),
             self.wb_rate.load(Ordering::Relaxed).to_string(),
         ));
+        // The cache file: bytes of the blocks' current records, of dead (overwritten or
+        // evicted, not yet reclaimed) records, and the live share of its capacity.
+        let record = flashtier_flash::format::record::padded_len(0, self.block_size as usize) as u64;
+        let live = cached * record;
+        let dead = self
+            .flash
+            .stats()
+            .pairs()
+            .into_iter()
+            .find(|(k, _)| *k == "bytes_dead")
+            .map_or(0, |(_, n)| n);
+        v.push(("live_bytes".into(), live.to_string()));
+        v.push(("dead_bytes".into(), dead.to_string()));
+        let capacity = self.flash_info.capacity.max(1);
+        v.push((
+            "live_ratio".into(),
+            format!("{:.4}", live as f64 / capacity as f64),
+        ));
         v.push(("clean_watermark".into(), wm.to_string()));
         v.push((
             "clean_watermark_persisted".into(),
