@@ -85,7 +85,10 @@ mod tests {
             assert!(r >= last);
             last = r;
         }
-        assert!(last > ra * 1.05, "integral term raises a stuck rate: {ra} -> {last}");
+        assert!(
+            last > ra * 1.05,
+            "integral term raises a stuck rate: {ra} -> {last}"
+        );
     }
 
     #[test]

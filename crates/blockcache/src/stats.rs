@@ -204,7 +204,8 @@ impl BlockCache {
         ));
         // The cache file: bytes of the blocks' current records, of dead (overwritten or
         // evicted, not yet reclaimed) records, and the live share of its capacity.
-        let record = flashtier_flash::format::record::padded_len(0, self.block_size as usize) as u64;
+        let record =
+            flashtier_flash::format::record::padded_len(0, self.block_size as usize) as u64;
         let live = cached * record;
         let dead = self
             .flash

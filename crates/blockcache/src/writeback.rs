@@ -62,8 +62,9 @@ pub(crate) async fn run(cache: Arc<BlockCache>) {
     let mut last_reqs = cache.client_requests();
     while !cache.stopping.load(Ordering::Acquire) {
         if !rest.is_zero() {
-            let _ = tokio::time::timeout(rest.min(Duration::from_secs(1)), cache.wb_wake.notified())
-                .await;
+            let _ =
+                tokio::time::timeout(rest.min(Duration::from_secs(1)), cache.wb_wake.notified())
+                    .await;
             rest = Duration::ZERO;
         } else if busy {
             tokio::task::yield_now().await;
@@ -158,11 +159,7 @@ pub(crate) async fn run(cache: Arc<BlockCache>) {
 }
 
 /// Dirty LBAs in flush order; `cursor` is where ascending-LBA order resumes.
-fn order<'a>(
-    ix: &'a Index,
-    order: FlushOrder,
-    cursor: u64,
-) -> Box<dyn Iterator<Item = u64> + 'a> {
+fn order<'a>(ix: &'a Index, order: FlushOrder, cursor: u64) -> Box<dyn Iterator<Item = u64> + 'a> {
     match order {
         FlushOrder::Fifo => Box::new(ix.fifo.values().map(|(l, _)| *l)),
         FlushOrder::Lba => Box::new(

@@ -60,11 +60,17 @@ async fn full_cache_keeps_hot_reads_under_sustained_overwrites() {
     let hot: Vec<u64> = (0..cap * 2 / 5).map(|_| rng.below(nblocks / 2)).collect();
     let mut model: HashMap<u64, u64> = HashMap::new();
     let check = |lba: u64, got: &[u8], model: &HashMap<u64, u64>| {
-        let want = model.get(&lba).map_or_else(|| vec![0u8; BS as usize], |g| block(lba, *g).to_vec());
+        let want = model
+            .get(&lba)
+            .map_or_else(|| vec![0u8; BS as usize], |g| block(lba, *g).to_vec());
         assert!(got == &want[..], "block {lba} differs from the model");
     };
     // Fill: the hot set, then cold reads until flash is full.
-    for lba in hot.iter().copied().chain((0..cap * 2).map(|_| rng.below(nblocks))) {
+    for lba in hot
+        .iter()
+        .copied()
+        .chain((0..cap * 2).map(|_| rng.below(nblocks)))
+    {
         let got = cache.read(lba * BS, BS as u32).await.expect("read");
         check(lba, &got, &model);
     }
@@ -76,7 +82,10 @@ async fn full_cache_keeps_hot_reads_under_sustained_overwrites() {
     for i in 0..writes {
         let lba = nblocks / 2 + rng.below(cap);
         let gen = i + 1;
-        cache.write(lba * BS, block(lba, gen), false).await.expect("write");
+        cache
+            .write(lba * BS, block(lba, gen), false)
+            .await
+            .expect("write");
         model.insert(lba, gen);
         let h = hot[rng.below(hot.len() as u64) as usize];
         let got = cache.read(h * BS, BS as u32).await.expect("read");
@@ -88,7 +97,10 @@ async fn full_cache_keeps_hot_reads_under_sustained_overwrites() {
         }
         if i % 512 == 0 {
             let cached = stat(&cache, "cached_blocks");
-            assert!(cached <= cap, "cached_blocks {cached} > capacity_blocks {cap}");
+            assert!(
+                cached <= cap,
+                "cached_blocks {cached} > capacity_blocks {cap}"
+            );
             if i > writes / 4 {
                 min_cached = min_cached.min(cached);
             }
@@ -102,7 +114,10 @@ async fn full_cache_keeps_hot_reads_under_sustained_overwrites() {
         stat(&cache, "capacity_evictions"),
         stat(&cache, "replacements")
     );
-    assert!(min_cached as f64 >= cap as f64 * 0.8, "cached fell to {min_cached} of {cap}");
+    assert!(
+        min_cached as f64 >= cap as f64 * 0.8,
+        "cached fell to {min_cached} of {cap}"
+    );
     assert!(hit >= 0.9, "hot read set hit ratio {hit:.3}");
     assert!(moved > 0, "reclaim moved no clean block");
     // Everything reads back as the model says, through the cache.

@@ -29,7 +29,10 @@ fn content(lba: u64, gen: u64) -> Vec<u8> {
     let mut v = Vec::with_capacity(BS);
     v.extend_from_slice(&lba.to_le_bytes());
     v.extend_from_slice(&gen.to_le_bytes());
-    v.resize(BS, (lba.wrapping_mul(31).wrapping_add(gen.wrapping_mul(7)) & 0xff) as u8);
+    v.resize(
+        BS,
+        (lba.wrapping_mul(31).wrapping_add(gen.wrapping_mul(7)) & 0xff) as u8,
+    );
     v
 }
 
