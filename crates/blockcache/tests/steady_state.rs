@@ -128,3 +128,109 @@ async fn full_cache_keeps_hot_reads_under_sustained_overwrites() {
     cache.stop();
     wb.abort();
 }
+
+fn open_small(tun: &[(&str, &str)]) -> (Arc<BlockCache>, Arc<MemoryBackend>) {
+    let dev = Arc::new(MemoryDevice::new("flash", 32 << 20));
+    let backing = Arc::new(MemoryBackend::new(128 << 20));
+    let devs: Vec<Arc<dyn Device>> = vec![Arc::clone(&dev) as Arc<dyn Device>];
+    let cfg = BlockCacheConfig {
+        tunables: tun
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    };
+    let cache = BlockCache::open_devices(devs, Arc::clone(&backing) as Arc<dyn BlockBackend>, cfg)
+        .expect("open");
+    (cache, backing)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flush_coalesces_adjacent_dirty_blocks_into_large_backing_writes() {
+    let (cache, backing) = open_small(&[("flush_period_s", "0"), ("seq_threshold_kb", "0")]);
+    let wb = cache.start();
+    let mut rng = Rng(7);
+    // 1024 adjacent blocks written in random order, one 4 KiB write each, plus 64 scattered.
+    let mut lbas: Vec<u64> = (1000..2024).collect();
+    for i in (1..lbas.len()).rev() {
+        lbas.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    lbas.extend((0..64).map(|i| 10_000 + i * 97));
+    for &lba in &lbas {
+        cache
+            .write(lba * BS, block(lba, 1), false)
+            .await
+            .expect("write");
+    }
+    cache.flush_wait().await.expect("flush");
+    let writes = stat(&cache, "writeback_writes");
+    let bytes = stat(&cache, "writeback_bytes");
+    assert_eq!(bytes, lbas.len() as u64 * BS);
+    // 1024 adjacent blocks fit in 4 writes of 1 MiB; batches may split a run a few times.
+    assert!(
+        writes <= 64 + 16,
+        "{writes} backing writes for {} blocks",
+        lbas.len()
+    );
+    assert!(stat(&cache, "coalesced_writes") >= 4);
+    for &lba in &lbas {
+        let got = backing
+            .read(lba * BS, BS as u32)
+            .await
+            .expect("backing read");
+        assert!(got == block(lba, 1), "block {lba} not on the backing");
+    }
+    cache.stop();
+    wb.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threshold_cleaning_starts_at_high_water_and_stops_near_low_water() {
+    let (cache, _backing) = open_small(&[
+        ("flush_period_s", "0"),
+        ("dirty_high_pct", "30"),
+        ("dirty_low_pct", "10"),
+        ("dirty_max_pct", "90"),
+        ("seq_threshold_kb", "0"),
+    ]);
+    let wb = cache.start();
+    let cap = cache.capacity_blocks();
+    // Up to just under high water: no threshold cleaning (no flush period either).
+    let below = cap * 30 / 100 - 8;
+    for lba in 0..below {
+        cache
+            .write(lba * 2 * BS, block(lba * 2, 1), false)
+            .await
+            .expect("write");
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(stat(&cache, "threshold_cleanings"), 0);
+    assert_eq!(stat(&cache, "cleanings"), 0);
+    // Cross it: the controller drains to the low mark, counted as threshold cleanings.
+    for lba in below..below + 64 {
+        cache
+            .write(lba * 2 * BS, block(lba * 2, 1), false)
+            .await
+            .expect("write");
+    }
+    let low = cap * 10 / 100;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while stat(&cache, "dirty_blocks") > low && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let dirty = stat(&cache, "dirty_blocks");
+    assert!(dirty <= low, "dirty {dirty} never reached low water {low}");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let after = stat(&cache, "dirty_blocks");
+    assert!(
+        after as f64 >= low as f64 * 0.8,
+        "drained far past low water: {after}"
+    );
+    assert_eq!(
+        stat(&cache, "threshold_cleanings"),
+        stat(&cache, "cleanings")
+    );
+    assert!(stat(&cache, "threshold_cleanings") > 0);
+    cache.stop();
+    wb.abort();
+}
