@@ -6,7 +6,8 @@
 #
 # Usage: scripts/bench/block-flush.sh [OUTDIR]
 # Env: SIZE (device, 1G), CACHE (256M), DELAY (4ms), RUNTIME (s per fio run, 20),
-#      SHARE (writeback_busy_share_pct, 30), FLASHTIER (binary, target/release/flashtier).
+#      SHARE (writeback_busy_share_pct, 30), FG (0: no foreground load, just time the
+#      flush), FLASHTIER (binary, target/release/flashtier).
 set -euo pipefail
 SIZE=${SIZE:-1G}
 CACHE=${CACHE:-256M}
@@ -60,14 +61,16 @@ import json,sys
 t=open(sys.argv[1]).read(); j=json.loads(t[t.index("{"):])["jobs"][0]
 print(round(j["read"]["iops"]+j["write"]["iops"]))' "$OUT/$1.json"
 }
-fg warmup >/dev/null   # the foreground's hot set gets cached first
+if [ "${FG:-1}" = 1 ]; then
+    fg warmup >/dev/null   # the foreground's hot set gets cached first
+fi
 D0=$(stat dirty_blocks)
-BEFORE=$(fg before)
+BEFORE=$([ "${FG:-1}" = 1 ] && fg before || echo 1)
 D1=$(stat dirty_blocks)
 C0=$(stat cleanings)
 ctl flush >/dev/null
 T0=$(date +%s.%N)
-DURING=$(fg during)
+DURING=$([ "${FG:-1}" = 1 ] && fg during || echo 1)
 LEFT=$(stat dirty_blocks)
 ctl flush --wait >/dev/null 2>&1
 T1=$(date +%s.%N)
