@@ -182,15 +182,7 @@ pub fn metrics<S: KvStore>(ctx: &Context<S>) -> String {
         &ctx.latency.snapshots(),
     );
     if let Some(fs) = ctx.store.flash_stats() {
-        e.histogram(
-            "flash_io_duration_seconds",
-            "Flash device IO time, submit to completion (queueing included), by op.",
-            "op",
-            &[
-                ("read", fs.latency.read.snapshot()),
-                ("write", fs.latency.write.snapshot()),
-            ],
-        );
+        e.flash_io(fs);
     }
     e.process();
     e.finish()

@@ -299,16 +299,7 @@ pub fn metrics(ctx: &AdminCtx) -> String {
         "op",
         &ctx.nbd.latency().snapshots(),
     );
-    let fs = ctx.cache.flash().stats();
-    e.histogram(
-        "flash_io_duration_seconds",
-        "Flash device IO time, submit to completion (queueing included), by op.",
-        "op",
-        &[
-            ("read", fs.latency.read.snapshot()),
-            ("write", fs.latency.write.snapshot()),
-        ],
-    );
+    e.flash_io(ctx.cache.flash().stats());
     e.process();
     e.finish()
 }
