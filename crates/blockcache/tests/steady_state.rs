@@ -234,3 +234,84 @@ async fn threshold_cleaning_starts_at_high_water_and_stops_near_low_water() {
     cache.stop();
     wb.abort();
 }
+
+/// An LRU cache of `cap` blocks over the same trace, counting read hits after `warm`.
+fn lru_read_hits(trace: &[(u64, bool)], cap: usize, warm: usize) -> f64 {
+    let mut last: HashMap<u64, usize> = HashMap::new();
+    let mut order: std::collections::BTreeMap<usize, u64> = Default::default();
+    let (mut hits, mut reads) = (0u64, 0u64);
+    for (i, &(lba, write)) in trace.iter().enumerate() {
+        let hit = match last.insert(lba, i) {
+            Some(old) => {
+                order.remove(&old);
+                true
+            }
+            None => false,
+        };
+        order.insert(i, lba);
+        if order.len() > cap {
+            if let Some((_, l)) = order.pop_first() {
+                last.remove(&l);
+            }
+        }
+        if i >= warm && !write {
+            reads += 1;
+            hits += u64::from(hit);
+        }
+    }
+    hits as f64 / reads as f64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zipf_read_hits_come_close_to_lru() {
+    let (cache, _backing) = open_small(&[("flush_period_s", "1"), ("seq_threshold_kb", "0")]);
+    let wb = cache.start();
+    let cap = cache.capacity_blocks() as usize;
+    let nblocks = 32768u64; // 128 MiB backing, cache ~21 %
+                            // Zipf 0.8 over the blocks (ranks scattered over the device), 30 % writes.
+    let cdf: Vec<f64> = (1..=nblocks)
+        .scan(0.0, |acc, r| {
+            *acc += (r as f64).powf(-0.8);
+            Some(*acc)
+        })
+        .collect();
+    let total = *cdf.last().expect("cdf");
+    let mut rng = Rng(99);
+    let n = 300_000;
+    let trace: Vec<(u64, bool)> = (0..n)
+        .map(|_| {
+            let u = (rng.next() >> 11) as f64 / (1u64 << 53) as f64 * total;
+            let rank = cdf.partition_point(|c| *c < u) as u64;
+            let lba = rank.wrapping_mul(0x9e37_79b9_7f4a_7c15) % nblocks;
+            (lba, rng.below(10) < 3)
+        })
+        .collect();
+    let mut model: HashMap<u64, u64> = HashMap::new();
+    for (i, &(lba, write)) in trace.iter().enumerate() {
+        if write {
+            let g = i as u64 + 1;
+            cache
+                .write(lba * BS, block(lba, g), false)
+                .await
+                .expect("write");
+            model.insert(lba, g);
+        } else {
+            let got = cache.read(lba * BS, BS as u32).await.expect("read");
+            let want = model
+                .get(&lba)
+                .map_or_else(|| vec![0u8; BS as usize], |g| block(lba, *g).to_vec());
+            assert!(got[..] == want[..], "block {lba}");
+        }
+    }
+    let hit = stat(&cache, "read_hits") as f64 / stat(&cache, "reads") as f64;
+    let lru = lru_read_hits(&trace, cap, 0);
+    eprintln!(
+        "zipf 0.8, cache {cap} blocks of {nblocks}: flashtier read hits {hit:.3}, LRU {lru:.3}"
+    );
+    assert!(
+        hit >= lru - 0.05,
+        "read hits {hit:.3} fall short of LRU's {lru:.3}"
+    );
+    cache.stop();
+    wb.abort();
+}
