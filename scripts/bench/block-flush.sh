@@ -7,7 +7,8 @@
 # Usage: scripts/bench/block-flush.sh [OUTDIR]
 # Env: SIZE (device, 1G), CACHE (256M), DELAY (4ms), RUNTIME (s per fio run, 20),
 #      SHARE (writeback_busy_share_pct, 30), FG (0: no foreground load, just time the
-#      flush), FLASHTIER (binary, target/release/flashtier).
+#      flush), FGRW (foreground fio --rw, randrw), FGDIST (its random_distribution,
+#      zipf:1.1; `random` for uniform misses that compete for the backing), FLASHTIER (binary, target/release/flashtier).
 set -euo pipefail
 SIZE=${SIZE:-1G}
 CACHE=${CACHE:-256M}
@@ -32,7 +33,7 @@ stat() { local v; v=$(ctl stats | sed -n "s/^$1=//p"); echo "${v:-0}"; }
 wait_sock() { for _ in $(seq 200); do [ -S "$1" ] && return 0; sleep 0.1; done; echo "no $1" >&2; exit 1; }
 
 truncate -s "$SIZE" "$W/backing.img"
-nbdkit -f -U "$W/slow.sock" --filter=delay file "$W/backing.img" rdelay="$DELAY" wdelay="$DELAY" &
+nbdkit -f -U "$W/slow.sock" --threads="${THREADS:-16}" --filter=delay file "$W/backing.img" rdelay="$DELAY" wdelay="$DELAY" &
 PIDS+=($!)
 wait_sock "$W/slow.sock"
 "$FT" block --backing "nbd+unix:///?socket=$W/slow.sock" --cache "$W/cache.img:$CACHE" \
@@ -53,8 +54,8 @@ fio --name=dirty --ioengine=nbd --uri="$URI" --rw=randwrite --bs=4k --size="$SIZ
 fio --name=seq --ioengine=nbd --uri="$URI" --rw=write --bs=64k --offset=0 --size="$SEQ" \
     --iodepth=8 >/dev/null 2>&1
 fg() { # name: foreground load, 4 KiB random 70/30 read/write, zipf over the device
-    fio --name="$1" --ioengine=nbd --uri="$URI" --rw=randrw --rwmixread=70 --bs=4k \
-        --random_distribution=zipf:1.1 --iodepth=16 --size="$SIZE" --runtime="$RUNTIME" \
+    fio --name="$1" --ioengine=nbd --uri="$URI" --rw="${FGRW:-randrw}" --rwmixread=70 --bs=4k \
+        --random_distribution="${FGDIST:-zipf:1.1}" --iodepth=16 --size="$SIZE" --runtime="$RUNTIME" \
         --time_based --output-format=json >"$OUT/$1.json" 2>/dev/null
     python3 -c '
 import json,sys
