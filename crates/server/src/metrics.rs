@@ -280,6 +280,20 @@ impl Exposition {
     }
 }
 
+/// Kind and HELP text of a flash engine stat (`flash_*`, both faces), from the engine's own
+/// description: a description starting "Gauge" is a gauge, the rest are counters.
+pub fn flash_kind(stat: &str) -> Option<(Kind, String)> {
+    let (_, doc) = flashtier_flash::FlashStats::describe()
+        .into_iter()
+        .find(|(k, _)| *k == stat)?;
+    let kind = if doc.starts_with("Gauge") {
+        Kind::Gauge
+    } else {
+        Kind::Counter
+    };
+    Some((kind, doc.to_string()))
+}
+
 /// `stat name → meaning` from docs/stats.md's tables (first cell: backticked names, `*`
 /// as a wildcard; last cell: meaning), so HELP says what the documentation says.
 pub fn doc_help(stat: &str) -> Option<String> {

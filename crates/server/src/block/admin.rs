@@ -34,7 +34,6 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use flashtier_blockcache::{BlockCache, BlockStats, FlushState, Mode, ModeSwitch, SwitchPhase};
-use flashtier_flash::FlashStats;
 use flashtier_nbd::{ServerStats, ShutdownHandle};
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
@@ -150,13 +149,8 @@ pub fn kind_of(stat: &str) -> (Kind, String) {
     if let Some((_, doc)) = BlockStats::describe().into_iter().find(|(k, _)| *k == stat) {
         return (Kind::Counter, doc.to_string());
     }
-    if let Some((_, doc)) = FlashStats::describe().into_iter().find(|(k, _)| *k == stat) {
-        let kind = if doc.starts_with("Gauge") {
-            Kind::Gauge
-        } else {
-            Kind::Counter
-        };
-        return (kind, doc.to_string());
+    if let Some(found) = crate::metrics::flash_kind(stat) {
+        return found;
     }
     if let Some((_, doc)) = NBD.iter().find(|(k, _)| *k == stat) {
         let gauge = matches!(

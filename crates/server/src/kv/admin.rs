@@ -21,7 +21,6 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use flashtier_cache::KvStore;
-use flashtier_flash::FlashStats;
 use flashtier_memcache::command::admin::general_pairs;
 use flashtier_memcache::Context;
 use tokio::net::TcpListener;
@@ -140,13 +139,8 @@ fn is_gauge(name: &str) -> bool {
 /// Kind and HELP text of a stat: the flash engine's own doc text for `flash_*`, else
 /// docs/stats.md, else a sentence naming the stat.
 fn kind_of(stat: &str) -> (Kind, String) {
-    if let Some((_, doc)) = FlashStats::describe().into_iter().find(|(k, _)| *k == stat) {
-        let kind = if doc.starts_with("Gauge") {
-            Kind::Gauge
-        } else {
-            Kind::Counter
-        };
-        return (kind, doc.to_string());
+    if let Some(found) = crate::metrics::flash_kind(stat) {
+        return found;
     }
     let kind = if is_gauge(stat) {
         Kind::Gauge
