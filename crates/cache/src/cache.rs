@@ -79,6 +79,8 @@ pub(crate) struct Inner {
 pub struct Cache {
     pub(crate) inner: Arc<Inner>,
     sweeper: Option<Sweeper>,
+    /// The write-back thread (`writeback`), with flash.
+    writeback: Option<Sweeper>,
     handler: Option<Arc<Handler>>,
 }
 
@@ -87,6 +89,7 @@ impl Drop for Cache {
         // Stop the sweeper, then the flash engine's threads, while `inner` is still alive:
         // the reclaimer must never hold the last reference to it.
         drop(self.sweeper.take());
+        drop(self.writeback.take());
         let _ = self.close();
         if let Some(h) = &self.handler {
             h.close();
@@ -193,9 +196,22 @@ impl Cache {
             },
             None => None,
         };
+        let writeback = match &inner.ft {
+            Some(_) => {
+                let i = inner.clone();
+                let every = crate::writeback::PASS_EVERY;
+                match Sweeper::spawn_fn("flashtier-writeback", every, move || i.write_back_pass())
+                {
+                    Ok(s) => Some(s),
+                    Err(e) => return Err(StartError::Sweeper(e)),
+                }
+            }
+            None => None,
+        };
         Ok(Self {
             inner,
             sweeper,
+            writeback,
             handler,
         })
     }
@@ -219,6 +235,7 @@ impl Cache {
         match &self.inner.ft {
             Some(ft) if ft.closed.swap(true, Ordering::SeqCst) => Ok(()),
             Some(ft) => {
+                self.inner.write_back_due(u64::MAX);
                 ft.append_cas_checkpoint(self.inner.next_cas.load(Ordering::Relaxed));
                 ft.flash.close().map_err(|e| Error::Flash(e.to_string()))
             }
@@ -475,7 +492,7 @@ impl Inner {
     /// Remove a dead (expired or flushed) item.
     pub fn reclaim(&self, shard: &mut Shard<'_>, pos: Pos, h: &Header, hash: u64) {
         self.unlink(shard, pos, h);
-        if h.home_loc().is_some() {
+        if h.flash_behind() {
             self.flushed_gone(h.exptime, hash);
         }
         Counters::add(&self.counters.reclaimed, 1);

@@ -1,9 +1,11 @@
 //! The flash tier under the RAM store (issue 4): write-through, flash-resident slots, reads.
 //!
 //! # Policy
-//! - **Write-through.** Every stored version (SET, and every `Update::Put`: append, incr,
-//!   cas, touch, ...) is appended to flash at once and also kept in RAM as a hot copy whose
-//!   record remembers the flash location (its *home*, `record` word 4). When S3-FIFO evicts
+//! - **Write-back** (`writeback`, knob `write_back_ms`; 0 = write-through). Every stored
+//!   version (SET, and every `Update::Put`: append, incr, cas, touch, ...) is kept in RAM and
+//!   appended to flash when RAM evicts it or after the window, whichever is first; once
+//!   appended, the RAM copy's record remembers the flash location (its *home*, `record` word
+//!   4). In write-through mode the append happens at the store. When S3-FIFO evicts
 //!   the RAM copy, the index slot is rewritten in place (same shard lock) to the flash tier and
 //!   the home location, so the item never disappears: **no item is evicted while flash has
 //!   room**. Items leave only by expiry, delete/overwrite, or flash reclaim when flash is full.
@@ -126,6 +128,11 @@ pub struct TierCounters {
     pub markers_rewritten: AtomicU64,
     /// Items rebuilt into the index at open.
     pub recovered: AtomicU64,
+    /// Dirty versions appended by the write-back pass (window elapsed, or close).
+    pub written_back: AtomicU64,
+    /// Value bytes of every version stored (SET and updates), written to flash or not: the
+    /// denominator of write amplification.
+    pub bytes_stored: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -154,6 +161,8 @@ pub struct FlashTier {
     /// Set by the first `Cache::close`.
     pub closed: std::sync::atomic::AtomicBool,
     pub counters: TierCounters,
+    /// Versions waiting for write-back (`writeback`).
+    pub(crate) dirty: crate::writeback::DirtyQueue,
     /// When an unreadable item was last logged, and how many since (the log is limited to
     /// one line per [`LOSS_LOG_EVERY`]).
     loss_log: parking_lot::Mutex<(Option<std::time::Instant>, u64)>,
@@ -246,6 +255,7 @@ impl FlashTier {
             last_marker: AtomicU64::new(0),
             last_delayed: AtomicU64::new(0),
             counters: TierCounters::default(),
+            dirty: Default::default(),
         }
     }
 

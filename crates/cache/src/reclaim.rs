@@ -33,7 +33,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::cache::Inner;
 use crate::flash_tier::{entry_of, home_word, packed_of, KIND_FLUSH};
 use crate::index::{Pos, Shard, Tier};
-use crate::record::{self, F_FETCHED};
+use crate::record::{self, F_FETCHED, HOME_OLDER};
 use crate::stats::Counters;
 
 enum Gate {
@@ -138,7 +138,7 @@ impl Inner {
                     Counters::add(&ft.counters.evicted, 1);
                 }
             }
-            Ref::Ram(_, _, loc) => self.set_ram_home(loc, 0),
+            Ref::Ram(_, _, loc) => self.set_ram_home(loc, HOME_OLDER),
         }
     }
 
@@ -224,7 +224,7 @@ impl Inner {
             let mut shard = self.index.lock(m.key_id);
             match self.find_ref(&shard, m) {
                 Some(Ref::Ram(_, _, loc)) => {
-                    self.set_ram_home(loc, 0);
+                    self.set_ram_home(loc, HOME_OLDER);
                     in_ram += 1;
                 }
                 Some(Ref::Flash(pos, _)) => {

@@ -155,6 +155,7 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
         let tail = read_blocking(exec, dev, dev_off + seg_size - tl, tl as usize)
             .map_err(|e| Error::io(&name, "read summary", e))?;
         FlashStats::add(&stats.device_bytes_read, tl);
+        FlashStats::add(&stats.reclaim_bytes_read, tl);
         let fb = &tail.as_slice()[tl as usize - FOOTER_LEN..];
         entries = Footer::decode(fb, seed).and_then(|f| decode_summary(tail.as_slice(), &f, seed));
         if entries.is_none() {
@@ -168,6 +169,7 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
             let buf = read_blocking(exec, dev, dev_off, len as usize)
                 .map_err(|e| Error::io(&name, "scan", e))?;
             FlashStats::add(&stats.device_bytes_read, len);
+        FlashStats::add(&stats.reclaim_bytes_read, len);
             let (e, _, _) = scan(buf.as_slice(), seed);
             data = Some(buf);
             e
@@ -237,6 +239,7 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
                             continue;
                         };
                         FlashStats::add(&stats.device_bytes_read, buf.len() as u64);
+        FlashStats::add(&stats.reclaim_bytes_read, buf.len() as u64);
                         out.push(decode_at(buf.as_slice(), e.offset % PAGE as u32, seed));
                     }
                     out
@@ -246,6 +249,7 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
                     let d = read_blocking(exec, dev, dev_off, len as usize)
                         .map_err(|e| Error::io(&name, "read", e))?;
                     FlashStats::add(&stats.device_bytes_read, len);
+        FlashStats::add(&stats.reclaim_bytes_read, len);
                     keeps
                         .iter()
                         .map(|(e, _)| decode_at(d.as_slice(), e.offset, seed))

@@ -1,0 +1,145 @@
+//! Write-back: a stored version reaches flash when RAM evicts it or when it has been unwritten
+//! for the `write_back_ms` window, whichever comes first (0 = write-through at SET).
+//!
+//! A SET keeps its version in RAM with a *dirty* home word (`record::dirty_word`): the time it
+//! became dirty and whether an older version of the key may be on flash. An overwrite of a
+//! dirty version keeps the older dirty-since time, so a key overwritten without pause still
+//! reaches flash once per window. The first version to turn a key dirty queues `(since,
+//! hash)` here; the write-back pass pops due entries and appends every RAM version of that
+//! hash still dirty since then (under its shard lock, as a SET appends). Eviction appends a
+//! dirty version as it appends any version without a home (`tier`). Deletes, tombstones and
+//! `flush_all` markers are never delayed; a delete of a version with `HOME_OLDER` appends a
+//! tombstone, so an older flash version never comes back. A version whose append fails (too
+//! large or small for flash, no device) loses its dirty bit and is retried at eviction.
+//!
+//! Crash rule (docs/eviction.md): a version acknowledged more than window + the engine's
+//! `flush_interval` before a kill is on flash (unless reclaim evicted it); newer ones may be
+//! lost, and recovery then serves the newest older version that reached flash.
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::cache::Inner;
+use crate::flash_tier::home_word;
+use crate::index::Tier;
+use crate::record::{self, dirty_word, Header, F_STALE, F_WIN, HOME_OLDER};
+
+/// How often the write-back thread looks for due versions.
+pub(crate) const PASS_EVERY: Duration = Duration::from_millis(100);
+
+/// Versions waiting for write-back, oldest first: `(dirty since ms, key hash)`.
+#[derive(Debug, Default)]
+pub(crate) struct DirtyQueue(Mutex<VecDeque<(u64, u64)>>);
+
+impl DirtyQueue {
+    fn push(&self, since: u64, hash: u64) {
+        self.0.lock().push_back((since, hash));
+    }
+
+    fn pop_due(&self, cutoff: u64) -> Option<u64> {
+        let mut q = self.0.lock();
+        match q.front() {
+            Some(&(since, hash)) if since <= cutoff => {
+                q.pop_front();
+                Some(hash)
+            }
+            _ => None,
+        }
+    }
+
+    /// Entries queued (some may name versions already written or gone).
+    pub(crate) fn len(&self) -> usize {
+        self.0.lock().len()
+    }
+}
+
+impl Inner {
+    /// The home word of a new version `h` of `key` (value `value`): a flash home if written
+    /// through, else a dirty word (write-back) or, if the append failed, no home (with
+    /// `HOME_OLDER` if `older`: some version of the key may be on flash). `old_since`: the
+    /// replaced version's dirty-since time. Shard lock held.
+    pub(crate) fn store_home(
+        &self,
+        hash: u64,
+        key: &[u8],
+        value: &[u8],
+        h: &Header,
+        older: bool,
+        old_since: Option<u64>,
+    ) -> u64 {
+        let Some(ft) = &self.ft else { return 0 };
+        crate::stats::Counters::add(&ft.counters.bytes_stored, value.len() as u64);
+        let no_home = if older { HOME_OLDER } else { 0 };
+        if ft.tiering.write_back_ms() > 0 && value.len() as u64 >= ft.tiering.item_size() {
+            let since = old_since.unwrap_or_else(|| {
+                let now = self.cfg.clock.now_ms();
+                ft.dirty.push(now, hash);
+                now
+            });
+            return dirty_word(since, older);
+        }
+        let rflags = h.rflags & (F_STALE | F_WIN);
+        match ft.append_put(
+            hash, key, value, h.flags, h.exptime, h.cas, h.stored, rflags,
+        ) {
+            Some(loc) => home_word(loc),
+            None => no_home,
+        }
+    }
+
+    /// Append every dirty version that became dirty at or before `cutoff` (unix ms;
+    /// `u64::MAX` = all). Returns how many were appended.
+    pub(crate) fn write_back_due(&self, cutoff: u64) -> usize {
+        let Some(ft) = &self.ft else { return 0 };
+        let mut n = 0;
+        let mut key = Vec::new();
+        while let Some(hash) = ft.dirty.pop_due(cutoff) {
+            let shard = self.index.lock(hash);
+            let now = self.now();
+            loop {
+                let due = shard.find(hash, |e| {
+                    e.tier == Tier::Ram
+                        && self.header_at(e.loc).is_some_and(|h| {
+                            h.dirty_since().is_some_and(|s| s <= cutoff)
+                        })
+                });
+                let Some((_, e)) = due else { break };
+                let (seg, off) = self.arena.split(e.loc);
+                let Some(m) = self.arena.mem(seg) else { break };
+                let h = record::header(m, off);
+                let no_home = if h.flash_behind() { HOME_OLDER } else { 0 };
+                if self.dead(&h, now) {
+                    record::set_home(m, off, no_home);
+                    continue;
+                }
+                record::read_key(m, off, &h, &mut key);
+                let value = self.arena.read_value(seg, off, &h);
+                let rflags = h.rflags & (F_STALE | F_WIN);
+                let key_id = self.index.hash(&key);
+                let home = match ft.append_put(
+                    key_id, &key, &value, h.flags, h.exptime, h.cas, h.stored, rflags,
+                ) {
+                    Some(loc) => {
+                        n += 1;
+                        home_word(loc)
+                    }
+                    None => no_home,
+                };
+                record::set_home(m, off, home);
+            }
+        }
+        if n > 0 {
+            crate::stats::Counters::add(&ft.counters.written_back, n as u64);
+        }
+        n
+    }
+
+    /// One pass of the write-back thread: versions dirty for the window or longer.
+    pub(crate) fn write_back_pass(&self) {
+        let Some(ft) = &self.ft else { return };
+        let window = ft.tiering.write_back_ms();
+        let cutoff = self.cfg.clock.now_ms().saturating_sub(window);
+        self.write_back_due(cutoff);
+    }
+}
