@@ -117,7 +117,12 @@ impl FlashSettings {
         let mut cfg = self
             .engine
             .clone()
-            .unwrap_or_else(|| FlashConfig::for_capacity(self.capacity()));
+            .unwrap_or_else(|| FlashConfig {
+                // Overwritten versions leave dead records spread over the log: pick old,
+                // mostly dead segments (docs/eviction.md).
+                reclaim_policy: flashtier_flash::ReclaimPolicy::CostBenefit,
+                ..FlashConfig::for_capacity(self.capacity())
+            });
         cfg.role = flashtier_flash::Role::Kv;
         cfg.force_format |= self.force_format;
         cfg

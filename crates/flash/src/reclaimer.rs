@@ -1,8 +1,8 @@
 //! Reclaim: keep enough segments free by emptying victims.
 //!
 //! A victim is a sealed segment on a healthy device (no writes go to a failing one): first any whose records have all expired
-//! (dropped from its summary alone, no value is read), else the oldest (FIFO) or the one
-//! with most records marked dead (greedy). For every record the user decides (through
+//! (dropped from its summary alone, no value is read), else the oldest (FIFO), the one
+//! with most records marked dead (greedy), or the best LFS cost-benefit (cost-benefit). For every record the user decides (through
 //! [`ReclaimHandler`]) to keep it — it is copied into the reclaim stream and the user told
 //! its new location — or drop it. Kept bytes are capped by `keep_limit` so every pass frees
 //! space. Before a victim is reused, the copies are made durable (flush) and its header page
@@ -122,6 +122,14 @@ fn pick_victim(inner: &Inner, st: &mut crate::engine::State) -> Option<u32> {
             let rb = f64::from(b.dead) / f64::from(b.records.max(1));
             rb.total_cmp(&ra).then(a.seq.cmp(&b.seq))
         }),
+        ReclaimPolicy::CostBenefit => {
+            let newest = st.segs.iter().map(|s| s.seq).max().unwrap_or(0);
+            let score = |s: &crate::segments::SegInfo| {
+                let u = 1.0 - s.dead_bytes() as f64 / s.data_bytes.max(1) as f64;
+                (1.0 - u) * (newest.saturating_sub(s.seq) + 1) as f64 / (1.0 + u)
+            };
+            candidates.max_by(|(_, a), (_, b)| score(a).total_cmp(&score(b)).then(b.seq.cmp(&a.seq)))
+        }
     });
     let seg = pick.map(|(i, _)| i as u32)?;
     st.segs[seg as usize].state = SegState::Reclaiming;
