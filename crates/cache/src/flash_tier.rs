@@ -79,6 +79,9 @@ pub const MAX_PROMOTING: u32 = 4;
 pub const PREFIX: usize = 16;
 /// Marker flag: a delayed flush (its `exptime` is the flush time).
 pub const FLUSH_DELAYED: u32 = 1;
+/// Reclaim compacts unhit live items (instead of dropping them) while the device bytes
+/// written stay under this many times the value bytes stored (docs/eviction.md).
+pub const WRITE_BUDGET: f64 = 1.2;
 
 /// Counters of the flash tier (relaxed atomics, any thread).
 #[derive(Debug, Default)]
@@ -265,6 +268,14 @@ impl FlashTier {
     pub fn has_room(&self) -> bool {
         let floor = self.reserve.saturating_add(self.tiering.drop_under());
         self.flash.free_segments() > floor
+    }
+
+    /// True while compaction may keep unhit items: device writes within [`WRITE_BUDGET`]
+    /// of the value bytes stored.
+    pub fn compaction_budget(&self) -> bool {
+        let written = flashtier_flash::FlashStats::get(&self.flash.stats().device_bytes_written);
+        let stored = self.counters.bytes_stored.load(Ordering::Relaxed);
+        (written as f64) <= WRITE_BUDGET * stored as f64
     }
 
     /// A repeat hit on a flash item: true when it should be copied back to RAM

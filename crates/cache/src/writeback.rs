@@ -143,3 +143,82 @@ impl Inner {
         self.write_back_due(cutoff);
     }
 }
+
+/// The window delays appends, overwrites keep the first dirty time, and a delete of a dirty
+/// version over an older flash version appends a tombstone.
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+
+    use crate::clock::Clock;
+    use crate::flash::{Device, FlashConfig, IoBackend, MemoryDevice};
+    use crate::{Cache, CacheConfig, FlashSettings, ItemWrite};
+
+    fn open(clock: Clock) -> Cache {
+        let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("wb", 16 << 20));
+        let mut fs = FlashSettings::devices(vec![d]);
+        fs.engine = Some(FlashConfig {
+            io_backend: IoBackend::Psync,
+            ..FlashConfig::small()
+        });
+        let cfg = CacheConfig::builder()
+            .memory_limit(4 << 20)
+            .segment_size(64 << 10)
+            .max_item_size(64 << 10)
+            .sweep_interval(None)
+            .clock(clock)
+            .flash(fs)
+            .build()
+            .unwrap();
+        Cache::new(cfg).unwrap()
+    }
+
+    fn set(c: &Cache, v: u8) {
+        c.set_now(b"k", ItemWrite::new(Bytes::from(vec![v; 1000]), 0, 0))
+            .unwrap();
+    }
+
+    fn written(c: &Cache) -> u64 {
+        c.inner().ft.as_ref().unwrap().counters.objects_written.load(Relaxed)
+    }
+
+    #[test]
+    fn window_absorbs_overwrites_and_keeps_first_dirty_time() {
+        let clock = Clock::system();
+        let c = open(clock.clone());
+        for v in 0..5 {
+            set(&c, v);
+        }
+        c.inner().write_back_pass();
+        assert_eq!(written(&c), 0, "nothing written inside the window");
+        clock.advance(1);
+        set(&c, 9);
+        clock.advance(2);
+        // 3 s after the first unwritten version: due although the last SET is 2 s old.
+        c.inner().write_back_pass();
+        assert_eq!(written(&c), 1);
+        assert_eq!(c.get_now(b"k").unwrap().unwrap().value[0], 9);
+        c.inner().write_back_pass();
+        assert_eq!(written(&c), 1, "a written version is not written again");
+    }
+
+    #[test]
+    fn delete_of_dirty_version_over_flash_version_appends_tombstone() {
+        let c = open(Clock::system());
+        set(&c, 1);
+        c.inner().write_back_due(u64::MAX);
+        assert_eq!(written(&c), 1);
+        set(&c, 2);
+        assert!(c.delete_now(b"k"));
+        let t = &c.inner().ft.as_ref().unwrap().counters;
+        assert_eq!(t.tombstones.load(Relaxed), 1, "the older flash version is covered");
+        // A key never on flash needs none.
+        c.set_now(b"j", ItemWrite::new(Bytes::from_static(b"x"), 0, 0))
+            .unwrap();
+        assert!(c.delete_now(b"j"));
+        assert_eq!(t.tombstones.load(Relaxed), 1);
+    }
+}
