@@ -17,7 +17,7 @@
 //!   value. Deletes append a `TOMBSTONE` with a fresh version; `flush_all` appends a marker of
 //!   kind [`KIND_FLUSH`] (flags 0 = immediate, 1 = delayed with `exptime` = the flush time).
 //! - **Back-pressure and faults never fail a store.** If the write buffers are all in
-//!   flight the SET waits up to `append_wait_ms` (knob; holding its key's shard lock) and
+//!   flight, or no segment is free while reclaim frees one, the append waits up to `append_wait_ms` (knob; holding its key's shard lock) and
 //!   then, like on `NoSpace`, a value too large for a flash chunk or one smaller than the
 //!   `item_size` knob (default 0), or an engine with no device taking writes (all failing
 //!   or offline after write errors), stores the item in RAM only (counted in
@@ -338,7 +338,9 @@ impl FlashTier {
     fn append(&self, w: &RecordWrite<'_>) -> Result<Location, flashtier_flash::Error> {
         let wait = self.tiering.append_wait();
         match self.flash.append(STREAM, w) {
-            Err(flashtier_flash::Error::Busy(_)) if !wait.is_zero() => {
+            Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)
+                if !wait.is_zero() =>
+            {
                 self.flash.append_blocking(STREAM, w, wait)
             }
             r => r,
