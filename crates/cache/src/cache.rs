@@ -123,11 +123,13 @@ impl Cache {
         let mut seed = cfg.hash_seed;
         let mut opened = None;
         let mut engine_reserve = 0;
+        let mut hot_stream = crate::flash_tier::STREAM;
         let handler = cfg.flash.as_ref().map(|_| Arc::new(Handler::new()));
         if let (Some(fs), Some(handler)) = (&cfg.flash, &handler) {
             let mut rec = Recovered::default();
             let engine = fs.engine_config();
             engine_reserve = engine.reserve_segments;
+            hot_stream = crate::flash_tier::hot_stream(&engine);
             let tiering = Tiering::new(fs, engine.free_high_watermark);
             let h: Arc<dyn flashtier_flash::ReclaimHandler> = handler.clone();
             let res = match &fs.devices {
@@ -164,7 +166,8 @@ impl Cache {
             if let Some(at) = rebuilt.flush_at {
                 flush_at = u64::from(at);
             }
-            let ft = FlashTier::new(flash, info, rebuilt.max_version, tiering, engine_reserve);
+            let mut ft = FlashTier::new(flash, info, rebuilt.max_version, tiering, engine_reserve);
+            ft.hot_stream = hot_stream;
             ft.last_marker.store(rebuilt.last_marker, Ordering::Relaxed);
             ft.last_delayed
                 .store(rebuilt.last_delayed, Ordering::Relaxed);
@@ -200,8 +203,7 @@ impl Cache {
             Some(_) => {
                 let i = inner.clone();
                 let every = crate::writeback::PASS_EVERY;
-                match Sweeper::spawn_fn("flashtier-writeback", every, move || i.write_back_pass())
-                {
+                match Sweeper::spawn_fn("flashtier-writeback", every, move || i.write_back_pass()) {
                     Ok(s) => Some(s),
                     Err(e) => return Err(StartError::Sweeper(e)),
                 }

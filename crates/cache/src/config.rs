@@ -114,15 +114,12 @@ impl FlashSettings {
     /// The engine configuration in force: the kv role (a block cache device is refused),
     /// and `force_format` if asked for here.
     pub(crate) fn engine_config(&self) -> FlashConfig {
-        let mut cfg = self
-            .engine
-            .clone()
-            .unwrap_or_else(|| FlashConfig {
-                // Overwritten versions leave dead records spread over the log: pick old,
-                // mostly dead segments (docs/eviction.md).
-                reclaim_policy: flashtier_flash::ReclaimPolicy::CostBenefit,
-                ..FlashConfig::for_capacity(self.capacity())
-            });
+        let mut cfg = self.engine.clone().unwrap_or_else(|| FlashConfig {
+            // Overwritten versions leave dead records spread over the log: pick old,
+            // mostly dead segments (docs/eviction.md).
+            reclaim_policy: flashtier_flash::ReclaimPolicy::CostBenefit,
+            ..FlashConfig::for_capacity(self.capacity())
+        });
         cfg.role = flashtier_flash::Role::Kv;
         cfg.force_format |= self.force_format;
         cfg

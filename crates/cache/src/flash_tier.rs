@@ -66,6 +66,21 @@ use crate::Error;
 
 /// The stream every write-through append uses (the engine's reclaim stream is another).
 pub const STREAM: u8 = 0;
+/// The stream of versions the write-back pass appends: keys RAM kept for the whole window
+/// (hot, likely overwritten again soon), so their segments die together and reclaim finds
+/// them mostly dead; versions evicted from RAM go to [`STREAM`], compaction survivors to the
+/// engine's reclaim stream (1).
+pub const HOT_STREAM: u8 = 2;
+
+/// The stream write-back appends go to with engine settings `cfg`: [`HOT_STREAM`] if the
+/// engine has it (and it is not the reclaim stream), else [`STREAM`].
+pub fn hot_stream(cfg: &flashtier_flash::FlashConfig) -> u8 {
+    if cfg.streams > HOT_STREAM && cfg.reclaim_stream != HOT_STREAM {
+        HOT_STREAM
+    } else {
+        STREAM
+    }
+}
 /// Record kind of a `flush_all` marker.
 pub const KIND_FLUSH: u8 = 3;
 /// Record kind of a CAS checkpoint (appended at a clean close; its version is ≥ every CAS
@@ -166,6 +181,8 @@ pub struct FlashTier {
     pub counters: TierCounters,
     /// Versions waiting for write-back (`writeback`).
     pub(crate) dirty: crate::writeback::DirtyQueue,
+    /// Where the write-back pass appends (see [`hot_stream`]).
+    pub hot_stream: u8,
     /// When an unreadable item was last logged, and how many since (the log is limited to
     /// one line per [`LOSS_LOG_EVERY`]).
     loss_log: parking_lot::Mutex<(Option<std::time::Instant>, u64)>,
@@ -259,6 +276,7 @@ impl FlashTier {
             last_delayed: AtomicU64::new(0),
             counters: TierCounters::default(),
             dirty: Default::default(),
+            hot_stream: STREAM,
         }
     }
 
@@ -336,12 +354,20 @@ impl FlashTier {
     }
 
     fn append(&self, w: &RecordWrite<'_>) -> Result<Location, flashtier_flash::Error> {
+        self.append_to(STREAM, w)
+    }
+
+    fn append_to(
+        &self,
+        stream: u8,
+        w: &RecordWrite<'_>,
+    ) -> Result<Location, flashtier_flash::Error> {
         let wait = self.tiering.append_wait();
-        match self.flash.append(STREAM, w) {
+        match self.flash.append(stream, w) {
             Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)
                 if !wait.is_zero() =>
             {
-                self.flash.append_blocking(STREAM, w, wait)
+                self.flash.append_blocking(stream, w, wait)
             }
             r => r,
         }
@@ -353,6 +379,26 @@ impl FlashTier {
     #[allow(clippy::too_many_arguments)]
     pub fn append_put(
         &self,
+        key_id: u64,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: u32,
+        cas: u64,
+        stored: u32,
+        rflags: u8,
+    ) -> Option<Location> {
+        self.append_put_to(
+            STREAM, key_id, key, value, flags, exptime, cas, stored, rflags,
+        )
+    }
+
+    /// [`Self::append_put`] into `stream` ([`HOT_STREAM`] for versions written back while
+    /// RAM still holds them).
+    #[allow(clippy::too_many_arguments)]
+    pub fn append_put_to(
+        &self,
+        stream: u8,
         key_id: u64,
         key: &[u8],
         value: &[u8],
@@ -380,7 +426,7 @@ impl FlashTier {
             key,
             value: &buf,
         };
-        match self.append(&w) {
+        match self.append_to(stream, &w) {
             Ok(loc) => {
                 add(&self.counters.objects_written, 1);
                 add(&self.counters.bytes_written, value.len() as u64);

@@ -232,7 +232,10 @@ impl crate::cache::Inner {
         let live_pct = 100.0 * ratio(live, ft.info.capacity);
         v.push(("extstore_live_percent".into(), format!("{live_pct:.2}")));
         let wa = ratio(f(&fs.device_bytes_written), g(&t.bytes_stored));
-        v.push(("extstore_device_bytes_per_byte_stored".into(), format!("{wa:.3}")));
+        v.push((
+            "extstore_device_bytes_per_byte_stored".into(),
+            format!("{wa:.3}"),
+        ));
         v.push(("extstore_backend".into(), ft.info.backend.to_string()));
         v.push(("extstore_capacity".into(), ft.info.capacity.to_string()));
         v.push((

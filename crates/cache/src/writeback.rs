@@ -100,9 +100,9 @@ impl Inner {
             loop {
                 let due = shard.find(hash, |e| {
                     e.tier == Tier::Ram
-                        && self.header_at(e.loc).is_some_and(|h| {
-                            h.dirty_since().is_some_and(|s| s <= cutoff)
-                        })
+                        && self
+                            .header_at(e.loc)
+                            .is_some_and(|h| h.dirty_since().is_some_and(|s| s <= cutoff))
                 });
                 let Some((_, e)) = due else { break };
                 let (seg, off) = self.arena.split(e.loc);
@@ -117,8 +117,16 @@ impl Inner {
                 let value = self.arena.read_value(seg, off, &h);
                 let rflags = h.rflags & (F_STALE | F_WIN);
                 let key_id = self.index.hash(&key);
-                let home = match ft.append_put(
-                    key_id, &key, &value, h.flags, h.exptime, h.cas, h.stored, rflags,
+                let home = match ft.append_put_to(
+                    ft.hot_stream,
+                    key_id,
+                    &key,
+                    &value,
+                    h.flags,
+                    h.exptime,
+                    h.cas,
+                    h.stored,
+                    rflags,
                 ) {
                     Some(loc) => {
                         n += 1;
@@ -182,7 +190,13 @@ mod tests {
     }
 
     fn written(c: &Cache) -> u64 {
-        c.inner().ft.as_ref().unwrap().counters.objects_written.load(Relaxed)
+        c.inner()
+            .ft
+            .as_ref()
+            .unwrap()
+            .counters
+            .objects_written
+            .load(Relaxed)
     }
 
     #[test]
@@ -214,7 +228,11 @@ mod tests {
         set(&c, 2);
         assert!(c.delete_now(b"k"));
         let t = &c.inner().ft.as_ref().unwrap().counters;
-        assert_eq!(t.tombstones.load(Relaxed), 1, "the older flash version is covered");
+        assert_eq!(
+            t.tombstones.load(Relaxed),
+            1,
+            "the older flash version is covered"
+        );
         // A key never on flash needs none.
         c.set_now(b"j", ItemWrite::new(Bytes::from_static(b"x"), 0, 0))
             .unwrap();

@@ -128,7 +128,8 @@ fn pick_victim(inner: &Inner, st: &mut crate::engine::State) -> Option<u32> {
                 let u = 1.0 - s.dead_bytes() as f64 / s.data_bytes.max(1) as f64;
                 (1.0 - u) * (newest.saturating_sub(s.seq) + 1) as f64 / (1.0 + u)
             };
-            candidates.max_by(|(_, a), (_, b)| score(a).total_cmp(&score(b)).then(b.seq.cmp(&a.seq)))
+            candidates
+                .max_by(|(_, a), (_, b)| score(a).total_cmp(&score(b)).then(b.seq.cmp(&a.seq)))
         }
     });
     let seg = pick.map(|(i, _)| i as u32)?;
@@ -177,7 +178,7 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
             let buf = read_blocking(exec, dev, dev_off, len as usize)
                 .map_err(|e| Error::io(&name, "scan", e))?;
             FlashStats::add(&stats.device_bytes_read, len);
-        FlashStats::add(&stats.reclaim_bytes_read, len);
+            FlashStats::add(&stats.reclaim_bytes_read, len);
             let (e, _, _) = scan(buf.as_slice(), seed);
             data = Some(buf);
             e
@@ -247,7 +248,7 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
                             continue;
                         };
                         FlashStats::add(&stats.device_bytes_read, buf.len() as u64);
-        FlashStats::add(&stats.reclaim_bytes_read, buf.len() as u64);
+                        FlashStats::add(&stats.reclaim_bytes_read, buf.len() as u64);
                         out.push(decode_at(buf.as_slice(), e.offset % PAGE as u32, seed));
                     }
                     out
@@ -257,7 +258,7 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
                     let d = read_blocking(exec, dev, dev_off, len as usize)
                         .map_err(|e| Error::io(&name, "read", e))?;
                     FlashStats::add(&stats.device_bytes_read, len);
-        FlashStats::add(&stats.reclaim_bytes_read, len);
+                    FlashStats::add(&stats.reclaim_bytes_read, len);
                     keeps
                         .iter()
                         .map(|(e, _)| decode_at(d.as_slice(), e.offset, seed))

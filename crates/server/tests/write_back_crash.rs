@@ -20,7 +20,9 @@ const WINDOW_MS: u64 = 3000;
 const FLUSH_MS: u64 = 1000;
 
 fn value_of(key: &str, version: u32) -> Vec<u8> {
-    let seed = key.bytes().fold(version as usize, |a, b| a * 31 + b as usize);
+    let seed = key
+        .bytes()
+        .fold(version as usize, |a, b| a * 31 + b as usize);
     (0..VALUE)
         .map(|j| b'a' + ((seed + j * 7) % 26) as u8)
         .collect()
@@ -50,7 +52,12 @@ fn served(c: &mut TcpStream, key: &str) -> Option<u32> {
     }
     let head_end = out.windows(2).position(|w| w == b"\r\n").expect("header");
     let head = String::from_utf8_lossy(&out[..head_end]).to_string();
-    let flags: u32 = head.split(' ').nth(2).expect("flags").parse().expect("flags");
+    let flags: u32 = head
+        .split(' ')
+        .nth(2)
+        .expect("flags")
+        .parse()
+        .expect("flags");
     let body = &out[head_end + 2..out.len() - 7];
     assert!(
         body == value_of(key, flags).as_slice(),
@@ -143,7 +150,10 @@ fn kill9_within_and_beyond_the_write_back_window() {
         match served(&mut c, k) {
             Some(v) if v == *now => newest += 1,
             got => {
-                assert_eq!(got, *before, "{k}: neither the recent nor the previous value");
+                assert_eq!(
+                    got, *before,
+                    "{k}: neither the recent nor the previous value"
+                );
                 older += 1;
             }
         }
