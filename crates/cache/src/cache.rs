@@ -199,17 +199,7 @@ impl Cache {
             },
             None => None,
         };
-        let writeback = match &inner.ft {
-            Some(_) => {
-                let i = inner.clone();
-                let every = crate::writeback::PASS_EVERY;
-                match Sweeper::spawn_fn("flashtier-writeback", every, move || i.write_back_pass()) {
-                    Ok(s) => Some(s),
-                    Err(e) => return Err(StartError::Sweeper(e)),
-                }
-            }
-            None => None,
-        };
+        let writeback = crate::writeback::spawn(&inner).map_err(StartError::Sweeper)?;
         Ok(Self {
             inner,
             sweeper,

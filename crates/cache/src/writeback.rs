@@ -16,6 +16,7 @@
 //! `flush_interval` before a kill is on flash (unless reclaim evicted it); newer ones may be
 //! lost, and recovery then serves the newest older version that reached flash.
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -24,6 +25,7 @@ use crate::cache::Inner;
 use crate::flash_tier::home_word;
 use crate::index::Tier;
 use crate::record::{self, dirty_word, Header, F_STALE, F_WIN, HOME_OLDER};
+use crate::sweeper::Sweeper;
 
 /// How often the write-back thread looks for due versions.
 pub(crate) const PASS_EVERY: Duration = Duration::from_millis(100);
@@ -52,6 +54,15 @@ impl DirtyQueue {
     pub(crate) fn len(&self) -> usize {
         self.0.lock().len()
     }
+}
+
+/// Start the write-back thread (with flash only).
+pub(crate) fn spawn(inner: &Arc<Inner>) -> std::io::Result<Option<Sweeper>> {
+    if inner.ft.is_none() {
+        return Ok(None);
+    }
+    let i = inner.clone();
+    Sweeper::spawn_fn("flashtier-writeback", PASS_EVERY, move || i.write_back_pass()).map(Some)
 }
 
 impl Inner {
