@@ -484,7 +484,12 @@ impl Inner {
     /// Remove a dead (expired or flushed) item.
     pub fn reclaim(&self, shard: &mut Shard<'_>, pos: Pos, h: &Header, hash: u64) {
         self.unlink(shard, pos, h);
-        if h.flash_behind() {
+        if h.home_loc().is_none() && h.flash_behind() {
+            // Died before reaching flash over an older flash version: cover that one.
+            if let Some(ft) = &self.ft {
+                ft.append_tombstone(hash, &[]);
+            }
+        } else if h.flash_behind() {
             self.flushed_gone(h.exptime, hash);
         }
         Counters::add(&self.counters.reclaimed, 1);

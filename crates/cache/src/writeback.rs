@@ -120,14 +120,19 @@ impl Inner {
                 let Some(m) = self.arena.mem(seg) else { break };
                 let h = record::header(m, off);
                 let no_home = if h.flash_behind() { HOME_OLDER } else { 0 };
+                record::read_key(m, off, &h, &mut key);
+                let key_id = self.index.hash(&key);
                 if self.dead(&h, now) {
-                    record::set_home(m, off, no_home);
+                    // Expired or flushed before reaching flash: an older flash version must
+                    // not outlive it (after a restart it would be served).
+                    if h.flash_behind() {
+                        ft.append_tombstone(key_id, &key);
+                    }
+                    record::set_home(m, off, 0);
                     continue;
                 }
-                record::read_key(m, off, &h, &mut key);
                 let value = self.arena.read_value(seg, off, &h);
                 let rflags = h.rflags & (F_STALE | F_WIN);
-                let key_id = self.index.hash(&key);
                 let home = match ft.append_put_to(
                     ft.hot_stream,
                     key_id,
