@@ -62,7 +62,10 @@ pub(crate) fn spawn(inner: &Arc<Inner>) -> std::io::Result<Option<Sweeper>> {
         return Ok(None);
     }
     let i = inner.clone();
-    Sweeper::spawn_fn("flashtier-writeback", PASS_EVERY, move || i.write_back_pass()).map(Some)
+    Sweeper::spawn_fn("flashtier-writeback", PASS_EVERY, move || {
+        i.write_back_pass()
+    })
+    .map(Some)
 }
 
 impl Inner {

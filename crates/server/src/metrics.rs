@@ -279,6 +279,8 @@ pub fn doc_help(stat: &str) -> Option<String> {
     let find = |stat: &str, columns: Option<usize>| {
         rows.iter()
             .filter(|cells| columns.is_none_or(|n| cells.len() == n))
+            // A row with an empty meaning (a compatibility table's) says nothing.
+            .filter(|cells| cells.last().is_some_and(|m| !m.trim().is_empty()))
             .find(|cells| {
                 cells.first().is_some_and(|names| {
                     names
