@@ -6,6 +6,7 @@
 # flashtier must refuse to format (e2fsprogs, xfsprogs, btrfs-progs, fdisk, cryptsetup,
 # bcache-tools); promtool (package prometheus: checks both faces' /metrics);
 # systemd-analyze, man and readelf (the .deb test); pymemcache + pytest from PyPI;
+# matplotlib (the benchmarks' plots; scripts/bench/mysql.sh installs MariaDB and sysbench itself);
 # cargo-fuzz and cargo-deb from crates.io.
 set -euo pipefail
 need_apt=()
@@ -27,5 +28,7 @@ if ((${#need_apt[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need_apt[@]}"
 fi
 python3 -c 'import pymemcache, pytest' 2>/dev/null || python3 -m pip install -q pymemcache pytest
+# Benchmark plots (scripts/bench/*.sh write PNGs).
+python3 -c 'import matplotlib' 2>/dev/null || python3 -m pip install -q matplotlib
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install -q cargo-fuzz --locked
 command -v cargo-deb >/dev/null 2>&1 || cargo install -q cargo-deb --locked

@@ -6,6 +6,8 @@
   probe.py collect NAME PID PORT CGROUP_DIR FLASH_FILE OUT.json
                                            server-side measurements of a live server
   probe.py check-json FILE                 smoke check: non-zero ops and no errors
+  probe.py snap PID PORT CGROUP_DIR OUT.json
+                                           stats, /proc/PID/io, CPU and cgroup usage now
 """
 import json
 import os
@@ -206,7 +208,7 @@ def check_json(path):
             problems.append("load phase set nothing")
         if errs:
             problems.append(f"load phase errors: {errs} ({lp.get('first_error')})")
-    if not r.get("rows"):
+    if not r.get("rows") and lp is None:
         problems.append("no rows")
     for row in r.get("rows", []):
         label = row["offered_ops_per_sec"] or "max"
@@ -225,6 +227,40 @@ def check_json(path):
     print(f"{path}: ok ({rows})")
 
 
+def pid_cpu_s(pid):
+    """utime + stime of PID in seconds (USER_HZ = 100), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        return (int(rest[11]) + int(rest[12])) / 100.0
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def snap(pid, port, cg, out):
+    io = read_kv(f"/proc/{pid}/io", ":")
+    mstat = {k: int(v) for k, v in read_kv(f"{cg}/memory.stat").items() if v.isdigit()}
+    data = {
+        "t": time.time(),
+        "pid": pid,
+        "cpu_s": pid_cpu_s(pid),
+        "io_write_bytes": int(io.get("write_bytes", "0") or 0),
+        "io_cancelled_write_bytes": int(io.get("cancelled_write_bytes", "0") or 0),
+        "io_read_bytes": int(io.get("read_bytes", "0") or 0),
+        "vm_rss_bytes": kib(read_kv(f"/proc/{pid}/status", ":").get("VmRSS")),
+        "cgroup_usage_bytes": read_int(f"{cg}/memory.usage_in_bytes"),
+        "cgroup_max_usage_bytes": read_int(f"{cg}/memory.max_usage_in_bytes"),
+        "cgroup_limit_bytes": read_int(f"{cg}/memory.limit_in_bytes"),
+        "cgroup_cache_bytes": mstat.get("cache"),
+        "cgroup_rss_bytes": mstat.get("rss"),
+        "stats": server_stats(port),
+    }
+    if not data["stats"]:
+        sys.exit(f"snap: no stats from 127.0.0.1:{port}")
+    with open(out, "w") as f:
+        json.dump(data, f, indent=2)
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -235,6 +271,8 @@ def main():
         wait_port(int(args[0]), int(args[1]), float(args[2]) if len(args) > 2 else 15.0)
     elif cmd == "collect":
         collect(args[0], int(args[1]), int(args[2]), args[3], args[4], args[5])
+    elif cmd == "snap":
+        snap(int(args[0]), int(args[1]), args[2], args[3])
     elif cmd == "check-json":
         check_json(args[0])
     else:

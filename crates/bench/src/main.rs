@@ -1,6 +1,7 @@
 //! `flashtier-bench`: the load generator's command line.
 //!
-//! `load` runs one measured phase (open loop with `--rate`, closed loop without);
+//! `load` runs one measured phase (open loop with `--rate`, closed loop without); `fill` only
+//! sets every key once;
 //! `sweep --rates max,20k,40k` runs one phase per rate on the same connections and writes one
 //! JSON report with a row per rate. `--json PATH` (or `-` for stdout) writes the report; a
 //! short table goes to stdout, or to stderr when the JSON does.
@@ -32,6 +33,12 @@ enum Cmd {
         /// Offered load in ops/s (e.g. 50000 or 50k); omit for closed loop.
         #[arg(long)]
         rate: Option<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Load every key once (sequential SETs, as --load-phase) and measure nothing else: brings
+    /// a server to a known fill before `load`/`sweep` runs with --keys N and no --load-phase.
+    Fill {
         #[command(flatten)]
         common: Common,
     },
@@ -113,6 +120,10 @@ struct Common {
     /// Do not snapshot the server's `stats` around each measured window.
     #[arg(long)]
     no_server_stats: bool,
+    /// Server process id: report server CPU (utime + stime from /proc/PID/stat) per operation
+    /// over each measured window.
+    #[arg(long)]
+    server_pid: Option<u32>,
     /// Write the JSON report to this path (`-` for stdout).
     #[arg(long)]
     json: Option<String>,
@@ -141,7 +152,7 @@ fn parse_duration(s: &str) -> anyhow::Result<Duration> {
     Ok(Duration::from_secs_f64(v * scale))
 }
 
-fn build(rates: Vec<Rate>, c: &Common) -> anyhow::Result<RunConfig> {
+fn build(rates: Vec<Rate>, c: &Common, fill: bool) -> anyhow::Result<RunConfig> {
     Ok(RunConfig {
         server: c.server.clone(),
         connections: c.connections,
@@ -157,7 +168,7 @@ fn build(rates: Vec<Rate>, c: &Common) -> anyhow::Result<RunConfig> {
             protocol: c.protocol.parse::<Protocol>()?,
             verify: c.verify,
         },
-        load_phase: c.load_phase,
+        load_phase: c.load_phase || fill,
         load_depth: c.load_depth,
         load_rate: match c.load_rate.as_deref().map(str::parse::<Rate>).transpose()? {
             None => None,
@@ -172,6 +183,7 @@ fn build(rates: Vec<Rate>, c: &Common) -> anyhow::Result<RunConfig> {
         seed: c.seed,
         drain_timeout: parse_duration(&c.drain_timeout)?,
         server_stats: !c.no_server_stats,
+        server_pid: c.server_pid,
     })
 }
 
@@ -187,7 +199,9 @@ fn main() -> ExitCode {
 
 fn real_main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
+    let fill = matches!(cli.cmd, Cmd::Fill { .. });
     let (rates, common) = match &cli.cmd {
+        Cmd::Fill { common } => (Vec::new(), common),
         Cmd::Load { rate, common } => (
             vec![match rate {
                 Some(r) => r.parse::<Rate>()?,
@@ -203,7 +217,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             common,
         ),
     };
-    let cfg = build(rates, common)?;
+    let cfg = build(rates, common, fill)?;
     let report = run(&cfg, |msg| eprintln!("flashtier-bench: {msg}"))?;
     let json = serde_json::to_string_pretty(&report)?;
     let human = table(&report);

@@ -54,6 +54,8 @@ pub struct PhaseSpec {
     pub drain_timeout: Duration,
     /// Snapshot the server's `stats` at the end of the warm-up and after the phase.
     pub server_stats: Option<String>,
+    /// Sample this process's CPU time (utime + stime) at the same two instants.
+    pub server_pid: Option<u32>,
 }
 
 /// What a phase measured.
@@ -70,6 +72,9 @@ pub struct PhaseResult {
     pub server_stats_delta: Option<serverstats::Snapshot>,
     /// Seconds between the two server stats snapshots.
     pub server_stats_window_s: Option<f64>,
+    /// The server process's CPU seconds (user + system) over the same window, if a pid was
+    /// given and its `/proc/PID/stat` was readable at both ends.
+    pub server_cpu_s: Option<f64>,
 }
 
 /// Per-connection state for one phase.
@@ -142,13 +147,17 @@ pub fn run_phase(
 
     let stats_timeout = Duration::from_secs(5);
     let (results, snap0): (Vec<(Stats, u64)>, Option<TimedSnapshot>) = std::thread::scope(|s| {
-        let snap = spec.server_stats.as_deref().map(|addr| {
+        let want = spec.server_stats.is_some() || spec.server_pid.is_some();
+        let snap = want.then(|| {
             s.spawn(move || {
                 std::thread::sleep(spec.warmup);
                 let at = Instant::now();
-                serverstats::fetch(addr, stats_timeout)
-                    .ok()
-                    .map(|snap| (at, snap))
+                let cpu = spec.server_pid.and_then(pid_cpu_s);
+                let stats = spec
+                    .server_stats
+                    .as_deref()
+                    .and_then(|addr| serverstats::fetch(addr, stats_timeout).ok());
+                (at, stats, cpu)
             })
         });
         let handles: Vec<_> = per_thread
@@ -168,17 +177,24 @@ pub fn run_phase(
                 })
             })
             .collect();
-        let snap0 = snap.and_then(|h| h.join().ok().flatten());
+        let snap0 = snap.and_then(|h| h.join().ok());
         (results, snap0)
     });
+    // CPU first: the stats request below costs the server a little CPU of its own.
+    let server_cpu_s = match (&snap0, spec.server_pid) {
+        (Some((_, _, Some(c0))), Some(pid)) => pid_cpu_s(pid).map(|c1| c1 - c0),
+        _ => None,
+    };
     let (server_stats_delta, server_stats_window_s) = match (snap0, spec.server_stats.as_deref()) {
-        (Some((at, before)), Some(addr)) => match serverstats::fetch(addr, stats_timeout) {
-            Ok(after) => (
-                Some(serverstats::delta(&before, &after)),
-                Some(at.elapsed().as_secs_f64()),
-            ),
-            Err(_) => (None, None),
-        },
+        (Some((at, Some(before), _)), Some(addr)) => {
+            match serverstats::fetch(addr, stats_timeout) {
+                Ok(after) => (
+                    Some(serverstats::delta(&before, &after)),
+                    Some(at.elapsed().as_secs_f64()),
+                ),
+                Err(_) => (None, None),
+            }
+        }
         _ => (None, None),
     };
 
@@ -205,11 +221,12 @@ pub fn run_phase(
         cpu_s: process_cpu_s() - cpu0,
         server_stats_delta,
         server_stats_window_s,
+        server_cpu_s,
     })
 }
 
-/// A server stats snapshot and when it was taken.
-type TimedSnapshot = (Instant, serverstats::Snapshot);
+/// When the end-of-warm-up snapshot was taken, the server's stats then, its CPU seconds then.
+type TimedSnapshot = (Instant, Option<serverstats::Snapshot>, Option<f64>);
 
 fn now_ns(base: Instant) -> u64 {
     base.elapsed().as_nanos() as u64
@@ -511,17 +528,23 @@ fn lose(c: &mut Conn, st: &mut Stats, msg: String) {
     }
 }
 
-/// CPU time of this process (user + system) in seconds, from `/proc/self/stat` (clock ticks
-/// of 1/100 s, Linux's fixed USER_HZ). 0 if unreadable.
+/// CPU time of this process (user + system) in seconds. 0 if unreadable.
 pub fn process_cpu_s() -> f64 {
-    let Ok(s) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
+    stat_cpu_s("/proc/self/stat").unwrap_or(0.0)
+}
+
+/// CPU time (user + system, all threads) of process `pid` in seconds, or `None` if its
+/// `/proc/PID/stat` cannot be read (the process is gone).
+pub fn pid_cpu_s(pid: u32) -> Option<f64> {
+    stat_cpu_s(&format!("/proc/{pid}/stat"))
+}
+
+/// utime + stime from a `/proc/*/stat` file (clock ticks of 1/100 s, Linux's fixed USER_HZ).
+fn stat_cpu_s(path: &str) -> Option<f64> {
+    let s = std::fs::read_to_string(path).ok()?;
     // Fields after the ")" that closes the command name: state is field 3, utime 14, stime 15.
-    let Some(rest) = s.rsplit_once(')').map(|(_, r)| r) else {
-        return 0.0;
-    };
+    let rest = s.rsplit_once(')').map(|(_, r)| r)?;
     let f: Vec<&str> = rest.split_whitespace().collect();
-    let tick = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
-    (tick(11) + tick(12)) / 100.0
+    let tick = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok());
+    Some((tick(11)? + tick(12)?) / 100.0)
 }

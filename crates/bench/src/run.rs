@@ -83,6 +83,9 @@ pub struct RunConfig {
     pub drain_timeout: Duration,
     /// Record the server's `stats` deltas over each measured window. Default: on.
     pub server_stats: bool,
+    /// The server's process id: its CPU time (utime + stime from `/proc/PID/stat`) is sampled
+    /// at the same instants as the stats, giving server CPU per operation. Default: none.
+    pub server_pid: Option<u32>,
 }
 
 /// The configuration, echoed into the report.
@@ -108,6 +111,7 @@ pub struct ConfigEcho {
     ops: Option<u64>,
     arrival: String,
     seed: u64,
+    server_pid: Option<u32>,
 }
 
 /// The load phase's outcome.
@@ -167,6 +171,11 @@ pub struct Row {
     pub server_stats_delta: Option<std::collections::BTreeMap<String, f64>>,
     /// Seconds covered by `server_stats_delta`.
     pub server_stats_window_s: Option<f64>,
+    /// Server CPU seconds (utime + stime of `--server-pid`) from the end of the warm-up to
+    /// the end of the drain; null without a pid.
+    pub server_cpu_s: Option<f64>,
+    /// `server_cpu_s` in microseconds per measured completed operation.
+    pub server_cpu_us_per_op: Option<f64>,
 }
 
 /// The whole report.
@@ -221,6 +230,11 @@ fn row(rate: Rate, r: &PhaseResult) -> Row {
         },
         server_stats_delta: r.server_stats_delta.clone(),
         server_stats_window_s: r.server_stats_window_s,
+        server_cpu_s: r.server_cpu_s,
+        server_cpu_us_per_op: r
+            .server_cpu_s
+            .filter(|_| completed > 0)
+            .map(|s| s * 1e6 / completed as f64),
     }
 }
 
@@ -232,7 +246,7 @@ pub fn run(cfg: &RunConfig, mut progress: impl FnMut(&str)) -> Result<Report, Er
             "connections, depth and threads must be at least 1".into(),
         ));
     }
-    if cfg.rates.is_empty() {
+    if cfg.rates.is_empty() && !cfg.load_phase {
         return Err(Error::Config("no rate given".into()));
     }
     let wl = Workload::new(&cfg.workload)?;
@@ -258,6 +272,7 @@ pub fn run(cfg: &RunConfig, mut progress: impl FnMut(&str)) -> Result<Report, Er
             ops: None,
             drain_timeout: cfg.drain_timeout,
             server_stats: None,
+            server_pid: None,
         };
         let r = run_phase(&mut conns, cfg.threads, &wl, &spec)?;
         Some(LoadReport {
@@ -304,6 +319,7 @@ pub fn run(cfg: &RunConfig, mut progress: impl FnMut(&str)) -> Result<Report, Er
             ops: cfg.ops,
             drain_timeout: cfg.drain_timeout,
             server_stats: cfg.server_stats.then(|| cfg.server.clone()),
+            server_pid: cfg.server_pid,
         };
         let r = run_phase(&mut conns, cfg.threads, &wl, &spec)?;
         rows.push(row(rate, &r));
@@ -333,6 +349,7 @@ pub fn run(cfg: &RunConfig, mut progress: impl FnMut(&str)) -> Result<Report, Er
             ops: cfg.ops,
             arrival: cfg.arrival.to_string(),
             seed: cfg.seed,
+            server_pid: cfg.server_pid,
         },
         load_phase,
         rows,
@@ -352,7 +369,7 @@ pub fn table(r: &Report) -> String {
         ));
     }
     out.push_str(&format!(
-        "{:>10} {:>10} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7} {:>8}\n",
+        "{:>10} {:>10} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7} {:>8} {:>8}\n",
         "offered",
         "achieved",
         "hit%",
@@ -363,14 +380,15 @@ pub fn table(r: &Report) -> String {
         "max_us",
         "lag99us",
         "errors",
-        "cpu_us/op"
+        "cpu_us/op",
+        "srv_us/op"
     ));
     for row in &r.rows {
         let offered = row
             .offered_ops_per_sec
             .map_or("max".to_string(), |x| format!("{x:.0}"));
         out.push_str(&format!(
-            "{:>10} {:>10.0} {:>7} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>9.1} {:>9.1} {:>7} {:>8.2}\n",
+            "{:>10} {:>10.0} {:>7} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>9.1} {:>9.1} {:>7} {:>8.2} {:>8}\n",
             offered,
             row.throughput_ops_per_sec,
             row.hit_ratio
@@ -383,6 +401,8 @@ pub fn table(r: &Report) -> String {
             row.send_lag.p99_us,
             row.errors,
             row.generator_cpu_us_per_op,
+            row.server_cpu_us_per_op
+                .map_or("-".to_string(), |c| format!("{c:.2}")),
         ));
         if let Some(e) = &row.first_error {
             out.push_str(&format!("           first error: {e}\n"));

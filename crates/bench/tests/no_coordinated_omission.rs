@@ -37,6 +37,7 @@ fn stall_shows_up_in_the_tail() {
         seed: 5,
         drain_timeout: Duration::from_secs(5),
         server_stats: false,
+        server_pid: None,
     };
     let r = run(&cfg, |_| {}).unwrap();
     let row = &r.rows[0];

@@ -34,6 +34,7 @@ fn config(addr: &str) -> RunConfig {
         seed: 3,
         drain_timeout: Duration::from_secs(5),
         server_stats: false,
+        server_pid: None,
     }
 }
 

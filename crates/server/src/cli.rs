@@ -33,7 +33,7 @@ pub enum Command {
     /// Run the memcached-compatible key-value cache server.
     Kv(KvArgs),
     /// Serve a backing block device through a flash cache over NBD.
-    Block(crate::block::BlockArgs),
+    Block(BlockArgs),
     /// Control a running `flashtier block` through its admin endpoint.
     Ctl(crate::ctl::CtlArgs),
     /// Write man pages and shell completions generated from this CLI into DIR (packaging).
@@ -306,4 +306,93 @@ mod tests {
         assert!(!super::invoked_as_memcached("/usr/bin/flashtier".as_ref()));
         assert!(!super::invoked_as_memcached("memcached-tool".as_ref()));
     }
+}
+
+/// `flashtier block`'s flags (the `--config` TOML file and validation: `crate::block`).
+#[derive(Clone, Debug, Args)]
+pub struct BlockArgs {
+    /// The slow device: a file or block device path, `nbd://HOST[:PORT]/EXPORT` or
+    /// `nbd+unix:///EXPORT?socket=PATH`.
+    #[arg(long, value_name = "PATH|URI")]
+    pub backing: Option<String>,
+
+    /// The cache device, PATH:SIZE (created and sized if missing), e.g. /var/cache/ft.img:4G.
+    #[arg(long, value_name = "PATH:SIZE")]
+    pub cache: Option<String>,
+
+    /// writeback | writethrough | writearound. Default: writeback.
+    #[arg(long, value_name = "MODE")]
+    pub mode: Option<String>,
+
+    /// NBD listen address: HOST:PORT or unix:PATH. Default: 127.0.0.1:10809.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+
+    /// Export name. Default: block.
+    #[arg(long)]
+    pub export: Option<String>,
+
+    /// Admin HTTP endpoint (stats, /metrics, tunables, flush, status, detach), HOST:PORT, or
+    /// `none`. Default: 127.0.0.1:10810, where `flashtier ctl` looks.
+    #[arg(long, value_name = "HOST:PORT|none")]
+    pub admin: Option<String>,
+
+    /// Directory for `<export>.stats` (rewritten every second). Default: ./data/run/block.
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: Option<std::path::PathBuf>,
+
+    /// Cache block size in bytes (power of two, 512..=1MiB). Default: 4096.
+    #[arg(long)]
+    pub block_size: Option<u32>,
+
+    /// Dirty percentage of the cache at which writeback starts. Default: 40.
+    #[arg(long)]
+    pub dirty_high_pct: Option<u64>,
+    /// Dirty percentage at which threshold writeback stops. Default: 20.
+    #[arg(long)]
+    pub dirty_low_pct: Option<u64>,
+    /// Dirty percentage at which writes wait for writeback. Default: 70.
+    #[arg(long)]
+    pub dirty_max_pct: Option<u64>,
+    /// Seconds within which a dirty block is written back (0 = no deadline). Default: 30.
+    #[arg(long, value_name = "SECONDS")]
+    pub flush_period: Option<u64>,
+    /// fifo | lru | lba. Default: fifo.
+    #[arg(long)]
+    pub flush_order: Option<String>,
+    /// Sequential-stream bypass threshold in KiB (0 = off). Default: 1024.
+    #[arg(long, value_name = "KIB")]
+    pub seq_threshold_kb: Option<u64>,
+    /// Requests larger than this many KiB are not admitted (0 = any). Default: 0.
+    #[arg(long, value_name = "KIB")]
+    pub admit_max_kb: Option<u64>,
+
+    /// Any tunable (see `ctl get all`), repeatable; `flash.NAME=VALUE` sets an engine knob.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+
+    /// Open the cache device without O_DIRECT (needed on tmpfs).
+    #[arg(long)]
+    pub no_direct_io: bool,
+
+    /// Runtime worker threads. Default: the number of CPU cores.
+    #[arg(long)]
+    pub threads: Option<usize>,
+
+    /// Format a cache device that holds other data (a file system, a partition table,
+    /// random bytes, a kv flash file) instead of refusing to start. What it holds is lost.
+    /// Default: off (only all-zero devices and flashtier's own block caches are used).
+    #[arg(long)]
+    pub force_format: bool,
+
+    /// TOML configuration file: the flags' names as keys (backing, cache, mode, listen,
+    /// export, admin, run_dir, block_size, no_direct_io, threads, dirty_high_pct, ...) and a
+    /// [set] table of tunables (`"flash.reclaim_policy" = "greedy"`). Flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+
+    /// Validate everything a start validates (tunables, addresses, sizes, paths; creating
+    /// and changing nothing), print the effective configuration and exit.
+    #[arg(long)]
+    pub check_config: bool,
 }

@@ -2,7 +2,7 @@
 //! `TcpListener` — accept loop, request head (and small form body) parsing, query decoding,
 //! response writing. One request per connection (`Connection: close`), text bodies; `HEAD`
 //! is answered as `GET` without the body. What a
-//! path means is the face's business ([`crate::admin`] for block, [`crate::kv_admin`] for kv):
+//! path means is the face's business ([`crate::block`] for block, [`crate::kv`] for kv):
 //! each passes a handler turning a [`Request`] into a [`Response`].
 //!
 //! Bounds: the request head and body are each capped at 16 KiB (a longer request gets

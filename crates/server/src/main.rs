@@ -21,7 +21,6 @@
 //!   one-line refusals to format foreign data.
 #![deny(unsafe_code)]
 
-mod admin;
 mod assets;
 mod block;
 mod cli;
@@ -30,8 +29,6 @@ mod ctl_table;
 mod daemon;
 mod http;
 mod kv;
-mod kv_admin;
-mod kv_check;
 mod logging;
 mod metrics;
 mod procstat;

@@ -205,6 +205,19 @@ impl Exposition {
         }
     }
 
+    /// The flash device's read and write latency histograms (both faces export the same).
+    pub fn flash_io(&mut self, fs: &flashtier_flash::FlashStats) {
+        self.histogram(
+            "flash_io_duration_seconds",
+            "Flash device IO time, submit to completion (queueing included), by op.",
+            "op",
+            &[
+                ("read", fs.latency.read.snapshot()),
+                ("write", fs.latency.write.snapshot()),
+            ],
+        );
+    }
+
     /// The standard `process_*` metrics (no prefix), read from /proc; absent ones (not
     /// Linux) are skipped.
     pub fn process(&mut self) {
@@ -267,6 +280,20 @@ impl Exposition {
     }
 }
 
+/// Kind and HELP text of a flash engine stat (`flash_*`, both faces), from the engine's own
+/// description: a description starting "Gauge" is a gauge, the rest are counters.
+pub fn flash_kind(stat: &str) -> Option<(Kind, String)> {
+    let (_, doc) = flashtier_flash::FlashStats::describe()
+        .into_iter()
+        .find(|(k, _)| *k == stat)?;
+    let kind = if doc.starts_with("Gauge") {
+        Kind::Gauge
+    } else {
+        Kind::Counter
+    };
+    Some((kind, doc.to_string()))
+}
+
 /// `stat name → meaning` from docs/stats.md's tables (first cell: backticked names, `*`
 /// as a wildcard; last cell: meaning), so HELP says what the documentation says.
 pub fn doc_help(stat: &str) -> Option<String> {
@@ -279,7 +306,7 @@ pub fn doc_help(stat: &str) -> Option<String> {
     let find = |stat: &str, columns: Option<usize>| {
         rows.iter()
             .filter(|cells| columns.is_none_or(|n| cells.len() == n))
-            // A row with an empty meaning (a compatibility table's) says nothing.
+            // A row with an empty meaning (a compatibility table's) is not a definition.
             .filter(|cells| cells.last().is_some_and(|m| !m.trim().is_empty()))
             .find(|cells| {
                 cells.first().is_some_and(|names| {

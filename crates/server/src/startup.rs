@@ -14,6 +14,8 @@
 //! fail is ordered before the format where possible (sockets, directories, pid file).
 use std::path::{Path, PathBuf};
 
+use anyhow::{bail, Context as _};
+
 /// What a failing start must undo.
 #[derive(Debug, Default)]
 pub struct Litter {
@@ -92,6 +94,38 @@ pub fn explain(e: anyhow::Error) -> anyhow::Error {
         ),
         _ => e,
     }
+}
+
+/// What a start's format check would find on an existing device, read-only: a foreign file
+/// system or other data is refused (as the start would refuse it) unless `force_format`.
+pub fn check_contents(path: &Path, what: &str, force_format: bool) -> anyhow::Result<()> {
+    use std::os::unix::fs::FileExt as _;
+    let Ok(file) = std::fs::File::open(path) else {
+        return Ok(());
+    };
+    let len = file
+        .metadata()
+        .map(|m| m.len())
+        .with_context(|| format!("{what} {}", path.display()))?;
+    // A block device reports length 0 in its metadata: probe up to its end.
+    let len = if len == 0 {
+        use std::io::Seek as _;
+        (&file).seek(std::io::SeekFrom::End(0)).unwrap_or(0)
+    } else {
+        len
+    };
+    let found = flashtier_flash::probe::inspect(len, &mut |off, buf| file.read_at(buf, off))
+        .with_context(|| format!("{what} {}: cannot read it", path.display()))?;
+    if let flashtier_flash::probe::Content::Foreign(found) = found {
+        if !force_format {
+            bail!(
+                "{what} {}: refusing to format it: it holds {found}; flashtier formats only \
+                 all-zero devices and its own. Pass --force-format to overwrite it",
+                path.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -6,8 +6,11 @@
 //! instance in the same run dir and an unusable run dir fail before announcing they serve,
 //! and the stats file is rewritten at exit with the final state.
 mod block_common;
+mod common;
 
 use std::process::Command;
+
+use common::promtool_clean;
 use std::time::{Duration, Instant};
 
 use block_common::{scratch, BlockServer};
@@ -52,33 +55,6 @@ fn ctl(args: &[&str]) -> (bool, String, String) {
 fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
     text.lines()
         .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-}
-
-fn promtool_clean(text: &str) {
-    use std::io::Write as _;
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool (apt-get install prometheus; scripts/install-deps.sh does)");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("feed promtool");
-    let out = child.wait_with_output().expect("promtool");
-    let findings = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && findings.trim().is_empty(),
-        "promtool check metrics: {findings}"
-    );
 }
 
 /// The default admin port is shared by the machine: wait (bounded) until no other

@@ -7,7 +7,7 @@ mod common;
 
 use std::net::SocketAddr;
 
-use common::{http, roundtrip, scratch_dir, stats_section, value_of, Server};
+use common::{http, promtool_clean, roundtrip, scratch_dir, stats_section, value_of, Server};
 
 fn start_with_admin(extra: &[&str]) -> (Server, SocketAddr) {
     let mut args = vec!["--admin", "127.0.0.1:0"];
@@ -79,36 +79,6 @@ fn parse_metrics(text: &str) -> Vec<(String, f64)> {
         samples.push((name.to_string(), v));
     }
     samples
-}
-
-/// `promtool check metrics` (Debian's `prometheus` package, installed by
-/// scripts/install-deps.sh) must report nothing: `_total` counters, HELP and TYPE on every
-/// family, base units.
-pub fn promtool_clean(text: &str) {
-    use std::io::Write as _;
-    let mut child = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool (apt-get install prometheus; scripts/install-deps.sh does)");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("feed promtool");
-    let out = child.wait_with_output().expect("promtool");
-    let findings = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && findings.trim().is_empty(),
-        "promtool check metrics: {findings}"
-    );
 }
 
 #[test]

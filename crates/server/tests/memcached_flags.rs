@@ -189,7 +189,7 @@ fn very_verbose_logs_every_command_and_warnings_are_one_line() {
         if l.contains(" WARN ") {
             warnings.push(l.clone());
         }
-        if let Some(rest) = l.strip_prefix("flashtier kv: listening on ") {
+        if let Some((_, rest)) = l.split_once(" kv: listening on ") {
             break rest.split_whitespace().next().expect("addr").to_string();
         }
     };

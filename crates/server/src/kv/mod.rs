@@ -1,7 +1,7 @@
 //! `flashtier kv` (and the binary started as `memcached`): resolve the configuration
 //! ([`config`]), open the sockets ([`listen`]) and TLS ([`tls`]), daemonize if asked, build
 //! the store (with a flash tier unless told otherwise), drop root, and run the
-//! memcached-protocol server — and the admin endpoint ([`crate::kv_admin`]) with `--admin` —
+//! memcached-protocol server — and the admin endpoint ([`admin`]) with `--admin` —
 //! until SIGTERM/SIGINT (or `shutdown` with -A), then shut down gracefully (exit 0).
 //!
 //! Start-up order (each step only after the ones before succeeded, so a refused start
@@ -12,6 +12,9 @@
 //!
 //! Threads: the tokio runtime's workers (`--threads`) run the accept loop and every
 //! connection; the main thread only blocks on the runtime.
+mod address;
+mod admin;
+mod check;
 mod config;
 mod listen;
 mod options;
@@ -98,10 +101,10 @@ pub fn main(args: KvArgs, memcached: bool) -> anyhow::Result<()> {
         2 => log::LevelFilter::Debug,
         _ => log::LevelFilter::Trace,
     });
-    crate::kv_check::check(&cfg)?;
+    check::check(&cfg)?;
     if args.check_config {
-        crate::kv_check::check_more(&cfg)?;
-        print!("{}", crate::kv_check::describe(&cfg));
+        check::check_more(&cfg)?;
+        print!("{}", check::describe(&cfg));
         println!("# configuration ok");
         return Ok(());
     }
@@ -265,7 +268,7 @@ async fn run<S: KvStore>(
         let admin = tokio::net::TcpListener::from_std(admin).context("adopt the admin listener")?;
         let bound = admin.local_addr().context("admin address")?;
         log::info!("admin endpoint on http://{bound}");
-        tokio::spawn(crate::kv_admin::serve(admin, Arc::clone(&ctx)));
+        tokio::spawn(admin::serve(admin, Arc::clone(&ctx)));
     }
     // SIGHUP reloads the auth file (memcached does the same); without -Y it is ignored.
     tokio::spawn(reload_on_hangup(auth));

@@ -241,3 +241,33 @@ pub fn scratch_dir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).expect("create scratch dir");
     dir
 }
+
+/// `promtool check metrics` (Debian's `prometheus` package, installed by
+/// scripts/install-deps.sh) must report nothing: `_total` counters, HELP and TYPE on every
+/// family, base units.
+pub fn promtool_clean(text: &str) {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (apt-get install prometheus; scripts/install-deps.sh does)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("feed promtool");
+    let out = child.wait_with_output().expect("promtool");
+    let findings = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && findings.trim().is_empty(),
+        "promtool check metrics: {findings}"
+    );
+}

@@ -1,0 +1,266 @@
+//! `flashtier block`: validate the configuration ([`BlockConfig`], also all that
+//! `--check-config` does), lock the run dir, open the backing (file, block device or NBD
+//! URI) and the flash cache, recover dirty blocks, bind the NBD and admin listeners, and only
+//! then announce that it serves. Until SIGTERM/SIGINT or `ctl detach` it rewrites the
+//! `<export>.stats` file every second and samples counters for per-window rates; at exit the
+//! file is rewritten once more with the final state (`state=stopped`).
+//!
+//! Threads: the tokio runtime's workers run the NBD server, the admin endpoint, the
+//! writeback task, the stats writer and the rate sampler; the flash engine runs its own IO
+//! and reclaim threads. The main thread only blocks on the runtime.
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use flashtier_blockcache::{BlockCache, BlockCacheConfig, Mode, Tunables};
+use flashtier_flash::{DeviceSpec, FlashConfig};
+use flashtier_nbd::{open_backend, BlockBackend, Export, ListenAddr, Server, ServerConfig};
+
+use crate::rundir::{Header, RunDir};
+use crate::startup::Litter;
+
+/// The admin endpoint's default address, the one `flashtier ctl` talks to by default.
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:10810";
+/// The NBD listen address by default (NBD's port).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
+
+mod admin;
+mod config;
+
+pub use crate::cli::BlockArgs;
+pub use config::BlockConfig;
+pub fn main(args: BlockArgs) -> anyhow::Result<()> {
+    let cfg = BlockConfig::from_args(&args)?;
+    let threads = cfg.threads;
+    if args.check_config {
+        cfg.check_paths()?;
+        print!("{}", cfg.describe());
+        println!("configuration ok");
+        return Ok(());
+    }
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = threads {
+        rt.worker_threads(n.max(1));
+    }
+    let runtime = rt
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(run(cfg))
+}
+
+async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
+    // Declared first, dropped last: if the start fails, the cache is closed and the run-dir
+    // lock released before what this start created is removed.
+    let mut litter = Litter::default();
+    // The run dir first: a busy or unwritable one fails before anything is opened.
+    litter
+        .create_dir_all(&cfg.run_dir)
+        .with_context(|| format!("--run-dir {}: cannot create it", cfg.run_dir.display()))?;
+    litter.note_file(&cfg.run_dir.join(format!("{}.lock", cfg.export)));
+    let run_dir = RunDir::lock(&cfg.run_dir, &cfg.export)?;
+    // The backing path is locked for as long as it is served (another flashtier using it as
+    // backing or cache is refused), and is never the cache.
+    let _backing_lock = lock_backing(&cfg.backing, &cfg.cache.path)?;
+    let backing = open_backend(&cfg.backing)
+        .await
+        .with_context(|| format!("--backing {:?}", cfg.backing))?;
+    // Sockets next: a start that cannot serve never touches the cache device.
+    if let ListenAddr::Unix(path) = &cfg.listen {
+        litter.note_file(path);
+    }
+    let listener = Server::bind(&cfg.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (--listen)", cfg.listen_text))?;
+    let admin = match cfg.admin {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+            format!(
+                "cannot listen on {addr} (--admin; another flashtier block? give --admin \
+                 HOST:PORT or --admin none)"
+            )
+        })?),
+        None => None,
+    };
+    let flash = FlashConfig {
+        direct_io: cfg.direct_io,
+        force_format: cfg.force_format,
+        ..FlashConfig::for_capacity(cfg.cache.size)
+    };
+    let bc = BlockCacheConfig {
+        block_size: cfg.block_size,
+        flash: Some(flash),
+        tunables: cfg.tunables.clone(),
+    };
+    litter.note_file(&cfg.cache.path);
+    let spec = cfg.cache.clone();
+    let cache = tokio::task::spawn_blocking(move || BlockCache::open_specs(&[spec], backing, bc))
+        .await
+        .context("open task")?
+        .with_context(|| format!("cannot open the block cache on {}", cfg.cache_text))
+        .map_err(crate::startup::explain)?;
+    for (k, v) in &cfg.flash_knobs {
+        cache
+            .set_tunable(k, v)
+            .with_context(|| format!("--set {k}={v}"))?;
+    }
+    let rec = cache.recovery();
+    log::info!(
+        "cache {} blocks of {} bytes; recovered {} dirty blocks (watermark {}), kept {} clean, dropped {} clean{}",
+        cache.capacity_blocks(),
+        cfg.block_size,
+        rec.dirty_blocks,
+        rec.watermark,
+        rec.clean_kept,
+        rec.clean_dropped,
+        rec.cold_reason
+            .as_ref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
+    );
+    let server = Server::new(
+        vec![Export::new(
+            cfg.export.clone(),
+            Arc::clone(&cache) as Arc<dyn BlockBackend>,
+        )
+        .with_description("flashtier block cache")],
+        ServerConfig::default(),
+    )?;
+    let listen_addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| cfg.listen_text.clone());
+    let ctx = Arc::new(admin::AdminCtx::new(
+        Arc::clone(&cache),
+        server.shutdown_handle(),
+        server.stats(),
+    ));
+    let admin_bound = match &admin {
+        Some(l) => l
+            .local_addr()
+            .map_or_else(|_| "?".to_string(), |a| a.to_string()),
+        None => "none".to_string(),
+    };
+    let run_dir = Arc::new(run_dir);
+    let write = {
+        let (export, listen, admin) =
+            (cfg.export.clone(), listen_addr.clone(), admin_bound.clone());
+        let run_dir = Arc::clone(&run_dir);
+        let ctx = Arc::clone(&ctx);
+        move |state: &str| {
+            run_dir.write_stats(
+                &Header {
+                    state,
+                    export: &export,
+                    listen: &listen,
+                    admin: &admin,
+                },
+                &ctx.stats_view(),
+            )
+        }
+    };
+    litter.note_file(&cfg.run_dir.join(format!("{}.stats", cfg.export)));
+    write("serving").with_context(|| {
+        format!(
+            "--run-dir {}: cannot write the stats file",
+            cfg.run_dir.display()
+        )
+    })?;
+    // Nothing below fails the start: keep what it created, then serve.
+    litter.keep();
+    let writeback = cache.start();
+    if let Some(l) = admin {
+        log::info!("admin on http://{admin_bound}");
+        tokio::spawn(admin::serve(l, Arc::clone(&ctx)));
+    }
+    log::info!("serving export {:?} on {listen_addr}", cfg.export);
+    let stats_task = {
+        let write = write.clone();
+        tokio::spawn(async move {
+            let mut failing = false;
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                // Logged once per transition, not every second.
+                match write("serving") {
+                    Ok(()) if failing => {
+                        failing = false;
+                        log::info!("stats file writable again");
+                    }
+                    Err(e) if !failing => {
+                        failing = true;
+                        log::warn!("cannot rewrite the stats file: {e}");
+                    }
+                    _ => {}
+                }
+            }
+        })
+    };
+    let sampler = {
+        let ctx = Arc::clone(&ctx);
+        tokio::spawn(async move {
+            loop {
+                ctx.rates.record(Instant::now(), ctx.counters());
+                tokio::time::sleep(crate::rates::INTERVAL).await;
+            }
+        })
+    };
+    let stop = server.shutdown_handle();
+    let on_signal = Arc::clone(&cache);
+    tokio::spawn(async move {
+        crate::signals::shutdown_signal().await;
+        on_signal.interrupt();
+        stop.shutdown();
+    });
+    let served = server.serve(listener).await;
+    stats_task.abort();
+    sampler.abort();
+    // Dirty blocks not yet written back stay on the cache device; the next start recovers
+    // and writes them back. Clean blocks are listed in a snapshot so the next start is
+    // warm (a crash never gets here: its next start is cold for clean blocks).
+    cache.interrupt();
+    let _ = writeback.await;
+    let report = cache.shutdown().await;
+    if let Err(e) = write("stopped") {
+        log::warn!("cannot write the final stats file: {e}");
+    }
+    log::info!(
+        "stopped with {} dirty blocks on the cache device, {} clean blocks saved{}",
+        report.dirty_left,
+        report.clean_saved,
+        report
+            .skipped
+            .map(|r| format!(" (no snapshot: {r})"))
+            .unwrap_or_default()
+    );
+    served?;
+    Ok(())
+}
+
+/// Refuse a cache that is the backing, then lock the backing path (if it is a path, not an
+/// NBD URI) the way the flash engine locks its devices; the lock lasts as long as the file.
+fn lock_backing(backing: &str, cache: &std::path::Path) -> anyhow::Result<Option<std::fs::File>> {
+    if flashtier_nbd::is_nbd_uri(backing) {
+        return Ok(None);
+    }
+    let path = std::path::Path::new(backing);
+    let same = flashtier_flash::probe::same_storage(path, cache)
+        .with_context(|| format!("--backing {backing}"))?;
+    if let Some(why) = same {
+        bail!(
+            "--cache {} is the backing: {why}; the cache must be another device",
+            cache.display()
+        );
+    }
+    let Ok(file) = std::fs::File::open(path) else {
+        // Opening the backing reports the error.
+        return Ok(None);
+    };
+    flashtier_flash::io::file::lock_exclusive(&file).map_err(|e| {
+        anyhow::anyhow!(
+            "--backing {backing} is locked by another process (a flashtier serving it or \
+             using it as a cache?): {e}"
+        )
+    })?;
+    Ok(Some(file))
+}
