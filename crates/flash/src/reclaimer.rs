@@ -221,12 +221,11 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
     if !keeps.is_empty() {
         // Few keeps: read just their pages (batched). Many: one read of the record area.
         let kept_bytes: u64 = keeps.iter().map(|(e, _)| u64::from(e.len)).sum();
-        let read_keeps = || -> Result<Vec<Result<Record, record::DecodeError>>> {
+        // Records are decoded one at a time from a whole-area buffer (each is appended before
+        // the next is decoded), so a segment's kept records are never all copied at once.
+        let read_keeps = || -> Result<Keeps> {
             Ok(match data {
-                Some(d) => keeps
-                    .iter()
-                    .map(|(e, _)| decode_at(d.as_slice(), e.offset, seed))
-                    .collect(),
+                Some(d) => Keeps::Area(d),
                 None if kept_bytes * 4 < u64::from(data_end) => {
                     let ops = keeps
                         .iter()
@@ -251,7 +250,7 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
                         FlashStats::add(&stats.reclaim_bytes_read, buf.len() as u64);
                         out.push(decode_at(buf.as_slice(), e.offset % PAGE as u32, seed));
                     }
-                    out
+                    Keeps::Decoded(out)
                 }
                 None => {
                     let len = u64::from(data_end).max(PAGE);
@@ -259,10 +258,7 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
                         .map_err(|e| Error::io(&name, "read", e))?;
                     FlashStats::add(&stats.device_bytes_read, len);
                     FlashStats::add(&stats.reclaim_bytes_read, len);
-                    keeps
-                        .iter()
-                        .map(|(e, _)| decode_at(d.as_slice(), e.offset, seed))
-                        .collect()
+                    Keeps::Area(d)
                 }
             })
         };
@@ -279,6 +275,15 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
                 return Err(e);
             }
         };
+        let recs: Box<dyn Iterator<Item = std::result::Result<Record, record::DecodeError>>> =
+            match recs {
+                Keeps::Decoded(v) => Box::new(v.into_iter()),
+                Keeps::Area(buf) => Box::new(
+                    keeps
+                        .iter()
+                        .map(move |(e, _)| decode_at(buf.as_slice(), e.offset, seed)),
+                ),
+            };
         let mut unreadable = 0u64;
         for ((_, m), rec) in keeps.iter().zip(recs) {
             let rec = match rec {
@@ -358,6 +363,13 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
     FlashStats::add(&stats.reclaims, 1);
     inner.update_gauges(&st);
     Ok(())
+}
+
+/// The records reclaim keeps: decoded already (page reads), or the record area to decode
+/// them from.
+enum Keeps {
+    Decoded(Vec<std::result::Result<Record, record::DecodeError>>),
+    Area(AlignedBuf),
 }
 
 fn decode_at(buf: &[u8], off: u32, seed: u32) -> Result<Record, record::DecodeError> {
