@@ -63,6 +63,19 @@ impl BlockCache {
         loop {
             let res = {
                 let mut ix = self.shared.index.lock();
+                // At capacity a new block takes the place of the clean block the CLOCK hand
+                // picks; with none to give (all dirty), an admission is refused and a
+                // write goes ahead (dirty blocks are bounded by dirty_max_pct).
+                if !ix.map.contains_key(lba) && ix.map.len() as u64 >= self.capacity_blocks {
+                    match ix.evict_clean() {
+                        Some((_, e)) => {
+                            self.flash.mark_dead(Location::unpack(e.loc));
+                            add(&self.shared.stats.capacity_evictions, 1);
+                        }
+                        None if !dirty => return Ok(None),
+                        None => {}
+                    }
+                }
                 let v = ix.next_version;
                 let r = self.flash.append(
                     STREAM_DATA,

@@ -137,6 +137,8 @@ pub struct BlockCache {
     pub(crate) progress: Notify,
     /// A writer is waiting for dirty blocks to drop.
     pub(crate) urgent: AtomicBool,
+    /// The writeback rate the controller set (blocks per second; 0 = idle or flushing).
+    pub(crate) wb_rate: AtomicU64,
     /// A write reached the backing since the last backing flush.
     pub(crate) backing_dirty: AtomicBool,
     pub(crate) stopping: AtomicBool,

@@ -59,6 +59,8 @@ pub struct Index {
     pub next_version: u64,
     next_dirty_seq: u64,
     clock: u64,
+    /// The CLOCK hand over `map` (eviction at capacity).
+    hand: usize,
 }
 
 impl Index {
@@ -84,10 +86,11 @@ impl Index {
         v
     }
 
-    /// Look a block up and count it as accessed.
+    /// Look a block up and count it as accessed (and referenced, for CLOCK and reclaim).
     pub fn lookup(&mut self, lba: u64) -> Option<Entry> {
         self.clock += 1;
         let e = self.map.get(lba)?;
+        self.map.touch(lba);
         if e.dirty {
             if let Some(d) = self.dirty_meta.get_mut(&lba) {
                 d.access = self.clock;
@@ -203,6 +206,18 @@ impl Index {
             }
             _ => None,
         }
+    }
+
+    /// Make room for one more block: remove the clean block the CLOCK hand chooses (not
+    /// being written back) and return it; its record is the caller's to mark dead.
+    pub fn evict_clean(&mut self) -> Option<(u64, Entry)> {
+        let mut hand = self.hand;
+        let writing = &self.writing;
+        let v = self.map.clock_victim(&mut hand, |l| writing.contains(&l));
+        self.hand = hand;
+        let (lba, e) = v?;
+        self.map.remove(lba);
+        Some((lba, e))
     }
 
     /// Dirty blocks with version <= `v`.

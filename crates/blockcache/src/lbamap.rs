@@ -20,6 +20,12 @@
 const EMPTY: u64 = 0;
 /// Dirty flag, packed above the location (locations use 45 bits).
 const DIRTY: u64 = 1 << 63;
+/// Reference count (CLOCK with frequency, 2 bits at 61..63): raised (up to 3) when the
+/// block is read, lowered by one each time the CLOCK hand or reclaim passes it, so a block
+/// read often survives several passes. Kept across inserts that replace an entry.
+const REF: u64 = 3 << REF_SHIFT;
+const REF_SHIFT: u32 = 61;
+const REF_ONE: u64 = 1 << REF_SHIFT;
 /// Most entries per 100 slots before the table grows.
 const MAX_LOAD_PCT: usize = 85;
 
@@ -106,7 +112,7 @@ impl LbaMap {
     fn entry_at(&self, i: usize) -> Entry {
         let [_, word, version] = self.slots[i];
         Entry {
-            loc: word & !DIRTY,
+            loc: word & !(DIRTY | REF),
             version,
             dirty: word & DIRTY != 0,
         }
@@ -130,16 +136,81 @@ impl LbaMap {
 
     /// Insert or replace the entry of `lba` (`lba` must not be `u64::MAX`).
     pub fn insert(&mut self, lba: u64, e: Entry) {
-        debug_assert!(lba != u64::MAX && e.loc & DIRTY == 0);
+        debug_assert!(lba != u64::MAX && e.loc & (DIRTY | REF) == 0);
         if (self.len + 1) * 100 > self.slots.len() * MAX_LOAD_PCT {
             self.grow();
         }
         let key = lba.wrapping_add(1);
         let (i, found) = self.probe(key);
-        if !found {
+        let r = if found {
+            self.slots[i][1] & REF
+        } else {
             self.len += 1;
+            0
+        };
+        self.slots[i] = [key, e.loc | r | if e.dirty { DIRTY } else { 0 }, e.version];
+    }
+
+    /// Count a read of `lba` (saturating); false if absent.
+    pub fn touch(&mut self, lba: u64) -> bool {
+        if self.slots.is_empty() || lba == u64::MAX {
+            return false;
         }
-        self.slots[i] = [key, e.loc | if e.dirty { DIRTY } else { 0 }, e.version];
+        match self.probe(lba.wrapping_add(1)) {
+            (i, true) => {
+                if self.slots[i][1] & REF != REF {
+                    self.slots[i][1] += REF_ONE;
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether `lba` was read since passes used up its count; lowers the count by one.
+    pub fn take_ref(&mut self, lba: u64) -> bool {
+        if self.slots.is_empty() || lba == u64::MAX {
+            return false;
+        }
+        match self.probe(lba.wrapping_add(1)) {
+            (i, true) => Self::lower(&mut self.slots[i]),
+            _ => false,
+        }
+    }
+
+    fn lower(slot: &mut Slot) -> bool {
+        let r = slot[1] & REF != 0;
+        if r {
+            slot[1] -= REF_ONE;
+        }
+        r
+    }
+
+    /// CLOCK: advance `hand` to the next clean entry whose count is 0 (lowering the counts
+    /// it passes) for which `skip` is false. At most four sweeps of the table; `None` if
+    /// every entry is dirty or skipped.
+    pub fn clock_victim(
+        &mut self,
+        hand: &mut usize,
+        skip: impl Fn(u64) -> bool,
+    ) -> Option<(u64, Entry)> {
+        let n = self.slots.len();
+        if n == 0 || self.len == 0 {
+            return None;
+        }
+        for _ in 0..4 * n {
+            let i = *hand % n;
+            *hand = i + 1;
+            let [key, word, _] = self.slots[i];
+            if key == EMPTY || word & DIRTY != 0 || skip(key - 1) {
+                continue;
+            }
+            if Self::lower(&mut self.slots[i]) {
+                continue;
+            }
+            return Some((key - 1, self.entry_at(i)));
+        }
+        None
     }
 
     /// Change an entry's location (reclaim moved the record); false if absent.
@@ -263,5 +334,43 @@ mod tests {
         assert!(per < 30.0, "{per} bytes per block");
         assert!(m.set_loc(7919, 5));
         assert_eq!(m.get(7919).map(|e| e.loc), Some(5));
+    }
+
+    #[test]
+    fn clock_gives_referenced_blocks_a_second_chance_and_skips_dirty_ones() {
+        let mut m = LbaMap::with_capacity(8);
+        for lba in 0..4u64 {
+            let e = Entry {
+                loc: lba,
+                version: lba,
+                dirty: lba == 3,
+            };
+            m.insert(lba, e);
+        }
+        assert!(m.touch(0) && m.touch(1) && !m.touch(9));
+        // A count saturates at 3 and the hand takes one per pass.
+        for _ in 0..5 {
+            m.touch(3);
+        }
+        // The mark survives a replacement (a move by reclaim) and hides from `get`.
+        assert!(m.set_loc(0, 40));
+        assert_eq!(m.get(0).map(|e| e.loc), Some(40));
+        let mut hand = 0;
+        let (lba, e) = m.clock_victim(&mut hand, |_| false).unwrap();
+        assert_eq!(lba, 2, "the only clean unreferenced block");
+        assert!(!e.dirty);
+        m.remove(lba);
+        // Both marks were cleared by the pass: next victims are 0 and 1, never dirty 3.
+        let mut got = Vec::new();
+        while let Some((l, _)) = m.clock_victim(&mut hand, |_| false) {
+            got.push(l);
+            m.remove(l);
+        }
+        got.sort_unstable();
+        assert_eq!(got, vec![0, 1]);
+        assert!(m.contains_key(3));
+        assert!(m.take_ref(3) && m.take_ref(3) && m.take_ref(3) && !m.take_ref(3));
+        m.touch(3);
+        assert!(m.take_ref(3) && !m.take_ref(3));
     }
 }

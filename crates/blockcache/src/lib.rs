@@ -10,7 +10,8 @@
 //!   `open` (open and recovery), `reclaim_handler` (the reclaim callbacks), `block_io`
 //!   (stripe locks, record append, backing I/O), `read` and `write` (the request paths) and
 //!   `backend` (the [`BlockBackend`](flashtier_nbd::BlockBackend) impl).
-//! - `writeback`: the writeback task (rate controller, flush order) and explicit flushes;
+//! - `writeback`: the writeback task (causes, flush order, coalescing); `rate`: its rate
+//!   controller (bcache's writeback_rate); `flush`: explicit flushes;
 //!   `retry`: the per-block holds after failed backing writes.
 //! - [`index`]: the LBA index and dirty sets; [`lbamap`]: its flat LBA table.
 //! - [`tunables`]: runtime settings ([`Mode`], [`FlushOrder`], [`TUNABLES`]).
@@ -25,9 +26,11 @@ mod backend;
 mod block_io;
 pub mod cache;
 pub mod error;
+mod flush;
 pub mod index;
 pub mod lbamap;
 mod open;
+mod rate;
 mod read;
 mod reclaim_handler;
 mod retry;

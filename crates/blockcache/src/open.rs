@@ -207,6 +207,7 @@ impl BlockCache {
             wb_wake: Notify::new(),
             progress: Notify::new(),
             urgent: AtomicBool::new(false),
+            wb_rate: AtomicU64::new(0),
             backing_dirty: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             retries: Mutex::new(crate::retry::Retries::default()),

@@ -3,8 +3,10 @@
 //!
 //! Invariant: the handler keeps every record newer than the persisted clean watermark (and
 //! dirty blocks, and this run's warm-restart records), so a newer version can never be
-//! evicted while an older dirty copy could still come back at restart. Other clean blocks
-//! are dropped from the index when reclaim evicts them.
+//! evicted while an older dirty copy could still come back at restart. A clean block read
+//! since reclaim or the CLOCK hand last passed it is moved too (its mark cleared, so a
+//! block not read again is dropped on the next pass); other clean blocks are dropped from
+//! the index. Moving never changes `cached_blocks`.
 //!
 //! Records lost to a failed flash write (`lost`): a clean block is dropped from the index
 //! (read from the backing again); a dirty block is appended again from the lost content,
@@ -58,8 +60,8 @@ impl Shared {
     }
 }
 
-/// The flash engine's reclaim callbacks: keep dirty blocks and anything newer than the
-/// persisted watermark, drop (evict) other clean blocks.
+/// The flash engine's reclaim callbacks: keep dirty blocks, anything newer than the
+/// persisted watermark and recently read clean blocks; drop (evict) other clean blocks.
 pub(crate) struct Handler(pub Arc<Shared>);
 
 impl Handler {
@@ -106,6 +108,11 @@ impl ReclaimHandler for Handler {
                     || rec.version > self.0.wm_persisted.load(Ordering::Acquire)
                     || ix.writing.contains(&rec.key_id)
                 {
+                    add(&self.0.stats.moved_dirty_blocks, 1);
+                    Decision::Keep
+                } else if ix.map.take_ref(rec.key_id) {
+                    // Read since reclaim (or the CLOCK hand) last passed: worth a copy.
+                    add(&self.0.stats.moved_clean_blocks, 1);
                     Decision::Keep
                 } else {
                     ix.remove_at(rec.key_id, loc);

@@ -46,16 +46,32 @@ counters! {
     dirty_write_hits,
     /// Clean blocks evicted to make room (reclaim dropped them).
     replacements,
+    /// Clean blocks evicted from the index to keep `cached_blocks` at `capacity_blocks`
+    /// (CLOCK: blocks read since the hand last passed get a second chance).
+    capacity_evictions,
+    /// Clean blocks reclaim moved (copied) instead of dropping, because they were read
+    /// since the last pass.
+    moved_clean_blocks,
+    /// Dirty (or not yet durably clean) blocks reclaim moved.
+    moved_dirty_blocks,
     /// Dirty blocks written back (all causes).
     cleanings,
-    /// Dirty blocks written back because they reached their flush period.
+    /// Dirty blocks written back because they reached 3/4 of their flush period (outside
+    /// threshold draining and flushes).
     fallow_cleanings,
     /// Dirty blocks written back by the age-driven (flush period) rate.
     period_cleanings,
-    /// Dirty blocks written back because the dirty high water was crossed.
+    /// Dirty blocks written back while draining from the dirty high-water mark down to the
+    /// low one (or for a writer waiting at dirty_max_pct).
     threshold_cleanings,
     /// Dirty blocks written back by an explicit flush (ctl flush, detach, mode change).
     flush_cleanings,
+    /// Backing writes issued by writeback (each a run of adjacent dirty blocks).
+    writeback_writes,
+    /// Bytes written to the backing by writeback.
+    writeback_bytes,
+    /// Writeback backing writes that merged two or more adjacent blocks.
+    coalesced_writes,
     /// Backing read requests.
     disk_reads,
     /// Backing write requests (client write-through/around and writeback runs).
@@ -182,6 +198,29 @@ impl BlockCache {
         v.push(("capacity_blocks".into(), self.capacity_blocks.to_string()));
         v.push(("dirty_percent".into(), pct(dirty, self.capacity_blocks)));
         v.push(("block_size".into(), self.block_size.to_string()));
+        v.push((
+            "writeback_rate".into(),
+            self.wb_rate.load(Ordering::Relaxed).to_string(),
+        ));
+        // The cache file: bytes of the blocks' current records, of dead (overwritten or
+        // evicted, not yet reclaimed) records, and the live share of its capacity.
+        let record =
+            flashtier_flash::format::record::padded_len(0, self.block_size as usize) as u64;
+        let live = cached * record;
+        let dead = self
+            .flash
+            .stats()
+            .pairs()
+            .into_iter()
+            .find(|(k, _)| *k == "bytes_dead")
+            .map_or(0, |(_, n)| n);
+        v.push(("live_bytes".into(), live.to_string()));
+        v.push(("dead_bytes".into(), dead.to_string()));
+        let capacity = self.flash_info.capacity.max(1);
+        v.push((
+            "live_ratio".into(),
+            format!("{:.4}", live as f64 / capacity as f64),
+        ));
         v.push(("clean_watermark".into(), wm.to_string()));
         v.push((
             "clean_watermark_persisted".into(),

@@ -116,7 +116,11 @@ pub const TUNABLES: &[(&str, &str, &str)] = &[
         "30",
         "a dirty block is written back within this many seconds (0 = no deadline)",
     ),
-    ("flush_order", "fifo", "fifo | lru | lba"),
+    (
+        "flush_order",
+        "lba",
+        "fifo | lru | lba (ascending from a cyclic cursor: adjacent blocks merge into one backing write)",
+    ),
     (
         "seq_threshold_kb",
         "1024",
@@ -154,6 +158,11 @@ pub const TUNABLES: &[(&str, &str, &str)] = &[
         "0",
         "blocks per second cap for threshold/period writeback (0 = none)",
     ),
+    (
+        "writeback_busy_share_pct",
+        "30",
+        "while clients are active, the share of time a flush or mode switch writes back (1..=100; 100 = flat out)",
+    ),
 ];
 
 /// The runtime settings.
@@ -175,6 +184,7 @@ pub struct Tunables {
     writeback_batch: AtomicU64,
     writeback_inflight: AtomicU64,
     writeback_max_rate: AtomicU64,
+    writeback_busy_share_pct: AtomicU64,
 }
 
 impl Default for Tunables {
@@ -196,6 +206,7 @@ impl Default for Tunables {
             writeback_batch: AtomicU64::new(0),
             writeback_inflight: AtomicU64::new(0),
             writeback_max_rate: AtomicU64::new(0),
+            writeback_busy_share_pct: AtomicU64::new(0),
         };
         for (name, default, _) in TUNABLES {
             // Defaults are constants above; a failure here would be a typo caught by tests.
@@ -297,6 +308,10 @@ impl Tunables {
             "writeback_max_rate" => self
                 .writeback_max_rate
                 .store(parse_u64(name, value)?, Relaxed),
+            "writeback_busy_share_pct" => match pct(value)? {
+                0 => return Err(Error::Config(format!("{name}: must be 1..=100"))),
+                p => self.writeback_busy_share_pct.store(p, Relaxed),
+            },
             _ => return Err(Error::Config(format!("unknown tunable {name:?}"))),
         }
         Ok(())
@@ -321,6 +336,7 @@ impl Tunables {
             "writeback_batch" => self.writeback_batch.load(Relaxed).to_string(),
             "writeback_inflight" => self.writeback_inflight.load(Relaxed).to_string(),
             "writeback_max_rate" => self.writeback_max_rate.load(Relaxed).to_string(),
+            "writeback_busy_share_pct" => self.writeback_busy_share_pct.load(Relaxed).to_string(),
             _ => return None,
         })
     }
@@ -400,6 +416,11 @@ impl Tunables {
         } else {
             None
         }
+    }
+
+    /// Share of time (percent) a flush writes back while clients are active.
+    pub fn busy_share_pct(&self) -> u64 {
+        self.writeback_busy_share_pct.load(Relaxed)
     }
 
     /// `(batch, inflight, max_rate)` for writeback.

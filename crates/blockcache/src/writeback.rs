@@ -1,14 +1,23 @@
-//! The writeback task and explicit flushes.
+//! The writeback task.
 //!
-//! One tokio task per cache. Every tick (50 ms, or at once when woken) it decides how many
-//! dirty blocks to write back:
-//! - blocks older than 3/4 of `flush_period_s` are due now (*fallow* cleanings);
-//! - an age rate of `dirty / (flush_period_s / 2)` blocks per second spreads the period's
-//!   work evenly (*period* cleanings), so a burst of writes is written back as a stream,
-//!   not as a burst;
-//! - above `dirty_high_pct` (until back under `dirty_low_pct`) a proportional rate of
-//!   `2 × (dirty − low)` per second plus a floor (*threshold* cleanings);
-//! - an explicit flush or a writer waiting at `dirty_max_pct` lifts the limit.
+//! One tokio task per cache. It writes back dirty blocks for four causes:
+//! - *fallow*: blocks older than 3/4 of `flush_period_s` are due (oldest first, at most
+//!   `writeback_batch` a batch), counted as fallow outside threshold draining;
+//! - *period*: an age rate of `dirty / (flush_period_s / 2)` blocks per second spreads the
+//!   period's work evenly, so a burst of writes is written back as a stream;
+//! - *threshold*: from `dirty_high_pct` until back under `dirty_low_pct`, the rate of the
+//!   controller in `rate` (bcache's writeback_rate: proportional + integral on the distance
+//!   above `dirty_low_pct`, capped by `writeback_max_rate`); every block written back while
+//!   draining is a threshold cleaning;
+//! - *flush*: an explicit flush or mode switch, and a writer waiting at `dirty_max_pct`,
+//!   lift the rate; while clients are active a flush takes at most
+//!   `writeback_busy_share_pct` of the time (it rests between batches), so foreground
+//!   requests keep most of the backing and the CPU.
+//!
+//! Order: due blocks first, then `flush_order` (default `lba`: ascending from a cyclic
+//! cursor, so adjacent dirty blocks land in one batch and merge into one backing write of
+//! up to 1 MiB). Batches of up to 8 × `writeback_batch` blocks when draining or flushing.
+//! With work left in its budget the task goes on at once instead of waiting for a tick.
 //!
 //! A batch: read the records from flash, write contiguous runs to the backing
 //! (`writeback_inflight` at a time), flush the backing, then mark the blocks of the runs
@@ -25,14 +34,17 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use flashtier_flash::{kind, Location, RecordWrite};
 
-use crate::cache::{BlockCache, FlushJob, FlushState, KIND_WATERMARK, WM_KEY};
-use crate::index::Entry;
+use crate::cache::{BlockCache, KIND_WATERMARK, WM_KEY};
+use crate::index::{Entry, Index};
+use crate::rate::RateCtl;
 use crate::stats::add;
 use crate::tunables::FlushOrder;
 
 const TICK: Duration = Duration::from_millis(50);
+/// Batches are this many times `writeback_batch` when draining or flushing.
+const BIG: usize = 8;
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Cause {
     Period,
     Threshold,
@@ -40,12 +52,25 @@ enum Cause {
 }
 
 pub(crate) async fn run(cache: Arc<BlockCache>) {
+    let mut ctl = RateCtl::default();
     let mut budget = 0.0f64;
-    let mut draining = false;
     let mut last = Instant::now();
     let mut last_wm = Instant::now();
+    let mut busy = false;
+    let mut rest = Duration::ZERO;
+    let mut cursor = 0u64;
+    let mut last_reqs = cache.client_requests();
     while !cache.stopping.load(Ordering::Acquire) {
-        let _ = tokio::time::timeout(TICK, cache.wb_wake.notified()).await;
+        if !rest.is_zero() {
+            let _ =
+                tokio::time::timeout(rest.min(Duration::from_secs(1)), cache.wb_wake.notified())
+                    .await;
+            rest = Duration::ZERO;
+        } else if busy {
+            tokio::task::yield_now().await;
+        } else {
+            let _ = tokio::time::timeout(TICK, cache.wb_wake.notified()).await;
+        }
         if cache.stopping.load(Ordering::Acquire) {
             break;
         }
@@ -60,53 +85,53 @@ pub(crate) async fn run(cache: Arc<BlockCache>) {
         let dirty = cache.dirty_blocks() as f64;
         let low = cap * low_pct as f64 / 100.0;
         let high = cap * high_pct as f64 / 100.0;
-        if dirty >= high && dirty > 0.0 {
-            draining = true;
-        } else if dirty <= low {
-            draining = false;
-        }
+        let thresh_rate = ctl.update(dirty, low, high, dt, max_rate as f64);
         // Outside writeback mode every dirty block is a leftover (or a rewrite of one)
         // that a mode switch is draining: write it back at flush speed.
         let flushing = cache.flush_running() || cache.switching();
         let urgent = cache.urgent.swap(false, Ordering::AcqRel);
-        let thresh_rate = if draining {
-            2.0 * (dirty - low).max(0.0) + 64.0
-        } else {
-            0.0
-        };
-        let age_rate = if period > 0 {
+        let reqs = cache.client_requests();
+        let clients = reqs != last_reqs;
+        last_reqs = reqs;
+        let mut age_rate = if period > 0 {
             dirty / (period as f64 / 2.0)
         } else {
             0.0
         };
-        let mut rate = thresh_rate.max(age_rate);
         if max_rate > 0 {
-            rate = rate.min(max_rate as f64);
+            age_rate = age_rate.min(max_rate as f64);
         }
-        // An explicit flush or a waiting writer wants throughput: bigger batches amortise
-        // the backing flush that ends each one.
-        let (cause, n, batch) = if flushing {
-            (Cause::Flush, batch * 4, batch * 4)
+        let rate = thresh_rate.max(age_rate);
+        cache.wb_rate.store(
+            if flushing || urgent { 0 } else { rate as u64 },
+            Ordering::Relaxed,
+        );
+        let big = batch * BIG;
+        let (cause, n, limit) = if flushing {
+            (Cause::Flush, big, big)
         } else if urgent {
-            (Cause::Threshold, batch * 4, batch * 4)
+            (Cause::Threshold, big, big)
         } else {
-            budget = (budget + rate * dt).min(batch as f64 * 2.0);
-            let c = if thresh_rate >= age_rate {
+            // Up to half a second of work may accumulate (at least two batches).
+            budget = (budget + rate * dt).min((rate * 0.5).max(batch as f64 * 2.0));
+            let c = if ctl.draining {
                 Cause::Threshold
             } else {
                 Cause::Period
             };
-            (c, (budget.floor() as usize).min(batch), batch)
+            let limit = if ctl.draining { big } else { batch };
+            (c, (budget.floor() as usize).min(limit), limit)
         };
         let due_age = if period > 0 {
             Some(Duration::from_millis(period * 750))
         } else {
             None
         };
-        // A stalled writer waits for space, and space comes from advancing the clean
+        // A stalled writer may wait for flash space, which comes from advancing the clean
         // watermark, which only the oldest dirty block holds back: go oldest first.
-        let picks = cache.pick(n, due_age, batch, urgent);
+        let picks = cache.pick(n, due_age, batch, limit, urgent, &mut cursor);
         if picks.is_empty() {
+            busy = false;
             if urgent || last_wm.elapsed() >= Duration::from_millis(500) {
                 cache.persist_watermark().await;
                 last_wm = Instant::now();
@@ -117,24 +142,62 @@ pub(crate) async fn run(cache: Arc<BlockCache>) {
             let normal = picks.iter().filter(|p| !p.2).count();
             budget = (budget - normal as f64).max(0.0);
         }
+        let started = Instant::now();
         let cleaned = cache.write_back(&picks, cause).await;
         if cleaned > 0 {
             cache.persist_watermark().await;
             last_wm = Instant::now();
         }
         cache.progress.notify_waiters();
+        busy = flushing || urgent || budget >= 1.0;
+        let share = t.busy_share_pct();
+        if flushing && !urgent && clients && share < 100 {
+            let took = started.elapsed();
+            rest = took * (100 - share as u32) / share.max(1) as u32;
+        }
+    }
+}
+
+/// Dirty LBAs in flush order; `cursor` is where ascending-LBA order resumes.
+fn order<'a>(ix: &'a Index, order: FlushOrder, cursor: u64) -> Box<dyn Iterator<Item = u64> + 'a> {
+    match order {
+        FlushOrder::Fifo => Box::new(ix.fifo.values().map(|(l, _)| *l)),
+        FlushOrder::Lba => Box::new(
+            ix.by_lba
+                .range(cursor..)
+                .chain(ix.by_lba.range(..cursor))
+                .copied(),
+        ),
+        FlushOrder::Lru => {
+            let mut v: Vec<(u64, u64)> = ix
+                .by_lba
+                .iter()
+                .filter_map(|l| ix.dirty_meta.get(l).map(|d| (d.access, *l)))
+                .collect();
+            v.sort_unstable();
+            Box::new(v.into_iter().map(|(_, l)| l))
+        }
     }
 }
 
 impl BlockCache {
-    /// Choose up to `n` dirty blocks in the configured order (FIFO if `oldest_first`), plus
-    /// (up to `batch`) blocks past `due_age`. Returns (lba, entry, due) and marks them as being written.
+    /// Client requests so far (reads and writes), to tell whether clients are active.
+    fn client_requests(&self) -> u64 {
+        let s = &self.shared.stats;
+        s.read_requests.load(Ordering::Relaxed) + s.write_requests.load(Ordering::Relaxed)
+    }
+
+    /// Choose blocks to write back: up to `batch` blocks past `due_age` (oldest first),
+    /// then up to `n` more (at most `limit` in all) in the configured order (FIFO if
+    /// `oldest_first`). Returns (lba, entry, due) and marks them as being written.
     fn pick(
         &self,
         n: usize,
         due_age: Option<Duration>,
         batch: usize,
+        limit: usize,
         oldest_first: bool,
+        cursor: &mut u64,
     ) -> Vec<(u64, Entry, bool)> {
         let mut ix = self.shared.index.lock();
         let retries = self.retries.lock();
@@ -143,7 +206,7 @@ impl BlockCache {
         let mut chosen = std::collections::BTreeSet::new();
         if let Some(age) = due_age {
             for (_, (lba, since)) in ix.fifo.iter() {
-                if out.len() >= batch || since.elapsed() < age {
+                if out.len() >= batch.min(limit) || since.elapsed() < age {
                     break;
                 }
                 if ix.writing.contains(lba) || !retries.ready(*lba, now) {
@@ -155,28 +218,16 @@ impl BlockCache {
                 }
             }
         }
-        let want = n.min(batch.saturating_sub(out.len()));
+        let want = n.min(limit.saturating_sub(out.len()));
         if want > 0 {
-            let order = if oldest_first {
+            let o = if oldest_first {
                 FlushOrder::Fifo
             } else {
                 self.tunables.flush_order()
             };
-            let candidates: Vec<u64> = match order {
-                FlushOrder::Fifo => ix.fifo.values().map(|(l, _)| *l).collect(),
-                FlushOrder::Lba => ix.by_lba.iter().copied().collect(),
-                FlushOrder::Lru => {
-                    let mut v: Vec<(u64, u64)> = ix
-                        .by_lba
-                        .iter()
-                        .filter_map(|l| ix.dirty_meta.get(l).map(|d| (d.access, *l)))
-                        .collect();
-                    v.sort_unstable();
-                    v.into_iter().map(|(_, l)| l).collect()
-                }
-            };
             let mut taken = 0;
-            for lba in candidates {
+            let mut next_cursor = *cursor;
+            for lba in order(&ix, o, *cursor) {
                 if taken >= want {
                     break;
                 }
@@ -186,7 +237,11 @@ impl BlockCache {
                 if let Some(e) = ix.map.get(lba) {
                     out.push((lba, e, false));
                     taken += 1;
+                    next_cursor = lba + 1;
                 }
+            }
+            if o == FlushOrder::Lba {
+                *cursor = next_cursor;
             }
         }
         drop(retries);
@@ -260,6 +315,11 @@ impl BlockCache {
                 let backing = Arc::clone(&self.backing);
                 let off = lba * bs;
                 let data = buf.freeze();
+                add(&s.writeback_writes, 1);
+                add(&s.writeback_bytes, data.len() as u64);
+                if data.len() as u64 > bs {
+                    add(&s.coalesced_writes, 1);
+                }
                 set.spawn(async move { (i, backing.write(off, data, false).await) });
             }
             match set.join_next().await {
@@ -317,7 +377,7 @@ impl BlockCache {
                 for (lba, v, due, _) in run {
                     if ix.mark_clean(*lba, *v) {
                         cleaned += 1;
-                        if *due {
+                        if *due && cause == Cause::Period {
                             fallow += 1;
                         }
                     }
@@ -400,95 +460,6 @@ impl BlockCache {
         if self.flash.flush().await.is_ok() {
             self.shared.wm_persisted.fetch_max(w, Ordering::AcqRel);
             add(&self.shared.stats.watermark_writes, 1);
-        }
-    }
-
-    /// Start writing back every block dirty now; returns at once with the flush's id. A
-    /// running flush is extended to cover the new blocks (and keeps its id).
-    pub fn start_flush(&self) -> u64 {
-        let ix = self.shared.index.lock();
-        let target = ix.next_version.saturating_sub(1);
-        let pending = ix.dirty_at_or_below(target) as u64;
-        drop(ix);
-        let mut job = self.job.lock();
-        let id = match job.as_mut() {
-            Some(j) if j.finished.is_none() => {
-                let remaining_old = self.shared.index.lock().dirty_at_or_below(j.target) as u64;
-                let done = j.total.saturating_sub(remaining_old);
-                j.target = target;
-                j.total = done + pending;
-                j.id
-            }
-            _ => {
-                let id = self.flush_ids.fetch_add(1, Ordering::AcqRel) + 1;
-                *job = Some(FlushJob {
-                    id,
-                    target,
-                    total: pending,
-                    started: Instant::now(),
-                    finished: None,
-                    errors: 0,
-                });
-                id
-            }
-        };
-        drop(job);
-        self.wb_wake.notify_one();
-        id
-    }
-
-    /// Id of the latest explicit flush (0 = none yet).
-    pub fn flush_id(&self) -> u64 {
-        self.job.lock().as_ref().map_or(0, |j| j.id)
-    }
-
-    fn flush_running(&self) -> bool {
-        matches!(self.flush_state(), FlushState::Running { .. })
-    }
-
-    /// Progress of the latest explicit flush.
-    pub fn flush_state(&self) -> FlushState {
-        let mut job = self.job.lock();
-        let Some(j) = job.as_mut() else {
-            return FlushState::Idle;
-        };
-        if let Some(secs) = j.finished {
-            return FlushState::Done {
-                total: j.total,
-                secs,
-                errors: j.errors,
-            };
-        }
-        let remaining = self.shared.index.lock().dirty_at_or_below(j.target) as u64;
-        if remaining == 0 {
-            let secs = j.started.elapsed().as_secs_f64();
-            j.finished = Some(secs);
-            return FlushState::Done {
-                total: j.total,
-                secs,
-                errors: j.errors,
-            };
-        }
-        FlushState::Running {
-            done: j.total.saturating_sub(remaining),
-            total: j.total.max(remaining),
-            errors: j.errors,
-        }
-    }
-
-    /// Write back every block dirty now and wait until they are on the backing (and the
-    /// backing flushed). Fails only if the cache is stopping.
-    pub async fn flush_wait(&self) -> Result<(), crate::Error> {
-        self.start_flush();
-        loop {
-            if let FlushState::Done { .. } = self.flush_state() {
-                return Ok(());
-            }
-            if self.stopping.load(Ordering::Acquire) {
-                return Err(crate::Error::Config("cache stopped during flush".into()));
-            }
-            let _ =
-                tokio::time::timeout(Duration::from_millis(100), self.progress.notified()).await;
         }
     }
 }

@@ -831,6 +831,10 @@ impl KvStore for Cache {
         self.flash().map(Flash::stats)
     }
 
+    fn flash_reaper(&self) -> Option<flashtier_flash::ReapHandle> {
+        self.flash().and_then(Flash::reap_handle)
+    }
+
     async fn get(&self, key: &[u8]) -> Result<Option<Item>, Error> {
         if self.inner.ft.is_none() {
             return self.inner.get(key);

@@ -124,4 +124,10 @@ pub trait KvStore: Send + Sync + 'static {
     fn flash_stats(&self) -> Option<&flashtier_flash::FlashStats> {
         None
     }
+
+    /// A handle for the serving event loop to reap the flash tier's IO completions on its
+    /// own threads (`flashtier_flash::ReapHandle`). Default: none (no flash, or psync).
+    fn flash_reaper(&self) -> Option<flashtier_flash::ReapHandle> {
+        None
+    }
 }

@@ -1,6 +1,6 @@
 //! A one-shot completion: the engine's futures.
 //!
-//! The producer side ([`Promise`]) is completed from an IO executor thread; the consumer
+//! The producer side ([`Promise`]) is completed where the IO is reaped; the consumer
 //! ([`Completion`]) is either awaited (any executor: tokio, a hand-rolled loop) or waited on
 //! with [`Completion::wait`] from a plain thread (tests, recovery, the reclaimer). Dropping a
 //! `Promise` without completing it completes the consumer with [`Error::Closed`].

@@ -212,6 +212,8 @@ pub(crate) struct Inner {
     pub handler: Arc<dyn ReclaimHandler>,
     /// Runtime-tunable settings.
     pub knobs: crate::knobs::Knobs,
+    /// Recycled device-read buffers (see `io::pool`).
+    pub read_pool: Arc<crate::io::pool::ReadPool>,
 }
 
 /// Unix seconds now.
@@ -390,6 +392,7 @@ impl Flash {
         let layout_lost = layout.superblocks_lost;
         let cfg_for_knobs = cfg.clone();
         let inner = Arc::new(Inner {
+            read_pool: Arc::default(),
             seg_size: cfg.segment_size,
             state: Mutex::new(State {
                 free: FreeLists::new(devices.len()),
@@ -488,6 +491,12 @@ impl Flash {
     /// or offline device stays readable.
     pub fn read(&self, loc: Location) -> Completion<Record> {
         self.inner.read(loc)
+    }
+
+    /// A handle for an event loop to reap IO completions on its own thread (poll its fd for
+    /// readability, then call `reap`); `None` on the psync backend. See `io::uring`.
+    pub fn reap_handle(&self) -> Option<crate::ReapHandle> {
+        self.inner.exec.reap_handle()
     }
 
     /// Durability barrier: write every partly filled buffer (padded to its page end), wait

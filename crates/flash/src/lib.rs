@@ -74,6 +74,8 @@ pub use health::DeviceState;
 pub use io::faulty::{Faults, FaultyDevice};
 pub use io::file::FileDevice;
 pub use io::memory::MemoryDevice;
+pub use io::plug::{batch_submissions, defer_submissions_on_this_thread, submit_deferred};
+pub use io::uring::ReapHandle;
 pub use io::Device;
 pub use location::Location;
 pub use stats::{FlashStats, IoLatency};

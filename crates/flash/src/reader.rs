@@ -2,8 +2,9 @@
 //! device read of the pages the location's size hint names (two reads when the hint says
 //! "more than 31 pages"), verifying the checksum with the seed captured at submit time.
 //!
-//! Runs on the caller's thread (lookup, submit) and on an IO executor thread (decode,
-//! complete). Never blocks the caller.
+//! Runs on the caller's thread (lookup, submit) and on whichever thread reaps the IO
+//! (decode, complete): an event loop holding a `ReapHandle`, or an executor thread. Never
+//! blocks the caller. Read buffers come from `io::pool` and go back when the record drops.
 use std::io;
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use crate::completion::{pair, Completion, Promise};
 use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::format::record::{self, DecodeError, Record};
+use crate::io::pool::PooledBuf;
 use crate::io::{AlignedBuf, IoOp, IoRequest};
 use crate::location::{Location, PAGE};
 use crate::segments::SegState;
@@ -124,7 +126,7 @@ impl Inner {
         promise: Promise<Record>,
     ) {
         let me = Arc::clone(self);
-        let buf = AlignedBuf::zeroed(len as usize);
+        let buf = self.read_pool.take(len as usize);
         let dev = t.dev;
         let started = std::time::Instant::now();
         self.exec.submit(IoRequest {
@@ -167,13 +169,18 @@ impl Inner {
                 let want = ((start + need) as u64).div_ceil(PAGE) * PAGE;
                 let have = buf.len() as u64;
                 if want > have && page0 + want <= self.seg_size {
+                    self.read_pool.give(buf);
                     self.submit_read(t, page0, want, false, promise);
                     return;
                 }
             }
         }
-        let out = record::decode_record_owned(buf.into_bytes(), start, t.seed)
-            .map_err(|e| self.decode_error(e));
+        let out = record::decode_record_owned(
+            PooledBuf::into_bytes(buf, Arc::clone(&self.read_pool)),
+            start,
+            t.seed,
+        )
+        .map_err(|e| self.decode_error(e));
         if let Ok(r) = &out {
             self.count_read(r);
         }

@@ -4,7 +4,7 @@
 //! 1. [`Session::pump`] decodes and executes every complete request in the read buffer,
 //!    appending replies to the output buffer (pipelining), and discards swallowed bytes.
 //! 2. When no complete request is left — or the output buffer passed its limit — the output
-//!    is written in one go. Reading stops while a write is pending, so a client that does not
+//!    is written in one go (one vectored write of every reply segment). Reading stops while a write is pending, so a client that does not
 //!    read its replies (a slow reader) stalls only itself, and memory stays bounded.
 //! 3. Read more and repeat; on shutdown, stop reading, flush what was produced and close.
 //!
@@ -311,12 +311,12 @@ pub async fn serve_connection<S: KvStore>(
     let mut session = Session::new(limits, ctx.settings.max_output_buffer);
     session.id = id;
     loop {
-        let step = session.pump(ctx).await;
+        // The flash reads this turn starts are handed to the kernel together.
+        let step = flashtier_cache::flash::batch_submissions(session.pump(ctx)).await;
         if !session.output.is_empty() {
             Stats::add(&ctx.stats.bytes_written, session.output.len() as u64);
-            for segment in session.output.drain() {
-                stream.write_all(&segment).await?;
-            }
+            let segments: Vec<bytes::Bytes> = session.output.drain().collect();
+            stream.write_segments(&segments).await?;
             stream.flush().await?;
             session.output.clear(IDLE_KEEP);
         }

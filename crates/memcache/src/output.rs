@@ -11,8 +11,10 @@ use std::ops::{Deref, DerefMut};
 
 use bytes::{Bytes, BytesMut};
 
-/// Values at least this large are queued by reference instead of copied.
-pub const ZERO_COPY_MIN: usize = 16 * 1024;
+/// Values at least this large are queued by reference instead of copied (then written by
+/// one vectored write with the reply text around them; a flash value is written straight
+/// from its pooled read buffer).
+pub const ZERO_COPY_MIN: usize = 2 * 1024;
 
 #[derive(Debug, Default)]
 pub struct Output {

@@ -88,6 +88,11 @@ pub async fn serve<S: KvStore>(
 ) -> Result<(), Error> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
+    // Flash completions are reaped by this runtime's threads while it serves.
+    let reaper = ctx
+        .store
+        .flash_reaper()
+        .map(|h| tokio::spawn(reap_flash(h)));
     let mut next_id: u64 = 0;
     let names: Vec<String> = listeners.iter().map(Listener::describe).collect();
     tokio::pin!(shutdown);
@@ -176,5 +181,34 @@ pub async fn serve<S: KvStore>(
     if tokio::time::timeout(SHUTDOWN_GRACE, drain).await.is_err() {
         tasks.abort_all();
     }
+    if let Some(r) = reaper {
+        r.abort();
+    }
     Ok(())
+}
+
+/// Reap flash IO completions whenever the ring's eventfd turns readable, on whichever
+/// worker runs this task (the connection tasks it wakes land on that worker's queue). If the
+/// fd cannot be registered the engine's own thread keeps reaping.
+#[allow(unsafe_code)]
+async fn reap_flash(handle: flashtier_cache::flash::ReapHandle) {
+    // SAFETY: the handle owns its descriptor (a dup of the ring's eventfd) and neither
+    // closes nor replaces it while it is registered: it is only dropped with the AsyncFd.
+    let registered = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(handle, tokio::io::Interest::READABLE)
+    };
+    let fd = match registered {
+        Ok(fd) => fd,
+        Err(e) => {
+            log::warn!("flash completions stay on the engine thread: {e}");
+            return;
+        }
+    };
+    loop {
+        let Ok(mut ready) = fd.readable().await else {
+            return;
+        };
+        fd.get_ref().reap();
+        ready.clear_ready();
+    }
 }

@@ -13,6 +13,8 @@ use tokio_rustls::TlsAcceptor;
 
 /// Bytes reserved per read.
 pub const READ_CHUNK: usize = 16 * 1024;
+/// Most segments handed to one vectored write.
+pub const IOV_MAX: usize = 64;
 
 /// A place clients connect to.
 pub enum Listener {
@@ -97,6 +99,45 @@ impl Stream {
             Stream::Unix(s) => s.write_all(bytes).await,
             Stream::Tls(s) => s.write_all(bytes).await,
         }
+    }
+
+    /// Write all of `segs`, in order, with vectored writes: one system call for a whole
+    /// batch of replies when the socket takes it (at most [`IOV_MAX`] segments per call).
+    pub async fn write_segments(&mut self, segs: &[bytes::Bytes]) -> std::io::Result<()> {
+        if let [one] = segs {
+            return self.write_all(one).await;
+        }
+        let (mut i, mut off) = (0, 0);
+        while i < segs.len() {
+            let mut iov = [std::io::IoSlice::new(&[]); IOV_MAX];
+            let mut k = 0;
+            for (j, seg) in segs[i..].iter().take(IOV_MAX).enumerate() {
+                let part = if j == 0 { &seg[off..] } else { &seg[..] };
+                iov[k] = std::io::IoSlice::new(part);
+                k += 1;
+            }
+            let iov = &iov[..k];
+            let mut n = match self {
+                Stream::Tcp(s) => s.write_vectored(iov).await?,
+                Stream::Unix(s) => s.write_vectored(iov).await?,
+                Stream::Tls(s) => s.write_vectored(iov).await?,
+            };
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            while n > 0 && i < segs.len() {
+                let left = segs[i].len() - off;
+                if n >= left {
+                    n -= left;
+                    i += 1;
+                    off = 0;
+                } else {
+                    off += n;
+                    n = 0;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Push buffered output to the socket (TLS records).

@@ -357,7 +357,7 @@ pub struct BlockArgs {
     /// Seconds within which a dirty block is written back (0 = no deadline). Default: 30.
     #[arg(long, value_name = "SECONDS")]
     pub flush_period: Option<u64>,
-    /// fifo | lru | lba. Default: fifo.
+    /// lba | fifo | lru. Default: lba.
     #[arg(long)]
     pub flush_order: Option<String>,
     /// Sequential-stream bypass threshold in KiB (0 = off). Default: 1024.

@@ -4,9 +4,10 @@
 //!   Implementations side by side: [`file::FileDevice`] (a file or block device, `O_DIRECT`,
 //!   `pread`/`pwrite`), [`memory::MemoryDevice`] (tests, crash images) and
 //!   [`faulty::FaultyDevice`] (EIO/ENOSPC/torn writes on demand, wrapping another device).
-//! - Executors run [`IoRequest`]s and call their completion callback on the executor's own
-//!   thread: [`uring`] (one thread owning an io_uring ring; submissions batched, an eventfd
-//!   wakes it) and [`psync`] (a small thread pool calling the blocking [`Device`] methods).
+//! - Executors run [`IoRequest`]s and call their completion callback: [`uring`] (one shared
+//!   ring; the submitting thread enters the kernel, batched by [`plug`]; completions reaped by
+//!   an event loop holding a [`uring::ReapHandle`], else by the ring's own thread) and
+//!   [`psync`] (a small thread pool calling the blocking [`Device`] methods).
 //!   Callers never block: `submit` only enqueues. The engine bounds what it enqueues (reads by
 //!   a queue limit, writes by a per-stream limit of chunks in flight) and the current depth is
 //!   the `io_queue_depth` stat.
@@ -14,9 +15,9 @@
 //! Buffers are [`AlignedBuf`]s: 4 KiB aligned, a multiple of 4 KiB long when used for IO, as
 //! `O_DIRECT` requires. They are built without `unsafe` by over-allocating a `Vec` and using
 //! the aligned window inside it. Write chunks are recycled through a small pool (two per
-//! stream). Read buffers are not pooled on purpose: the read buffer becomes the returned
-//! record's `Bytes` (key and value are slices of it, no copy), and the number of reads in
-//! flight, hence of read buffers, is bounded by `read_queue_limit`.
+//! stream). Read buffers come from [`pool::ReadPool`] and are not zeroed: the read buffer
+//! becomes the returned record's `Bytes` (key and value are slices of it, no copy) and goes
+//! back to the pool when the last slice is dropped.
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
@@ -31,6 +32,8 @@ use crate::stats::FlashStats;
 pub mod faulty;
 pub mod file;
 pub mod memory;
+pub mod plug;
+pub mod pool;
 pub mod psync;
 pub mod uring;
 
@@ -168,7 +171,8 @@ pub enum IoOp {
     },
 }
 
-/// Completion callback: runs on an executor thread, must not block. Receives the read buffer
+/// Completion callback: runs on the thread that reaps the IO (an executor thread, or an event
+/// loop holding a [`uring::ReapHandle`]), must not block. Receives the read buffer
 /// for reads, `None` for writes and syncs.
 pub type IoDone = Box<dyn FnOnce(io::Result<Option<AlignedBuf>>) + Send>;
 
@@ -188,6 +192,10 @@ pub trait Executor: Send + Sync {
     fn shutdown(&self);
     /// Backend name for stats (`io_uring`, `psync`).
     fn backend(&self) -> &'static str;
+    /// A handle an event loop polls to reap completions on its own thread (io_uring only).
+    fn reap_handle(&self) -> Option<uring::ReapHandle> {
+        None
+    }
 }
 
 /// Run one request synchronously against a device (used by the psync pool and as the

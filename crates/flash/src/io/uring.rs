@@ -1,41 +1,74 @@
-//! The io_uring executor: one thread owns a ring, turns queued requests into SQEs in batches
-//! and runs completion callbacks as CQEs arrive.
+//! The io_uring executor: one ring shared by every thread; the thread that submits a request
+//! pushes its SQE and enters the kernel itself (or, inside [`super::plug::batch_submissions`],
+//! once for the whole batch), and completions are reaped by whoever gets there first: an
+//! event loop holding a [`ReapHandle`] (woken by the ring's eventfd, so a network thread
+//! reaps its own reads with no other thread involved), else the ring thread.
 //!
-//! Wake-up protocol: submitters push to a channel and, only if the ring thread announced it is
-//! about to sleep (`sleeping`), write to an eventfd. The ring thread always keeps one read of
-//! that eventfd armed in the ring, so `submit_and_wait(1)` returns on either a completion or a
-//! new submission, and re-checks the channel after announcing sleep so no wake-up is lost.
+//! The ring thread is *active* (blocks in `io_uring_enter` for completions, with a timeout so
+//! it notices shutdown) while no reaper is attached: open, recovery, tests and the block face
+//! work as a plain executor. While a reaper is attached it only reaps every [`BACKSTOP`], so
+//! no completion waits on an event loop that stopped polling.
 //!
-//! Invariants: a request's buffer is owned by its slot in `slots` from SQE push until its CQE
-//! is reaped, so the kernel never sees a freed buffer; at most `entries` requests are in
+//! Invariants: a request's buffer is owned by its slot in `State::slots` from SQE push until
+//! its CQE is reaped, so the kernel never sees a freed buffer; at most `cap` requests are in
 //! flight (the rest wait in `pending`), so the completion queue (2× entries) cannot overflow.
+//! The submission queue is touched only under `state`, the completion queue only under
+//! `reap_lock`; callbacks run with no lock held.
 // `unsafe` is needed here for raw syscalls/io_uring; each block states its SAFETY.
 #![allow(unsafe_code)]
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use io_uring::{opcode, types, IoUring};
 use parking_lot::Mutex;
 
-use super::{enqueue, Device, Executor, IoOp, IoRequest};
+use super::{Device, Executor, IoOp, IoRequest};
 use crate::stats::FlashStats;
 
-const WAKE_TOKEN: u64 = u64::MAX;
+/// How long the active ring thread waits for a completion before re-checking its mode.
+const ACTIVE_WAIT: Duration = Duration::from_millis(20);
+/// How often the ring thread reaps while a reaper is attached (a backstop only).
+pub const BACKSTOP: Duration = Duration::from_millis(10);
 
 /// io_uring executor over devices that expose a file descriptor.
 pub struct UringExecutor {
-    tx: Mutex<Option<Sender<IoRequest>>>,
-    wake: Arc<File>,
-    sleeping: Arc<AtomicBool>,
+    ring: Arc<Ring>,
     thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The ring and its bookkeeping, shared by submitters, reapers and the ring thread.
+pub(crate) struct Ring {
+    ring: IoUring,
+    fds: Vec<i32>,
+    /// Keeps the descriptors in `fds` open.
+    _devices: Vec<Arc<dyn Device>>,
+    state: Mutex<State>,
+    /// Held while draining the completion queue.
+    reap_lock: Mutex<()>,
+    /// Counted up by the kernel for every CQE (registered with the ring); non-blocking.
+    events: File,
+    /// Attached [`ReapHandle`]s.
+    reapers: AtomicUsize,
+    /// SQEs pushed since the last enter (so an enter with nothing to submit is skipped).
+    queued: AtomicUsize,
     stats: Arc<FlashStats>,
+    cap: usize,
+}
+
+struct State {
+    slots: Vec<Option<(IoRequest, usize)>>,
+    free: Vec<usize>,
+    pending: VecDeque<IoRequest>,
+    in_flight: usize,
+    /// Shut down (or the ring failed): new requests fail at once.
+    closed: bool,
 }
 
 impl UringExecutor {
@@ -56,52 +89,53 @@ impl UringExecutor {
             })?);
         }
         let ring = IoUring::new(entries.next_power_of_two())?;
+        if !ring.params().is_feature_ext_arg() {
+            // The ring thread's timed wait needs IORING_ENTER_EXT_ARG (Linux 5.11).
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "io_uring without EXT_ARG (kernel older than 5.11)",
+            ));
+        }
         // SAFETY: eventfd takes no pointers; the returned descriptor is checked below and
         // then owned by exactly one OwnedFd.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if efd < 0 {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: `efd` is a freshly created descriptor nobody else owns.
-        let wake = Arc::new(File::from(unsafe { OwnedFd::from_raw_fd(efd) }));
-        let (tx, rx) = channel();
-        let sleeping = Arc::new(AtomicBool::new(false));
-        let mut ring_thread = RingThread {
+        let events = File::from(unsafe { OwnedFd::from_raw_fd(efd) });
+        ring.submitter().register_eventfd(events.as_raw_fd())?;
+        let ring = Arc::new(Ring {
             ring,
-            rx,
             fds,
             _devices: devices,
-            wake: Arc::clone(&wake),
-            sleeping: Arc::clone(&sleeping),
-            stats: Arc::clone(&stats),
-            slots: Vec::new(),
-            free: Vec::new(),
-            pending: VecDeque::new(),
-            in_flight: 0,
+            state: Mutex::new(State {
+                slots: Vec::new(),
+                free: Vec::new(),
+                pending: VecDeque::new(),
+                in_flight: 0,
+                closed: false,
+            }),
+            reap_lock: Mutex::new(()),
+            events,
+            reapers: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
+            stats,
             cap: entries as usize,
-            wake_buf: Box::new([0u8; 8]),
-            wake_armed: false,
-        };
+        });
+        let r = Arc::clone(&ring);
         let thread = std::thread::Builder::new()
             .name("flash-uring".into())
-            .spawn(move || ring_thread.run())?;
+            .spawn(move || r.run())?;
         Ok(Self {
-            tx: Mutex::new(Some(tx)),
-            wake,
-            sleeping,
+            ring,
             thread: Mutex::new(Some(thread)),
-            stats,
         })
-    }
-
-    fn kick(&self) {
-        // The eventfd counter is a native-endian u64 by the kernel's definition.
-        let _ = (&*self.wake).write(&1u64.to_ne_bytes());
     }
 }
 
 /// Dropping the executor (an engine that failed to open, or the last handle going away)
-/// stops and joins its threads, so none outlives it.
+/// stops and joins its thread, so none outlives it.
 impl Drop for UringExecutor {
     fn drop(&mut self) {
         self.shutdown();
@@ -110,16 +144,33 @@ impl Drop for UringExecutor {
 
 impl Executor for UringExecutor {
     fn submit(&self, req: IoRequest) {
-        if enqueue(&self.tx, &self.stats, req) && self.sleeping.swap(false, Ordering::SeqCst) {
-            self.kick();
+        let r = &self.ring;
+        // Only reads wait for the end of a plug: a chunk write or sync may have a thread
+        // waiting on it (buffer space, a flush), so it enters at once.
+        let deferrable = matches!(req.op, IoOp::Read { .. });
+        r.stats.io_queue_depth.fetch_add(1, Ordering::Relaxed);
+        let failed = {
+            let mut st = r.state.lock();
+            if st.closed {
+                drop(st);
+                r.stats.io_queue_depth.fetch_sub(1, Ordering::Relaxed);
+                (req.done)(Err(io::Error::other("flash executor shut down")));
+                return;
+            }
+            st.pending.push_back(req);
+            r.push_pending(&mut st)
+        };
+        r.fail(failed);
+        if !(deferrable && super::plug::defer(r)) {
+            r.enter();
         }
     }
 
     fn shutdown(&self) {
-        self.tx.lock().take();
-        self.kick();
+        self.ring.state.lock().closed = true;
         if let Some(h) = self.thread.lock().take() {
             if h.thread().id() != std::thread::current().id() {
+                h.thread().unpark();
                 let _ = h.join();
             }
         }
@@ -128,91 +179,114 @@ impl Executor for UringExecutor {
     fn backend(&self) -> &'static str {
         "io_uring"
     }
+
+    fn reap_handle(&self) -> Option<ReapHandle> {
+        let fd = self.ring.events.try_clone().ok()?;
+        self.ring.reapers.fetch_add(1, Ordering::SeqCst);
+        Some(ReapHandle {
+            ring: Arc::clone(&self.ring),
+            fd,
+        })
+    }
 }
 
-struct RingThread {
-    ring: IoUring,
-    rx: Receiver<IoRequest>,
-    fds: Vec<i32>,
-    /// Keeps the descriptors in `fds` open.
-    _devices: Vec<Arc<dyn Device>>,
-    wake: Arc<File>,
-    sleeping: Arc<AtomicBool>,
-    stats: Arc<FlashStats>,
-    slots: Vec<Option<(IoRequest, usize)>>,
-    free: Vec<usize>,
-    pending: VecDeque<IoRequest>,
-    in_flight: usize,
-    cap: usize,
-    wake_buf: Box<[u8; 8]>,
-    wake_armed: bool,
+/// Lets an event loop reap the ring's completions on its own thread: poll [`fd`](Self::fd)
+/// for readability and call [`reap`](Self::reap). While one is alive the ring thread only
+/// reaps as a backstop; dropping it hands reaping back to the ring thread.
+pub struct ReapHandle {
+    ring: Arc<Ring>,
+    fd: File,
 }
 
-impl RingThread {
-    fn run(&mut self) {
-        let mut closing = false;
+impl ReapHandle {
+    /// Clear the eventfd, then complete every finished request (callbacks run on this
+    /// thread). Returns how many completed.
+    pub fn reap(&self) -> usize {
+        let mut b = [0u8; 8];
+        while matches!((&self.fd).read(&mut b), Ok(8)) {}
+        self.ring.reap()
+    }
+}
+
+impl AsRawFd for ReapHandle {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl Drop for ReapHandle {
+    fn drop(&mut self) {
+        self.ring.reapers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl std::fmt::Debug for ReapHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ReapHandle(fd {})", self.fd.as_raw_fd())
+    }
+}
+
+impl Ring {
+    fn run(&self) {
         loop {
-            loop {
-                match self.rx.try_recv() {
-                    Ok(r) => self.pending.push_back(r),
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => {
-                        closing = true;
-                        break;
-                    }
+            {
+                let st = self.state.lock();
+                if st.closed && st.in_flight == 0 && st.pending.is_empty() {
+                    return;
                 }
             }
-            self.push_pending();
-            if closing && self.in_flight == 0 && self.pending.is_empty() {
-                return;
+            if self.reapers.load(Ordering::SeqCst) > 0 {
+                std::thread::park_timeout(BACKSTOP);
+                self.enter();
+                self.reap();
+                continue;
             }
-            if !self.wake_armed && !closing {
-                self.arm_wake();
-            }
-            self.sleeping.store(true, Ordering::SeqCst);
-            match self.rx.try_recv() {
-                Ok(r) => {
-                    self.sleeping.store(false, Ordering::SeqCst);
-                    self.pending.push_back(r);
-                    continue;
-                }
-                Err(TryRecvError::Disconnected) => closing = true,
-                Err(TryRecvError::Empty) => {}
-            }
-            let want = if closing && self.in_flight == 0 { 0 } else { 1 };
-            match self.ring.submit_and_wait(want) {
+            let ts = types::Timespec::from(ACTIVE_WAIT);
+            let args = types::SubmitArgs::new().timespec(&ts);
+            match self.ring.submitter().submit_with_args(1, &args) {
                 Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ETIME | libc::EINTR | libc::EBUSY | libc::EAGAIN)
+                    ) => {}
                 Err(e) => {
                     self.fail_all(&e);
                     return;
                 }
             }
-            self.sleeping.store(false, Ordering::SeqCst);
             self.reap();
         }
     }
 
-    fn arm_wake(&mut self) {
-        let e = opcode::Read::new(
-            types::Fd(self.wake.as_raw_fd()),
-            self.wake_buf.as_mut_ptr(),
-            8,
-        )
-        .build()
-        .user_data(WAKE_TOKEN);
-        // SAFETY: `wake_buf` is heap memory owned by this struct and outlives the SQE (it is
-        // only freed when the thread exits, after the ring is dropped); the fd is kept open
-        // by `wake`.
-        if unsafe { self.ring.submission().push(&e) }.is_ok() {
-            self.wake_armed = true;
+    /// Hand queued SQEs to the kernel (a no-op syscall-free check when none are queued).
+    pub(crate) fn enter(&self) {
+        // An SQE is published (tail stored) before `queued` counts it, so whoever swaps a
+        // non-zero count submits it.
+        if self.queued.swap(0, Ordering::SeqCst) == 0 {
+            return;
+        }
+        match self.ring.submit() {
+            Ok(_) => {}
+            // Transient: the SQEs stay queued and the next enter (any thread) submits them.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR | libc::EBUSY | libc::EAGAIN)
+                ) =>
+            {
+                self.queued.fetch_add(1, Ordering::SeqCst);
+            }
+            Err(e) => log::warn!("io_uring submit failed: {e}"),
         }
     }
 
-    fn push_pending(&mut self) {
-        while self.in_flight < self.cap {
-            let Some(mut req) = self.pending.pop_front() else {
+    /// Move pending requests into the submission queue while capacity allows. Requests
+    /// naming no device are returned to be failed outside the lock.
+    fn push_pending(&self, st: &mut State) -> Vec<IoRequest> {
+        let mut failed = Vec::new();
+        while st.in_flight < self.cap {
+            let Some(mut req) = st.pending.pop_front() else {
                 break;
             };
             let (fd, entry, len) = match &mut req.op {
@@ -249,52 +323,77 @@ impl RingThread {
                 }
             };
             let (Some(_), Some(entry)) = (fd, entry) else {
-                self.stats.io_queue_depth.fetch_sub(1, Ordering::Relaxed);
-                (req.done)(Err(io::Error::other("no such device")));
+                failed.push(req);
                 continue;
             };
-            let slot = match self.free.pop() {
+            let slot = match st.free.pop() {
                 Some(s) => s,
                 None => {
-                    self.slots.push(None);
-                    self.slots.len() - 1
+                    st.slots.push(None);
+                    st.slots.len() - 1
                 }
             };
             let entry = entry.user_data(slot as u64);
-            // SAFETY: the buffer the entry points to belongs to `req`, which is stored in
+            // SAFETY: the submission queue is only accessed under `state`, which the caller
+            // holds. The buffer the entry points to belongs to `req`, which is stored in
             // `slots[slot]` right below and stays there until the CQE with this user_data is
             // reaped; moving `req` does not move the buffer's heap allocation.
-            let pushed = unsafe { self.ring.submission().push(&entry) };
+            let pushed = unsafe { self.ring.submission_shared().push(&entry) };
             if pushed.is_err() {
                 // Submission queue full: submit what we have and retry this one next round.
-                self.free.push(slot);
-                self.pending.push_front(req);
+                st.free.push(slot);
+                st.pending.push_front(req);
                 let _ = self.ring.submit();
                 break;
             }
-            if let Some(s) = self.slots.get_mut(slot) {
+            if let Some(s) = st.slots.get_mut(slot) {
                 *s = Some((req, len));
             }
-            self.in_flight += 1;
+            st.in_flight += 1;
+            self.queued.fetch_add(1, Ordering::SeqCst);
+        }
+        failed
+    }
+
+    fn fail(&self, failed: Vec<IoRequest>) {
+        for req in failed {
+            self.stats.io_queue_depth.fetch_sub(1, Ordering::Relaxed);
+            (req.done)(Err(io::Error::other("no such device")));
         }
     }
 
-    fn reap(&mut self) {
-        let done: Vec<(u64, i32)> = self
-            .ring
-            .completion()
-            .map(|c| (c.user_data(), c.result()))
-            .collect();
-        for (ud, res) in done {
-            if ud == WAKE_TOKEN {
-                self.wake_armed = false;
-                continue;
+    /// Complete every request whose CQE is there; returns how many.
+    fn reap(&self) -> usize {
+        let (done, failed) = {
+            let _g = self.reap_lock.lock();
+            // SAFETY: the completion queue is only accessed under `reap_lock`.
+            let cqes: Vec<(u64, i32)> = unsafe { self.ring.completion_shared() }
+                .map(|c| (c.user_data(), c.result()))
+                .collect();
+            if cqes.is_empty() {
+                return 0;
             }
-            let Some((req, len)) = self.slots.get_mut(ud as usize).and_then(Option::take) else {
-                continue;
+            let mut st = self.state.lock();
+            let mut done = Vec::with_capacity(cqes.len());
+            for (ud, res) in cqes {
+                let Some((req, len)) = st.slots.get_mut(ud as usize).and_then(Option::take) else {
+                    continue;
+                };
+                st.free.push(ud as usize);
+                st.in_flight -= 1;
+                done.push((req, len, res));
+            }
+            let failed = if st.pending.is_empty() {
+                Vec::new()
+            } else {
+                self.push_pending(&mut st)
             };
-            self.free.push(ud as usize);
-            self.in_flight -= 1;
+            (done, failed)
+        };
+        self.enter();
+        self.fail(failed);
+        let n = done.len();
+        for (req, len, res) in done {
             self.stats.io_queue_depth.fetch_sub(1, Ordering::Relaxed);
             let outcome = if res < 0 {
                 Err(io::Error::from_raw_os_error(-res))
@@ -312,17 +411,25 @@ impl RingThread {
             });
             (req.done)(result);
         }
+        n
     }
 
-    fn fail_all(&mut self, e: &io::Error) {
-        for req in self.pending.drain(..) {
+    fn fail_all(&self, e: &io::Error) {
+        log::error!("io_uring failed: {e}; flash IO stops");
+        let pending: Vec<IoRequest> = {
+            let mut st = self.state.lock();
+            st.closed = true;
+            // In-flight requests may still be touched by the kernel: leak their buffers
+            // rather than free memory the device may write into.
+            for slot in st.slots.drain(..).flatten() {
+                std::mem::forget(slot);
+            }
+            st.in_flight = 0;
+            st.pending.drain(..).collect()
+        };
+        for req in pending {
             self.stats.io_queue_depth.fetch_sub(1, Ordering::Relaxed);
             (req.done)(Err(io::Error::new(e.kind(), e.to_string())));
-        }
-        // In-flight requests may still be touched by the kernel: leak their buffers rather
-        // than free memory the device may write into.
-        for slot in self.slots.drain(..).flatten() {
-            std::mem::forget(slot);
         }
     }
 }

@@ -72,6 +72,22 @@ const GAUGES: &[(&str, &str)] = &[
     ("dirty_percent", "Dirty blocks over the capacity"),
     ("block_size", "Cache block size in bytes"),
     (
+        "writeback_rate",
+        "Writeback rate the controller set, in blocks per second (0 when idle or flushing)",
+    ),
+    (
+        "live_bytes",
+        "Bytes of the cached blocks' current records in the cache file",
+    ),
+    (
+        "dead_bytes",
+        "Bytes of dead records (overwritten or evicted) not yet reclaimed in the cache file",
+    ),
+    (
+        "live_ratio",
+        "Share of the cache file's capacity holding cached blocks' current records (0-1)",
+    ),
+    (
         "clean_watermark",
         "Write sequence below which every block is clean",
     ),

@@ -139,8 +139,15 @@ pub fn main(args: KvArgs, memcached: bool) -> anyhow::Result<()> {
     if cfg.daemon {
         daemon::daemonize().context("cannot daemonize")?;
     }
+    // Flash reads a worker starts are submitted together when it runs out of work (one
+    // io_uring_enter and one device doorbell per event-loop turn; see flash::io::plug).
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cfg.threads)
+        // Only workers park here (not blocking-pool threads), so only they get plugged.
+        .on_thread_park(|| {
+            flashtier_flash::defer_submissions_on_this_thread();
+            flashtier_flash::submit_deferred();
+        })
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;

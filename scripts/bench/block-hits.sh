@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Read hits under skew: fio random reads (or 70/30 read/write) with a pareto or zipf
+# distribution over a backing about twice the cache, through flashtier block over a slow
+# backing (nbdkit delay). Warm-up run, `ctl reset-stats`, measured run; prints the read hit
+# ratio, IOPS and what the cache holds.
+#
+# Usage: scripts/bench/block-hits.sh [OUTDIR]
+# Env: SIZE (device, 1G), CACHE (512M), DELAY (4ms), RUNTIME (s per run, 30),
+#      DIST (fio random_distribution, pareto:0.9), RW (randread | randrw), BS (4k),
+#      SET (space-separated KEY=VALUE tunables set before the warm-up),
+#      FLASHTIER (binary, target/release/flashtier).
+set -euo pipefail
+SIZE=${SIZE:-1G}
+CACHE=${CACHE:-512M}
+DELAY=${DELAY:-4ms}
+RUNTIME=${RUNTIME:-30}
+DIST=${DIST:-pareto:0.9}
+RW=${RW:-randread}
+BS=${BS:-4k}
+FT=${FLASHTIER:-target/release/flashtier}
+OUT=${1:-data/bench/block-hits-$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+W=$(mktemp -d /var/tmp/fthits.XXXXXX)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$W"
+}
+trap cleanup EXIT
+ADMIN=127.0.0.1:$((20000 + RANDOM % 20000))
+ctl() { "$FT" ctl --admin "$ADMIN" "$@"; }
+stat() { local v; v=$(ctl stats | sed -n "s/^$1=//p"); echo "${v:-0}"; }
+wait_sock() { for _ in $(seq 200); do [ -S "$1" ] && return 0; sleep 0.1; done; echo "no $1" >&2; exit 1; }
+
+truncate -s "$SIZE" "$W/backing.img"
+nbdkit -f -U "$W/slow.sock" --filter=delay file "$W/backing.img" rdelay="$DELAY" wdelay="$DELAY" &
+PIDS+=($!)
+wait_sock "$W/slow.sock"
+"$FT" block --backing "nbd+unix:///?socket=$W/slow.sock" --cache "$W/cache.img:$CACHE" \
+    --listen "unix:$W/ft.sock" --admin "$ADMIN" --run-dir "$W/run" --no-direct-io \
+    >"$OUT/flashtier.log" 2>&1 &
+PIDS+=($!)
+wait_sock "$W/ft.sock"
+URI="nbd+unix:///?socket=$W/ft.sock"
+load() { # name
+    fio --name="$1" --ioengine=nbd --uri="$URI" --rw="$RW" --rwmixread=70 --bs="$BS" \
+        --random_distribution="$DIST" --iodepth=16 --size="$SIZE" --runtime="$RUNTIME" \
+        --time_based --output-format=json >"$OUT/$1.json" 2>/dev/null
+    python3 -c '
+import json,sys
+t=open(sys.argv[1]).read(); j=json.loads(t[t.index("{"):])["jobs"][0]
+print(round(j["read"]["iops"]+j["write"]["iops"]))' "$OUT/$1.json"
+}
+for kv in ${SET:-}; do ctl set "$kv" >/dev/null; done
+load warmup >/dev/null
+ctl reset-stats >/dev/null
+IOPS=$(load measured)
+ctl stats >"$OUT/stats.txt"
+{
+    echo "size=$SIZE cache=$CACHE dist=$DIST rw=$RW bs=$BS delay=$DELAY runtime=${RUNTIME}s"
+    echo "iops=$IOPS read_hit_percent=$(stat read_hit_percent) cached_blocks=$(stat cached_blocks)" \
+        "capacity_blocks=$(stat capacity_blocks) dirty_blocks=$(stat dirty_blocks)" \
+        "replacements=$(stat replacements) moved_clean_blocks=$(stat moved_clean_blocks)" \
+        "capacity_evictions=$(stat capacity_evictions)"
+} | tee "$OUT/summary.txt"
