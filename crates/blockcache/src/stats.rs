@@ -212,7 +212,7 @@ impl BlockCache {
             .stats()
             .pairs()
             .into_iter()
-            .find(|(k, _)| *k == "bytes_dead")
+            .find(|(k, _)| *k == "flash_bytes_dead")
             .map_or(0, |(_, n)| n);
         v.push(("live_bytes".into(), live.to_string()));
         v.push(("dead_bytes".into(), dead.to_string()));
