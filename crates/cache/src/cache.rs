@@ -79,6 +79,8 @@ pub(crate) struct Inner {
 pub struct Cache {
     pub(crate) inner: Arc<Inner>,
     sweeper: Option<Sweeper>,
+    /// The write-back thread (`writeback`), with flash.
+    writeback: Option<Sweeper>,
     handler: Option<Arc<Handler>>,
 }
 
@@ -87,6 +89,7 @@ impl Drop for Cache {
         // Stop the sweeper, then the flash engine's threads, while `inner` is still alive:
         // the reclaimer must never hold the last reference to it.
         drop(self.sweeper.take());
+        drop(self.writeback.take());
         let _ = self.close();
         if let Some(h) = &self.handler {
             h.close();
@@ -120,11 +123,13 @@ impl Cache {
         let mut seed = cfg.hash_seed;
         let mut opened = None;
         let mut engine_reserve = 0;
+        let mut hot_stream = crate::flash_tier::STREAM;
         let handler = cfg.flash.as_ref().map(|_| Arc::new(Handler::new()));
         if let (Some(fs), Some(handler)) = (&cfg.flash, &handler) {
             let mut rec = Recovered::default();
             let engine = fs.engine_config();
             engine_reserve = engine.reserve_segments;
+            hot_stream = crate::flash_tier::hot_stream(&engine);
             let tiering = Tiering::new(fs, engine.free_high_watermark);
             let h: Arc<dyn flashtier_flash::ReclaimHandler> = handler.clone();
             let res = match &fs.devices {
@@ -161,7 +166,8 @@ impl Cache {
             if let Some(at) = rebuilt.flush_at {
                 flush_at = u64::from(at);
             }
-            let ft = FlashTier::new(flash, info, rebuilt.max_version, tiering, engine_reserve);
+            let mut ft = FlashTier::new(flash, info, rebuilt.max_version, tiering, engine_reserve);
+            ft.hot_stream = hot_stream;
             ft.last_marker.store(rebuilt.last_marker, Ordering::Relaxed);
             ft.last_delayed
                 .store(rebuilt.last_delayed, Ordering::Relaxed);
@@ -193,9 +199,11 @@ impl Cache {
             },
             None => None,
         };
+        let writeback = crate::writeback::spawn(&inner).map_err(StartError::Sweeper)?;
         Ok(Self {
             inner,
             sweeper,
+            writeback,
             handler,
         })
     }
@@ -219,6 +227,7 @@ impl Cache {
         match &self.inner.ft {
             Some(ft) if ft.closed.swap(true, Ordering::SeqCst) => Ok(()),
             Some(ft) => {
+                self.inner.write_back_due(u64::MAX);
                 ft.append_cas_checkpoint(self.inner.next_cas.load(Ordering::Relaxed));
                 ft.flash.close().map_err(|e| Error::Flash(e.to_string()))
             }
@@ -475,7 +484,12 @@ impl Inner {
     /// Remove a dead (expired or flushed) item.
     pub fn reclaim(&self, shard: &mut Shard<'_>, pos: Pos, h: &Header, hash: u64) {
         self.unlink(shard, pos, h);
-        if h.home_loc().is_some() {
+        if h.home_loc().is_none() && h.flash_behind() {
+            // Died before reaching flash over an older flash version: cover that one.
+            if let Some(ft) = &self.ft {
+                ft.append_tombstone(hash, &[]);
+            }
+        } else if h.flash_behind() {
             self.flushed_gone(h.exptime, hash);
         }
         Counters::add(&self.counters.reclaimed, 1);

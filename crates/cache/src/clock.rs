@@ -28,6 +28,15 @@ impl Clock {
         (secs as u32).wrapping_add(self.offset.load(Ordering::Relaxed))
     }
 
+    /// Current unix time in milliseconds (plus any test offset).
+    pub fn now_ms(&self) -> u64 {
+        let ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        ms + u64::from(self.offset.load(Ordering::Relaxed)) * 1000
+    }
+
     /// Move this clock (and every clone of it) forward by `secs` seconds. For tests.
     pub fn advance(&self, secs: u32) {
         self.offset.fetch_add(secs, Ordering::Relaxed);

@@ -43,6 +43,12 @@ pub struct FlashSettings {
     /// when they are all in flight, before it stores the item in RAM only. Runtime knob
     /// `append_wait_ms`. Default: `200 ms`.
     pub append_wait: Duration,
+    /// Write-back window: a stored version stays in RAM without a flash write until RAM
+    /// evicts it or it has been unwritten this long (so overwrites within the window cost no
+    /// flash write); `0` = write-through. After a crash, versions acknowledged within the
+    /// window (plus the engine's `flush_interval`) may be lost. Runtime knob
+    /// `write_back_ms`. Default: `2 s`.
+    pub write_back: Duration,
     /// Values smaller than this many bytes are never written to flash: they live in RAM only
     /// and are evicted like in a RAM-only cache (memcached's `ext_item_size`). Runtime knob
     /// `item_size`. Default: `0` (every item goes to flash).
@@ -79,6 +85,7 @@ impl FlashSettings {
             devices,
             engine: None,
             append_wait: Duration::from_millis(200),
+            write_back: Duration::from_millis(2000),
             item_size: 0,
             recache_rate: 1,
             drop_under: None,
@@ -107,10 +114,12 @@ impl FlashSettings {
     /// The engine configuration in force: the kv role (a block cache device is refused),
     /// and `force_format` if asked for here.
     pub(crate) fn engine_config(&self) -> FlashConfig {
-        let mut cfg = self
-            .engine
-            .clone()
-            .unwrap_or_else(|| FlashConfig::for_capacity(self.capacity()));
+        let mut cfg = self.engine.clone().unwrap_or_else(|| FlashConfig {
+            // Overwritten versions leave dead records spread over the log: pick old,
+            // mostly dead segments (docs/eviction.md).
+            reclaim_policy: flashtier_flash::ReclaimPolicy::CostBenefit,
+            ..FlashConfig::for_capacity(self.capacity())
+        });
         cfg.role = flashtier_flash::Role::Kv;
         cfg.force_format |= self.force_format;
         cfg

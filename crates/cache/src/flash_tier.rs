@@ -1,9 +1,11 @@
 //! The flash tier under the RAM store (issue 4): write-through, flash-resident slots, reads.
 //!
 //! # Policy
-//! - **Write-through.** Every stored version (SET, and every `Update::Put`: append, incr,
-//!   cas, touch, ...) is appended to flash at once and also kept in RAM as a hot copy whose
-//!   record remembers the flash location (its *home*, `record` word 4). When S3-FIFO evicts
+//! - **Write-back** (`writeback`, knob `write_back_ms`; 0 = write-through). Every stored
+//!   version (SET, and every `Update::Put`: append, incr, cas, touch, ...) is kept in RAM and
+//!   appended to flash when RAM evicts it or after the window, whichever is first; once
+//!   appended, the RAM copy's record remembers the flash location (its *home*, `record` word
+//!   4). In write-through mode the append happens at the store. When S3-FIFO evicts
 //!   the RAM copy, the index slot is rewritten in place (same shard lock) to the flash tier and
 //!   the home location, so the item never disappears: **no item is evicted while flash has
 //!   room**. Items leave only by expiry, delete/overwrite, or flash reclaim when flash is full.
@@ -15,7 +17,7 @@
 //!   value. Deletes append a `TOMBSTONE` with a fresh version; `flush_all` appends a marker of
 //!   kind [`KIND_FLUSH`] (flags 0 = immediate, 1 = delayed with `exptime` = the flush time).
 //! - **Back-pressure and faults never fail a store.** If the write buffers are all in
-//!   flight the SET waits up to `append_wait_ms` (knob; holding its key's shard lock) and
+//!   flight, or no segment is free while reclaim frees one, the append waits up to `append_wait_ms` (knob; holding its key's shard lock) and
 //!   then, like on `NoSpace`, a value too large for a flash chunk or one smaller than the
 //!   `item_size` knob (default 0), or an engine with no device taking writes (all failing
 //!   or offline after write errors), stores the item in RAM only (counted in
@@ -64,6 +66,21 @@ use crate::Error;
 
 /// The stream every write-through append uses (the engine's reclaim stream is another).
 pub const STREAM: u8 = 0;
+/// The stream of versions the write-back pass appends: keys RAM kept for the whole window
+/// (hot, likely overwritten again soon), so their segments die together and reclaim finds
+/// them mostly dead; versions evicted from RAM go to [`STREAM`], compaction survivors to the
+/// engine's reclaim stream (1).
+pub const HOT_STREAM: u8 = 2;
+
+/// The stream write-back appends go to with engine settings `cfg`: [`HOT_STREAM`] if the
+/// engine has it (and it is not the reclaim stream), else [`STREAM`].
+pub fn hot_stream(cfg: &flashtier_flash::FlashConfig) -> u8 {
+    if cfg.streams > HOT_STREAM && cfg.reclaim_stream != HOT_STREAM {
+        HOT_STREAM
+    } else {
+        STREAM
+    }
+}
 /// Record kind of a `flush_all` marker.
 pub const KIND_FLUSH: u8 = 3;
 /// Record kind of a CAS checkpoint (appended at a clean close; its version is ≥ every CAS
@@ -77,6 +94,9 @@ pub const MAX_PROMOTING: u32 = 4;
 pub const PREFIX: usize = 16;
 /// Marker flag: a delayed flush (its `exptime` is the flush time).
 pub const FLUSH_DELAYED: u32 = 1;
+/// Reclaim compacts unhit live items (instead of dropping them) while the device bytes
+/// written stay under this many times the value bytes stored (docs/eviction.md).
+pub const WRITE_BUDGET: f64 = 1.2;
 
 /// Counters of the flash tier (relaxed atomics, any thread).
 #[derive(Debug, Default)]
@@ -126,6 +146,11 @@ pub struct TierCounters {
     pub markers_rewritten: AtomicU64,
     /// Items rebuilt into the index at open.
     pub recovered: AtomicU64,
+    /// Dirty versions appended by the write-back pass (window elapsed, or close).
+    pub written_back: AtomicU64,
+    /// Value bytes of every version stored (SET and updates), written to flash or not: the
+    /// denominator of write amplification.
+    pub bytes_stored: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -154,6 +179,10 @@ pub struct FlashTier {
     /// Set by the first `Cache::close`.
     pub closed: std::sync::atomic::AtomicBool,
     pub counters: TierCounters,
+    /// Versions waiting for write-back (`writeback`).
+    pub(crate) dirty: crate::writeback::DirtyQueue,
+    /// Where the write-back pass appends (see [`hot_stream`]).
+    pub hot_stream: u8,
     /// When an unreadable item was last logged, and how many since (the log is limited to
     /// one line per [`LOSS_LOG_EVERY`]).
     loss_log: parking_lot::Mutex<(Option<std::time::Instant>, u64)>,
@@ -246,6 +275,8 @@ impl FlashTier {
             last_marker: AtomicU64::new(0),
             last_delayed: AtomicU64::new(0),
             counters: TierCounters::default(),
+            dirty: Default::default(),
+            hot_stream: STREAM,
         }
     }
 
@@ -255,6 +286,14 @@ impl FlashTier {
     pub fn has_room(&self) -> bool {
         let floor = self.reserve.saturating_add(self.tiering.drop_under());
         self.flash.free_segments() > floor
+    }
+
+    /// True while compaction may keep unhit items: device writes within [`WRITE_BUDGET`]
+    /// of the value bytes stored.
+    pub fn compaction_budget(&self) -> bool {
+        let written = flashtier_flash::FlashStats::get(&self.flash.stats().device_bytes_written);
+        let stored = self.counters.bytes_stored.load(Ordering::Relaxed);
+        (written as f64) <= WRITE_BUDGET * stored as f64
     }
 
     /// A repeat hit on a flash item: true when it should be copied back to RAM
@@ -315,10 +354,20 @@ impl FlashTier {
     }
 
     fn append(&self, w: &RecordWrite<'_>) -> Result<Location, flashtier_flash::Error> {
+        self.append_to(STREAM, w)
+    }
+
+    fn append_to(
+        &self,
+        stream: u8,
+        w: &RecordWrite<'_>,
+    ) -> Result<Location, flashtier_flash::Error> {
         let wait = self.tiering.append_wait();
-        match self.flash.append(STREAM, w) {
-            Err(flashtier_flash::Error::Busy(_)) if !wait.is_zero() => {
-                self.flash.append_blocking(STREAM, w, wait)
+        match self.flash.append(stream, w) {
+            Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)
+                if !wait.is_zero() =>
+            {
+                self.flash.append_blocking(stream, w, wait)
             }
             r => r,
         }
@@ -330,6 +379,26 @@ impl FlashTier {
     #[allow(clippy::too_many_arguments)]
     pub fn append_put(
         &self,
+        key_id: u64,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: u32,
+        cas: u64,
+        stored: u32,
+        rflags: u8,
+    ) -> Option<Location> {
+        self.append_put_to(
+            STREAM, key_id, key, value, flags, exptime, cas, stored, rflags,
+        )
+    }
+
+    /// [`Self::append_put`] into `stream` ([`HOT_STREAM`] for versions written back while
+    /// RAM still holds them).
+    #[allow(clippy::too_many_arguments)]
+    pub fn append_put_to(
+        &self,
+        stream: u8,
         key_id: u64,
         key: &[u8],
         value: &[u8],
@@ -357,7 +426,7 @@ impl FlashTier {
             key,
             value: &buf,
         };
-        match self.append(&w) {
+        match self.append_to(stream, &w) {
             Ok(loc) => {
                 add(&self.counters.objects_written, 1);
                 add(&self.counters.bytes_written, value.len() as u64);

@@ -430,6 +430,7 @@ impl Inner {
             let mut current = None;
             let mut stored_cas = None;
             let mut had_flash = false;
+            let mut old_since = None;
             if let Some((pos, e)) = self.find_key(&shard, hash, key) {
                 let (seg, off) = self.arena.split(e.loc);
                 let m = self
@@ -442,7 +443,8 @@ impl Inner {
                     self.reclaim(&mut shard, pos, &h, hash);
                     *dead_cas = Some(h.cas);
                 } else {
-                    had_flash = h.home_loc().is_some();
+                    had_flash = h.flash_behind();
+                    old_since = h.dirty_since();
                     current = Some(self.item_at(seg, off, &h));
                     existing = Some(Existing::Ram(pos, e));
                 }
@@ -520,21 +522,7 @@ impl Inner {
             };
             let cas = self.cas_for(w.cas, base_cas);
             let mut h = Self::new_header(&w, key.len(), now, cas);
-            if let Some(ft) = &self.ft {
-                let appended = ft.append_put(
-                    hash,
-                    key,
-                    &w.value,
-                    w.flags,
-                    w.exptime,
-                    cas,
-                    now,
-                    h.rflags & (F_STALE | F_WIN),
-                );
-                if let Some(loc) = appended {
-                    h.home = home_word(loc);
-                }
-            }
+            h.home = self.store_home(hash, key, &w.value, &h, had_flash, old_since);
             if !self.arena.write_record(&space, &h, key, &w.value) {
                 drop(shard);
                 self.abandon(Some(space));
@@ -567,7 +555,7 @@ impl Inner {
                 self.reclaim(&mut shard, pos, &h, hash);
                 return Ok(Step::Done(false));
             }
-            let had_flash = h.home_loc().is_some();
+            let had_flash = h.flash_behind();
             self.remove_existing(
                 &mut shard,
                 hash,

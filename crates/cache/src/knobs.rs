@@ -9,7 +9,9 @@
 //!   1 = every time, 0 = never), `drop_under` (free segments above the engine's reserve below
 //!   which reclaim drops unhit items instead of keeping them), `drop_unread` (0/1: reclaim
 //!   drops never-hit items even while flash has room), `append_wait_ms` (how long a SET waits
-//!   for a flash write buffer before keeping the item in RAM only).
+//!   for a flash write buffer before keeping the item in RAM only), `write_back_ms` (how long
+//!   a stored version may stay in RAM unwritten before it is appended to flash; 0 =
+//!   write-through).
 //! - the engine's, by their own names (`flash_interval_ms`, `free_low_watermark`, ...; see
 //!   `flashtier_flash::knobs::KNOB_NAMES`), and `compact_under` as memcached's name for
 //!   `free_low_watermark` (reclaim starts when fewer segments are free).
@@ -33,13 +35,14 @@ pub const TIERING_KNOBS: &[&str] = &[
     "drop_under",
     "drop_unread",
     "append_wait_ms",
+    "write_back_ms",
 ];
 
 /// memcached `extstore` knobs flashtier refuses, with why.
 const NO_MEANING: &[(&str, &str)] = &[
     (
         "item_age",
-        "every item is written through to flash when stored; there is no idle age to wait for",
+        "items reach flash when RAM evicts them or after write_back_ms unwritten; use write_back_ms",
     ),
     (
         "low_ttl",
@@ -64,6 +67,7 @@ pub struct Tiering {
     drop_under: AtomicU32,
     drop_unread: AtomicBool,
     append_wait_us: AtomicU64,
+    write_back_ms: AtomicU64,
 }
 
 impl Tiering {
@@ -75,6 +79,7 @@ impl Tiering {
             drop_under: AtomicU32::new(fs.drop_under.unwrap_or(high)),
             drop_unread: AtomicBool::new(fs.drop_unread),
             append_wait_us: AtomicU64::new(fs.append_wait.as_micros() as u64),
+            write_back_ms: AtomicU64::new(fs.write_back.as_millis() as u64),
         }
     }
 
@@ -95,6 +100,11 @@ impl Tiering {
         Duration::from_micros(self.append_wait_us.load(Relaxed))
     }
 
+    /// The write-back window in milliseconds (0 = write-through).
+    pub fn write_back_ms(&self) -> u64 {
+        self.write_back_ms.load(Relaxed)
+    }
+
     /// Current values as text, in [`TIERING_KNOBS`] order.
     pub fn list(&self) -> Vec<(String, String)> {
         vec![
@@ -109,6 +119,7 @@ impl Tiering {
                 "append_wait_ms".into(),
                 self.append_wait().as_millis().to_string(),
             ),
+            ("write_back_ms".into(), self.write_back_ms().to_string()),
         ]
     }
 
@@ -137,6 +148,13 @@ impl Tiering {
                     return Err(bad("at most 60000"));
                 }
                 self.append_wait_us.store(n * 1000, Relaxed);
+                Ok(())
+            }),
+            "write_back_ms" => int().and_then(|n| {
+                if n > 600_000 {
+                    return Err(bad("at most 600000"));
+                }
+                self.write_back_ms.store(n, Relaxed);
                 Ok(())
             }),
             _ => return None,

@@ -80,6 +80,7 @@ mod stats;
 pub mod store;
 mod sweeper;
 pub mod tier;
+mod writeback;
 
 pub use cache::Cache;
 pub use clock::Clock;

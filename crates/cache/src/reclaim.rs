@@ -11,7 +11,8 @@
 //!   referenced record is kept, unless the `drop_unread` knob is on (then only hit ones are).
 //!   Otherwise a referenced record that was hit (slot frequency > 0) is
 //!   kept and its frequency decremented (it must be hit again to survive the next pass); an
-//!   unhit one is dropped: a flash slot is removed (counted in `evictions` and
+//!   unhit one is kept (compacted) while the write budget allows (device bytes written ≤
+//!   [`WRITE_BUDGET`](crate::flash_tier::WRITE_BUDGET) × bytes stored), else dropped: a flash slot is removed (counted in `evictions` and
 //!   `extstore_objects_evicted`), a RAM copy just loses its home (it stays in RAM and is
 //!   appended again if RAM evicts it).
 //! - `relocated`: move the slot or home to the new location if it still points at the old.
@@ -33,7 +34,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::cache::Inner;
 use crate::flash_tier::{entry_of, home_word, packed_of, KIND_FLUSH};
 use crate::index::{Pos, Shard, Tier};
-use crate::record::{self, F_FETCHED};
+use crate::record::{self, F_FETCHED, HOME_OLDER};
 use crate::stats::Counters;
 
 enum Gate {
@@ -138,7 +139,7 @@ impl Inner {
                     Counters::add(&ft.counters.evicted, 1);
                 }
             }
-            Ref::Ram(_, _, loc) => self.set_ram_home(loc, 0),
+            Ref::Ram(_, _, loc) => self.set_ram_home(loc, HOME_OLDER),
         }
     }
 
@@ -160,7 +161,8 @@ impl Inner {
         let (pos, e) = match &r {
             Ref::Flash(p, e) | Ref::Ram(p, e, _) => (*p, *e),
         };
-        if !expired && e.freq == 0 && ft.has_room() && !ft.tiering.drop_unread() {
+        let unread_ok = !ft.tiering.drop_unread();
+        if !expired && e.freq == 0 && unread_ok && (ft.has_room() || ft.compaction_budget()) {
             return Decision::Keep;
         }
         if !expired && e.freq > 0 {
@@ -224,7 +226,7 @@ impl Inner {
             let mut shard = self.index.lock(m.key_id);
             match self.find_ref(&shard, m) {
                 Some(Ref::Ram(_, _, loc)) => {
-                    self.set_ram_home(loc, 0);
+                    self.set_ram_home(loc, HOME_OLDER);
                     in_ram += 1;
                 }
                 Some(Ref::Flash(pos, _)) => {

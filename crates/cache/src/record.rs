@@ -13,7 +13,7 @@
 //! | 3    | 0–31   | last access (unix seconds) — *mutable*                       |
 //! | 3    | 32–47  | key length in bytes                                          |
 //! | 3    | 48–55  | record flags: stale, win token sent, fetched (*mutable*), filler |
-//! | 4    | 0–63   | flash home: bit 63 set + packed flash `Location`, or 0 (*mutable*) |
+//! | 4    | 0–63   | flash home: bit 63 set + packed flash `Location`; else bit 62 *dirty* (not yet on flash, write-back), bit 61 *older on flash* (an older version of the key may be on flash), bits 0–47 dirty-since (unix ms) (*mutable*) |
 //! | 5..  |        | key, zero-padded to a word; then value, zero-padded to a word |
 //!
 //! The home word (issue 4) is where the write-through copy of this exact version lives on
@@ -38,6 +38,18 @@ use bytes::Bytes;
 pub const HDR_WORDS: usize = 5;
 /// Bit 63 of the home word: a flash home is present.
 pub const HOME_VALID: u64 = 1 << 63;
+/// Bit 62 of a home word without a home: this version waits for write-back (its dirty-since
+/// time, unix milliseconds, is in bits 0–47).
+pub const HOME_DIRTY: u64 = 1 << 62;
+/// Bit 61 of a home word without a home: an older version of the key may still be on flash
+/// (a delete must append a tombstone).
+pub const HOME_OLDER: u64 = 1 << 61;
+const SINCE_MASK: u64 = (1 << 48) - 1;
+
+/// The home word of a version not yet on flash, dirty since `since_ms`.
+pub fn dirty_word(since_ms: u64, older: bool) -> u64 {
+    HOME_DIRTY | (since_ms & SINCE_MASK) | if older { HOME_OLDER } else { 0 }
+}
 /// Longest key a record can hold (a large record's header and key must fit in its first
 /// chunk, and the smallest chunk is 64 KiB). memcached's limit is 250.
 pub const MAX_KEY: usize = 4096;
@@ -81,6 +93,16 @@ impl Header {
     /// The packed flash location of this record's home, if any.
     pub fn home_loc(&self) -> Option<u64> {
         (self.home & HOME_VALID != 0).then_some(self.home & !HOME_VALID)
+    }
+
+    /// When this version became dirty (unix ms), if it waits for write-back.
+    pub fn dirty_since(&self) -> Option<u64> {
+        (self.home & (HOME_VALID | HOME_DIRTY) == HOME_DIRTY).then_some(self.home & SINCE_MASK)
+    }
+
+    /// True if some version of the key may be on flash (a home, or an older version).
+    pub fn flash_behind(&self) -> bool {
+        self.home & (HOME_VALID | HOME_OLDER) != 0
     }
 
     fn word3(&self) -> u64 {

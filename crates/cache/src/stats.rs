@@ -181,6 +181,9 @@ impl crate::cache::Inner {
         } else {
             index_bytes as f64 / items as f64
         };
+        let dead = f(&fs.bytes_dead);
+        let live = f(&fs.bytes_used).saturating_sub(dead);
+        let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
         let mut v: Vec<(String, String)> = vec![
             ("extstore_objects_written", g(&t.objects_written)),
             ("extstore_bytes_written", g(&t.bytes_written)),
@@ -215,11 +218,24 @@ impl crate::cache::Inner {
             ("extstore_flash_checksum_failures", f(&fs.checksum_failures)),
             ("extstore_index_items", items),
             ("extstore_index_bytes", index_bytes),
+            ("extstore_written_back", g(&t.written_back)),
+            ("extstore_write_back_queue", ft.dirty.len() as u64),
+            ("extstore_live_bytes", live),
+            ("extstore_dead_bytes", dead),
+            ("extstore_compaction_bytes_read", f(&fs.reclaim_bytes_read)),
+            ("extstore_compaction_bytes_written", f(&fs.bytes_rewritten)),
         ]
         .into_iter()
         .map(|(k, n)| (k.to_string(), n.to_string()))
         .collect();
         v.push(("ram_bytes_per_flash_item".into(), format!("{per_item:.2}")));
+        let live_pct = 100.0 * ratio(live, ft.info.capacity);
+        v.push(("extstore_live_percent".into(), format!("{live_pct:.2}")));
+        let wa = ratio(f(&fs.device_bytes_written), g(&t.bytes_stored));
+        v.push((
+            "extstore_device_bytes_per_byte_stored".into(),
+            format!("{wa:.3}"),
+        ));
         v.push(("extstore_backend".into(), ft.info.backend.to_string()));
         v.push(("extstore_capacity".into(), ft.info.capacity.to_string()));
         v.push((

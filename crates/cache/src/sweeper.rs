@@ -41,10 +41,21 @@ pub(crate) struct Sweeper {
 
 impl Sweeper {
     pub fn spawn(inner: Arc<Inner>, every: Duration) -> std::io::Result<Self> {
+        Self::spawn_fn("flashtier-sweeper", every, move || {
+            inner.sweep();
+        })
+    }
+
+    /// A thread named `name` running `pass` every `every` until the handle is dropped.
+    pub fn spawn_fn(
+        name: &str,
+        every: Duration,
+        mut pass: impl FnMut() + Send + 'static,
+    ) -> std::io::Result<Self> {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let s = stop.clone();
         let handle = std::thread::Builder::new()
-            .name("flashtier-sweeper".into())
+            .name(name.into())
             .spawn(move || {
                 let (lock, cv) = &*s;
                 loop {
@@ -57,7 +68,7 @@ impl Sweeper {
                             return;
                         }
                     }
-                    inner.sweep();
+                    pass();
                 }
             })?;
         Ok(Self {

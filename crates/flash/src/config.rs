@@ -95,6 +95,10 @@ pub enum ReclaimPolicy {
     Fifo,
     /// Most dead records (by `mark_dead`) first, oldest on ties.
     Greedy,
+    /// LFS cost-benefit: the largest `(1 - u) * age / (1 + u)` first, `u` the segment's live
+    /// fraction (1 - dead bytes / data bytes) and `age` how many segments were opened since
+    /// it (so old, mostly dead segments go first; young ones get time to die).
+    CostBenefit,
 }
 
 /// Engine settings. Defaults suit a multi-GiB cache; tiny caches need smaller segments.

@@ -1,7 +1,7 @@
 //! Settings that can change while the engine runs (memcached's `extstore <knob> <value>`,
 //! the admin endpoint): stored in atomics, read by every engine thread on each use, written
 //! by [`crate::Flash::set_knob`]. Their initial values come from [`FlashConfig`].
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::config::{parse_size, FlashConfig, ReclaimPolicy};
@@ -36,7 +36,8 @@ pub(crate) struct Knobs {
     read_queue_limit: AtomicU64,
     free_low: AtomicU64,
     free_high: AtomicU64,
-    greedy: AtomicBool,
+    /// 0 fifo, 1 greedy, 2 cost-benefit.
+    policy: AtomicU64,
     /// keep_limit * 1_000_000.
     keep_limit_ppm: AtomicU64,
     reclaim_rate: AtomicU64,
@@ -58,7 +59,11 @@ impl Knobs {
             read_queue_limit: AtomicU64::new(cfg.read_queue_limit as u64),
             free_low: AtomicU64::new(u64::from(cfg.free_low_watermark)),
             free_high: AtomicU64::new(u64::from(cfg.free_high_watermark)),
-            greedy: AtomicBool::new(cfg.reclaim_policy == ReclaimPolicy::Greedy),
+            policy: AtomicU64::new(match cfg.reclaim_policy {
+                ReclaimPolicy::Fifo => 0,
+                ReclaimPolicy::Greedy => 1,
+                ReclaimPolicy::CostBenefit => 2,
+            }),
             keep_limit_ppm: AtomicU64::new((cfg.keep_limit * 1e6) as u64),
             reclaim_rate: AtomicU64::new(cfg.reclaim_rate),
             device_retry_max_ms: AtomicU64::new((cfg.device_retry_max.as_millis() as u64).max(1)),
@@ -84,10 +89,10 @@ impl Knobs {
         rel(&self.free_high) as u32
     }
     pub(crate) fn policy(&self) -> ReclaimPolicy {
-        if self.greedy.load(Ordering::Relaxed) {
-            ReclaimPolicy::Greedy
-        } else {
-            ReclaimPolicy::Fifo
+        match rel(&self.policy) {
+            0 => ReclaimPolicy::Fifo,
+            1 => ReclaimPolicy::Greedy,
+            _ => ReclaimPolicy::CostBenefit,
         }
     }
     pub(crate) fn keep_limit(&self) -> f64 {
@@ -119,6 +124,7 @@ impl Knobs {
                 match self.policy() {
                     ReclaimPolicy::Fifo => "fifo".to_string(),
                     ReclaimPolicy::Greedy => "greedy".to_string(),
+                    ReclaimPolicy::CostBenefit => "cost-benefit".to_string(),
                 },
             ),
             ("keep_limit", format!("{}", self.keep_limit())),
@@ -166,9 +172,10 @@ impl Knobs {
                 self.free_high.store(n, Ordering::Relaxed);
             }
             "reclaim_policy" => match value.trim().to_ascii_lowercase().as_str() {
-                "fifo" => self.greedy.store(false, Ordering::Relaxed),
-                "greedy" => self.greedy.store(true, Ordering::Relaxed),
-                _ => return Err(bad("expected fifo or greedy")),
+                "fifo" => self.policy.store(0, Ordering::Relaxed),
+                "greedy" => self.policy.store(1, Ordering::Relaxed),
+                "cost-benefit" | "cb" => self.policy.store(2, Ordering::Relaxed),
+                _ => return Err(bad("expected fifo, greedy or cost-benefit")),
             },
             "keep_limit" => {
                 let f: f64 = value.trim().parse().map_err(|_| bad("expected a number"))?;

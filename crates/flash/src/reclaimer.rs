@@ -1,8 +1,8 @@
 //! Reclaim: keep enough segments free by emptying victims.
 //!
 //! A victim is a sealed segment on a healthy device (no writes go to a failing one): first any whose records have all expired
-//! (dropped from its summary alone, no value is read), else the oldest (FIFO) or the one
-//! with most records marked dead (greedy). For every record the user decides (through
+//! (dropped from its summary alone, no value is read), else the oldest (FIFO), the one
+//! with most records marked dead (greedy), or the best LFS cost-benefit (cost-benefit). For every record the user decides (through
 //! [`ReclaimHandler`]) to keep it — it is copied into the reclaim stream and the user told
 //! its new location — or drop it. Kept bytes are capped by `keep_limit` so every pass frees
 //! space. Before a victim is reused, the copies are made durable (flush) and its header page
@@ -122,6 +122,15 @@ fn pick_victim(inner: &Inner, st: &mut crate::engine::State) -> Option<u32> {
             let rb = f64::from(b.dead) / f64::from(b.records.max(1));
             rb.total_cmp(&ra).then(a.seq.cmp(&b.seq))
         }),
+        ReclaimPolicy::CostBenefit => {
+            let newest = st.segs.iter().map(|s| s.seq).max().unwrap_or(0);
+            let score = |s: &crate::segments::SegInfo| {
+                let u = 1.0 - s.dead_bytes() as f64 / s.data_bytes.max(1) as f64;
+                (1.0 - u) * (newest.saturating_sub(s.seq) + 1) as f64 / (1.0 + u)
+            };
+            candidates
+                .max_by(|(_, a), (_, b)| score(a).total_cmp(&score(b)).then(b.seq.cmp(&a.seq)))
+        }
     });
     let seg = pick.map(|(i, _)| i as u32)?;
     st.segs[seg as usize].state = SegState::Reclaiming;
@@ -155,6 +164,7 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
         let tail = read_blocking(exec, dev, dev_off + seg_size - tl, tl as usize)
             .map_err(|e| Error::io(&name, "read summary", e))?;
         FlashStats::add(&stats.device_bytes_read, tl);
+        FlashStats::add(&stats.reclaim_bytes_read, tl);
         let fb = &tail.as_slice()[tl as usize - FOOTER_LEN..];
         entries = Footer::decode(fb, seed).and_then(|f| decode_summary(tail.as_slice(), &f, seed));
         if entries.is_none() {
@@ -168,6 +178,7 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
             let buf = read_blocking(exec, dev, dev_off, len as usize)
                 .map_err(|e| Error::io(&name, "scan", e))?;
             FlashStats::add(&stats.device_bytes_read, len);
+            FlashStats::add(&stats.reclaim_bytes_read, len);
             let (e, _, _) = scan(buf.as_slice(), seed);
             data = Some(buf);
             e
@@ -210,12 +221,11 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
     if !keeps.is_empty() {
         // Few keeps: read just their pages (batched). Many: one read of the record area.
         let kept_bytes: u64 = keeps.iter().map(|(e, _)| u64::from(e.len)).sum();
-        let read_keeps = || -> Result<Vec<Result<Record, record::DecodeError>>> {
+        // Records are decoded one at a time from a whole-area buffer (each is appended before
+        // the next is decoded), so a segment's kept records are never all copied at once.
+        let read_keeps = || -> Result<Keeps> {
             Ok(match data {
-                Some(d) => keeps
-                    .iter()
-                    .map(|(e, _)| decode_at(d.as_slice(), e.offset, seed))
-                    .collect(),
+                Some(d) => Keeps::Area(d),
                 None if kept_bytes * 4 < u64::from(data_end) => {
                     let ops = keeps
                         .iter()
@@ -237,19 +247,18 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
                             continue;
                         };
                         FlashStats::add(&stats.device_bytes_read, buf.len() as u64);
+                        FlashStats::add(&stats.reclaim_bytes_read, buf.len() as u64);
                         out.push(decode_at(buf.as_slice(), e.offset % PAGE as u32, seed));
                     }
-                    out
+                    Keeps::Decoded(out)
                 }
                 None => {
                     let len = u64::from(data_end).max(PAGE);
                     let d = read_blocking(exec, dev, dev_off, len as usize)
                         .map_err(|e| Error::io(&name, "read", e))?;
                     FlashStats::add(&stats.device_bytes_read, len);
-                    keeps
-                        .iter()
-                        .map(|(e, _)| decode_at(d.as_slice(), e.offset, seed))
-                        .collect()
+                    FlashStats::add(&stats.reclaim_bytes_read, len);
+                    Keeps::Area(d)
                 }
             })
         };
@@ -266,6 +275,15 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
                 return Err(e);
             }
         };
+        let recs: Box<dyn Iterator<Item = std::result::Result<Record, record::DecodeError>>> =
+            match recs {
+                Keeps::Decoded(v) => Box::new(v.into_iter()),
+                Keeps::Area(buf) => Box::new(
+                    keeps
+                        .iter()
+                        .map(move |(e, _)| decode_at(buf.as_slice(), e.offset, seed)),
+                ),
+            };
         let mut unreadable = 0u64;
         for ((_, m), rec) in keeps.iter().zip(recs) {
             let rec = match rec {
@@ -345,6 +363,13 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
     FlashStats::add(&stats.reclaims, 1);
     inner.update_gauges(&st);
     Ok(())
+}
+
+/// The records reclaim keeps: decoded already (page reads), or the record area to decode
+/// them from.
+enum Keeps {
+    Decoded(Vec<std::result::Result<Record, record::DecodeError>>),
+    Area(AlignedBuf),
 }
 
 fn decode_at(buf: &[u8], off: u32, seed: u32) -> Result<Record, record::DecodeError> {

@@ -120,6 +120,8 @@ stats! {
     device_bytes_written,
     /// Bytes read from devices.
     device_bytes_read,
+    /// Bytes reclaim read from devices (summaries, scans and the records it rewrote).
+    reclaim_bytes_read,
 }
 
 /// Device IO latency histograms of one engine.

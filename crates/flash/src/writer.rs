@@ -134,7 +134,7 @@ impl Inner {
     }
 
     /// `append`, waiting (blocking the thread) while the stream has too many chunk writes in
-    /// flight, up to `timeout`.
+    /// flight, or while no segment is free and the reclaimer is freeing one, up to `timeout`.
     pub(crate) fn append_wait(
         self: &Arc<Self>,
         stream: StreamId,
@@ -156,6 +156,10 @@ impl Inner {
                             return Err(Error::Busy(q));
                         }
                     }
+                }
+                Err(Error::NoSpace) if Instant::now() < deadline => {
+                    self.wake.notify_all();
+                    std::thread::sleep(std::time::Duration::from_millis(1));
                 }
                 other => return other,
             }

@@ -16,10 +16,13 @@ fn knobs_change_at_run_time() {
         &spec,
         "--knob",
         "recache_rate=3",
+        // Write-through, so each SET's flash write shows at once in the counters below.
+        "--knob",
+        "write_back_ms=0",
     ]);
     let mut c = server.connect();
 
-    // Every item goes to flash by default.
+    // Every item goes to flash at once with write_back_ms=0.
     assert_eq!(
         roundtrip(&mut c, b"set a 0 0 5\r\nhello\r\n", b"\r\n"),
         "STORED\r\n"
@@ -27,6 +30,7 @@ fn knobs_change_at_run_time() {
     let ext = stats_section(&mut c, "extstore");
     assert_eq!(value_of(&ext, "extstore_knob_item_size"), "0");
     assert_eq!(value_of(&ext, "extstore_knob_recache_rate"), "3");
+    assert_eq!(value_of(&ext, "extstore_knob_write_back_ms"), "0");
     assert_eq!(value_of(&ext, "extstore_objects_written"), "1");
     let skipped = value_of(&ext, "extstore_write_skipped").to_string();
 

@@ -225,6 +225,9 @@ fn start_kv_args(flags: &[String], dir: &Path) -> Server {
         "8MiB".into(),
         "--knob".into(),
         "device_retry_max_ms=300".into(),
+        // Write-through: each SET reaches the (failing) device at once.
+        "--knob".into(),
+        "write_back_ms=0".into(),
     ];
     args.extend_from_slice(flags);
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();

@@ -126,6 +126,11 @@ fn is_gauge(name: &str) -> bool {
         "extstore_capacity",
         "extstore_segment_size",
         "extstore_io_queue",
+        "extstore_live_bytes",
+        "extstore_dead_bytes",
+        "extstore_live_percent",
+        "extstore_device_bytes_per_byte_stored",
+        "extstore_write_back_queue",
     ];
     GAUGES.contains(&name)
         || name.starts_with("extstore_knob_")

@@ -1,0 +1,261 @@
+//! Write-back: a stored version reaches flash when RAM evicts it or when it has been unwritten
+//! for the `write_back_ms` window, whichever comes first (0 = write-through at SET).
+//!
+//! A SET keeps its version in RAM with a *dirty* home word (`record::dirty_word`): the time it
+//! became dirty and whether an older version of the key may be on flash. An overwrite of a
+//! dirty version keeps the older dirty-since time, so a key overwritten without pause still
+//! reaches flash once per window. The first version to turn a key dirty queues `(since,
+//! hash)` here; the write-back pass pops due entries and appends every RAM version of that
+//! hash still dirty since then (under its shard lock, as a SET appends). Eviction appends a
+//! dirty version as it appends any version without a home (`tier`). Deletes, tombstones and
+//! `flush_all` markers are never delayed; a delete of a version with `HOME_OLDER` appends a
+//! tombstone, so an older flash version never comes back. A version whose append fails (too
+//! large or small for flash, no device) loses its dirty bit and is retried at eviction.
+//!
+//! Crash rule (docs/eviction.md): a version acknowledged more than window + the engine's
+//! `flush_interval` before a kill is on flash (unless reclaim evicted it); newer ones may be
+//! lost, and recovery then serves the newest older version that reached flash.
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::cache::Inner;
+use crate::flash_tier::home_word;
+use crate::index::Tier;
+use crate::record::{self, dirty_word, Header, F_STALE, F_WIN, HOME_OLDER};
+use crate::sweeper::Sweeper;
+
+/// How often the write-back thread looks for due versions.
+pub(crate) const PASS_EVERY: Duration = Duration::from_millis(100);
+
+/// Versions waiting for write-back, oldest first: `(dirty since ms, key hash)`.
+#[derive(Debug, Default)]
+pub(crate) struct DirtyQueue(Mutex<VecDeque<(u64, u64)>>);
+
+impl DirtyQueue {
+    fn push(&self, since: u64, hash: u64) {
+        self.0.lock().push_back((since, hash));
+    }
+
+    fn pop_due(&self, cutoff: u64) -> Option<u64> {
+        let mut q = self.0.lock();
+        match q.front() {
+            Some(&(since, hash)) if since <= cutoff => {
+                q.pop_front();
+                Some(hash)
+            }
+            _ => None,
+        }
+    }
+
+    /// Entries queued (some may name versions already written or gone).
+    pub(crate) fn len(&self) -> usize {
+        self.0.lock().len()
+    }
+}
+
+/// Start the write-back thread (with flash only).
+pub(crate) fn spawn(inner: &Arc<Inner>) -> std::io::Result<Option<Sweeper>> {
+    if inner.ft.is_none() {
+        return Ok(None);
+    }
+    let i = inner.clone();
+    Sweeper::spawn_fn("flashtier-writeback", PASS_EVERY, move || {
+        i.write_back_pass()
+    })
+    .map(Some)
+}
+
+impl Inner {
+    /// The home word of a new version `h` of `key` (value `value`): a flash home if written
+    /// through, else a dirty word (write-back) or, if the append failed, no home (with
+    /// `HOME_OLDER` if `older`: some version of the key may be on flash). `old_since`: the
+    /// replaced version's dirty-since time. Shard lock held.
+    pub(crate) fn store_home(
+        &self,
+        hash: u64,
+        key: &[u8],
+        value: &[u8],
+        h: &Header,
+        older: bool,
+        old_since: Option<u64>,
+    ) -> u64 {
+        let Some(ft) = &self.ft else { return 0 };
+        crate::stats::Counters::add(&ft.counters.bytes_stored, value.len() as u64);
+        let no_home = if older { HOME_OLDER } else { 0 };
+        if ft.tiering.write_back_ms() > 0 && value.len() as u64 >= ft.tiering.item_size() {
+            let since = old_since.unwrap_or_else(|| {
+                let now = self.cfg.clock.now_ms();
+                ft.dirty.push(now, hash);
+                now
+            });
+            return dirty_word(since, older);
+        }
+        let rflags = h.rflags & (F_STALE | F_WIN);
+        match ft.append_put(
+            hash, key, value, h.flags, h.exptime, h.cas, h.stored, rflags,
+        ) {
+            Some(loc) => home_word(loc),
+            None => no_home,
+        }
+    }
+
+    /// Append every dirty version that became dirty at or before `cutoff` (unix ms;
+    /// `u64::MAX` = all). Returns how many were appended.
+    pub(crate) fn write_back_due(&self, cutoff: u64) -> usize {
+        let Some(ft) = &self.ft else { return 0 };
+        let mut n = 0;
+        let mut key = Vec::new();
+        while let Some(hash) = ft.dirty.pop_due(cutoff) {
+            let shard = self.index.lock(hash);
+            let now = self.now();
+            loop {
+                let due = shard.find(hash, |e| {
+                    e.tier == Tier::Ram
+                        && self
+                            .header_at(e.loc)
+                            .is_some_and(|h| h.dirty_since().is_some_and(|s| s <= cutoff))
+                });
+                let Some((_, e)) = due else { break };
+                let (seg, off) = self.arena.split(e.loc);
+                let Some(m) = self.arena.mem(seg) else { break };
+                let h = record::header(m, off);
+                let no_home = if h.flash_behind() { HOME_OLDER } else { 0 };
+                record::read_key(m, off, &h, &mut key);
+                let key_id = self.index.hash(&key);
+                if self.dead(&h, now) {
+                    // Expired or flushed before reaching flash: an older flash version must
+                    // not outlive it (after a restart it would be served).
+                    if h.flash_behind() {
+                        ft.append_tombstone(key_id, &key);
+                    }
+                    record::set_home(m, off, 0);
+                    continue;
+                }
+                let value = self.arena.read_value(seg, off, &h);
+                let rflags = h.rflags & (F_STALE | F_WIN);
+                let home = match ft.append_put_to(
+                    ft.hot_stream,
+                    key_id,
+                    &key,
+                    &value,
+                    h.flags,
+                    h.exptime,
+                    h.cas,
+                    h.stored,
+                    rflags,
+                ) {
+                    Some(loc) => {
+                        n += 1;
+                        home_word(loc)
+                    }
+                    None => no_home,
+                };
+                record::set_home(m, off, home);
+            }
+        }
+        if n > 0 {
+            crate::stats::Counters::add(&ft.counters.written_back, n as u64);
+        }
+        n
+    }
+
+    /// One pass of the write-back thread: versions dirty for the window or longer.
+    pub(crate) fn write_back_pass(&self) {
+        let Some(ft) = &self.ft else { return };
+        let window = ft.tiering.write_back_ms();
+        let cutoff = self.cfg.clock.now_ms().saturating_sub(window);
+        self.write_back_due(cutoff);
+    }
+}
+
+/// The window delays appends, overwrites keep the first dirty time, and a delete of a dirty
+/// version over an older flash version appends a tombstone.
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+
+    use crate::clock::Clock;
+    use crate::flash::{Device, FlashConfig, IoBackend, MemoryDevice};
+    use crate::{Cache, CacheConfig, FlashSettings, ItemWrite};
+
+    fn open(clock: Clock) -> Cache {
+        let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("wb", 16 << 20));
+        let mut fs = FlashSettings::devices(vec![d]);
+        fs.engine = Some(FlashConfig {
+            io_backend: IoBackend::Psync,
+            ..FlashConfig::small()
+        });
+        let cfg = CacheConfig::builder()
+            .memory_limit(4 << 20)
+            .segment_size(64 << 10)
+            .max_item_size(64 << 10)
+            .sweep_interval(None)
+            .clock(clock)
+            .flash(fs)
+            .build()
+            .unwrap();
+        Cache::new(cfg).unwrap()
+    }
+
+    fn set(c: &Cache, v: u8) {
+        c.set_now(b"k", ItemWrite::new(Bytes::from(vec![v; 1000]), 0, 0))
+            .unwrap();
+    }
+
+    fn written(c: &Cache) -> u64 {
+        c.inner()
+            .ft
+            .as_ref()
+            .unwrap()
+            .counters
+            .objects_written
+            .load(Relaxed)
+    }
+
+    #[test]
+    fn window_absorbs_overwrites_and_keeps_first_dirty_time() {
+        let clock = Clock::system();
+        let c = open(clock.clone());
+        for v in 0..5 {
+            set(&c, v);
+        }
+        c.inner().write_back_pass();
+        assert_eq!(written(&c), 0, "nothing written inside the window");
+        clock.advance(1);
+        set(&c, 9);
+        clock.advance(2);
+        // 3 s after the first unwritten version: due although the last SET is 2 s old.
+        c.inner().write_back_pass();
+        assert_eq!(written(&c), 1);
+        assert_eq!(c.get_now(b"k").unwrap().unwrap().value[0], 9);
+        c.inner().write_back_pass();
+        assert_eq!(written(&c), 1, "a written version is not written again");
+    }
+
+    #[test]
+    fn delete_of_dirty_version_over_flash_version_appends_tombstone() {
+        let c = open(Clock::system());
+        set(&c, 1);
+        c.inner().write_back_due(u64::MAX);
+        assert_eq!(written(&c), 1);
+        set(&c, 2);
+        assert!(c.delete_now(b"k"));
+        let t = &c.inner().ft.as_ref().unwrap().counters;
+        assert_eq!(
+            t.tombstones.load(Relaxed),
+            1,
+            "the older flash version is covered"
+        );
+        // A key never on flash needs none.
+        c.set_now(b"j", ItemWrite::new(Bytes::from_static(b"x"), 0, 0))
+            .unwrap();
+        assert!(c.delete_now(b"j"));
+        assert_eq!(t.tombstones.load(Relaxed), 1);
+    }
+}
