@@ -23,19 +23,19 @@ use std::sync::Arc;
 
 use flashtier_flash::{Flash, Location};
 
-use crate::arena::{Arena, Log, Space};
+use crate::arena::{Arena, Space};
 use crate::config::{CacheConfig, EvictionPolicy, FlashDevices, StartError};
 use crate::flash_tier::{entry_of, packed_of, FlashTier};
 use crate::ghost::Ghost;
 use crate::hybrid::{block_on, Step, View};
-use crate::index::{self, Entry, Index, Pos, Shard, Tier};
+use crate::index::{Entry, Index, Pos, Shard, Tier};
 use crate::knobs::Tiering;
 use crate::reclaim::Handler;
 use crate::record::{self, Header, F_FETCHED, F_STALE, F_WIN};
 use crate::recovery::Recovered;
 use crate::stats::Counters;
 use crate::sweeper::Sweeper;
-use crate::{CasMode, Clock, Error, Item, ItemMeta, ItemWrite, KvStore, StoreStats, Update};
+use crate::{CasMode, Error, Item, ItemMeta, ItemWrite, StoreStats, Update};
 
 const NO_FLUSH: u64 = u64::MAX;
 
@@ -70,7 +70,7 @@ pub(crate) struct Inner {
     pub counters: Counters,
     /// The flash tier, if configured.
     pub ft: Option<FlashTier>,
-    next_cas: AtomicU64,
+    pub(crate) next_cas: AtomicU64,
     /// Time of the last delayed `flush_all`, or `NO_FLUSH`.
     flush_at: AtomicU64,
 }
@@ -333,7 +333,7 @@ impl Cache {
         )
     }
 
-    /// Delete without reading flash (issue 4: deletes never touch flash): the slot goes, a
+    /// Delete without reading flash (deletes never touch flash): the slot goes, a
     /// tombstone is appended if a flash copy existed. True when an item was removed. Unlike
     /// a delete through [`KvStore::update`] (which shows the closure the item, so it reads a
     /// flash-resident one), an *expired* flash-resident item counts as removed (true): its
@@ -349,7 +349,7 @@ impl Cache {
         }
     }
 
-    async fn get_hybrid(&self, key: &[u8]) -> Result<Option<Item>, Error> {
+    pub(crate) async fn get_hybrid(&self, key: &[u8]) -> Result<Option<Item>, Error> {
         let inner = &*self.inner;
         let hash = inner.index.hash(key);
         let mut later = None;
@@ -364,7 +364,7 @@ impl Cache {
         }
     }
 
-    async fn set_hybrid(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
+    pub(crate) async fn set_hybrid(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
         let inner = &*self.inner;
         inner.check_size(key, &w.value)?;
         let hash = inner.index.hash(key);
@@ -380,7 +380,11 @@ impl Cache {
         }
     }
 
-    async fn update_hybrid<R, F>(&self, key: &[u8], mut f: F) -> Result<(R, Option<u64>), Error>
+    pub(crate) async fn update_hybrid<R, F>(
+        &self,
+        key: &[u8],
+        mut f: F,
+    ) -> Result<(R, Option<u64>), Error>
     where
         F: FnMut(Option<&Item>) -> (Update, R),
     {
@@ -496,146 +500,6 @@ impl Inner {
         if h.rflags & F_FETCHED == 0 {
             Counters::add(&self.counters.expired_unfetched, 1);
         }
-    }
-
-    pub(crate) fn cas_for(&self, mode: CasMode, old: Option<u64>) -> u64 {
-        match (mode, old) {
-            (CasMode::Explicit(c), _) => c,
-            (CasMode::Keep, Some(c)) => c,
-            _ => self.next_cas.fetch_add(1, Ordering::Relaxed) + 1,
-        }
-    }
-
-    pub(crate) fn check_size(&self, key: &[u8], value: &[u8]) -> Result<(), Error> {
-        if value.len() > self.cfg.max_item_size {
-            return Err(Error::TooLarge {
-                size: value.len(),
-                max: self.cfg.max_item_size,
-            });
-        }
-        if key.len() > record::MAX_KEY {
-            return Err(Error::TooLarge {
-                size: key.len(),
-                max: record::MAX_KEY,
-            });
-        }
-        Ok(())
-    }
-
-    pub(crate) fn target_log(&self, hash: u64) -> Log {
-        if self.cfg.eviction == EvictionPolicy::S3Fifo && self.ghost.take(hash) {
-            Log::Main
-        } else {
-            Log::Small
-        }
-    }
-
-    pub(crate) fn new_header(w: &ItemWrite, klen: usize, now: u32, cas: u64) -> Header {
-        let mut rflags = 0;
-        if w.meta.stale {
-            rflags |= F_STALE;
-        }
-        if w.meta.win_token_sent {
-            rflags |= F_WIN;
-        }
-        Header {
-            cas,
-            exptime: w.exptime,
-            flags: w.flags,
-            vlen: w.value.len() as u32,
-            stored: now,
-            last_access: now,
-            klen: klen as u16,
-            rflags,
-            home: 0,
-        }
-    }
-
-    /// Reserve space for a record, blocking on allocation/eviction if needed.
-    pub(crate) fn reserve(&self, log: Log, words: usize) -> Result<Space, Error> {
-        if words > self.arena.large_threshold() {
-            return self.obtain_large(words, log);
-        }
-        loop {
-            if let Some(s) = self.arena.try_bump(log, words) {
-                return Ok(s);
-            }
-            self.advance(log, words)?;
-        }
-    }
-
-    /// Give back a reservation that will not be published.
-    pub(crate) fn abandon(&self, space: Option<Space>) {
-        let Some(space) = space else { return };
-        if space.large {
-            let mut st = self.arena.state.lock();
-            self.arena.finish(space);
-            self.arena.free_large(&mut st, space.seg);
-        } else {
-            if let Some(m) = self.arena.mem(space.seg) {
-                record::write_filler(m, space.off, space.words);
-            }
-            self.arena.finish(space);
-        }
-    }
-
-    /// Publish the record in `space` for `hash`, replacing `existing`. Shard lock held.
-    pub(crate) fn publish(
-        &self,
-        shard: &mut Shard<'_>,
-        hash: u64,
-        existing: Option<Existing>,
-        space: &Space,
-        h: &Header,
-    ) {
-        let loc = self.arena.loc(space.seg, space.off);
-        let mut entry = Entry {
-            tier: Tier::Ram,
-            freq: 0,
-            size_hint: index::size_hint(space.words * 8),
-            loc,
-        };
-        match existing {
-            Some(Existing::Ram(pos, old)) => {
-                if let Some(oh) = self.header_at(old.loc) {
-                    self.release_rec(old.loc, &oh);
-                }
-                entry.freq = old.freq;
-                shard.set(pos, entry);
-            }
-            Some(Existing::Flash(pos, old)) => {
-                if let Some(ft) = &self.ft {
-                    ft.flash.mark_dead(Location::unpack(packed_of(&old)));
-                }
-                entry.freq = old.freq;
-                shard.set(pos, entry);
-            }
-            Some(Existing::Blind(locs)) => {
-                for l in locs {
-                    if self.remove_flash_loc(shard, hash, l) {
-                        if let Some(ft) = &self.ft {
-                            ft.flash.mark_dead(Location::unpack(l));
-                        }
-                    }
-                }
-                shard.insert(hash, entry);
-            }
-            None => shard.insert(hash, entry),
-        }
-        self.arena
-            .slot(space.seg)
-            .note_publish(space.words, h.exptime, h.stored);
-        Counters::add(&self.counters.live_bytes, (space.words * 8) as u64);
-        Counters::add(&self.counters.total_items, 1);
-    }
-
-    /// After publishing (shard lock released): queue a large segment, end the reservation.
-    pub(crate) fn finish(&self, space: Space) {
-        if space.large {
-            let mut st = self.arena.state.lock();
-            self.arena.enqueue_large(&mut st, space.seg, space.log);
-        }
-        self.arena.finish(space);
     }
 
     pub fn get(&self, key: &[u8]) -> Result<Option<Item>, Error> {
@@ -776,7 +640,7 @@ impl Inner {
         }
     }
 
-    fn stats(&self) -> StoreStats {
+    pub(crate) fn stats(&self) -> StoreStats {
         let c = &self.counters;
         StoreStats {
             curr_items: self.index.len(),
@@ -790,7 +654,7 @@ impl Inner {
         }
     }
 
-    fn stats_section(&self, section: &str) -> Option<Vec<(String, String)>> {
+    pub(crate) fn stats_section(&self, section: &str) -> Option<Vec<(String, String)>> {
         let kv = |k: &str, v: String| (k.to_string(), v);
         match section {
             "settings" => Some(vec![
@@ -823,76 +687,5 @@ impl Inner {
             "extstore" => self.extstore_stats(),
             _ => None,
         }
-    }
-}
-
-impl KvStore for Cache {
-    fn flash_stats(&self) -> Option<&flashtier_flash::FlashStats> {
-        self.flash().map(Flash::stats)
-    }
-
-    fn flash_reaper(&self) -> Option<flashtier_flash::ReapHandle> {
-        self.flash().and_then(Flash::reap_handle)
-    }
-
-    async fn get(&self, key: &[u8]) -> Result<Option<Item>, Error> {
-        if self.inner.ft.is_none() {
-            return self.inner.get(key);
-        }
-        self.get_hybrid(key).await
-    }
-
-    async fn set(&self, key: &[u8], item: ItemWrite) -> Result<u64, Error> {
-        if self.inner.ft.is_none() {
-            return self.inner.set(key, item);
-        }
-        self.set_hybrid(key, item).await
-    }
-
-    async fn update<R, F>(&self, key: &[u8], f: F) -> Result<(R, Option<u64>), Error>
-    where
-        R: Send,
-        F: FnMut(Option<&Item>) -> (Update, R) + Send,
-    {
-        if self.inner.ft.is_none() {
-            return self.inner.update(key, f);
-        }
-        self.update_hybrid(key, f).await
-    }
-
-    fn flush_all(&self, at: u32) {
-        self.inner.flush_all(at)
-    }
-
-    fn max_item_size(&self) -> usize {
-        self.inner.cfg.max_item_size
-    }
-
-    fn clock(&self) -> &Clock {
-        &self.inner.cfg.clock
-    }
-
-    fn stats(&self) -> StoreStats {
-        self.inner.stats()
-    }
-
-    fn stats_section(&self, section: &str) -> Option<Vec<(String, String)>> {
-        self.inner.stats_section(section)
-    }
-
-    fn knobs(&self) -> Vec<(String, String)> {
-        self.inner.knobs()
-    }
-
-    fn set_knob(&self, name: &str, value: &str) -> Result<(), Error> {
-        self.inner.set_knob(name, value)
-    }
-
-    fn dump_parts(&self) -> usize {
-        self.inner.index.shard_count()
-    }
-
-    async fn dump_part(&self, part: usize) -> Vec<crate::store::ItemInfo> {
-        self.dump_shard(part).await
     }
 }

@@ -1,4 +1,4 @@
-//! The flash tier under the RAM store (issue 4): write-through, flash-resident slots, reads.
+//! The flash tier under the RAM store: write-back (or write-through), flash-resident slots, reads.
 //!
 //! # Policy
 //! - **Write-back** (`writeback`, knob `write_back_ms`; 0 = write-through). Every stored

@@ -2,7 +2,7 @@
 //!
 //! # Why
 //! The index must stay small enough that a flash-resident item costs ≤ 16 bytes of RAM, all in
-//! (issue 4). So a slot holds only a hash tag and a location; the key lives in the record and
+//! the index. So a slot holds only a hash tag and a location; the key lives in the record and
 //! the caller compares it after reading the record. A tag that matches a different key (a
 //! collision) is therefore harmless: the caller's predicate rejects it and the search goes on.
 //!

@@ -73,6 +73,7 @@ pub mod index;
 pub mod item;
 pub mod knobs;
 pub mod model;
+mod publish;
 mod reclaim;
 mod record;
 mod recovery;

@@ -16,7 +16,7 @@
 //! | 4    | 0–63   | flash home: bit 63 set + packed flash `Location`; else bit 62 *dirty* (not yet on flash, write-back), bit 61 *older on flash* (an older version of the key may be on flash), bits 0–47 dirty-since (unix ms) (*mutable*) |
 //! | 5..  |        | key, zero-padded to a word; then value, zero-padded to a word |
 //!
-//! The home word (issue 4) is where the write-through copy of this exact version lives on
+//! The home word is where the write-through copy of this exact version lives on
 //! flash; when S3-FIFO evicts the record, its index slot is rewritten to that location
 //! instead of being removed. Reclaim may move (relocate) or drop the flash copy, changing the
 //! word under the owning shard's lock. It costs 8 bytes per RAM record with or without flash.

@@ -6,6 +6,10 @@
 //! a multi-get into one batch of flash reads.
 use std::future::Future;
 
+use flashtier_flash::Flash;
+
+use crate::cache::Cache;
+use crate::clock::Clock;
 use crate::{Error, Item, ItemWrite, Update};
 
 /// Counters a store exposes through `stats` (general section). Other sections come from the
@@ -129,5 +133,77 @@ pub trait KvStore: Send + Sync + 'static {
     /// own threads (`flashtier_flash::ReapHandle`). Default: none (no flash, or psync).
     fn flash_reaper(&self) -> Option<flashtier_flash::ReapHandle> {
         None
+    }
+}
+
+/// The real store: RAM-only or over a flash tier (`Cache`'s two-phase paths).
+impl KvStore for Cache {
+    fn flash_stats(&self) -> Option<&flashtier_flash::FlashStats> {
+        self.flash().map(Flash::stats)
+    }
+
+    fn flash_reaper(&self) -> Option<flashtier_flash::ReapHandle> {
+        self.flash().and_then(Flash::reap_handle)
+    }
+
+    async fn get(&self, key: &[u8]) -> Result<Option<Item>, Error> {
+        if self.inner.ft.is_none() {
+            return self.inner.get(key);
+        }
+        self.get_hybrid(key).await
+    }
+
+    async fn set(&self, key: &[u8], item: ItemWrite) -> Result<u64, Error> {
+        if self.inner.ft.is_none() {
+            return self.inner.set(key, item);
+        }
+        self.set_hybrid(key, item).await
+    }
+
+    async fn update<R, F>(&self, key: &[u8], f: F) -> Result<(R, Option<u64>), Error>
+    where
+        R: Send,
+        F: FnMut(Option<&Item>) -> (Update, R) + Send,
+    {
+        if self.inner.ft.is_none() {
+            return self.inner.update(key, f);
+        }
+        self.update_hybrid(key, f).await
+    }
+
+    fn flush_all(&self, at: u32) {
+        self.inner.flush_all(at)
+    }
+
+    fn max_item_size(&self) -> usize {
+        self.inner.cfg.max_item_size
+    }
+
+    fn clock(&self) -> &Clock {
+        &self.inner.cfg.clock
+    }
+
+    fn stats(&self) -> StoreStats {
+        self.inner.stats()
+    }
+
+    fn stats_section(&self, section: &str) -> Option<Vec<(String, String)>> {
+        self.inner.stats_section(section)
+    }
+
+    fn knobs(&self) -> Vec<(String, String)> {
+        self.inner.knobs()
+    }
+
+    fn set_knob(&self, name: &str, value: &str) -> Result<(), Error> {
+        self.inner.set_knob(name, value)
+    }
+
+    fn dump_parts(&self) -> usize {
+        self.inner.index.shard_count()
+    }
+
+    async fn dump_part(&self, part: usize) -> Vec<crate::store::ItemInfo> {
+        self.dump_shard(part).await
     }
 }

@@ -1,4 +1,4 @@
-//! The seam between the RAM tier and the flash tier (issue 4).
+//! The seam between the RAM tier and the flash tier.
 //!
 //! When the RAM arena evicts a live item that S3-FIFO does not keep in RAM, `evict` asks
 //! [`Inner::offer`](crate::cache) what to do:

@@ -1,0 +1,158 @@
+//! The RAM tier's write primitives: pick the CAS and the log, check sizes, build the record
+//! header, reserve arena space, publish the written record in the index (replacing the key's
+//! old slot), and give unused space back. Every write path (SET, update, promotion,
+//! recovery) goes reserve → write with no lock → publish under the key's shard lock.
+use std::sync::atomic::Ordering;
+
+use crate::arena::{Log, Space};
+use flashtier_flash::Location;
+
+use crate::cache::{Existing, Inner};
+use crate::config::EvictionPolicy;
+use crate::flash_tier::packed_of;
+use crate::index::{self, Entry, Shard, Tier};
+use crate::record::{self, Header, F_STALE, F_WIN};
+use crate::stats::Counters;
+use crate::{CasMode, Error, ItemWrite};
+
+impl Inner {
+    pub(crate) fn cas_for(&self, mode: CasMode, old: Option<u64>) -> u64 {
+        match (mode, old) {
+            (CasMode::Explicit(c), _) => c,
+            (CasMode::Keep, Some(c)) => c,
+            _ => self.next_cas.fetch_add(1, Ordering::Relaxed) + 1,
+        }
+    }
+
+    pub(crate) fn check_size(&self, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        if value.len() > self.cfg.max_item_size {
+            return Err(Error::TooLarge {
+                size: value.len(),
+                max: self.cfg.max_item_size,
+            });
+        }
+        if key.len() > record::MAX_KEY {
+            return Err(Error::TooLarge {
+                size: key.len(),
+                max: record::MAX_KEY,
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn target_log(&self, hash: u64) -> Log {
+        if self.cfg.eviction == EvictionPolicy::S3Fifo && self.ghost.take(hash) {
+            Log::Main
+        } else {
+            Log::Small
+        }
+    }
+
+    pub(crate) fn new_header(w: &ItemWrite, klen: usize, now: u32, cas: u64) -> Header {
+        let mut rflags = 0;
+        if w.meta.stale {
+            rflags |= F_STALE;
+        }
+        if w.meta.win_token_sent {
+            rflags |= F_WIN;
+        }
+        Header {
+            cas,
+            exptime: w.exptime,
+            flags: w.flags,
+            vlen: w.value.len() as u32,
+            stored: now,
+            last_access: now,
+            klen: klen as u16,
+            rflags,
+            home: 0,
+        }
+    }
+
+    /// Reserve space for a record, blocking on allocation/eviction if needed.
+    pub(crate) fn reserve(&self, log: Log, words: usize) -> Result<Space, Error> {
+        if words > self.arena.large_threshold() {
+            return self.obtain_large(words, log);
+        }
+        loop {
+            if let Some(s) = self.arena.try_bump(log, words) {
+                return Ok(s);
+            }
+            self.advance(log, words)?;
+        }
+    }
+
+    /// Give back a reservation that will not be published.
+    pub(crate) fn abandon(&self, space: Option<Space>) {
+        let Some(space) = space else { return };
+        if space.large {
+            let mut st = self.arena.state.lock();
+            self.arena.finish(space);
+            self.arena.free_large(&mut st, space.seg);
+        } else {
+            if let Some(m) = self.arena.mem(space.seg) {
+                record::write_filler(m, space.off, space.words);
+            }
+            self.arena.finish(space);
+        }
+    }
+
+    /// Publish the record in `space` for `hash`, replacing `existing`. Shard lock held.
+    pub(crate) fn publish(
+        &self,
+        shard: &mut Shard<'_>,
+        hash: u64,
+        existing: Option<Existing>,
+        space: &Space,
+        h: &Header,
+    ) {
+        let loc = self.arena.loc(space.seg, space.off);
+        let mut entry = Entry {
+            tier: Tier::Ram,
+            freq: 0,
+            size_hint: index::size_hint(space.words * 8),
+            loc,
+        };
+        match existing {
+            Some(Existing::Ram(pos, old)) => {
+                if let Some(oh) = self.header_at(old.loc) {
+                    self.release_rec(old.loc, &oh);
+                }
+                entry.freq = old.freq;
+                shard.set(pos, entry);
+            }
+            Some(Existing::Flash(pos, old)) => {
+                if let Some(ft) = &self.ft {
+                    ft.flash.mark_dead(Location::unpack(packed_of(&old)));
+                }
+                entry.freq = old.freq;
+                shard.set(pos, entry);
+            }
+            Some(Existing::Blind(locs)) => {
+                for l in locs {
+                    if self.remove_flash_loc(shard, hash, l) {
+                        if let Some(ft) = &self.ft {
+                            ft.flash.mark_dead(Location::unpack(l));
+                        }
+                    }
+                }
+                shard.insert(hash, entry);
+            }
+            None => shard.insert(hash, entry),
+        }
+        self.arena
+            .slot(space.seg)
+            .note_publish(space.words, h.exptime, h.stored);
+        Counters::add(&self.counters.live_bytes, (space.words * 8) as u64);
+        Counters::add(&self.counters.total_items, 1);
+    }
+
+    /// After publishing (shard lock released): queue a large segment, end the reservation.
+    pub(crate) fn finish(&self, space: Space) {
+        if space.large {
+            let mut st = self.arena.state.lock();
+            self.arena.enqueue_large(&mut st, space.seg, space.log);
+        }
+        self.arena.finish(space);
+    }
+}
