@@ -19,29 +19,11 @@ FT=${FLASHTIER:-target/release/flashtier}
 OUT=${1:-data/bench/block-flush-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-W=$(mktemp -d /var/tmp/ftflush.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$W"
-}
-trap cleanup EXIT
-ADMIN=127.0.0.1:$((20000 + RANDOM % 20000))
-ctl() { "$FT" ctl --admin "$ADMIN" "$@"; }
-stat() { local v; v=$(ctl stats | sed -n "s/^$1=//p"); echo "${v:-0}"; }
-wait_sock() { for _ in $(seq 200); do [ -S "$1" ] && return 0; sleep 0.1; done; echo "no $1" >&2; exit 1; }
-
-truncate -s "$SIZE" "$W/backing.img"
-nbdkit -f -U "$W/slow.sock" --threads="${THREADS:-16}" --filter=delay file "$W/backing.img" rdelay="$DELAY" wdelay="$DELAY" &
-PIDS+=($!)
-wait_sock "$W/slow.sock"
-"$FT" block --backing "nbd+unix:///?socket=$W/slow.sock" --cache "$W/cache.img:$CACHE" \
-    --listen "unix:$W/ft.sock" --admin "$ADMIN" --run-dir "$W/run" --no-direct-io \
-    --flush-period 3600 --dirty-high-pct 85 --dirty-low-pct 80 --dirty-max-pct 90 \
-    >"$OUT/flashtier.log" 2>&1 &
-PIDS+=($!)
-wait_sock "$W/ft.sock"
+. "$(dirname "$0")/block-lib.sh"
+block_setup ftflush
+slow_backing --threads="${THREADS:-16}"
+start_flashtier "$OUT/flashtier.log" \
+    --flush-period 3600 --dirty-high-pct 85 --dirty-low-pct 80 --dirty-max-pct 90
 URI="nbd+unix:///?socket=$W/ft.sock"
 ctl set "writeback_busy_share_pct=$SHARE" >/dev/null 2>&1 || true
 CAP=$(stat capacity_blocks)

@@ -18,34 +18,10 @@ FT=${FLASHTIER:-target/release/flashtier}
 OUT=${1:-data/bench/block-restart-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-W=$(mktemp -d /var/tmp/ftrestart.XXXXXX)
-PIDS=()
-FTPID=
-cleanup() {
-    [ -n "$FTPID" ] && kill "$FTPID" 2>/dev/null || true
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$W"
-}
-trap cleanup EXIT
-ADMIN=127.0.0.1:$((20000 + RANDOM % 20000))
-ctl() { "$FT" ctl --admin "$ADMIN" "$@"; }
-stat() { local v; v=$(ctl stats | sed -n "s/^$1=//p"); echo "${v:-0}"; }
-wait_sock() { for _ in $(seq 300); do [ -S "$1" ] && return 0; sleep 0.1; done; echo "no $1" >&2; exit 1; }
-
-truncate -s "$SIZE" "$W/backing.img"
-nbdkit -f -U "$W/slow.sock" --filter=delay file "$W/backing.img" rdelay="$DELAY" wdelay="$DELAY" &
-PIDS+=($!)
-wait_sock "$W/slow.sock"
-start() {
-    rm -f "$W/ft.sock"
-    "$FT" block --backing "nbd+unix:///?socket=$W/slow.sock" --cache "$W/cache.img:$CACHE" \
-        --listen "unix:$W/ft.sock" --admin "$ADMIN" --run-dir "$W/run" --no-direct-io \
-        >>"$OUT/flashtier.log" 2>&1 &
-    FTPID=$!
-    wait_sock "$W/ft.sock"
-    for _ in $(seq 100); do ctl stats >/dev/null 2>&1 && break; sleep 0.1; done
-}
+. "$(dirname "$0")/block-lib.sh"
+block_setup ftrestart
+slow_backing
+start() { start_flashtier "$OUT/flashtier.log"; }
 URI="nbd+unix:///?socket=$W/ft.sock"
 load() { # name seconds
     fio --name="$1" --ioengine=nbd --uri="$URI" --rw=randread --bs=4k --randrepeat=0 \
