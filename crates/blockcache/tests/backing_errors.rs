@@ -4,11 +4,13 @@
 //! writeback still progresses (per-range success and retry) and a flush completes; when
 //! writeback cannot progress at all, writes waiting for dirty space fail with EIO after
 //! `write_stall_max_ms` instead of hanging.
+mod common;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::{stat, Rng};
 use flashtier_blockcache::{BlockCache, BlockCacheConfig, FlushState};
 use flashtier_flash::{Device, MemoryDevice};
 use flashtier_nbd::{BackendError, BackendFuture, BlockBackend, MemoryBackend, ZeroFlags};
@@ -128,16 +130,6 @@ async fn dirty_data_survives_backing_outage() {
     wb.await.expect("writeback");
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 fn open(backing: &Arc<Flaky>, flash: u64, tunables: &[(&str, &str)]) -> Arc<BlockCache> {
     let dev: Arc<dyn Device> = Arc::new(MemoryDevice::new("flash", flash));
     BlockCache::open_devices(
@@ -152,15 +144,6 @@ fn open(backing: &Arc<Flaky>, flash: u64, tunables: &[(&str, &str)]) -> Arc<Bloc
         },
     )
     .expect("open")
-}
-
-fn stat(cache: &BlockCache, name: &str) -> u64 {
-    cache
-        .stats_pairs()
-        .into_iter()
-        .find(|(k, _)| k == name)
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or_else(|| panic!("no stat {name}"))
 }
 
 /// Random 4 KiB writes into a model; returns the model.

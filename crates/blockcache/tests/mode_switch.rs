@@ -2,11 +2,13 @@
 //! left, `mode_switch_in_progress`), waiting for it ends with no dirty block, and writes
 //! acknowledged during the switch are neither lost nor read back stale; at the end the
 //! backing holds every byte. Switching back to writeback cancels the switch.
+mod common;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::Rng;
 use flashtier_blockcache::{BlockCache, BlockCacheConfig, Mode, SwitchPhase};
 use flashtier_flash::{Device, MemoryDevice};
 use flashtier_nbd::{BackendFuture, BlockBackend, MemoryBackend, ZeroFlags};
@@ -38,22 +40,6 @@ impl BlockBackend for Slow {
     }
     fn write_zeroes(&self, offset: u64, len: u32, flags: ZeroFlags) -> BackendFuture<'_, ()> {
         self.0.write_zeroes(offset, len, flags)
-    }
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
     }
 }
 

@@ -1,28 +1,14 @@
 //! Policy tests: a RAM backing and RAM flash, random IO checked against a byte model,
 //! modes switched at runtime, a cache much smaller than the data, and recovery of dirty
 //! blocks after the cache is reopened without writeback.
+mod common;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use common::Rng;
 use flashtier_blockcache::{BlockCache, BlockCacheConfig, FlushState};
 use flashtier_flash::{Device, MemoryDevice};
 use flashtier_nbd::{BlockBackend, MemoryBackend, ZeroFlags};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
 
 fn cfg(tun: &[(&str, &str)]) -> BlockCacheConfig {
     BlockCacheConfig {

@@ -1,10 +1,11 @@
 //! Warm restart: clean blocks cached before a clean shutdown are served from flash after
 //! reopening; after a crash (an image of the cache device taken while running) they are
 //! dropped, so a block written around the cache before the crash reads back new.
-use std::collections::HashMap;
+mod common;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use common::stat;
 use flashtier_blockcache::{BlockCache, BlockCacheConfig};
 use flashtier_flash::{Device, MemoryDevice};
 use flashtier_nbd::{BlockBackend, MemoryBackend};
@@ -22,11 +23,6 @@ fn open(dev: &Arc<MemoryDevice>, backing: &Arc<MemoryBackend>) -> Arc<BlockCache
         cfg,
     )
     .expect("open cache")
-}
-
-fn stat(cache: &BlockCache, k: &str) -> u64 {
-    let m: HashMap<String, String> = cache.stats_pairs().into_iter().collect();
-    m[k].parse().expect("number")
 }
 
 /// Read the whole device in 64 KiB requests, each followed by a FLUSH, until every block

@@ -1,0 +1,34 @@
+//! Shared by the blockcache integration tests: a seeded xorshift generator (the same
+//! sequence on every run, so a failure replays) and a stat lookup.
+#![allow(dead_code)]
+use flashtier_blockcache::BlockCache;
+
+/// xorshift64: reproducible random offsets, lengths and data.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// A numeric stat of the cache by name; panics naming a stat that does not exist.
+pub fn stat(cache: &BlockCache, name: &str) -> u64 {
+    cache
+        .stats_pairs()
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or_else(|| panic!("no stat {name}"))
+}
