@@ -16,28 +16,17 @@ import json
 import os
 import sys
 
-FLASH_ITEMS = ["extstore_objects_used", "extstore_index_items"]
+from report import FLASH_HIT_STATS as FLASH_GETS
+from report import FLASH_ITEM_STATS as FLASH_ITEMS
+from report import FLASH_WRITE_STATS as FLASH_WRITTEN
+from report import first_stat, load
+
 FLASH_LIMIT = ["extstore_limit_maxbytes", "extstore_capacity"]
 FLASH_USED = ["extstore_bytes_used"]
-# Bytes the server handed to its flash file: flashtier's device counter (records, padding,
-# summaries, reclaim rewrites); memcached's extstore counter (compaction rewrites included).
-FLASH_WRITTEN = ["flash_device_bytes_written", "extstore_bytes_written"]
-FLASH_GETS = ["get_extstore", "extstore_hits"]
-
-
-def load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def stat(stats, names):
-    for n in names:
-        if stats and n in stats:
-            return stats[n]
-    return None
+    return first_stat(stats, names)[1]
 
 
 def f(x, fmt="{:.2f}"):
