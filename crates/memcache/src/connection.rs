@@ -4,9 +4,11 @@
 //! 1. [`Session::pump`] decodes and executes every complete request in the read buffer,
 //!    appending replies to the output buffer (pipelining), and discards swallowed bytes.
 //! 2. When no complete request is left — or the output buffer passed its limit — the output
-//!    is written in one go (one vectored write of every reply segment). Reading stops while a write is pending, so a client that does not
-//!    read its replies (a slow reader) stalls only itself, and memory stays bounded.
-//! 3. Read more and repeat; on shutdown, stop reading, flush what was produced and close.
+//!    is written in one go (one vectored write of every reply segment). Reading stops while a
+//!    write is pending, so a client that does not read its replies (a slow reader) stalls only
+//!    itself, and memory stays bounded.
+//! 3. Read more and repeat; on shutdown, answer what is already in the socket (no waiting,
+//!    bounded), flush and close.
 //!
 //! Memory invariants: the read buffer holds at most one request being assembled (bounded by
 //! the decoder's limits); the output buffer holds at most `max_output_buffer` plus one reply.
@@ -293,6 +295,9 @@ impl Session {
     }
 }
 
+/// Bytes a connection may still read, without waiting, once the server is shutting down.
+const SHUTDOWN_DRAIN_BYTES: usize = 4 * READ_CHUNK * 16;
+
 /// Serve one accepted connection until the client leaves, sends `quit`, breaks the protocol,
 /// stays idle past `idle_timeout` or the server shuts down.
 pub async fn serve_connection<S: KvStore>(
@@ -310,6 +315,8 @@ pub async fn serve_connection<S: KvStore>(
     };
     let mut session = Session::new(limits, ctx.settings.max_output_buffer);
     session.id = id;
+    let mut draining = false;
+    let mut drained = 0usize;
     loop {
         // The flash reads this turn starts are handed to the kernel together.
         let step = flashtier_cache::flash::batch_submissions(session.pump(ctx)).await;
@@ -328,8 +335,21 @@ pub async fn serve_connection<S: KvStore>(
             Pump::Flush => continue,
             Pump::NeedInput => {}
         }
-        if *shutdown.borrow() {
-            return Ok(());
+        // Shutting down: answer what the client already sent (bytes sitting in the socket,
+        // read without waiting, up to a bound) so it is not reset with requests unread.
+        if draining || *shutdown.borrow() {
+            draining = true;
+            if drained >= SHUTDOWN_DRAIN_BYTES {
+                return Ok(());
+            }
+            match stream.read_ready(&mut session.input) {
+                Some(n) => {
+                    drained += n;
+                    Stats::add(&ctx.stats.bytes_read, n as u64);
+                    continue;
+                }
+                None => return Ok(()),
+            }
         }
         if session.input.is_empty() && session.input.capacity() > IDLE_KEEP_INPUT {
             session.input = BytesMut::new();
@@ -344,7 +364,10 @@ pub async fn serve_connection<S: KvStore>(
         };
         let n = tokio::select! {
             r = stream.read_some(&mut session.input) => r?,
-            _ = shutdown.changed() => return Ok(()),
+            _ = shutdown.changed() => {
+                draining = true;
+                continue;
+            }
             _ = idle => {
                 Stats::incr(&ctx.stats.idle_kicks);
                 log::trace!("<{id} closing idle connection");
