@@ -1,25 +1,16 @@
-//! Device health: a write or sync error takes a device out of allocation for a while, a
-//! probe brings it back, and a device that keeps failing is declared offline.
+//! Device health: a write or sync error takes a device out of allocation (`Failing`), a probe
+//! (a zero page over a free segment's header, then a sync) brings it back, and
+//! [`OFFLINE_STRIKES`] failures without a quiet [`STABLE`] period make it `Offline` (still
+//! probed, at the longest backoff). Backoff, jitter and the log lines: `docs/faults.md`.
 //!
-//! States (one per device, in the engine state): `Healthy` (allocated round-robin) →
-//! `Failing` on the first write or sync error (out of allocation; its open segments are
-//! sealed, its readable data stays served) → `Healthy` again when a probe succeeds, or
-//! `Offline` after [`OFFLINE_STRIKES`] failures without a quiet [`STABLE`] period between
-//! them. Offline devices are still probed, at the longest backoff, and come back the same way.
-//! A probe writes one zero page over the header of a free segment of the device (free
-//! segments hold nothing) and syncs; with no free segment it only syncs. Probes run every
-//! `100 ms × 2^(strikes−1)`, capped by the `device_retry_max_ms` knob, with jitter (each
-//! wait is drawn from [½, 1] of that) so devices and engines do not probe in lockstep.
-//! Every transition is logged once (`log` facade) and counted in [`crate::FlashStats`].
+//! Durability bookkeeping lives here too, per device: writes completed (`write_gen`) and
+//! covered by a sync (`synced_gen`). Invariants: a flush syncs only devices with unsynced
+//! writes, so a failing device does not fail the healthy ones' flushes; a device failure
+//! reports its unsynced writes to the flushes pending then (or the next one), once.
 //!
-//! Durability bookkeeping lives here too: per device, writes completed (`write_gen`) and
-//! writes covered by a sync (`synced_gen`). A flush syncs only devices with completed writes
-//! not yet synced, so a failing device does not fail the flushes of the healthy ones; a
-//! device failure reports its unsynced writes to the flushes pending at that moment (or the
-//! next one) and no later flush reports them again.
-//!
-//! Runs under the engine state lock (see `engine.rs`); probe IO is submitted to the executor
-//! and completes on its thread; the flusher thread starts due probes.
+//! Runs under the engine state lock (`engine.rs`); probe IO completes on the executor's
+//! thread; the flusher thread starts due probes.
+
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

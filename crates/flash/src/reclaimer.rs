@@ -19,7 +19,7 @@ use crate::format::record::{self, Record};
 use crate::format::segment::{decode_summary, tail_len, Footer, SummaryEntry, FOOTER_LEN};
 use crate::io::{read_blocking, run_batch, run_one, AlignedBuf, IoOp};
 use crate::location::PAGE;
-use crate::recover::scan;
+use crate::recovery::scan;
 use crate::segments::SegState;
 use crate::stats::FlashStats;
 use crate::ReclaimPolicy;

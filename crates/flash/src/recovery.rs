@@ -1,25 +1,15 @@
 //! Open-time work: superblocks (validate, or format blank devices — never foreign data or the
 //! other face's device, see [`crate::probe`]) and recovery of every segment in sequence order.
 //!
-//! Recovery reads each segment's header page; for a segment with a valid header of this
-//! instance it reads the footer page and the summary (sealed segments: no record is read), or
-//! scans its records until the first one that does not verify (a segment open at the crash,
-//! or whose tail is damaged). Every record found is reported to the user oldest first.
-//!
-//! What is trusted: a sealed segment's summary is checksummed, so its entries are exactly
-//! what was sealed; a record it names is verified again when read (so a record corrupted
-//! after sealing is a read error, never data). With `recovery_full_scan`, every segment is
-//! scanned and every record verified at recovery instead.
-//!
-//! Losses are counted and logged, never silent: a superblock that is neither blank nor valid
-//! (the device is formatted and the cache starts empty), a segment header page that is
-//! neither zero (free) nor a valid header (`recovery_unreadable_headers`; formatting zeroes
-//! every header page, and reclaim zeroes a header when it frees a segment, so only damage
-//! leaves anything else), a header, footer, summary or segment that cannot be read (the
-//! segment is retired for this run), a corrupt summary or a scan that stops inside a page
-//! (`recovery_damaged_segments`).
+//! A segment with a valid header of this instance is recovered from its checksummed summary
+//! (sealed: no record read; a named record is verified again when read) or scanned up to the
+//! first record that does not verify (open at the crash, or damaged tail); with
+//! `recovery_full_scan` every segment is scanned. Records reach the user oldest first.
+//! Invariant: losses are counted and logged, never silent (the cases and their counters are
+//! in `docs/faults.md`, "Damage found at start", and `docs/format.md`, "Recovery").
 //!
 //! Runs on the thread calling `Flash::open`, before any other engine thread exists.
+
 use std::time::Instant;
 
 use crate::config::FlashConfig;
@@ -652,5 +642,5 @@ pub(crate) fn scan(seg: &[u8], seed: u32) -> (Vec<SummaryEntry>, u32, bool) {
 }
 
 #[cfg(test)]
-#[path = "recover_tests.rs"]
+#[path = "recovery_tests.rs"]
 mod tests;
