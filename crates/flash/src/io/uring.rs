@@ -1,19 +1,16 @@
-//! The io_uring executor: one ring shared by every thread; the thread that submits a request
-//! pushes its SQE and enters the kernel itself (or, inside [`super::plug::batch_submissions`],
-//! once for the whole batch), and completions are reaped by whoever gets there first: an
-//! event loop holding a [`ReapHandle`] (woken by the ring's eventfd, so a network thread
-//! reaps its own reads with no other thread involved), else the ring thread.
-//!
-//! The ring thread is *active* (blocks in `io_uring_enter` for completions, with a timeout so
-//! it notices shutdown) while no reaper is attached: open, recovery, tests and the block face
-//! work as a plain executor. While a reaper is attached it only reaps every [`BACKSTOP`], so
-//! no completion waits on an event loop that stopped polling.
+//! The io_uring executor: one ring shared by every thread; the submitting thread pushes its
+//! SQE and enters the kernel itself (once per batch inside [`super::plug::batch_submissions`]);
+//! completions are reaped by an event loop holding a [`ReapHandle`] (woken by the eventfd,
+//! so a network thread reaps its own reads), else by the ring thread — which blocks for
+//! completions while no reaper is attached (open, recovery, tests, the block face) and
+//! otherwise only reaps every [`BACKSTOP`], so no completion waits on a stopped event loop.
 //!
 //! Invariants: a request's buffer is owned by its slot in `State::slots` from SQE push until
-//! its CQE is reaped, so the kernel never sees a freed buffer; at most `cap` requests are in
-//! flight (the rest wait in `pending`), so the completion queue (2× entries) cannot overflow.
-//! The submission queue is touched only under `state`, the completion queue only under
-//! `reap_lock`; callbacks run with no lock held.
+//! its CQE is reaped; at most `cap` requests are in flight (the rest wait in `pending`), so
+//! the completion queue (2× entries) cannot overflow. Lock order: the submission queue only
+//! under `state`, the completion queue only under `reap_lock`, never both; callbacks run with
+//! no lock held.
+
 // `unsafe` is needed here for raw syscalls/io_uring; each block states its SAFETY.
 #![allow(unsafe_code)]
 
