@@ -244,21 +244,24 @@ impl Inner {
         })
     }
 
-    pub(crate) fn update_gauges(&self, st: &State) {
-        FlashStats::set(&self.stats.segments_free, st.free.total(&st.out) as u64);
-        let count = |s: DeviceState| st.health.iter().filter(|h| h.state == s).count() as u64;
+    pub(crate) fn update_gauges(&self, state: &State) {
+        FlashStats::set(
+            &self.stats.segments_free,
+            state.free.total(&state.out) as u64,
+        );
+        let count = |s: DeviceState| state.health.iter().filter(|h| h.state == s).count() as u64;
         let (failing, offline) = (count(DeviceState::Failing), count(DeviceState::Offline));
         FlashStats::set(&self.stats.devices_failing, failing);
         FlashStats::set(&self.stats.devices_offline, offline);
         FlashStats::set(&self.stats.devices_failed, failing + offline);
-        let used: u64 = st
+        let used: u64 = state
             .segs
             .iter()
             .filter(|s| !matches!(s.state, SegState::Free | SegState::Failed))
             .map(|s| s.data_bytes)
             .sum();
         FlashStats::set(&self.stats.bytes_used, used);
-        let dead: u64 = st
+        let dead: u64 = state
             .segs
             .iter()
             .filter(|s| matches!(s.state, SegState::Sealed | SegState::Reclaiming))
@@ -268,8 +271,8 @@ impl Inner {
     }
 
     /// Free segments available to ordinary streams (beyond the reserve).
-    pub(crate) fn spare(&self, st: &State) -> u32 {
-        (st.free.total(&st.out) as u32).saturating_sub(self.cfg.reserve_segments)
+    pub(crate) fn spare(&self, state: &State) -> u32 {
+        (state.free.total(&state.out) as u32).saturating_sub(self.cfg.reserve_segments)
     }
 }
 
@@ -554,8 +557,8 @@ impl Flash {
 
     /// Free segments right now (the reclaim reserve included).
     pub fn free_segments(&self) -> u32 {
-        let st = self.inner.state.lock();
-        st.free.total(&st.out) as u32
+        let state = self.inner.state.lock();
+        state.free.total(&state.out) as u32
     }
 
     /// Largest value for a key of `key_len` bytes that `append` accepts.
@@ -568,8 +571,8 @@ impl Flash {
     pub fn close(&self) -> Result<()> {
         let res = self.flush().wait();
         {
-            let mut st = self.inner.state.lock();
-            st.closed = true;
+            let mut state = self.inner.state.lock();
+            state.closed = true;
         }
         self.inner.wake.notify_all();
         for h in std::mem::take(&mut *self.threads.lock()) {

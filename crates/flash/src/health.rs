@@ -129,14 +129,14 @@ impl Inner {
     /// reported like any other), and its unsynced writes reported to the pending flushes.
     pub(crate) fn device_error(
         self: &Arc<Self>,
-        st: &mut State,
+        state: &mut State,
         dev: usize,
         what: &str,
         err: &str,
     ) {
         let max = self.knobs.device_retry_max();
         let name = self.dev_name(dev).to_string();
-        let Some(h) = st.health.get_mut(dev) else {
+        let Some(h) = state.health.get_mut(dev) else {
             return;
         };
         h.synced_gen = h.write_gen;
@@ -153,7 +153,7 @@ impl Inner {
         let strikes = h.strikes;
         FlashStats::add(&self.stats.device_failures, 1);
         if strikes >= OFFLINE_STRIKES {
-            st.set_device_state(dev, DeviceState::Offline);
+            state.set_device_state(dev, DeviceState::Offline);
             FlashStats::add(&self.stats.device_offlines, 1);
             log::error!(
                 "flash device {name} offline after {strikes} failures (last: {what}: {err}); \
@@ -161,7 +161,7 @@ impl Inner {
                 wait.as_millis()
             );
         } else {
-            st.set_device_state(dev, DeviceState::Failing);
+            state.set_device_state(dev, DeviceState::Failing);
             log::warn!(
                 "flash device {name} failing: {what}: {err}; out of allocation, its data stays \
                  readable; probing in {} ms (failure {strikes} of {OFFLINE_STRIKES} before \
@@ -170,26 +170,26 @@ impl Inner {
             );
         }
         // After close the executor completes requests inline, under this lock: no new IO.
-        for s in 0..st.streams.len() {
-            let on_dev = !st.closed
-                && st.streams[s]
+        for s in 0..state.streams.len() {
+            let on_dev = !state.closed
+                && state.streams[s]
                     .seg
-                    .is_some_and(|seg| st.segs[seg as usize].dev == dev);
+                    .is_some_and(|seg| state.segs[seg as usize].dev == dev);
             if on_dev {
-                self.seal(st, s as u8);
+                self.seal(state, s as u8);
             }
         }
-        self.update_gauges(st);
+        self.update_gauges(state);
         self.wake.notify_all();
     }
 
     /// Start the probes that are due; returns when the next one is due (for the flusher's
     /// wait).
-    pub(crate) fn run_probes(self: &Arc<Self>, st: &mut State) -> Option<Instant> {
+    pub(crate) fn run_probes(self: &Arc<Self>, state: &mut State) -> Option<Instant> {
         let now = Instant::now();
         let mut next: Option<Instant> = None;
-        for dev in 0..st.health.len() {
-            let h = &mut st.health[dev];
+        for dev in 0..state.health.len() {
+            let h = &mut state.health[dev];
             if !h.out() || h.probing {
                 continue;
             }
@@ -199,11 +199,11 @@ impl Inner {
             }
             h.probing = true;
             FlashStats::add(&self.stats.device_probes, 1);
-            let target = st
+            let target = state
                 .free
                 .peek(dev)
-                .filter(|&seg| st.segs[seg as usize].state == SegState::Free)
-                .map(|seg| st.segs[seg as usize].dev_off);
+                .filter(|&seg| state.segs[seg as usize].state == SegState::Free)
+                .map(|seg| state.segs[seg as usize].dev_off);
             let me = Arc::clone(self);
             let sync = move |me: Arc<Inner>| {
                 let again = Arc::clone(&me);
@@ -235,8 +235,8 @@ impl Inner {
         let max = self.knobs.device_retry_max();
         let name = self.dev_name(dev).to_string();
         let mut guard = self.state.lock();
-        let st = &mut *guard;
-        let Some(h) = st.health.get_mut(dev) else {
+        let state = &mut *guard;
+        let Some(h) = state.health.get_mut(dev) else {
             return;
         };
         h.probing = false;
@@ -244,7 +244,7 @@ impl Inner {
         match res {
             Ok(()) => {
                 let (out_for, strikes) = (h.since.elapsed(), h.strikes);
-                st.set_device_state(dev, DeviceState::Healthy);
+                state.set_device_state(dev, DeviceState::Healthy);
                 FlashStats::add(&self.stats.device_recoveries, 1);
                 log::warn!(
                     "flash device {name} back in service after {:.1} s {} ({strikes} failures)",
@@ -259,7 +259,7 @@ impl Inner {
                 let wait = h.schedule(max);
                 let strikes = h.strikes;
                 if was == DeviceState::Failing && strikes >= OFFLINE_STRIKES {
-                    st.set_device_state(dev, DeviceState::Offline);
+                    state.set_device_state(dev, DeviceState::Offline);
                     FlashStats::add(&self.stats.device_offlines, 1);
                     log::error!(
                         "flash device {name} offline after {strikes} failures (last: probe: \
@@ -274,7 +274,7 @@ impl Inner {
                 }
             }
         }
-        self.update_gauges(st);
+        self.update_gauges(state);
         drop(guard);
         self.wake.notify_all();
     }

@@ -310,8 +310,8 @@ pub(crate) fn recover(
     let mut retired = vec![false; nsegs];
     if !formatted {
         let places: Vec<(usize, u64)> = {
-            let st = inner.state.lock();
-            st.segs.iter().map(|s| (s.dev, s.dev_off)).collect()
+            let state = inner.state.lock();
+            state.segs.iter().map(|s| (s.dev, s.dev_off)).collect()
         };
         for (batch_start, batch) in places.chunks(64).enumerate().map(|(i, b)| (i * 64, b)) {
             let ops = batch
@@ -369,8 +369,8 @@ pub(crate) fn recover(
             }
             live[seg as usize] = true;
             FlashStats::add(&inner.stats.recovered_segments, 1);
-            let mut st = inner.state.lock();
-            let info = &mut st.segs[seg as usize];
+            let mut state = inner.state.lock();
+            let info = &mut state.segs[seg as usize];
             info.reset(&inner.uuid, seq, stream);
             info.state = SegState::Sealed;
             info.has_summary = found.sealed;
@@ -378,7 +378,7 @@ pub(crate) fn recover(
             for e in &found.entries {
                 info.add_record(u64::from(e.len).div_ceil(16) * 16, e.exptime);
             }
-            drop(st);
+            drop(state);
             for e in &found.entries {
                 let Ok(meta) = inner.record_meta(seg, e, seq) else {
                     continue;
@@ -388,18 +388,18 @@ pub(crate) fn recover(
             }
         }
     }
-    let mut st = inner.state.lock();
-    st.next_seq = max_seq + 1;
+    let mut state = inner.state.lock();
+    state.next_seq = max_seq + 1;
     for (i, is_live) in live.iter().enumerate() {
         if retired[i] {
-            st.segs[i].state = SegState::Failed;
+            state.segs[i].state = SegState::Failed;
         } else if !is_live {
-            let dev = st.segs[i].dev;
-            st.free.push(dev, i as u32);
+            let dev = state.segs[i].dev;
+            state.free.push(dev, i as u32);
         }
     }
     losses.summary();
-    inner.update_gauges(&st);
+    inner.update_gauges(&state);
     FlashStats::set(
         &inner.stats.recovery_time_us,
         t0.elapsed().as_micros() as u64,
@@ -464,8 +464,11 @@ fn read_segments(
     let exec = inner.exec.as_ref();
     let seg_size = inner.seg_size;
     let place = |seg: u32| {
-        let st = inner.state.lock();
-        (st.segs[seg as usize].dev, st.segs[seg as usize].dev_off)
+        let state = inner.state.lock();
+        (
+            state.segs[seg as usize].dev,
+            state.segs[seg as usize].dev_off,
+        )
     };
     let seeds: Vec<u32> = headers
         .iter()

@@ -143,26 +143,30 @@ async fn flush_completes_at_five_percent_backing_write_errors() {
     assert!(field(&started, "flush_id").is_some(), "{started}");
     let mut saw_errors_while_running = false;
     let status = loop {
-        let st = server.ctl(&["status"]);
-        match field(&st, "flush").as_deref() {
-            Some("done") => break st,
+        let status = server.ctl(&["status"]);
+        match field(&status, "flush").as_deref() {
+            Some("done") => break status,
             Some("running") => {
-                let left = num(&st, "flush_left");
+                let left = num(&status, "flush_left");
                 assert_eq!(
                     left,
-                    num(&st, "flush_total") - num(&st, "flush_done"),
-                    "{st}"
+                    num(&status, "flush_total") - num(&status, "flush_done"),
+                    "{status}"
                 );
-                if num(&st, "flush_errors") > 0 {
+                if num(&status, "flush_errors") > 0 {
                     saw_errors_while_running = true;
-                    assert_ne!(field(&st, "last_error").as_deref(), Some("none"), "{st}");
+                    assert_ne!(
+                        field(&status, "last_error").as_deref(),
+                        Some("none"),
+                        "{status}"
+                    );
                 }
             }
-            other => panic!("flush state {other:?}: {st}"),
+            other => panic!("flush state {other:?}: {status}"),
         }
         assert!(
             t0.elapsed() < Duration::from_secs(30),
-            "flush not done in 30 s at 5 % backing write errors:\n{st}"
+            "flush not done in 30 s at 5 % backing write errors:\n{status}"
         );
         // Reads stay right while blocks wait for their retry.
         for _ in 0..8 {

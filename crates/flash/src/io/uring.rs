@@ -147,15 +147,15 @@ impl Executor for UringExecutor {
         let deferrable = matches!(req.op, IoOp::Read { .. });
         r.stats.io_queue_depth.fetch_add(1, Ordering::Relaxed);
         let failed = {
-            let mut st = r.state.lock();
-            if st.closed {
-                drop(st);
+            let mut state = r.state.lock();
+            if state.closed {
+                drop(state);
                 r.stats.io_queue_depth.fetch_sub(1, Ordering::Relaxed);
                 (req.done)(Err(io::Error::other("flash executor shut down")));
                 return;
             }
-            st.pending.push_back(req);
-            r.push_pending(&mut st)
+            state.pending.push_back(req);
+            r.push_pending(&mut state)
         };
         r.fail(failed);
         if !(deferrable && super::plug::defer(r)) {
@@ -227,8 +227,8 @@ impl Ring {
     fn run(&self) {
         loop {
             {
-                let st = self.state.lock();
-                if st.closed && st.in_flight == 0 && st.pending.is_empty() {
+                let state = self.state.lock();
+                if state.closed && state.in_flight == 0 && state.pending.is_empty() {
                     return;
                 }
             }
@@ -280,10 +280,10 @@ impl Ring {
 
     /// Move pending requests into the submission queue while capacity allows. Requests
     /// naming no device are returned to be failed outside the lock.
-    fn push_pending(&self, st: &mut State) -> Vec<IoRequest> {
+    fn push_pending(&self, state: &mut State) -> Vec<IoRequest> {
         let mut failed = Vec::new();
-        while st.in_flight < self.cap {
-            let Some(mut req) = st.pending.pop_front() else {
+        while state.in_flight < self.cap {
+            let Some(mut req) = state.pending.pop_front() else {
                 break;
             };
             let (fd, entry, len) = match &mut req.op {
@@ -323,11 +323,11 @@ impl Ring {
                 failed.push(req);
                 continue;
             };
-            let slot = match st.free.pop() {
+            let slot = match state.free.pop() {
                 Some(s) => s,
                 None => {
-                    st.slots.push(None);
-                    st.slots.len() - 1
+                    state.slots.push(None);
+                    state.slots.len() - 1
                 }
             };
             let entry = entry.user_data(slot as u64);
@@ -338,15 +338,15 @@ impl Ring {
             let pushed = unsafe { self.ring.submission_shared().push(&entry) };
             if pushed.is_err() {
                 // Submission queue full: submit what we have and retry this one next round.
-                st.free.push(slot);
-                st.pending.push_front(req);
+                state.free.push(slot);
+                state.pending.push_front(req);
                 let _ = self.ring.submit();
                 break;
             }
-            if let Some(s) = st.slots.get_mut(slot) {
+            if let Some(s) = state.slots.get_mut(slot) {
                 *s = Some((req, len));
             }
-            st.in_flight += 1;
+            state.in_flight += 1;
             self.queued.fetch_add(1, Ordering::SeqCst);
         }
         failed
@@ -370,20 +370,21 @@ impl Ring {
             if cqes.is_empty() {
                 return 0;
             }
-            let mut st = self.state.lock();
+            let mut state = self.state.lock();
             let mut done = Vec::with_capacity(cqes.len());
             for (ud, res) in cqes {
-                let Some((req, len)) = st.slots.get_mut(ud as usize).and_then(Option::take) else {
+                let Some((req, len)) = state.slots.get_mut(ud as usize).and_then(Option::take)
+                else {
                     continue;
                 };
-                st.free.push(ud as usize);
-                st.in_flight -= 1;
+                state.free.push(ud as usize);
+                state.in_flight -= 1;
                 done.push((req, len, res));
             }
-            let failed = if st.pending.is_empty() {
+            let failed = if state.pending.is_empty() {
                 Vec::new()
             } else {
-                self.push_pending(&mut st)
+                self.push_pending(&mut state)
             };
             (done, failed)
         };
@@ -414,15 +415,15 @@ impl Ring {
     fn fail_all(&self, e: &io::Error) {
         log::error!("io_uring failed: {e}; flash IO stops");
         let pending: Vec<IoRequest> = {
-            let mut st = self.state.lock();
-            st.closed = true;
+            let mut state = self.state.lock();
+            state.closed = true;
             // In-flight requests may still be touched by the kernel: leak their buffers
             // rather than free memory the device may write into.
-            for slot in st.slots.drain(..).flatten() {
+            for slot in state.slots.drain(..).flatten() {
                 std::mem::forget(slot);
             }
-            st.in_flight = 0;
-            st.pending.drain(..).collect()
+            state.in_flight = 0;
+            state.pending.drain(..).collect()
         };
         for req in pending {
             self.stats.io_queue_depth.fetch_sub(1, Ordering::Relaxed);
