@@ -1,5 +1,5 @@
 //! The `flashtier` binary: one executable, one subcommand per face (started as `memcached`,
-//! argv[0], it is `flashtier kv` with memcached's command line).
+//! `argv[0]`, it is `flashtier kv` with memcached's command line).
 //!
 //! # Layout
 //! - [`cli`] (every flag, clap derive), [`kv`] (the memcached-compatible server, its admin

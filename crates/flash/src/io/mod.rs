@@ -1,6 +1,6 @@
 //! Devices and the IO executors that drive them off the caller's threads.
 //!
-//! - [`Device`]: positional, blocking IO of aligned buffers on one device: [`file`]
+//! - [`Device`]: positional, blocking IO of aligned buffers on one device: [`file`](mod@file)
 //!   (`O_DIRECT`), [`memory`] (tests, crash images), [`faulty`] (errors and torn writes).
 //! - Executors run [`IoRequest`]s and call their completion: [`uring`] (one shared ring, the
 //!   submitting thread enters the kernel, batched by [`plug`]) and [`psync`] (a thread pool).
