@@ -17,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use block_common::{have, scratch, BlockServer, Rng};
+use block_common::{field, have, num, scratch, BlockServer, Rng};
 use bytes::Bytes;
 use flashtier_nbd::BlockBackend;
 
@@ -78,16 +78,6 @@ impl Drop for FlakyBacking {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn field(text: &str, key: &str) -> Option<String> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}=")))
-        .map(str::to_string)
-}
-
-fn num(text: &str, key: &str) -> u64 {
-    field(text, key).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 /// A backing image of `size` random bytes (so a block never written back shows).

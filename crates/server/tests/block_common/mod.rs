@@ -187,3 +187,14 @@ pub fn have(tool: &str) -> bool {
         .map(|o| o.status.success())
         .unwrap_or(false)
 }
+
+/// The value of `key` in `key=value` lines (`ctl status`, `ctl stats`, the stats file).
+pub fn field(text: &str, key: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('=').map(str::to_string))
+}
+
+/// The number `key` holds in `key=value` lines, 0 if absent or not a number.
+pub fn num(text: &str, key: &str) -> u64 {
+    field(text, key).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
