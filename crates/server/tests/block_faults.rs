@@ -11,14 +11,16 @@
 //!
 //! Skipped, loudly, when nbdkit is not installed.
 mod block_common;
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use block_common::{field, have, num, scratch, BlockServer, Rng};
+use block_common::{field, num, scratch, BlockServer, Rng};
 use bytes::Bytes;
+use common::have;
 use flashtier_nbd::BlockBackend;
 
 const BS: usize = 4096;

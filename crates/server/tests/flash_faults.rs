@@ -19,21 +19,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{read_until, scratch_dir, Server};
+use common::{have, read_until, scratch_dir, Server};
 
 /// An erroring disk as a file: `nbdfuse MNT --command nbdkit -s --filter=error memory ...`.
 struct FaultyDisk {
     mnt: PathBuf,
     errs: PathBuf,
     fuse: Child,
-}
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
 }
 
 /// Why these tests cannot run here, if they cannot.

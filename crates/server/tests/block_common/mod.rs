@@ -151,7 +151,7 @@ impl Drop for BlockServer {
     }
 }
 
-/// A fresh scratch directory under the target dir.
+/// A fresh scratch directory under the system temp dir.
 pub fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("ftblock-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -178,14 +178,6 @@ impl Rng {
         v.truncate(n);
         v
     }
-}
-
-pub fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
 }
 
 /// The value of `key` in `key=value` lines (`ctl status`, `ctl stats`, the stats file).

@@ -276,3 +276,12 @@ pub fn promtool_clean(text: &str) {
         "promtool check metrics: {findings}"
     );
 }
+
+/// True when `tool` is on the PATH (tests of real peers skip, loudly, without it).
+pub fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
