@@ -114,12 +114,7 @@ fn daemon_pidfile_user_and_unix_socket() {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let ext = roundtrip(&mut s, b"stats extstore\r\n", b"END\r\n");
-        let num = |k: &str| -> u64 {
-            ext.lines()
-                .find_map(|l| l.strip_prefix(&format!("STAT {k} ")))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or_else(|| panic!("{k}: {ext}"))
-        };
+        let num = |k: &str| common::stat(&ext, k);
         assert_eq!(num("flash_write_errors"), 0, "{ext}");
         if num("flash_device_bytes_written") > 0 {
             break;

@@ -8,14 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{closed, connect_to, roundtrip, Server};
-
-fn stat(out: &str, name: &str) -> u64 {
-    out.lines()
-        .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name}: {out}"))
-}
+use common::{closed, connect_to, roundtrip, stat, Server};
 
 #[test]
 fn disable_evictions_answers_out_of_memory() {

@@ -128,12 +128,7 @@ impl Server {
         let mut c = self.connect();
         c.write_all(b"stats\r\n").expect("write");
         let out = read_until(&mut c, b"END\r\n");
-        let text = String::from_utf8_lossy(&out);
-        let prefix = format!("STAT {name} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no stat {name} in {text}"))
+        stat(&String::from_utf8_lossy(&out), name)
     }
 }
 
@@ -142,6 +137,15 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The number `name` holds in a `stats` reply (`STAT <name> <value>` lines); panics if absent.
+pub fn stat(stats: &str, name: &str) -> u64 {
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no stat {name} in {stats}"))
 }
 
 /// A client connection to `addr` with a 10 s read timeout.
