@@ -12,10 +12,8 @@ use flashtier_flash::{Device, DeviceSpec, DropAll, Error, Flash, FlashConfig, Me
 
 fn cfg(role: Role) -> FlashConfig {
     FlashConfig {
-        flush_interval: None,
-        background_reclaim: false,
         role,
-        ..FlashConfig::small()
+        ..common::manual()
     }
 }
 

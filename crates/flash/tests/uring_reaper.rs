@@ -23,9 +23,7 @@ fn open(name: &str) -> Option<(Flash, PathBuf)> {
     let spec = common::file_spec(&p, 8 << 20);
     let cfg = FlashConfig {
         io_backend: IoBackend::Uring,
-        flush_interval: None,
-        background_reclaim: false,
-        ..FlashConfig::small()
+        ..common::manual()
     };
     match Flash::open_specs(&[spec], cfg, Arc::new(DropAll), |_| {}) {
         Ok((f, _)) => Some((f, p)),

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use flashtier_flash::DeviceSpec;
+use flashtier_flash::{DeviceSpec, FlashConfig};
 
 /// A directory on a real filesystem: `$FLASH_TEST_DIR`, else `/var/tmp`.
 pub fn disk_dir() -> PathBuf {
@@ -25,5 +25,15 @@ pub fn file_spec(path: &Path, size: u64) -> DeviceSpec {
         size,
         tier: 0,
         create: true,
+    }
+}
+
+/// [`FlashConfig::small`] with no interval flusher and no background reclaimer: the test
+/// decides when chunks are written and segments reclaimed.
+pub fn manual() -> FlashConfig {
+    FlashConfig {
+        flush_interval: None,
+        background_reclaim: false,
+        ..FlashConfig::small()
     }
 }
