@@ -1,17 +1,15 @@
 //! flashtier's flash engine: a log of self-describing records on one or more devices. Knows
 //! nothing of keys' meaning or of protocols; the user supplies a 64-bit `key_id` (key hash,
-//! LBA) with every record and keeps its own index of [`Location`]s (45 bits packed). Example
-//! on [`Flash`].
+//! LBA) with every record and keeps its own index of [`Location`]s. Example on [`Flash`].
 //!
 //! # Layout
 //! - [`engine`]: [`Flash`], record types, [`ReclaimHandler`], the shared state (one mutex).
 //! - `writer` (append, chunk writes, seal, flush), `reader` (checksum-verified reads),
 //!   `reclaimer` (victims, keep/drop), `recovery` (superblocks, segment table at open),
 //!   `flusher` (old chunks, lost records, due probes), `segments` (table, free lists).
-//! - [`probe`]: what a device holds before formatting; [`health`]: device states and syncs.
-//! - [`format`](mod@format): on-flash structs with byte tables (as in `docs/format.md`).
-//! - [`io`]: [`Device`] (file, memory, faulty) and the io_uring/psync executors; [`knobs`],
-//!   [`config`], [`location`], [`completion`], [`stats`], [`error`].
+//! - [`probe`] (a device before formatting), [`health`] (device states, syncs),
+//!   [`format`](mod@format) (on-flash byte tables, as in `docs/format.md`), [`io`] ([`Device`],
+//!   uring/psync executors), [`knobs`], [`config`], [`location`], [`completion`], [`stats`].
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]

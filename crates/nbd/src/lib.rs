@@ -7,10 +7,9 @@
 //! # Layout
 //! - [`proto`] (wire constants), [`codec`] (pure `&[u8]` parsers/encoders, the fuzz entry
 //!   points), [`error`] ([`Errno`], [`BackendError`], [`ParseError`], [`Error`]).
-//! - [`addr`]: [`ListenAddr`], [`NbdUri`]; [`open`]: [`open_backend`] from a path or URI.
-//! - [`backend`]: [`BlockBackend`], [`FileBackend`], [`MemoryBackend`].
-//! - [`server`]: [`Server`], [`Export`], [`ServerConfig`]; [`client`]: [`NbdClient`],
-//!   [`NbdClientBackend`].
+//! - [`addr`] ([`ListenAddr`], [`NbdUri`]), [`open`] ([`open_backend`] from a path or URI),
+//!   [`backend`] ([`BlockBackend`], [`FileBackend`], [`MemoryBackend`]), [`server`]
+//!   ([`Server`], [`Export`], [`ServerConfig`]), [`client`] ([`NbdClient`], [`NbdClientBackend`]).
 
 #![deny(unsafe_code)]
 
