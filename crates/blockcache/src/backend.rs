@@ -5,7 +5,7 @@
 //! Threads: request tasks (tokio), one per NBD connection's in-flight request.
 
 use bytes::Bytes;
-use flashtier_nbd::{check_range, BackendFuture, BlockBackend, BlockSizes, ZeroFlags};
+use flashtier_backend::{check_range, BackendFuture, BlockBackend, BlockSizes, ZeroFlags};
 
 use crate::cache::BlockCache;
 

@@ -13,15 +13,18 @@
 //!
 //! Threads: request tasks and the shutdown path (stripe locks); completions arrive from the
 //! engine's IO threads.
-use std::sync::atomic::Ordering;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use flashtier_flash::{kind, Location, RecordWrite};
-use flashtier_nbd::{BackendError, BlockBackend};
+use flashtier_backend::{BackendError, BlockBackend};
+use flashtier_flash::Location;
 
-use crate::cache::{flash_err, BlockCache, BACKING_IO, FLAG_DIRTY, STREAM_DATA, STRIPES};
+use crate::cache::{flash_err, BlockCache, BACKING_IO, STREAM_DATA, STRIPES};
 use crate::index::{Entry, PutOutcome};
+use crate::record::{checked_block, BlockRecord};
+use crate::retry;
 use crate::stats::add;
 
 impl BlockCache {
@@ -77,18 +80,13 @@ impl BlockCache {
                     }
                 }
                 let v = ix.next_version;
-                let r = self.flash.append(
-                    STREAM_DATA,
-                    &RecordWrite {
-                        kind: kind::PUT,
-                        key_id: lba,
-                        version: v,
-                        flags: if dirty { FLAG_DIRTY } else { 0 },
-                        exptime: 0,
-                        key: &[],
-                        value: data,
-                    },
-                );
+                let record = BlockRecord::Block {
+                    lba,
+                    version: v,
+                    dirty,
+                    data,
+                };
+                let r = self.flash.append(STREAM_DATA, &record.write());
                 match r {
                     Ok(loc) => {
                         ix.next_version += 1;
@@ -141,17 +139,16 @@ impl BlockCache {
         e: Entry,
     ) -> Result<Option<Bytes>, BackendError> {
         let res = self.flash.read(Location::unpack(e.loc)).await;
-        match res {
-            Ok(r)
-                if r.header.kind == kind::PUT
-                    && r.header.key_id == lba
-                    && r.header.version == e.version
-                    && r.value.len() as u64 == self.block_size =>
-            {
+        let block = match &res {
+            Ok(r) => checked_block(r, lba, e.version, self.block_size),
+            Err(_) => None,
+        };
+        match (block, res) {
+            (Some(block), _) => {
                 add(&self.shared.stats.ssd_reads, 1);
-                Ok(Some(r.value))
+                Ok(Some(block))
             }
-            other => {
+            (None, other) => {
                 let mut ix = self.shared.index.lock();
                 match ix.map.get(lba) {
                     Some(now) if now.loc == e.loc && now.version == e.version => {
@@ -195,31 +192,27 @@ impl BlockCache {
         Err(BackendError::Io(std::io::Error::other("block kept moving")))
     }
 
+    /// Read `len` bytes of the backing at `off`, in pieces of at most [`BACKING_IO`], each
+    /// under the backing retry policy.
     pub(crate) async fn backing_read(&self, off: u64, len: u64) -> Result<Bytes, BackendError> {
         let mut out = BytesMut::with_capacity(len as usize);
         let mut pos = off;
         while pos < off + len {
             let n = (off + len - pos).min(BACKING_IO);
-            let mut tries = 0;
-            let b = loop {
-                add(&self.shared.stats.disk_reads, 1);
-                match self.backing.read(pos, n as u32).await {
-                    Ok(b) => break b,
-                    Err(e) if tries < 3 && !matches!(e, BackendError::OutOfRange { .. }) => {
-                        tries += 1;
-                        add(&self.shared.stats.backing_errors, 1);
-                        *self.last_error.lock() = Some(format!("backing read: {e}"));
-                        tokio::time::sleep(Duration::from_millis(50 << tries)).await;
-                    }
-                    Err(e) => return Err(e),
-                }
-            };
-            out.extend_from_slice(&b);
+            let stats = &self.shared.stats;
+            let piece = self
+                .with_retries("backing read", &stats.disk_reads, || {
+                    self.backing.read(pos, n as u32)
+                })
+                .await?;
+            out.extend_from_slice(&piece);
             pos += n;
         }
         Ok(out.freeze())
     }
 
+    /// Write `data` to the backing at `off`, in pieces of at most [`BACKING_IO`], each under
+    /// the backing retry policy.
     pub(crate) async fn backing_write(
         &self,
         off: u64,
@@ -231,24 +224,42 @@ impl BlockCache {
         while pos < len {
             let n = (len - pos).min(BACKING_IO);
             let piece = data.slice(pos as usize..(pos + n) as usize);
-            let mut tries = 0;
-            loop {
-                add(&self.shared.stats.disk_writes, 1);
-                match self.backing.write(off + pos, piece.clone(), fua).await {
-                    Ok(()) => break,
-                    Err(e) if tries < 3 && !matches!(e, BackendError::OutOfRange { .. }) => {
-                        tries += 1;
-                        add(&self.shared.stats.backing_errors, 1);
-                        *self.last_error.lock() = Some(format!("backing write: {e}"));
-                        tokio::time::sleep(Duration::from_millis(50 << tries)).await;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
+            let stats = &self.shared.stats;
+            self.with_retries("backing write", &stats.disk_writes, || {
+                self.backing.write(off + pos, piece.clone(), fua)
+            })
+            .await?;
             pos += n;
         }
         self.backing_dirty.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// One backing request under the retry policy of `retry`: each try counted in
+    /// `requests`, each failure in `backing_errors` and `last_error`.
+    async fn with_retries<T, F>(
+        &self,
+        what: &str,
+        requests: &AtomicU64,
+        mut request: impl FnMut() -> F,
+    ) -> Result<T, BackendError>
+    where
+        F: Future<Output = Result<T, BackendError>>,
+    {
+        let mut failures = 0;
+        loop {
+            add(requests, 1);
+            match request().await {
+                Ok(v) => return Ok(v),
+                Err(e) if failures < retry::REQUEST_RETRIES && retry::retriable(&e) => {
+                    failures += 1;
+                    add(&self.shared.stats.backing_errors, 1);
+                    *self.last_error.lock() = Some(format!("{what}: {e}"));
+                    tokio::time::sleep(retry::backoff(failures)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// A write waited `write_stall_max_ms` for space: count it, log (at most once a second,

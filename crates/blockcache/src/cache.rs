@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use flashtier_backend::{BackendError, BlockBackend};
 use flashtier_flash::{Flash, FlashConfig, FlashInfo};
-use flashtier_nbd::{BackendError, BlockBackend};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
@@ -28,12 +28,6 @@ use crate::reclaim_handler::Shared;
 use crate::seq::SeqDetector;
 use crate::tunables::{Mode, Tunables};
 
-/// Record kind of the persisted clean watermark (`key_id` = [`WM_KEY`], version = mark).
-pub const KIND_WATERMARK: u8 = 4;
-/// `key_id` of watermark records (no LBA reaches it).
-pub const WM_KEY: u64 = u64::MAX;
-/// Record flag: the block was dirty when written.
-pub const FLAG_DIRTY: u32 = 1;
 pub(crate) const STREAM_DATA: u8 = 0;
 pub(crate) const STREAM_META: u8 = 2;
 pub(crate) const STRIPES: u64 = 1024;

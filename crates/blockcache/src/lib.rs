@@ -1,5 +1,5 @@
 //! flashtier's block face: a write-back SSD cache in front of a slow block device, as an NBD
-//! [`BlockBackend`](flashtier_nbd::BlockBackend).
+//! [`BlockBackend`](flashtier_backend::BlockBackend).
 //!
 //! Blocks (default 4 KiB) are records in the flash engine keyed by LBA; a RAM index maps
 //! LBA → (location, version, dirty). Knows nothing of NBD sockets or HTTP: the server crate
@@ -9,7 +9,7 @@
 //! - [`cache`]: [`BlockCache`] (the struct, settings, accessors); its `impl` continues in
 //!   `open` (open and recovery), `reclaim_handler` (the reclaim callbacks), `block_io`
 //!   (stripe locks, record append, backing I/O), `read` and `write` (the request paths) and
-//!   `backend` (the [`BlockBackend`](flashtier_nbd::BlockBackend) impl).
+//!   `backend` (the [`BlockBackend`](flashtier_backend::BlockBackend) impl).
 //! - `writeback`: the writeback task (causes, flush order, coalescing); `rate`: its rate
 //!   controller (bcache's writeback_rate); `flush`: explicit flushes;
 //!   `retry`: the per-block holds after failed backing writes.
@@ -33,6 +33,7 @@ mod open;
 mod rate;
 mod read;
 mod reclaim_handler;
+pub mod record;
 mod retry;
 pub mod seq;
 pub mod stats;

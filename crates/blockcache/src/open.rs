@@ -12,19 +12,18 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use flashtier_backend::BlockBackend;
 use flashtier_flash::{
-    kind, Device, DeviceSpec, Flash, FlashConfig, FlashInfo, Location, ReclaimHandler, RecordMeta,
+    Device, DeviceSpec, Flash, FlashConfig, FlashInfo, Location, ReclaimHandler, RecordMeta,
 };
-use flashtier_nbd::BlockBackend;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::cache::{
-    BlockCache, BlockCacheConfig, RecoveryInfo, FLAG_DIRTY, KIND_WATERMARK, STRIPES, WM_KEY,
-};
+use crate::cache::{BlockCache, BlockCacheConfig, RecoveryInfo, STRIPES};
 use crate::error::Error;
 use crate::index::Index;
 use crate::reclaim_handler::{Handler, Shared};
+use crate::record::{RecordKind, FLAG_DIRTY};
 use crate::seq::SeqDetector;
 use crate::stats::BlockStats;
 use crate::tunables::Tunables;
@@ -121,7 +120,8 @@ impl BlockCache {
             if found.offer(&m) {
                 return;
             }
-            if m.kind == KIND_WATERMARK && m.key_id == WM_KEY {
+            let record_kind = RecordKind::of(m.kind, m.key_id);
+            if record_kind == RecordKind::Watermark {
                 match &wm {
                     Some(w) if w.version >= m.version => dead.push(m.location),
                     _ => {
@@ -132,7 +132,7 @@ impl BlockCache {
                 }
                 return;
             }
-            if m.kind != kind::PUT || m.key_id >= nblocks {
+            if record_kind != RecordKind::Block || m.key_id >= nblocks {
                 dead.push(m.location);
                 return;
             }

@@ -6,11 +6,12 @@
 //! Threads: request tasks (tokio); flash reads complete on the engine's IO threads.
 
 use bytes::Bytes;
-use flashtier_flash::{kind, Location};
-use flashtier_nbd::{check_range, BackendError};
+use flashtier_backend::{check_range, BackendError};
+use flashtier_flash::Location;
 
 use crate::cache::BlockCache;
 use crate::index::Entry;
+use crate::record::checked_block;
 use crate::stats::add;
 
 impl BlockCache {
@@ -41,18 +42,17 @@ impl BlockCache {
             }
         }
         for (lba, e, c) in pending {
-            match c.await {
-                Ok(r)
-                    if r.header.kind == kind::PUT
-                        && r.header.key_id == lba
-                        && r.header.version == e.version
-                        && r.value.len() as u64 == bs =>
-                {
+            match c
+                .await
+                .ok()
+                .and_then(|r| checked_block(&r, lba, e.version, bs))
+            {
+                Some(block) => {
                     add(&s.ssd_reads, 1);
                     add(&s.read_hits, 1);
-                    self.copy_into(&mut out, off, lba, &r.value);
+                    self.copy_into(&mut out, off, lba, &block);
                 }
-                _ => misses.push(lba),
+                None => misses.push(lba),
             }
         }
         misses.sort_unstable();

@@ -20,15 +20,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use flashtier_flash::{
-    kind, Decision, Flash, Location, LostRecord, ReclaimHandler, RecordMeta, RecordWrite,
-};
+use flashtier_flash::{Decision, Flash, Location, LostRecord, ReclaimHandler, RecordMeta};
 use parking_lot::Mutex;
 
-use crate::cache::{FLAG_DIRTY, KIND_WATERMARK, STREAM_DATA};
+use crate::cache::STREAM_DATA;
 use crate::index::Index;
+use crate::record::{BlockRecord, RecordKind};
 use crate::stats::{add, BlockStats};
-use crate::warm::{KIND_SESSION, KIND_SHUTDOWN, KIND_SNAPSHOT};
 
 /// State shared with the reclaim handler.
 pub(crate) struct Shared {
@@ -51,9 +49,11 @@ impl Shared {
     /// Whether a warm-restart record (session, snapshot chunk, shutdown marker) belongs to
     /// this run and must survive reclaim.
     fn keeps_meta(&self, rec: &RecordMeta) -> Option<bool> {
-        let v = match rec.kind {
-            KIND_SESSION => self.session_version.load(Ordering::Acquire),
-            KIND_SNAPSHOT | KIND_SHUTDOWN => self.snapshot_version.load(Ordering::Acquire),
+        let v = match RecordKind::of(rec.kind, rec.key_id) {
+            RecordKind::Session => self.session_version.load(Ordering::Acquire),
+            RecordKind::SnapshotChunk | RecordKind::ShutdownMarker => {
+                self.snapshot_version.load(Ordering::Acquire)
+            }
             _ => return None,
         };
         Some(v != 0 && rec.version == v)
@@ -68,15 +68,13 @@ impl Handler {
     /// Append a lost dirty block again (same version, dirty), waiting up to a second for a
     /// chunk buffer and falling back to the reclaim stream when flash is full.
     fn append_again(&self, flash: &Flash, m: &RecordMeta, value: &[u8]) -> Option<Location> {
-        let w = RecordWrite {
-            kind: kind::PUT,
-            key_id: m.key_id,
+        let w = BlockRecord::Block {
+            lba: m.key_id,
             version: m.version,
-            flags: m.flags | FLAG_DIRTY,
-            exptime: 0,
-            key: &[],
-            value,
-        };
+            dirty: true,
+            data: value,
+        }
+        .write();
         let wait = Duration::from_secs(1);
         match flash.append_blocking(STREAM_DATA, &w, wait) {
             Ok(l) => Some(l),
@@ -95,7 +93,7 @@ impl ReclaimHandler for Handler {
         }
         let mut ix = self.0.index.lock();
         let loc = rec.location.pack();
-        if rec.kind == KIND_WATERMARK {
+        if RecordKind::of(rec.kind, rec.key_id) == RecordKind::Watermark {
             return if ix.wm_loc == Some(loc) {
                 Decision::Keep
             } else {
@@ -131,7 +129,7 @@ impl ReclaimHandler for Handler {
         }
         let mut ix = self.0.index.lock();
         let old = rec.location.pack();
-        if rec.kind == KIND_WATERMARK {
+        if RecordKind::of(rec.kind, rec.key_id) == RecordKind::Watermark {
             if ix.wm_loc == Some(old) {
                 ix.wm_loc = Some(new.pack());
                 return true;
@@ -151,7 +149,8 @@ impl ReclaimHandler for Handler {
             let m = &r.meta;
             let loc = m.location.pack();
             let mut ix = self.0.index.lock();
-            if m.kind == KIND_WATERMARK {
+            let record_kind = RecordKind::of(m.kind, m.key_id);
+            if record_kind == RecordKind::Watermark {
                 if ix.wm_loc == Some(loc) {
                     ix.wm_loc = None;
                     self.0.wm_lost.store(true, Ordering::Release);
@@ -159,7 +158,7 @@ impl ReclaimHandler for Handler {
                 continue;
             }
             // Warm-restart records are written with a sync that reports their failure.
-            if m.kind != kind::PUT {
+            if record_kind != RecordKind::Block {
                 continue;
             }
             let Some(e) = ix.map.get(m.key_id).filter(|e| e.loc == loc) else {
@@ -201,7 +200,7 @@ impl ReclaimHandler for Handler {
     }
 
     fn evicted(&self, rec: &RecordMeta) {
-        if rec.kind != kind::PUT {
+        if RecordKind::of(rec.kind, rec.key_id) != RecordKind::Block {
             return;
         }
         let mut ix = self.0.index.lock();

@@ -44,18 +44,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flashtier_flash::{Flash, Location, RecordMeta, RecordWrite};
+use flashtier_flash::{Flash, Location, RecordMeta};
 
 use crate::cache::{BlockCache, STREAM_META};
 use crate::error::Error;
 use crate::reclaim_handler::Shared;
+use crate::record::{BlockRecord, RecordKind};
 
-/// Record kind of a snapshot chunk.
-pub const KIND_SNAPSHOT: u8 = 5;
-/// Record kind of the shutdown marker.
-pub const KIND_SHUTDOWN: u8 = 6;
-/// Record kind of the session record.
-pub const KIND_SESSION: u8 = 7;
 const MAGIC: &[u8; 8] = b"FTWARM01";
 const MARKER_LEN: usize = 40;
 const ENTRY_LEN: usize = 16;
@@ -75,8 +70,8 @@ pub(crate) struct Found {
 impl Found {
     /// Take `m` if it is a warm-restart record.
     pub fn offer(&mut self, m: &RecordMeta) -> bool {
-        match m.kind {
-            KIND_SHUTDOWN => {
+        match RecordKind::of(m.kind, m.key_id) {
+            RecordKind::ShutdownMarker => {
                 match &self.marker {
                     Some(o) if o.version >= m.version => self.others.push(m.location),
                     _ => {
@@ -87,14 +82,14 @@ impl Found {
                 }
                 true
             }
-            KIND_SNAPSHOT => {
+            RecordKind::SnapshotChunk => {
                 // Reclaim may have copied a chunk: same (index, version), same bytes.
                 if let Some(o) = self.chunks.insert((m.key_id, m.version), *m) {
                     self.others.push(o.location);
                 }
                 true
             }
-            KIND_SESSION => {
+            RecordKind::Session => {
                 self.others.push(m.location);
                 true
             }
@@ -186,15 +181,7 @@ pub(crate) fn write_session(
 ) -> Result<(), Error> {
     let v = shared.index.lock().take_version();
     shared.session_version.store(v, Ordering::Release);
-    let rec = RecordWrite {
-        kind: KIND_SESSION,
-        key_id: 0,
-        version: v,
-        flags: 0,
-        exptime: 0,
-        key: &[],
-        value: &[],
-    };
+    let rec = BlockRecord::Session { version: v }.write();
     let wait = Duration::from_secs(5);
     match flash.append_blocking(STREAM_META, &rec, wait) {
         Ok(_) => {}
@@ -272,8 +259,12 @@ impl BlockCache {
                 buf.extend_from_slice(&l.to_le_bytes());
                 buf.extend_from_slice(&v.to_le_bytes());
             }
-            self.append_meta(KIND_SNAPSHOT, chunks, m, &buf, deadline)
-                .await?;
+            let chunk = BlockRecord::SnapshotChunk {
+                index: chunks,
+                version: m,
+                entries: &buf,
+            };
+            self.append_meta(chunk, deadline).await?;
             chunks += 1;
         }
         self.flash
@@ -285,8 +276,11 @@ impl BlockCache {
         for f in [self.block_size, self.nblocks, chunks, entries.len() as u64] {
             marker.extend_from_slice(&f.to_le_bytes());
         }
-        self.append_meta(KIND_SHUTDOWN, 0, m, &marker, deadline)
-            .await?;
+        let record = BlockRecord::ShutdownMarker {
+            version: m,
+            marker: &marker,
+        };
+        self.append_meta(record, deadline).await?;
         self.flash
             .flush()
             .await
@@ -294,23 +288,8 @@ impl BlockCache {
         Ok(entries.len() as u64)
     }
 
-    async fn append_meta(
-        &self,
-        kind: u8,
-        key_id: u64,
-        version: u64,
-        value: &[u8],
-        deadline: Instant,
-    ) -> Result<(), String> {
-        let rec = RecordWrite {
-            kind,
-            key_id,
-            version,
-            flags: 0,
-            exptime: 0,
-            key: &[],
-            value,
-        };
+    async fn append_meta(&self, record: BlockRecord<'_>, deadline: Instant) -> Result<(), String> {
+        let rec = record.write();
         loop {
             match self.flash.append(STREAM_META, &rec) {
                 Ok(_) => return Ok(()),

@@ -19,8 +19,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use flashtier_backend::{check_range, BackendError, BlockBackend};
 use flashtier_flash::Location;
-use flashtier_nbd::{check_range, BackendError, BlockBackend};
 
 use crate::cache::{flash_err, BlockCache, BACKING_IO};
 use crate::stats::add;

@@ -32,11 +32,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use flashtier_flash::{kind, Location, RecordWrite};
+use flashtier_flash::Location;
 
-use crate::cache::{BlockCache, KIND_WATERMARK, WM_KEY};
+use crate::cache::BlockCache;
 use crate::index::{Entry, Index};
 use crate::rate::RateCtl;
+use crate::record::{checked_block, BlockRecord};
 use crate::stats::add;
 use crate::tunables::FlushOrder;
 
@@ -268,18 +269,14 @@ impl BlockCache {
             .map(|(lba, e, due)| (*lba, *e, *due, self.flash.read(Location::unpack(e.loc))))
             .collect();
         for (lba, e, due, c) in reads {
-            match c.await {
-                Ok(r)
-                    if r.header.kind == kind::PUT
-                        && r.header.key_id == lba
-                        && r.header.version == e.version =>
-                {
-                    add(&s.ssd_reads, 1);
-                    blocks.push((lba, e.version, due, r.value));
-                }
-                Ok(_) | Err(_) => {
-                    // Moved by reclaim or rewritten meanwhile: the next pass picks it again.
-                }
+            // None: moved by reclaim or rewritten meanwhile; the next pass picks it again.
+            if let Some(block) = c
+                .await
+                .ok()
+                .and_then(|r| checked_block(&r, lba, e.version, bs))
+            {
+                add(&s.ssd_reads, 1);
+                blocks.push((lba, e.version, due, block));
             }
         }
         blocks.sort_unstable_by_key(|b| b.0);
@@ -424,15 +421,7 @@ impl BlockCache {
             if w <= self.shared.wm_persisted.load(Ordering::Acquire) && !rewrite {
                 return;
             }
-            let rec = RecordWrite {
-                kind: KIND_WATERMARK,
-                key_id: WM_KEY,
-                version: w,
-                flags: 0,
-                exptime: 0,
-                key: &[],
-                value: &[],
-            };
+            let rec = BlockRecord::Watermark { version: w }.write();
             // When flash is full of records newer than the persisted watermark, only a new
             // watermark lets reclaim evict them: write it into the reclaim stream, which may
             // use the reserved segments (a 64-byte record per batch at most).
