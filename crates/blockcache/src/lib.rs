@@ -22,20 +22,22 @@
 //! - [`mod@error`]: the [`Error`] type.
 #![deny(unsafe_code)]
 
+mod admission;
 mod backend;
 mod block_io;
 pub mod cache;
 pub mod error;
-mod flush;
+pub mod flush;
 pub mod index;
 pub mod lbamap;
+mod log_limit;
 mod open;
-mod rate;
 mod read;
-mod reclaim_handler;
+mod reclaim;
 pub mod record;
 mod retry;
 pub mod seq;
+mod space;
 pub mod stats;
 pub mod switch;
 pub mod tunables;
@@ -43,10 +45,11 @@ pub mod warm;
 mod write;
 mod writeback;
 
-pub use cache::{BlockCache, BlockCacheConfig, FlushState, RecoveryInfo};
+pub use cache::{BlockCache, BlockCacheConfig, RecoveryInfo};
 pub use error::Error;
+pub use flush::FlushState;
 pub use retry::RETRY_MAX;
 pub use stats::BlockStats;
-pub use switch::{ModeSwitch, SwitchPhase};
+pub use switch::{SwitchPhase, SwitchStatus};
 pub use tunables::{FlushOrder, Mode, Refusal, Tunables, TUNABLES};
 pub use warm::ShutdownReport;

@@ -17,14 +17,13 @@ use flashtier_flash::{
     Device, DeviceSpec, Flash, FlashConfig, FlashInfo, Location, ReclaimHandler, RecordMeta,
 };
 use parking_lot::Mutex;
-use tokio::sync::Notify;
 
-use crate::cache::{BlockCache, BlockCacheConfig, RecoveryInfo, STRIPES};
+use crate::block_io::BlockIo;
+use crate::cache::{BlockCache, BlockCacheConfig, RecoveryInfo};
 use crate::error::Error;
 use crate::index::Index;
-use crate::reclaim_handler::{Handler, Shared};
+use crate::reclaim::{Handler, Shared};
 use crate::record::{RecordKind, FLAG_DIRTY};
-use crate::seq::SeqDetector;
 use crate::stats::BlockStats;
 use crate::tunables::Tunables;
 
@@ -102,8 +101,7 @@ impl BlockCache {
             index: Mutex::new(Index::new(0)),
             wm_persisted: AtomicU64::new(0),
             stats: BlockStats::default(),
-            session_version: AtomicU64::new(0),
-            snapshot_version: AtomicU64::new(0),
+            warm: Default::default(),
             flash: std::sync::OnceLock::new(),
             reclaim_stream,
             wm_lost: AtomicBool::new(false),
@@ -192,30 +190,14 @@ impl BlockCache {
         let usable = info.capacity.saturating_sub(reserve * info.segment_size);
         let capacity_blocks = (usable / record).max(16);
         let cache = Arc::new(BlockCache {
-            shared,
-            flash,
-            backing,
+            io: BlockIo::new(shared, flash, backing, bs, capacity_blocks),
+            writeback: Default::default(),
+            switch: Default::default(),
+            admission: Default::default(),
             tunables,
-            block_size: bs,
-            nblocks,
-            capacity_blocks,
-            stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
-            seq: Mutex::new(SeqDetector::default()),
-            job: Mutex::new(None),
-            flush_ids: AtomicU64::new(0),
-            switch: Mutex::new(None),
-            wb_wake: Notify::new(),
-            progress: Notify::new(),
-            urgent: AtomicBool::new(false),
-            wb_rate: AtomicU64::new(0),
-            backing_dirty: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
-            retries: Mutex::new(crate::retry::Retries::default()),
-            last_error: Mutex::new(None),
-            error_log: Mutex::new((None, 0)),
-            stall_log: Mutex::new((None, 0)),
+            stall_log: Default::default(),
             recovery: rec,
-            reclaim_stream,
             flash_info: info,
         });
         if cache.recovery.dirty_blocks > 0 {

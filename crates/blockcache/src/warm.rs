@@ -40,7 +40,7 @@
 //! Threads: `Found` and `write_session` run on the thread opening the cache;
 //! [`BlockCache::shutdown`] on a tokio task.
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -48,8 +48,9 @@ use flashtier_flash::{Flash, Location, RecordMeta};
 
 use crate::cache::{BlockCache, STREAM_META};
 use crate::error::Error;
-use crate::reclaim_handler::Shared;
+use crate::reclaim::Shared;
 use crate::record::{BlockRecord, RecordKind};
+use crate::writeback::persist_watermark;
 
 const MAGIC: &[u8; 8] = b"FTWARM01";
 const MARKER_LEN: usize = 40;
@@ -172,6 +173,29 @@ impl Found {
     }
 }
 
+/// The warm-restart records of this run, which reclaim must keep: the session record and
+/// the snapshot being written at shutdown (by version; 0 = none yet).
+#[derive(Debug, Default)]
+pub(crate) struct Warm {
+    session_version: AtomicU64,
+    snapshot_version: AtomicU64,
+}
+
+impl Warm {
+    /// Whether a warm-restart record belongs to this run and must survive reclaim; `None`
+    /// for records of other kinds.
+    pub(crate) fn keeps(&self, rec: &RecordMeta) -> Option<bool> {
+        let v = match RecordKind::of(rec.kind, rec.key_id) {
+            RecordKind::Session => self.session_version.load(Ordering::Acquire),
+            RecordKind::SnapshotChunk | RecordKind::ShutdownMarker => {
+                self.snapshot_version.load(Ordering::Acquire)
+            }
+            _ => return None,
+        };
+        Some(v != 0 && rec.version == v)
+    }
+}
+
 /// Append and make durable this run's session record (see the module doc). Called by open
 /// before the cache is handed out; failure fails the open.
 pub(crate) fn write_session(
@@ -180,7 +204,7 @@ pub(crate) fn write_session(
     reclaim_stream: u8,
 ) -> Result<(), Error> {
     let v = shared.index.lock().take_version();
-    shared.session_version.store(v, Ordering::Release);
+    shared.warm.session_version.store(v, Ordering::Release);
     let rec = BlockRecord::Session { version: v }.write();
     let wait = Duration::from_secs(5);
     match flash.append_blocking(STREAM_META, &rec, wait) {
@@ -215,10 +239,10 @@ impl BlockCache {
         let mut report = ShutdownReport::default();
         // Every stripe: a request between its backing write and its cache update holds
         // one, and no new request passes them until the engine is closed.
-        let guards = tokio::time::timeout(SHUTDOWN_WAIT, self.lock_all_stripes()).await;
+        let guards = tokio::time::timeout(SHUTDOWN_WAIT, self.io.lock_all_stripes()).await;
         match &guards {
             Ok(_) => {
-                self.persist_watermark().await;
+                persist_watermark(&self.io).await;
                 match self.save_snapshot().await {
                     Ok(n) => report.clean_saved = n,
                     Err(e) => report.skipped = Some(e),
@@ -228,7 +252,7 @@ impl BlockCache {
         }
         report.dirty_left = self.dirty_blocks();
         let c = Arc::clone(self);
-        match tokio::task::spawn_blocking(move || c.flash.close()).await {
+        match tokio::task::spawn_blocking(move || c.io.flash.close()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => log::error!("closing the cache device: {e}"),
             Err(e) => log::error!("closing the cache device: {e}"),
@@ -239,17 +263,21 @@ impl BlockCache {
 
     async fn save_snapshot(&self) -> Result<u64, String> {
         let (entries, m) = {
-            let mut ix = self.shared.index.lock();
-            let e: Vec<(u64, u64)> = ix
+            let mut index = self.io.shared.index.lock();
+            let e: Vec<(u64, u64)> = index
                 .map
                 .iter()
                 .filter(|(_, e)| !e.dirty)
                 .map(|(l, e)| (l, e.version))
                 .collect();
-            (e, ix.take_version())
+            (e, index.take_version())
         };
-        self.shared.snapshot_version.store(m, Ordering::Release);
-        let per = (CHUNK_MAX.min(self.flash.max_value_len(0)) / ENTRY_LEN).max(1);
+        self.io
+            .shared
+            .warm
+            .snapshot_version
+            .store(m, Ordering::Release);
+        let per = (CHUNK_MAX.min(self.io.flash.max_value_len(0)) / ENTRY_LEN).max(1);
         let mut buf = Vec::with_capacity(per * ENTRY_LEN);
         let mut chunks = 0u64;
         let deadline = Instant::now() + SHUTDOWN_WAIT;
@@ -267,13 +295,19 @@ impl BlockCache {
             self.append_meta(chunk, deadline).await?;
             chunks += 1;
         }
-        self.flash
+        self.io
+            .flash
             .flush()
             .await
             .map_err(|e| format!("flushing the snapshot: {e}"))?;
         let mut marker = Vec::with_capacity(MARKER_LEN);
         marker.extend_from_slice(MAGIC);
-        for f in [self.block_size, self.nblocks, chunks, entries.len() as u64] {
+        for f in [
+            self.io.block_size,
+            self.io.nblocks,
+            chunks,
+            entries.len() as u64,
+        ] {
             marker.extend_from_slice(&f.to_le_bytes());
         }
         let record = BlockRecord::ShutdownMarker {
@@ -281,7 +315,8 @@ impl BlockCache {
             marker: &marker,
         };
         self.append_meta(record, deadline).await?;
-        self.flash
+        self.io
+            .flash
             .flush()
             .await
             .map_err(|e| format!("flushing the shutdown marker: {e}"))?;
@@ -291,7 +326,7 @@ impl BlockCache {
     async fn append_meta(&self, record: BlockRecord<'_>, deadline: Instant) -> Result<(), String> {
         let rec = record.write();
         loop {
-            match self.flash.append(STREAM_META, &rec) {
+            match self.io.flash.append(STREAM_META, &rec) {
                 Ok(_) => return Ok(()),
                 Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)
                     if Instant::now() < deadline =>

@@ -27,37 +27,21 @@ use crate::cache::STREAM_DATA;
 use crate::index::Index;
 use crate::record::{BlockRecord, RecordKind};
 use crate::stats::{add, BlockStats};
+use crate::warm::Warm;
 
 /// State shared with the reclaim handler.
 pub(crate) struct Shared {
     pub index: Mutex<Index>,
     pub wm_persisted: AtomicU64,
     pub stats: BlockStats,
-    /// Version of this run's session record (kept by reclaim; 0 = none yet).
-    pub session_version: AtomicU64,
-    /// Version of the shutdown snapshot being written (kept by reclaim; 0 = none).
-    pub snapshot_version: AtomicU64,
+    /// This run's warm-restart records (kept by reclaim).
+    pub warm: Warm,
     /// The engine, for appending lost dirty blocks again (set once it is open).
     pub flash: OnceLock<Weak<Flash>>,
     /// The engine's reclaim stream (may use the reserved segments).
     pub reclaim_stream: u8,
     /// The persisted watermark record's write failed: write it again even if unchanged.
     pub wm_lost: AtomicBool,
-}
-
-impl Shared {
-    /// Whether a warm-restart record (session, snapshot chunk, shutdown marker) belongs to
-    /// this run and must survive reclaim.
-    fn keeps_meta(&self, rec: &RecordMeta) -> Option<bool> {
-        let v = match RecordKind::of(rec.kind, rec.key_id) {
-            RecordKind::Session => self.session_version.load(Ordering::Acquire),
-            RecordKind::SnapshotChunk | RecordKind::ShutdownMarker => {
-                self.snapshot_version.load(Ordering::Acquire)
-            }
-            _ => return None,
-        };
-        Some(v != 0 && rec.version == v)
-    }
 }
 
 /// The flash engine's reclaim callbacks: keep dirty blocks, anything newer than the
@@ -88,7 +72,7 @@ impl Handler {
 
 impl ReclaimHandler for Handler {
     fn decide(&self, rec: &RecordMeta) -> Decision {
-        if let Some(keep) = self.0.keeps_meta(rec) {
+        if let Some(keep) = self.0.warm.keeps(rec) {
             return if keep { Decision::Keep } else { Decision::Drop };
         }
         let mut ix = self.0.index.lock();
@@ -123,7 +107,7 @@ impl ReclaimHandler for Handler {
     }
 
     fn relocated(&self, rec: &RecordMeta, new: Location) -> bool {
-        if let Some(keep) = self.0.keeps_meta(rec) {
+        if let Some(keep) = self.0.warm.keeps(rec) {
             // Found by the recovery scan, not through the index: the copy stays live.
             return keep;
         }
