@@ -1,16 +1,15 @@
-//! [`BlockIo`]: what the request paths, writeback and shutdown do to blocks — stripe locks,
-//! the versioned record append, the checked read of a cached block, and backing I/O under
-//! the one retry policy (`retry`).
+//! [`BlockIo`]: what the request paths, writeback and shutdown do to blocks — stripe locks, the
+//! versioned record append, the checked read of a cached block, and backing I/O under the one
+//! retry policy (`retry`).
 //!
-//! Invariants: stripe locks (1024 async mutexes by LBA) are taken in ascending order, so two
-//! requests never deadlock, and a request holds its blocks' stripes across backing I/O and
-//! the cache update. Versions are taken and the index updated under the index mutex in the
-//! same critical section as the flash append, so the clean watermark (every version at or
-//! below it is on the backing or superseded) is exact. A clean block that cannot be read is
-//! dropped from the index; a dirty one is an error.
+//! Invariants: stripe locks (1024 async mutexes by LBA) are taken in ascending order, and a
+//! request holds its blocks' stripes across backing I/O and the cache update. Versions are
+//! taken and the index updated in the same index critical section as the flash append, so the
+//! clean watermark is exact. A clean block that cannot be read is dropped from the index; a
+//! dirty one is an error.
 //!
 //! Lock order: stripes, then the index mutex, then `last_error`. Threads: request tasks, the
-//! writeback task and shutdown; flash completions arrive from the engine's IO threads.
+//! writeback task and shutdown; flash completions arrive on the engine's IO threads.
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -1,8 +1,8 @@
 //! [`BlockCache`]: the block cache policy as a
 //! [`BlockBackend`](flashtier_backend::BlockBackend) over the flash engine and a
-//! backing backend — a thin composition of components that own their state: [`BlockIo`]
-//! (blocks on flash and on the backing), [`Writeback`] (dirty blocks to the backing, flush
-//! jobs), [`ModeSwitch`], [`Admission`], and `Warm` (inside the state shared with reclaim).
+//! backing backend — a thin composition of components that own their state: `BlockIo`
+//! (blocks on flash and on the backing), `Writeback` (dirty blocks to the backing, flush
+//! jobs), `ModeSwitch`, `Admission`, and `Warm` (inside the state shared with reclaim).
 //! The request paths (`read`, `write`, `space`) and shutdown (`warm`) coordinate them.
 //!
 //! Invariant: once `stopping` is set, nothing waits for space or for writeback again.

@@ -162,16 +162,16 @@ impl BlockCache {
         };
         let record = flashtier_flash::format::record::padded_len(0, bs as usize) as u64;
         {
-            let mut ix = shared.index.lock();
+            let mut index = shared.index.lock();
             // Sized for every block record the device can hold: the table never grows.
-            *ix = Index::with_capacity(max_version, info.capacity / record + 1);
-            ix.wm_loc = wm.map(|w| w.location.pack());
+            *index = Index::with_capacity(max_version, info.capacity / record + 1);
+            index.wm_loc = wm.map(|w| w.location.pack());
             for (lba, m) in newest {
                 if m.flags & FLAG_DIRTY != 0 && m.version > watermark {
-                    ix.put(lba, m.location.pack(), m.version, true);
+                    index.put(lba, m.location.pack(), m.version, true);
                     rec.dirty_blocks += 1;
                 } else if snapshot.get(&lba) == Some(&m.version) {
-                    ix.put(lba, m.location.pack(), m.version, false);
+                    index.put(lba, m.location.pack(), m.version, false);
                     rec.clean_kept += 1;
                 } else {
                     dead.push(m.location);

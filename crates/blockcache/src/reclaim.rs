@@ -1,21 +1,14 @@
 //! State shared with the flash engine's reclaimer ([`Shared`]) and the reclaim callbacks
 //! ([`Handler`]).
 //!
-//! Invariant: the handler keeps every record newer than the persisted clean watermark (and
-//! dirty blocks, and this run's warm-restart records), so a newer version can never be
-//! evicted while an older dirty copy could still come back at restart. A clean block read
-//! since reclaim or the CLOCK hand last passed it is moved too (its mark cleared, so a
-//! block not read again is dropped on the next pass); other clean blocks are dropped from
-//! the index. Moving never changes `cached_blocks`.
+//! Invariant: the handler keeps every record newer than the persisted clean watermark, dirty
+//! blocks, blocks being written back and this run's warm-restart records, so a newer version is
+//! never evicted while an older dirty copy could come back at restart. Clean blocks read since
+//! the last pass are moved, other clean blocks dropped; a lost dirty record is appended again
+//! (same version) or counted in `dirty_lost`. Details: docs/block-cache.md "Reclaim".
 //!
-//! Records lost to a failed flash write (`lost`): a clean block is dropped from the index
-//! (read from the backing again); a dirty block is appended again from the lost content,
-//! same version and still dirty (on a device that takes writes), and only if that fails is
-//! it dropped and counted in `dirty_lost` (logged); a lost watermark record is written again
-//! by the writeback task's next tick.
-//!
-//! Threads: the engine's reclaimer calls the handler; request tasks and the writeback task
-//! share [`Shared`] through [`crate::cache::BlockCache`]. The index mutex is the one lock.
+//! Threads: the engine's reclaimer calls the handler; request tasks and the writeback task share
+//! [`Shared`] through [`crate::block_io::BlockIo`]. The index mutex is the one lock here.
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
@@ -75,29 +68,29 @@ impl ReclaimHandler for Handler {
         if let Some(keep) = self.0.warm.keeps(rec) {
             return if keep { Decision::Keep } else { Decision::Drop };
         }
-        let mut ix = self.0.index.lock();
+        let mut index = self.0.index.lock();
         let loc = rec.location.pack();
         if RecordKind::of(rec.kind, rec.key_id) == RecordKind::Watermark {
-            return if ix.wm_loc == Some(loc) {
+            return if index.wm_loc == Some(loc) {
                 Decision::Keep
             } else {
                 Decision::Drop
             };
         }
-        match ix.map.get(rec.key_id) {
+        match index.map.get(rec.key_id) {
             Some(e) if e.loc == loc => {
                 if e.dirty
                     || rec.version > self.0.wm_persisted.load(Ordering::Acquire)
-                    || ix.writing.contains(&rec.key_id)
+                    || index.writing.contains(&rec.key_id)
                 {
                     add(&self.0.stats.moved_dirty_blocks, 1);
                     Decision::Keep
-                } else if ix.map.take_ref(rec.key_id) {
+                } else if index.map.take_ref(rec.key_id) {
                     // Read since reclaim (or the CLOCK hand) last passed: worth a copy.
                     add(&self.0.stats.moved_clean_blocks, 1);
                     Decision::Keep
                 } else {
-                    ix.remove_at(rec.key_id, loc);
+                    index.remove_at(rec.key_id, loc);
                     add(&self.0.stats.replacements, 1);
                     Decision::Drop
                 }
@@ -111,17 +104,17 @@ impl ReclaimHandler for Handler {
             // Found by the recovery scan, not through the index: the copy stays live.
             return keep;
         }
-        let mut ix = self.0.index.lock();
+        let mut index = self.0.index.lock();
         let old = rec.location.pack();
         if RecordKind::of(rec.kind, rec.key_id) == RecordKind::Watermark {
-            if ix.wm_loc == Some(old) {
-                ix.wm_loc = Some(new.pack());
+            if index.wm_loc == Some(old) {
+                index.wm_loc = Some(new.pack());
                 return true;
             }
             return false;
         }
-        match ix.map.get(rec.key_id) {
-            Some(e) if e.loc == old => ix.map.set_loc(rec.key_id, new.pack()),
+        match index.map.get(rec.key_id) {
+            Some(e) if e.loc == old => index.map.set_loc(rec.key_id, new.pack()),
             _ => false,
         }
     }
@@ -132,11 +125,11 @@ impl ReclaimHandler for Handler {
         for r in recs {
             let m = &r.meta;
             let loc = m.location.pack();
-            let mut ix = self.0.index.lock();
+            let mut index = self.0.index.lock();
             let record_kind = RecordKind::of(m.kind, m.key_id);
             if record_kind == RecordKind::Watermark {
-                if ix.wm_loc == Some(loc) {
-                    ix.wm_loc = None;
+                if index.wm_loc == Some(loc) {
+                    index.wm_loc = None;
                     self.0.wm_lost.store(true, Ordering::Release);
                 }
                 continue;
@@ -145,11 +138,11 @@ impl ReclaimHandler for Handler {
             if record_kind != RecordKind::Block {
                 continue;
             }
-            let Some(e) = ix.map.get(m.key_id).filter(|e| e.loc == loc) else {
+            let Some(e) = index.map.get(m.key_id).filter(|e| e.loc == loc) else {
                 continue;
             };
             if !e.dirty {
-                ix.remove_at(m.key_id, loc);
+                index.remove_at(m.key_id, loc);
                 clean += 1;
                 continue;
             }
@@ -159,11 +152,11 @@ impl ReclaimHandler for Handler {
             };
             match appended {
                 Some(new) => {
-                    ix.map.set_loc(m.key_id, new.pack());
+                    index.map.set_loc(m.key_id, new.pack());
                     again += 1;
                 }
                 None => {
-                    ix.remove_at(m.key_id, loc);
+                    index.remove_at(m.key_id, loc);
                     gone += 1;
                     add(&self.0.stats.dirty_lost, 1);
                     log::error!(
@@ -187,8 +180,8 @@ impl ReclaimHandler for Handler {
         if RecordKind::of(rec.kind, rec.key_id) != RecordKind::Block {
             return;
         }
-        let mut ix = self.0.index.lock();
-        if let Some(e) = ix.remove_at(rec.key_id, rec.location.pack()) {
+        let mut index = self.0.index.lock();
+        if let Some(e) = index.remove_at(rec.key_id, rec.location.pack()) {
             if e.dirty {
                 add(&self.0.stats.dirty_lost, 1);
                 log::error!(

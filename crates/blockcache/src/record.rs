@@ -1,6 +1,6 @@
-//! Every record the block face writes through the flash engine ([`BlockRecord`]), how a
-//! scanned record is classified ([`RecordKind`]), and the one checked read of a cached block
-//! ([`checked_block`]). Byte tables: docs/format.md, "Block face records".
+//! Every record the block face writes through the flash engine (`BlockRecord`), how a
+//! scanned record is classified (`RecordKind`), and the one checked read of a cached block
+//! (`checked_block`). Byte tables: docs/format.md, "Block face records".
 //!
 //! Invariants: a block record's `key_id` is its LBA and its `version` comes from the index's
 //! one counter, so a record read back is the block the index means only if kind, LBA,

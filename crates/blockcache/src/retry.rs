@@ -1,15 +1,13 @@
-//! The one retry policy for the backing: a failure's wait is `100 ms × 2^(failures − 1)`,
-//! capped at [`RETRY_MAX`] ([`backoff`]); out-of-range errors are never retried.
+//! The one retry policy for the backing: the wait after the n-th consecutive failure is
+//! [`backoff`] (100 ms doubling, capped at [`RETRY_MAX`]); range errors are never retried.
 //!
-//! A request's own backing read or write retries at once, up to [`REQUEST_RETRIES`] times,
-//! waiting [`backoff`] between tries, then its error is the reply. A writeback run (contiguous dirty blocks written in one backing request) that fails puts
-//! each of its blocks on hold for [`backoff`] of the run's failures, drawn with jitter from
-//! [½, 1] of that. The writeback task skips held blocks, so a
-//! range that fails retries on its own schedule while the rest of the dirty data keeps
-//! draining; a block written back leaves the table. Entries exist only for dirty blocks whose
-//! last write failed: the table is pruned to the dirty set when it outgrows it.
+//! A request's own backing read or write retries at once, up to [`REQUEST_RETRIES`] times, then
+//! its error is the reply. A failed writeback run puts its blocks on hold ([`Retries`]) for a
+//! jittered [`backoff`] of the run's failures, so a failing range retries on its own schedule
+//! while other dirty data keeps draining (docs/block-cache.md "Backing retry policy").
 //!
-//! Lock order: [`Retries`] sits in its own mutex, taken after the index mutex or alone.
+//! Invariant: holds exist only for dirty blocks whose last write failed (pruned to the dirty
+//! set). Lock order: [`Retries`] is in its own mutex, taken after the index mutex or alone.
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 

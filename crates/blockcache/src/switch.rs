@@ -1,16 +1,12 @@
-//! [`ModeSwitch`]: mode changes at runtime, and how a switch away from writeback is observed.
+//! `ModeSwitch`: mode changes at runtime, and how a switch away from writeback is observed.
 //!
-//! Leaving writeback changes the mode at once (new writes to clean or uncached blocks go to
-//! the backing) and starts a *switch*: an explicit flush (its id is the switch id) plus a
-//! drain that lasts until no dirty block is left. A write that touches a dirty block during
-//! the switch still takes the writeback path (a fresh dirty version), because writing it to
-//! the backing could race the writeback of the older version; the writeback task writes
-//! dirty blocks at flush speed whenever the mode is not writeback, so the drain ends once
-//! such rewrites stop. The switch is *done* when the dirty count reaches 0, *cancelled* if
-//! the mode goes back to writeback first.
+//! Leaving writeback changes the mode at once and starts a switch: an explicit flush (its id is
+//! the switch id) plus a drain until no dirty block is left; it is *done* at 0 dirty blocks,
+//! *cancelled* if the mode goes back to writeback first. Why rewrites of dirty blocks still go
+//! to flash meanwhile: docs/block-cache.md "Mode switches".
 //!
 //! Invariant: the mode and the switch record change together under the switch mutex.
-//! Lock order: the switch mutex, then the index and flush-job mutexes (starting the flush).
+//! Lock order: the switch mutex, then the flush-job and index mutexes (starting the flush).
 //! Threads: admin requests (set, status, wait) and the writeback task (reads `switching`).
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

@@ -1,41 +1,11 @@
 //! Warm restart: clean cached blocks survive a clean shutdown, never a crash.
 //!
-//! The rule (ARCHITECTURE.md "Block face", docs/format.md): a clean block record is trusted
-//! at open only if a *valid shutdown snapshot* lists its exact `(LBA, version)`. A clean
-//! shutdown ([`BlockCache::shutdown`]) takes every stripe lock (no request is between a
-//! backing write and the cache update it owes, and none can start), lists the index's clean
-//! entries into snapshot records, makes them durable, then appends the *shutdown marker*
-//! and makes it durable. Snapshot records and the marker all carry version `M`, a fresh
-//! version, so at that moment `M` is the highest version on the cache device.
-//!
-//! At open the snapshot is valid only if the marker exists, its version equals the highest
-//! version found on the device, its geometry (block size, block count) matches, and every
-//! chunk it names is found. Before the cache serves anything, open appends a *session
-//! record* with a version above `M`, flushes it, and reclaim keeps it for the whole run:
-//! from then on every recovery sees a version above the marker and drops clean blocks.
-//! So after `kill -9`, a power cut, or a run that wrote to the backing (write-through,
-//! write-around, sequential bypass, invalidation) and did not shut down cleanly, the cache
-//! starts cold for clean data. Dirty blocks are recovered either way (`cache`).
-//!
-//! Why the exact version: an older dead record of an LBA can outlive a newer one that
-//! reclaim evicted; "newest record found" is not "the block the index held". Listing the
-//! version makes such a resurrected record a mismatch.
-//!
-//! Record layouts (little-endian):
-//!
-//! | kind | key_id | version | value |
-//! |------|--------|---------|-------|
-//! | 5 snapshot chunk | chunk index | M | `n × (lba: u64, version: u64)` |
-//! | 6 shutdown marker | 0 | M | marker table below |
-//! | 7 session | 0 | S (fresh at open) | empty |
-//!
-//! | offset | size | marker field |
-//! |--------|------|--------------|
-//! | 0 | 8 | magic `FTWARM01` |
-//! | 8 | 8 | block size |
-//! | 16 | 8 | blocks on the backing |
-//! | 24 | 8 | chunks |
-//! | 32 | 8 | entries |
+//! Rule: a clean block record is trusted at open only if a valid shutdown snapshot lists its
+//! exact `(LBA, version)`. Shutdown takes every stripe lock, writes the snapshot chunks and
+//! then the marker, all at one fresh version `M`, each made durable. The snapshot is valid only
+//! if the marker's version is the highest on the device, its geometry matches and every chunk
+//! is found; open then writes a session record above `M` that reclaim keeps (`Warm`), so a
+//! marker serves one open only. Story and byte tables: docs/block-cache.md, docs/format.md.
 //!
 //! Threads: `Found` and `write_session` run on the thread opening the cache;
 //! [`BlockCache::shutdown`] on a tokio task.

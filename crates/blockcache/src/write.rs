@@ -1,15 +1,12 @@
 //! The write path, FLUSH and WRITE_ZEROES.
 //!
-//! - writeback: wait for space (`space`), then under the stripe locks each block (partial
-//!   blocks read-modify-write) is appended as a dirty record with a fresh version; FUA =
-//!   append + `flash.flush()`.
-//! - writethrough/writearound, sequential bypass: cached copies are dropped from the index,
-//!   the backing is written, then the new content is cached as clean records (writethrough
-//!   also admits full blocks). A request that touches a dirty block always takes the
-//!   writeback path, so the cache never holds a clean entry whose bytes the backing lacks;
-//!   a request cancelled between the steps leaves the block uncached.
-//! - FLUSH: `flash.flush()`, plus a backing flush if a write reached the backing since the
-//!   last one.
+//! Writeback mode: wait for space (`space`), then under the stripe locks append each block
+//! (partial blocks read-modify-write) as a dirty record with a fresh version; FUA = append +
+//! `flash.flush()`. Writethrough, writearound and the sequential bypass drop cached copies,
+//! write the backing, then cache the new content clean. Invariant: a request that touches a
+//! dirty block always takes the writeback path, so the cache never holds a clean entry whose
+//! bytes the backing lacks; a request cancelled between the steps leaves the block uncached.
+//! FLUSH: [`BlockIo::flush`](crate::block_io::BlockIo::flush).
 //!
 //! Threads: request tasks (tokio); the writeback task is woken when writers wait for space.
 use std::time::Instant;

@@ -1,13 +1,11 @@
-//! [`Writeback`]: the writeback task and the state it owns — its wake-ups, rate, the holds
-//! of blocks whose backing write failed (`retry`) and explicit flush jobs (`flush`).
+//! [`Writeback`]: the writeback task and the state it owns — its wake-ups, rate, the holds of
+//! blocks whose backing write failed (`retry`) and explicit flush jobs (`flush`).
 //!
-//! One tokio task per cache writes dirty blocks back for four causes: *fallow* (older than
-//! ¾ of `flush_period_s`, first), *period* (an age rate spreading the period's work),
-//! *threshold* (the PI controller of `rate` between `dirty_high_pct` and `dirty_low_pct`)
-//! and *flush* (an explicit flush, a mode switch or a writer waiting for space). Policy,
-//! order and numbers: ARCHITECTURE.md "Block face". A block becomes clean only after its
-//! run was written and the backing flushed, and only if not rewritten meanwhile; reclaim may
-//! then drop it once the clean watermark covering it is persisted (`watermark`).
+//! One tokio task per cache writes dirty blocks back for four causes — fallow, period,
+//! threshold (`rate`), flush — in `flush_order` (causes, order, batch sizes:
+//! docs/block-cache.md "Writeback causes and order"). Invariant: a block becomes clean only
+//! after its run was written and the backing flushed, and only if not rewritten meanwhile;
+//! reclaim may drop it only once a persisted clean watermark covers it (`watermark`).
 //!
 //! Lock order: the index mutex, then the holds mutex. Threads: the writeback task; request
 //! tasks wake it and wait for its progress.
