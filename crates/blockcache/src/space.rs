@@ -96,3 +96,74 @@ impl BlockCache {
         BackendError::Io(std::io::Error::other(msg))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use flashtier_backend::{BlockBackend, MemoryBackend};
+    use flashtier_flash::{Device, MemoryDevice};
+
+    use crate::{BlockCache, BlockCacheConfig};
+
+    fn open(tunables: &[(&str, &str)]) -> Arc<BlockCache> {
+        let device: Arc<dyn Device> = Arc::new(MemoryDevice::new("space", 64 << 20));
+        let backing: Arc<dyn BlockBackend> = Arc::new(MemoryBackend::new(8 << 20));
+        let cfg = BlockCacheConfig {
+            tunables: tunables
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Default::default()
+        };
+        BlockCache::open_devices(vec![device], backing, cfg).expect("open cache")
+    }
+
+    /// Without writeback, dirty blocks stop at `dirty_max_pct`: the next write waits the
+    /// stall bound and fails; once the writeback task runs, writes go through again.
+    #[tokio::test]
+    async fn writes_wait_at_dirty_max_pct_until_writeback_makes_room() {
+        let cache = open(&[
+            ("dirty_low_pct", "1"),
+            ("dirty_high_pct", "2"),
+            ("dirty_max_pct", "2"),
+            ("write_stall_max_ms", "100"),
+            ("flush_period_s", "0"),
+        ]);
+        let max = (cache.capacity_blocks() * 2 / 100).max(1);
+        let block = Bytes::from(vec![7u8; 4096]);
+        for lba in 0..max {
+            cache
+                .do_write(lba * 4096, block.clone(), false)
+                .await
+                .expect("under the limit");
+        }
+        assert_eq!(cache.dirty_blocks(), max);
+        let started = std::time::Instant::now();
+        let err = cache
+            .do_write(max * 4096, block.clone(), false)
+            .await
+            .expect_err("at dirty_max_pct with no writeback");
+        assert!(
+            started.elapsed() >= std::time::Duration::from_millis(100),
+            "{err}"
+        );
+        let stats = &cache.io.shared.stats;
+        assert_eq!(stats.write_stalls.load(Relaxed), 1);
+        assert_eq!(stats.write_stall_timeouts.load(Relaxed), 1);
+        assert_eq!(
+            cache.dirty_blocks(),
+            max,
+            "the refused write left nothing dirty"
+        );
+        let task = cache.start();
+        cache
+            .do_write(max * 4096, block, false)
+            .await
+            .expect("writeback made room");
+        cache.interrupt();
+        task.await.expect("writeback task");
+    }
+}

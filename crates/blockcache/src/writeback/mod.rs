@@ -197,7 +197,7 @@ pub(crate) async fn run(cache: Arc<BlockCache>) {
             limit,
             oldest_first: urgent,
         };
-        let picks = wb.pick(io, t.flush_order(), &want, &mut cursor);
+        let picks = wb.pick(&io.shared.index, t.flush_order(), &want, &mut cursor);
         if picks.is_empty() {
             busy = false;
             if urgent || last_wm.elapsed() >= Duration::from_millis(500) {
