@@ -131,6 +131,8 @@ mod tests {
             ("dirty_max_pct", "2"),
             ("write_stall_max_ms", "100"),
             ("flush_period_s", "0"),
+            // The blocks are written in order: no sequential bypass.
+            ("seq_threshold_kb", "0"),
         ]);
         let max = (cache.capacity_blocks() * 2 / 100).max(1);
         let block = Bytes::from(vec![7u8; 4096]);
