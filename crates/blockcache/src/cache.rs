@@ -24,8 +24,11 @@ use crate::switch::ModeSwitch;
 use crate::tunables::{Mode, Tunables};
 use crate::writeback::Writeback;
 
+/// Flash stream of block records.
 pub(crate) const STREAM_DATA: u8 = 0;
+/// Flash stream of the watermark and warm-restart records.
 pub(crate) const STREAM_META: u8 = 2;
+/// Stripe locks (by LBA modulo this).
 pub(crate) const STRIPES: u64 = 1024;
 /// Largest single backing request the cache issues.
 pub(crate) const BACKING_IO: u64 = 1 << 20;
