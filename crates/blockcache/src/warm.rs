@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use flashtier_flash::{Flash, Location, RecordMeta};
 
+use crate::block_io::BlockIo;
 use crate::cache::{BlockCache, STREAM_META};
 use crate::error::Error;
 use crate::reclaim::Shared;
@@ -213,7 +214,7 @@ impl BlockCache {
         match &guards {
             Ok(_) => {
                 persist_watermark(&self.io).await;
-                match self.save_snapshot().await {
+                match self.io.shared.warm.save_snapshot(&self.io).await {
                     Ok(n) => report.clean_saved = n,
                     Err(e) => report.skipped = Some(e),
                 }
@@ -230,10 +231,14 @@ impl BlockCache {
         drop(guards);
         report
     }
+}
 
-    async fn save_snapshot(&self) -> Result<u64, String> {
+impl Warm {
+    /// Write the snapshot of `io`'s clean blocks and then the shutdown marker, each made
+    /// durable; returns the blocks listed. Caller holds every stripe lock.
+    async fn save_snapshot(&self, io: &BlockIo) -> Result<u64, String> {
         let (entries, m) = {
-            let mut index = self.io.shared.index.lock();
+            let mut index = io.shared.index.lock();
             let e: Vec<(u64, u64)> = index
                 .map
                 .iter()
@@ -242,12 +247,8 @@ impl BlockCache {
                 .collect();
             (e, index.take_version())
         };
-        self.io
-            .shared
-            .warm
-            .snapshot_version
-            .store(m, Ordering::Release);
-        let per = (CHUNK_MAX.min(self.io.flash.max_value_len(0)) / ENTRY_LEN).max(1);
+        io.shared.warm.snapshot_version.store(m, Ordering::Release);
+        let per = (CHUNK_MAX.min(io.flash.max_value_len(0)) / ENTRY_LEN).max(1);
         let mut buf = Vec::with_capacity(per * ENTRY_LEN);
         let mut chunks = 0u64;
         let deadline = Instant::now() + SHUTDOWN_WAIT;
@@ -262,41 +263,38 @@ impl BlockCache {
                 version: m,
                 entries: &buf,
             };
-            self.append_meta(chunk, deadline).await?;
+            Self::append_meta(io, chunk, deadline).await?;
             chunks += 1;
         }
-        self.io
-            .flash
+        io.flash
             .flush()
             .await
             .map_err(|e| format!("flushing the snapshot: {e}"))?;
         let mut marker = Vec::with_capacity(MARKER_LEN);
         marker.extend_from_slice(MAGIC);
-        for f in [
-            self.io.block_size,
-            self.io.nblocks,
-            chunks,
-            entries.len() as u64,
-        ] {
+        for f in [io.block_size, io.nblocks, chunks, entries.len() as u64] {
             marker.extend_from_slice(&f.to_le_bytes());
         }
         let record = BlockRecord::ShutdownMarker {
             version: m,
             marker: &marker,
         };
-        self.append_meta(record, deadline).await?;
-        self.io
-            .flash
+        Self::append_meta(io, record, deadline).await?;
+        io.flash
             .flush()
             .await
             .map_err(|e| format!("flushing the shutdown marker: {e}"))?;
         Ok(entries.len() as u64)
     }
 
-    async fn append_meta(&self, record: BlockRecord<'_>, deadline: Instant) -> Result<(), String> {
+    async fn append_meta(
+        io: &BlockIo,
+        record: BlockRecord<'_>,
+        deadline: Instant,
+    ) -> Result<(), String> {
         let rec = record.write();
         loop {
-            match self.io.flash.append(STREAM_META, &rec) {
+            match io.flash.append(STREAM_META, &rec) {
                 Ok(_) => return Ok(()),
                 Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)
                     if Instant::now() < deadline =>
