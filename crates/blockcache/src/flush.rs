@@ -174,3 +174,67 @@ impl BlockCache {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dirty(index: &Mutex<Index>, lba: u64) -> u64 {
+        let mut index = index.lock();
+        let version = index.take_version();
+        index.put(lba, lba, version, true);
+        version
+    }
+
+    #[test]
+    fn a_job_covers_what_was_dirty_and_an_extension_keeps_its_id() {
+        let (index, flushes) = (Mutex::new(Index::new(0)), Flushes::default());
+        assert_eq!(flushes.state(&index), FlushState::Idle);
+        let v1 = dirty(&index, 1);
+        let v2 = dirty(&index, 2);
+        let id = flushes.start(&index);
+        assert_eq!(id, 1);
+        index.lock().mark_clean(1, v1);
+        flushes.error();
+        assert_eq!(
+            flushes.state(&index),
+            FlushState::Running {
+                done: 1,
+                total: 2,
+                errors: 1
+            }
+        );
+        // Extended while running: same id, the new block counted, done kept.
+        dirty(&index, 3);
+        assert_eq!(flushes.start(&index), id);
+        assert!(matches!(
+            flushes.state(&index),
+            FlushState::Running {
+                done: 1,
+                total: 3,
+                ..
+            }
+        ));
+        // A block dirtied after the last start is not waited for.
+        let v3 = index.lock().map.get(3).map(|e| e.version).unwrap_or(0);
+        index.lock().mark_clean(2, v2);
+        index.lock().mark_clean(3, v3);
+        dirty(&index, 4);
+        assert!(matches!(
+            flushes.state(&index),
+            FlushState::Done {
+                total: 3,
+                errors: 1,
+                ..
+            }
+        ));
+        // Finished: errors no longer count, the next start is a new job.
+        flushes.error();
+        assert!(matches!(
+            flushes.state(&index),
+            FlushState::Done { errors: 1, .. }
+        ));
+        assert_eq!(flushes.start(&index), 2);
+        assert_eq!(flushes.id(), 2);
+    }
+}

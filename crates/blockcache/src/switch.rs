@@ -198,3 +198,49 @@ impl BlockCache {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leaving_writeback_starts_a_switch_that_ends_done_or_cancelled() {
+        let (tunables, switch) = (Tunables::default(), ModeSwitch::default());
+        assert!(switch.status(5).is_none());
+        let mut flushes = 0;
+        assert!(switch.change(
+            &tunables,
+            Mode::WriteThrough,
+            || 5,
+            || {
+                flushes += 1;
+                7
+            }
+        ));
+        assert_eq!(flushes, 1);
+        let s = switch.status(5).expect("a switch");
+        assert_eq!(
+            (s.id, s.from, s.to, s.phase),
+            (7, Mode::WriteBack, Mode::WriteThrough, SwitchPhase::Running)
+        );
+        // Through to around retargets the running switch; no new flush.
+        assert!(!switch.change(&tunables, Mode::WriteAround, || 5, || unreachable!()));
+        assert_eq!(
+            switch.status(3).map(|s| (s.to, s.dirty_left)),
+            Some((Mode::WriteAround, 3))
+        );
+        assert_eq!(switch.status(0).map(|s| s.phase), Some(SwitchPhase::Done));
+        assert_eq!(
+            switch.status(2).map(|s| s.phase),
+            Some(SwitchPhase::Done),
+            "stays done"
+        );
+        // A new switch, cancelled by going back to writeback.
+        tunables.set_mode(Mode::WriteBack);
+        assert!(switch.change(&tunables, Mode::WriteAround, || 4, || 8));
+        assert!(!switch.change(&tunables, Mode::WriteBack, || 4, || unreachable!()));
+        assert_eq!(tunables.mode(), Mode::WriteBack);
+        let s = switch.status(4).expect("the cancelled switch");
+        assert_eq!((s.id, s.phase), (8, SwitchPhase::Cancelled));
+    }
+}
