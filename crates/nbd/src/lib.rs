@@ -1,20 +1,20 @@
 //! The NBD protocol (NetworkBlockDevice/nbd `doc/proto.md`) for flashtier's block face: a
-//! server with concurrent, out-of-order request handling, a pipelined client, and block
-//! backends (file or block device, RAM, another NBD server). The block cache plugs in by
-//! implementing [`BlockBackend`]; this crate knows nothing of caching. Protocol coverage and
-//! an example: [`Server`].
+//! server with concurrent, out-of-order request handling, a pipelined client, and a block
+//! backend over another NBD server. The [`BlockBackend`](flashtier_backend::BlockBackend)
+//! trait and the file and memory backends live in `flashtier-backend`, below this crate and
+//! the block cache; this crate knows nothing of caching. Protocol coverage and an example:
+//! [`Server`].
 //!
 //! # Layout
 //! - [`proto`] (wire constants), [`codec`] (pure `&[u8]` parsers/encoders, the fuzz entry
-//!   points), [`error`] ([`Errno`], [`BackendError`], [`ParseError`], [`Error`]).
-//! - [`addr`] ([`ListenAddr`], [`NbdUri`]), [`open`] ([`open_backend`] from a path or URI),
-//!   [`backend`] ([`BlockBackend`], [`FileBackend`], [`MemoryBackend`]), [`server`]
-//!   ([`Server`], [`Export`], [`ServerConfig`]), [`client`] ([`NbdClient`], [`NbdClientBackend`]).
+//!   points), [`error`] ([`ParseError`], [`Error`]).
+//! - [`addr`] ([`ListenAddr`], [`NbdUri`]), [`open`] ([`open_backend`] from a path or URI,
+//!   `--backing`), [`server`] ([`Server`], [`Export`], [`ServerConfig`]), [`client`]
+//!   ([`NbdClient`], [`NbdClientBackend`]).
 
 #![deny(unsafe_code)]
 
 pub mod addr;
-pub mod backend;
 pub mod client;
 pub mod codec;
 pub mod error;
@@ -24,9 +24,6 @@ pub mod server;
 mod wire_io;
 
 pub use addr::{ListenAddr, NbdTarget, NbdUri};
-pub use backend::{
-    check_range, BackendFuture, BlockBackend, BlockSizes, FileBackend, MemoryBackend, ZeroFlags,
-};
 pub use client::{ExportInfo, NbdClient, NbdClientBackend};
 pub use codec::handshake::{
     parse_client_flags, parse_greeting, parse_info, parse_option, parse_option_reply_header,
@@ -35,7 +32,7 @@ pub use codec::handshake::{
 pub use codec::transmission::{
     parse_request_header, parse_simple_reply, Command, RequestHeader, SimpleReply,
 };
-pub use error::{BackendError, Errno, Error, ParseError};
+pub use error::{Error, ParseError};
 pub use open::{is_nbd_uri, open_backend};
 pub use server::{
     ConnectionInfo, Export, Listener, Server, ServerConfig, ServerStats, ShutdownHandle,

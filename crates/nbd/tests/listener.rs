@@ -8,10 +8,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use common::{runtime, Raw, TestDir, TestServer};
-use flashtier_nbd::{
-    proto, BackendFuture, BlockBackend, Export, ListenAddr, MemoryBackend, NbdClientBackend,
-    Server, ServerConfig, ZeroFlags,
-};
+use flashtier_backend::{BackendFuture, BlockBackend, MemoryBackend, ZeroFlags};
+use flashtier_nbd::{proto, Export, ListenAddr, NbdClientBackend, Server, ServerConfig};
 
 #[test]
 fn stale_unix_socket_is_replaced_but_live_socket_and_files_are_not() {

@@ -7,7 +7,7 @@ mod common;
 use block_common::{field, scratch, BlockServer, Rng};
 use bytes::Bytes;
 use common::http;
-use flashtier_nbd::BlockBackend;
+use flashtier_backend::BlockBackend;
 
 const SIZE: usize = 8 << 20;
 
