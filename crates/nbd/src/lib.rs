@@ -2,8 +2,7 @@
 //! server with concurrent, out-of-order request handling, a pipelined client, and a block
 //! backend over another NBD server. The [`BlockBackend`](flashtier_backend::BlockBackend)
 //! trait and the file and memory backends live in `flashtier-backend`, below this crate and
-//! the block cache; this crate knows nothing of caching. Protocol coverage and an example:
-//! [`Server`].
+//! the block cache; this crate knows nothing of caching. Coverage, example: [`Server`].
 //!
 //! # Layout
 //! - [`proto`] (wire constants), [`codec`] (pure `&[u8]` parsers/encoders, the fuzz entry
