@@ -66,6 +66,42 @@ pub enum Log {
     Main = 1,
 }
 
+/// A published RAM record and its header (see [`Arena::record`]).
+pub struct RecordRef<'a> {
+    arena: &'a Arena,
+    pub seg: u32,
+    pub off: usize,
+    mem: &'a [AtomicU64],
+    pub header: Header,
+}
+
+impl RecordRef<'_> {
+    /// True when the record holds exactly `key`.
+    pub fn key_eq(&self, key: &[u8]) -> bool {
+        record::key_eq(self.mem, self.off, &self.header, key)
+    }
+
+    /// Copy the key into `out`.
+    pub fn read_key(&self, out: &mut Vec<u8>) {
+        record::read_key(self.mem, self.off, &self.header, out);
+    }
+
+    /// Copy the value out.
+    pub fn value(&self) -> Bytes {
+        self.arena.read_value(self.seg, self.off, &self.header)
+    }
+
+    /// Set the flash home word.
+    pub fn set_home(&self, home: u64) {
+        record::set_home(self.mem, self.off, home);
+    }
+
+    /// Record an access (`fetched`, `last_access`).
+    pub fn mark_fetched(&self, now: u32) {
+        record::mark_fetched(self.mem, self.off, now);
+    }
+}
+
 /// Per-segment bookkeeping.
 #[derive(Debug)]
 pub struct SegSlot {
@@ -337,6 +373,27 @@ impl Arena {
             v.extend(self.mem(c));
         }
         v
+    }
+
+    /// The published record at index location `loc`, its header read: the one way the
+    /// store reads a RAM record. `None` only for a segment never allocated. Caller holds the
+    /// shard lock of a slot pointing at `loc` (invariant 1).
+    pub fn record(&self, loc: u64) -> Option<RecordRef<'_>> {
+        let (seg, off) = self.split(loc);
+        self.record_at(seg, off)
+    }
+
+    /// The record at word `off` of `seg`, for a walk over a sealed, quiet segment by the
+    /// `AllocState` holder (invariant 1b).
+    pub fn record_at(&self, seg: u32, off: usize) -> Option<RecordRef<'_>> {
+        let mem = self.mem(seg)?;
+        Some(RecordRef {
+            arena: self,
+            seg,
+            off,
+            mem,
+            header: record::header(mem, off),
+        })
     }
 
     /// Copy out the value of the record at `off` of `seg` (which may span chunks).

@@ -23,13 +23,14 @@ use std::sync::Arc;
 
 use flashtier_flash::{Flash, Location};
 
-use crate::arena::{Arena, Space};
+use crate::arena::{Arena, RecordRef, Space};
 use crate::config::{CacheConfig, EvictionPolicy, FlashDevices, StartError};
-use crate::flash_tier::{entry_of, packed_of, FlashTier};
+use crate::flash_tier::{entry_of, packed_of, FlashTier, STREAM};
 use crate::ghost::Ghost;
 use crate::hybrid::{block_on, Step, View};
 use crate::index::{Entry, Index, Pos, Shard, Tier};
 use crate::knobs::Tiering;
+use crate::kv_record::KvRecord;
 use crate::reclaim::Handler;
 use crate::record::{self, Header, F_FETCHED, F_STALE, F_WIN};
 use crate::recovery::Recovered;
@@ -228,7 +229,8 @@ impl Cache {
             Some(ft) if ft.closed.swap(true, Ordering::SeqCst) => Ok(()),
             Some(ft) => {
                 self.inner.write_back_due(u64::MAX);
-                ft.append_cas_checkpoint(self.inner.next_cas.load(Ordering::Relaxed));
+                let cas = self.inner.next_cas.load(Ordering::Relaxed);
+                ft.append(STREAM, &KvRecord::CasCheckpoint { cas });
                 ft.flash.close().map_err(|e| Error::Flash(e.to_string()))
             }
             None => Ok(()),
@@ -426,12 +428,6 @@ impl Inner {
         max_stored != 0 && self.flushed(max_stored, now)
     }
 
-    pub(crate) fn header_at(&self, loc: u64) -> Option<Header> {
-        let (seg, off) = self.arena.split(loc);
-        let m = self.arena.mem(seg)?;
-        Some(record::header(m, off))
-    }
-
     pub(crate) fn find_key(
         &self,
         shard: &Shard<'_>,
@@ -442,11 +438,7 @@ impl Inner {
             if e.tier != Tier::Ram {
                 return false;
             }
-            let (seg, off) = self.arena.split(e.loc);
-            match self.arena.mem(seg) {
-                Some(m) => record::key_eq(m, off, &record::header(m, off), key),
-                None => false,
-            }
+            self.arena.record(e.loc).is_some_and(|r| r.key_eq(key))
         })
     }
 
@@ -475,7 +467,13 @@ impl Inner {
     pub(crate) fn flushed_gone(&self, exptime: u32, hash: u64) {
         let expired = exptime != 0 && exptime <= self.now();
         if let (false, Some(ft)) = (expired, &self.ft) {
-            ft.append_tombstone(hash, &[]);
+            ft.append(
+                STREAM,
+                &KvRecord::Tombstone {
+                    key_id: hash,
+                    key: &[],
+                },
+            );
         }
     }
 
@@ -491,7 +489,13 @@ impl Inner {
         if h.home_loc().is_none() && h.flash_behind() {
             // Died before reaching flash over an older flash version: cover that one.
             if let Some(ft) = &self.ft {
-                ft.append_tombstone(hash, &[]);
+                ft.append(
+                    STREAM,
+                    &KvRecord::Tombstone {
+                        key_id: hash,
+                        key: &[],
+                    },
+                );
             }
         } else if h.flash_behind() {
             self.flushed_gone(h.exptime, hash);
@@ -513,9 +517,10 @@ impl Inner {
     }
 
     /// The item a RAM record holds.
-    pub(crate) fn item_at(&self, seg: u32, off: usize, h: &Header) -> Item {
+    pub(crate) fn item_at(&self, rec: &RecordRef<'_>) -> Item {
+        let h = &rec.header;
         Item {
-            value: self.arena.read_value(seg, off, h),
+            value: rec.value(),
             flags: h.flags,
             exptime: h.exptime,
             cas: h.cas,
@@ -532,18 +537,16 @@ impl Inner {
         e: Entry,
         now: u32,
     ) -> Result<Option<Item>, Error> {
-        let (seg, off) = self.arena.split(e.loc);
-        let m = self
+        let rec = self
             .arena
-            .mem(seg)
+            .record(e.loc)
             .ok_or(Error::Internal("indexed segment has no memory"))?;
-        let h = record::header(m, off);
-        if self.dead(&h, now) {
-            self.reclaim(shard, pos, &h, hash);
+        if self.dead(&rec.header, now) {
+            self.reclaim(shard, pos, &rec.header, hash);
             return Ok(None);
         }
-        let item = self.item_at(seg, off, &h);
-        record::mark_fetched(m, off, now);
+        let item = self.item_at(&rec);
+        rec.mark_fetched(now);
         shard.touch(pos);
         Ok(Some(item))
     }
@@ -555,7 +558,7 @@ impl Inner {
         if w.exptime != 0 && w.exptime <= now {
             let mut shard = self.index.lock(hash);
             let existing = self.find_key(&shard, hash, key);
-            let old = existing.and_then(|(_, e)| self.header_at(e.loc));
+            let old = existing.and_then(|(_, e)| self.arena.record(e.loc).map(|r| r.header));
             let cas = self.cas_for(w.cas, old.map(|h| h.cas));
             if let (Some((pos, _)), Some(h)) = (existing, old) {
                 self.unlink(&mut shard, pos, &h);
@@ -574,8 +577,8 @@ impl Inner {
         let existing = self.find_key(&shard, hash, key);
         // Like the model, `Keep` takes the CAS of whatever is stored, live or not.
         let old_cas = existing
-            .and_then(|(_, e)| self.header_at(e.loc))
-            .map(|h| h.cas);
+            .and_then(|(_, e)| self.arena.record(e.loc))
+            .map(|r| r.header.cas);
         h.cas = self.cas_for(w.cas, old_cas);
         if let Some(m) = self.arena.mem(space.seg) {
             record::set_cas(m, space.off, h.cas);
@@ -615,7 +618,7 @@ impl Inner {
         if at > now {
             self.flush_at.store(u64::from(at), Ordering::Relaxed);
             if let Some(ft) = &self.ft {
-                ft.append_flush(at);
+                ft.append(STREAM, &KvRecord::Flush { at });
             }
             return;
         }
@@ -624,8 +627,8 @@ impl Inner {
             let mut shard = self.index.lock_nth(i);
             shard.drain(|e| match e.tier {
                 Tier::Ram => {
-                    if let Some(h) = self.header_at(e.loc) {
-                        self.release_rec(e.loc, &h);
+                    if let Some(r) = self.arena.record(e.loc) {
+                        self.release_rec(e.loc, &r.header);
                     }
                 }
                 Tier::Flash => {
@@ -636,7 +639,7 @@ impl Inner {
             });
         }
         if let Some(ft) = &self.ft {
-            ft.append_flush(0);
+            ft.append(STREAM, &KvRecord::Flush { at: 0 });
         }
     }
 

@@ -7,15 +7,14 @@
 //!
 //! Threads: the caller's task; takes one shard lock at a time and never holds it across IO.
 use bytes::Bytes;
-use flashtier_flash::{kind, Location};
+use flashtier_flash::Location;
 
 use crate::cache::Cache;
 use crate::index::Tier;
-use crate::record::{self, F_FETCHED};
+use crate::kv_record::FlashItem;
+use crate::record::F_FETCHED;
 use crate::store::ItemInfo;
 
-/// Bytes before the value in a flash record's value field (CAS, stored, flags).
-const FLASH_PREFIX: usize = 16;
 /// Record header bytes counted in an item's size.
 const HEADER: u32 = 40;
 /// Flash reads in flight at once while dumping one shard.
@@ -38,16 +37,15 @@ impl Cache {
                     on_flash.push((e.loc, e.freq));
                     return;
                 }
-                let (seg, off) = inner.arena.split(e.loc);
-                let Some(m) = inner.arena.mem(seg) else {
+                let Some(rec) = inner.arena.record(e.loc) else {
                     return;
                 };
-                let h = record::header(m, off);
+                let h = rec.header;
                 if inner.dead(&h, now) {
                     return;
                 }
                 let mut key = Vec::with_capacity(usize::from(h.klen));
-                record::read_key(m, off, &h, &mut key);
+                rec.read_key(&mut key);
                 items.push(ItemInfo {
                     key: Bytes::from(key),
                     exptime: h.exptime,
@@ -90,19 +88,16 @@ fn flash_info(
     freq: u8,
     now: u32,
 ) -> Option<ItemInfo> {
-    let h = &rec.header;
-    let p = rec.value.get(..FLASH_PREFIX)?;
-    let cas = u64::from_le_bytes(p.get(0..8)?.try_into().ok()?);
-    let stored = u32::from_le_bytes(p.get(8..12)?.try_into().ok()?);
-    if h.kind != kind::PUT || inner.dead_at(h.exptime, stored, now) {
+    let item = FlashItem::decode(rec)?;
+    if inner.dead_at(item.exptime, item.stored, now) {
         return None;
     }
-    let value_len = (rec.value.len() - FLASH_PREFIX) as u32;
+    let value_len = item.value.len() as u32;
     Some(ItemInfo {
-        key: rec.key.clone(),
-        exptime: h.exptime,
-        last_access: stored,
-        cas,
+        key: item.key,
+        exptime: item.exptime,
+        last_access: item.stored,
+        cas: item.cas,
         fetched: freq > 0,
         value_len,
         size: HEADER + rec.key.len() as u32 + value_len,

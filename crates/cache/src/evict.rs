@@ -27,7 +27,7 @@
 //! time, and head locks under them.
 use std::sync::atomic::Ordering;
 
-use crate::arena::{AllocState, Log, Space};
+use crate::arena::{AllocState, Log, RecordRef, Space};
 use crate::cache::Inner;
 use crate::config::EvictionPolicy;
 use crate::flash_tier::entry_of;
@@ -199,7 +199,10 @@ impl Inner {
         let mut key = Vec::new();
         let mut off = 0;
         while off < end {
-            let h = record::header(m, off);
+            let Some(rec) = self.arena.record_at(seg, off) else {
+                break;
+            };
+            let h = rec.header;
             let n = h.words();
             if off + n > end {
                 break;
@@ -208,7 +211,7 @@ impl Inner {
                 off += n;
                 continue;
             }
-            record::read_key(m, off, &h, &mut key);
+            rec.read_key(&mut key);
             let hash = self.index.hash(&key);
             let loc = self.arena.loc(seg, off);
             let mut shard = self.index.lock(hash);
@@ -258,9 +261,9 @@ impl Inner {
                         self.arena.finish(sp);
                         Counters::add(counter, 1);
                     }
-                    None => self.evict_record(&mut shard, pos, &h, hash, mode, &key, seg, off),
+                    None => self.evict_record(&mut shard, pos, &rec, hash, mode, &key),
                 },
-                None => self.evict_record(&mut shard, pos, &h, hash, mode, &key, seg, off),
+                None => self.evict_record(&mut shard, pos, &rec, hash, mode, &key),
             }
             off += n;
         }
@@ -269,19 +272,17 @@ impl Inner {
 
     /// A live record S3-FIFO does not keep in RAM: demote it to its flash home (the slot
     /// becomes a flash slot, the item stays), or drop it if it has none and cannot get one.
-    #[allow(clippy::too_many_arguments)]
     fn evict_record(
         &self,
         shard: &mut crate::index::Shard<'_>,
         pos: crate::index::Pos,
-        h: &record::Header,
+        rec: &RecordRef<'_>,
         hash: u64,
         mode: Mode,
         key: &[u8],
-        seg: u32,
-        off: usize,
     ) {
-        if let Demotion::Moved { loc } = self.offer(h, hash, key, seg, off) {
+        let h = &rec.header;
+        if let Demotion::Moved { loc } = self.offer(rec, hash, key) {
             let e = shard.get(pos);
             self.release(e.loc, h.words());
             shard.set(pos, entry_of(loc, demoted_freq(h.rflags)));

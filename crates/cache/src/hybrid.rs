@@ -26,8 +26,9 @@ use flashtier_flash::Location;
 
 use crate::arena::{Log, Space};
 use crate::cache::{Existing, Inner, Reserved};
-use crate::flash_tier::{flash_err, home_word, is_corrupt, packed_of, FlashItem};
+use crate::flash_tier::{flash_err, home_word, is_corrupt, packed_of, FlashItem, STREAM};
 use crate::index::{self, Entry, Pos, Shard, Tier};
+use crate::kv_record::KvRecord;
 use crate::record::{self, Header, F_FETCHED, F_STALE, F_WIN};
 use crate::stats::Counters;
 use crate::{Error, Item, ItemMeta, Update};
@@ -377,8 +378,8 @@ impl Inner {
     ) {
         match existing {
             Some(Existing::Ram(pos, e)) => {
-                if let Some(h) = self.header_at(e.loc) {
-                    self.unlink(shard, pos, &h);
+                if let Some(r) = self.arena.record(e.loc) {
+                    self.unlink(shard, pos, &r.header);
                 }
             }
             Some(Existing::Flash(pos, e)) => {
@@ -396,7 +397,7 @@ impl Inner {
         }
         if had_flash {
             if let Some(ft) = &self.ft {
-                ft.append_tombstone(hash, key);
+                ft.append(STREAM, &KvRecord::Tombstone { key_id: hash, key });
             }
         }
     }
@@ -432,12 +433,11 @@ impl Inner {
             let mut had_flash = false;
             let mut old_since = None;
             if let Some((pos, e)) = self.find_key(&shard, hash, key) {
-                let (seg, off) = self.arena.split(e.loc);
-                let m = self
+                let rec = self
                     .arena
-                    .mem(seg)
+                    .record(e.loc)
                     .ok_or(Error::Internal("indexed segment lost"))?;
-                let h = record::header(m, off);
+                let h = rec.header;
                 stored_cas = Some(h.cas);
                 if self.dead(&h, now) {
                     self.reclaim(&mut shard, pos, &h, hash);
@@ -445,7 +445,7 @@ impl Inner {
                 } else {
                     had_flash = h.flash_behind();
                     old_since = h.dirty_since();
-                    current = Some(self.item_at(seg, off, &h));
+                    current = Some(self.item_at(&rec));
                     existing = Some(Existing::Ram(pos, e));
                 }
             } else if self.ft.is_some() {
@@ -549,8 +549,10 @@ impl Inner {
         let mut shard = self.index.lock(hash);
         if let Some((pos, e)) = self.find_key(&shard, hash, key) {
             let h = self
-                .header_at(e.loc)
-                .ok_or(Error::Internal("indexed segment lost"))?;
+                .arena
+                .record(e.loc)
+                .ok_or(Error::Internal("indexed segment lost"))?
+                .header;
             if self.dead(&h, now) {
                 self.reclaim(&mut shard, pos, &h, hash);
                 return Ok(Step::Done(false));

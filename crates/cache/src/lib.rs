@@ -72,6 +72,7 @@ mod hybrid;
 pub mod index;
 pub mod item;
 pub mod knobs;
+mod kv_record;
 pub mod model;
 mod publish;
 mod reclaim;

@@ -115,8 +115,8 @@ impl Inner {
         };
         match existing {
             Some(Existing::Ram(pos, old)) => {
-                if let Some(oh) = self.header_at(old.loc) {
-                    self.release_rec(old.loc, &oh);
+                if let Some(r) = self.arena.record(old.loc) {
+                    self.release_rec(old.loc, &r.header);
                 }
                 entry.freq = old.freq;
                 shard.set(pos, entry);

@@ -28,13 +28,14 @@
 //! never comes up the gate is closed and everything is dropped.
 use std::sync::{Arc, Weak};
 
-use flashtier_flash::{kind, Decision, Location, LostRecord, ReclaimHandler, RecordMeta};
+use flashtier_flash::{Decision, Location, LostRecord, ReclaimHandler, RecordMeta};
 use parking_lot::{Condvar, Mutex};
 
 use crate::cache::Inner;
-use crate::flash_tier::{entry_of, home_word, packed_of, KIND_FLUSH};
+use crate::flash_tier::{entry_of, home_word, packed_of};
 use crate::index::{Pos, Shard, Tier};
-use crate::record::{self, F_FETCHED, HOME_OLDER};
+use crate::kv_record::KvKind;
+use crate::record::{F_FETCHED, HOME_OLDER};
 use crate::stats::Counters;
 
 enum Gate {
@@ -95,11 +96,10 @@ impl Inner {
         let found = shard.find(m.key_id, |e| match e.tier {
             Tier::Flash => packed_of(&e) == packed,
             Tier::Ram => {
-                let (seg, off) = self.arena.split(e.loc);
                 let hit = self
                     .arena
-                    .mem(seg)
-                    .is_some_and(|mem| record::header(mem, off).home == home);
+                    .record(e.loc)
+                    .is_some_and(|r| r.header.home == home);
                 if hit {
                     ram_loc = Some(e.loc);
                 }
@@ -113,9 +113,8 @@ impl Inner {
     }
 
     fn set_ram_home(&self, loc: u64, home: u64) {
-        let (seg, off) = self.arena.split(loc);
-        if let Some(mem) = self.arena.mem(seg) {
-            record::set_home(mem, off, home);
+        if let Some(r) = self.arena.record(loc) {
+            r.set_home(home);
         }
     }
 
@@ -147,10 +146,10 @@ impl Inner {
         let Some(ft) = &self.ft else {
             return Decision::Drop;
         };
-        match m.kind {
-            kind::PUT => {}
-            KIND_FLUSH if ft.is_current_marker(m.kind, m.version) => return Decision::Keep,
-            kind::TOMBSTONE if ft.has_room() => return Decision::Keep,
+        match KvKind::of(m) {
+            KvKind::Put => {}
+            KvKind::Flush { .. } if ft.is_current_marker(m) => return Decision::Keep,
+            KvKind::Tombstone if ft.has_room() => return Decision::Keep,
             _ => return Decision::Drop,
         }
         let mut shard = self.index.lock(m.key_id);
@@ -180,7 +179,7 @@ impl Inner {
     }
 
     fn reclaim_relocated(&self, m: &RecordMeta, new: Location) -> bool {
-        if m.kind != kind::PUT {
+        if KvKind::of(m) != KvKind::Put {
             // A kept marker or tombstone: nothing points at it; its new copy is live.
             return true;
         }
@@ -215,7 +214,7 @@ impl Inner {
         let (mut in_ram, mut lost, mut again, mut failed) = (0u64, 0u64, 0u64, 0u64);
         for r in recs {
             let m = &r.meta;
-            if m.kind != kind::PUT {
+            if KvKind::of(m) != KvKind::Put {
                 if ft.append_again(m, r.record.as_ref()) {
                     again += 1;
                 } else {

@@ -29,7 +29,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::arena::{AllocState, Log};
 use crate::cache::Inner;
 use crate::evict::Mode;
-use crate::record::{self, F_FILLER};
+use crate::record::F_FILLER;
 use crate::stats::Counters;
 
 /// Handle of the sweeper thread; dropping it stops and joins the thread.
@@ -170,14 +170,14 @@ impl Inner {
     /// Words of expired records in a sealed, quiet segment (live or not); updates the
     /// segment's `min_exp` hint. Caller holds `AllocState`.
     fn expired_words(&self, seg: u32, end: usize, now: u32) -> u64 {
-        let Some(m) = self.arena.mem(seg) else {
-            return 0;
-        };
         let mut off = 0;
         let mut expired = 0u64;
         let mut next_min = u32::MAX;
         while off < end {
-            let h = record::header(m, off);
+            let Some(rec) = self.arena.record_at(seg, off) else {
+                return 0;
+            };
+            let h = rec.header;
             let n = h.words();
             if h.rflags & F_FILLER == 0 && h.exptime != 0 {
                 if h.exptime <= now {

@@ -16,8 +16,10 @@
 //! arena's `AllocState` lock and the key's shard lock; the flash engine's lock is a leaf.
 use flashtier_flash::Location;
 
+use crate::arena::RecordRef;
 use crate::cache::Inner;
-use crate::record::{Header, F_STALE, F_WIN};
+use crate::flash_tier::STREAM;
+use crate::kv_record::{KvRecord, Put};
 use crate::stats::Counters;
 
 /// What to do with a live item the RAM tier is evicting.
@@ -31,26 +33,18 @@ pub enum Demotion {
 }
 
 impl Inner {
-    /// Decide the fate of the evicted live record `h` of `key` at (`seg`, `off`).
-    pub(crate) fn offer(
-        &self,
-        h: &Header,
-        hash: u64,
-        key: &[u8],
-        seg: u32,
-        off: usize,
-    ) -> Demotion {
+    /// Decide the fate of the evicted live record `rec` of `key`.
+    pub(crate) fn offer(&self, rec: &RecordRef<'_>, hash: u64, key: &[u8]) -> Demotion {
+        let h = &rec.header;
         let Some(ft) = &self.ft else {
             return Demotion::Drop;
         };
         let loc = match h.home_loc() {
             Some(p) => Location::unpack(p),
             None => {
-                let value = self.arena.read_value(seg, off, h);
-                let rflags = h.rflags & (F_STALE | F_WIN);
-                match ft.append_put(
-                    hash, key, &value, h.flags, h.exptime, h.cas, h.stored, rflags,
-                ) {
+                let value = rec.value();
+                let put = Put::of(hash, key, &value, h);
+                match ft.append(STREAM, &KvRecord::Put(put)) {
                     Some(loc) => loc,
                     None => return Demotion::Drop,
                 }

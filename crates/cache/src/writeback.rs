@@ -22,9 +22,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::cache::Inner;
-use crate::flash_tier::home_word;
+use crate::flash_tier::{home_word, STREAM};
 use crate::index::Tier;
-use crate::record::{self, dirty_word, Header, F_STALE, F_WIN, HOME_OLDER};
+use crate::kv_record::{KvRecord, Put};
+use crate::record::{dirty_word, Header, HOME_OLDER};
 use crate::sweeper::Sweeper;
 
 /// How often the write-back thread looks for due versions.
@@ -93,10 +94,7 @@ impl Inner {
             });
             return dirty_word(since, older);
         }
-        let rflags = h.rflags & (F_STALE | F_WIN);
-        match ft.append_put(
-            hash, key, value, h.flags, h.exptime, h.cas, h.stored, rflags,
-        ) {
+        match ft.append(STREAM, &KvRecord::Put(Put::of(hash, key, value, h))) {
             Some(loc) => home_word(loc),
             None => no_home,
         }
@@ -115,45 +113,38 @@ impl Inner {
                 let due = shard.find(hash, |e| {
                     e.tier == Tier::Ram
                         && self
-                            .header_at(e.loc)
-                            .is_some_and(|h| h.dirty_since().is_some_and(|s| s <= cutoff))
+                            .arena
+                            .record(e.loc)
+                            .is_some_and(|r| r.header.dirty_since().is_some_and(|s| s <= cutoff))
                 });
                 let Some((_, e)) = due else { break };
-                let (seg, off) = self.arena.split(e.loc);
-                let Some(m) = self.arena.mem(seg) else { break };
-                let h = record::header(m, off);
+                let Some(rec) = self.arena.record(e.loc) else {
+                    break;
+                };
+                let h = rec.header;
                 let no_home = if h.flash_behind() { HOME_OLDER } else { 0 };
-                record::read_key(m, off, &h, &mut key);
+                rec.read_key(&mut key);
                 let key_id = self.index.hash(&key);
                 if self.dead(&h, now) {
                     // Expired or flushed before reaching flash: an older flash version must
                     // not outlive it (after a restart it would be served).
                     if h.flash_behind() {
-                        ft.append_tombstone(key_id, &key);
+                        let key = &key;
+                        ft.append(STREAM, &KvRecord::Tombstone { key_id, key });
                     }
-                    record::set_home(m, off, 0);
+                    rec.set_home(0);
                     continue;
                 }
-                let value = self.arena.read_value(seg, off, &h);
-                let rflags = h.rflags & (F_STALE | F_WIN);
-                let home = match ft.append_put_to(
-                    ft.hot_stream,
-                    key_id,
-                    &key,
-                    &value,
-                    h.flags,
-                    h.exptime,
-                    h.cas,
-                    h.stored,
-                    rflags,
-                ) {
+                let value = rec.value();
+                let put = Put::of(key_id, &key, &value, &h);
+                let home = match ft.append(ft.hot_stream, &KvRecord::Put(put)) {
                     Some(loc) => {
                         n += 1;
                         home_word(loc)
                     }
                     None => no_home,
                 };
-                record::set_home(m, off, home);
+                rec.set_home(home);
             }
         }
         if n > 0 {
