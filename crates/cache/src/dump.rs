@@ -9,10 +9,10 @@
 use bytes::Bytes;
 use flashtier_flash::Location;
 
-use crate::cache::Cache;
-use crate::index::Tier;
-use crate::kv_record::FlashItem;
-use crate::record::F_FETCHED;
+use crate::engine::Cache;
+use crate::flash_tier::kv_record::FlashItem;
+use crate::ram::index::Tier;
+use crate::ram::record::F_FETCHED;
 use crate::store::ItemInfo;
 
 /// Record header bytes counted in an item's size.
@@ -23,7 +23,7 @@ const READ_BATCH: usize = 64;
 impl Cache {
     /// The live items of index shard `shard` (see the module docs).
     pub(crate) async fn dump_shard(&self, shard: usize) -> Vec<ItemInfo> {
-        let inner: &crate::cache::Inner = &self.inner;
+        let inner: &crate::engine::Inner = &self.inner;
         if shard >= inner.index.shard_count() {
             return Vec::new();
         }
@@ -83,7 +83,7 @@ impl Cache {
 
 /// The dump line of a flash record, if it is a live item.
 fn flash_info(
-    inner: &crate::cache::Inner,
+    inner: &crate::engine::Inner,
     rec: &flashtier_flash::Record,
     freq: u8,
     now: u32,

@@ -203,7 +203,7 @@ pub fn validate_knobs(fs: &FlashSettings, changes: &[(String, String)]) -> Resul
     Ok(())
 }
 
-impl crate::cache::Inner {
+impl crate::engine::Inner {
     /// Every knob with its current value: the tiering knobs, then the engine's. Empty
     /// without flash.
     pub(crate) fn knobs(&self) -> Vec<(String, String)> {

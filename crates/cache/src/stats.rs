@@ -22,6 +22,9 @@
 //!   `segment_size`, `index_shards`, `hash_seed`, `sweep_interval_ms`.
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use crate::config::EvictionPolicy;
+use crate::StoreStats;
+
 /// The RAM tier's event counters.
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -51,9 +54,58 @@ impl Counters {
     }
 }
 
-impl crate::cache::Inner {
+impl crate::engine::Inner {
+    pub(crate) fn stats(&self) -> StoreStats {
+        let c = &self.counters;
+        StoreStats {
+            curr_items: self.index.len(),
+            total_items: Counters::get(&c.total_items),
+            bytes: Counters::get(&c.live_bytes),
+            limit_maxbytes: self.arena.limit(),
+            evictions: Counters::get(&c.evictions),
+            reclaimed: Counters::get(&c.reclaimed),
+            expired_unfetched: Counters::get(&c.expired_unfetched),
+            evicted_unfetched: Counters::get(&c.evicted_unfetched),
+        }
+    }
+
+    pub(crate) fn stats_section(&self, section: &str) -> Option<Vec<(String, String)>> {
+        let kv = |k: &str, v: String| (k.to_string(), v);
+        match section {
+            "settings" => Some(vec![
+                kv("maxbytes", self.cfg.memory_limit.to_string()),
+                kv("item_size_max", self.cfg.max_item_size.to_string()),
+                kv(
+                    "evictions",
+                    if self.cfg.evict_to_free { "on" } else { "off" }.into(),
+                ),
+                kv(
+                    "eviction_policy",
+                    match self.cfg.eviction {
+                        EvictionPolicy::S3Fifo => "s3fifo".into(),
+                        EvictionPolicy::Fifo => "fifo".into(),
+                    },
+                ),
+                kv("segment_size", self.cfg.segment_size.to_string()),
+                kv("index_shards", self.cfg.index_shards.to_string()),
+                kv("hash_seed", self.cfg.hash_seed.to_string()),
+                kv(
+                    "sweep_interval_ms",
+                    self.cfg
+                        .sweep_interval
+                        .map_or(0, |d| d.as_millis())
+                        .to_string(),
+                ),
+            ]),
+            "slabs" => Some(self.slabs_stats()),
+            "items" => Some(self.items_stats()),
+            "extstore" => self.extstore_stats(),
+            _ => None,
+        }
+    }
+
     /// Index entries of `tier` (walks every shard).
-    fn count_tier(&self, tier: crate::index::Tier) -> u64 {
+    fn count_tier(&self, tier: crate::ram::index::Tier) -> u64 {
         (0..self.index.shard_count())
             .map(|i| self.index.lock_nth(i).count_tier(tier) as u64)
             .sum()
@@ -61,7 +113,7 @@ impl crate::cache::Inner {
 
     /// `stats slabs` in memcached's shape (see the module docs).
     pub(crate) fn slabs_stats(&self) -> Vec<(String, String)> {
-        use crate::arena::Log;
+        use crate::ram::arena::Log;
         let seg = self.cfg.segment_size as u64;
         let st = self.arena.state.lock();
         let large = st
@@ -117,8 +169,8 @@ impl crate::cache::Inner {
 
     /// `stats items` in memcached's shape (see the module docs).
     pub(crate) fn items_stats(&self) -> Vec<(String, String)> {
-        use crate::arena::Log;
-        use crate::index::Tier;
+        use crate::ram::arena::Log;
+        use crate::ram::index::Tier;
         let c = &self.counters;
         let g = Counters::get;
         let now = self.now();

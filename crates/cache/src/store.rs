@@ -8,8 +8,8 @@ use std::future::Future;
 
 use flashtier_flash::Flash;
 
-use crate::cache::Cache;
 use crate::clock::Clock;
+use crate::engine::Cache;
 use crate::{Error, Item, ItemWrite, Update};
 
 /// Counters a store exposes through `stats` (general section). Other sections come from the

@@ -26,10 +26,10 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::arena::{AllocState, Log};
-use crate::cache::Inner;
-use crate::evict::Mode;
-use crate::record::F_FILLER;
+use crate::engine::Inner;
+use crate::ram::arena::{AllocState, Log};
+use crate::ram::evict::Mode;
+use crate::ram::record::F_FILLER;
 use crate::stats::Counters;
 
 /// Handle of the sweeper thread; dropping it stops and joins the thread.

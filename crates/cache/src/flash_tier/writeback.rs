@@ -21,12 +21,12 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::cache::Inner;
+use crate::engine::Inner;
+use crate::flash_tier::kv_record::{KvRecord, Put};
 use crate::flash_tier::{home_word, STREAM};
-use crate::index::Tier;
-use crate::kv_record::{KvRecord, Put};
-use crate::record::{dirty_word, Header, HOME_OLDER};
-use crate::sweeper::Sweeper;
+use crate::ram::index::Tier;
+use crate::ram::record::{dirty_word, Header, HOME_OLDER};
+use crate::ram::sweeper::Sweeper;
 
 /// How often the write-back thread looks for due versions.
 pub(crate) const PASS_EVERY: Duration = Duration::from_millis(100);

@@ -158,11 +158,6 @@ impl Table {
         self.len
     }
 
-    /// True when no entry is stored.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Bytes of RAM the table's buckets occupy.
     pub fn memory_bytes(&self) -> usize {
         self.buckets.capacity() * std::mem::size_of::<Bucket>()
@@ -356,11 +351,6 @@ impl Index {
         xxh3_64_with_seed(key, self.seed)
     }
 
-    /// The hash seed (stored on flash later so a restart hashes the same way).
-    pub fn seed(&self) -> u64 {
-        self.seed
-    }
-
     /// Lock the shard owning `hash`.
     pub fn lock(&self, hash: u64) -> Shard<'_> {
         let i = (hash & self.mask) as usize;
@@ -386,11 +376,6 @@ impl Index {
     /// Entries stored (all shards).
     pub fn len(&self) -> u64 {
         self.len.load(Ordering::Relaxed)
-    }
-
-    /// True when no entry is stored.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Bytes of RAM all tables occupy (the `Vec<Bucket>` allocations; the shard array itself

@@ -27,15 +27,15 @@
 //! time, and head locks under them.
 use std::sync::atomic::Ordering;
 
-use crate::arena::{AllocState, Log, RecordRef, Space};
-use crate::cache::Inner;
 use crate::config::EvictionPolicy;
+use crate::engine::Inner;
+use crate::flash_tier::demote::Demotion;
 use crate::flash_tier::entry_of;
-use crate::index::{Entry, Tier};
-use crate::reclaim::demoted_freq;
-use crate::record::{self, F_FETCHED, F_FILLER};
+use crate::flash_tier::reclaim::demoted_freq;
+use crate::ram::arena::{AllocState, Log, RecordRef, Space};
+use crate::ram::index::{Entry, Tier};
+use crate::ram::record::{self, F_FETCHED, F_FILLER};
 use crate::stats::Counters;
-use crate::tier::Demotion;
 use crate::Error;
 
 /// What a drain does with live records.
@@ -274,8 +274,8 @@ impl Inner {
     /// becomes a flash slot, the item stays), or drop it if it has none and cannot get one.
     fn evict_record(
         &self,
-        shard: &mut crate::index::Shard<'_>,
-        pos: crate::index::Pos,
+        shard: &mut crate::ram::index::Shard<'_>,
+        pos: crate::ram::index::Pos,
         rec: &RecordRef<'_>,
         hash: u64,
         mode: Mode,

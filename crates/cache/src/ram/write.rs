@@ -4,16 +4,26 @@
 //! recovery) goes reserve → write with no lock → publish under the key's shard lock.
 use std::sync::atomic::Ordering;
 
-use crate::arena::{Log, Space};
+use crate::ram::arena::{Log, Space};
 use flashtier_flash::Location;
 
-use crate::cache::{Existing, Inner};
 use crate::config::EvictionPolicy;
+use crate::engine::Inner;
 use crate::flash_tier::packed_of;
-use crate::index::{self, Entry, Shard, Tier};
-use crate::record::{self, Header, F_STALE, F_WIN};
+use crate::ram::index::{self, Entry, Pos, Shard, Tier};
+use crate::ram::record::{self, Header, F_STALE, F_WIN};
 use crate::stats::Counters;
 use crate::{CasMode, Error, ItemWrite};
+
+/// The slot a write replaces.
+pub(crate) enum Existing {
+    /// A RAM record.
+    Ram(Pos, Entry),
+    /// A flash slot whose record was read and holds the key.
+    Flash(Pos, Entry),
+    /// Flash slots taken as the key's without reading (packed locations; see `hybrid`).
+    Blind(Vec<u64>),
+}
 
 impl Inner {
     pub(crate) fn cas_for(&self, mode: CasMode, old: Option<u64>) -> u64 {

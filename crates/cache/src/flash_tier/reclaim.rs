@@ -31,11 +31,11 @@ use std::sync::{Arc, Weak};
 use flashtier_flash::{Decision, Location, LostRecord, ReclaimHandler, RecordMeta};
 use parking_lot::{Condvar, Mutex};
 
-use crate::cache::Inner;
+use crate::engine::Inner;
+use crate::flash_tier::kv_record::KvKind;
 use crate::flash_tier::{entry_of, home_word, packed_of};
-use crate::index::{Pos, Shard, Tier};
-use crate::kv_record::KvKind;
-use crate::record::{F_FETCHED, HOME_OLDER};
+use crate::ram::index::{Pos, Shard, Tier};
+use crate::ram::record::{F_FETCHED, HOME_OLDER};
 use crate::stats::Counters;
 
 enum Gate {
@@ -84,8 +84,8 @@ impl Handler {
 
 /// Where a record is referenced from.
 enum Ref {
-    Flash(Pos, crate::index::Entry),
-    Ram(Pos, crate::index::Entry, u64),
+    Flash(Pos, crate::ram::index::Entry),
+    Ram(Pos, crate::ram::index::Entry, u64),
 }
 
 impl Inner {
@@ -167,7 +167,7 @@ impl Inner {
         if !expired && e.freq > 0 {
             shard.set(
                 pos,
-                crate::index::Entry {
+                crate::ram::index::Entry {
                     freq: e.freq - 1,
                     ..e
                 },

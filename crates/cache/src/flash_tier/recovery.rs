@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use flashtier_flash::{Location, RecordMeta};
 
-use crate::kv_record::KvKind;
+use crate::flash_tier::kv_record::KvKind;
 
 #[derive(Clone, Copy, Debug)]
 struct Best {
@@ -127,7 +127,7 @@ impl Recovered {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv_record::KvRecord;
+    use crate::flash_tier::kv_record::KvRecord;
     use flashtier_flash::kind;
 
     /// The engine kind of an immediate `flush_all` marker.

@@ -15,7 +15,7 @@
 use bytes::Bytes;
 use flashtier_flash::{kind, Record, RecordMeta, RecordWrite};
 
-use crate::record::{Header, F_STALE, F_WIN};
+use crate::ram::record::{Header, F_STALE, F_WIN};
 
 /// Bytes of a PUT value's prefix.
 pub const PREFIX: usize = 16;

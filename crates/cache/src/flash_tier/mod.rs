@@ -1,68 +1,32 @@
-//! The flash tier under the RAM store: write-back (or write-through), flash-resident slots, reads.
-//!
-//! # Policy
-//! - **Write-back** (`writeback`, knob `write_back_ms`; 0 = write-through). Every stored
-//!   version (SET, and every `Update::Put`: append, incr, cas, touch, ...) is kept in RAM and
-//!   appended to flash when RAM evicts it or after the window, whichever is first; once
-//!   appended, the RAM copy's record remembers the flash location (its *home*, `record` word
-//!   4). In write-through mode the append happens at the store. When S3-FIFO evicts
-//!   the RAM copy, the index slot is rewritten in place (same shard lock) to the flash tier and
-//!   the home location, so the item never disappears: **no item is evicted while flash has
-//!   room**. Items leave only by expiry, delete/overwrite, or flash reclaim when flash is full.
-//! - **Flash record.** `key_id` = the index hash of the key (seeded with the seed stored on
-//!   flash); `version` = a per-cache sequence that only grows and is ≥ the item's CAS (so the
-//!   highest version is the newest write of a key, even for `CasMode::Explicit` CAS values
-//!   lower than the previous one); `flags` = client flags; `exptime`; value = a 16-byte
-//!   prefix (CAS u64, stored-time u32, stale/win bits u8, 3 zero bytes, little-endian) + the
-//!   value. Deletes append a tombstone with a fresh version; `flush_all` appends a marker
-//!   (immediate, or delayed to the flush time; every record kind is in `kv_record`).
-//! - **Back-pressure and faults never fail a store.** If the write buffers are all in
-//!   flight, or no segment is free while reclaim frees one, the append waits up to `append_wait_ms` (knob; holding its key's shard lock) and
-//!   then, like on `NoSpace`, a value too large for a flash chunk or one smaller than the
-//!   `item_size` knob (default 0), or an engine with no device taking writes (all failing
-//!   or offline after write errors), stores the item in RAM only (counted in
-//!   `extstore_write_skipped`); when such an item is later evicted from RAM the append is
-//!   retried once, and only if that fails too is it dropped (counted as an eviction). As
-//!   memcached with extstore, a SET never fails because flash has trouble.
-//! - **Failed writes.** An append is a memory copy; the chunk write to the device happens
-//!   later. When it fails for good the engine reports the chunk's records (`lost`, see
-//!   `reclaim`): a RAM copy whose home was there loses its home (it stays in RAM and is
-//!   appended again when RAM evicts it; `extstore_write_failed_in_ram`); a flash-only slot
-//!   there is removed (`extstore_write_failed_lost`, logged); a lost tombstone or marker is
-//!   appended again with its own version.
-//! - **Reads.** A slot on flash is read (`Flash::read`, awaited), then `key_id`, kind, key and
-//!   expiry are checked; a record of another key (a 41-bit tag collision) is skipped. A
-//!   checksum failure or a location whose segment was freed under a still-current slot is
-//!   never served: the slot is removed, `extstore_checksum_failures` counts it, and the key
-//!   reads as a miss. Any other read error fails the request with `Error::Flash`.
-//! - **Promotion.** The 2 frequency bits of a flash slot count hits since the item went to
-//!   flash (a RAM copy that had been fetched is demoted with frequency 1). A hit on a flash
-//!   slot whose frequency is already ≥ 1 — a repeat hit, every `recache_rate`-th one (knob,
-//!   default 1 = all) — copies the item back into RAM's small log with frequency 0, S3-FIFO's
-//!   probation (the home stays the same flash record, nothing is written to flash; a copy
-//!   not hit again is evicted at no cost). If the small log's open segment has room the
-//!   copy is published under the shard lock of the GET; otherwise the GET answers, and then,
-//!   with no lock held, reserves space the way a SET does (which may evict; evicting a RAM
-//!   copy of a flash item only turns its slot back into a flash slot), writes the copy, and
-//!   publishes it only if the key's slot is still the flash slot that was read — else the
-//!   space is abandoned (`extstore_promotions_abandoned`). At most [`MAX_PROMOTING`] such
-//!   promotions run at once. A first hit only raises the frequency.
-//! - **Metadata on flash.** `fetched` of a flash item is "frequency > 0"; `last_access` is the
-//!   time it was stored (a flash record is immutable; the time of a hit that did not promote
-//!   is not kept). Both are exact again once the item is back in RAM.
+//! The flash tier under the RAM tier: [`FlashTier`] owns the flash engine and what the cache
+//! keeps about it (versions, the newest flush markers, tiering knobs, counters, the write-back
+//! queue). Every stored version is kept in RAM dirty and appended when RAM evicts it or after
+//! the write-back window; an evicted RAM copy becomes a flash slot at its home, so no item is
+//! evicted while flash has room. An append never fails a store: back-pressure, a value flash
+//! will not take or a failing device leave the item in RAM only. The full policy (reads,
+//! promotion, failed writes, reclaim) is in docs/eviction.md, "The flash tier's rules".
 //!
 //! # Threads
-//! Any caller thread appends and reads; the engine's reclaimer calls `reclaim`'s handler.
-//! Appends happen under the key's index shard lock (the engine's lock is a leaf below it).
+//! Any caller appends and reads; the write-back thread appends; the engine's reclaimer calls
+//! `reclaim`'s handler. Appends happen under the key's shard lock (the engine's lock is a leaf
+//! below it).
+pub(crate) mod demote;
+pub(crate) mod kv_record;
+pub(crate) mod promote;
+pub(crate) mod read;
+pub(crate) mod reclaim;
+pub(crate) mod recovery;
+pub(crate) mod writeback;
+
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use flashtier_flash::{Flash, FlashInfo, Location, Record, RecordMeta, RecordWrite};
 
-use crate::index::{Entry, Tier, LOC_BITS, MAX_LOC};
+pub use crate::flash_tier::kv_record::FlashItem;
+use crate::flash_tier::kv_record::{KvKind, KvRecord};
 use crate::knobs::Tiering;
-pub use crate::kv_record::FlashItem;
-use crate::kv_record::{KvKind, KvRecord};
-use crate::record::HOME_VALID;
+use crate::ram::index::{Entry, Tier, LOC_BITS, MAX_LOC};
+use crate::ram::record::HOME_VALID;
 use crate::Error;
 
 /// The stream every write-through append uses (the engine's reclaim stream is another).
@@ -172,7 +136,7 @@ pub struct FlashTier {
     pub closed: std::sync::atomic::AtomicBool,
     pub counters: TierCounters,
     /// Versions waiting for write-back (`writeback`).
-    pub(crate) dirty: crate::writeback::DirtyQueue,
+    pub(crate) dirty: crate::flash_tier::writeback::DirtyQueue,
     /// Where the write-back pass appends (see [`hot_stream`]).
     pub hot_stream: u8,
     /// When an unreadable item was last logged, and how many since (the log is limited to

@@ -1,66 +1,35 @@
-//! [`Cache`]: the real store — compact index over a log-structured RAM arena with S3-FIFO
-//! eviction and a background sweeper.
-//!
-//! # Paths
-//! - GET: hash the key, lock its index shard, walk the tag matches comparing the key in the
-//!   record, copy the value out, mark the record fetched and bump the slot's frequency. One
-//!   shard lock, one allocation (the value), O(1).
-//! - SET: reserve space in a log head (a short head mutex, a leaf lock; only when the head is
-//!   full, the `AllocState` mutex to seal it and take a new segment, evicting if needed), write
-//!   the record with no lock held, then lock the shard and publish (replacing any old slot).
-//!   One shard lock, no allocation, O(1) — plus amortised eviction of one segment per segment
-//!   filled once memory is full.
-//! - UPDATE (read-modify-write): under the shard lock, read the current item, call the closure,
-//!   and if it writes, reserve space *without blocking* and publish before unlocking, so the
-//!   whole change is atomic per key. If no space can be had without blocking, the lock is
-//!   dropped, space is reserved the slow way, and the closure runs again on a fresh read.
+//! [`Cache`], the real store's handle, and `Inner`, the state its components share: the
+//! index, the RAM arena and ghost set, the flash tier when configured, the CAS counter and a
+//! pending delayed `flush_all`. Opening recovers the flash tier into the index before the
+//! cache is shared. What lives here is what every component needs: liveness (expiry and
+//! `flush_all`), removing an item's slot, and `flush_all` itself. The operations are in
+//! `ops`, the RAM tier in `ram`, the flash tier in `flash_tier`.
 //!
 //! # Threads
-//! Any number of callers; one optional sweeper thread (`sweeper`) owned by the `Cache` and
-//! stopped when it is dropped. Eviction runs inline in the writer that needs a segment.
+//! Any number of callers; the sweeper and write-back threads hold an `Arc<Inner>` and are
+//! stopped when the `Cache` is dropped, the engine's reclaimer reaches it through a `Weak`
+//! behind the reclaim handler's gate. Lock order: `AllocState` → index shard → arena head;
+//! the flash engine's locks are leaves.
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use flashtier_flash::{Flash, Location};
 
-use crate::arena::{Arena, RecordRef, Space};
-use crate::config::{CacheConfig, EvictionPolicy, FlashDevices, StartError};
+use crate::config::{CacheConfig, FlashDevices, StartError};
+use crate::flash_tier::kv_record::KvRecord;
+use crate::flash_tier::reclaim::Handler;
+use crate::flash_tier::recovery::Recovered;
 use crate::flash_tier::{entry_of, packed_of, FlashTier, STREAM};
-use crate::ghost::Ghost;
-use crate::hybrid::{block_on, Step, View};
-use crate::index::{Entry, Index, Pos, Shard, Tier};
 use crate::knobs::Tiering;
-use crate::kv_record::KvRecord;
-use crate::reclaim::Handler;
-use crate::record::{self, Header, F_FETCHED, F_STALE, F_WIN};
-use crate::recovery::Recovered;
+use crate::ram::arena::{Arena, RecordRef};
+use crate::ram::ghost::Ghost;
+use crate::ram::index::{Entry, Index, Pos, Shard, Tier};
+use crate::ram::record::{Header, F_FETCHED, F_STALE, F_WIN};
+use crate::ram::sweeper::Sweeper;
 use crate::stats::Counters;
-use crate::sweeper::Sweeper;
-use crate::{CasMode, Error, Item, ItemMeta, ItemWrite, StoreStats, Update};
+use crate::{Error, Item, ItemMeta};
 
 const NO_FLUSH: u64 = u64::MAX;
-
-/// A reservation abandoned when dropped unused.
-pub(crate) struct Reserved<'a> {
-    pub inner: &'a Inner,
-    pub space: Option<Space>,
-}
-
-/// The slot a write replaces.
-pub(crate) enum Existing {
-    /// A RAM record.
-    Ram(Pos, Entry),
-    /// A flash slot whose record was read and holds the key.
-    Flash(Pos, Entry),
-    /// Flash slots taken as the key's without reading (packed locations; see `hybrid`).
-    Blind(Vec<u64>),
-}
-
-impl Drop for Reserved<'_> {
-    fn drop(&mut self) {
-        self.inner.abandon(self.space.take());
-    }
-}
 
 /// State shared by callers and the sweeper.
 pub(crate) struct Inner {
@@ -200,7 +169,7 @@ impl Cache {
             },
             None => None,
         };
-        let writeback = crate::writeback::spawn(&inner).map_err(StartError::Sweeper)?;
+        let writeback = crate::flash_tier::writeback::spawn(&inner).map_err(StartError::Sweeper)?;
         Ok(Self {
             inner,
             sweeper,
@@ -295,111 +264,6 @@ impl Cache {
     /// Bytes of segment memory allocated (the quantity the memory limit bounds).
     pub fn segment_bytes(&self) -> u64 {
         self.inner.arena.mem_used()
-    }
-
-    /// Synchronous GET (blocks the thread on a flash read).
-    pub fn get_now(&self, key: &[u8]) -> Result<Option<Item>, Error> {
-        if self.inner.ft.is_none() {
-            return self.inner.get(key);
-        }
-        block_on(self.get_hybrid(key))
-    }
-
-    /// Synchronous SET.
-    pub fn set_now(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
-        if self.inner.ft.is_none() {
-            return self.inner.set(key, w);
-        }
-        block_on(self.set_hybrid(key, w))
-    }
-
-    /// Synchronous read-modify-write (see [`KvStore::update`]).
-    pub fn update_now<R, F>(&self, key: &[u8], f: F) -> Result<(R, Option<u64>), Error>
-    where
-        F: FnMut(Option<&Item>) -> (Update, R),
-    {
-        if self.inner.ft.is_none() {
-            return self.inner.update(key, f);
-        }
-        block_on(self.update_hybrid(key, f))
-    }
-
-    /// Synchronous delete; true when a live item was removed.
-    pub fn delete_now(&self, key: &[u8]) -> bool {
-        matches!(
-            self.update_now(key, |cur| match cur {
-                Some(_) => (Update::Delete, true),
-                None => (Update::Keep, false),
-            }),
-            Ok((true, _))
-        )
-    }
-
-    /// Delete without reading flash (deletes never touch flash): the slot goes, a
-    /// tombstone is appended if a flash copy existed. True when an item was removed. Unlike
-    /// a delete through [`KvStore::update`] (which shows the closure the item, so it reads a
-    /// flash-resident one), an *expired* flash-resident item counts as removed (true): its
-    /// expiry is on flash. A RAM item is judged exactly. Without flash, same as `delete_now`.
-    pub async fn delete(&self, key: &[u8]) -> Result<bool, Error> {
-        let inner = &*self.inner;
-        let hash = inner.index.hash(key);
-        loop {
-            let view = inner.view(key, hash, false).await;
-            if let Step::Done(r) = inner.delete_with(key, hash, &view)? {
-                return Ok(r);
-            }
-        }
-    }
-
-    pub(crate) async fn get_hybrid(&self, key: &[u8]) -> Result<Option<Item>, Error> {
-        let inner = &*self.inner;
-        let hash = inner.index.hash(key);
-        let mut later = None;
-        loop {
-            let view = inner.view(key, hash, true).await;
-            if let Step::Done(r) = inner.get_with(key, hash, &view, &mut later)? {
-                if let Some(p) = later {
-                    inner.promote_later(key, hash, p);
-                }
-                return Ok(r);
-            }
-        }
-    }
-
-    pub(crate) async fn set_hybrid(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
-        let inner = &*self.inner;
-        inner.check_size(key, &w.value)?;
-        let hash = inner.index.hash(key);
-        let read = w.cas == CasMode::Keep;
-        let mut f = |_: Option<&Item>| (Update::Put(w.clone()), ());
-        let mut dead_cas = None;
-        loop {
-            let view = inner.view(key, hash, read).await;
-            let step = inner.update_with(key, hash, &mut f, &view, true, &mut dead_cas)?;
-            if let Step::Done((_, cas)) = step {
-                return cas.ok_or(Error::Internal("a put returned no CAS"));
-            }
-        }
-    }
-
-    pub(crate) async fn update_hybrid<R, F>(
-        &self,
-        key: &[u8],
-        mut f: F,
-    ) -> Result<(R, Option<u64>), Error>
-    where
-        F: FnMut(Option<&Item>) -> (Update, R),
-    {
-        let inner = &*self.inner;
-        let hash = inner.index.hash(key);
-        let mut dead_cas = None;
-        loop {
-            let view = inner.view(key, hash, true).await;
-            let step = inner.update_with(key, hash, &mut f, &view, false, &mut dead_cas)?;
-            if let Step::Done(r) = step {
-                return Ok(r);
-            }
-        }
     }
 }
 
@@ -506,16 +370,6 @@ impl Inner {
         }
     }
 
-    pub fn get(&self, key: &[u8]) -> Result<Option<Item>, Error> {
-        let now = self.now();
-        let hash = self.index.hash(key);
-        let mut shard = self.index.lock(hash);
-        let Some((pos, e)) = self.find_key(&shard, hash, key) else {
-            return Ok(None);
-        };
-        self.get_ram(&mut shard, hash, pos, e, now)
-    }
-
     /// The item a RAM record holds.
     pub(crate) fn item_at(&self, rec: &RecordRef<'_>) -> Item {
         let h = &rec.header;
@@ -525,91 +379,6 @@ impl Inner {
             exptime: h.exptime,
             cas: h.cas,
             meta: meta_of(h),
-        }
-    }
-
-    /// GET of a key found in RAM at `pos` (shard locked).
-    pub(crate) fn get_ram(
-        &self,
-        shard: &mut Shard<'_>,
-        hash: u64,
-        pos: Pos,
-        e: Entry,
-        now: u32,
-    ) -> Result<Option<Item>, Error> {
-        let rec = self
-            .arena
-            .record(e.loc)
-            .ok_or(Error::Internal("indexed segment has no memory"))?;
-        if self.dead(&rec.header, now) {
-            self.reclaim(shard, pos, &rec.header, hash);
-            return Ok(None);
-        }
-        let item = self.item_at(&rec);
-        rec.mark_fetched(now);
-        shard.touch(pos);
-        Ok(Some(item))
-    }
-
-    pub fn set(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
-        self.check_size(key, &w.value)?;
-        let now = self.now();
-        let hash = self.index.hash(key);
-        if w.exptime != 0 && w.exptime <= now {
-            let mut shard = self.index.lock(hash);
-            let existing = self.find_key(&shard, hash, key);
-            let old = existing.and_then(|(_, e)| self.arena.record(e.loc).map(|r| r.header));
-            let cas = self.cas_for(w.cas, old.map(|h| h.cas));
-            if let (Some((pos, _)), Some(h)) = (existing, old) {
-                self.unlink(&mut shard, pos, &h);
-            }
-            return Ok(cas);
-        }
-        let words = record::rec_words(key.len(), w.value.len());
-        let log = self.target_log(hash);
-        let space = self.reserve(log, words)?;
-        let mut h = Self::new_header(&w, key.len(), now, 0);
-        if !self.arena.write_record(&space, &h, key, &w.value) {
-            self.abandon(Some(space));
-            return Err(Error::Internal("reserved space cannot hold the record"));
-        }
-        let mut shard = self.index.lock(hash);
-        let existing = self.find_key(&shard, hash, key);
-        // Like the model, `Keep` takes the CAS of whatever is stored, live or not.
-        let old_cas = existing
-            .and_then(|(_, e)| self.arena.record(e.loc))
-            .map(|r| r.header.cas);
-        h.cas = self.cas_for(w.cas, old_cas);
-        if let Some(m) = self.arena.mem(space.seg) {
-            record::set_cas(m, space.off, h.cas);
-        }
-        self.publish(
-            &mut shard,
-            hash,
-            existing.map(|(p, e)| Existing::Ram(p, e)),
-            &space,
-            &h,
-        );
-        drop(shard);
-        self.finish(space);
-        Ok(h.cas)
-    }
-
-    /// RAM-only read-modify-write (no flash configured): phase 2 of `hybrid` with an empty
-    /// view, which never asks to retry.
-    pub fn update<R, F>(&self, key: &[u8], mut f: F) -> Result<(R, Option<u64>), Error>
-    where
-        F: FnMut(Option<&Item>) -> (Update, R),
-    {
-        let hash = self.index.hash(key);
-        let view = View::default();
-        let mut dead_cas = None;
-        loop {
-            if let Step::Done(r) =
-                self.update_with(key, hash, &mut f, &view, false, &mut dead_cas)?
-            {
-                return Ok(r);
-            }
         }
     }
 
@@ -640,55 +409,6 @@ impl Inner {
         }
         if let Some(ft) = &self.ft {
             ft.append(STREAM, &KvRecord::Flush { at: 0 });
-        }
-    }
-
-    pub(crate) fn stats(&self) -> StoreStats {
-        let c = &self.counters;
-        StoreStats {
-            curr_items: self.index.len(),
-            total_items: Counters::get(&c.total_items),
-            bytes: Counters::get(&c.live_bytes),
-            limit_maxbytes: self.arena.limit(),
-            evictions: Counters::get(&c.evictions),
-            reclaimed: Counters::get(&c.reclaimed),
-            expired_unfetched: Counters::get(&c.expired_unfetched),
-            evicted_unfetched: Counters::get(&c.evicted_unfetched),
-        }
-    }
-
-    pub(crate) fn stats_section(&self, section: &str) -> Option<Vec<(String, String)>> {
-        let kv = |k: &str, v: String| (k.to_string(), v);
-        match section {
-            "settings" => Some(vec![
-                kv("maxbytes", self.cfg.memory_limit.to_string()),
-                kv("item_size_max", self.cfg.max_item_size.to_string()),
-                kv(
-                    "evictions",
-                    if self.cfg.evict_to_free { "on" } else { "off" }.into(),
-                ),
-                kv(
-                    "eviction_policy",
-                    match self.cfg.eviction {
-                        EvictionPolicy::S3Fifo => "s3fifo".into(),
-                        EvictionPolicy::Fifo => "fifo".into(),
-                    },
-                ),
-                kv("segment_size", self.cfg.segment_size.to_string()),
-                kv("index_shards", self.cfg.index_shards.to_string()),
-                kv("hash_seed", self.cfg.hash_seed.to_string()),
-                kv(
-                    "sweep_interval_ms",
-                    self.cfg
-                        .sweep_interval
-                        .map_or(0, |d| d.as_millis())
-                        .to_string(),
-                ),
-            ]),
-            "slabs" => Some(self.slabs_stats()),
-            "items" => Some(self.items_stats()),
-            "extstore" => self.extstore_stats(),
-            _ => None,
         }
     }
 }

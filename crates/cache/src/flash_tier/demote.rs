@@ -1,7 +1,7 @@
 //! The seam between the RAM tier and the flash tier.
 //!
 //! When the RAM arena evicts a live item that S3-FIFO does not keep in RAM, `evict` asks
-//! [`Inner::offer`](crate::cache) what to do:
+//! [`Inner::offer`](crate::engine) what to do:
 //! - no flash configured: [`Demotion::Drop`], the item is evicted (the RAM tier's behaviour);
 //! - the record has a flash home (its write-through copy, record word 4): [`Demotion::Moved`]
 //!   with that location, and the evictor rewrites the index slot in place, under the same
@@ -16,10 +16,10 @@
 //! arena's `AllocState` lock and the key's shard lock; the flash engine's lock is a leaf.
 use flashtier_flash::Location;
 
-use crate::arena::RecordRef;
-use crate::cache::Inner;
+use crate::engine::Inner;
+use crate::flash_tier::kv_record::{KvRecord, Put};
 use crate::flash_tier::STREAM;
-use crate::kv_record::{KvRecord, Put};
+use crate::ram::arena::RecordRef;
 use crate::stats::Counters;
 
 /// What to do with a live item the RAM tier is evicting.

@@ -49,7 +49,7 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use crate::record::{self, Header};
+use crate::ram::record::{self, Header};
 
 /// Segment slots per page of the slot table.
 pub const SLOT_PAGE: usize = 1024;

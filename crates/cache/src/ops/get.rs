@@ -1,0 +1,119 @@
+//! GET. Phase 2 finds the key's RAM record under the shard lock (copy the value, mark it
+//! fetched, bump the slot's frequency) or checks that the flash item phase 1 read is still
+//! the key's; a repeat flash hit is copied back to RAM (`flash_tier::promote`). An expired or
+//! flushed item found on the way is removed. `get_now` drives the same future on the calling
+//! thread; without flash, `Inner::get` is phase 2 alone.
+use crate::engine::{Cache, Inner};
+use crate::flash_tier::packed_of;
+use crate::flash_tier::promote::Promotion;
+use crate::flash_tier::read::{item_of, FlashCur, View};
+use crate::ops::{block_on, Step};
+use crate::ram::index::{Entry, Pos, Shard};
+use crate::ram::record;
+use crate::stats::Counters;
+use crate::{Error, Item};
+
+impl Cache {
+    /// Synchronous GET (blocks the thread on a flash read).
+    pub fn get_now(&self, key: &[u8]) -> Result<Option<Item>, Error> {
+        if self.inner.ft.is_none() {
+            return self.inner.get(key);
+        }
+        block_on(self.get_hybrid(key))
+    }
+
+    pub(crate) async fn get_hybrid(&self, key: &[u8]) -> Result<Option<Item>, Error> {
+        let inner = &*self.inner;
+        let hash = inner.index.hash(key);
+        let mut later = None;
+        loop {
+            let view = inner.view(key, hash, true).await;
+            if let Step::Done(r) = inner.get_with(key, hash, &view, &mut later)? {
+                if let Some(p) = later {
+                    inner.promote_later(key, hash, p);
+                }
+                return Ok(r);
+            }
+        }
+    }
+}
+
+impl Inner {
+    pub fn get(&self, key: &[u8]) -> Result<Option<Item>, Error> {
+        let now = self.now();
+        let hash = self.index.hash(key);
+        let mut shard = self.index.lock(hash);
+        let Some((pos, e)) = self.find_key(&shard, hash, key) else {
+            return Ok(None);
+        };
+        self.get_ram(&mut shard, hash, pos, e, now)
+    }
+
+    /// GET of a key found in RAM at `pos` (shard locked).
+    pub(crate) fn get_ram(
+        &self,
+        shard: &mut Shard<'_>,
+        hash: u64,
+        pos: Pos,
+        e: Entry,
+        now: u32,
+    ) -> Result<Option<Item>, Error> {
+        let rec = self
+            .arena
+            .record(e.loc)
+            .ok_or(Error::Internal("indexed segment has no memory"))?;
+        if self.dead(&rec.header, now) {
+            self.reclaim(shard, pos, &rec.header, hash);
+            return Ok(None);
+        }
+        let item = self.item_at(&rec);
+        rec.mark_fetched(now);
+        shard.touch(pos);
+        Ok(Some(item))
+    }
+
+    /// Phase 2 of a GET. A repeat hit on a flash item that should be promoted but finds no
+    /// room in the small log's open segment is left in `later` for `promote_later`, to be
+    /// run once this returns (no lock held).
+    pub(crate) fn get_with(
+        &self,
+        key: &[u8],
+        hash: u64,
+        view: &View,
+        later: &mut Option<Promotion>,
+    ) -> Result<Step<Option<Item>>, Error> {
+        let now = self.now();
+        let mut shard = self.index.lock(hash);
+        if let Some((pos, e)) = self.find_key(&shard, hash, key) {
+            return self.get_ram(&mut shard, hash, pos, e, now).map(Step::Done);
+        }
+        match self.flash_current(&mut shard, hash, view, now)? {
+            FlashCur::Retry => Ok(Step::Retry),
+            FlashCur::Absent | FlashCur::Blind(_) => Ok(Step::Done(None)),
+            FlashCur::Found { pos, e, item, dead } => {
+                if dead {
+                    self.drop_dead_flash(&mut shard, hash, pos, &e, item.exptime);
+                    return Ok(Step::Done(None));
+                }
+                let it = item_of(&item, e.freq);
+                if let Some(ft) = &self.ft {
+                    Counters::add(&ft.counters.hits, 1);
+                }
+                let recache = e.freq > 0
+                    && record::rec_words(key.len(), item.value.len())
+                        <= self.arena.large_threshold()
+                    && self.ft.as_ref().is_some_and(|ft| ft.should_recache());
+                if !recache || !self.promote_in_place(&mut shard, pos, e, key, &item, now) {
+                    shard.touch(pos);
+                    if recache {
+                        *later = Some(Promotion {
+                            loc: packed_of(&e),
+                            item,
+                        });
+                    }
+                }
+                Ok(Step::Done(Some(it)))
+            }
+        }
+    }
+}

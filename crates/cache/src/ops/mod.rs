@@ -1,0 +1,104 @@
+//! The operations, one file each: `get`, `update` (SET is an update whose closure always
+//! puts) and `delete`. Each runs in two phases because a flash read cannot happen under a
+//! shard lock: phase 1 (`flash_tier::read`, async) notes the key's tag-matching flash slots
+//! and reads them; phase 2 (sync) locks the key's shard again and commits only if those slots
+//! are unchanged, else it answers [`Step::Retry`] and phase 1 runs again. So an update commits
+//! only if the slot still points at the record its closure saw. A key in RAM is found by key
+//! compare in phase 2 whatever phase 1 saw (a key has at most one slot, RAM or flash).
+//!
+//! # Threads
+//! Any caller; each phase holds one shard lock (arena head locks are taken under it) and none
+//! across an await. A write that cannot reserve space without blocking drops the lock,
+//! reserves the slow way (which may evict) and runs phase 2 again.
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+use crate::engine::Inner;
+use crate::flash_tier::kv_record::KvRecord;
+use crate::flash_tier::{packed_of, STREAM};
+use crate::ram::arena::Space;
+use crate::ram::index::Shard;
+use crate::ram::write::Existing;
+
+mod delete;
+mod get;
+mod update;
+
+/// Phase 2's outcome.
+pub(crate) enum Step<T> {
+    Done(T),
+    Retry,
+}
+
+/// A reservation abandoned when dropped unused.
+pub(crate) struct Reserved<'a> {
+    pub inner: &'a Inner,
+    pub space: Option<Space>,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.inner.abandon(self.space.take());
+    }
+}
+
+impl Inner {
+    /// Remove the key's current slot (delete, or a write that is already expired); append a
+    /// tombstone if a flash copy existed.
+    pub(crate) fn remove_existing(
+        &self,
+        shard: &mut Shard<'_>,
+        hash: u64,
+        key: &[u8],
+        existing: Option<Existing>,
+        had_flash: bool,
+    ) {
+        match existing {
+            Some(Existing::Ram(pos, e)) => {
+                if let Some(r) = self.arena.record(e.loc) {
+                    self.unlink(shard, pos, &r.header);
+                }
+            }
+            Some(Existing::Flash(pos, e)) => {
+                shard.remove(pos);
+                self.mark_dead_packed(packed_of(&e));
+            }
+            Some(Existing::Blind(locs)) => {
+                for loc in locs {
+                    if self.remove_flash_loc(shard, hash, loc) {
+                        self.mark_dead_packed(loc);
+                    }
+                }
+            }
+            None => {}
+        }
+        if had_flash {
+            if let Some(ft) = &self.ft {
+                ft.append(STREAM, &KvRecord::Tombstone { key_id: hash, key });
+            }
+        }
+    }
+}
+
+/// Drive a future to completion on this thread (the `*_now` methods with flash).
+pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}

@@ -1,0 +1,266 @@
+//! UPDATE (read-modify-write) and SET. Phase 2 reads the current item under the shard lock,
+//! calls the closure and applies its decision before unlocking, so the change is atomic per
+//! key. SET is an update whose closure always puts; with `CasMode::Keep` it takes the CAS of
+//! whatever is stored, live or not, and reads no flash (a blind view, see `flash_tier::read`).
+//! Without flash, `Inner::set` writes its record before taking the lock (one lock, no retry)
+//! and `Inner::update` is phase 2 alone.
+use crate::engine::{Cache, Inner};
+use crate::flash_tier::read::{item_of, FlashCur, View};
+use crate::ops::{block_on, Reserved, Step};
+use crate::ram::record;
+use crate::ram::write::Existing;
+use crate::{CasMode, Error, Item, ItemWrite, Update};
+
+impl Cache {
+    /// Synchronous SET.
+    pub fn set_now(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
+        if self.inner.ft.is_none() {
+            return self.inner.set(key, w);
+        }
+        block_on(self.set_hybrid(key, w))
+    }
+
+    /// Synchronous read-modify-write (see [`KvStore::update`]).
+    pub fn update_now<R, F>(&self, key: &[u8], f: F) -> Result<(R, Option<u64>), Error>
+    where
+        F: FnMut(Option<&Item>) -> (Update, R),
+    {
+        if self.inner.ft.is_none() {
+            return self.inner.update(key, f);
+        }
+        block_on(self.update_hybrid(key, f))
+    }
+
+    pub(crate) async fn set_hybrid(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
+        let inner = &*self.inner;
+        inner.check_size(key, &w.value)?;
+        let hash = inner.index.hash(key);
+        let read = w.cas == CasMode::Keep;
+        let mut f = |_: Option<&Item>| (Update::Put(w.clone()), ());
+        let mut dead_cas = None;
+        loop {
+            let view = inner.view(key, hash, read).await;
+            let step = inner.update_with(key, hash, &mut f, &view, true, &mut dead_cas)?;
+            if let Step::Done((_, cas)) = step {
+                return cas.ok_or(Error::Internal("a put returned no CAS"));
+            }
+        }
+    }
+
+    pub(crate) async fn update_hybrid<R, F>(
+        &self,
+        key: &[u8],
+        mut f: F,
+    ) -> Result<(R, Option<u64>), Error>
+    where
+        F: FnMut(Option<&Item>) -> (Update, R),
+    {
+        let inner = &*self.inner;
+        let hash = inner.index.hash(key);
+        let mut dead_cas = None;
+        loop {
+            let view = inner.view(key, hash, true).await;
+            let step = inner.update_with(key, hash, &mut f, &view, false, &mut dead_cas)?;
+            if let Step::Done(r) = step {
+                return Ok(r);
+            }
+        }
+    }
+}
+
+impl Inner {
+    pub fn set(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
+        self.check_size(key, &w.value)?;
+        let now = self.now();
+        let hash = self.index.hash(key);
+        if w.exptime != 0 && w.exptime <= now {
+            let mut shard = self.index.lock(hash);
+            let existing = self.find_key(&shard, hash, key);
+            let old = existing.and_then(|(_, e)| self.arena.record(e.loc).map(|r| r.header));
+            let cas = self.cas_for(w.cas, old.map(|h| h.cas));
+            if let (Some((pos, _)), Some(h)) = (existing, old) {
+                self.unlink(&mut shard, pos, &h);
+            }
+            return Ok(cas);
+        }
+        let words = record::rec_words(key.len(), w.value.len());
+        let log = self.target_log(hash);
+        let space = self.reserve(log, words)?;
+        let mut h = Self::new_header(&w, key.len(), now, 0);
+        if !self.arena.write_record(&space, &h, key, &w.value) {
+            self.abandon(Some(space));
+            return Err(Error::Internal("reserved space cannot hold the record"));
+        }
+        let mut shard = self.index.lock(hash);
+        let existing = self.find_key(&shard, hash, key);
+        // Like the model, `Keep` takes the CAS of whatever is stored, live or not.
+        let old_cas = existing
+            .and_then(|(_, e)| self.arena.record(e.loc))
+            .map(|r| r.header.cas);
+        h.cas = self.cas_for(w.cas, old_cas);
+        if let Some(m) = self.arena.mem(space.seg) {
+            record::set_cas(m, space.off, h.cas);
+        }
+        self.publish(
+            &mut shard,
+            hash,
+            existing.map(|(p, e)| Existing::Ram(p, e)),
+            &space,
+            &h,
+        );
+        drop(shard);
+        self.finish(space);
+        Ok(h.cas)
+    }
+
+    /// RAM-only read-modify-write (no flash configured): phase 2 of `hybrid` with an empty
+    /// view, which never asks to retry.
+    pub fn update<R, F>(&self, key: &[u8], mut f: F) -> Result<(R, Option<u64>), Error>
+    where
+        F: FnMut(Option<&Item>) -> (Update, R),
+    {
+        let hash = self.index.hash(key);
+        let view = View::default();
+        let mut dead_cas = None;
+        loop {
+            if let Step::Done(r) =
+                self.update_with(key, hash, &mut f, &view, false, &mut dead_cas)?
+            {
+                return Ok(r);
+            }
+        }
+    }
+
+    /// Phase 2 of an UPDATE (and of a SET when `set_mode`: `CasMode::Keep` then takes the
+    /// CAS of whatever is stored, live or not, as the RAM-only SET does; `dead_cas` keeps the
+    /// CAS of a dead item removed by an earlier attempt of the same request).
+    pub(crate) fn update_with<R, F>(
+        &self,
+        key: &[u8],
+        hash: u64,
+        f: &mut F,
+        view: &View,
+        set_mode: bool,
+        dead_cas: &mut Option<u64>,
+    ) -> Result<Step<(R, Option<u64>)>, Error>
+    where
+        F: FnMut(Option<&Item>) -> (Update, R),
+    {
+        let mut log = None;
+        // Space reserved on a slow-path retry. Held in a guard so that a panicking closure
+        // cannot leave a segment's `pending` count raised (eviction would wait on it forever).
+        let mut reserved = Reserved {
+            inner: self,
+            space: None,
+        };
+        loop {
+            let now = self.now();
+            let mut shard = self.index.lock(hash);
+            let mut existing = None;
+            let mut current = None;
+            let mut stored_cas = None;
+            let mut had_flash = false;
+            let mut old_since = None;
+            if let Some((pos, e)) = self.find_key(&shard, hash, key) {
+                let rec = self
+                    .arena
+                    .record(e.loc)
+                    .ok_or(Error::Internal("indexed segment lost"))?;
+                let h = rec.header;
+                stored_cas = Some(h.cas);
+                if self.dead(&h, now) {
+                    self.reclaim(&mut shard, pos, &h, hash);
+                    *dead_cas = Some(h.cas);
+                } else {
+                    had_flash = h.flash_behind();
+                    old_since = h.dirty_since();
+                    current = Some(self.item_at(&rec));
+                    existing = Some(Existing::Ram(pos, e));
+                }
+            } else if self.ft.is_some() {
+                match self.flash_current(&mut shard, hash, view, now)? {
+                    FlashCur::Retry => return Ok(Step::Retry),
+                    FlashCur::Absent => {}
+                    FlashCur::Blind(locs) => {
+                        if !locs.is_empty() {
+                            had_flash = true;
+                            existing = Some(Existing::Blind(locs));
+                        }
+                    }
+                    FlashCur::Found { pos, e, item, dead } => {
+                        stored_cas = Some(item.cas);
+                        if dead {
+                            self.drop_dead_flash(&mut shard, hash, pos, &e, item.exptime);
+                            *dead_cas = Some(item.cas);
+                        } else {
+                            current = Some(item_of(&item, e.freq));
+                            existing = Some(Existing::Flash(pos, e));
+                            had_flash = true;
+                        }
+                    }
+                }
+            }
+            let (decision, r) = f(current.as_ref());
+            let base_cas = if set_mode {
+                stored_cas.or(*dead_cas)
+            } else {
+                current.as_ref().map(|i| i.cas)
+            };
+            let w = match decision {
+                Update::Keep => {
+                    drop(shard);
+                    self.abandon(reserved.space.take());
+                    return Ok(Step::Done((r, None)));
+                }
+                Update::Delete => {
+                    self.remove_existing(&mut shard, hash, key, existing, had_flash);
+                    drop(shard);
+                    self.abandon(reserved.space.take());
+                    return Ok(Step::Done((r, None)));
+                }
+                Update::Put(w) => w,
+            };
+            if let Err(err) = self.check_size(key, &w.value) {
+                drop(shard);
+                self.abandon(reserved.space.take());
+                return Err(err);
+            }
+            if w.exptime != 0 && w.exptime <= now {
+                let cas = self.cas_for(w.cas, base_cas);
+                self.remove_existing(&mut shard, hash, key, existing, had_flash);
+                drop(shard);
+                self.abandon(reserved.space.take());
+                return Ok(Step::Done((r, Some(cas))));
+            }
+            let words = record::rec_words(key.len(), w.value.len());
+            let lg = *log.get_or_insert_with(|| self.target_log(hash));
+            let space = match reserved.space.take() {
+                Some(s) if s.words == words => Some(s),
+                Some(s) => {
+                    drop(shard);
+                    self.abandon(Some(s));
+                    continue;
+                }
+                None if words > self.arena.large_threshold() => None,
+                None => self.arena.try_bump(lg, words),
+            };
+            let Some(space) = space else {
+                drop(shard);
+                reserved.space = Some(self.reserve(lg, words)?);
+                continue;
+            };
+            let cas = self.cas_for(w.cas, base_cas);
+            let mut h = Self::new_header(&w, key.len(), now, cas);
+            h.home = self.store_home(hash, key, &w.value, &h, had_flash, old_since);
+            if !self.arena.write_record(&space, &h, key, &w.value) {
+                drop(shard);
+                self.abandon(Some(space));
+                return Err(Error::Internal("reserved space cannot hold the record"));
+            }
+            self.publish(&mut shard, hash, existing, &space, &h);
+            drop(shard);
+            self.finish(space);
+            return Ok(Step::Done((r, Some(cas))));
+        }
+    }
+}
