@@ -306,6 +306,53 @@ impl Inner {
         })
     }
 
+    /// Packed locations of the flash slots whose tag matches `hash`.
+    pub(crate) fn flash_cands(&self, shard: &Shard<'_>, hash: u64) -> Vec<u64> {
+        let mut v = Vec::new();
+        shard.find(hash, |e| {
+            if e.tier == Tier::Flash {
+                v.push(packed_of(&e));
+            }
+            false
+        });
+        v
+    }
+
+    /// Remove the flash slot at packed `loc` for `hash`; true if there was one.
+    pub(crate) fn remove_flash_loc(&self, shard: &mut Shard<'_>, hash: u64, loc: u64) -> bool {
+        match shard.find(hash, |e| e.tier == Tier::Flash && packed_of(&e) == loc) {
+            Some((pos, _)) => {
+                shard.remove(pos);
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub(crate) fn mark_dead_packed(&self, loc: u64) {
+        if let Some(ft) = &self.ft {
+            ft.flash.mark_dead(Location::unpack(loc));
+        }
+    }
+
+    /// Remove a dead (expired or flushed) flash item's slot.
+    pub(crate) fn drop_dead_flash(
+        &self,
+        shard: &mut Shard<'_>,
+        hash: u64,
+        pos: Pos,
+        e: &Entry,
+        exptime: u32,
+    ) {
+        shard.remove(pos);
+        self.mark_dead_packed(packed_of(e));
+        self.flushed_gone(exptime, hash);
+        Counters::add(&self.counters.reclaimed, 1);
+        if e.freq == 0 {
+            Counters::add(&self.counters.expired_unfetched, 1);
+        }
+    }
+
     /// Account for a record the index stops pointing at.
     pub fn release(&self, loc: u64, words: usize) {
         let (seg, _) = self.arena.split(loc);

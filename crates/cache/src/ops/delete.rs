@@ -3,8 +3,8 @@
 //! true without knowing whether that item had expired (memcached would say `NOT_FOUND`).
 //! `delete_now` deletes through `update`, which reads a flash-resident item and judges it.
 use crate::engine::{Cache, Inner};
-use crate::flash_tier::read::{FlashCur, View};
-use crate::ops::Step;
+use crate::flash_tier::read::View;
+use crate::ops::{Current, Step};
 use crate::ram::write::Existing;
 use crate::{Error, Update};
 
@@ -50,33 +50,13 @@ impl Inner {
     ) -> Result<Step<bool>, Error> {
         let now = self.now();
         let mut shard = self.index.lock(hash);
-        if let Some((pos, e)) = self.find_key(&shard, hash, key) {
-            let h = self
-                .arena
-                .record(e.loc)
-                .ok_or(Error::Internal("indexed segment lost"))?
-                .header;
-            if self.dead(&h, now) {
-                self.reclaim(&mut shard, pos, &h, hash);
-                return Ok(Step::Done(false));
-            }
-            let had_flash = h.flash_behind();
-            self.remove_existing(
-                &mut shard,
-                hash,
-                key,
-                Some(Existing::Ram(pos, e)),
-                had_flash,
-            );
-            return Ok(Step::Done(true));
-        }
-        match self.flash_current(&mut shard, hash, view, now)? {
-            FlashCur::Retry => Ok(Step::Retry),
-            FlashCur::Blind(locs) if !locs.is_empty() => {
-                self.remove_existing(&mut shard, hash, key, Some(Existing::Blind(locs)), true);
-                Ok(Step::Done(true))
-            }
-            _ => Ok(Step::Done(false)),
-        }
+        let (existing, had_flash) = match self.current(&mut shard, hash, key, view, now)? {
+            Current::Retry => return Ok(Step::Retry),
+            Current::Ram { pos, e, rec } => (Existing::Ram(pos, e), rec.header.flash_behind()),
+            Current::Blind(locs) if !locs.is_empty() => (Existing::Blind(locs), true),
+            _ => return Ok(Step::Done(false)),
+        };
+        self.remove_existing(&mut shard, hash, key, Some(existing), had_flash);
+        Ok(Step::Done(true))
     }
 }

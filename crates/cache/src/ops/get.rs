@@ -6,9 +6,8 @@
 use crate::engine::{Cache, Inner};
 use crate::flash_tier::packed_of;
 use crate::flash_tier::promote::Promotion;
-use crate::flash_tier::read::{item_of, FlashCur, View};
-use crate::ops::{block_on, Step};
-use crate::ram::index::{Entry, Pos, Shard};
+use crate::flash_tier::read::{item_of, View};
+use crate::ops::{block_on, Current, Step};
 use crate::ram::record;
 use crate::stats::Counters;
 use crate::{Error, Item};
@@ -39,37 +38,14 @@ impl Cache {
 }
 
 impl Inner {
+    /// GET without flash: phase 2 alone (nothing to read, so it never retries).
     pub fn get(&self, key: &[u8]) -> Result<Option<Item>, Error> {
-        let now = self.now();
         let hash = self.index.hash(key);
-        let mut shard = self.index.lock(hash);
-        let Some((pos, e)) = self.find_key(&shard, hash, key) else {
-            return Ok(None);
-        };
-        self.get_ram(&mut shard, hash, pos, e, now)
-    }
-
-    /// GET of a key found in RAM at `pos` (shard locked).
-    pub(crate) fn get_ram(
-        &self,
-        shard: &mut Shard<'_>,
-        hash: u64,
-        pos: Pos,
-        e: Entry,
-        now: u32,
-    ) -> Result<Option<Item>, Error> {
-        let rec = self
-            .arena
-            .record(e.loc)
-            .ok_or(Error::Internal("indexed segment has no memory"))?;
-        if self.dead(&rec.header, now) {
-            self.reclaim(shard, pos, &rec.header, hash);
-            return Ok(None);
+        loop {
+            if let Step::Done(r) = self.get_with(key, hash, &View::default(), &mut None)? {
+                return Ok(r);
+            }
         }
-        let item = self.item_at(&rec);
-        rec.mark_fetched(now);
-        shard.touch(pos);
-        Ok(Some(item))
     }
 
     /// Phase 2 of a GET. A repeat hit on a flash item that should be promoted but finds no
@@ -84,17 +60,16 @@ impl Inner {
     ) -> Result<Step<Option<Item>>, Error> {
         let now = self.now();
         let mut shard = self.index.lock(hash);
-        if let Some((pos, e)) = self.find_key(&shard, hash, key) {
-            return self.get_ram(&mut shard, hash, pos, e, now).map(Step::Done);
-        }
-        match self.flash_current(&mut shard, hash, view, now)? {
-            FlashCur::Retry => Ok(Step::Retry),
-            FlashCur::Absent | FlashCur::Blind(_) => Ok(Step::Done(None)),
-            FlashCur::Found { pos, e, item, dead } => {
-                if dead {
-                    self.drop_dead_flash(&mut shard, hash, pos, &e, item.exptime);
-                    return Ok(Step::Done(None));
-                }
+        match self.current(&mut shard, hash, key, view, now)? {
+            Current::Retry => Ok(Step::Retry),
+            Current::Absent | Current::Gone(_) | Current::Blind(_) => Ok(Step::Done(None)),
+            Current::Ram { pos, rec, .. } => {
+                let item = self.item_at(&rec);
+                rec.mark_fetched(now);
+                shard.touch(pos);
+                Ok(Step::Done(Some(item)))
+            }
+            Current::Flash { pos, e, item } => {
                 let it = item_of(&item, e.freq);
                 if let Some(ft) = &self.ft {
                     Counters::add(&ft.counters.hits, 1);

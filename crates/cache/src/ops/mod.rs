@@ -15,11 +15,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::engine::Inner;
-use crate::flash_tier::kv_record::KvRecord;
-use crate::flash_tier::{packed_of, STREAM};
-use crate::ram::arena::Space;
-use crate::ram::index::Shard;
+use crate::flash_tier::kv_record::{FlashItem, KvRecord};
+use crate::flash_tier::read::View;
+use crate::flash_tier::{flash_err, is_corrupt, packed_of, STREAM};
+use crate::ram::arena::{RecordRef, Space};
+use crate::ram::index::{Entry, Pos, Shard, Tier};
 use crate::ram::write::Existing;
+use crate::stats::Counters;
+use crate::Error;
 
 mod delete;
 mod get;
@@ -43,7 +46,89 @@ impl Drop for Reserved<'_> {
     }
 }
 
+/// The key's slot in phase 2, under its shard lock.
+pub(crate) enum Current<'a> {
+    /// The flash slots changed since phase 1: run it again.
+    Retry,
+    /// No slot.
+    Absent,
+    /// A dead (expired or flushed) item was found and removed; its CAS.
+    Gone(u64),
+    /// A live RAM record.
+    Ram {
+        pos: Pos,
+        e: Entry,
+        rec: RecordRef<'a>,
+    },
+    /// A live flash item, as phase 1 read it.
+    Flash { pos: Pos, e: Entry, item: FlashItem },
+    /// Flash slots taken as the key's without reading them (a blind view); may be empty.
+    Blind(Vec<u64>),
+}
+
 impl Inner {
+    /// The key's slot now (shard locked): its RAM record by key compare, else the flash slot
+    /// phase 1 read, if the tag-matching flash slots are still exactly those phase 1 saw. A
+    /// failed candidate read is dropped from the index if the record is gone for good
+    /// (checksum, freed segment), else it fails the request unless another candidate held
+    /// the key.
+    pub(crate) fn current(
+        &self,
+        shard: &mut Shard<'_>,
+        hash: u64,
+        key: &[u8],
+        view: &View,
+        now: u32,
+    ) -> Result<Current<'_>, Error> {
+        if let Some((pos, e)) = self.find_key(shard, hash, key) {
+            let rec = self
+                .arena
+                .record(e.loc)
+                .ok_or(Error::Internal("indexed segment lost"))?;
+            if self.dead(&rec.header, now) {
+                self.reclaim(shard, pos, &rec.header, hash);
+                return Ok(Current::Gone(rec.header.cas));
+            }
+            return Ok(Current::Ram { pos, e, rec });
+        }
+        let Some(ft) = &self.ft else {
+            return Ok(Current::Absent);
+        };
+        let cands = self.flash_cands(shard, hash);
+        if cands != view.cands {
+            return Ok(Current::Retry);
+        }
+        if view.blind {
+            return Ok(Current::Blind(cands));
+        }
+        for (loc, err) in &view.failed {
+            if is_corrupt(err) {
+                if self.remove_flash_loc(shard, hash, *loc) {
+                    ft.unreadable_item(err);
+                }
+            } else if view.found.is_none() {
+                Counters::add(&ft.counters.errors, 1);
+                return Err(flash_err(err));
+            }
+        }
+        let Some((loc, item)) = &view.found else {
+            return Ok(Current::Absent);
+        };
+        let Some((pos, e)) = shard.find(hash, |e| e.tier == Tier::Flash && packed_of(&e) == *loc)
+        else {
+            return Ok(Current::Retry);
+        };
+        if self.dead_at(item.exptime, item.stored, now) {
+            self.drop_dead_flash(shard, hash, pos, &e, item.exptime);
+            return Ok(Current::Gone(item.cas));
+        }
+        Ok(Current::Flash {
+            pos,
+            e,
+            item: item.clone(),
+        })
+    }
+
     /// Remove the key's current slot (delete, or a write that is already expired); append a
     /// tombstone if a flash copy existed.
     pub(crate) fn remove_existing(

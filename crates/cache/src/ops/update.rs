@@ -5,8 +5,8 @@
 //! Without flash, `Inner::set` writes its record before taking the lock (one lock, no retry)
 //! and `Inner::update` is phase 2 alone.
 use crate::engine::{Cache, Inner};
-use crate::flash_tier::read::{item_of, FlashCur, View};
-use crate::ops::{block_on, Reserved, Step};
+use crate::flash_tier::read::{item_of, View};
+use crate::ops::{block_on, Current, Reserved, Step};
 use crate::ram::record;
 use crate::ram::write::Existing;
 use crate::{CasMode, Error, Item, ItemWrite, Update};
@@ -161,42 +161,31 @@ impl Inner {
             let mut stored_cas = None;
             let mut had_flash = false;
             let mut old_since = None;
-            if let Some((pos, e)) = self.find_key(&shard, hash, key) {
-                let rec = self
-                    .arena
-                    .record(e.loc)
-                    .ok_or(Error::Internal("indexed segment lost"))?;
-                let h = rec.header;
-                stored_cas = Some(h.cas);
-                if self.dead(&h, now) {
-                    self.reclaim(&mut shard, pos, &h, hash);
-                    *dead_cas = Some(h.cas);
-                } else {
+            match self.current(&mut shard, hash, key, view, now)? {
+                Current::Retry => return Ok(Step::Retry),
+                Current::Absent => {}
+                Current::Gone(cas) => {
+                    stored_cas = Some(cas);
+                    *dead_cas = Some(cas);
+                }
+                Current::Ram { pos, e, rec } => {
+                    let h = rec.header;
+                    stored_cas = Some(h.cas);
                     had_flash = h.flash_behind();
                     old_since = h.dirty_since();
                     current = Some(self.item_at(&rec));
                     existing = Some(Existing::Ram(pos, e));
                 }
-            } else if self.ft.is_some() {
-                match self.flash_current(&mut shard, hash, view, now)? {
-                    FlashCur::Retry => return Ok(Step::Retry),
-                    FlashCur::Absent => {}
-                    FlashCur::Blind(locs) => {
-                        if !locs.is_empty() {
-                            had_flash = true;
-                            existing = Some(Existing::Blind(locs));
-                        }
-                    }
-                    FlashCur::Found { pos, e, item, dead } => {
-                        stored_cas = Some(item.cas);
-                        if dead {
-                            self.drop_dead_flash(&mut shard, hash, pos, &e, item.exptime);
-                            *dead_cas = Some(item.cas);
-                        } else {
-                            current = Some(item_of(&item, e.freq));
-                            existing = Some(Existing::Flash(pos, e));
-                            had_flash = true;
-                        }
+                Current::Flash { pos, e, item } => {
+                    stored_cas = Some(item.cas);
+                    current = Some(item_of(&item, e.freq));
+                    existing = Some(Existing::Flash(pos, e));
+                    had_flash = true;
+                }
+                Current::Blind(locs) => {
+                    if !locs.is_empty() {
+                        had_flash = true;
+                        existing = Some(Existing::Blind(locs));
                     }
                 }
             }
