@@ -1,25 +1,7 @@
-//! Counters of the RAM tier and how they map to memcached's `stats` sections.
-//!
-//! Counters are relaxed atomics bumped by any thread. Mapping to memcached names:
-//! - general: `curr_items` (index entries, may include expired items not yet found),
-//!   `total_items`, `bytes` (record bytes the index points at: header + key + value + padding),
-//!   `limit_maxbytes`, `evictions`, `reclaimed`, `expired_unfetched`, `evicted_unfetched`.
-//! - `stats slabs` and `stats items`: memcached's slab classes have no equivalent in a
-//!   log-structured arena. Both sections use memcached's shape (what memcached-tool and
-//!   memcached_exporter read) with one class per tier: class `1` is the RAM tier (a "page" is
-//!   a RAM segment: `chunk_size` = segment size, one chunk per page), class `2` the flash
-//!   tier (a page is a flash segment; its items are those whose only copy is on flash).
-//!   Only values flashtier keeps are listed: `N:chunk_size`, `chunks_per_page`,
-//!   `total_pages`, `total_chunks`, `used_chunks`, `free_chunks`, `free_chunks_end`,
-//!   `mem_requested`; `items:N:number`, `age` (RAM: seconds since the newest item of the
-//!   oldest segment was stored, a lower bound of the eviction tail's age), `mem_requested`,
-//!   `evicted`, `evicted_unfetched`, `expired_unfetched`, `reclaimed` (counted in the class
-//!   whose policy drops items: RAM without flash, flash with it), and flashtier's own
-//!   `moves_to_main`, `reinserted`, `compacted`, `segments_swept`; then the arena totals
-//!   `active_slabs`, `total_malloced`, `segment_size`, `segments_small`, `segments_main`,
-//!   `segments_free`, `segments_large`, `index_bytes`, `ghost_bytes`.
-//! - `stats settings` → `maxbytes`, `item_size_max`, `evictions` (`on`), `eviction_policy`,
-//!   `segment_size`, `index_shards`, `hash_seed`, `sweep_interval_ms`.
+//! Counters of the RAM tier (relaxed atomics, bumped by any thread) and how the store answers
+//! memcached's `stats` sections: general, `settings`, `slabs` and `items` (memcached's shape,
+//! which memcached-tool and memcached_exporter read, with one class per tier: 1 = RAM
+//! segments, 2 = flash segments) and `extstore`. Every name and what it counts: docs/stats.md.
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::config::EvictionPolicy;

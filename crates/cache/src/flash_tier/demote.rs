@@ -1,19 +1,13 @@
-//! The seam between the RAM tier and the flash tier.
-//!
-//! When the RAM arena evicts a live item that S3-FIFO does not keep in RAM, `evict` asks
-//! [`Inner::offer`](crate::engine) what to do:
-//! - no flash configured: [`Demotion::Drop`], the item is evicted (the RAM tier's behaviour);
-//! - the record has a flash home (its write-through copy, record word 4): [`Demotion::Moved`]
-//!   with that location, and the evictor rewrites the index slot in place, under the same
-//!   shard lock, to the flash tier bit and the location — readers never see the item missing,
-//!   and no flash write happens;
-//! - no home (the write-through was skipped by back-pressure or a device fault, its chunk
-//!   write failed, or reclaim dropped the flash copy while the RAM copy was hot): the record
-//!   is appended now; if that fails too, `Drop`.
+//! The seam where a RAM eviction becomes a flash slot instead of a drop. When the arena evicts
+//! a live item S3-FIFO does not keep, `evict` asks [`Inner::offer`]: without flash the item is
+//! dropped; with a flash home (its appended copy) the evictor rewrites the index slot in
+//! place, under the same shard lock, to the flash tier and that location, so readers never see
+//! the item missing and nothing is written; without a home (the append was skipped or failed,
+//! or reclaim dropped the copy) the record is appended now, and dropped if that fails too.
 //!
 //! # Threads
-//! Runs on whichever thread evicts (a writer needing a segment, or the sweeper), holding the
-//! arena's `AllocState` lock and the key's shard lock; the flash engine's lock is a leaf.
+//! Whichever thread evicts (a writer needing a segment, or the sweeper), holding `AllocState`
+//! and the key's shard lock; the flash engine's lock is a leaf.
 use flashtier_flash::Location;
 
 use crate::engine::Inner;

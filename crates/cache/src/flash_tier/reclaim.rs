@@ -1,31 +1,15 @@
-//! The flash engine's [`ReclaimHandler`]: what survives when flash is full.
-//!
-//! A record is *referenced* when its key's index slot is a flash slot at its location, or a
-//! RAM slot whose record's home is its location. Rules:
-//! - `decide`: the newest immediate and delayed flush markers are kept; a tombstone is kept
-//!   while flash has room and dropped otherwise (known limit: if reclaim drops a tombstone
-//!   while an older copy of the key survives in a newer segment — a reclaim copy made before
-//!   the delete — that key can come back after a restart); an unreferenced record is dropped. An expired referenced record is dropped and
-//!   its slot removed (reclaimed). While flash has room (more free segments than the reserve
-//!   plus `drop_under`, by default the high watermark: a forced or early reclaim) every
-//!   referenced record is kept, unless the `drop_unread` knob is on (then only hit ones are).
-//!   Otherwise a referenced record that was hit (slot frequency > 0) is
-//!   kept and its frequency decremented (it must be hit again to survive the next pass); an
-//!   unhit one is kept (compacted) while the write budget allows (device bytes written ≤
-//!   [`WRITE_BUDGET`](crate::flash_tier::WRITE_BUDGET) × bytes stored), else dropped: a flash slot is removed (counted in `evictions` and
-//!   `extstore_objects_evicted`), a RAM copy just loses its home (it stays in RAM and is
-//!   appended again if RAM evicts it).
-//! - `relocated`: move the slot or home to the new location if it still points at the old.
-//! - `evicted`: the engine could not keep it (keep limit, expiry, unreadable): as a drop.
-//! - `lost`: the chunk write holding these records failed (see `flash_tier` "Failed
-//!   writes"): a RAM copy loses its home, a flash-only slot is removed and counted lost,
-//!   tombstones and markers are appended again with their own version. Logged once per
-//!   failed write.
+//! The flash engine's [`ReclaimHandler`]: which flash records survive reclaim. A record is
+//! *referenced* when its key's slot is a flash slot at its location, or a RAM slot whose
+//! record's home is its location. Kept: the newest flush markers; tombstones while flash has
+//! room; referenced live records while flash has room, else those hit since the last pass
+//! (frequency decremented) and unhit ones within the write budget (`WRITE_BUDGET`). Otherwise
+//! dropped: a flash slot is removed (an eviction), a RAM copy only loses its home. A relocated
+//! record moves its slot or home; a failed chunk write (`lost`) costs homes and flash-only
+//! items, and its markers are appended again. Full rules: docs/eviction.md.
 //!
 //! # Threads
-//! Called on the engine's reclaimer thread with no engine lock held; takes one index shard
-//! lock per call. Until the cache is built (recovery) calls wait on the gate; if the cache
-//! never comes up the gate is closed and everything is dropped.
+//! The engine's reclaimer thread, no engine lock held; one index shard lock per call. Until
+//! the cache is built, calls wait on the gate; if it never comes up, everything is dropped.
 use std::sync::{Arc, Weak};
 
 use flashtier_flash::{Decision, Location, LostRecord, ReclaimHandler, RecordMeta};

@@ -1,20 +1,15 @@
-//! Write-back: a stored version reaches flash when RAM evicts it or when it has been unwritten
-//! for the `write_back_ms` window, whichever comes first (0 = write-through at SET).
+//! Write-back: a stored version reaches flash when RAM evicts it or when it has been dirty for
+//! the `write_back_ms` window, whichever comes first (0 = write-through at SET). A dirty
+//! version's home word holds the time it became dirty (kept across overwrites, so a key
+//! overwritten nonstop still reaches flash once per window) and whether an older version may
+//! be on flash (then a delete, or an expiry before write-back, appends a tombstone). The first
+//! version to turn a key dirty queues `(since, hash)`; a pass appends every RAM version of that
+//! hash still dirty since then. A failed append clears the dirty bit (retried at eviction).
+//! The crash rule: docs/eviction.md.
 //!
-//! A SET keeps its version in RAM with a *dirty* home word (`record::dirty_word`): the time it
-//! became dirty and whether an older version of the key may be on flash. An overwrite of a
-//! dirty version keeps the older dirty-since time, so a key overwritten without pause still
-//! reaches flash once per window. The first version to turn a key dirty queues `(since,
-//! hash)` here; the write-back pass pops due entries and appends every RAM version of that
-//! hash still dirty since then (under its shard lock, as a SET appends). Eviction appends a
-//! dirty version as it appends any version without a home (`tier`). Deletes, tombstones and
-//! `flush_all` markers are never delayed; a delete of a version with `HOME_OLDER` appends a
-//! tombstone, so an older flash version never comes back. A version whose append fails (too
-//! large or small for flash, no device) loses its dirty bit and is retried at eviction.
-//!
-//! Crash rule (docs/eviction.md): a version acknowledged more than window + the engine's
-//! `flush_interval` before a kill is on flash (unless reclaim evicted it); newer ones may be
-//! lost, and recovery then serves the newest older version that reached flash.
+//! # Threads
+//! The `flashtier-writeback` thread (every [`PASS_EVERY`]) and `Cache::close`; one shard lock
+//! at a time, as a SET appends, the flash engine's lock a leaf below it.
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,26 +1,12 @@
-//! Eviction: S3-FIFO at segment granularity, and the segment drain shared with the sweeper.
+//! Eviction: S3-FIFO at segment granularity (rules and measurements: docs/eviction.md), and
+//! the segment drain shared with the sweeper. A victim segment is walked record by record:
+//! records no slot points at are skipped, dead ones reclaimed, live ones copied to a log head
+//! (a second chance) or evicted — offered to the flash tier first (`flash_tier::demote`),
+//! which keeps them as flash slots. A large segment is requeued, never copied.
 //!
-//! # Policy
-//! New items are appended to the *small* log, ghost-hit items to the *main* log. When a writer
-//! needs a segment and none is free, the holder of `AllocState` evicts the oldest segment of
-//! the small log if that log holds at least `small_percent` of queued bytes (or main is empty),
-//! else the oldest segment of the main log. Walking the victim record by record:
-//! - a record no slot points at (overwritten, deleted, flushed by `flush_all`) is skipped;
-//! - an expired or flushed record is reclaimed;
-//! - small victim: a record hit since it was written (slot frequency > 0) is copied into the
-//!   main log with frequency 0; the others are evicted and their hash goes into the ghost set;
-//! - main victim: a record with frequency > 0 is copied to the main log's head with frequency
-//!   − 1 (a second chance); the others are evicted.
-//!
-//! Evicted live records are first offered to the lower tier (`tier`): with flash they are
-//! demoted to their flash home instead of being dropped.
-//! A large (single-record) segment is never copied: promoting or reinserting it just requeues
-//! the segment on the main log.
-//!
-//! Copies made while evicting use the free-segment reserve but never evict recursively; if no
-//! segment can be had, the record is evicted instead. After `2 × segments + 8` evictions that
-//! did not free a segment for the writer, eviction turns *forced* (no copies), so a writer
-//! always makes progress.
+//! Invariant: a writer always makes progress. Copies use the free-segment reserve and never
+//! evict recursively (no segment: the record is evicted); after `2 × segments + 8` evictions
+//! that freed nothing for the writer, eviction turns *forced* (no copies).
 //!
 //! # Threads
 //! Runs in whichever writer (or the sweeper) holds `AllocState`; takes shard locks one at a

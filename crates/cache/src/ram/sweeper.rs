@@ -1,24 +1,15 @@
-//! The sweeper: frees memory held by expired and dead records without any client touching them.
-//!
-//! A pass looks at every sealed, quiet segment on the queues, one at a time under the
-//! `AllocState` lock:
-//! - *all dead* — no live record (`live == 0`), every exptime passed (`max_exp ≤ now`), or a
-//!   passed `flush_all` covers its newest record: the segment is drained (live records are
-//!   reclaimed) and freed;
-//! - *mostly dead* — dead words (overwritten/deleted, from `live`) plus expired words (found by
-//!   scanning headers, only when the segment's earliest exptime has passed) are at least half
-//!   of the segment: its live records are compacted into the head of the same log and the
-//!   segment is freed. Skipped when no free segment or budget is available to compact into.
-//!
-//! A pass first seals a head segment holding anything expired, flushed or mostly dead, so
-//! such items are found even when writes have stopped.
-//!
-//! After a scan the segment's `min_exp` hint is raised to its earliest exptime still in the
-//! future, so a segment is rescanned only when something in it expired since.
+//! The sweeper: frees memory held by expired and dead records without any client touching
+//! them. A pass looks at every sealed, quiet segment, one at a time under `AllocState`: one
+//! with nothing live, everything expired, or covered by a passed `flush_all` is drained and
+//! freed; one at least half dead (overwritten, deleted, expired) has its live records
+//! compacted into the same log's head, if a free segment is available. A head holding
+//! anything stale is sealed first, so expired items are found even when writes stop. A scan
+//! raises the segment's `min_exp` hint, so it is rescanned only once something in it expired.
 //!
 //! # Threads
-//! One thread per `Cache` (named `flashtier-sweeper`), woken every `sweep_interval` and stopped
-//! when the `Cache` is dropped; `Cache::sweep` runs the same pass on the caller's thread.
+//! One thread per `Cache` (`flashtier-sweeper`), woken every `sweep_interval`, stopped when
+//! the `Cache` is dropped; `Cache::sweep` runs a pass on the caller's thread. The write-back
+//! thread runs on the same loop (`Sweeper::spawn_fn`).
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
