@@ -58,7 +58,7 @@ impl Cache {
                 });
             });
         }
-        let Some(ft) = inner.ft.as_ref() else {
+        let Some(tier) = inner.flash_tier.as_ref() else {
             return items;
         };
         // Reads are issued in batches so they overlap on the device, within the engine's
@@ -67,7 +67,7 @@ impl Cache {
         for chunk in on_flash.chunks(READ_BATCH) {
             reads.clear();
             for &(packed, freq) in chunk {
-                reads.push((ft.flash.read(Location::unpack(packed)), freq));
+                reads.push((tier.flash.read(Location::unpack(packed)), freq));
             }
             for (read, freq) in reads.drain(..) {
                 if let Ok(rec) = read.await {

@@ -39,7 +39,7 @@ pub(crate) struct Inner {
     pub ghost: Ghost,
     pub counters: Counters,
     /// The flash tier, if configured.
-    pub ft: Option<FlashTier>,
+    pub flash_tier: Option<FlashTier>,
     pub(crate) next_cas: AtomicU64,
     /// Time of the last delayed `flush_all`, or `NO_FLUSH`.
     flush_at: AtomicU64,
@@ -95,14 +95,14 @@ impl Cache {
         let mut engine_reserve = 0;
         let mut hot_stream = crate::flash_tier::STREAM;
         let handler = cfg.flash.as_ref().map(|_| Arc::new(Handler::new()));
-        if let (Some(fs), Some(handler)) = (&cfg.flash, &handler) {
+        if let (Some(settings), Some(handler)) = (&cfg.flash, &handler) {
             let mut rec = Recovered::default();
-            let engine = fs.engine_config();
+            let engine = settings.engine_config();
             engine_reserve = engine.reserve_segments;
             hot_stream = crate::flash_tier::hot_stream(&engine);
-            let tiering = Tiering::new(fs, engine.free_high_watermark);
+            let tiering = Tiering::new(settings, engine.free_high_watermark);
             let h: Arc<dyn flashtier_flash::ReclaimHandler> = handler.clone();
-            let res = match &fs.devices {
+            let res = match &settings.devices {
                 FlashDevices::Specs(specs) => {
                     Flash::open_specs(specs, engine, h, |m| rec.on_record(m))
                 }
@@ -125,7 +125,7 @@ impl Cache {
         let index = Index::new(cfg.index_shards, seed, 2);
         let mut next_cas = 0;
         let mut flush_at = NO_FLUSH;
-        let ft = opened.map(|(flash, info, rebuilt, tiering)| {
+        let tier = opened.map(|(flash, info, rebuilt, tiering)| {
             for &(key_id, loc) in &rebuilt.items {
                 index.lock(key_id).insert(key_id, entry_of(loc, 0));
             }
@@ -136,20 +136,22 @@ impl Cache {
             if let Some(at) = rebuilt.flush_at {
                 flush_at = u64::from(at);
             }
-            let mut ft = FlashTier::new(flash, info, rebuilt.max_version, tiering, engine_reserve);
-            ft.hot_stream = hot_stream;
-            ft.last_marker.store(rebuilt.last_marker, Ordering::Relaxed);
-            ft.last_delayed
+            let mut tier =
+                FlashTier::new(flash, info, rebuilt.max_version, tiering, engine_reserve);
+            tier.hot_stream = hot_stream;
+            tier.last_marker
+                .store(rebuilt.last_marker, Ordering::Relaxed);
+            tier.last_delayed
                 .store(rebuilt.last_delayed, Ordering::Relaxed);
-            Counters::add(&ft.counters.recovered, rebuilt.items.len() as u64);
-            ft
+            Counters::add(&tier.counters.recovered, rebuilt.items.len() as u64);
+            tier
         });
         let inner = Arc::new(Inner {
             index,
             arena: Arena::new(cfg.memory_limit, cfg.segment_size),
             ghost: Ghost::new(cfg.ghost_len()),
             counters: Counters::default(),
-            ft,
+            flash_tier: tier,
             next_cas: AtomicU64::new(next_cas),
             flush_at: AtomicU64::new(flush_at),
             cfg,
@@ -161,8 +163,8 @@ impl Cache {
             Some(every) => match Sweeper::spawn(inner.clone(), every) {
                 Ok(s) => Some(s),
                 Err(e) => {
-                    if let Some(ft) = &inner.ft {
-                        let _ = ft.flash.close();
+                    if let Some(tier) = &inner.flash_tier {
+                        let _ = tier.flash.close();
                     }
                     return Err(StartError::Sweeper(e));
                 }
@@ -187,20 +189,20 @@ impl Cache {
     /// The flash engine, when flash is configured (knobs: `flash().set_knob(..)`; durability
     /// barrier: `flash().flush()`; reclaim by hand: `flash().reclaim_now(..)`).
     pub fn flash(&self) -> Option<&Flash> {
-        self.inner.ft.as_ref().map(|ft| &ft.flash)
+        self.inner.flash_tier.as_ref().map(|tier| &tier.flash)
     }
 
     /// Record the CAS counter on flash, flush flash and stop its threads (a clean shutdown).
     /// Idempotent. Later writes fail with
     /// `Error::Flash`. Without flash, does nothing.
     pub fn close(&self) -> Result<(), Error> {
-        match &self.inner.ft {
-            Some(ft) if ft.closed.swap(true, Ordering::SeqCst) => Ok(()),
-            Some(ft) => {
+        match &self.inner.flash_tier {
+            Some(tier) if tier.closed.swap(true, Ordering::SeqCst) => Ok(()),
+            Some(tier) => {
                 self.inner.write_back_due(u64::MAX);
                 let cas = self.inner.next_cas.load(Ordering::Relaxed);
-                ft.append(STREAM, &KvRecord::CasCheckpoint { cas });
-                ft.flash.close().map_err(|e| Error::Flash(e.to_string()))
+                tier.append(STREAM, &KvRecord::CasCheckpoint { cas });
+                tier.flash.close().map_err(|e| Error::Flash(e.to_string()))
             }
             None => Ok(()),
         }
@@ -330,8 +332,8 @@ impl Inner {
     }
 
     pub(crate) fn mark_dead_packed(&self, loc: u64) {
-        if let Some(ft) = &self.ft {
-            ft.flash.mark_dead(Location::unpack(loc));
+        if let Some(tier) = &self.flash_tier {
+            tier.flash.mark_dead(Location::unpack(loc));
         }
     }
 
@@ -367,8 +369,8 @@ impl Inner {
     /// (overwritten, deleted, expired): its flash home, if any, is dead too.
     pub fn release_rec(&self, loc: u64, h: &Header) {
         self.release(loc, h.words());
-        if let (Some(ft), Some(home)) = (&self.ft, h.home_loc()) {
-            ft.flash.mark_dead(Location::unpack(home));
+        if let (Some(tier), Some(home)) = (&self.flash_tier, h.home_loc()) {
+            tier.flash.mark_dead(Location::unpack(home));
         }
     }
 
@@ -377,8 +379,8 @@ impl Inner {
     /// `flush_all` re-arms the flush time; recovery cannot see store times).
     pub(crate) fn flushed_gone(&self, exptime: u32, hash: u64) {
         let expired = exptime != 0 && exptime <= self.now();
-        if let (false, Some(ft)) = (expired, &self.ft) {
-            ft.append(
+        if let (false, Some(tier)) = (expired, &self.flash_tier) {
+            tier.append(
                 STREAM,
                 &KvRecord::Tombstone {
                     key_id: hash,
@@ -399,8 +401,8 @@ impl Inner {
         self.unlink(shard, pos, h);
         if h.home_loc().is_none() && h.flash_behind() {
             // Died before reaching flash over an older flash version: cover that one.
-            if let Some(ft) = &self.ft {
-                ft.append(
+            if let Some(tier) = &self.flash_tier {
+                tier.append(
                     STREAM,
                     &KvRecord::Tombstone {
                         key_id: hash,
@@ -433,8 +435,8 @@ impl Inner {
         let now = self.now();
         if at > now {
             self.flush_at.store(u64::from(at), Ordering::Relaxed);
-            if let Some(ft) = &self.ft {
-                ft.append(STREAM, &KvRecord::Flush { at });
+            if let Some(tier) = &self.flash_tier {
+                tier.append(STREAM, &KvRecord::Flush { at });
             }
             return;
         }
@@ -448,14 +450,14 @@ impl Inner {
                     }
                 }
                 Tier::Flash => {
-                    if let Some(ft) = &self.ft {
-                        ft.flash.mark_dead(Location::unpack(packed_of(&e)));
+                    if let Some(tier) = &self.flash_tier {
+                        tier.flash.mark_dead(Location::unpack(packed_of(&e)));
                     }
                 }
             });
         }
-        if let Some(ft) = &self.ft {
-            ft.append(STREAM, &KvRecord::Flush { at: 0 });
+        if let Some(tier) = &self.flash_tier {
+            tier.append(STREAM, &KvRecord::Flush { at: 0 });
         }
     }
 }

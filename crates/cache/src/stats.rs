@@ -97,17 +97,17 @@ impl crate::engine::Inner {
     pub(crate) fn slabs_stats(&self) -> Vec<(String, String)> {
         use crate::ram::arena::Log;
         let seg = self.cfg.segment_size as u64;
-        let st = self.arena.state.lock();
-        let large = st
+        let alloc = self.arena.state.lock();
+        let large = alloc
             .queues
             .iter()
             .flatten()
             .filter(|&&s| self.arena.slot(s).is_large())
             .count();
-        let small = st.queues[Log::Small as usize].len();
-        let main = st.queues[Log::Main as usize].len();
-        let free = self.arena.free_count(&st) as u64;
-        drop(st);
+        let small = alloc.queues[Log::Small as usize].len();
+        let main = alloc.queues[Log::Main as usize].len();
+        let free = self.arena.free_count(&alloc) as u64;
+        drop(alloc);
         let malloced = self.arena.mem_used();
         let pages = malloced / seg;
         let limit_pages = self.arena.limit() / seg;
@@ -122,19 +122,19 @@ impl crate::engine::Inner {
         add("1:free_chunks_end", limit_pages.saturating_sub(pages));
         add("1:mem_requested", Counters::get(&self.counters.live_bytes));
         let mut active = 1;
-        if let Some(ft) = &self.ft {
-            let fs = ft.flash.stats();
+        if let Some(tier) = &self.flash_tier {
+            let engine_stats = tier.flash.stats();
             let f = flashtier_flash::FlashStats::get;
-            let total = f(&fs.segments_total);
-            let free = f(&fs.segments_free);
-            add("2:chunk_size", ft.info.segment_size);
+            let total = f(&engine_stats.segments_total);
+            let free = f(&engine_stats.segments_free);
+            add("2:chunk_size", tier.info.segment_size);
             add("2:chunks_per_page", 1);
             add("2:total_pages", total);
             add("2:total_chunks", total);
             add("2:used_chunks", total.saturating_sub(free));
             add("2:free_chunks", free);
             add("2:free_chunks_end", 0);
-            add("2:mem_requested", f(&fs.bytes_used));
+            add("2:mem_requested", f(&engine_stats.bytes_used));
             active = 2;
         }
         add("active_slabs", active);
@@ -157,17 +157,17 @@ impl crate::engine::Inner {
         let g = Counters::get;
         let now = self.now();
         let oldest = {
-            let st = self.arena.state.lock();
+            let alloc = self.arena.state.lock();
             [Log::Small, Log::Main]
                 .iter()
-                .filter_map(|&l| st.queues[l as usize].front().copied())
+                .filter_map(|&l| alloc.queues[l as usize].front().copied())
                 .map(|s| self.arena.slot(s).max_stored.load(Relaxed))
                 .filter(|&t| t != 0)
                 .min()
         };
         let age = oldest.map_or(0, |t| u64::from(now.saturating_sub(t)));
         // Items dropped (not moved) are counted in the class whose policy drops them.
-        let lossy = if self.ft.is_some() { 2 } else { 1 };
+        let lossy = if self.flash_tier.is_some() { 2 } else { 1 };
         let mut v: Vec<(String, String)> = Vec::new();
         let mut add = |class: u32, k: &str, n: u64| {
             v.push((format!("items:{class}:{k}"), n.to_string()));
@@ -179,11 +179,11 @@ impl crate::engine::Inner {
         for class in 1..=lossy {
             if class == 2 {
                 add(2, "number", self.count_tier(Tier::Flash));
-                if let Some(ft) = &self.ft {
+                if let Some(tier) = &self.flash_tier {
                     add(
                         2,
                         "mem_requested",
-                        flashtier_flash::FlashStats::get(&ft.flash.stats().bytes_used),
+                        flashtier_flash::FlashStats::get(&tier.flash.stats().bytes_used),
                     );
                 }
             }
@@ -203,9 +203,9 @@ impl crate::engine::Inner {
     /// `stats extstore`: memcached extstore-like names where they fit, the engine's `flash_*`
     /// pairs, and the RAM the index spends per item. `None` without flash.
     pub(crate) fn extstore_stats(&self) -> Option<Vec<(String, String)>> {
-        let ft = self.ft.as_ref()?;
-        let t = &ft.counters;
-        let fs = ft.flash.stats();
+        let tier = self.flash_tier.as_ref()?;
+        let t = &tier.counters;
+        let engine_stats = tier.flash.stats();
         let g = Counters::get;
         let f = flashtier_flash::FlashStats::get;
         let items = self.index.len();
@@ -215,8 +215,8 @@ impl crate::engine::Inner {
         } else {
             index_bytes as f64 / items as f64
         };
-        let dead = f(&fs.bytes_dead);
-        let live = f(&fs.bytes_used).saturating_sub(dead);
+        let dead = f(&engine_stats.bytes_dead);
+        let live = f(&engine_stats.bytes_used).saturating_sub(dead);
         let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
         let mut v: Vec<(String, String)> = vec![
             ("extstore_objects_written", g(&t.objects_written)),
@@ -240,47 +240,56 @@ impl crate::engine::Inner {
             ("extstore_write_failed_in_ram", g(&t.write_failed_in_ram)),
             ("extstore_write_failed_lost", g(&t.write_failed_lost)),
             ("extstore_markers_rewritten", g(&t.markers_rewritten)),
-            ("extstore_bytes_used", f(&fs.bytes_used)),
-            ("extstore_bytes_fragmented", f(&fs.bytes_dead)),
+            ("extstore_bytes_used", f(&engine_stats.bytes_used)),
+            ("extstore_bytes_fragmented", f(&engine_stats.bytes_dead)),
             (
                 "extstore_segments_used",
-                f(&fs.segments_total).saturating_sub(f(&fs.segments_free)),
+                f(&engine_stats.segments_total).saturating_sub(f(&engine_stats.segments_free)),
             ),
-            ("extstore_segments_free", f(&fs.segments_free)),
-            ("extstore_compactions", f(&fs.reclaims)),
-            ("extstore_io_queue", f(&fs.io_queue_depth)),
-            ("extstore_flash_checksum_failures", f(&fs.checksum_failures)),
+            ("extstore_segments_free", f(&engine_stats.segments_free)),
+            ("extstore_compactions", f(&engine_stats.reclaims)),
+            ("extstore_io_queue", f(&engine_stats.io_queue_depth)),
+            (
+                "extstore_flash_checksum_failures",
+                f(&engine_stats.checksum_failures),
+            ),
             ("extstore_index_items", items),
             ("extstore_index_bytes", index_bytes),
             ("extstore_written_back", g(&t.written_back)),
-            ("extstore_write_back_queue", ft.dirty.len() as u64),
+            ("extstore_write_back_queue", tier.dirty.len() as u64),
             ("extstore_live_bytes", live),
             ("extstore_dead_bytes", dead),
-            ("extstore_compaction_bytes_read", f(&fs.reclaim_bytes_read)),
-            ("extstore_compaction_bytes_written", f(&fs.bytes_rewritten)),
+            (
+                "extstore_compaction_bytes_read",
+                f(&engine_stats.reclaim_bytes_read),
+            ),
+            (
+                "extstore_compaction_bytes_written",
+                f(&engine_stats.bytes_rewritten),
+            ),
         ]
         .into_iter()
         .map(|(k, n)| (k.to_string(), n.to_string()))
         .collect();
         v.push(("ram_bytes_per_flash_item".into(), format!("{per_item:.2}")));
-        let live_pct = 100.0 * ratio(live, ft.info.capacity);
+        let live_pct = 100.0 * ratio(live, tier.info.capacity);
         v.push(("extstore_live_percent".into(), format!("{live_pct:.2}")));
-        let wa = ratio(f(&fs.device_bytes_written), g(&t.bytes_stored));
+        let wa = ratio(f(&engine_stats.device_bytes_written), g(&t.bytes_stored));
         v.push((
             "extstore_device_bytes_per_byte_stored".into(),
             format!("{wa:.3}"),
         ));
-        v.push(("extstore_backend".into(), ft.info.backend.to_string()));
-        v.push(("extstore_capacity".into(), ft.info.capacity.to_string()));
+        v.push(("extstore_backend".into(), tier.info.backend.to_string()));
+        v.push(("extstore_capacity".into(), tier.info.capacity.to_string()));
         v.push((
             "extstore_limit_maxbytes".into(),
-            ft.info.capacity.to_string(),
+            tier.info.capacity.to_string(),
         ));
         v.push((
             "extstore_segment_size".into(),
-            ft.info.segment_size.to_string(),
+            tier.info.segment_size.to_string(),
         ));
-        for (k, n) in fs.pairs() {
+        for (k, n) in engine_stats.pairs() {
             v.push((k.to_string(), n.to_string()));
         }
         for (k, val) in self.knobs() {

@@ -147,14 +147,14 @@ impl KvStore for Cache {
     }
 
     async fn get(&self, key: &[u8]) -> Result<Option<Item>, Error> {
-        if self.inner.ft.is_none() {
+        if self.inner.flash_tier.is_none() {
             return self.inner.get(key);
         }
         self.get_hybrid(key).await
     }
 
     async fn set(&self, key: &[u8], item: ItemWrite) -> Result<u64, Error> {
-        if self.inner.ft.is_none() {
+        if self.inner.flash_tier.is_none() {
             return self.inner.set(key, item);
         }
         self.set_hybrid(key, item).await
@@ -165,7 +165,7 @@ impl KvStore for Cache {
         R: Send,
         F: FnMut(Option<&Item>) -> (Update, R) + Send,
     {
-        if self.inner.ft.is_none() {
+        if self.inner.flash_tier.is_none() {
             return self.inner.update(key, f);
         }
         self.update_hybrid(key, f).await

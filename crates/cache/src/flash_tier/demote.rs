@@ -30,7 +30,7 @@ impl Inner {
     /// Decide the fate of the evicted live record `rec` of `key`.
     pub(crate) fn offer(&self, rec: &RecordRef<'_>, hash: u64, key: &[u8]) -> Demotion {
         let h = &rec.header;
-        let Some(ft) = &self.ft else {
+        let Some(tier) = &self.flash_tier else {
             return Demotion::Drop;
         };
         let loc = match h.home_loc() {
@@ -38,13 +38,13 @@ impl Inner {
             None => {
                 let value = rec.value();
                 let put = Put::of(hash, key, &value, h);
-                match ft.append(STREAM, &KvRecord::Put(put)) {
+                match tier.append(STREAM, &KvRecord::Put(put)) {
                     Some(loc) => loc,
                     None => return Demotion::Drop,
                 }
             }
         };
-        Counters::add(&ft.counters.demoted, 1);
+        Counters::add(&tier.counters.demoted, 1);
         Demotion::Moved { loc }
     }
 }

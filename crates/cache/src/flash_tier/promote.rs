@@ -90,11 +90,11 @@ impl Inner {
     }
 
     fn count_promotion(&self, done: bool) {
-        if let Some(ft) = &self.ft {
+        if let Some(tier) = &self.flash_tier {
             let c = if done {
-                &ft.counters.promoted
+                &tier.counters.promoted
             } else {
-                &ft.counters.promotions_abandoned
+                &tier.counters.promotions_abandoned
             };
             Counters::add(c, 1);
         }
@@ -108,8 +108,8 @@ impl Inner {
     /// DELETE, reclaim relocation or another promotion meanwhile changed or removed it, and
     /// then the space is abandoned. At most `MAX_PROMOTING` run at once (more are skipped).
     pub(crate) fn promote_later(&self, key: &[u8], hash: u64, p: Promotion) {
-        let Some(ft) = &self.ft else { return };
-        let Some(_turn) = ft.promotion_turn() else {
+        let Some(tier) = &self.flash_tier else { return };
+        let Some(_turn) = tier.promotion_turn() else {
             return;
         };
         let words = record::rec_words(key.len(), p.item.value.len());
@@ -156,8 +156,8 @@ mod tests {
 
     fn open() -> Cache {
         let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("promote", 16 << 20));
-        let mut fs = FlashSettings::devices(vec![d]);
-        fs.engine = Some(FlashConfig {
+        let mut settings = FlashSettings::devices(vec![d]);
+        settings.engine = Some(FlashConfig {
             io_backend: IoBackend::Psync,
             ..FlashConfig::small()
         });
@@ -166,7 +166,7 @@ mod tests {
             .segment_size(64 << 10)
             .max_item_size(64 << 10)
             .sweep_interval(None)
-            .flash(fs)
+            .flash(settings)
             .build()
             .unwrap();
         let c = Cache::new(cfg).unwrap();
@@ -188,7 +188,7 @@ mod tests {
     }
 
     fn counts(c: &Cache) -> (u64, u64) {
-        let t = &c.inner().ft.as_ref().unwrap().counters;
+        let t = &c.inner().flash_tier.as_ref().unwrap().counters;
         (
             t.promoted.load(Ordering::Relaxed),
             t.promotions_abandoned.load(Ordering::Relaxed),
@@ -201,7 +201,7 @@ mod tests {
         let (hash, p) = read(&c, b"k0");
         c.inner().promote_later(b"k0", hash, p);
         assert_eq!(counts(&c), (1, 0));
-        let t = &c.inner().ft.as_ref().unwrap().counters;
+        let t = &c.inner().flash_tier.as_ref().unwrap().counters;
         let reads = t.objects_read.load(Ordering::Relaxed);
         let it = c.get_now(b"k0").unwrap().unwrap();
         assert_eq!(it.value, Bytes::from(vec![0u8; 2000]));

@@ -60,15 +60,17 @@ impl Inner {
             cands,
             ..View::default()
         };
-        let Some(ft) = &self.ft else { return v };
+        let Some(tier) = &self.flash_tier else {
+            return v;
+        };
         if !read {
             v.blind = true;
             return v;
         }
         for loc in v.cands.clone() {
-            match ft.flash.read(Location::unpack(loc)).await {
+            match tier.flash.read(Location::unpack(loc)).await {
                 Ok(rec) => {
-                    if let Some(item) = ft.decode(&rec, hash, key) {
+                    if let Some(item) = tier.decode(&rec, hash, key) {
                         v.found = Some((loc, item));
                         break;
                     }

@@ -104,7 +104,7 @@ impl Inner {
 
     /// Forget the record `m` refers to: remove a flash slot, or clear a RAM copy's home.
     fn drop_ref(&self, shard: &mut Shard<'_>, r: Ref, m: &RecordMeta) {
-        let Some(ft) = &self.ft else { return };
+        let Some(tier) = &self.flash_tier else { return };
         match r {
             Ref::Flash(pos, e) => {
                 shard.remove(pos);
@@ -119,7 +119,7 @@ impl Inner {
                     if e.freq == 0 {
                         Counters::add(&self.counters.evicted_unfetched, 1);
                     }
-                    Counters::add(&ft.counters.evicted, 1);
+                    Counters::add(&tier.counters.evicted, 1);
                 }
             }
             Ref::Ram(_, _, loc) => self.set_ram_home(loc, HOME_OLDER),
@@ -127,13 +127,13 @@ impl Inner {
     }
 
     fn reclaim_decide(&self, m: &RecordMeta) -> Decision {
-        let Some(ft) = &self.ft else {
+        let Some(tier) = &self.flash_tier else {
             return Decision::Drop;
         };
         match KvKind::of(m) {
             KvKind::Put => {}
-            KvKind::Flush { .. } if ft.is_current_marker(m) => return Decision::Keep,
-            KvKind::Tombstone if ft.has_room() => return Decision::Keep,
+            KvKind::Flush { .. } if tier.is_current_marker(m) => return Decision::Keep,
+            KvKind::Tombstone if tier.has_room() => return Decision::Keep,
             _ => return Decision::Drop,
         }
         let mut shard = self.index.lock(m.key_id);
@@ -144,8 +144,8 @@ impl Inner {
         let (pos, e) = match &r {
             Ref::Flash(p, e) | Ref::Ram(p, e, _) => (*p, *e),
         };
-        let unread_ok = !ft.tiering.drop_unread();
-        if !expired && e.freq == 0 && unread_ok && (ft.has_room() || ft.compaction_budget()) {
+        let unread_ok = !tier.tiering.drop_unread();
+        if !expired && e.freq == 0 && unread_ok && (tier.has_room() || tier.compaction_budget()) {
             return Decision::Keep;
         }
         if !expired && e.freq > 0 {
@@ -179,8 +179,8 @@ impl Inner {
             }
             None => false,
         };
-        if let (true, Some(ft)) = (moved, &self.ft) {
-            Counters::add(&ft.counters.relocated, 1);
+        if let (true, Some(tier)) = (moved, &self.flash_tier) {
+            Counters::add(&tier.counters.relocated, 1);
         }
         moved
     }
@@ -194,12 +194,12 @@ impl Inner {
 
     /// The engine could not write these records (see the module docs).
     pub(crate) fn write_lost(&self, recs: &[LostRecord]) {
-        let Some(ft) = &self.ft else { return };
+        let Some(tier) = &self.flash_tier else { return };
         let (mut in_ram, mut lost, mut again, mut failed) = (0u64, 0u64, 0u64, 0u64);
         for r in recs {
             let m = &r.meta;
             if KvKind::of(m) != KvKind::Put {
-                if ft.append_again(m, r.record.as_ref()) {
+                if tier.append_again(m, r.record.as_ref()) {
                     again += 1;
                 } else {
                     failed += 1;
@@ -219,7 +219,7 @@ impl Inner {
                 None => {}
             }
         }
-        let c = &ft.counters;
+        let c = &tier.counters;
         Counters::add(&c.write_failed_in_ram, in_ram);
         Counters::add(&c.write_failed_lost, lost);
         Counters::add(&c.markers_rewritten, again);

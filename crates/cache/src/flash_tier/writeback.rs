@@ -54,7 +54,7 @@ impl DirtyQueue {
 
 /// Start the write-back thread (with flash only).
 pub(crate) fn spawn(inner: &Arc<Inner>) -> std::io::Result<Option<Sweeper>> {
-    if inner.ft.is_none() {
+    if inner.flash_tier.is_none() {
         return Ok(None);
     }
     let i = inner.clone();
@@ -78,18 +78,20 @@ impl Inner {
         older: bool,
         old_since: Option<u64>,
     ) -> u64 {
-        let Some(ft) = &self.ft else { return 0 };
-        crate::stats::Counters::add(&ft.counters.bytes_stored, value.len() as u64);
+        let Some(tier) = &self.flash_tier else {
+            return 0;
+        };
+        crate::stats::Counters::add(&tier.counters.bytes_stored, value.len() as u64);
         let no_home = if older { HOME_OLDER } else { 0 };
-        if ft.tiering.write_back_ms() > 0 && value.len() as u64 >= ft.tiering.item_size() {
+        if tier.tiering.write_back_ms() > 0 && value.len() as u64 >= tier.tiering.item_size() {
             let since = old_since.unwrap_or_else(|| {
                 let now = self.cfg.clock.now_ms();
-                ft.dirty.push(now, hash);
+                tier.dirty.push(now, hash);
                 now
             });
             return dirty_word(since, older);
         }
-        match ft.append(STREAM, &KvRecord::Put(Put::of(hash, key, value, h))) {
+        match tier.append(STREAM, &KvRecord::Put(Put::of(hash, key, value, h))) {
             Some(loc) => home_word(loc),
             None => no_home,
         }
@@ -98,10 +100,12 @@ impl Inner {
     /// Append every dirty version that became dirty at or before `cutoff` (unix ms;
     /// `u64::MAX` = all). Returns how many were appended.
     pub(crate) fn write_back_due(&self, cutoff: u64) -> usize {
-        let Some(ft) = &self.ft else { return 0 };
+        let Some(tier) = &self.flash_tier else {
+            return 0;
+        };
         let mut n = 0;
         let mut key = Vec::new();
-        while let Some(hash) = ft.dirty.pop_due(cutoff) {
+        while let Some(hash) = tier.dirty.pop_due(cutoff) {
             let shard = self.index.lock(hash);
             let now = self.now();
             loop {
@@ -125,14 +129,14 @@ impl Inner {
                     // not outlive it (after a restart it would be served).
                     if h.flash_behind() {
                         let key = &key;
-                        ft.append(STREAM, &KvRecord::Tombstone { key_id, key });
+                        tier.append(STREAM, &KvRecord::Tombstone { key_id, key });
                     }
                     rec.set_home(0);
                     continue;
                 }
                 let value = rec.value();
                 let put = Put::of(key_id, &key, &value, &h);
-                let home = match ft.append(ft.hot_stream, &KvRecord::Put(put)) {
+                let home = match tier.append(tier.hot_stream, &KvRecord::Put(put)) {
                     Some(loc) => {
                         n += 1;
                         home_word(loc)
@@ -143,15 +147,15 @@ impl Inner {
             }
         }
         if n > 0 {
-            crate::stats::Counters::add(&ft.counters.written_back, n as u64);
+            crate::stats::Counters::add(&tier.counters.written_back, n as u64);
         }
         n
     }
 
     /// One pass of the write-back thread: versions dirty for the window or longer.
     pub(crate) fn write_back_pass(&self) {
-        let Some(ft) = &self.ft else { return };
-        let window = ft.tiering.write_back_ms();
+        let Some(tier) = &self.flash_tier else { return };
+        let window = tier.tiering.write_back_ms();
         let cutoff = self.cfg.clock.now_ms().saturating_sub(window);
         self.write_back_due(cutoff);
     }
@@ -172,8 +176,8 @@ mod tests {
 
     fn open(clock: Clock) -> Cache {
         let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("wb", 16 << 20));
-        let mut fs = FlashSettings::devices(vec![d]);
-        fs.engine = Some(FlashConfig {
+        let mut settings = FlashSettings::devices(vec![d]);
+        settings.engine = Some(FlashConfig {
             io_backend: IoBackend::Psync,
             ..FlashConfig::small()
         });
@@ -183,7 +187,7 @@ mod tests {
             .max_item_size(64 << 10)
             .sweep_interval(None)
             .clock(clock)
-            .flash(fs)
+            .flash(settings)
             .build()
             .unwrap();
         Cache::new(cfg).unwrap()
@@ -196,7 +200,7 @@ mod tests {
 
     fn written(c: &Cache) -> u64 {
         c.inner()
-            .ft
+            .flash_tier
             .as_ref()
             .unwrap()
             .counters
@@ -232,7 +236,7 @@ mod tests {
         assert_eq!(written(&c), 1);
         set(&c, 2);
         assert!(c.delete_now(b"k"));
-        let t = &c.inner().ft.as_ref().unwrap().counters;
+        let t = &c.inner().flash_tier.as_ref().unwrap().counters;
         assert_eq!(
             t.tombstones.load(Relaxed),
             1,

@@ -15,7 +15,7 @@ use crate::{Error, Item};
 impl Cache {
     /// Synchronous GET (blocks the thread on a flash read).
     pub fn get_now(&self, key: &[u8]) -> Result<Option<Item>, Error> {
-        if self.inner.ft.is_none() {
+        if self.inner.flash_tier.is_none() {
             return self.inner.get(key);
         }
         block_on(self.get_hybrid(key))
@@ -71,13 +71,16 @@ impl Inner {
             }
             Current::Flash { pos, e, item } => {
                 let it = item_of(&item, e.freq);
-                if let Some(ft) = &self.ft {
-                    Counters::add(&ft.counters.hits, 1);
+                if let Some(tier) = &self.flash_tier {
+                    Counters::add(&tier.counters.hits, 1);
                 }
                 let recache = e.freq > 0
                     && record::rec_words(key.len(), item.value.len())
                         <= self.arena.large_threshold()
-                    && self.ft.as_ref().is_some_and(|ft| ft.should_recache());
+                    && self
+                        .flash_tier
+                        .as_ref()
+                        .is_some_and(|tier| tier.should_recache());
                 if !recache || !self.promote_in_place(&mut shard, pos, e, key, &item, now) {
                     shard.touch(pos);
                     if recache {

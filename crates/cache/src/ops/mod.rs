@@ -91,7 +91,7 @@ impl Inner {
             }
             return Ok(Current::Ram { pos, e, rec });
         }
-        let Some(ft) = &self.ft else {
+        let Some(tier) = &self.flash_tier else {
             return Ok(Current::Absent);
         };
         let cands = self.flash_cands(shard, hash);
@@ -104,10 +104,10 @@ impl Inner {
         for (loc, err) in &view.failed {
             if is_corrupt(err) {
                 if self.remove_flash_loc(shard, hash, *loc) {
-                    ft.unreadable_item(err);
+                    tier.unreadable_item(err);
                 }
             } else if view.found.is_none() {
-                Counters::add(&ft.counters.errors, 1);
+                Counters::add(&tier.counters.errors, 1);
                 return Err(flash_err(err));
             }
         }
@@ -159,8 +159,8 @@ impl Inner {
             None => {}
         }
         if had_flash {
-            if let Some(ft) = &self.ft {
-                ft.append(STREAM, &KvRecord::Tombstone { key_id: hash, key });
+            if let Some(tier) = &self.flash_tier {
+                tier.append(STREAM, &KvRecord::Tombstone { key_id: hash, key });
             }
         }
     }

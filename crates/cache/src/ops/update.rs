@@ -14,7 +14,7 @@ use crate::{CasMode, Error, Item, ItemWrite, Update};
 impl Cache {
     /// Synchronous SET.
     pub fn set_now(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
-        if self.inner.ft.is_none() {
+        if self.inner.flash_tier.is_none() {
             return self.inner.set(key, w);
         }
         block_on(self.set_hybrid(key, w))
@@ -25,7 +25,7 @@ impl Cache {
     where
         F: FnMut(Option<&Item>) -> (Update, R),
     {
-        if self.inner.ft.is_none() {
+        if self.inner.flash_tier.is_none() {
             return self.inner.update(key, f);
         }
         block_on(self.update_hybrid(key, f))

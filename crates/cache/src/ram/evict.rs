@@ -43,38 +43,38 @@ impl Inner {
     /// Seal `log`'s head if `words` no longer fit, then install a fresh segment (evicting to
     /// get one). Called by writers holding no lock.
     pub(crate) fn advance(&self, log: Log, words: usize) -> Result<(), Error> {
-        let mut st = self.arena.state.lock();
+        let mut alloc = self.arena.state.lock();
         if let Some((seg, off)) = self.arena.head(log) {
             if off + words <= self.arena.seg_words {
                 return Ok(());
             }
-            self.arena.seal_head(&mut st, log, Some(seg));
+            self.arena.seal_head(&mut alloc, log, Some(seg));
         }
-        let seg = self.obtain_normal(&mut st)?;
+        let seg = self.obtain_normal(&mut alloc)?;
         if let Err(seg) = self.arena.install_head(log, seg) {
-            self.arena.release_normal(&mut st, seg);
+            self.arena.release_normal(&mut alloc, seg);
         }
         Ok(())
     }
 
     /// An empty normal segment for a writer, evicting as needed; keeps one in reserve for
     /// eviction's copies while it can.
-    fn obtain_normal(&self, st: &mut AllocState) -> Result<u32, Error> {
+    fn obtain_normal(&self, alloc: &mut AllocState) -> Result<u32, Error> {
         let mut tries = 0;
         loop {
-            if let Some(s) = self.arena.take_normal(st, 1) {
+            if let Some(s) = self.arena.take_normal(alloc, 1) {
                 return Ok(s);
             }
             tries += 1;
-            if self.evict_one(st, tries > self.soft_tries()) {
+            if self.evict_one(alloc, tries > self.soft_tries()) {
                 continue;
             }
-            if self.arena.seal_head(st, Log::Main, None)
-                || self.arena.seal_head(st, Log::Small, None)
+            if self.arena.seal_head(alloc, Log::Main, None)
+                || self.arena.seal_head(alloc, Log::Small, None)
             {
                 continue;
             }
-            return self.arena.take_normal(st, 0).ok_or(Error::OutOfMemory);
+            return self.arena.take_normal(alloc, 0).ok_or(Error::OutOfMemory);
         }
     }
 
@@ -87,21 +87,21 @@ impl Inner {
         if k > self.arena.max_chunks() + 1 {
             return Err(Error::OutOfMemory);
         }
-        let mut st = self.arena.state.lock();
+        let mut alloc = self.arena.state.lock();
         let mut tries = 0;
         loop {
-            if self.arena.available(&st, spare) >= k {
+            if self.arena.available(&alloc, spare) >= k {
                 return self
                     .arena
-                    .take_large(&mut st, words, log)
+                    .take_large(&mut alloc, words, log)
                     .ok_or(Error::OutOfMemory);
             }
             tries += 1;
-            if self.evict_one(&mut st, tries > self.soft_tries()) {
+            if self.evict_one(&mut alloc, tries > self.soft_tries()) {
                 continue;
             }
-            if self.arena.seal_head(&mut st, Log::Main, None)
-                || self.arena.seal_head(&mut st, Log::Small, None)
+            if self.arena.seal_head(&mut alloc, Log::Main, None)
+                || self.arena.seal_head(&mut alloc, Log::Small, None)
             {
                 continue;
             }
@@ -110,29 +110,31 @@ impl Inner {
     }
 
     /// Evict one segment. False when there is nothing to evict.
-    pub(crate) fn evict_one(&self, st: &mut AllocState, force: bool) -> bool {
+    pub(crate) fn evict_one(&self, alloc: &mut AllocState, force: bool) -> bool {
         let small = Log::Small as usize;
         let main = Log::Main as usize;
         let s3 = self.cfg.eviction == EvictionPolicy::S3Fifo;
-        let total = st.queue_bytes[small] + st.queue_bytes[main];
-        let small_over = st.queue_bytes[small] * 100 >= total * u64::from(self.cfg.small_percent);
-        let log =
-            if !st.queues[small].is_empty() && (!s3 || small_over || st.queues[main].is_empty()) {
-                Log::Small
-            } else if !st.queues[main].is_empty() {
-                Log::Main
-            } else {
-                return false;
-            };
+        let total = alloc.queue_bytes[small] + alloc.queue_bytes[main];
+        let small_over =
+            alloc.queue_bytes[small] * 100 >= total * u64::from(self.cfg.small_percent);
+        let log = if !alloc.queues[small].is_empty()
+            && (!s3 || small_over || alloc.queues[main].is_empty())
+        {
+            Log::Small
+        } else if !alloc.queues[main].is_empty() {
+            Log::Main
+        } else {
+            return false;
+        };
         // memcached -M: never drop a live item to make room (with flash, eviction only
         // moves items to flash, so it goes on).
-        if !self.cfg.evict_to_free && self.ft.is_none() {
-            let victim = st.queues[log as usize].front().copied();
+        if !self.cfg.evict_to_free && self.flash_tier.is_none() {
+            let victim = alloc.queues[log as usize].front().copied();
             if victim.is_some_and(|v| self.arena.slot(v).live.load(Ordering::Relaxed) > 0) {
                 return false;
             }
         }
-        let Some(seg) = self.arena.pop_queue(st, log) else {
+        let Some(seg) = self.arena.pop_queue(alloc, log) else {
             return false;
         };
         self.arena.wait_quiet(seg);
@@ -141,41 +143,41 @@ impl Inner {
         } else {
             Mode::Evict(log)
         };
-        let kept = self.drain(st, seg, mode);
-        self.retire(st, seg, kept);
+        let kept = self.drain(alloc, seg, mode);
+        self.retire(alloc, seg, kept);
         true
     }
 
     /// After a drain: requeue a kept large segment, free a dropped one, recycle a normal one.
-    pub(crate) fn retire(&self, st: &mut AllocState, seg: u32, kept: Option<Log>) {
+    pub(crate) fn retire(&self, alloc: &mut AllocState, seg: u32, kept: Option<Log>) {
         if self.arena.slot(seg).is_large() {
             match kept {
-                Some(log) => self.arena.enqueue_large(st, seg, log),
-                None => self.arena.free_large(st, seg),
+                Some(log) => self.arena.enqueue_large(alloc, seg, log),
+                None => self.arena.free_large(alloc, seg),
             }
         } else {
-            self.arena.release_normal(st, seg);
+            self.arena.release_normal(alloc, seg);
         }
     }
 
     /// Reserve `words` in `log`'s head for a copy, taking a segment from the free list or the
     /// budget (reserve included) but never evicting. `None` when no space can be had.
-    fn bump_for_copy(&self, st: &mut AllocState, log: Log, words: usize) -> Option<Space> {
+    fn bump_for_copy(&self, alloc: &mut AllocState, log: Log, words: usize) -> Option<Space> {
         if let Some(s) = self.arena.try_bump(log, words) {
             return Some(s);
         }
         let seen = self.arena.head(log).map(|(s, _)| s);
-        self.arena.seal_head(st, log, seen);
-        let seg = self.arena.take_normal(st, 0)?;
+        self.arena.seal_head(alloc, log, seen);
+        let seg = self.arena.take_normal(alloc, 0)?;
         if let Err(seg) = self.arena.install_head(log, seg) {
-            self.arena.release_normal(st, seg);
+            self.arena.release_normal(alloc, seg);
         }
         self.arena.try_bump(log, words)
     }
 
     /// Walk segment `seg` (taken off its queue, quiet) and dispose of every record per
     /// `mode`. Returns the log a large segment should be requeued on, if it is kept.
-    pub(crate) fn drain(&self, st: &mut AllocState, seg: u32, mode: Mode) -> Option<Log> {
+    pub(crate) fn drain(&self, alloc: &mut AllocState, seg: u32, mode: Mode) -> Option<Log> {
         let now = self.now();
         let slot = self.arena.slot(seg);
         let end = slot.end.load(Ordering::Relaxed) as usize;
@@ -228,7 +230,7 @@ impl Inner {
                     kept = Some(log);
                     Counters::add(counter, 1);
                 }
-                Some((log, freq)) => match self.bump_for_copy(st, log, n) {
+                Some((log, freq)) => match self.bump_for_copy(alloc, log, n) {
                     Some(sp) => {
                         if let Some(dst) = self.arena.mem(sp.seg) {
                             record::copy(m, off, dst, sp.off, n);

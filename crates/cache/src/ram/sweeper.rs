@@ -84,13 +84,13 @@ impl Inner {
     /// One sweeper pass; returns the number of segments freed or compacted.
     pub(crate) fn sweep(&self) -> usize {
         let ids: Vec<u32> = {
-            let mut st = self.arena.state.lock();
-            self.seal_stale_heads(&mut st);
-            st.queues.iter().flatten().copied().collect()
+            let mut alloc = self.arena.state.lock();
+            self.seal_stale_heads(&mut alloc);
+            alloc.queues.iter().flatten().copied().collect()
         };
         let mut swept = 0;
         for seg in ids {
-            let mut st = self.arena.state.lock();
+            let mut alloc = self.arena.state.lock();
             let now = self.now();
             let Some(log) = self.arena.queued_on(seg) else {
                 continue;
@@ -116,14 +116,14 @@ impl Inner {
             if !all_dead && (dead * 2 < end || slot.is_large()) {
                 continue;
             }
-            if !all_dead && self.arena.available(&st, false) == 0 {
+            if !all_dead && self.arena.available(&alloc, false) == 0 {
                 continue;
             }
-            if !self.arena.unqueue(&mut st, seg) {
+            if !self.arena.unqueue(&mut alloc, seg) {
                 continue;
             }
-            let kept = self.drain(&mut st, seg, Mode::Compact(log));
-            self.retire(&mut st, seg, kept);
+            let kept = self.drain(&mut alloc, seg, Mode::Compact(log));
+            self.retire(&mut alloc, seg, kept);
             Counters::add(&self.counters.segments_swept, 1);
             swept += 1;
         }
@@ -133,7 +133,7 @@ impl Inner {
     /// Seal a head segment that holds something expired, flushed or dead, so this pass can
     /// free or compact it: a head that stops receiving writes would otherwise keep its
     /// expired items forever. Sealing costs at most the unused tail of that segment.
-    fn seal_stale_heads(&self, st: &mut AllocState) {
+    fn seal_stale_heads(&self, alloc: &mut AllocState) {
         let now = self.now();
         for log in [Log::Small, Log::Main] {
             let Some((seg, off)) = self.arena.head(log) else {
@@ -153,7 +153,7 @@ impl Inner {
                 || slot.min_exp.load(Ordering::Relaxed) <= now
                 || self.seg_flushed(slot.max_stored.load(Ordering::Relaxed), now);
             if stale {
-                self.arena.seal_head(st, log, Some(seg));
+                self.arena.seal_head(alloc, log, Some(seg));
             }
         }
     }

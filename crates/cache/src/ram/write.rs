@@ -96,9 +96,9 @@ impl Inner {
     pub(crate) fn abandon(&self, space: Option<Space>) {
         let Some(space) = space else { return };
         if space.large {
-            let mut st = self.arena.state.lock();
+            let mut alloc = self.arena.state.lock();
             self.arena.finish(space);
-            self.arena.free_large(&mut st, space.seg);
+            self.arena.free_large(&mut alloc, space.seg);
         } else {
             if let Some(m) = self.arena.mem(space.seg) {
                 record::write_filler(m, space.off, space.words);
@@ -132,8 +132,8 @@ impl Inner {
                 shard.set(pos, entry);
             }
             Some(Existing::Flash(pos, old)) => {
-                if let Some(ft) = &self.ft {
-                    ft.flash.mark_dead(Location::unpack(packed_of(&old)));
+                if let Some(tier) = &self.flash_tier {
+                    tier.flash.mark_dead(Location::unpack(packed_of(&old)));
                 }
                 entry.freq = old.freq;
                 shard.set(pos, entry);
@@ -141,8 +141,8 @@ impl Inner {
             Some(Existing::Blind(locs)) => {
                 for l in locs {
                     if self.remove_flash_loc(shard, hash, l) {
-                        if let Some(ft) = &self.ft {
-                            ft.flash.mark_dead(Location::unpack(l));
+                        if let Some(tier) = &self.flash_tier {
+                            tier.flash.mark_dead(Location::unpack(l));
                         }
                     }
                 }
@@ -160,8 +160,8 @@ impl Inner {
     /// After publishing (shard lock released): queue a large segment, end the reservation.
     pub(crate) fn finish(&self, space: Space) {
         if space.large {
-            let mut st = self.arena.state.lock();
-            self.arena.enqueue_large(&mut st, space.seg, space.log);
+            let mut alloc = self.arena.state.lock();
+            self.arena.enqueue_large(&mut alloc, space.seg, space.log);
         }
         self.arena.finish(space);
     }
