@@ -13,7 +13,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use flashtier_flash::{Flash, Location};
+use flashtier_flash::Flash;
 
 use crate::config::{CacheConfig, FlashDevices, StartError};
 use crate::flash_tier::kv_record::KvRecord;
@@ -24,6 +24,7 @@ use crate::knobs::Tiering;
 use crate::ram::arena::{Arena, RecordRef};
 use crate::ram::ghost::Ghost;
 use crate::ram::index::{Entry, Index, Pos, Shard, Tier};
+use crate::ram::lower::{LowerTier, NoLower};
 use crate::ram::record::{Header, F_FETCHED, F_STALE, F_WIN};
 use crate::ram::sweeper::Sweeper;
 use crate::stats::Counters;
@@ -136,8 +137,14 @@ impl Cache {
             if let Some(at) = rebuilt.flush_at {
                 flush_at = u64::from(at);
             }
-            let mut tier =
-                FlashTier::new(flash, info, rebuilt.max_version, tiering, engine_reserve);
+            let mut tier = FlashTier::new(
+                flash,
+                info,
+                rebuilt.max_version,
+                tiering,
+                engine_reserve,
+                cfg.clock.clone(),
+            );
             tier.hot_stream = hot_stream;
             tier.last_marker
                 .store(rebuilt.last_marker, Ordering::Relaxed);
@@ -331,9 +338,11 @@ impl Inner {
         }
     }
 
-    pub(crate) fn mark_dead_packed(&self, loc: u64) {
-        if let Some(tier) = &self.flash_tier {
-            tier.flash.mark_dead(Location::unpack(loc));
+    /// The tier below RAM: the flash tier, or one that does nothing.
+    pub(crate) fn lower(&self) -> &dyn LowerTier {
+        match &self.flash_tier {
+            Some(tier) => tier,
+            None => &NoLower,
         }
     }
 
@@ -347,7 +356,7 @@ impl Inner {
         exptime: u32,
     ) {
         shard.remove(pos);
-        self.mark_dead_packed(packed_of(e));
+        self.lower().forget(packed_of(e));
         self.flushed_gone(exptime, hash);
         Counters::add(&self.counters.reclaimed, 1);
         if e.freq == 0 {
@@ -369,8 +378,8 @@ impl Inner {
     /// (overwritten, deleted, expired): its flash home, if any, is dead too.
     pub fn release_rec(&self, loc: u64, h: &Header) {
         self.release(loc, h.words());
-        if let (Some(tier), Some(home)) = (&self.flash_tier, h.home_loc()) {
-            tier.flash.mark_dead(Location::unpack(home));
+        if let Some(home) = h.home_loc() {
+            self.lower().forget(home);
         }
     }
 
@@ -379,14 +388,8 @@ impl Inner {
     /// `flush_all` re-arms the flush time; recovery cannot see store times).
     pub(crate) fn flushed_gone(&self, exptime: u32, hash: u64) {
         let expired = exptime != 0 && exptime <= self.now();
-        if let (false, Some(tier)) = (expired, &self.flash_tier) {
-            tier.append(
-                STREAM,
-                &KvRecord::Tombstone {
-                    key_id: hash,
-                    key: &[],
-                },
-            );
+        if !expired {
+            self.lower().cover(hash, &[]);
         }
     }
 
@@ -401,15 +404,7 @@ impl Inner {
         self.unlink(shard, pos, h);
         if h.home_loc().is_none() && h.flash_behind() {
             // Died before reaching flash over an older flash version: cover that one.
-            if let Some(tier) = &self.flash_tier {
-                tier.append(
-                    STREAM,
-                    &KvRecord::Tombstone {
-                        key_id: hash,
-                        key: &[],
-                    },
-                );
-            }
+            self.lower().cover(hash, &[]);
         } else if h.flash_behind() {
             self.flushed_gone(h.exptime, hash);
         }
@@ -435,9 +430,7 @@ impl Inner {
         let now = self.now();
         if at > now {
             self.flush_at.store(u64::from(at), Ordering::Relaxed);
-            if let Some(tier) = &self.flash_tier {
-                tier.append(STREAM, &KvRecord::Flush { at });
-            }
+            self.lower().flush(at);
             return;
         }
         self.flush_at.store(NO_FLUSH, Ordering::Relaxed);
@@ -449,15 +442,9 @@ impl Inner {
                         self.release_rec(e.loc, &r.header);
                     }
                 }
-                Tier::Flash => {
-                    if let Some(tier) = &self.flash_tier {
-                        tier.flash.mark_dead(Location::unpack(packed_of(&e)));
-                    }
-                }
+                Tier::Flash => self.lower().forget(packed_of(&e)),
             });
         }
-        if let Some(tier) = &self.flash_tier {
-            tier.append(STREAM, &KvRecord::Flush { at: 0 });
-        }
+        self.lower().flush(0);
     }
 }

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use flashtier_flash::{Flash, FlashInfo, Location, Record, RecordMeta, RecordWrite};
 
+use crate::clock::Clock;
 pub use crate::flash_tier::kv_record::FlashItem;
 use crate::flash_tier::kv_record::{KvKind, KvRecord};
 use crate::knobs::Tiering;
@@ -137,6 +138,8 @@ pub struct FlashTier {
     pub counters: TierCounters,
     /// Versions waiting for write-back (`writeback`).
     pub(crate) dirty: crate::flash_tier::writeback::DirtyQueue,
+    /// The cache's clock (write-back's dirty-since times).
+    pub clock: Clock,
     /// Where the write-back pass appends (see [`hot_stream`]).
     pub hot_stream: u8,
     /// When an unreadable item was last logged, and how many since (the log is limited to
@@ -205,8 +208,10 @@ impl FlashTier {
         max_version: u64,
         tiering: Tiering,
         reserve: u32,
+        clock: Clock,
     ) -> Self {
         Self {
+            clock,
             tiering,
             reserve,
             repeat_hits: AtomicU64::new(0),

@@ -19,7 +19,7 @@ use crate::engine::Inner;
 use crate::flash_tier::kv_record::KvKind;
 use crate::flash_tier::{entry_of, home_word, packed_of};
 use crate::ram::index::{Pos, Shard, Tier};
-use crate::ram::record::{F_FETCHED, HOME_OLDER};
+use crate::ram::record::HOME_OLDER;
 use crate::stats::Counters;
 
 enum Gate {
@@ -260,9 +260,4 @@ impl ReclaimHandler for Handler {
             i.write_lost(recs);
         }
     }
-}
-
-/// `F_FETCHED` decides the frequency a demoted RAM record's flash slot starts with.
-pub(crate) fn demoted_freq(rflags: u8) -> u8 {
-    u8::from(rflags & F_FETCHED != 0)
 }

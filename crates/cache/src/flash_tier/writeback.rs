@@ -20,7 +20,7 @@ use crate::engine::Inner;
 use crate::flash_tier::kv_record::{KvRecord, Put};
 use crate::flash_tier::{home_word, STREAM};
 use crate::ram::index::Tier;
-use crate::ram::record::{dirty_word, Header, HOME_OLDER};
+use crate::ram::record::HOME_OLDER;
 use crate::ram::sweeper::Sweeper;
 
 /// How often the write-back thread looks for due versions.
@@ -31,7 +31,7 @@ pub(crate) const PASS_EVERY: Duration = Duration::from_millis(100);
 pub(crate) struct DirtyQueue(Mutex<VecDeque<(u64, u64)>>);
 
 impl DirtyQueue {
-    fn push(&self, since: u64, hash: u64) {
+    pub(crate) fn push(&self, since: u64, hash: u64) {
         self.0.lock().push_back((since, hash));
     }
 
@@ -65,38 +65,6 @@ pub(crate) fn spawn(inner: &Arc<Inner>) -> std::io::Result<Option<Sweeper>> {
 }
 
 impl Inner {
-    /// The home word of a new version `h` of `key` (value `value`): a flash home if written
-    /// through, else a dirty word (write-back) or, if the append failed, no home (with
-    /// `HOME_OLDER` if `older`: some version of the key may be on flash). `old_since`: the
-    /// replaced version's dirty-since time. Shard lock held.
-    pub(crate) fn store_home(
-        &self,
-        hash: u64,
-        key: &[u8],
-        value: &[u8],
-        h: &Header,
-        older: bool,
-        old_since: Option<u64>,
-    ) -> u64 {
-        let Some(tier) = &self.flash_tier else {
-            return 0;
-        };
-        crate::stats::Counters::add(&tier.counters.bytes_stored, value.len() as u64);
-        let no_home = if older { HOME_OLDER } else { 0 };
-        if tier.tiering.write_back_ms() > 0 && value.len() as u64 >= tier.tiering.item_size() {
-            let since = old_since.unwrap_or_else(|| {
-                let now = self.cfg.clock.now_ms();
-                tier.dirty.push(now, hash);
-                now
-            });
-            return dirty_word(since, older);
-        }
-        match tier.append(STREAM, &KvRecord::Put(Put::of(hash, key, value, h))) {
-            Some(loc) => home_word(loc),
-            None => no_home,
-        }
-    }
-
     /// Append every dirty version that became dirty at or before `cutoff` (unix ms;
     /// `u64::MAX` = all). Returns how many were appended.
     pub(crate) fn write_back_due(&self, cutoff: u64) -> usize {

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::engine::Inner;
-use crate::flash_tier::kv_record::{FlashItem, KvRecord};
+use crate::flash_tier::kv_record::FlashItem;
 use crate::flash_tier::read::View;
-use crate::flash_tier::{flash_err, is_corrupt, packed_of, STREAM};
+use crate::flash_tier::{flash_err, is_corrupt, packed_of};
 use crate::ram::arena::{RecordRef, Space};
 use crate::ram::index::{Entry, Pos, Shard, Tier};
 use crate::ram::write::Existing;
@@ -147,21 +147,19 @@ impl Inner {
             }
             Some(Existing::Flash(pos, e)) => {
                 shard.remove(pos);
-                self.mark_dead_packed(packed_of(&e));
+                self.lower().forget(packed_of(&e));
             }
             Some(Existing::Blind(locs)) => {
                 for loc in locs {
                     if self.remove_flash_loc(shard, hash, loc) {
-                        self.mark_dead_packed(loc);
+                        self.lower().forget(loc);
                     }
                 }
             }
             None => {}
         }
         if had_flash {
-            if let Some(tier) = &self.flash_tier {
-                tier.append(STREAM, &KvRecord::Tombstone { key_id: hash, key });
-            }
+            self.lower().cover(hash, key);
         }
     }
 }

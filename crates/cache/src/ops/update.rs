@@ -7,6 +7,7 @@
 use crate::engine::{Cache, Inner};
 use crate::flash_tier::read::{item_of, View};
 use crate::ops::{block_on, Current, Reserved, Step};
+use crate::ram::lower::NewVersion;
 use crate::ram::record;
 use crate::ram::write::Existing;
 use crate::{CasMode, Error, Item, ItemWrite, Update};
@@ -240,7 +241,14 @@ impl Inner {
             };
             let cas = self.cas_for(w.cas, base_cas);
             let mut h = Self::new_header(&w, key.len(), now, cas);
-            h.home = self.store_home(hash, key, &w.value, &h, had_flash, old_since);
+            h.home = self.lower().home_for(&NewVersion {
+                hash,
+                key,
+                value: &w.value,
+                header: &h,
+                older_below: had_flash,
+                dirty_since: old_since,
+            });
             if !self.arena.write_record(&space, &h, key, &w.value) {
                 drop(shard);
                 self.abandon(Some(space));

@@ -1,8 +1,8 @@
 //! Eviction: S3-FIFO at segment granularity (rules and measurements: docs/eviction.md), and
 //! the segment drain shared with the sweeper. A victim segment is walked record by record:
 //! records no slot points at are skipped, dead ones reclaimed, live ones copied to a log head
-//! (a second chance) or evicted — offered to the flash tier first (`flash_tier::demote`),
-//! which keeps them as flash slots. A large segment is requeued, never copied.
+//! (a second chance) or evicted — handed to the tier below first (`lower`), which keeps them
+//! as flash slots when there is flash. A large segment is requeued, never copied.
 //!
 //! Invariant: a writer always makes progress. Copies use the free-segment reserve and never
 //! evict recursively (no segment: the record is evicted); after `2 × segments + 8` evictions
@@ -15,9 +15,6 @@ use std::sync::atomic::Ordering;
 
 use crate::config::EvictionPolicy;
 use crate::engine::Inner;
-use crate::flash_tier::demote::Demotion;
-use crate::flash_tier::entry_of;
-use crate::flash_tier::reclaim::demoted_freq;
 use crate::ram::arena::{AllocState, Log, RecordRef, Space};
 use crate::ram::index::{Entry, Tier};
 use crate::ram::record::{self, F_FETCHED, F_FILLER};
@@ -128,7 +125,7 @@ impl Inner {
         };
         // memcached -M: never drop a live item to make room (with flash, eviction only
         // moves items to flash, so it goes on).
-        if !self.cfg.evict_to_free && self.flash_tier.is_none() {
+        if !self.cfg.evict_to_free && !self.lower().takes_evictions() {
             let victim = alloc.queues[log as usize].front().copied();
             if victim.is_some_and(|v| self.arena.slot(v).live.load(Ordering::Relaxed) > 0) {
                 return false;
@@ -270,10 +267,10 @@ impl Inner {
         key: &[u8],
     ) {
         let h = &rec.header;
-        if let Demotion::Moved { loc } = self.offer(rec, hash, key) {
+        if let Some(slot) = self.lower().take_evicted(rec, hash, key) {
             let e = shard.get(pos);
             self.release(e.loc, h.words());
-            shard.set(pos, entry_of(loc, demoted_freq(h.rflags)));
+            shard.set(pos, slot);
             return;
         }
         self.unlink(shard, pos, h);

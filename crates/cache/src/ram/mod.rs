@@ -2,9 +2,9 @@
 //! eviction with its ghost set, the sweeper, and the write primitives every write path uses
 //! (reserve → write with no lock → publish under the key's shard lock).
 //!
-//! The index slot of a key names its tier; a RAM record carries the location of its flash
-//! copy in its home word. What happens to an evicted live record is the flash tier's choice
-//! (`flash_tier::demote`); without flash it is dropped.
+//! The index slot of a key names its tier; a RAM record carries the location of its lower
+//! copy in its home word. Evicted live records, dead lower copies, deletes and `flush_all` are
+//! handed to the tier below through one trait (`lower`); without flash that tier does nothing.
 //!
 //! # Lock order
 //! `AllocState` → index shard → arena head; index shard → arena head. The flash engine's
@@ -13,6 +13,7 @@ pub(crate) mod arena;
 pub(crate) mod evict;
 pub(crate) mod ghost;
 pub(crate) mod index;
+pub(crate) mod lower;
 pub(crate) mod record;
 pub(crate) mod sweeper;
 pub(crate) mod write;

@@ -5,7 +5,6 @@
 use std::sync::atomic::Ordering;
 
 use crate::ram::arena::{Log, Space};
-use flashtier_flash::Location;
 
 use crate::config::EvictionPolicy;
 use crate::engine::Inner;
@@ -132,18 +131,14 @@ impl Inner {
                 shard.set(pos, entry);
             }
             Some(Existing::Flash(pos, old)) => {
-                if let Some(tier) = &self.flash_tier {
-                    tier.flash.mark_dead(Location::unpack(packed_of(&old)));
-                }
+                self.lower().forget(packed_of(&old));
                 entry.freq = old.freq;
                 shard.set(pos, entry);
             }
             Some(Existing::Blind(locs)) => {
                 for l in locs {
                     if self.remove_flash_loc(shard, hash, l) {
-                        if let Some(tier) = &self.flash_tier {
-                            tier.flash.mark_dead(Location::unpack(l));
-                        }
+                        self.lower().forget(l);
                     }
                 }
                 shard.insert(hash, entry);
