@@ -49,6 +49,9 @@ pub(crate) fn item_of(f: &FlashItem, freq: u8) -> Item {
 impl Inner {
     /// Phase 1: see the module docs. `read` false gives a blind view.
     pub(crate) async fn view(&self, key: &[u8], hash: u64, read: bool) -> View {
+        let Some(tier) = &self.flash_tier else {
+            return View::default();
+        };
         let cands = {
             let shard = self.index.lock(hash);
             if self.find_key(&shard, hash, key).is_some() {
@@ -59,9 +62,6 @@ impl Inner {
         let mut v = View {
             cands,
             ..View::default()
-        };
-        let Some(tier) = &self.flash_tier else {
-            return v;
         };
         if !read {
             v.blind = true;

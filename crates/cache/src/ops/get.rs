@@ -2,7 +2,7 @@
 //! fetched, bump the slot's frequency) or checks that the flash item phase 1 read is still
 //! the key's; a repeat flash hit is copied back to RAM (`flash_tier::promote`). An expired or
 //! flushed item found on the way is removed. `get_now` drives the same future on the calling
-//! thread; without flash, `Inner::get` is phase 2 alone.
+//! thread; without flash, phase 1 has nothing to read and returns at once.
 use crate::engine::{Cache, Inner};
 use crate::flash_tier::packed_of;
 use crate::flash_tier::promote::Promotion;
@@ -15,13 +15,10 @@ use crate::{Error, Item};
 impl Cache {
     /// Synchronous GET (blocks the thread on a flash read).
     pub fn get_now(&self, key: &[u8]) -> Result<Option<Item>, Error> {
-        if self.inner.flash_tier.is_none() {
-            return self.inner.get(key);
-        }
-        block_on(self.get_hybrid(key))
+        block_on(self.get_two_phase(key))
     }
 
-    pub(crate) async fn get_hybrid(&self, key: &[u8]) -> Result<Option<Item>, Error> {
+    pub(crate) async fn get_two_phase(&self, key: &[u8]) -> Result<Option<Item>, Error> {
         let inner = &*self.inner;
         let hash = inner.index.hash(key);
         let mut later = None;
@@ -38,16 +35,6 @@ impl Cache {
 }
 
 impl Inner {
-    /// GET without flash: phase 2 alone (nothing to read, so it never retries).
-    pub fn get(&self, key: &[u8]) -> Result<Option<Item>, Error> {
-        let hash = self.index.hash(key);
-        loop {
-            if let Step::Done(r) = self.get_with(key, hash, &View::default(), &mut None)? {
-                return Ok(r);
-            }
-        }
-    }
-
     /// Phase 2 of a GET. A repeat hit on a flash item that should be promoted but finds no
     /// room in the small log's open segment is left in `later` for `promote_later`, to be
     /// run once this returns (no lock held).

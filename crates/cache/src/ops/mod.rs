@@ -164,7 +164,7 @@ impl Inner {
     }
 }
 
-/// Drive a future to completion on this thread (the `*_now` methods with flash).
+/// Drive a future to completion on this thread (the `*_now` methods).
 pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
     struct Unpark(std::thread::Thread);
     impl Wake for Unpark {
@@ -175,13 +175,18 @@ pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
             self.0.unpark();
         }
     }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::park();
+    thread_local! {
+        // One waker per thread, so a RAM hit (ready at the first poll) allocates nothing.
+        static WAKER: Waker = Waker::from(Arc::new(Unpark(std::thread::current())));
     }
+    WAKER.with(|waker| {
+        let mut cx = Context::from_waker(waker);
+        let mut f = std::pin::pin!(f);
+        loop {
+            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                return v;
+            }
+            std::thread::park();
+        }
+    })
 }

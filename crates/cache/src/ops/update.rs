@@ -2,8 +2,8 @@
 //! calls the closure and applies its decision before unlocking, so the change is atomic per
 //! key. SET is an update whose closure always puts; with `CasMode::Keep` it takes the CAS of
 //! whatever is stored, live or not, and reads no flash (a blind view, see `flash_tier::read`).
-//! Without flash, `Inner::set` writes its record before taking the lock (one lock, no retry)
-//! and `Inner::update` is phase 2 alone.
+//! Without flash, SET takes its own path, `Inner::set`: the record is written before the lock
+//! is taken (one lock, no retry), and a dead old item is replaced, not reclaimed first.
 use crate::engine::{Cache, Inner};
 use crate::flash_tier::read::{item_of, View};
 use crate::ops::{block_on, Current, Reserved, Step};
@@ -18,7 +18,7 @@ impl Cache {
         if self.inner.flash_tier.is_none() {
             return self.inner.set(key, w);
         }
-        block_on(self.set_hybrid(key, w))
+        block_on(self.set_two_phase(key, w))
     }
 
     /// Synchronous read-modify-write (see [`KvStore::update`]).
@@ -26,13 +26,10 @@ impl Cache {
     where
         F: FnMut(Option<&Item>) -> (Update, R),
     {
-        if self.inner.flash_tier.is_none() {
-            return self.inner.update(key, f);
-        }
-        block_on(self.update_hybrid(key, f))
+        block_on(self.update_two_phase(key, f))
     }
 
-    pub(crate) async fn set_hybrid(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
+    pub(crate) async fn set_two_phase(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
         let inner = &*self.inner;
         inner.check_size(key, &w.value)?;
         let hash = inner.index.hash(key);
@@ -48,7 +45,7 @@ impl Cache {
         }
     }
 
-    pub(crate) async fn update_hybrid<R, F>(
+    pub(crate) async fn update_two_phase<R, F>(
         &self,
         key: &[u8],
         mut f: F,
@@ -112,24 +109,6 @@ impl Inner {
         drop(shard);
         self.finish(space);
         Ok(h.cas)
-    }
-
-    /// RAM-only read-modify-write (no flash configured): phase 2 of `hybrid` with an empty
-    /// view, which never asks to retry.
-    pub fn update<R, F>(&self, key: &[u8], mut f: F) -> Result<(R, Option<u64>), Error>
-    where
-        F: FnMut(Option<&Item>) -> (Update, R),
-    {
-        let hash = self.index.hash(key);
-        let view = View::default();
-        let mut dead_cas = None;
-        loop {
-            if let Step::Done(r) =
-                self.update_with(key, hash, &mut f, &view, false, &mut dead_cas)?
-            {
-                return Ok(r);
-            }
-        }
     }
 
     /// Phase 2 of an UPDATE (and of a SET when `set_mode`: `CasMode::Keep` then takes the
