@@ -21,14 +21,14 @@ use crate::flash_tier::reclaim::Handler;
 use crate::flash_tier::recovery::Recovered;
 use crate::flash_tier::{entry_of, packed_of, FlashTier, STREAM};
 use crate::knobs::Tiering;
-use crate::ram::arena::{Arena, RecordRef};
+use crate::ram::arena::Arena;
 use crate::ram::ghost::Ghost;
 use crate::ram::index::{Entry, Index, Pos, Shard, Tier};
 use crate::ram::lower::{LowerTier, NoLower};
-use crate::ram::record::{Header, F_FETCHED, F_STALE, F_WIN};
+use crate::ram::record::{Header, F_FETCHED};
 use crate::ram::sweeper::Sweeper;
 use crate::stats::Counters;
-use crate::{Error, Item, ItemMeta};
+use crate::Error;
 
 const NO_FLUSH: u64 = u64::MAX;
 
@@ -75,15 +75,6 @@ impl std::fmt::Debug for Cache {
             .field("segment_bytes", &self.inner.arena.mem_used())
             .field("items", &self.inner.index.len())
             .finish_non_exhaustive()
-    }
-}
-
-fn meta_of(h: &Header) -> ItemMeta {
-    ItemMeta {
-        stale: h.rflags & F_STALE != 0,
-        win_token_sent: h.rflags & F_WIN != 0,
-        fetched: h.rflags & F_FETCHED != 0,
-        last_access: h.last_access,
     }
 }
 
@@ -411,18 +402,6 @@ impl Inner {
         Counters::add(&self.counters.reclaimed, 1);
         if h.rflags & F_FETCHED == 0 {
             Counters::add(&self.counters.expired_unfetched, 1);
-        }
-    }
-
-    /// The item a RAM record holds.
-    pub(crate) fn item_at(&self, rec: &RecordRef<'_>) -> Item {
-        let h = &rec.header;
-        Item {
-            value: rec.value(),
-            flags: h.flags,
-            exptime: h.exptime,
-            cas: h.cas,
-            meta: meta_of(h),
         }
     }
 

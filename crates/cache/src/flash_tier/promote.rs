@@ -43,10 +43,41 @@ fn promoted_header(loc: u64, key: &[u8], f: &FlashItem, now: u32) -> Header {
 }
 
 impl Inner {
+    /// A GET hit on flash item `item` in slot `pos` (shard locked): count it; on a repeat hit
+    /// (frequency ≥ 1, every `recache_rate`-th) copy it back to RAM now if the small log's
+    /// open segment has room, else return the promotion to finish with no lock held
+    /// (`promote_later`). A hit not promoted now raises the slot's frequency.
+    pub(crate) fn flash_hit(
+        &self,
+        shard: &mut Shard<'_>,
+        pos: Pos,
+        e: Entry,
+        key: &[u8],
+        item: FlashItem,
+        now: u32,
+    ) -> Option<Promotion> {
+        let Some(tier) = &self.flash_tier else {
+            shard.touch(pos);
+            return None;
+        };
+        Counters::add(&tier.counters.hits, 1);
+        let recache = e.freq > 0
+            && record::rec_words(key.len(), item.value.len()) <= self.arena.large_threshold()
+            && tier.should_recache();
+        if recache && self.promote_in_place(shard, pos, e, key, &item, now) {
+            return None;
+        }
+        shard.touch(pos);
+        recache.then(|| Promotion {
+            loc: packed_of(&e),
+            item,
+        })
+    }
+
     /// Copy a flash item back into RAM (repeat hit) if the small log's open segment has room;
     /// the shard lock is held, so nothing is allocated or evicted here. False if there was
     /// no room (the caller may then `promote_later`).
-    pub(crate) fn promote_in_place(
+    fn promote_in_place(
         &self,
         shard: &mut Shard<'_>,
         pos: Pos,

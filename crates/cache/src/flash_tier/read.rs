@@ -13,8 +13,6 @@ use flashtier_flash::Location;
 
 use crate::engine::Inner;
 use crate::flash_tier::kv_record::FlashItem;
-use crate::ram::record::{F_STALE, F_WIN};
-use crate::{Item, ItemMeta};
 
 /// What phase 1 saw and read.
 #[derive(Debug, Default)]
@@ -27,23 +25,6 @@ pub(crate) struct View {
     pub(crate) failed: Vec<(u64, flashtier_flash::Error)>,
     /// Candidates were not read: all are taken as the key's.
     pub(crate) blind: bool,
-}
-
-/// The item a flash record holds, as a reader sees it: `fetched` is "slot frequency > 0" and
-/// `last_access` the time it was stored (a flash record is immutable).
-pub(crate) fn item_of(f: &FlashItem, freq: u8) -> Item {
-    Item {
-        value: f.value.clone(),
-        flags: f.flags,
-        exptime: f.exptime,
-        cas: f.cas,
-        meta: ItemMeta {
-            stale: f.rflags & F_STALE != 0,
-            win_token_sent: f.rflags & F_WIN != 0,
-            fetched: freq > 0,
-            last_access: f.stored,
-        },
-    }
 }
 
 impl Inner {

@@ -4,12 +4,9 @@
 //! flushed item found on the way is removed. `get_now` drives the same future on the calling
 //! thread; without flash, phase 1 has nothing to read and returns at once.
 use crate::engine::{Cache, Inner};
-use crate::flash_tier::packed_of;
 use crate::flash_tier::promote::Promotion;
-use crate::flash_tier::read::{item_of, View};
-use crate::ops::{block_on, Current, Step};
-use crate::ram::record;
-use crate::stats::Counters;
+use crate::flash_tier::read::View;
+use crate::ops::{block_on, item_of, Current, Step};
 use crate::{Error, Item};
 
 impl Cache {
@@ -58,25 +55,7 @@ impl Inner {
             }
             Current::Flash { pos, e, item } => {
                 let it = item_of(&item, e.freq);
-                if let Some(tier) = &self.flash_tier {
-                    Counters::add(&tier.counters.hits, 1);
-                }
-                let recache = e.freq > 0
-                    && record::rec_words(key.len(), item.value.len())
-                        <= self.arena.large_threshold()
-                    && self
-                        .flash_tier
-                        .as_ref()
-                        .is_some_and(|tier| tier.should_recache());
-                if !recache || !self.promote_in_place(&mut shard, pos, e, key, &item, now) {
-                    shard.touch(pos);
-                    if recache {
-                        *later = Some(Promotion {
-                            loc: packed_of(&e),
-                            item,
-                        });
-                    }
-                }
+                *later = self.flash_hit(&mut shard, pos, e, key, item, now);
                 Ok(Step::Done(Some(it)))
             }
         }

@@ -20,9 +20,10 @@ use crate::flash_tier::read::View;
 use crate::flash_tier::{flash_err, is_corrupt, packed_of};
 use crate::ram::arena::{RecordRef, Space};
 use crate::ram::index::{Entry, Pos, Shard, Tier};
+use crate::ram::record::{Header, F_FETCHED, F_STALE, F_WIN};
 use crate::ram::write::Existing;
 use crate::stats::Counters;
-use crate::Error;
+use crate::{Error, Item, ItemMeta};
 
 mod delete;
 mod get;
@@ -43,6 +44,32 @@ pub(crate) struct Reserved<'a> {
 impl Drop for Reserved<'_> {
     fn drop(&mut self) {
         self.inner.abandon(self.space.take());
+    }
+}
+
+/// The item a flash record holds, as a reader sees it: `fetched` is "slot frequency > 0" and
+/// `last_access` the time it was stored (a flash record is immutable).
+pub(crate) fn item_of(f: &FlashItem, freq: u8) -> Item {
+    Item {
+        value: f.value.clone(),
+        flags: f.flags,
+        exptime: f.exptime,
+        cas: f.cas,
+        meta: ItemMeta {
+            stale: f.rflags & F_STALE != 0,
+            win_token_sent: f.rflags & F_WIN != 0,
+            fetched: freq > 0,
+            last_access: f.stored,
+        },
+    }
+}
+
+fn meta_of(h: &Header) -> ItemMeta {
+    ItemMeta {
+        stale: h.rflags & F_STALE != 0,
+        win_token_sent: h.rflags & F_WIN != 0,
+        fetched: h.rflags & F_FETCHED != 0,
+        last_access: h.last_access,
     }
 }
 
@@ -67,6 +94,18 @@ pub(crate) enum Current<'a> {
 }
 
 impl Inner {
+    /// The item a RAM record holds.
+    pub(crate) fn item_at(&self, rec: &RecordRef<'_>) -> Item {
+        let h = &rec.header;
+        Item {
+            value: rec.value(),
+            flags: h.flags,
+            exptime: h.exptime,
+            cas: h.cas,
+            meta: meta_of(h),
+        }
+    }
+
     /// The key's slot now (shard locked): its RAM record by key compare, else the flash slot
     /// phase 1 read, if the tag-matching flash slots are still exactly those phase 1 saw. A
     /// failed candidate read is dropped from the index if the record is gone for good

@@ -5,8 +5,8 @@
 //! Without flash, SET takes its own path, `Inner::set`: the record is written before the lock
 //! is taken (one lock, no retry), and a dead old item is replaced, not reclaimed first.
 use crate::engine::{Cache, Inner};
-use crate::flash_tier::read::{item_of, View};
-use crate::ops::{block_on, Current, Reserved, Step};
+use crate::flash_tier::read::View;
+use crate::ops::{block_on, item_of, Current, Reserved, Step};
 use crate::ram::lower::NewVersion;
 use crate::ram::record;
 use crate::ram::write::Existing;
