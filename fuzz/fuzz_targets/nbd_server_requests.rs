@@ -18,10 +18,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use flashtier_nbd::codec::handshake::{encode_option, InfoRequest};
-use flashtier_nbd::{
-    parse_option_reply_header, parse_simple_reply, proto, Export, MemoryBackend, RequestHeader,
-    Server, ServerConfig,
-};
+use flashtier_backend::{MemoryBackend};
+use flashtier_nbd::{parse_option_reply_header, parse_simple_reply, proto, Export, RequestHeader, Server, ServerConfig};
 use libfuzzer_sys::fuzz_target;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -5,19 +5,19 @@
 //! Threads: request tasks (tokio), one per NBD connection's in-flight request.
 
 use bytes::Bytes;
-use flashtier_nbd::{check_range, BackendFuture, BlockBackend, BlockSizes, ZeroFlags};
+use flashtier_backend::{check_range, BackendFuture, BlockBackend, BlockSizes, ZeroFlags};
 
 use crate::cache::BlockCache;
 
 impl BlockBackend for BlockCache {
     fn size(&self) -> u64 {
-        self.nblocks * self.block_size
+        self.io.size()
     }
 
     fn block_sizes(&self) -> BlockSizes {
         BlockSizes {
             min: 1,
-            preferred: self.block_size as u32,
+            preferred: self.io.block_size as u32,
             max_payload: 32 << 20,
         }
     }

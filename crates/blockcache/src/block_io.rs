@@ -1,30 +1,92 @@
-//! The primitives the read and write paths share: stripe locks, the versioned record
-//! append, checked reads of cached blocks, and backing I/O with retries.
+//! [`BlockIo`]: what the request paths, writeback and shutdown do to blocks — stripe locks, the
+//! versioned record append, the checked read of a cached block, and backing I/O under the one
+//! retry policy (`retry`).
 //!
-//! Invariants:
-//! - Stripe locks (1024 async mutexes by LBA) are always taken in ascending order, so two
-//!   requests never deadlock; a request holds its blocks' stripes across backing I/O and
-//!   the cache update.
-//! - Versions are taken and the index updated under the index mutex, in the same critical
-//!   section as the flash append, so the *clean watermark* (every version at or below it is
-//!   on the backing or superseded) is exact.
-//! - A cached read is checked (kind, key_id = LBA, version, length); a clean block that
-//!   cannot be read is dropped from the index, a dirty one is an error.
+//! Invariants: stripe locks (1024 async mutexes by LBA) are taken in ascending order, and a
+//! request holds its blocks' stripes across backing I/O and the cache update. Versions are
+//! taken and the index updated in the same index critical section as the flash append, so the
+//! clean watermark is exact. A clean block that cannot be read is dropped from the index; a
+//! dirty one is an error.
 //!
-//! Threads: request tasks and the shutdown path (stripe locks); completions arrive from the
-//! engine's IO threads.
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+//! Lock order: stripes, then the index mutex, then `last_error`. Threads: request tasks, the
+//! writeback task and shutdown; flash completions arrive on the engine's IO threads.
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use flashtier_flash::{kind, Location, RecordWrite};
-use flashtier_nbd::{BackendError, BlockBackend};
+use flashtier_backend::{BackendError, BlockBackend};
+use flashtier_flash::{Flash, Location};
+use parking_lot::Mutex;
 
-use crate::cache::{flash_err, BlockCache, BACKING_IO, FLAG_DIRTY, STREAM_DATA, STRIPES};
+use crate::cache::{flash_err, BACKING_IO, STREAM_DATA, STRIPES};
 use crate::index::{Entry, PutOutcome};
+use crate::reclaim::Shared;
+use crate::record::{checked_block, BlockRecord};
+use crate::retry;
 use crate::stats::add;
 
-impl BlockCache {
+/// Blocks on flash and on the backing.
+pub(crate) struct BlockIo {
+    /// The index, counters and watermark state, shared with the reclaim handler.
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) flash: Arc<Flash>,
+    pub(crate) backing: Arc<dyn BlockBackend>,
+    /// Cache block size in bytes (a power of two).
+    pub(crate) block_size: u64,
+    /// Blocks on the backing.
+    pub(crate) nblocks: u64,
+    /// Blocks the cache holds at most (records that fit beyond reclaim's reserve).
+    pub(crate) capacity_blocks: u64,
+    stripes: Vec<tokio::sync::Mutex<()>>,
+    /// A write reached the backing since the last backing flush.
+    backing_dirty: AtomicBool,
+    /// The last backing or cache error seen.
+    last_error: Mutex<Option<String>>,
+}
+
+impl BlockIo {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        flash: Arc<Flash>,
+        backing: Arc<dyn BlockBackend>,
+        block_size: u64,
+        capacity_blocks: u64,
+    ) -> Self {
+        let nblocks = backing.size() / block_size;
+        BlockIo {
+            shared,
+            flash,
+            backing,
+            block_size,
+            nblocks,
+            capacity_blocks,
+            stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+            backing_dirty: AtomicBool::new(false),
+            last_error: Mutex::new(None),
+        }
+    }
+
+    /// Size of the device in bytes.
+    pub(crate) fn size(&self) -> u64 {
+        self.nblocks * self.block_size
+    }
+
+    /// Dirty blocks now.
+    pub(crate) fn dirty_blocks(&self) -> u64 {
+        self.shared.index.lock().dirty() as u64
+    }
+
+    /// Remember `msg` as the last error (reported by `/status` and stall errors).
+    pub(crate) fn note_error(&self, msg: String) {
+        *self.last_error.lock() = Some(msg);
+    }
+
+    /// The last backing or cache error, if any.
+    pub(crate) fn last_error(&self) -> Option<String> {
+        self.last_error.lock().clone()
+    }
+
     /// Every stripe lock (a clean shutdown).
     pub(crate) async fn lock_all_stripes(&self) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
         self.lock_stripes(0, STRIPES - 1).await
@@ -49,88 +111,45 @@ impl BlockCache {
         guards
     }
 
-    /// Append a block record. With a `wait` deadline (writes) it retries while flash is full
-    /// or busy and fails with EIO at the deadline; without one a full flash returns
-    /// `Ok(None)` (admissions).
-    pub(crate) async fn append(
+    /// Append block `lba` once. At capacity the new block takes the place of the clean block
+    /// the CLOCK hand picks; with none to give (all dirty) an admission (`!dirty`) is refused
+    /// with `Ok(None)` and a write goes ahead (dirty blocks are bounded by `dirty_max_pct`).
+    /// A full or busy flash is the engine's error; waiting for space is the caller's policy.
+    pub(crate) fn try_append(
         &self,
         lba: u64,
         data: &[u8],
         dirty: bool,
-        wait: Option<Instant>,
-    ) -> Result<Option<PutOutcome>, BackendError> {
-        let mut stalled = false;
-        loop {
-            let res = {
-                let mut ix = self.shared.index.lock();
-                // At capacity a new block takes the place of the clean block the CLOCK hand
-                // picks; with none to give (all dirty), an admission is refused and a
-                // write goes ahead (dirty blocks are bounded by dirty_max_pct).
-                if !ix.map.contains_key(lba) && ix.map.len() as u64 >= self.capacity_blocks {
-                    match ix.evict_clean() {
-                        Some((_, e)) => {
-                            self.flash.mark_dead(Location::unpack(e.loc));
-                            add(&self.shared.stats.capacity_evictions, 1);
-                        }
-                        None if !dirty => return Ok(None),
-                        None => {}
+    ) -> Result<Option<PutOutcome>, flashtier_flash::Error> {
+        let out = {
+            let mut index = self.shared.index.lock();
+            if !index.map.contains_key(lba) && index.map.len() as u64 >= self.capacity_blocks {
+                match index.evict_clean() {
+                    Some((_, e)) => {
+                        self.flash.mark_dead(Location::unpack(e.loc));
+                        add(&self.shared.stats.capacity_evictions, 1);
                     }
+                    None if !dirty => return Ok(None),
+                    None => {}
                 }
-                let v = ix.next_version;
-                let r = self.flash.append(
-                    STREAM_DATA,
-                    &RecordWrite {
-                        kind: kind::PUT,
-                        key_id: lba,
-                        version: v,
-                        flags: if dirty { FLAG_DIRTY } else { 0 },
-                        exptime: 0,
-                        key: &[],
-                        value: data,
-                    },
-                );
-                match r {
-                    Ok(loc) => {
-                        ix.next_version += 1;
-                        let out = ix.put(lba, loc.pack(), v, dirty);
-                        if let Some(d) = out.dead {
-                            self.flash.mark_dead(Location::unpack(d));
-                        }
-                        Ok(out)
-                    }
-                    Err(e) => Err(e),
-                }
-            };
-            match res {
-                Ok(out) => {
-                    add(&self.shared.stats.ssd_writes, 1);
-                    return Ok(Some(out));
-                }
-                Err(e @ (flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)) => {
-                    let Some(deadline) = wait else {
-                        return Ok(None);
-                    };
-                    if self.stopping.load(Ordering::Acquire) {
-                        return Err(BackendError::Shutdown);
-                    }
-                    if Instant::now() >= deadline {
-                        return Err(self.stall_timeout("flash stayed full of dirty blocks"));
-                    }
-                    // Busy: the stream's chunk writes are all in flight, which only time
-                    // cures. NoSpace: flash is full, and space comes from writeback.
-                    if matches!(e, flashtier_flash::Error::NoSpace) {
-                        if !stalled {
-                            stalled = true;
-                            add(&self.shared.stats.write_stalls, 1);
-                        }
-                        self.urgent.store(true, Ordering::Release);
-                        self.wb_wake.notify_one();
-                    }
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
-                Err(e) => return Err(flash_err(e)),
             }
-        }
+            let version = index.next_version;
+            let record = BlockRecord::Block {
+                lba,
+                version,
+                dirty,
+                data,
+            };
+            let loc = self.flash.append(STREAM_DATA, &record.write())?;
+            index.next_version += 1;
+            let out = index.put(lba, loc.pack(), version, dirty);
+            if let Some(dead) = out.dead {
+                self.flash.mark_dead(Location::unpack(dead));
+            }
+            out
+        };
+        add(&self.shared.stats.ssd_writes, 1);
+        Ok(Some(out))
     }
 
     /// Read a cached block. `Ok(None)`: the entry moved or vanished (look again); a clean
@@ -141,19 +160,18 @@ impl BlockCache {
         e: Entry,
     ) -> Result<Option<Bytes>, BackendError> {
         let res = self.flash.read(Location::unpack(e.loc)).await;
-        match res {
-            Ok(r)
-                if r.header.kind == kind::PUT
-                    && r.header.key_id == lba
-                    && r.header.version == e.version
-                    && r.value.len() as u64 == self.block_size =>
-            {
+        let block = match &res {
+            Ok(r) => checked_block(r, lba, e.version, self.block_size),
+            Err(_) => None,
+        };
+        match (block, res) {
+            (Some(block), _) => {
                 add(&self.shared.stats.ssd_reads, 1);
-                Ok(Some(r.value))
+                Ok(Some(block))
             }
-            other => {
-                let mut ix = self.shared.index.lock();
-                match ix.map.get(lba) {
+            (None, other) => {
+                let mut index = self.shared.index.lock();
+                match index.map.get(lba) {
                     Some(now) if now.loc == e.loc && now.version == e.version => {
                         add(&self.shared.stats.ssd_read_errors, 1);
                         if now.dirty {
@@ -165,7 +183,7 @@ impl BlockCache {
                                 "dirty block {lba} unreadable on the cache device: {why}"
                             ))));
                         }
-                        ix.remove_at(lba, e.loc);
+                        index.remove_at(lba, e.loc);
                         self.flash.mark_dead(Location::unpack(e.loc));
                         Ok(None)
                     }
@@ -195,31 +213,27 @@ impl BlockCache {
         Err(BackendError::Io(std::io::Error::other("block kept moving")))
     }
 
+    /// Read `len` bytes of the backing at `off`, in pieces of at most [`BACKING_IO`], each
+    /// under the backing retry policy.
     pub(crate) async fn backing_read(&self, off: u64, len: u64) -> Result<Bytes, BackendError> {
         let mut out = BytesMut::with_capacity(len as usize);
         let mut pos = off;
         while pos < off + len {
             let n = (off + len - pos).min(BACKING_IO);
-            let mut tries = 0;
-            let b = loop {
-                add(&self.shared.stats.disk_reads, 1);
-                match self.backing.read(pos, n as u32).await {
-                    Ok(b) => break b,
-                    Err(e) if tries < 3 && !matches!(e, BackendError::OutOfRange { .. }) => {
-                        tries += 1;
-                        add(&self.shared.stats.backing_errors, 1);
-                        *self.last_error.lock() = Some(format!("backing read: {e}"));
-                        tokio::time::sleep(Duration::from_millis(50 << tries)).await;
-                    }
-                    Err(e) => return Err(e),
-                }
-            };
-            out.extend_from_slice(&b);
+            let stats = &self.shared.stats;
+            let piece = self
+                .with_retries("backing read", &stats.disk_reads, || {
+                    self.backing.read(pos, n as u32)
+                })
+                .await?;
+            out.extend_from_slice(&piece);
             pos += n;
         }
         Ok(out.freeze())
     }
 
+    /// Write `data` to the backing at `off`, in pieces of at most [`BACKING_IO`], each under
+    /// the backing retry policy.
     pub(crate) async fn backing_write(
         &self,
         off: u64,
@@ -231,50 +245,54 @@ impl BlockCache {
         while pos < len {
             let n = (len - pos).min(BACKING_IO);
             let piece = data.slice(pos as usize..(pos + n) as usize);
-            let mut tries = 0;
-            loop {
-                add(&self.shared.stats.disk_writes, 1);
-                match self.backing.write(off + pos, piece.clone(), fua).await {
-                    Ok(()) => break,
-                    Err(e) if tries < 3 && !matches!(e, BackendError::OutOfRange { .. }) => {
-                        tries += 1;
-                        add(&self.shared.stats.backing_errors, 1);
-                        *self.last_error.lock() = Some(format!("backing write: {e}"));
-                        tokio::time::sleep(Duration::from_millis(50 << tries)).await;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
+            let stats = &self.shared.stats;
+            self.with_retries("backing write", &stats.disk_writes, || {
+                self.backing.write(off + pos, piece.clone(), fua)
+            })
+            .await?;
             pos += n;
         }
         self.backing_dirty.store(true, Ordering::Release);
         Ok(())
     }
 
-    /// A write waited `write_stall_max_ms` for space: count it, log (at most once a second,
-    /// with the count), remember it as the last error, and fail the write with EIO.
-    pub(crate) fn stall_timeout(&self, why: &str) -> BackendError {
-        add(&self.shared.stats.write_stall_timeouts, 1);
-        let max = self.tunables.write_stall_max();
-        let msg = format!(
-            "write failed after waiting {} ms for space: {why} (writeback cannot progress; \
-             last error: {})",
-            max.as_millis(),
-            self.last_error().unwrap_or_else(|| "none".into())
-        );
-        let mut log = self.stall_log.lock();
-        log.1 += 1;
-        if log.0.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-            log::error!("{msg} ({} such writes since the last line)", log.1);
-            *log = (Some(Instant::now()), 0);
+    /// One backing request under the retry policy of `retry`: each try counted in
+    /// `requests`, each failure in `backing_errors` and `last_error`.
+    async fn with_retries<T, F>(
+        &self,
+        what: &str,
+        requests: &AtomicU64,
+        mut request: impl FnMut() -> F,
+    ) -> Result<T, BackendError>
+    where
+        F: Future<Output = Result<T, BackendError>>,
+    {
+        let mut failures = 0;
+        loop {
+            add(requests, 1);
+            match request().await {
+                Ok(v) => return Ok(v),
+                Err(e) if failures < retry::REQUEST_RETRIES && retry::retriable(&e) => {
+                    failures += 1;
+                    add(&self.shared.stats.backing_errors, 1);
+                    self.note_error(format!("{what}: {e}"));
+                    tokio::time::sleep(retry::backoff(failures)).await;
+                }
+                Err(e) => return Err(e),
+            }
         }
-        drop(log);
-        BackendError::Io(std::io::Error::other(msg))
     }
 
-    pub(crate) fn seq_run(&self, off: u64, len: u64) -> bool {
-        let thr = self.tunables.seq_threshold();
-        let run = self.seq.lock().observe(off, len);
-        thr != 0 && run >= thr
+    /// Persist every write that returned: the flash engine's, then the backing's if a write
+    /// reached it since its last flush.
+    pub(crate) async fn flush(&self) -> Result<(), BackendError> {
+        self.flash.flush().await.map_err(flash_err)?;
+        if self.backing_dirty.swap(false, Ordering::AcqRel) {
+            if let Err(e) = self.backing.flush().await {
+                self.backing_dirty.store(true, Ordering::Release);
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 }

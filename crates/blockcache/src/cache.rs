@@ -1,41 +1,34 @@
-//! [`BlockCache`]: the cache policy as a [`BlockBackend`] over the flash engine and a backing
-//! backend. This file holds the struct, its settings and recovery report, the flush-job
-//! state, the on-flash constants, and small accessors; the rest of `impl BlockCache` lives
-//! in files named for what they hold:
-//! - `open`: opening the engine and recovery into the index;
-//! - `reclaim_handler`: `Shared` (state the reclaimer sees) and the reclaim callbacks;
-//! - `block_io`: stripe locks, the versioned record append, checked cached reads, backing
-//!   I/O with retries — the primitives both request paths use;
-//! - `read` / `write`: the request paths (read, write, flush, write-zeroes);
-//! - `backend`: the [`BlockBackend`] impl the NBD server calls;
-//! - `stats`: [`BlockCache::stats_pairs`]; `writeback`, `switch`, `warm`: background work.
+//! [`BlockCache`]: the block cache policy as a
+//! [`BlockBackend`](flashtier_backend::BlockBackend) over the flash engine and a
+//! backing backend — a thin composition of components that own their state: `BlockIo`
+//! (blocks on flash and on the backing), `Writeback` (dirty blocks to the backing, flush
+//! jobs), `ModeSwitch`, `Admission`, and `Warm` (inside the state shared with reclaim).
+//! The request paths (`read`, `write`, `space`) and shutdown (`warm`) coordinate them.
 //!
-//! Data path: see ARCHITECTURE.md "Block face".
-//!
-//! Threads: request tasks (tokio), the writeback task (tokio), the flash engine's reclaimer
-//! (through `reclaim_handler::Handler`), and its IO threads (completing reads).
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+//! Invariant: once `stopping` is set, nothing waits for space or for writeback again.
+//! Lock order across components: stripes, then the switch mutex, then the flush-job mutex,
+//! then the index mutex, then the writeback holds or `last_error`.
+//! Threads: request tasks, the writeback task, admin requests, and the flash engine's
+//! reclaimer (through `reclaim::Handler`) and IO threads.
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
+use flashtier_backend::BackendError;
 use flashtier_flash::{Flash, FlashConfig, FlashInfo};
-use flashtier_nbd::{BackendError, BlockBackend};
-use parking_lot::Mutex;
-use tokio::sync::Notify;
 
+use crate::admission::Admission;
+use crate::block_io::BlockIo;
 use crate::error::Error;
-use crate::reclaim_handler::Shared;
-use crate::seq::SeqDetector;
+use crate::log_limit::LogLimiter;
+use crate::switch::ModeSwitch;
 use crate::tunables::{Mode, Tunables};
+use crate::writeback::Writeback;
 
-/// Record kind of the persisted clean watermark (`key_id` = [`WM_KEY`], version = mark).
-pub const KIND_WATERMARK: u8 = 4;
-/// `key_id` of watermark records (no LBA reaches it).
-pub const WM_KEY: u64 = u64::MAX;
-/// Record flag: the block was dirty when written.
-pub const FLAG_DIRTY: u32 = 1;
+/// Flash stream of block records.
 pub(crate) const STREAM_DATA: u8 = 0;
+/// Flash stream of the watermark and warm-restart records.
 pub(crate) const STREAM_META: u8 = 2;
+/// Stripe locks (by LBA modulo this).
 pub(crate) const STRIPES: u64 = 1024;
 /// Largest single backing request the cache issues.
 pub(crate) const BACKING_IO: u64 = 1 << 20;
@@ -78,80 +71,18 @@ pub struct RecoveryInfo {
     pub watermark: u64,
 }
 
-/// Progress of an explicit flush.
-#[derive(Clone, Debug, PartialEq)]
-pub enum FlushState {
-    /// No flush was requested yet.
-    Idle,
-    /// Writing back: `done` of `total` blocks.
-    Running {
-        /// Blocks written back so far.
-        done: u64,
-        /// Blocks to write back.
-        total: u64,
-        /// Backing writes and flushes that failed since the flush started (retried).
-        errors: u64,
-    },
-    /// Finished.
-    Done {
-        /// Blocks written back.
-        total: u64,
-        /// Seconds it took.
-        secs: f64,
-        /// Backing writes and flushes that failed on the way (and were retried).
-        errors: u64,
-    },
-}
-
-#[derive(Debug)]
-pub(crate) struct FlushJob {
-    /// Id reported by `/status` (`flush_id`); a running job that is extended keeps it.
-    pub id: u64,
-    pub target: u64,
-    pub total: u64,
-    pub started: Instant,
-    pub finished: Option<f64>,
-    /// Failed backing writes and flushes while it ran.
-    pub errors: u64,
-}
-
-/// The block cache. Share it as `Arc<BlockCache>`; it is a [`BlockBackend`].
+/// The block cache. Share it as `Arc<BlockCache>`; it is a
+/// [`BlockBackend`](flashtier_backend::BlockBackend).
 pub struct BlockCache {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) flash: Arc<Flash>,
-    pub(crate) backing: Arc<dyn BlockBackend>,
+    pub(crate) io: BlockIo,
+    pub(crate) writeback: Writeback,
+    pub(crate) switch: ModeSwitch,
+    pub(crate) admission: Admission,
     pub(crate) tunables: Tunables,
-    pub(crate) block_size: u64,
-    pub(crate) nblocks: u64,
-    pub(crate) capacity_blocks: u64,
-    pub(crate) stripes: Vec<tokio::sync::Mutex<()>>,
-    pub(crate) seq: Mutex<SeqDetector>,
-    pub(crate) job: Mutex<Option<FlushJob>>,
-    /// Ids handed to flush jobs (the last one used).
-    pub(crate) flush_ids: AtomicU64,
-    /// The latest switch away from writeback.
-    pub(crate) switch: Mutex<Option<crate::switch::SwitchJob>>,
-    /// Wakes the writeback task.
-    pub(crate) wb_wake: Notify,
-    /// Signalled after each writeback batch (writers waiting for space, flush waiters).
-    pub(crate) progress: Notify,
-    /// A writer is waiting for dirty blocks to drop.
-    pub(crate) urgent: AtomicBool,
-    /// The writeback rate the controller set (blocks per second; 0 = idle or flushing).
-    pub(crate) wb_rate: AtomicU64,
-    /// A write reached the backing since the last backing flush.
-    pub(crate) backing_dirty: AtomicBool,
     pub(crate) stopping: AtomicBool,
-    /// Blocks on hold after a failed backing write (`retry`). Lock order: after `index`.
-    pub(crate) retries: Mutex<crate::retry::Retries>,
-    pub(crate) last_error: Mutex<Option<String>>,
-    /// When writeback last logged an error, and errors since (the log is rate-limited).
-    pub(crate) error_log: Mutex<(Option<Instant>, u64)>,
-    /// When a write last logged a stall timeout, and timeouts since (rate-limited too).
-    pub(crate) stall_log: Mutex<(Option<Instant>, u64)>,
+    /// Write stalls that timed out, rate-limited in the log.
+    pub(crate) stall_log: LogLimiter,
     pub(crate) recovery: RecoveryInfo,
-    /// The flash engine's reclaim stream (may use reserved segments).
-    pub(crate) reclaim_stream: u8,
     pub(crate) flash_info: FlashInfo,
 }
 
@@ -170,14 +101,13 @@ impl BlockCache {
     /// on flash for the next start.
     pub fn interrupt(&self) {
         self.stopping.store(true, Ordering::Release);
-        self.wb_wake.notify_one();
-        self.progress.notify_waiters();
+        self.writeback.interrupt();
     }
 
     /// Stop writeback (dirty data stays on flash for the next start) and close the engine.
     pub fn stop(&self) {
         self.interrupt();
-        if let Err(e) = self.flash.close() {
+        if let Err(e) = self.io.flash.close() {
             log::error!("closing the cache device: {e}");
         }
     }
@@ -194,7 +124,7 @@ impl BlockCache {
 
     /// The flash engine (for its stats and knobs).
     pub fn flash(&self) -> &Flash {
-        &self.flash
+        &self.io.flash
     }
 
     /// Runtime settings.
@@ -211,7 +141,7 @@ impl BlockCache {
                     "flash.keep_limit is fixed at 1 for the block face".into(),
                 ));
             }
-            return Ok(self.flash.set_knob(k, value)?);
+            return Ok(self.io.flash.set_knob(k, value)?);
         }
         if name == "mode" {
             let m = Mode::parse(value.trim()).ok_or_else(|| {
@@ -223,7 +153,7 @@ impl BlockCache {
             return Ok(());
         }
         self.tunables.set(name, value)?;
-        self.wb_wake.notify_one();
+        self.writeback.wake();
         Ok(())
     }
 
@@ -231,6 +161,7 @@ impl BlockCache {
     pub fn get_tunable(&self, name: &str) -> Option<String> {
         if let Some(k) = name.strip_prefix("flash.") {
             return self
+                .io
                 .flash
                 .knobs()
                 .into_iter()
@@ -249,7 +180,8 @@ impl BlockCache {
             .map(|(k, v)| (k.to_string(), v))
             .collect();
         v.extend(
-            self.flash
+            self.io
+                .flash
                 .knobs()
                 .into_iter()
                 .map(|(k, v)| (format!("flash.{k}"), v)),
@@ -259,21 +191,21 @@ impl BlockCache {
 
     /// Dirty blocks now.
     pub fn dirty_blocks(&self) -> u64 {
-        self.shared.index.lock().dirty() as u64
+        self.io.dirty_blocks()
     }
 
     /// Blocks the cache can hold (records that fit in flash beyond reclaim's reserve).
     pub fn capacity_blocks(&self) -> u64 {
-        self.capacity_blocks
+        self.io.capacity_blocks
     }
 
     /// Last backing or cache error seen by writeback, if any.
     pub fn last_error(&self) -> Option<String> {
-        self.last_error.lock().clone()
+        self.io.last_error()
     }
 
     /// Dirty blocks on hold after a failed backing write (retried when their hold ends).
     pub fn held_blocks(&self) -> u64 {
-        self.retries.lock().len() as u64
+        self.writeback.held_blocks()
     }
 }

@@ -1,5 +1,5 @@
 //! The block cache's error type: opening failures (configuration, flash engine, backing).
-//! Errors on the data path are [`flashtier_nbd::BackendError`]s, which map to NBD errno
+//! Errors on the data path are [`flashtier_backend::BackendError`]s, which map to NBD errno
 //! replies.
 use std::fmt;
 

@@ -1,31 +1,83 @@
-//! Explicit flushes (`ctl flush`, detach, the start of a mode switch): a [`FlushJob`]
-//! covers every block dirty when it started (versions up to its target) and is done when
-//! none of them is dirty. The writeback task does the work at flush speed (see
-//! `writeback`), shared with client requests by `writeback_busy_share_pct`.
-use std::sync::atomic::Ordering;
+//! Explicit flushes (`ctl flush`, detach, the start of a mode switch): a flush job covers
+//! every block dirty when it started (versions up to its target) and is done when none of
+//! them is dirty. The writeback task does the work at flush speed (see `writeback`), shared
+//! with client requests by `writeback_busy_share_pct`.
+//!
+//! Invariant: a running job that is extended keeps its id, and its total only grows.
+//! Lock order: the job mutex, then the index mutex.
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::cache::{BlockCache, FlushJob, FlushState};
+use parking_lot::Mutex;
 
-impl BlockCache {
-    /// Start writing back every block dirty now; returns at once with the flush's id. A
-    /// running flush is extended to cover the new blocks (and keeps its id).
-    pub fn start_flush(&self) -> u64 {
-        let ix = self.shared.index.lock();
-        let target = ix.next_version.saturating_sub(1);
-        let pending = ix.dirty_at_or_below(target) as u64;
-        drop(ix);
+use crate::cache::BlockCache;
+use crate::index::Index;
+
+/// Progress of an explicit flush.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FlushState {
+    /// No flush was requested yet.
+    Idle,
+    /// Writing back: `done` of `total` blocks.
+    Running {
+        /// Blocks written back so far.
+        done: u64,
+        /// Blocks to write back.
+        total: u64,
+        /// Backing writes and flushes that failed since the flush started (retried).
+        errors: u64,
+    },
+    /// Finished.
+    Done {
+        /// Blocks written back.
+        total: u64,
+        /// Seconds it took.
+        secs: f64,
+        /// Backing writes and flushes that failed on the way (and were retried).
+        errors: u64,
+    },
+}
+
+#[derive(Debug)]
+struct FlushJob {
+    /// Id reported by `/status` (`flush_id`).
+    id: u64,
+    /// Highest version the job covers.
+    target: u64,
+    total: u64,
+    started: Instant,
+    finished: Option<f64>,
+    /// Failed backing writes and flushes while it ran.
+    errors: u64,
+}
+
+/// The latest explicit flush and the ids handed out.
+#[derive(Debug, Default)]
+pub(crate) struct Flushes {
+    job: Mutex<Option<FlushJob>>,
+    /// The last id used.
+    ids: AtomicU64,
+}
+
+impl Flushes {
+    /// Cover every block of `index` dirty now; returns the job's id.
+    pub(crate) fn start(&self, index: &parking_lot::Mutex<Index>) -> u64 {
+        let (target, pending) = {
+            let index = index.lock();
+            let target = index.next_version.saturating_sub(1);
+            (target, index.dirty_at_or_below(target) as u64)
+        };
         let mut job = self.job.lock();
-        let id = match job.as_mut() {
+        match job.as_mut() {
             Some(j) if j.finished.is_none() => {
-                let remaining_old = self.shared.index.lock().dirty_at_or_below(j.target) as u64;
+                let remaining_old = index.lock().dirty_at_or_below(j.target) as u64;
                 let done = j.total.saturating_sub(remaining_old);
                 j.target = target;
                 j.total = done + pending;
                 j.id
             }
             _ => {
-                let id = self.flush_ids.fetch_add(1, Ordering::AcqRel) + 1;
+                let id = self.ids.fetch_add(1, Ordering::AcqRel) + 1;
                 *job = Some(FlushJob {
                     id,
                     target,
@@ -36,23 +88,16 @@ impl BlockCache {
                 });
                 id
             }
-        };
-        drop(job);
-        self.wb_wake.notify_one();
-        id
+        }
     }
 
-    /// Id of the latest explicit flush (0 = none yet).
-    pub fn flush_id(&self) -> u64 {
+    /// Id of the latest job (0 = none yet).
+    pub(crate) fn id(&self) -> u64 {
         self.job.lock().as_ref().map_or(0, |j| j.id)
     }
 
-    pub(crate) fn flush_running(&self) -> bool {
-        matches!(self.flush_state(), FlushState::Running { .. })
-    }
-
-    /// Progress of the latest explicit flush.
-    pub fn flush_state(&self) -> FlushState {
+    /// Progress of the latest job; marks it finished once none of its blocks is dirty.
+    pub(crate) fn state(&self, index: &parking_lot::Mutex<Index>) -> FlushState {
         let mut job = self.job.lock();
         let Some(j) = job.as_mut() else {
             return FlushState::Idle;
@@ -64,7 +109,7 @@ impl BlockCache {
                 errors: j.errors,
             };
         }
-        let remaining = self.shared.index.lock().dirty_at_or_below(j.target) as u64;
+        let remaining = index.lock().dirty_at_or_below(j.target) as u64;
         if remaining == 0 {
             let secs = j.started.elapsed().as_secs_f64();
             j.finished = Some(secs);
@@ -81,6 +126,37 @@ impl BlockCache {
         }
     }
 
+    /// A writeback write or backing flush failed: count it against a running job.
+    pub(crate) fn error(&self) {
+        if let Some(j) = self.job.lock().as_mut().filter(|j| j.finished.is_none()) {
+            j.errors += 1;
+        }
+    }
+}
+
+impl BlockCache {
+    /// Start writing back every block dirty now; returns at once with the flush's id. A
+    /// running flush is extended to cover the new blocks (and keeps its id).
+    pub fn start_flush(&self) -> u64 {
+        let id = self.writeback.flushes.start(&self.io.shared.index);
+        self.writeback.wake();
+        id
+    }
+
+    /// Id of the latest explicit flush (0 = none yet).
+    pub fn flush_id(&self) -> u64 {
+        self.writeback.flushes.id()
+    }
+
+    pub(crate) fn flush_running(&self) -> bool {
+        matches!(self.flush_state(), FlushState::Running { .. })
+    }
+
+    /// Progress of the latest explicit flush.
+    pub fn flush_state(&self) -> FlushState {
+        self.writeback.flushes.state(&self.io.shared.index)
+    }
+
     /// Write back every block dirty now and wait until they are on the backing (and the
     /// backing flushed). Fails only if the cache is stopping.
     pub async fn flush_wait(&self) -> Result<(), crate::Error> {
@@ -92,8 +168,73 @@ impl BlockCache {
             if self.stopping.load(Ordering::Acquire) {
                 return Err(crate::Error::Config("cache stopped during flush".into()));
             }
-            let _ =
-                tokio::time::timeout(Duration::from_millis(100), self.progress.notified()).await;
+            self.writeback
+                .wait_progress(Duration::from_millis(100))
+                .await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dirty(index: &Mutex<Index>, lba: u64) -> u64 {
+        let mut index = index.lock();
+        let version = index.take_version();
+        index.put(lba, lba, version, true);
+        version
+    }
+
+    #[test]
+    fn a_job_covers_what_was_dirty_and_an_extension_keeps_its_id() {
+        let (index, flushes) = (Mutex::new(Index::new(0)), Flushes::default());
+        assert_eq!(flushes.state(&index), FlushState::Idle);
+        let v1 = dirty(&index, 1);
+        let v2 = dirty(&index, 2);
+        let id = flushes.start(&index);
+        assert_eq!(id, 1);
+        index.lock().mark_clean(1, v1);
+        flushes.error();
+        assert_eq!(
+            flushes.state(&index),
+            FlushState::Running {
+                done: 1,
+                total: 2,
+                errors: 1
+            }
+        );
+        // Extended while running: same id, the new block counted, done kept.
+        dirty(&index, 3);
+        assert_eq!(flushes.start(&index), id);
+        assert!(matches!(
+            flushes.state(&index),
+            FlushState::Running {
+                done: 1,
+                total: 3,
+                ..
+            }
+        ));
+        // A block dirtied after the last start is not waited for.
+        let v3 = index.lock().map.get(3).map(|e| e.version).unwrap_or(0);
+        index.lock().mark_clean(2, v2);
+        index.lock().mark_clean(3, v3);
+        dirty(&index, 4);
+        assert!(matches!(
+            flushes.state(&index),
+            FlushState::Done {
+                total: 3,
+                errors: 1,
+                ..
+            }
+        ));
+        // Finished: errors no longer count, the next start is a new job.
+        flushes.error();
+        assert!(matches!(
+            flushes.state(&index),
+            FlushState::Done { errors: 1, .. }
+        ));
+        assert_eq!(flushes.start(&index), 2);
+        assert_eq!(flushes.id(), 2);
     }
 }

@@ -1,18 +1,15 @@
-//! The RAM index: LBA → (flash location, version, dirty) in an [`LbaMap`] (24 bytes a slot),
-//! plus the dirty sets that drive writeback order. Per-block state that only dirty blocks
-//! need (dirty order, access clock for LRU flush order) lives beside, in `dirty_meta`, so a
-//! clean block costs one table slot.
+//! The RAM index: LBA → (flash location, version, dirty) in an [`LbaMap`], plus the dirty sets
+//! that drive writeback order; per-block state only dirty blocks need lives in `dirty_meta`, so
+//! a clean block costs one table slot.
 //!
-//! Guarded by one mutex in `crate::reclaim_handler::Shared`; taken by request tasks, the
-//! writeback task and the flash engine's reclaimer thread (through the reclaim handler),
-//! only for memory work. Version numbers are handed out under the same lock as the index
-//! update (see `crate::block_io`), so the smallest dirty version is exact.
+//! Invariants: an entry's `version` is the highest version of that LBA the cache holds; an
+//! entry is dirty iff its LBA is in `dirty_meta` iff its version is in `dirty_versions` and it
+//! is in `fifo` and `by_lba`; a dirty entry is never removed (only made clean by writeback or
+//! superseded). Versions are handed out under the same mutex as the update, so the smallest
+//! dirty version is exact.
 //!
-//! Invariants:
-//! - an entry's `version` is the highest version of that LBA the cache holds;
-//! - an entry is dirty iff its LBA is in `dirty_meta` iff its version is in
-//!   `dirty_versions` and its dirty seq in `fifo` and its LBA in `by_lba`;
-//! - a dirty entry is never removed (only made clean by writeback or superseded).
+//! Guarded by one mutex in `crate::reclaim::Shared`, taken by request tasks, the writeback
+//! task and the engine's reclaimer, only for memory work.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
@@ -232,29 +229,29 @@ mod tests {
 
     #[test]
     fn put_clean_and_watermark() {
-        let mut ix = Index::new(0);
-        let v1 = ix.take_version();
-        ix.put(7, 100, v1, true);
-        let v2 = ix.take_version();
-        let o = ix.put(8, 200, v2, true);
+        let mut index = Index::new(0);
+        let v1 = index.take_version();
+        index.put(7, 100, v1, true);
+        let v2 = index.take_version();
+        let o = index.put(8, 200, v2, true);
         assert!(!o.hit);
-        assert_eq!(ix.dirty(), 2);
-        assert_eq!(ix.clean_watermark(), v1 - 1);
-        let v3 = ix.take_version();
-        let o = ix.put(7, 300, v3, true);
+        assert_eq!(index.dirty(), 2);
+        assert_eq!(index.clean_watermark(), v1 - 1);
+        let v3 = index.take_version();
+        let o = index.put(7, 300, v3, true);
         assert!(o.hit && o.was_dirty && o.dead == Some(100));
-        assert_eq!(ix.dirty(), 2);
-        assert_eq!(ix.clean_watermark(), v2 - 1);
-        assert!(!ix.mark_clean(7, v1));
-        assert!(ix.mark_clean(7, v3));
-        assert!(ix.mark_clean(8, v2));
-        assert_eq!(ix.dirty(), 0);
-        assert_eq!(ix.clean_watermark(), v3);
+        assert_eq!(index.dirty(), 2);
+        assert_eq!(index.clean_watermark(), v2 - 1);
+        assert!(!index.mark_clean(7, v1));
+        assert!(index.mark_clean(7, v3));
+        assert!(index.mark_clean(8, v2));
+        assert_eq!(index.dirty(), 0);
+        assert_eq!(index.clean_watermark(), v3);
         // an older version loses
-        let o = ix.put(7, 50, v1, false);
+        let o = index.put(7, 50, v1, false);
         assert_eq!(o.dead, Some(50));
-        assert_eq!(ix.map.get(7).map(|e| e.loc), Some(300));
-        assert!(ix.remove_at(7, 300).is_some());
-        assert!(ix.lookup(7).is_none());
+        assert_eq!(index.map.get(7).map(|e| e.loc), Some(300));
+        assert!(index.remove_at(7, 300).is_some());
+        assert!(index.lookup(7).is_none());
     }
 }

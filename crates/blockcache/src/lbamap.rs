@@ -1,18 +1,11 @@
 //! [`LbaMap`]: LBA → (location, version, dirty) in one flat open-addressing table, 24 bytes a
-//! slot, sized once for the most blocks the cache device can hold.
+//! slot, sized once for the most blocks the cache device can hold (why not a `HashMap`:
+//! docs/block-cache.md "The LBA table").
 //!
-//! Why not `HashMap<u64, Entry>`: hashbrown keeps a 32-byte entry plus a control byte and
-//! doubles at 7/8 load, so a block costs 41–82 bytes depending on where the count falls
-//! between powers of two. Here a slot is `LBA + 1, location | dirty << 63, version`; the table
-//! has any size (fast range reduction, not a power of two) and stays at most 85% full, so a
-//! block costs 24 / load ≈ 28–30 bytes when the cache is full.
-//!
-//! Linear probing with backward-shift deletion (no tombstones): invariant — every entry sits
-//! in the cyclic run of occupied slots that starts at its home slot, so a lookup stops at the
-//! first empty slot. A slot stores `LBA + 1`, so an all-zero slot is empty: the table is
-//! allocated zeroed and the OS commits its pages only as they are first written (an empty
-//! cache costs no RAM for it). No LBA is `u64::MAX` (LBAs are below the backing's block
-//! count; the watermark's key is never stored here).
+//! Linear probing with backward-shift deletion (no tombstones). Invariant: every entry sits in
+//! the cyclic run of occupied slots that starts at its home slot, so a lookup stops at the first
+//! empty slot. A slot stores `LBA + 1`, so an all-zero slot is empty and the table is allocated
+//! zeroed. No LBA is `u64::MAX` (LBAs are below the backing's block count).
 //!
 //! Guarded by the index mutex like the rest of [`crate::index`].
 

@@ -12,20 +12,18 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use flashtier_backend::BlockBackend;
 use flashtier_flash::{
-    kind, Device, DeviceSpec, Flash, FlashConfig, FlashInfo, Location, ReclaimHandler, RecordMeta,
+    Device, DeviceSpec, Flash, FlashConfig, FlashInfo, Location, ReclaimHandler, RecordMeta,
 };
-use flashtier_nbd::BlockBackend;
 use parking_lot::Mutex;
-use tokio::sync::Notify;
 
-use crate::cache::{
-    BlockCache, BlockCacheConfig, RecoveryInfo, FLAG_DIRTY, KIND_WATERMARK, STRIPES, WM_KEY,
-};
+use crate::block_io::BlockIo;
+use crate::cache::{BlockCache, BlockCacheConfig, RecoveryInfo};
 use crate::error::Error;
 use crate::index::Index;
-use crate::reclaim_handler::{Handler, Shared};
-use crate::seq::SeqDetector;
+use crate::reclaim::{Handler, Shared};
+use crate::record::{RecordKind, FLAG_DIRTY};
 use crate::stats::BlockStats;
 use crate::tunables::Tunables;
 
@@ -103,8 +101,7 @@ impl BlockCache {
             index: Mutex::new(Index::new(0)),
             wm_persisted: AtomicU64::new(0),
             stats: BlockStats::default(),
-            session_version: AtomicU64::new(0),
-            snapshot_version: AtomicU64::new(0),
+            warm: Default::default(),
             flash: std::sync::OnceLock::new(),
             reclaim_stream,
             wm_lost: AtomicBool::new(false),
@@ -121,7 +118,8 @@ impl BlockCache {
             if found.offer(&m) {
                 return;
             }
-            if m.kind == KIND_WATERMARK && m.key_id == WM_KEY {
+            let record_kind = RecordKind::of(m.kind, m.key_id);
+            if record_kind == RecordKind::Watermark {
                 match &wm {
                     Some(w) if w.version >= m.version => dead.push(m.location),
                     _ => {
@@ -132,7 +130,7 @@ impl BlockCache {
                 }
                 return;
             }
-            if m.kind != kind::PUT || m.key_id >= nblocks {
+            if record_kind != RecordKind::Block || m.key_id >= nblocks {
                 dead.push(m.location);
                 return;
             }
@@ -164,16 +162,16 @@ impl BlockCache {
         };
         let record = flashtier_flash::format::record::padded_len(0, bs as usize) as u64;
         {
-            let mut ix = shared.index.lock();
+            let mut index = shared.index.lock();
             // Sized for every block record the device can hold: the table never grows.
-            *ix = Index::with_capacity(max_version, info.capacity / record + 1);
-            ix.wm_loc = wm.map(|w| w.location.pack());
+            *index = Index::with_capacity(max_version, info.capacity / record + 1);
+            index.wm_loc = wm.map(|w| w.location.pack());
             for (lba, m) in newest {
                 if m.flags & FLAG_DIRTY != 0 && m.version > watermark {
-                    ix.put(lba, m.location.pack(), m.version, true);
+                    index.put(lba, m.location.pack(), m.version, true);
                     rec.dirty_blocks += 1;
                 } else if snapshot.get(&lba) == Some(&m.version) {
-                    ix.put(lba, m.location.pack(), m.version, false);
+                    index.put(lba, m.location.pack(), m.version, false);
                     rec.clean_kept += 1;
                 } else {
                     dead.push(m.location);
@@ -192,30 +190,14 @@ impl BlockCache {
         let usable = info.capacity.saturating_sub(reserve * info.segment_size);
         let capacity_blocks = (usable / record).max(16);
         let cache = Arc::new(BlockCache {
-            shared,
-            flash,
-            backing,
+            io: BlockIo::new(shared, flash, backing, bs, capacity_blocks),
+            writeback: Default::default(),
+            switch: Default::default(),
+            admission: Default::default(),
             tunables,
-            block_size: bs,
-            nblocks,
-            capacity_blocks,
-            stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
-            seq: Mutex::new(SeqDetector::default()),
-            job: Mutex::new(None),
-            flush_ids: AtomicU64::new(0),
-            switch: Mutex::new(None),
-            wb_wake: Notify::new(),
-            progress: Notify::new(),
-            urgent: AtomicBool::new(false),
-            wb_rate: AtomicU64::new(0),
-            backing_dirty: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
-            retries: Mutex::new(crate::retry::Retries::default()),
-            last_error: Mutex::new(None),
-            error_log: Mutex::new((None, 0)),
-            stall_log: Mutex::new((None, 0)),
+            stall_log: Default::default(),
             recovery: rec,
-            reclaim_stream,
             flash_info: info,
         });
         if cache.recovery.dirty_blocks > 0 {

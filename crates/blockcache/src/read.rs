@@ -6,53 +6,53 @@
 //! Threads: request tasks (tokio); flash reads complete on the engine's IO threads.
 
 use bytes::Bytes;
-use flashtier_flash::{kind, Location};
-use flashtier_nbd::{check_range, BackendError};
+use flashtier_backend::{check_range, BackendError};
+use flashtier_flash::Location;
 
 use crate::cache::BlockCache;
 use crate::index::Entry;
+use crate::record::checked_block;
 use crate::stats::add;
 
 impl BlockCache {
     pub(crate) async fn do_read(&self, off: u64, len: u32) -> Result<Bytes, BackendError> {
-        check_range(off, u64::from(len), self.nblocks * self.block_size)?;
+        check_range(off, u64::from(len), self.io.size())?;
         let len = u64::from(len);
         if len == 0 {
             return Ok(Bytes::new());
         }
-        let s = &self.shared.stats;
+        let s = &self.io.shared.stats;
         add(&s.read_requests, 1);
-        let bs = self.block_size;
+        let bs = self.io.block_size;
         let (first, last) = (off / bs, (off + len - 1) / bs);
         add(&s.reads, last - first + 1);
-        let seq = self.seq_run(off, len);
-        let admit = self.admission(off, len, false, seq);
+        let verdict = self.admission.decide(&self.tunables, s, off, len, false);
+        let (admit, seq) = (verdict.admit, verdict.sequential);
         let mut out = vec![0u8; len as usize];
         let entries: Vec<(u64, Option<Entry>)> = {
-            let mut ix = self.shared.index.lock();
-            (first..=last).map(|l| (l, ix.lookup(l))).collect()
+            let mut index = self.io.shared.index.lock();
+            (first..=last).map(|l| (l, index.lookup(l))).collect()
         };
         let mut pending = Vec::new();
         let mut misses = Vec::new();
         for (lba, e) in entries {
             match e {
-                Some(e) => pending.push((lba, e, self.flash.read(Location::unpack(e.loc)))),
+                Some(e) => pending.push((lba, e, self.io.flash.read(Location::unpack(e.loc)))),
                 None => misses.push(lba),
             }
         }
         for (lba, e, c) in pending {
-            match c.await {
-                Ok(r)
-                    if r.header.kind == kind::PUT
-                        && r.header.key_id == lba
-                        && r.header.version == e.version
-                        && r.value.len() as u64 == bs =>
-                {
+            match c
+                .await
+                .ok()
+                .and_then(|r| checked_block(&r, lba, e.version, bs))
+            {
+                Some(block) => {
                     add(&s.ssd_reads, 1);
                     add(&s.read_hits, 1);
-                    self.copy_into(&mut out, off, lba, &r.value);
+                    self.copy_into(&mut out, off, lba, &block);
                 }
-                _ => misses.push(lba),
+                None => misses.push(lba),
             }
         }
         misses.sort_unstable();
@@ -78,21 +78,21 @@ impl BlockCache {
         admit: bool,
         seq: bool,
     ) -> Result<(), BackendError> {
-        let s = &self.shared.stats;
-        let bs = self.block_size;
-        let _g = self.lock_stripes(a, b).await;
+        let s = &self.io.shared.stats;
+        let bs = self.io.block_size;
+        let _stripes = self.io.lock_stripes(a, b).await;
         let cached: Vec<bool> = {
-            let ix = self.shared.index.lock();
-            (a..=b).map(|l| ix.map.contains_key(l)).collect()
+            let index = self.io.shared.index.lock();
+            (a..=b).map(|l| index.map.contains_key(l)).collect()
         };
         let data = if cached.iter().all(|c| *c) {
             Bytes::new()
         } else {
-            self.backing_read(a * bs, (b - a + 1) * bs).await?
+            self.io.backing_read(a * bs, (b - a + 1) * bs).await?
         };
         for (k, lba) in (a..=b).enumerate() {
             if cached[k] {
-                let blk = self.current_block(lba).await?;
+                let blk = self.io.current_block(lba).await?;
                 self.copy_into(out, off, lba, &blk);
                 continue;
             }
@@ -111,7 +111,7 @@ impl BlockCache {
     }
 
     fn copy_into(&self, out: &mut [u8], off: u64, lba: u64, blk: &[u8]) {
-        let bs = self.block_size;
+        let bs = self.io.block_size;
         let b0 = lba * bs;
         let start = b0.max(off);
         let end = (b0 + bs).min(off + out.len() as u64);

@@ -1,20 +1,37 @@
-//! Writeback retries: per-block holds after a failed backing write.
+//! The one retry policy for the backing: the wait after the n-th consecutive failure is
+//! [`backoff`] (100 ms doubling, capped at [`RETRY_MAX`]); range errors are never retried.
 //!
-//! A writeback run (contiguous dirty blocks written in one backing request) that fails puts
-//! each of its blocks on hold for `100 ms × 2^(failures − 1)`, capped at [`RETRY_MAX`], the
-//! wait drawn with jitter from [½, 1] of that. The writeback task skips held blocks, so a
-//! range that fails retries on its own schedule while the rest of the dirty data keeps
-//! draining; a block written back leaves the table. Entries exist only for dirty blocks whose
-//! last write failed: the table is pruned to the dirty set when it outgrows it.
+//! A request's own backing read or write retries at once, up to [`REQUEST_RETRIES`] times, then
+//! its error is the reply. A failed writeback run puts its blocks on hold ([`Retries`]) for a
+//! jittered [`backoff`] of the run's failures, so a failing range retries on its own schedule
+//! while other dirty data keeps draining (docs/block-cache.md "Backing retry policy").
 //!
-//! Lock order: [`Retries`] sits in its own mutex, taken after the index mutex or alone.
+//! Invariant: holds exist only for dirty blocks whose last write failed (pruned to the dirty
+//! set). Lock order: [`Retries`] is in its own mutex, taken after the index mutex or alone.
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+use flashtier_backend::BackendError;
 
 /// First hold after a failure.
 const RETRY_BASE: Duration = Duration::from_millis(100);
 /// Longest hold.
 pub const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Retries of a request's own backing read or write before it fails.
+pub(crate) const REQUEST_RETRIES: u32 = 3;
+
+/// The wait after the `failures`-th consecutive failure (1 = the first).
+pub(crate) fn backoff(failures: u32) -> Duration {
+    RETRY_BASE
+        .saturating_mul(1 << (failures.max(1) - 1).min(16))
+        .min(RETRY_MAX)
+}
+
+/// Whether a backing error may go away on a retry (a range error never does).
+pub(crate) fn retriable(err: &BackendError) -> bool {
+    !matches!(err, BackendError::OutOfRange { .. })
+}
 
 /// Blocks on hold: LBA → (consecutive failures, not before).
 #[derive(Debug)]
@@ -57,10 +74,7 @@ impl Retries {
             .max()
             .unwrap_or(0)
             + 1;
-        let wait = RETRY_BASE
-            .saturating_mul(1 << (n - 1).min(16))
-            .min(RETRY_MAX);
-        let at = now + self.jitter(wait);
+        let at = now + self.jitter(backoff(n));
         for l in lbas {
             self.held.insert(l, (n, at));
         }
@@ -90,6 +104,20 @@ impl Retries {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backoff_doubles_from_the_base_to_the_cap() {
+        assert_eq!(backoff(1), RETRY_BASE);
+        assert_eq!(backoff(2), RETRY_BASE * 2);
+        assert_eq!(backoff(3), RETRY_BASE * 4);
+        assert_eq!(backoff(40), RETRY_MAX);
+        assert!(!retriable(&BackendError::OutOfRange {
+            offset: 0,
+            len: 1,
+            size: 0
+        }));
+        assert!(retriable(&BackendError::Disconnected));
+    }
 
     #[test]
     fn holds_grow_with_failures_are_capped_and_jittered() {

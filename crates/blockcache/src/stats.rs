@@ -130,34 +130,10 @@ pub(crate) fn add(c: &AtomicU64, n: u64) {
 }
 
 impl BlockCache {
-    /// The admission decision for a request (`seq`: part of a sequential stream), counting
-    /// the rule that refused it.
-    pub(crate) fn admission(&self, off: u64, len: u64, write: bool, seq: bool) -> bool {
-        let s = &self.shared.stats;
-        if seq {
-            add(&s.bypass_sequential_requests, 1);
-            return false;
-        }
-        match self.tunables.refusal(off, len, write) {
-            None => true,
-            Some(r) => {
-                add(
-                    match r {
-                        crate::tunables::Refusal::Direction => &s.bypass_direction_requests,
-                        crate::tunables::Refusal::Size => &s.bypass_size_requests,
-                        crate::tunables::Refusal::Offset => &s.bypass_offset_requests,
-                    },
-                    1,
-                );
-                false
-            }
-        }
-    }
-
     /// Every statistic as `(name, value)`: the cache's counters and gauges, then the flash
     /// engine's (`flash_*`).
     pub fn stats_pairs(&self) -> Vec<(String, String)> {
-        let s = &self.shared.stats;
+        let s = &self.io.shared.stats;
         let mut v: Vec<(String, String)> = s
             .pairs()
             .into_iter()
@@ -172,12 +148,12 @@ impl BlockCache {
             }
         };
         let (dirty, cached, wm, index_bytes) = {
-            let ix = self.shared.index.lock();
+            let index = self.io.shared.index.lock();
             (
-                ix.dirty() as u64,
-                ix.map.len() as u64,
-                ix.clean_watermark(),
-                ix.ram_bytes(),
+                index.dirty() as u64,
+                index.map.len() as u64,
+                index.clean_watermark(),
+                index.ram_bytes(),
             )
         };
         v.push((
@@ -195,19 +171,20 @@ impl BlockCache {
         ));
         v.push(("cached_blocks".into(), cached.to_string()));
         v.push(("index_bytes".into(), index_bytes.to_string()));
-        v.push(("capacity_blocks".into(), self.capacity_blocks.to_string()));
-        v.push(("dirty_percent".into(), pct(dirty, self.capacity_blocks)));
-        v.push(("block_size".into(), self.block_size.to_string()));
         v.push((
-            "writeback_rate".into(),
-            self.wb_rate.load(Ordering::Relaxed).to_string(),
+            "capacity_blocks".into(),
+            self.io.capacity_blocks.to_string(),
         ));
+        v.push(("dirty_percent".into(), pct(dirty, self.io.capacity_blocks)));
+        v.push(("block_size".into(), self.io.block_size.to_string()));
+        v.push(("writeback_rate".into(), self.writeback.rate().to_string()));
         // The cache file: bytes of the blocks' current records, of dead (overwritten or
         // evicted, not yet reclaimed) records, and the live share of its capacity.
         let record =
-            flashtier_flash::format::record::padded_len(0, self.block_size as usize) as u64;
+            flashtier_flash::format::record::padded_len(0, self.io.block_size as usize) as u64;
         let live = cached * record;
         let dead = self
+            .io
             .flash
             .stats()
             .pairs()
@@ -224,7 +201,11 @@ impl BlockCache {
         v.push(("clean_watermark".into(), wm.to_string()));
         v.push((
             "clean_watermark_persisted".into(),
-            self.shared.wm_persisted.load(Ordering::Relaxed).to_string(),
+            self.io
+                .shared
+                .wm_persisted
+                .load(Ordering::Relaxed)
+                .to_string(),
         ));
         v.push((
             "recovered_dirty_blocks".into(),
@@ -248,7 +229,8 @@ impl BlockCache {
             self.recovery.clean_kept.to_string(),
         ));
         v.extend(
-            self.flash
+            self.io
+                .flash
                 .stats()
                 .pairs()
                 .into_iter()

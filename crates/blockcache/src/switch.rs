@@ -1,23 +1,22 @@
-//! Mode switches at runtime, and how a switch away from writeback is observed.
+//! `ModeSwitch`: mode changes at runtime, and how a switch away from writeback is observed.
 //!
-//! Leaving writeback changes the mode at once (new writes to clean or uncached blocks go to
-//! the backing) and starts a *switch*: an explicit flush (its id is the switch id) plus a
-//! drain that lasts until no dirty block is left. A write that touches a dirty block during
-//! the switch still takes the writeback path (a fresh dirty version), because writing it to
-//! the backing could race the writeback of the older version; the writeback task writes
-//! dirty blocks at flush speed whenever the mode is not writeback, so the drain ends once
-//! such rewrites stop. The switch is *done* when the dirty count reaches 0, *cancelled* if
-//! the mode goes back to writeback first.
+//! Leaving writeback changes the mode at once and starts a switch: an explicit flush (its id is
+//! the switch id) plus a drain until no dirty block is left; it is *done* at 0 dirty blocks,
+//! *cancelled* if the mode goes back to writeback first. Why rewrites of dirty blocks still go
+//! to flash meanwhile: docs/block-cache.md "Mode switches".
 //!
 //! Invariant: the mode and the switch record change together under the switch mutex.
+//! Lock order: the switch mutex, then the flush-job and index mutexes (starting the flush).
 //! Threads: admin requests (set, status, wait) and the writeback task (reads `switching`).
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
+
 use crate::cache::BlockCache;
 use crate::error::Error;
 use crate::stats::add;
-use crate::tunables::Mode;
+use crate::tunables::{Mode, Tunables};
 
 /// Where a mode switch stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,9 +40,9 @@ impl SwitchPhase {
     }
 }
 
-/// The latest switch away from writeback.
+/// The latest switch away from writeback, as reported.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ModeSwitch {
+pub struct SwitchStatus {
     /// Id of the flush the switch started (as reported by `flush_id`).
     pub id: u64,
     /// Mode before.
@@ -61,7 +60,7 @@ pub struct ModeSwitch {
 }
 
 #[derive(Debug)]
-pub(crate) struct SwitchJob {
+struct SwitchJob {
     id: u64,
     from: Mode,
     to: Mode,
@@ -71,51 +70,60 @@ pub(crate) struct SwitchJob {
     cancelled: bool,
 }
 
-impl BlockCache {
-    /// Change the mode. Leaving writeback starts a switch (returned); changing between
-    /// writethrough and writearound during a switch retargets it.
-    pub fn set_mode(&self, mode: Mode) -> Option<ModeSwitch> {
-        {
-            let mut sw = self.switch.lock();
-            let before = self.tunables.mode();
-            self.tunables.set_mode(mode);
-            match (before == Mode::WriteBack, mode == Mode::WriteBack) {
-                (true, false) => {
-                    let id = self.start_flush();
-                    add(&self.shared.stats.mode_switches, 1);
-                    *sw = Some(SwitchJob {
-                        id,
-                        from: before,
-                        to: mode,
-                        total: self.dirty_blocks(),
-                        started: Instant::now(),
-                        finished: None,
-                        cancelled: false,
-                    });
-                }
-                (false, true) => {
-                    if let Some(j) = sw.as_mut().filter(|j| j.finished.is_none()) {
-                        j.cancelled = true;
-                        j.finished = Some(j.started.elapsed().as_secs_f64());
-                    }
-                }
-                (false, false) => {
-                    if let Some(j) = sw.as_mut().filter(|j| j.finished.is_none()) {
-                        j.to = mode;
-                    }
-                }
-                (true, true) => {}
+/// The mode-switch component: the latest switch away from writeback.
+#[derive(Debug, Default)]
+pub(crate) struct ModeSwitch {
+    job: Mutex<Option<SwitchJob>>,
+}
+
+impl ModeSwitch {
+    /// Set `mode` in `tunables`; leaving writeback records a new switch whose flush
+    /// `start_flush` starts (with `dirty` blocks now). Returns true if a switch started.
+    fn change(
+        &self,
+        tunables: &Tunables,
+        mode: Mode,
+        dirty: impl Fn() -> u64,
+        start_flush: impl FnOnce() -> u64,
+    ) -> bool {
+        let mut job = self.job.lock();
+        let before = tunables.mode();
+        tunables.set_mode(mode);
+        match (before == Mode::WriteBack, mode == Mode::WriteBack) {
+            (true, false) => {
+                let id = start_flush();
+                *job = Some(SwitchJob {
+                    id,
+                    from: before,
+                    to: mode,
+                    total: dirty(),
+                    started: Instant::now(),
+                    finished: None,
+                    cancelled: false,
+                });
+                true
             }
+            (false, true) => {
+                if let Some(j) = job.as_mut().filter(|j| j.finished.is_none()) {
+                    j.cancelled = true;
+                    j.finished = Some(j.started.elapsed().as_secs_f64());
+                }
+                false
+            }
+            (false, false) => {
+                if let Some(j) = job.as_mut().filter(|j| j.finished.is_none()) {
+                    j.to = mode;
+                }
+                false
+            }
+            (true, true) => false,
         }
-        self.wb_wake.notify_one();
-        self.mode_switch()
     }
 
-    /// The latest switch away from writeback, if any.
-    pub fn mode_switch(&self) -> Option<ModeSwitch> {
-        let dirty = self.dirty_blocks();
-        let mut sw = self.switch.lock();
-        let j = sw.as_mut()?;
+    /// The latest switch with `dirty` blocks left; done once none is.
+    fn status(&self, dirty: u64) -> Option<SwitchStatus> {
+        let mut job = self.job.lock();
+        let j = job.as_mut()?;
         if j.finished.is_none() && dirty == 0 {
             j.finished = Some(j.started.elapsed().as_secs_f64());
         }
@@ -124,7 +132,7 @@ impl BlockCache {
             (Some(_), false) => SwitchPhase::Done,
             (None, false) => SwitchPhase::Running,
         };
-        Some(ModeSwitch {
+        Some(SwitchStatus {
             id: j.id,
             from: j.from,
             to: j.to,
@@ -136,6 +144,29 @@ impl BlockCache {
                 .unwrap_or_else(|| j.started.elapsed().as_secs_f64()),
         })
     }
+}
+
+impl BlockCache {
+    /// Change the mode. Leaving writeback starts a switch (returned); changing between
+    /// writethrough and writearound during a switch retargets it.
+    pub fn set_mode(&self, mode: Mode) -> Option<SwitchStatus> {
+        let started = self.switch.change(
+            &self.tunables,
+            mode,
+            || self.dirty_blocks(),
+            || self.start_flush(),
+        );
+        if started {
+            add(&self.io.shared.stats.mode_switches, 1);
+        }
+        self.writeback.wake();
+        self.mode_switch()
+    }
+
+    /// The latest switch away from writeback, if any.
+    pub fn mode_switch(&self) -> Option<SwitchStatus> {
+        self.switch.status(self.dirty_blocks())
+    }
 
     /// A switch is draining: the writeback task writes at flush speed.
     pub(crate) fn switching(&self) -> bool {
@@ -144,7 +175,7 @@ impl BlockCache {
 
     /// Wait until the latest switch is done (no dirty block left). Fails if it is
     /// cancelled, if there is none, or if the cache stops.
-    pub async fn mode_switch_wait(&self) -> Result<ModeSwitch, Error> {
+    pub async fn mode_switch_wait(&self) -> Result<SwitchStatus, Error> {
         loop {
             match self.mode_switch() {
                 None => return Err(Error::Config("no mode switch started".into())),
@@ -160,9 +191,56 @@ impl BlockCache {
             if self.stopping.load(Ordering::Acquire) {
                 return Err(Error::Config("cache stopped during the mode switch".into()));
             }
-            self.wb_wake.notify_one();
-            let _ =
-                tokio::time::timeout(Duration::from_millis(100), self.progress.notified()).await;
+            self.writeback.wake();
+            self.writeback
+                .wait_progress(Duration::from_millis(100))
+                .await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leaving_writeback_starts_a_switch_that_ends_done_or_cancelled() {
+        let (tunables, switch) = (Tunables::default(), ModeSwitch::default());
+        assert!(switch.status(5).is_none());
+        let mut flushes = 0;
+        assert!(switch.change(
+            &tunables,
+            Mode::WriteThrough,
+            || 5,
+            || {
+                flushes += 1;
+                7
+            }
+        ));
+        assert_eq!(flushes, 1);
+        let s = switch.status(5).expect("a switch");
+        assert_eq!(
+            (s.id, s.from, s.to, s.phase),
+            (7, Mode::WriteBack, Mode::WriteThrough, SwitchPhase::Running)
+        );
+        // Through to around retargets the running switch; no new flush.
+        assert!(!switch.change(&tunables, Mode::WriteAround, || 5, || unreachable!()));
+        assert_eq!(
+            switch.status(3).map(|s| (s.to, s.dirty_left)),
+            Some((Mode::WriteAround, 3))
+        );
+        assert_eq!(switch.status(0).map(|s| s.phase), Some(SwitchPhase::Done));
+        assert_eq!(
+            switch.status(2).map(|s| s.phase),
+            Some(SwitchPhase::Done),
+            "stays done"
+        );
+        // A new switch, cancelled by going back to writeback.
+        tunables.set_mode(Mode::WriteBack);
+        assert!(switch.change(&tunables, Mode::WriteAround, || 4, || 8));
+        assert!(!switch.change(&tunables, Mode::WriteBack, || 4, || unreachable!()));
+        assert_eq!(tunables.mode(), Mode::WriteBack);
+        let s = switch.status(4).expect("the cancelled switch");
+        assert_eq!((s.id, s.phase), (8, SwitchPhase::Cancelled));
     }
 }

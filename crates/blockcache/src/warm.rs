@@ -1,61 +1,28 @@
 //! Warm restart: clean cached blocks survive a clean shutdown, never a crash.
 //!
-//! The rule (ARCHITECTURE.md "Block face", docs/format.md): a clean block record is trusted
-//! at open only if a *valid shutdown snapshot* lists its exact `(LBA, version)`. A clean
-//! shutdown ([`BlockCache::shutdown`]) takes every stripe lock (no request is between a
-//! backing write and the cache update it owes, and none can start), lists the index's clean
-//! entries into snapshot records, makes them durable, then appends the *shutdown marker*
-//! and makes it durable. Snapshot records and the marker all carry version `M`, a fresh
-//! version, so at that moment `M` is the highest version on the cache device.
-//!
-//! At open the snapshot is valid only if the marker exists, its version equals the highest
-//! version found on the device, its geometry (block size, block count) matches, and every
-//! chunk it names is found. Before the cache serves anything, open appends a *session
-//! record* with a version above `M`, flushes it, and reclaim keeps it for the whole run:
-//! from then on every recovery sees a version above the marker and drops clean blocks.
-//! So after `kill -9`, a power cut, or a run that wrote to the backing (write-through,
-//! write-around, sequential bypass, invalidation) and did not shut down cleanly, the cache
-//! starts cold for clean data. Dirty blocks are recovered either way (`cache`).
-//!
-//! Why the exact version: an older dead record of an LBA can outlive a newer one that
-//! reclaim evicted; "newest record found" is not "the block the index held". Listing the
-//! version makes such a resurrected record a mismatch.
-//!
-//! Record layouts (little-endian):
-//!
-//! | kind | key_id | version | value |
-//! |------|--------|---------|-------|
-//! | 5 snapshot chunk | chunk index | M | `n × (lba: u64, version: u64)` |
-//! | 6 shutdown marker | 0 | M | marker table below |
-//! | 7 session | 0 | S (fresh at open) | empty |
-//!
-//! | offset | size | marker field |
-//! |--------|------|--------------|
-//! | 0 | 8 | magic `FTWARM01` |
-//! | 8 | 8 | block size |
-//! | 16 | 8 | blocks on the backing |
-//! | 24 | 8 | chunks |
-//! | 32 | 8 | entries |
+//! Rule: a clean block record is trusted at open only if a valid shutdown snapshot lists its
+//! exact `(LBA, version)`. Shutdown takes every stripe lock, writes the snapshot chunks and
+//! then the marker, all at one fresh version `M`, each made durable. The snapshot is valid only
+//! if the marker's version is the highest on the device, its geometry matches and every chunk
+//! is found; open then writes a session record above `M` that reclaim keeps (`Warm`), so a
+//! marker serves one open only. Story and byte tables: docs/block-cache.md, docs/format.md.
 //!
 //! Threads: `Found` and `write_session` run on the thread opening the cache;
 //! [`BlockCache::shutdown`] on a tokio task.
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flashtier_flash::{Flash, Location, RecordMeta, RecordWrite};
+use flashtier_flash::{Flash, Location, RecordMeta};
 
+use crate::block_io::BlockIo;
 use crate::cache::{BlockCache, STREAM_META};
 use crate::error::Error;
-use crate::reclaim_handler::Shared;
+use crate::reclaim::Shared;
+use crate::record::{BlockRecord, RecordKind};
+use crate::writeback::persist_watermark;
 
-/// Record kind of a snapshot chunk.
-pub const KIND_SNAPSHOT: u8 = 5;
-/// Record kind of the shutdown marker.
-pub const KIND_SHUTDOWN: u8 = 6;
-/// Record kind of the session record.
-pub const KIND_SESSION: u8 = 7;
 const MAGIC: &[u8; 8] = b"FTWARM01";
 const MARKER_LEN: usize = 40;
 const ENTRY_LEN: usize = 16;
@@ -75,8 +42,8 @@ pub(crate) struct Found {
 impl Found {
     /// Take `m` if it is a warm-restart record.
     pub fn offer(&mut self, m: &RecordMeta) -> bool {
-        match m.kind {
-            KIND_SHUTDOWN => {
+        match RecordKind::of(m.kind, m.key_id) {
+            RecordKind::ShutdownMarker => {
                 match &self.marker {
                     Some(o) if o.version >= m.version => self.others.push(m.location),
                     _ => {
@@ -87,14 +54,14 @@ impl Found {
                 }
                 true
             }
-            KIND_SNAPSHOT => {
+            RecordKind::SnapshotChunk => {
                 // Reclaim may have copied a chunk: same (index, version), same bytes.
                 if let Some(o) = self.chunks.insert((m.key_id, m.version), *m) {
                     self.others.push(o.location);
                 }
                 true
             }
-            KIND_SESSION => {
+            RecordKind::Session => {
                 self.others.push(m.location);
                 true
             }
@@ -177,6 +144,29 @@ impl Found {
     }
 }
 
+/// The warm-restart records of this run, which reclaim must keep: the session record and
+/// the snapshot being written at shutdown (by version; 0 = none yet).
+#[derive(Debug, Default)]
+pub(crate) struct Warm {
+    session_version: AtomicU64,
+    snapshot_version: AtomicU64,
+}
+
+impl Warm {
+    /// Whether a warm-restart record belongs to this run and must survive reclaim; `None`
+    /// for records of other kinds.
+    pub(crate) fn keeps(&self, rec: &RecordMeta) -> Option<bool> {
+        let v = match RecordKind::of(rec.kind, rec.key_id) {
+            RecordKind::Session => self.session_version.load(Ordering::Acquire),
+            RecordKind::SnapshotChunk | RecordKind::ShutdownMarker => {
+                self.snapshot_version.load(Ordering::Acquire)
+            }
+            _ => return None,
+        };
+        Some(v != 0 && rec.version == v)
+    }
+}
+
 /// Append and make durable this run's session record (see the module doc). Called by open
 /// before the cache is handed out; failure fails the open.
 pub(crate) fn write_session(
@@ -185,16 +175,8 @@ pub(crate) fn write_session(
     reclaim_stream: u8,
 ) -> Result<(), Error> {
     let v = shared.index.lock().take_version();
-    shared.session_version.store(v, Ordering::Release);
-    let rec = RecordWrite {
-        kind: KIND_SESSION,
-        key_id: 0,
-        version: v,
-        flags: 0,
-        exptime: 0,
-        key: &[],
-        value: &[],
-    };
+    shared.warm.session_version.store(v, Ordering::Release);
+    let rec = BlockRecord::Session { version: v }.write();
     let wait = Duration::from_secs(5);
     match flash.append_blocking(STREAM_META, &rec, wait) {
         Ok(_) => {}
@@ -228,11 +210,11 @@ impl BlockCache {
         let mut report = ShutdownReport::default();
         // Every stripe: a request between its backing write and its cache update holds
         // one, and no new request passes them until the engine is closed.
-        let guards = tokio::time::timeout(SHUTDOWN_WAIT, self.lock_all_stripes()).await;
+        let guards = tokio::time::timeout(SHUTDOWN_WAIT, self.io.lock_all_stripes()).await;
         match &guards {
             Ok(_) => {
-                self.persist_watermark().await;
-                match self.save_snapshot().await {
+                persist_watermark(&self.io).await;
+                match self.io.shared.warm.save_snapshot(&self.io).await {
                     Ok(n) => report.clean_saved = n,
                     Err(e) => report.skipped = Some(e),
                 }
@@ -241,7 +223,7 @@ impl BlockCache {
         }
         report.dirty_left = self.dirty_blocks();
         let c = Arc::clone(self);
-        match tokio::task::spawn_blocking(move || c.flash.close()).await {
+        match tokio::task::spawn_blocking(move || c.io.flash.close()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => log::error!("closing the cache device: {e}"),
             Err(e) => log::error!("closing the cache device: {e}"),
@@ -249,20 +231,24 @@ impl BlockCache {
         drop(guards);
         report
     }
+}
 
-    async fn save_snapshot(&self) -> Result<u64, String> {
+impl Warm {
+    /// Write the snapshot of `io`'s clean blocks and then the shutdown marker, each made
+    /// durable; returns the blocks listed. Caller holds every stripe lock.
+    async fn save_snapshot(&self, io: &BlockIo) -> Result<u64, String> {
         let (entries, m) = {
-            let mut ix = self.shared.index.lock();
-            let e: Vec<(u64, u64)> = ix
+            let mut index = io.shared.index.lock();
+            let e: Vec<(u64, u64)> = index
                 .map
                 .iter()
                 .filter(|(_, e)| !e.dirty)
                 .map(|(l, e)| (l, e.version))
                 .collect();
-            (e, ix.take_version())
+            (e, index.take_version())
         };
-        self.shared.snapshot_version.store(m, Ordering::Release);
-        let per = (CHUNK_MAX.min(self.flash.max_value_len(0)) / ENTRY_LEN).max(1);
+        io.shared.warm.snapshot_version.store(m, Ordering::Release);
+        let per = (CHUNK_MAX.min(io.flash.max_value_len(0)) / ENTRY_LEN).max(1);
         let mut buf = Vec::with_capacity(per * ENTRY_LEN);
         let mut chunks = 0u64;
         let deadline = Instant::now() + SHUTDOWN_WAIT;
@@ -272,22 +258,29 @@ impl BlockCache {
                 buf.extend_from_slice(&l.to_le_bytes());
                 buf.extend_from_slice(&v.to_le_bytes());
             }
-            self.append_meta(KIND_SNAPSHOT, chunks, m, &buf, deadline)
-                .await?;
+            let chunk = BlockRecord::SnapshotChunk {
+                index: chunks,
+                version: m,
+                entries: &buf,
+            };
+            Self::append_meta(io, chunk, deadline).await?;
             chunks += 1;
         }
-        self.flash
+        io.flash
             .flush()
             .await
             .map_err(|e| format!("flushing the snapshot: {e}"))?;
         let mut marker = Vec::with_capacity(MARKER_LEN);
         marker.extend_from_slice(MAGIC);
-        for f in [self.block_size, self.nblocks, chunks, entries.len() as u64] {
+        for f in [io.block_size, io.nblocks, chunks, entries.len() as u64] {
             marker.extend_from_slice(&f.to_le_bytes());
         }
-        self.append_meta(KIND_SHUTDOWN, 0, m, &marker, deadline)
-            .await?;
-        self.flash
+        let record = BlockRecord::ShutdownMarker {
+            version: m,
+            marker: &marker,
+        };
+        Self::append_meta(io, record, deadline).await?;
+        io.flash
             .flush()
             .await
             .map_err(|e| format!("flushing the shutdown marker: {e}"))?;
@@ -295,24 +288,13 @@ impl BlockCache {
     }
 
     async fn append_meta(
-        &self,
-        kind: u8,
-        key_id: u64,
-        version: u64,
-        value: &[u8],
+        io: &BlockIo,
+        record: BlockRecord<'_>,
         deadline: Instant,
     ) -> Result<(), String> {
-        let rec = RecordWrite {
-            kind,
-            key_id,
-            version,
-            flags: 0,
-            exptime: 0,
-            key: &[],
-            value,
-        };
+        let rec = record.write();
         loop {
-            match self.flash.append(STREAM_META, &rec) {
+            match io.flash.append(STREAM_META, &rec) {
                 Ok(_) => return Ok(()),
                 Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)
                     if Instant::now() < deadline =>

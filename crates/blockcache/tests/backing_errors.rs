@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{stat, Rng};
+use flashtier_backend::{BackendError, BackendFuture, BlockBackend, MemoryBackend, ZeroFlags};
 use flashtier_blockcache::{BlockCache, BlockCacheConfig, FlushState};
 use flashtier_flash::{Device, MemoryDevice};
-use flashtier_nbd::{BackendError, BackendFuture, BlockBackend, MemoryBackend, ZeroFlags};
 
 /// A RAM backing whose writes and flushes fail while `down` is set, and whose writes fail
 /// one in `one_in` (pseudo-randomly) while that is non-zero.
@@ -248,7 +248,7 @@ async fn writes_fail_after_the_stall_bound_when_writeback_cannot_progress() {
         {
             Ok(()) => model[blk * 4096..(blk + 1) * 4096].copy_from_slice(&data),
             Err(e) => {
-                assert_eq!(e.errno(), flashtier_nbd::Errno::Io, "{e}");
+                assert_eq!(e.errno(), flashtier_backend::Errno::Io, "{e}");
                 failed += 1;
             }
         }

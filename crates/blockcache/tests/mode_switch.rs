@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::Rng;
+use flashtier_backend::{BackendFuture, BlockBackend, MemoryBackend, ZeroFlags};
 use flashtier_blockcache::{BlockCache, BlockCacheConfig, Mode, SwitchPhase};
 use flashtier_flash::{Device, MemoryDevice};
-use flashtier_nbd::{BackendFuture, BlockBackend, MemoryBackend, ZeroFlags};
 
 /// A RAM backing whose writes take 2 ms (a slow disk), so writeback takes a while.
 struct Slow(Arc<MemoryBackend>);

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use common::Rng;
+use flashtier_backend::{BlockBackend, MemoryBackend, ZeroFlags};
 use flashtier_blockcache::{BlockCache, BlockCacheConfig, FlushState};
 use flashtier_flash::{Device, MemoryDevice};
-use flashtier_nbd::{BlockBackend, MemoryBackend, ZeroFlags};
 
 fn cfg(tun: &[(&str, &str)]) -> BlockCacheConfig {
     BlockCacheConfig {

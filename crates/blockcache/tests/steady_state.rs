@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use common::{stat, Rng};
+use flashtier_backend::{BlockBackend, MemoryBackend};
 use flashtier_blockcache::{BlockCache, BlockCacheConfig};
 use flashtier_flash::{Device, MemoryDevice};
-use flashtier_nbd::{BlockBackend, MemoryBackend};
 
 const BS: u64 = 4096;
 

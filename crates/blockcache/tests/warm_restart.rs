@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use common::stat;
+use flashtier_backend::{BlockBackend, MemoryBackend};
 use flashtier_blockcache::{BlockCache, BlockCacheConfig};
 use flashtier_flash::{Device, MemoryDevice};
-use flashtier_nbd::{BlockBackend, MemoryBackend};
 
 const SIZE: usize = 4 << 20;
 

@@ -10,9 +10,8 @@
 
 use std::sync::Arc;
 
-use flashtier_nbd::{
-    open_backend, BlockBackend, Export, ListenAddr, MemoryBackend, Server, ServerConfig,
-};
+use flashtier_backend::{BlockBackend, MemoryBackend};
+use flashtier_nbd::{open_backend, Export, ListenAddr, Server, ServerConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

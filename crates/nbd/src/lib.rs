@@ -1,18 +1,18 @@
 //! The NBD protocol (NetworkBlockDevice/nbd `doc/proto.md`) for flashtier's block face: a
-//! server with concurrent, out-of-order request handling, a pipelined client, and block
-//! backends (file or block device, RAM, another NBD server).
+//! server with concurrent, out-of-order request handling, a pipelined client, and a block
+//! backend over another NBD server.
 //!
-//! The block cache policy lives elsewhere and plugs in by implementing [`BlockBackend`];
-//! this crate knows nothing of caching.
+//! The [`BlockBackend`](flashtier_backend::BlockBackend) trait and the file and memory
+//! backends live in `flashtier-backend`, below this crate and the block cache; the cache
+//! plugs in by implementing it, and this crate knows nothing of caching.
 //!
 //! # Layout
 //! - [`proto`]: wire constants (magics, flags, options, commands, errno values).
 //! - [`codec`]: pure `&[u8]` parsers and encoders for the handshake and transmission
 //!   phases; the fuzz entry points ([`parse_request_header`], [`parse_option`], ...).
-//! - [`error`]: [`Errno`], [`BackendError`], [`ParseError`], [`Error`].
+//! - [`error`]: [`ParseError`], [`Error`].
 //! - [`addr`]: [`ListenAddr`] (`HOST:PORT`, `unix:PATH`) and [`NbdUri`] (`nbd://`,
 //!   `nbd+unix://`).
-//! - [`backend`]: the [`BlockBackend`] trait, [`FileBackend`], [`MemoryBackend`].
 //! - [`server`]: [`Server`], [`Export`], [`ServerConfig`], listener, handshake, connection,
 //!   stats.
 //! - [`client`]: [`NbdClient`] and [`NbdClientBackend`].
@@ -42,7 +42,6 @@
 #![deny(unsafe_code)]
 
 pub mod addr;
-pub mod backend;
 pub mod client;
 pub mod codec;
 pub mod error;
@@ -52,9 +51,6 @@ pub mod server;
 mod wire_io;
 
 pub use addr::{ListenAddr, NbdTarget, NbdUri};
-pub use backend::{
-    check_range, BackendFuture, BlockBackend, BlockSizes, FileBackend, MemoryBackend, ZeroFlags,
-};
 pub use client::{ExportInfo, NbdClient, NbdClientBackend};
 pub use codec::handshake::{
     parse_client_flags, parse_greeting, parse_info, parse_option, parse_option_reply_header,
@@ -63,7 +59,7 @@ pub use codec::handshake::{
 pub use codec::transmission::{
     parse_request_header, parse_simple_reply, Command, RequestHeader, SimpleReply,
 };
-pub use error::{BackendError, Errno, Error, ParseError};
+pub use error::{Error, ParseError};
 pub use open::{is_nbd_uri, open_backend};
 pub use server::{
     ConnectionInfo, Export, Listener, Server, ServerConfig, ServerStats, ShutdownHandle,

@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use crate::backend::{BlockBackend, FileBackend};
 use crate::client::NbdClientBackend;
 use crate::error::Error;
+use flashtier_backend::{BlockBackend, FileBackend};
 
 /// Connections opened to a remote NBD backing (more only if it allows multi-conn).
 pub const DEFAULT_REMOTE_CONNECTIONS: usize = 4;

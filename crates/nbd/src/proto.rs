@@ -151,8 +151,8 @@ pub const OPTION_REPLY_HEADER_LEN: usize = 20;
 pub const GREETING_LEN: usize = 18;
 
 /// Default maximum payload of a request (2^25 bytes = 32 MiB), which the spec says any client
-/// may rely on.
-pub const DEFAULT_MAX_PAYLOAD: u32 = 1 << 25;
+/// may rely on (defined beside `BlockSizes`, whose default it is).
+pub use flashtier_backend::DEFAULT_MAX_PAYLOAD;
 /// Longest string (export name, description) the spec allows.
 pub const MAX_STRING_LEN: usize = 4096;
 /// IANA port of NBD.

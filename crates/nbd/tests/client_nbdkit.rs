@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{peers_present, random_bytes, Nbdkit, TestDir};
-use flashtier_nbd::{proto, BackendError, BlockBackend, Errno, NbdClientBackend, ZeroFlags};
+use flashtier_backend::{BackendError, BlockBackend, Errno, ZeroFlags};
+use flashtier_nbd::{proto, NbdClientBackend};
 
 const SIZE: usize = 64 << 20;
 

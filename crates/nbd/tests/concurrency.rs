@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{Raw, TestDir, TestServer};
-use flashtier_nbd::{
-    proto, BackendFuture, BlockBackend, Export, MemoryBackend, ServerConfig, ZeroFlags,
-};
+use flashtier_backend::{BackendFuture, BlockBackend, MemoryBackend, ZeroFlags};
+use flashtier_nbd::{proto, Export, ServerConfig};
 use tokio::sync::Semaphore;
 
 /// A RAM device whose reads at offset 0 wait until the test releases a permit.
@@ -36,7 +35,7 @@ impl BlockBackend for GatedBackend {
                     .gate
                     .acquire()
                     .await
-                    .map_err(|_| flashtier_nbd::BackendError::Shutdown)?;
+                    .map_err(|_| flashtier_backend::BackendError::Shutdown)?;
                 permit.forget();
             }
             self.mem.read(offset, len).await

@@ -6,8 +6,9 @@ mod common;
 use std::sync::Arc;
 
 use common::{Raw, TestDir, TestServer};
+use flashtier_backend::MemoryBackend;
 use flashtier_nbd::codec::handshake::parse_rep_server;
-use flashtier_nbd::{parse_info, proto, Export, Info, MemoryBackend, ServerConfig};
+use flashtier_nbd::{parse_info, proto, Export, Info, ServerConfig};
 
 fn two_exports(dir: &TestDir) -> TestServer {
     let a =

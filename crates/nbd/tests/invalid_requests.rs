@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{random_bytes, Raw, TestDir, TestServer};
-use flashtier_nbd::{proto, Export, MemoryBackend, ServerConfig};
+use flashtier_backend::MemoryBackend;
+use flashtier_nbd::{proto, Export, ServerConfig};
 
 const SIZE: usize = 1 << 20;
 const EINVAL: u32 = 22;
@@ -160,7 +161,7 @@ fn read_only_export_refuses_writes_with_eperm() {
     let dir = TestDir::new("ro");
     let img = dir.path("img");
     std::fs::write(&img, random_bytes(SIZE, 3)).expect("write image");
-    let file = flashtier_nbd::FileBackend::open(&img, true).expect("open");
+    let file = flashtier_backend::FileBackend::open(&img, true).expect("open");
     let server = TestServer::single(&dir, Arc::new(file));
     let (mut r, _, flags) = Raw::go(&server.sock, "disk");
     assert_ne!(flags & proto::FLAG_READ_ONLY, 0);
@@ -177,12 +178,12 @@ fn read_only_export_refuses_writes_with_eperm() {
 /// A RAM device that advertises a 512-byte minimum block size.
 struct Sectors(MemoryBackend);
 
-impl flashtier_nbd::BlockBackend for Sectors {
+impl flashtier_backend::BlockBackend for Sectors {
     fn size(&self) -> u64 {
         self.0.size()
     }
-    fn block_sizes(&self) -> flashtier_nbd::BlockSizes {
-        flashtier_nbd::BlockSizes {
+    fn block_sizes(&self) -> flashtier_backend::BlockSizes {
+        flashtier_backend::BlockSizes {
             min: 512,
             ..Default::default()
         }
@@ -190,24 +191,29 @@ impl flashtier_nbd::BlockBackend for Sectors {
     fn can_multi_conn(&self) -> bool {
         true
     }
-    fn read(&self, offset: u64, len: u32) -> flashtier_nbd::BackendFuture<'_, bytes::Bytes> {
+    fn read(&self, offset: u64, len: u32) -> flashtier_backend::BackendFuture<'_, bytes::Bytes> {
         self.0.read(offset, len)
     }
-    fn write(&self, o: u64, d: bytes::Bytes, fua: bool) -> flashtier_nbd::BackendFuture<'_, ()> {
+    fn write(
+        &self,
+        o: u64,
+        d: bytes::Bytes,
+        fua: bool,
+    ) -> flashtier_backend::BackendFuture<'_, ()> {
         self.0.write(o, d, fua)
     }
-    fn flush(&self) -> flashtier_nbd::BackendFuture<'_, ()> {
+    fn flush(&self) -> flashtier_backend::BackendFuture<'_, ()> {
         self.0.flush()
     }
-    fn trim(&self, offset: u64, len: u32) -> flashtier_nbd::BackendFuture<'_, ()> {
+    fn trim(&self, offset: u64, len: u32) -> flashtier_backend::BackendFuture<'_, ()> {
         self.0.trim(offset, len)
     }
     fn write_zeroes(
         &self,
         offset: u64,
         len: u32,
-        flags: flashtier_nbd::ZeroFlags,
-    ) -> flashtier_nbd::BackendFuture<'_, ()> {
+        flags: flashtier_backend::ZeroFlags,
+    ) -> flashtier_backend::BackendFuture<'_, ()> {
         self.0.write_zeroes(offset, len, flags)
     }
 }

@@ -8,10 +8,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use common::{Raw, TestDir, TestServer};
-use flashtier_nbd::{
-    proto, BackendFuture, BlockBackend, Export, ListenAddr, MemoryBackend, NbdClientBackend,
-    Server, ServerConfig, ZeroFlags,
-};
+use flashtier_backend::{BackendFuture, BlockBackend, MemoryBackend, ZeroFlags};
+use flashtier_nbd::{proto, Export, ListenAddr, NbdClientBackend, Server, ServerConfig};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use common::{random_bytes, TestDir, TestServer};
-use flashtier_nbd::{BlockBackend, MemoryBackend, NbdClientBackend, ZeroFlags};
+use flashtier_backend::{BlockBackend, MemoryBackend, ZeroFlags};
+use flashtier_nbd::NbdClientBackend;
 
 const SIZE: usize = 16 << 20;
 

@@ -6,7 +6,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use common::{fio_with_nbd, run, TestDir, TestServer};
-use flashtier_nbd::FileBackend;
+use flashtier_backend::FileBackend;
 
 #[test]
 fn fio_randrw_verify_crc32c() {

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use common::{peers_present, random_bytes, run, TestDir, TestServer};
-use flashtier_nbd::FileBackend;
+use flashtier_backend::FileBackend;
 
 const SIZE: usize = 64 << 20;
 

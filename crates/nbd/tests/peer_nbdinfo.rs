@@ -6,7 +6,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use common::{peers_present, run, TestDir, TestServer};
-use flashtier_nbd::{Export, FileBackend, MemoryBackend, ServerConfig};
+use flashtier_backend::{FileBackend, MemoryBackend};
+use flashtier_nbd::{Export, ServerConfig};
 use serde_json::Value;
 
 fn nbdinfo_json(args: &[&str]) -> Value {

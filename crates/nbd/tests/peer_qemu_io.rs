@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use common::{peers_present, run, TestDir, TestServer};
-use flashtier_nbd::FileBackend;
+use flashtier_backend::FileBackend;
 
 #[test]
 fn qemu_io_write_zero_discard_fua_flush_and_verify() {

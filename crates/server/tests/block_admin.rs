@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use block_common::{scratch, BlockServer};
 use bytes::Bytes;
-use flashtier_nbd::BlockBackend;
+use flashtier_backend::BlockBackend;
 
 const FT: &str = env!("CARGO_BIN_EXE_flashtier");
 const DEFAULT_ADMIN: &str = "127.0.0.1:10810";

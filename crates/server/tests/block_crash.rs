@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use block_common::{scratch, BlockServer, Rng};
 use bytes::Bytes;
-use flashtier_nbd::BlockBackend;
+use flashtier_backend::BlockBackend;
 
 const BS: usize = 4096;
 const BLOCKS: u64 = 2048; // 8 MiB device

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use block_common::{have, scratch, BlockServer, Rng};
 use bytes::Bytes;
-use flashtier_nbd::BlockBackend;
+use flashtier_backend::BlockBackend;
 
 const BS: usize = 4096;
 
@@ -247,7 +247,7 @@ async fn no_write_blocks_past_the_bound_at_two_percent_backing_write_errors() {
                         mine[blk * BS..(blk + 1) * BS].copy_from_slice(&data);
                     }
                     Err(e) => {
-                        assert_eq!(e.errno(), flashtier_nbd::Errno::Io, "{e}");
+                        assert_eq!(e.errno(), flashtier_backend::Errno::Io, "{e}");
                         eio += 1;
                     }
                 }

@@ -5,7 +5,7 @@ mod block_common;
 
 use block_common::{scratch, BlockServer, Rng};
 use bytes::Bytes;
-use flashtier_nbd::BlockBackend;
+use flashtier_backend::BlockBackend;
 
 const SIZE: usize = 8 << 20;
 

@@ -19,7 +19,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use block_common::{scratch, BlockServer, Rng};
-use flashtier_nbd::BlockBackend;
+use flashtier_backend::BlockBackend;
 
 const BS: usize = 4096;
 const BLOCKS: u64 = 4096; // 16 MiB device, 8 MiB cache

@@ -5,7 +5,7 @@ mod block_common;
 
 use block_common::{scratch, BlockServer, Rng};
 use bytes::Bytes;
-use flashtier_nbd::BlockBackend;
+use flashtier_backend::BlockBackend;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_two_mib_through_four_mib_cache() {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use block_common::{scratch, BlockServer, Rng};
 use bytes::Bytes;
-use flashtier_nbd::BlockBackend;
+use flashtier_backend::BlockBackend;
 
 const SIZE: usize = 4 << 20;
 

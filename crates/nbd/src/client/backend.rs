@@ -28,12 +28,12 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 
 use crate::addr::NbdUri;
-use crate::backend::{check_range, BackendFuture, BlockBackend, BlockSizes, ZeroFlags};
 use crate::client::connection::NbdClient;
 use crate::client::handshake::ExportInfo;
 use crate::codec::transmission::Command;
 use crate::error::{BackendError, Errno, Error};
 use crate::proto;
+use flashtier_backend::{check_range, BackendFuture, BlockBackend, BlockSizes, ZeroFlags};
 
 /// Largest zero buffer written when the remote lacks WRITE_ZEROES. Default: 1 MiB.
 const ZERO_CHUNK: u32 = 1 << 20;

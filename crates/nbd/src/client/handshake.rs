@@ -3,13 +3,13 @@
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::backend::BlockSizes;
 use crate::codec::handshake::{
     encode_option, parse_export_name_reply, parse_greeting, parse_info, parse_option_reply_header,
     Info, InfoRequest,
 };
 use crate::error::Error;
 use crate::proto;
+use flashtier_backend::BlockSizes;
 
 /// What the server told us about the export.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,7 +7,7 @@
 //!   `OPT_EXPORT_NAME`).
 //! - [`connection`]: [`NbdClient`], requests pipelined over one socket, replies matched by
 //!   handle in any order.
-//! - [`backend`]: [`NbdClientBackend`], a [`crate::BlockBackend`] over a few connections.
+//! - [`backend`]: [`NbdClientBackend`], a [`flashtier_backend::BlockBackend`] over a few connections.
 
 pub mod backend;
 pub mod connection;

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::BlockBackend;
 use crate::error::Error;
 use crate::proto;
+use flashtier_backend::BlockBackend;
 
 /// One named export and the backend that serves it.
 #[derive(Clone)]

@@ -26,7 +26,6 @@ use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::backend::{check_range, BlockBackend, ZeroFlags};
 use crate::codec::transmission::{parse_request_header, Command, RequestHeader, SimpleReply};
 use crate::error::{Errno, Error, ParseError};
 use crate::proto;
@@ -34,6 +33,7 @@ use crate::server::handshake::{max_payload, negotiate, Outcome};
 use crate::server::stats::ConnectionStats;
 use crate::server::{is_disconnect, Export, Shared};
 use crate::wire_io::read_payload;
+use flashtier_backend::{check_range, BlockBackend, ZeroFlags};
 
 /// Read buffer size; large enough to take a header and a small WRITE in one syscall.
 const READ_BUFFER: usize = 256 * 1024;

@@ -133,7 +133,7 @@ impl TestServer {
         }
     }
 
-    pub fn single(dir: &TestDir, backend: Arc<dyn flashtier_nbd::BlockBackend>) -> TestServer {
+    pub fn single(dir: &TestDir, backend: Arc<dyn flashtier_backend::BlockBackend>) -> TestServer {
         Self::start(
             dir,
             vec![Export::new("disk", backend)],

@@ -33,7 +33,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use flashtier_blockcache::{BlockCache, BlockStats, FlushState, Mode, ModeSwitch, SwitchPhase};
+use flashtier_blockcache::{BlockCache, BlockStats, FlushState, Mode, SwitchPhase, SwitchStatus};
 use flashtier_nbd::{ServerStats, ShutdownHandle};
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
@@ -322,7 +322,7 @@ fn rates_text(ctx: &AdminCtx) -> String {
 }
 
 /// `mode_switch*` lines for `/status` and `/mode`.
-fn switch_text(sw: &ModeSwitch) -> String {
+fn switch_text(sw: &SwitchStatus) -> String {
     format!(
         "mode_switch={}\nmode_switch_id={}\nmode_switch_from={}\nmode_switch_to={}\nmode_switch_total={}\nmode_switch_dirty_left={}\nmode_switch_seconds={:.3}\n",
         sw.phase.name(),

@@ -14,9 +14,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+use flashtier_backend::BlockBackend;
 use flashtier_blockcache::{BlockCache, BlockCacheConfig, Mode, Tunables};
 use flashtier_flash::{DeviceSpec, FlashConfig};
-use flashtier_nbd::{open_backend, BlockBackend, Export, ListenAddr, Server, ServerConfig};
+use flashtier_nbd::{open_backend, Export, ListenAddr, Server, ServerConfig};
 
 use crate::rundir::{Header, RunDir};
 use crate::startup::Litter;

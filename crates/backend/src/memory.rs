@@ -8,8 +8,8 @@ use std::sync::RwLock;
 
 use bytes::Bytes;
 
-use crate::backend::{check_range, BackendFuture, BlockBackend, ZeroFlags};
 use crate::error::BackendError;
+use crate::{check_range, BackendFuture, BlockBackend, ZeroFlags};
 
 /// A RAM-backed device.
 #[derive(Debug)]

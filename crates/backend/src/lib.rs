@@ -1,18 +1,22 @@
-//! The storage behind an export: the [`BlockBackend`] trait and its implementations.
+//! The storage behind a block export: the [`BlockBackend`] trait, its errors, and the file
+//! and memory backends. Below both the NBD protocol crate (which serves and implements
+//! backends) and the block cache (which is one and sits on one), so neither imports the other.
 //!
 //! # Layout
+//! - [`mod@error`]: [`BackendError`] and the [`Errno`] set it maps onto.
 //! - [`mod@file`]: [`FileBackend`], a regular file or block device with positional I/O on the
 //!   blocking pool.
 //! - [`memory`]: [`MemoryBackend`], a RAM image for tests and scratch exports.
-//! - [`crate::client::NbdClientBackend`] (in the client module): another NBD server.
 //!
 //! Contract every implementation keeps: a call returns only when its effect is visible to
 //! every later call on the same backend from any connection; `write(.., fua = true)` and
 //! `flush()` return only once the data (for flush: of every write that already returned) is
-//! on non-volatile storage. The server checks ranges against [`BlockBackend::size`] before
-//! calling, but implementations still refuse out-of-range requests rather than trust it.
-//! Methods take `&self` and are called concurrently from many tasks.
+//! on non-volatile storage. Callers check ranges against [`BlockBackend::size`], but
+//! implementations still refuse out-of-range requests rather than trust them. Methods take
+//! `&self` and are called concurrently from many tasks.
+#![deny(unsafe_code)]
 
+pub mod error;
 pub mod file;
 pub mod memory;
 
@@ -21,11 +25,14 @@ use std::pin::Pin;
 
 use bytes::Bytes;
 
-use crate::error::BackendError;
-use crate::proto;
+pub use error::{BackendError, Errno};
 
 pub use file::FileBackend;
 pub use memory::MemoryBackend;
+
+/// Default maximum payload of a request (2^25 bytes = 32 MiB), which the NBD spec says any
+/// client may rely on.
+pub const DEFAULT_MAX_PAYLOAD: u32 = 1 << 25;
 
 /// The boxed future every backend method returns; boxing keeps the trait usable as
 /// `Arc<dyn BlockBackend>` so a binary can pick the backend at run time.
@@ -47,7 +54,7 @@ impl Default for BlockSizes {
         BlockSizes {
             min: 1,
             preferred: 4096,
-            max_payload: proto::DEFAULT_MAX_PAYLOAD,
+            max_payload: DEFAULT_MAX_PAYLOAD,
         }
     }
 }

@@ -19,8 +19,8 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use rustix::fs::FallocateFlags;
 
-use crate::backend::{check_range, BackendFuture, BlockBackend, ZeroFlags};
 use crate::error::BackendError;
+use crate::{check_range, BackendFuture, BlockBackend, ZeroFlags};
 
 /// Zero buffer size used when zeroes must be written as data. Default: 1 MiB.
 const ZERO_CHUNK: usize = 1 << 20;
@@ -199,7 +199,7 @@ mod tests {
     use super::*;
 
     fn scratch(tag: &str, len: usize) -> std::path::PathBuf {
-        let p = std::env::temp_dir().join(format!("ftnbd-file-{tag}-{}", std::process::id()));
+        let p = std::env::temp_dir().join(format!("ftbackend-file-{tag}-{}", std::process::id()));
         std::fs::write(&p, vec![0x5au8; len]).expect("scratch file");
         p
     }
@@ -251,7 +251,7 @@ mod tests {
             .write(0, Bytes::from_static(b"x"), false)
             .await
             .expect_err("read-only");
-        assert_eq!(err.errno(), crate::error::Errno::Perm);
+        assert_eq!(err.errno(), crate::Errno::Perm);
         std::fs::remove_file(&path).expect("cleanup");
     }
 }

@@ -1,63 +1,40 @@
 //! State shared with the flash engine's reclaimer ([`Shared`]) and the reclaim callbacks
 //! ([`Handler`]).
 //!
-//! Invariant: the handler keeps every record newer than the persisted clean watermark (and
-//! dirty blocks, and this run's warm-restart records), so a newer version can never be
-//! evicted while an older dirty copy could still come back at restart. A clean block read
-//! since reclaim or the CLOCK hand last passed it is moved too (its mark cleared, so a
-//! block not read again is dropped on the next pass); other clean blocks are dropped from
-//! the index. Moving never changes `cached_blocks`.
+//! Invariant: the handler keeps every record newer than the persisted clean watermark, dirty
+//! blocks, blocks being written back and this run's warm-restart records, so a newer version is
+//! never evicted while an older dirty copy could come back at restart. Clean blocks read since
+//! the last pass are moved, other clean blocks dropped; a lost dirty record is appended again
+//! (same version) or counted in `dirty_lost`. Details: docs/block-cache.md "Reclaim".
 //!
-//! Records lost to a failed flash write (`lost`): a clean block is dropped from the index
-//! (read from the backing again); a dirty block is appended again from the lost content,
-//! same version and still dirty (on a device that takes writes), and only if that fails is
-//! it dropped and counted in `dirty_lost` (logged); a lost watermark record is written again
-//! by the writeback task's next tick.
-//!
-//! Threads: the engine's reclaimer calls the handler; request tasks and the writeback task
-//! share [`Shared`] through [`crate::cache::BlockCache`]. The index mutex is the one lock.
+//! Threads: the engine's reclaimer calls the handler; request tasks and the writeback task share
+//! [`Shared`] through [`crate::block_io::BlockIo`]. The index mutex is the one lock here.
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use flashtier_flash::{
-    kind, Decision, Flash, Location, LostRecord, ReclaimHandler, RecordMeta, RecordWrite,
-};
+use flashtier_flash::{Decision, Flash, Location, LostRecord, ReclaimHandler, RecordMeta};
 use parking_lot::Mutex;
 
-use crate::cache::{FLAG_DIRTY, KIND_WATERMARK, STREAM_DATA};
+use crate::cache::STREAM_DATA;
 use crate::index::Index;
+use crate::record::{BlockRecord, RecordKind};
 use crate::stats::{add, BlockStats};
-use crate::warm::{KIND_SESSION, KIND_SHUTDOWN, KIND_SNAPSHOT};
+use crate::warm::Warm;
 
 /// State shared with the reclaim handler.
 pub(crate) struct Shared {
     pub index: Mutex<Index>,
     pub wm_persisted: AtomicU64,
     pub stats: BlockStats,
-    /// Version of this run's session record (kept by reclaim; 0 = none yet).
-    pub session_version: AtomicU64,
-    /// Version of the shutdown snapshot being written (kept by reclaim; 0 = none).
-    pub snapshot_version: AtomicU64,
+    /// This run's warm-restart records (kept by reclaim).
+    pub warm: Warm,
     /// The engine, for appending lost dirty blocks again (set once it is open).
     pub flash: OnceLock<Weak<Flash>>,
     /// The engine's reclaim stream (may use the reserved segments).
     pub reclaim_stream: u8,
     /// The persisted watermark record's write failed: write it again even if unchanged.
     pub wm_lost: AtomicBool,
-}
-
-impl Shared {
-    /// Whether a warm-restart record (session, snapshot chunk, shutdown marker) belongs to
-    /// this run and must survive reclaim.
-    fn keeps_meta(&self, rec: &RecordMeta) -> Option<bool> {
-        let v = match rec.kind {
-            KIND_SESSION => self.session_version.load(Ordering::Acquire),
-            KIND_SNAPSHOT | KIND_SHUTDOWN => self.snapshot_version.load(Ordering::Acquire),
-            _ => return None,
-        };
-        Some(v != 0 && rec.version == v)
-    }
 }
 
 /// The flash engine's reclaim callbacks: keep dirty blocks, anything newer than the
@@ -68,15 +45,13 @@ impl Handler {
     /// Append a lost dirty block again (same version, dirty), waiting up to a second for a
     /// chunk buffer and falling back to the reclaim stream when flash is full.
     fn append_again(&self, flash: &Flash, m: &RecordMeta, value: &[u8]) -> Option<Location> {
-        let w = RecordWrite {
-            kind: kind::PUT,
-            key_id: m.key_id,
+        let w = BlockRecord::Block {
+            lba: m.key_id,
             version: m.version,
-            flags: m.flags | FLAG_DIRTY,
-            exptime: 0,
-            key: &[],
-            value,
-        };
+            dirty: true,
+            data: value,
+        }
+        .write();
         let wait = Duration::from_secs(1);
         match flash.append_blocking(STREAM_DATA, &w, wait) {
             Ok(l) => Some(l),
@@ -90,32 +65,32 @@ impl Handler {
 
 impl ReclaimHandler for Handler {
     fn decide(&self, rec: &RecordMeta) -> Decision {
-        if let Some(keep) = self.0.keeps_meta(rec) {
+        if let Some(keep) = self.0.warm.keeps(rec) {
             return if keep { Decision::Keep } else { Decision::Drop };
         }
-        let mut ix = self.0.index.lock();
+        let mut index = self.0.index.lock();
         let loc = rec.location.pack();
-        if rec.kind == KIND_WATERMARK {
-            return if ix.wm_loc == Some(loc) {
+        if RecordKind::of(rec.kind, rec.key_id) == RecordKind::Watermark {
+            return if index.wm_loc == Some(loc) {
                 Decision::Keep
             } else {
                 Decision::Drop
             };
         }
-        match ix.map.get(rec.key_id) {
+        match index.map.get(rec.key_id) {
             Some(e) if e.loc == loc => {
                 if e.dirty
                     || rec.version > self.0.wm_persisted.load(Ordering::Acquire)
-                    || ix.writing.contains(&rec.key_id)
+                    || index.writing.contains(&rec.key_id)
                 {
                     add(&self.0.stats.moved_dirty_blocks, 1);
                     Decision::Keep
-                } else if ix.map.take_ref(rec.key_id) {
+                } else if index.map.take_ref(rec.key_id) {
                     // Read since reclaim (or the CLOCK hand) last passed: worth a copy.
                     add(&self.0.stats.moved_clean_blocks, 1);
                     Decision::Keep
                 } else {
-                    ix.remove_at(rec.key_id, loc);
+                    index.remove_at(rec.key_id, loc);
                     add(&self.0.stats.replacements, 1);
                     Decision::Drop
                 }
@@ -125,21 +100,21 @@ impl ReclaimHandler for Handler {
     }
 
     fn relocated(&self, rec: &RecordMeta, new: Location) -> bool {
-        if let Some(keep) = self.0.keeps_meta(rec) {
+        if let Some(keep) = self.0.warm.keeps(rec) {
             // Found by the recovery scan, not through the index: the copy stays live.
             return keep;
         }
-        let mut ix = self.0.index.lock();
+        let mut index = self.0.index.lock();
         let old = rec.location.pack();
-        if rec.kind == KIND_WATERMARK {
-            if ix.wm_loc == Some(old) {
-                ix.wm_loc = Some(new.pack());
+        if RecordKind::of(rec.kind, rec.key_id) == RecordKind::Watermark {
+            if index.wm_loc == Some(old) {
+                index.wm_loc = Some(new.pack());
                 return true;
             }
             return false;
         }
-        match ix.map.get(rec.key_id) {
-            Some(e) if e.loc == old => ix.map.set_loc(rec.key_id, new.pack()),
+        match index.map.get(rec.key_id) {
+            Some(e) if e.loc == old => index.map.set_loc(rec.key_id, new.pack()),
             _ => false,
         }
     }
@@ -150,23 +125,24 @@ impl ReclaimHandler for Handler {
         for r in recs {
             let m = &r.meta;
             let loc = m.location.pack();
-            let mut ix = self.0.index.lock();
-            if m.kind == KIND_WATERMARK {
-                if ix.wm_loc == Some(loc) {
-                    ix.wm_loc = None;
+            let mut index = self.0.index.lock();
+            let record_kind = RecordKind::of(m.kind, m.key_id);
+            if record_kind == RecordKind::Watermark {
+                if index.wm_loc == Some(loc) {
+                    index.wm_loc = None;
                     self.0.wm_lost.store(true, Ordering::Release);
                 }
                 continue;
             }
             // Warm-restart records are written with a sync that reports their failure.
-            if m.kind != kind::PUT {
+            if record_kind != RecordKind::Block {
                 continue;
             }
-            let Some(e) = ix.map.get(m.key_id).filter(|e| e.loc == loc) else {
+            let Some(e) = index.map.get(m.key_id).filter(|e| e.loc == loc) else {
                 continue;
             };
             if !e.dirty {
-                ix.remove_at(m.key_id, loc);
+                index.remove_at(m.key_id, loc);
                 clean += 1;
                 continue;
             }
@@ -176,11 +152,11 @@ impl ReclaimHandler for Handler {
             };
             match appended {
                 Some(new) => {
-                    ix.map.set_loc(m.key_id, new.pack());
+                    index.map.set_loc(m.key_id, new.pack());
                     again += 1;
                 }
                 None => {
-                    ix.remove_at(m.key_id, loc);
+                    index.remove_at(m.key_id, loc);
                     gone += 1;
                     add(&self.0.stats.dirty_lost, 1);
                     log::error!(
@@ -201,11 +177,11 @@ impl ReclaimHandler for Handler {
     }
 
     fn evicted(&self, rec: &RecordMeta) {
-        if rec.kind != kind::PUT {
+        if RecordKind::of(rec.kind, rec.key_id) != RecordKind::Block {
             return;
         }
-        let mut ix = self.0.index.lock();
-        if let Some(e) = ix.remove_at(rec.key_id, rec.location.pack()) {
+        let mut index = self.0.index.lock();
+        if let Some(e) = index.remove_at(rec.key_id, rec.location.pack()) {
             if e.dirty {
                 add(&self.0.stats.dirty_lost, 1);
                 log::error!(
