@@ -19,7 +19,7 @@ use crate::config::{CacheConfig, FlashDevices, StartError};
 use crate::flash_tier::kv_record::KvRecord;
 use crate::flash_tier::reclaim::Handler;
 use crate::flash_tier::recovery::Recovered;
-use crate::flash_tier::{entry_of, packed_of, FlashTier, STREAM};
+use crate::flash_tier::{entry_of, FlashTier, STREAM};
 use crate::knobs::Tiering;
 use crate::ram::arena::Arena;
 use crate::ram::ghost::Ghost;
@@ -311,7 +311,7 @@ impl Inner {
         let mut v = Vec::new();
         shard.find(hash, |e| {
             if e.tier == Tier::Flash {
-                v.push(packed_of(&e));
+                v.push(e.lower_loc());
             }
             false
         });
@@ -320,7 +320,7 @@ impl Inner {
 
     /// Remove the flash slot at packed `loc` for `hash`; true if there was one.
     pub(crate) fn remove_flash_loc(&self, shard: &mut Shard<'_>, hash: u64, loc: u64) -> bool {
-        match shard.find(hash, |e| e.tier == Tier::Flash && packed_of(&e) == loc) {
+        match shard.find(hash, |e| e.tier == Tier::Flash && e.lower_loc() == loc) {
             Some((pos, _)) => {
                 shard.remove(pos);
                 true
@@ -347,7 +347,7 @@ impl Inner {
         exptime: u32,
     ) {
         shard.remove(pos);
-        self.lower().forget(packed_of(e));
+        self.lower().forget(e.lower_loc());
         self.flushed_gone(exptime, hash);
         Counters::add(&self.counters.reclaimed, 1);
         if e.freq == 0 {
@@ -421,7 +421,7 @@ impl Inner {
                         self.release_rec(e.loc, &r.header);
                     }
                 }
-                Tier::Flash => self.lower().forget(packed_of(&e)),
+                Tier::Flash => self.lower().forget(e.lower_loc()),
             });
         }
         self.lower().flush(0);

@@ -178,11 +178,6 @@ pub fn entry_of(loc: Location, freq: u8) -> Entry {
     }
 }
 
-/// The packed flash location a flash index entry names.
-pub fn packed_of(e: &Entry) -> u64 {
-    e.loc | (u64::from(e.size_hint) << LOC_BITS)
-}
-
 /// The home word for a RAM record whose flash copy is at `loc`.
 pub fn home_word(loc: Location) -> u64 {
     HOME_VALID | loc.pack()

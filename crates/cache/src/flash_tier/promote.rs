@@ -8,8 +8,8 @@
 use flashtier_flash::Location;
 
 use crate::engine::Inner;
+use crate::flash_tier::home_word;
 use crate::flash_tier::kv_record::FlashItem;
-use crate::flash_tier::{home_word, packed_of};
 use crate::ram::arena::{Log, Space};
 use crate::ram::index::{self, Entry, Pos, Shard, Tier};
 use crate::ram::record::{self, Header, F_FETCHED, F_STALE, F_WIN};
@@ -69,7 +69,7 @@ impl Inner {
         }
         shard.touch(pos);
         recache.then(|| Promotion {
-            loc: packed_of(&e),
+            loc: e.lower_loc(),
             item,
         })
     }
@@ -90,7 +90,7 @@ impl Inner {
         let Some(space) = self.arena.try_bump(PROMOTE_LOG, words) else {
             return false;
         };
-        let h = promoted_header(packed_of(&e), key, f, now);
+        let h = promoted_header(e.lower_loc(), key, f, now);
         if !self.arena.write_record(&space, &h, key, &f.value) {
             self.abandon_space(space);
             self.count_promotion(false);
@@ -155,7 +155,7 @@ impl Inner {
             return;
         }
         let mut shard = self.index.lock(hash);
-        let Some((pos, _)) = shard.find(hash, |e| e.tier == Tier::Flash && packed_of(&e) == p.loc)
+        let Some((pos, _)) = shard.find(hash, |e| e.tier == Tier::Flash && e.lower_loc() == p.loc)
         else {
             drop(shard);
             self.abandon_space(space);

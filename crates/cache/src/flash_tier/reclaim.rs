@@ -17,7 +17,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::engine::Inner;
 use crate::flash_tier::kv_record::KvKind;
-use crate::flash_tier::{entry_of, home_word, packed_of};
+use crate::flash_tier::{entry_of, home_word};
 use crate::ram::index::{Pos, Shard, Tier};
 use crate::ram::record::HOME_OLDER;
 use crate::stats::Counters;
@@ -78,7 +78,7 @@ impl Inner {
         let home = home_word(m.location);
         let mut ram_loc = None;
         let found = shard.find(m.key_id, |e| match e.tier {
-            Tier::Flash => packed_of(&e) == packed,
+            Tier::Flash => e.lower_loc() == packed,
             Tier::Ram => {
                 let hit = self
                     .arena

@@ -17,7 +17,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use crate::engine::Inner;
 use crate::flash_tier::kv_record::FlashItem;
 use crate::flash_tier::read::View;
-use crate::flash_tier::{flash_err, is_corrupt, packed_of};
+use crate::flash_tier::{flash_err, is_corrupt};
 use crate::ram::arena::{RecordRef, Space};
 use crate::ram::index::{Entry, Pos, Shard, Tier};
 use crate::ram::record::{Header, F_FETCHED, F_STALE, F_WIN};
@@ -153,7 +153,7 @@ impl Inner {
         let Some((loc, item)) = &view.found else {
             return Ok(Current::Absent);
         };
-        let Some((pos, e)) = shard.find(hash, |e| e.tier == Tier::Flash && packed_of(&e) == *loc)
+        let Some((pos, e)) = shard.find(hash, |e| e.tier == Tier::Flash && e.lower_loc() == *loc)
         else {
             return Ok(Current::Retry);
         };
@@ -184,9 +184,9 @@ impl Inner {
                     self.unlink(shard, pos, &r.header);
                 }
             }
-            Some(Existing::Flash(pos, e)) => {
+            Some(Existing::Lower(pos, e)) => {
                 shard.remove(pos);
-                self.lower().forget(packed_of(&e));
+                self.lower().forget(e.lower_loc());
             }
             Some(Existing::Blind(locs)) => {
                 for loc in locs {

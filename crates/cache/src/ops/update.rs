@@ -159,7 +159,7 @@ impl Inner {
                 Current::Flash { pos, e, item } => {
                     stored_cas = Some(item.cas);
                     current = Some(item_of(&item, e.freq));
-                    existing = Some(Existing::Flash(pos, e));
+                    existing = Some(Existing::Lower(pos, e));
                     had_flash = true;
                 }
                 Current::Blind(locs) => {

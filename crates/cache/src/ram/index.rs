@@ -79,6 +79,14 @@ pub struct Entry {
     pub loc: u64,
 }
 
+impl Entry {
+    /// The packed location a lower-tier slot names: `loc` with the size-hint bits on top
+    /// (see [`Tier::Flash`]).
+    pub fn lower_loc(&self) -> u64 {
+        self.loc | (u64::from(self.size_hint) << LOC_BITS)
+    }
+}
+
 /// One 64-byte bucket. See the module docs for the byte table.
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C, align(64))]

@@ -8,7 +8,6 @@ use crate::ram::arena::{Log, Space};
 
 use crate::config::EvictionPolicy;
 use crate::engine::Inner;
-use crate::flash_tier::packed_of;
 use crate::ram::index::{self, Entry, Pos, Shard, Tier};
 use crate::ram::record::{self, Header, F_STALE, F_WIN};
 use crate::stats::Counters;
@@ -18,9 +17,10 @@ use crate::{CasMode, Error, ItemWrite};
 pub(crate) enum Existing {
     /// A RAM record.
     Ram(Pos, Entry),
-    /// A flash slot whose record was read and holds the key.
-    Flash(Pos, Entry),
-    /// Flash slots taken as the key's without reading (packed locations; see `hybrid`).
+    /// A lower-tier slot whose record was read and holds the key.
+    Lower(Pos, Entry),
+    /// Lower-tier slots taken as the key's without reading them (their packed locations; see
+    /// `flash_tier::read` on blind views).
     Blind(Vec<u64>),
 }
 
@@ -130,8 +130,8 @@ impl Inner {
                 entry.freq = old.freq;
                 shard.set(pos, entry);
             }
-            Some(Existing::Flash(pos, old)) => {
-                self.lower().forget(packed_of(&old));
+            Some(Existing::Lower(pos, old)) => {
+                self.lower().forget(old.lower_loc());
                 entry.freq = old.freq;
                 shard.set(pos, entry);
             }
