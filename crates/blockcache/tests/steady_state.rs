@@ -88,6 +88,11 @@ async fn full_cache_keeps_hot_reads_under_sustained_overwrites() {
     }
     let hit = (stat(&cache, "read_hits") - hits0) as f64 / (stat(&cache, "reads") - reads0) as f64;
     let moved = stat(&cache, "moved_clean_blocks");
+    if std::env::var_os("STEADY_STATS").is_some() {
+        for (k, v) in cache.stats_pairs() {
+            eprintln!("  {k} = {v}");
+        }
+    }
     eprintln!(
         "capacity {cap}, min cached after warm-up {min_cached}, hot read hit {hit:.3}, \
          moved clean {moved}, evictions {}, replacements {}",
