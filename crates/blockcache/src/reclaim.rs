@@ -35,6 +35,28 @@ pub(crate) struct Shared {
     pub reclaim_stream: u8,
     /// The persisted watermark record's write failed: write it again even if unchanged.
     pub wm_lost: AtomicBool,
+    /// How many read counts reclaim may still lower: one per block the cache appended (at
+    /// most `capacity_blocks` saved up), so counts age with the cache's own writes, not with
+    /// how often reclaim passes (which rises with the share of records it must keep).
+    pub age_budget: AtomicU64,
+}
+
+impl Shared {
+    /// One block appended by the cache: reclaim may lower one more read count.
+    pub fn aged_one(&self, cap: u64) {
+        let _ = self
+            .age_budget
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                (t < cap).then_some(t + 1)
+            });
+    }
+
+    /// Spend one lowering of a read count, if any is left.
+    fn take_age(&self) -> bool {
+        self.age_budget
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| t.checked_sub(1))
+            .is_ok()
+    }
 }
 
 /// The flash engine's reclaim callbacks: keep dirty blocks, anything newer than the
@@ -77,6 +99,9 @@ impl ReclaimHandler for Handler {
                 Decision::Drop
             };
         }
+        // Every record reclaim looks at spends the budget, so a read count is lowered about
+        // once per `capacity_blocks` appends however many records reclaim keeps.
+        let age = self.0.take_age();
         match index.map.get(rec.key_id) {
             Some(e) if e.loc == loc => {
                 if e.dirty
@@ -85,8 +110,12 @@ impl ReclaimHandler for Handler {
                 {
                     add(&self.0.stats.moved_dirty_blocks, 1);
                     Decision::Keep
-                } else if index.map.take_ref(rec.key_id) {
-                    // Read since reclaim (or the CLOCK hand) last passed: worth a copy.
+                } else if index.map.referenced(rec.key_id) {
+                    // Read since its count was last used up: worth a copy. The count is
+                    // lowered only within the age budget.
+                    if age {
+                        index.map.take_ref(rec.key_id);
+                    }
                     add(&self.0.stats.moved_clean_blocks, 1);
                     Decision::Keep
                 } else {
