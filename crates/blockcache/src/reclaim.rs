@@ -3,9 +3,10 @@
 //!
 //! Invariant: the handler keeps every record newer than the persisted clean watermark, dirty
 //! blocks, blocks being written back and this run's warm-restart records, so a newer version is
-//! never evicted while an older dirty copy could come back at restart. Clean blocks read since
-//! the last pass are moved, other clean blocks dropped; a lost dirty record is appended again
-//! (same version) or counted in `dirty_lost`. Details: docs/block-cache.md "Reclaim".
+//! never evicted while an older dirty copy could come back at restart. Clean blocks with a
+//! read count are moved, other clean blocks dropped; reclaim lowers counts at the rate of the
+//! cache's own appends, not once per pass; a lost dirty record is appended again (same
+//! version) or counted in `dirty_lost`. Details: docs/block-cache.md "Reclaim".
 //!
 //! Threads: the engine's reclaimer calls the handler; request tasks and the writeback task share
 //! [`Shared`] through [`crate::block_io::BlockIo`]. The index mutex is the one lock here.
