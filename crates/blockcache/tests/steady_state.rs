@@ -103,10 +103,10 @@ async fn full_cache_keeps_hot_reads_under_sustained_overwrites() {
         min_cached as f64 >= cap as f64 * 0.8,
         "cached fell to {min_cached} of {cap}"
     );
-    // Measured 0.93–0.98 before the flash engine's steady-state and io_uring changes were
-    // merged, 0.81–0.82 after them on an idle machine (higher on a loaded one): an open
-    // regression (docs/benchmarks.md). The bound guards against losing the hot set outright.
-    assert!(hit >= 0.75, "hot read set hit ratio {hit:.3}");
+    // Whether the writers outpace writeback (idle machine) or not (loaded one), the hot set
+    // stays: reclaim ages read counts with the cache's appends, not per pass (numbers in
+    // docs/benchmarks.md, "Block face in real use").
+    assert!(hit >= 0.95, "hot read set hit ratio {hit:.3}");
     assert!(moved > 0, "reclaim moved no clean block");
     // Overwrites leave dead versions until reclaim takes them: the cache file's stats say so.
     let snap: std::collections::HashMap<String, String> = cache.stats_pairs().into_iter().collect();
