@@ -1,6 +1,7 @@
 //! The cache at steady state: full, with a hot read set, under sustained overwrites many
 //! times the flash size. `cached_blocks` never exceeds `capacity_blocks` and stays near it,
 //! the hot read set stays cached (reclaim moves it), every read matches a byte model.
+//! For measurements: STEADY_STATS=1 prints every stat, STEADY_POLICY sets flash.reclaim_policy.
 mod common;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,6 +34,11 @@ async fn full_cache_keeps_hot_reads_under_sustained_overwrites() {
     let cache = BlockCache::open_devices(devs, Arc::clone(&backing) as Arc<dyn BlockBackend>, cfg)
         .expect("open");
     let wb = cache.start();
+    if let Ok(p) = std::env::var("STEADY_POLICY") {
+        cache
+            .set_tunable("flash.reclaim_policy", &p)
+            .expect("policy");
+    }
     let cap = cache.capacity_blocks();
     let nblocks = BACKING / BS;
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
@@ -258,6 +264,11 @@ fn lru_read_hits(trace: &[(u64, bool)], cap: usize, warm: usize) -> f64 {
 async fn zipf_read_hits_come_close_to_lru() {
     let (cache, _backing) = open_small(&[("flush_period_s", "1"), ("seq_threshold_kb", "0")]);
     let wb = cache.start();
+    if let Ok(p) = std::env::var("STEADY_POLICY") {
+        cache
+            .set_tunable("flash.reclaim_policy", &p)
+            .expect("policy");
+    }
     let cap = cache.capacity_blocks() as usize;
     let nblocks = 32768u64; // 128 MiB backing, cache ~21 %
                             // Zipf 0.8 over the blocks (ranks scattered over the device), 30 % writes.
