@@ -1,28 +1,15 @@
-//! Load generator for memcached-protocol servers, used to benchmark flashtier side by side
-//! with memcached (the runner script is `scripts/bench/compare.sh`; see docs/benchmarks.md).
-//!
-//! It speaks the text (`get`/`set`) or meta (`mg`/`ms`) protocol over N connections on M
-//! worker threads with a pipeline depth, paces requests open-loop at a target offered load
-//! (latency measured from the scheduled send time, so no coordinated omission) or closed-loop
-//! at maximum throughput, and reports HDR-histogram percentiles, throughput, hit ratio and
-//! errors as JSON. Values can carry a key-derived pattern so every GET hit is verified
-//! byte-exact.
+//! Load generator for memcached-protocol servers, to benchmark flashtier side by side with
+//! memcached (`scripts/bench/compare.sh`, docs/benchmarks.md): text or meta protocol over N
+//! connections on M threads with a pipeline depth, open-loop at a target rate (latency from
+//! the scheduled send time: no coordinated omission) or closed-loop, reporting HDR
+//! percentiles, throughput, hit ratio and errors as JSON; pattern values verify every hit.
 //!
 //! # Layout
-//! - [`run`]: a whole run (load phase, one measured phase per rate) and its JSON [`Report`].
-//! - [`phase`]: one phase over the connections: the per-thread event loop.
-//! - [`conn`]: one connection, its buffers and its queue of requests awaiting replies.
-//! - [`schedule`]: open-loop send schedules (Poisson or uniform arrivals).
-//! - [`workload`]: the key space, mix and value contents, and per-connection op sources.
-//! - [`keydist`]: uniform, zipf (rejection-inversion) and hotspot key samplers.
-//! - [`valuesize`]: fixed, range and weighted-mix value sizes.
-//! - [`pattern`]: verifiable value bytes derived from key and length.
-//! - [`protocol`]: request encoding and incremental reply parsing.
-//! - [`serverstats`]: the server's own `stats` counters over each measured window.
-//! - [`stats`]: histograms and counters, merged across threads.
-//! - [`poll`]: `ppoll` with a nanosecond timeout and timer slack (the crate's only unsafe).
-//! - [`rng`]: a small seeded PRNG.
-//! - [`error`]: the crate's error type.
+//! - [`run`] (a whole run, its [`Report`]) → [`phase`] (per-thread event loop) → [`conn`]
+//!   (buffers, requests awaiting replies) → [`protocol`] (encoding, reply parsing).
+//! - Workload: [`workload`], [`schedule`], [`keydist`], [`valuesize`], [`pattern`], [`rng`].
+//! - Measuring: [`stats`], [`serverstats`]; [`poll`] (`ppoll`, the crate's only unsafe);
+//!   [`error`].
 
 pub mod conn;
 pub mod error;

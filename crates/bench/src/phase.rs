@@ -170,10 +170,10 @@ pub fn run_phase(
             .into_iter()
             .map(|h| {
                 h.join().unwrap_or_else(|_| {
-                    let mut st = Stats::default();
-                    st.note_error("worker thread panicked".into());
-                    st.c.connections_lost += 1;
-                    (st, 0)
+                    let mut stats = Stats::default();
+                    stats.note_error("worker thread panicked".into());
+                    stats.c.connections_lost += 1;
+                    (stats, 0)
                 })
             })
             .collect();
@@ -200,8 +200,8 @@ pub fn run_phase(
 
     let mut stats = Stats::default();
     let mut last_done = 0u64;
-    for (st, t) in &results {
-        stats.merge(st);
+    for (thread_stats, t) in &results {
+        stats.merge(thread_stats);
         last_done = last_done.max(*t);
     }
     let window_ns = if spec.ops.is_some() || spec.sequential_load {
@@ -243,7 +243,7 @@ fn worker(
     gen_end_ns: u64,
 ) -> (Stats, u64) {
     poll::set_timer_slack_ns(1_000);
-    let mut st = Stats::default();
+    let mut stats = Stats::default();
     let depth = spec.depth.max(1);
     let drain_ns = spec.drain_timeout.as_nanos() as u64;
     let mut drain_deadline: Option<u64> = None;
@@ -268,12 +268,12 @@ fn worker(
                     now,
                     warm_ns,
                     gen_end_ns,
-                    &mut st,
+                    &mut stats,
                     &mut next_wake,
                 );
             }
             if let Err(e) = c.flush() {
-                lose(c, &mut st, format!("write failed: {e}"));
+                lose(c, &mut stats, format!("write failed: {e}"));
                 continue;
             }
             if !ph.done || !c.inflight.is_empty() {
@@ -288,11 +288,12 @@ fn worker(
             if now >= deadline {
                 for (c, _) in conns.iter_mut() {
                     if !c.dead && !c.inflight.is_empty() {
-                        st.c.timed_out += c.inflight.iter().filter(|f| f.measured).count() as u64;
+                        stats.c.timed_out +=
+                            c.inflight.iter().filter(|f| f.measured).count() as u64;
                         // Replies still owed would desynchronise the next phase.
                         lose(
                             c,
-                            &mut st,
+                            &mut stats,
                             "replies not received before the drain timeout".into(),
                         );
                     }
@@ -324,11 +325,11 @@ fn worker(
         }
         let timeout = Duration::from_nanos(next_wake.saturating_sub(now).min(100_000_000));
         if let Err(e) = poll::ppoll(&mut fds, timeout) {
-            st.note_error(format!("ppoll failed: {e}"));
+            stats.note_error(format!("ppoll failed: {e}"));
             for (c, _) in conns.iter_mut() {
                 c.dead = true;
             }
-            st.c.connections_lost += 1;
+            stats.c.connections_lost += 1;
             break;
         }
         let now = now_ns(base);
@@ -341,19 +342,19 @@ fn worker(
             };
             match c.fill() {
                 Ok(open) => {
-                    if let Err(e) = parse_replies(c, wl, now, &mut st) {
-                        lose(c, &mut st, e.to_string());
+                    if let Err(e) = parse_replies(c, wl, now, &mut stats) {
+                        lose(c, &mut stats, e.to_string());
                     } else if !open {
-                        lose(c, &mut st, "server closed the connection".into());
+                        lose(c, &mut stats, "server closed the connection".into());
                     } else {
                         last_event = last_event.max(now);
                     }
                 }
-                Err(e) => lose(c, &mut st, format!("read failed: {e}")),
+                Err(e) => lose(c, &mut stats, format!("read failed: {e}")),
             }
         }
     }
-    (st, last_event.max(now_ns(base).min(gen_end_ns)))
+    (stats, last_event.max(now_ns(base).min(gen_end_ns)))
 }
 
 /// Enqueues the requests this connection may send now.
@@ -366,13 +367,13 @@ fn generate(
     now: u64,
     warm_ns: u64,
     gen_end_ns: u64,
-    st: &mut Stats,
+    stats: &mut Stats,
     next_wake: &mut u64,
 ) {
     if now >= gen_end_ns {
         ph.done = true;
         if let Some(s) = ph.schedule.as_mut() {
-            st.c.unsent += s.drain_until(gen_end_ns, &mut c.rng);
+            stats.c.unsent += s.drain_until(gen_end_ns, &mut c.rng);
         }
         return;
     }
@@ -390,7 +391,7 @@ fn generate(
                 }
                 s.advance(&mut c.rng);
                 if t >= warm_ns {
-                    st.send_lag.saturating_record((now - t).max(1));
+                    stats.send_lag.saturating_record((now - t).max(1));
                 }
                 t
             }
@@ -412,8 +413,8 @@ fn generate(
             OpKind::Get => wl.encode_get(op.key, &mut c.wbuf, &mut c.scratch),
             OpKind::Set => {
                 wl.encode_set(op.key, op.len as usize, &mut c.wbuf, &mut c.scratch);
-                st.c.set_ops_sent += 1;
-                st.c.set_value_bytes += u64::from(op.len);
+                stats.c.set_ops_sent += 1;
+                stats.c.set_value_bytes += u64::from(op.len);
             }
         }
         c.inflight.push_back(InFlight {
@@ -426,7 +427,7 @@ fn generate(
 }
 
 /// Parses every complete reply in the connection's buffer and records it.
-fn parse_replies(c: &mut Conn, wl: &Workload, now: u64, st: &mut Stats) -> Result<(), Error> {
+fn parse_replies(c: &mut Conn, wl: &Workload, now: u64, stats: &mut Stats) -> Result<(), Error> {
     loop {
         let Some(front) = c.inflight.front().copied() else {
             if !c.unparsed().is_empty() {
@@ -442,28 +443,28 @@ fn parse_replies(c: &mut Conn, wl: &Workload, now: u64, st: &mut Stats) -> Resul
             return Ok(());
         };
         c.inflight.pop_front();
-        if matches!(reply, Reply::ServerError | Reply::ClientError) && st.first_error.is_none() {
+        if matches!(reply, Reply::ServerError | Reply::ClientError) && stats.first_error.is_none() {
             let text = c.unparsed().get(..used).unwrap_or(&[]);
-            st.note_error(format!(
+            stats.note_error(format!(
                 "{:?} reply: {}",
                 front.kind,
                 String::from_utf8_lossy(text).trim_end()
             ));
         }
         if front.measured {
-            st.record(front.kind == OpKind::Get, now.saturating_sub(front.t0));
-            account(c, wl, &front, &reply, st);
+            stats.record(front.kind == OpKind::Get, now.saturating_sub(front.t0));
+            account(c, wl, &front, &reply, stats);
         } else {
-            st.c.warmup_ops += 1;
+            stats.c.warmup_ops += 1;
             if wl.verify {
                 // Mismatches count even during warm-up and loading: corruption is never noise.
                 if let Reply::Hit { .. } = reply {
-                    check_value(c, wl, &front, &reply, st);
+                    check_value(c, wl, &front, &reply, stats);
                 }
             }
             match reply {
-                Reply::ServerError => st.c.server_errors += 1,
-                Reply::ClientError => st.c.client_errors += 1,
+                Reply::ServerError => stats.c.server_errors += 1,
+                Reply::ClientError => stats.c.client_errors += 1,
                 _ => {}
             }
         }
@@ -471,36 +472,36 @@ fn parse_replies(c: &mut Conn, wl: &Workload, now: u64, st: &mut Stats) -> Resul
     }
 }
 
-fn account(c: &mut Conn, wl: &Workload, f: &InFlight, reply: &Reply, st: &mut Stats) {
+fn account(c: &mut Conn, wl: &Workload, f: &InFlight, reply: &Reply, stats: &mut Stats) {
     match (f.kind, reply) {
         (OpKind::Get, Reply::Hit { .. }) => {
-            st.c.gets += 1;
-            st.c.get_hits += 1;
+            stats.c.gets += 1;
+            stats.c.get_hits += 1;
             if wl.verify {
-                check_value(c, wl, f, reply, st);
+                check_value(c, wl, f, reply, stats);
             }
         }
         (OpKind::Get, Reply::Miss) => {
-            st.c.gets += 1;
-            st.c.get_misses += 1;
+            stats.c.gets += 1;
+            stats.c.get_misses += 1;
         }
-        (OpKind::Set, Reply::Stored) => st.c.sets += 1,
+        (OpKind::Set, Reply::Stored) => stats.c.sets += 1,
         (OpKind::Set, Reply::NotStored) => {
-            st.c.sets += 1;
-            st.c.sets_not_stored += 1;
+            stats.c.sets += 1;
+            stats.c.sets_not_stored += 1;
         }
-        (_, Reply::ServerError) => st.c.server_errors += 1,
-        (_, Reply::ClientError) => st.c.client_errors += 1,
+        (_, Reply::ServerError) => stats.c.server_errors += 1,
+        (_, Reply::ClientError) => stats.c.client_errors += 1,
         // parse_reply only returns replies that fit the request kind.
-        _ => st.c.client_errors += 1,
+        _ => stats.c.client_errors += 1,
     }
 }
 
-fn check_value(c: &mut Conn, wl: &Workload, f: &InFlight, reply: &Reply, st: &mut Stats) {
+fn check_value(c: &mut Conn, wl: &Workload, f: &InFlight, reply: &Reply, stats: &mut Stats) {
     let Reply::Hit { start, len, key } = *reply else {
         return;
     };
-    st.c.verified += 1;
+    stats.c.verified += 1;
     let mut expect_key = std::mem::take(&mut c.scratch.key);
     wl.key(f.key, &mut expect_key);
     let buf = c.unparsed();
@@ -512,19 +513,19 @@ fn check_value(c: &mut Conn, wl: &Workload, f: &InFlight, reply: &Reply, st: &mu
     }
     c.scratch.key = expect_key;
     if !ok {
-        st.c.verify_mismatches += 1;
-        st.note_error(format!(
+        stats.c.verify_mismatches += 1;
+        stats.note_error(format!(
             "value mismatch for key index {} ({len} bytes)",
             f.key
         ));
     }
 }
 
-fn lose(c: &mut Conn, st: &mut Stats, msg: String) {
+fn lose(c: &mut Conn, stats: &mut Stats, msg: String) {
     if !c.dead {
         c.dead = true;
-        st.c.connections_lost += 1;
-        st.note_error(msg);
+        stats.c.connections_lost += 1;
+        stats.note_error(msg);
     }
 }
 

@@ -323,7 +323,7 @@ impl CacheConfig {
             return Err(ConfigError::SmallPercent(self.small_percent));
         }
         let ids = (2 * (self.memory_limit / s) + 4) as u64;
-        if ids * (s as u64 / 8) > crate::index::MAX_LOC {
+        if ids * (s as u64 / 8) > crate::ram::index::MAX_LOC {
             return Err(ConfigError::TooManySegments);
         }
         if let Some(fl) = &self.flash {

@@ -7,15 +7,14 @@
 //!
 //! Threads: the caller's task; takes one shard lock at a time and never holds it across IO.
 use bytes::Bytes;
-use flashtier_flash::{kind, Location};
+use flashtier_flash::Location;
 
-use crate::cache::Cache;
-use crate::index::Tier;
-use crate::record::{self, F_FETCHED};
+use crate::engine::Cache;
+use crate::flash_tier::kv_record::FlashItem;
+use crate::ram::index::Tier;
+use crate::ram::record::F_FETCHED;
 use crate::store::ItemInfo;
 
-/// Bytes before the value in a flash record's value field (CAS, stored, flags).
-const FLASH_PREFIX: usize = 16;
 /// Record header bytes counted in an item's size.
 const HEADER: u32 = 40;
 /// Flash reads in flight at once while dumping one shard.
@@ -24,7 +23,7 @@ const READ_BATCH: usize = 64;
 impl Cache {
     /// The live items of index shard `shard` (see the module docs).
     pub(crate) async fn dump_shard(&self, shard: usize) -> Vec<ItemInfo> {
-        let inner: &crate::cache::Inner = &self.inner;
+        let inner: &crate::engine::Inner = &self.inner;
         if shard >= inner.index.shard_count() {
             return Vec::new();
         }
@@ -38,16 +37,15 @@ impl Cache {
                     on_flash.push((e.loc, e.freq));
                     return;
                 }
-                let (seg, off) = inner.arena.split(e.loc);
-                let Some(m) = inner.arena.mem(seg) else {
+                let Some(rec) = inner.arena.record(e.loc) else {
                     return;
                 };
-                let h = record::header(m, off);
+                let h = rec.header;
                 if inner.dead(&h, now) {
                     return;
                 }
                 let mut key = Vec::with_capacity(usize::from(h.klen));
-                record::read_key(m, off, &h, &mut key);
+                rec.read_key(&mut key);
                 items.push(ItemInfo {
                     key: Bytes::from(key),
                     exptime: h.exptime,
@@ -60,7 +58,7 @@ impl Cache {
                 });
             });
         }
-        let Some(ft) = inner.ft.as_ref() else {
+        let Some(tier) = inner.flash_tier.as_ref() else {
             return items;
         };
         // Reads are issued in batches so they overlap on the device, within the engine's
@@ -69,7 +67,7 @@ impl Cache {
         for chunk in on_flash.chunks(READ_BATCH) {
             reads.clear();
             for &(packed, freq) in chunk {
-                reads.push((ft.flash.read(Location::unpack(packed)), freq));
+                reads.push((tier.flash.read(Location::unpack(packed)), freq));
             }
             for (read, freq) in reads.drain(..) {
                 if let Ok(rec) = read.await {
@@ -85,24 +83,21 @@ impl Cache {
 
 /// The dump line of a flash record, if it is a live item.
 fn flash_info(
-    inner: &crate::cache::Inner,
+    inner: &crate::engine::Inner,
     rec: &flashtier_flash::Record,
     freq: u8,
     now: u32,
 ) -> Option<ItemInfo> {
-    let h = &rec.header;
-    let p = rec.value.get(..FLASH_PREFIX)?;
-    let cas = u64::from_le_bytes(p.get(0..8)?.try_into().ok()?);
-    let stored = u32::from_le_bytes(p.get(8..12)?.try_into().ok()?);
-    if h.kind != kind::PUT || inner.dead_at(h.exptime, stored, now) {
+    let item = FlashItem::decode(rec)?;
+    if inner.dead_at(item.exptime, item.stored, now) {
         return None;
     }
-    let value_len = (rec.value.len() - FLASH_PREFIX) as u32;
+    let value_len = item.value.len() as u32;
     Some(ItemInfo {
-        key: rec.key.clone(),
-        exptime: h.exptime,
-        last_access: stored,
-        cas,
+        key: item.key,
+        exptime: item.exptime,
+        last_access: item.stored,
+        cas: item.cas,
         fetched: freq > 0,
         value_len,
         size: HEADER + rec.key.len() as u32 + value_len,

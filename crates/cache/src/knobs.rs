@@ -71,15 +71,15 @@ pub struct Tiering {
 }
 
 impl Tiering {
-    /// Initial values: from `fs`, `drop_under` = the engine's high watermark (`high`).
-    pub fn new(fs: &FlashSettings, high: u32) -> Self {
+    /// Initial values: from `settings`, `drop_under` = the engine's high watermark (`high`).
+    pub fn new(settings: &FlashSettings, high: u32) -> Self {
         Self {
-            item_size: AtomicU64::new(fs.item_size),
-            recache_rate: AtomicU64::new(u64::from(fs.recache_rate)),
-            drop_under: AtomicU32::new(fs.drop_under.unwrap_or(high)),
-            drop_unread: AtomicBool::new(fs.drop_unread),
-            append_wait_us: AtomicU64::new(fs.append_wait.as_micros() as u64),
-            write_back_ms: AtomicU64::new(fs.write_back.as_millis() as u64),
+            item_size: AtomicU64::new(settings.item_size),
+            recache_rate: AtomicU64::new(u64::from(settings.recache_rate)),
+            drop_under: AtomicU32::new(settings.drop_under.unwrap_or(high)),
+            drop_unread: AtomicBool::new(settings.drop_unread),
+            append_wait_us: AtomicU64::new(settings.append_wait.as_micros() as u64),
+            write_back_ms: AtomicU64::new(settings.write_back.as_millis() as u64),
         }
     }
 
@@ -163,12 +163,12 @@ impl Tiering {
     }
 }
 
-/// Check knob changes against `fs` without opening anything (a `--check-config` validates
+/// Check knob changes against `settings` without opening anything (a `--check-config` validates
 /// what a start would apply): the same names, parsing and limits as `Cache::set_knob` on a
-/// cache opened with `fs`, applied in order to scratch copies of the knobs.
-pub fn validate_knobs(fs: &FlashSettings, changes: &[(String, String)]) -> Result<(), Error> {
-    let engine = fs.engine_config();
-    let tiering = Tiering::new(fs, engine.free_high_watermark);
+/// cache opened with `settings`, applied in order to scratch copies of the knobs.
+pub fn validate_knobs(settings: &FlashSettings, changes: &[(String, String)]) -> Result<(), Error> {
+    let engine = settings.engine_config();
+    let tiering = Tiering::new(settings, engine.free_high_watermark);
     let mut engine_changes: Vec<(String, String)> = Vec::new();
     for (name, value) in changes {
         let value = value.trim();
@@ -203,16 +203,16 @@ pub fn validate_knobs(fs: &FlashSettings, changes: &[(String, String)]) -> Resul
     Ok(())
 }
 
-impl crate::cache::Inner {
+impl crate::engine::Inner {
     /// Every knob with its current value: the tiering knobs, then the engine's. Empty
     /// without flash.
     pub(crate) fn knobs(&self) -> Vec<(String, String)> {
-        let Some(ft) = &self.ft else {
+        let Some(tier) = &self.flash_tier else {
             return Vec::new();
         };
-        let mut v = ft.tiering.list();
+        let mut v = tier.tiering.list();
         v.extend(
-            ft.flash
+            tier.flash
                 .knobs()
                 .into_iter()
                 .map(|(k, val)| (k.to_string(), val)),
@@ -222,13 +222,13 @@ impl crate::cache::Inner {
 
     /// Change one knob by name (see the module docs).
     pub(crate) fn set_knob(&self, name: &str, value: &str) -> Result<(), Error> {
-        let Some(ft) = &self.ft else {
+        let Some(tier) = &self.flash_tier else {
             return Err(Error::Knob(
                 "no flash tier configured: there are no knobs to change".into(),
             ));
         };
         let value = value.trim();
-        if let Some(r) = ft.tiering.set(name, value) {
+        if let Some(r) = tier.tiering.set(name, value) {
             return r;
         }
         if let Some((_, why)) = NO_MEANING.iter().find(|(n, _)| *n == name) {
@@ -240,7 +240,7 @@ impl crate::cache::Inner {
             name
         };
         if flashtier_flash::knobs::KNOB_NAMES.contains(&engine_name) {
-            return ft.flash.set_knob(engine_name, value).map_err(|e| {
+            return tier.flash.set_knob(engine_name, value).map_err(|e| {
                 let text = e.to_string();
                 // The engine says "invalid configuration: knob ...": keep the knob part.
                 let text = text
@@ -262,14 +262,14 @@ mod tests {
     use super::*;
 
     fn tiering() -> Tiering {
-        let fs = FlashSettings::devices(Vec::new());
-        Tiering::new(&fs, 3)
+        let settings = FlashSettings::devices(Vec::new());
+        Tiering::new(&settings, 3)
     }
 
     #[test]
     fn validation_without_a_cache() {
-        let fs = FlashSettings::devices(Vec::new());
-        let ok = |k: &str, v: &str| validate_knobs(&fs, &[(k.into(), v.into())]);
+        let settings = FlashSettings::devices(Vec::new());
+        let ok = |k: &str, v: &str| validate_knobs(&settings, &[(k.into(), v.into())]);
         assert!(ok("item_size", "4k").is_ok());
         assert!(ok("compact_under", "1").is_ok());
         assert!(ok("reclaim_policy", "greedy").is_ok());

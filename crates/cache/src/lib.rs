@@ -2,28 +2,20 @@
 //!
 //! # Layout
 //! - [`item`]: the item model shared with the protocol crates ([`Item`], [`ItemWrite`],
-//!   [`Update`]).
-//! - [`store`]: the [`KvStore`] trait, the one interface the protocol layer talks to.
-//! - [`clock`]: server time in whole seconds, replaceable in tests.
-//! - [`error`]: the crate's typed error, classified client vs server.
-//! - [`model`]: [`ModelStore`], a deliberately simple `HashMap` store used as the oracle in
-//!   model-based and differential tests. It is never what the server binary runs.
-//! - [`config`]: [`CacheConfig`], every knob of the real store with default and unit.
-//! - [`cache`]: [`Cache`], the real store: GET/SET/UPDATE paths and stats.
-//! - [`index`]: the compact sharded hash index (tag + location, no key; ≤ 16 B/entry).
-//! - `record`: the byte layout of an item in a RAM segment.
-//! - `arena`: RAM segments, write heads, the byte budget and the reuse invariants.
-//! - `dump`: listing live items (RAM and flash) for the dump commands.
-//! - `evict`: S3-FIFO over segments, the ghost set use, the drain shared with the sweeper.
-//! - `ghost`: S3-FIFO's ghost set.
-//! - `sweeper`: the background thread freeing expired and dead space.
-//! - [`tier`]: the seam where the flash tier takes RAM evictions (demotion to the flash home).
-//! - `flash_tier`: the flash tier: write-through appends, the value prefix, flash counters.
-//! - [`knobs`]: the runtime knobs (`KvStore::set_knob`): tiering settings and the engine's.
-//! - `hybrid`: GET/UPDATE/SET over both tiers (phase 1 reads flash, phase 2 commits).
-//! - `reclaim`: the flash engine's reclaim handler (which flash records survive reclaim).
-//! - `recovery`: warm restart, rebuilding the index from the records on flash.
-//! - `stats`: counters and how they map to memcached's `stats` sections.
+//!   [`Update`]); [`store`]: the [`KvStore`] trait the protocol layer talks to.
+//! - [`clock`], [`error`], [`config`] ([`CacheConfig`], every knob with default and unit),
+//!   [`knobs`] (runtime knobs), `stats` (counters and memcached's `stats` sections), `dump`
+//!   (listing live items for the dump commands).
+//! - [`model`]: [`ModelStore`], a `HashMap` oracle for model and differential tests; never
+//!   what the server runs.
+//! - `engine`: [`Cache`], the real store's handle, and the state its components share.
+//! - `ops/`: the operations, one two-phase file each: `get`, `update` (and SET), `delete`.
+//! - `ram/`: the RAM tier: `index` (compact sharded hash index), `arena` and `record` (RAM
+//!   segments and the record layout), `write` (reserve → write → publish), `evict` (S3-FIFO),
+//!   `ghost`, `sweeper`.
+//! - `flash_tier/`: the flash tier: `kv_record` (every on-flash record kind, one codec),
+//!   `read` (phase 1: candidate reads), `promote`, `demote` (RAM evictions to flash),
+//!   `writeback`, `reclaim` (the engine's reclaim handler), `recovery` (warm restart).
 //!
 //! # Using the real store
 //! ```no_run
@@ -59,36 +51,26 @@
 //! keeps items, honours expiry, assigns CAS values and enforces memory limits.
 #![deny(unsafe_code)]
 
-mod arena;
-pub mod cache;
 pub mod clock;
 pub mod config;
 mod dump;
+mod engine;
 pub mod error;
-mod evict;
 mod flash_tier;
-mod ghost;
-mod hybrid;
-pub mod index;
 pub mod item;
 pub mod knobs;
 pub mod model;
-mod publish;
-mod reclaim;
-mod record;
-mod recovery;
+mod ops;
+mod ram;
 mod stats;
 pub mod store;
-mod sweeper;
-pub mod tier;
-mod writeback;
 
-pub use cache::Cache;
 pub use clock::Clock;
 pub use config::{
     CacheConfig, CacheConfigBuilder, ConfigError, EvictionPolicy, FlashDevices, FlashSettings,
     StartError,
 };
+pub use engine::Cache;
 pub use error::Error;
 pub use flashtier_flash as flash;
 pub use item::{CasMode, Item, ItemMeta, ItemWrite, Update};

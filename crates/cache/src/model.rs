@@ -39,8 +39,8 @@ impl ModelStore {
     /// Continue CAS values above `cas` (a restarted real store does so above the largest
     /// version it recovered; tests align the oracle with it).
     pub fn continue_cas_above(&self, cas: u64) {
-        let mut st = self.state.lock();
-        st.next_cas = st.next_cas.max(cas);
+        let mut state = self.state.lock();
+        state.next_cas = state.next_cas.max(cas);
     }
 
     pub fn new(clock: Clock, max_item_size: usize) -> Self {

@@ -1,26 +1,11 @@
-//! Counters of the RAM tier and how they map to memcached's `stats` sections.
-//!
-//! Counters are relaxed atomics bumped by any thread. Mapping to memcached names:
-//! - general: `curr_items` (index entries, may include expired items not yet found),
-//!   `total_items`, `bytes` (record bytes the index points at: header + key + value + padding),
-//!   `limit_maxbytes`, `evictions`, `reclaimed`, `expired_unfetched`, `evicted_unfetched`.
-//! - `stats slabs` and `stats items`: memcached's slab classes have no equivalent in a
-//!   log-structured arena. Both sections use memcached's shape (what memcached-tool and
-//!   memcached_exporter read) with one class per tier: class `1` is the RAM tier (a "page" is
-//!   a RAM segment: `chunk_size` = segment size, one chunk per page), class `2` the flash
-//!   tier (a page is a flash segment; its items are those whose only copy is on flash).
-//!   Only values flashtier keeps are listed: `N:chunk_size`, `chunks_per_page`,
-//!   `total_pages`, `total_chunks`, `used_chunks`, `free_chunks`, `free_chunks_end`,
-//!   `mem_requested`; `items:N:number`, `age` (RAM: seconds since the newest item of the
-//!   oldest segment was stored, a lower bound of the eviction tail's age), `mem_requested`,
-//!   `evicted`, `evicted_unfetched`, `expired_unfetched`, `reclaimed` (counted in the class
-//!   whose policy drops items: RAM without flash, flash with it), and flashtier's own
-//!   `moves_to_main`, `reinserted`, `compacted`, `segments_swept`; then the arena totals
-//!   `active_slabs`, `total_malloced`, `segment_size`, `segments_small`, `segments_main`,
-//!   `segments_free`, `segments_large`, `index_bytes`, `ghost_bytes`.
-//! - `stats settings` → `maxbytes`, `item_size_max`, `evictions` (`on`), `eviction_policy`,
-//!   `segment_size`, `index_shards`, `hash_seed`, `sweep_interval_ms`.
+//! Counters of the RAM tier (relaxed atomics, bumped by any thread) and how the store answers
+//! memcached's `stats` sections: general, `settings`, `slabs` and `items` (memcached's shape,
+//! which memcached-tool and memcached_exporter read, with one class per tier: 1 = RAM
+//! segments, 2 = flash segments) and `extstore`. Every name and what it counts: docs/stats.md.
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::config::EvictionPolicy;
+use crate::StoreStats;
 
 /// The RAM tier's event counters.
 #[derive(Debug, Default)]
@@ -51,9 +36,58 @@ impl Counters {
     }
 }
 
-impl crate::cache::Inner {
+impl crate::engine::Inner {
+    pub(crate) fn stats(&self) -> StoreStats {
+        let c = &self.counters;
+        StoreStats {
+            curr_items: self.index.len(),
+            total_items: Counters::get(&c.total_items),
+            bytes: Counters::get(&c.live_bytes),
+            limit_maxbytes: self.arena.limit(),
+            evictions: Counters::get(&c.evictions),
+            reclaimed: Counters::get(&c.reclaimed),
+            expired_unfetched: Counters::get(&c.expired_unfetched),
+            evicted_unfetched: Counters::get(&c.evicted_unfetched),
+        }
+    }
+
+    pub(crate) fn stats_section(&self, section: &str) -> Option<Vec<(String, String)>> {
+        let kv = |k: &str, v: String| (k.to_string(), v);
+        match section {
+            "settings" => Some(vec![
+                kv("maxbytes", self.cfg.memory_limit.to_string()),
+                kv("item_size_max", self.cfg.max_item_size.to_string()),
+                kv(
+                    "evictions",
+                    if self.cfg.evict_to_free { "on" } else { "off" }.into(),
+                ),
+                kv(
+                    "eviction_policy",
+                    match self.cfg.eviction {
+                        EvictionPolicy::S3Fifo => "s3fifo".into(),
+                        EvictionPolicy::Fifo => "fifo".into(),
+                    },
+                ),
+                kv("segment_size", self.cfg.segment_size.to_string()),
+                kv("index_shards", self.cfg.index_shards.to_string()),
+                kv("hash_seed", self.cfg.hash_seed.to_string()),
+                kv(
+                    "sweep_interval_ms",
+                    self.cfg
+                        .sweep_interval
+                        .map_or(0, |d| d.as_millis())
+                        .to_string(),
+                ),
+            ]),
+            "slabs" => Some(self.slabs_stats()),
+            "items" => Some(self.items_stats()),
+            "extstore" => self.extstore_stats(),
+            _ => None,
+        }
+    }
+
     /// Index entries of `tier` (walks every shard).
-    fn count_tier(&self, tier: crate::index::Tier) -> u64 {
+    fn count_tier(&self, tier: crate::ram::index::Tier) -> u64 {
         (0..self.index.shard_count())
             .map(|i| self.index.lock_nth(i).count_tier(tier) as u64)
             .sum()
@@ -61,19 +95,19 @@ impl crate::cache::Inner {
 
     /// `stats slabs` in memcached's shape (see the module docs).
     pub(crate) fn slabs_stats(&self) -> Vec<(String, String)> {
-        use crate::arena::Log;
+        use crate::ram::arena::Log;
         let seg = self.cfg.segment_size as u64;
-        let st = self.arena.state.lock();
-        let large = st
+        let alloc = self.arena.state.lock();
+        let large = alloc
             .queues
             .iter()
             .flatten()
             .filter(|&&s| self.arena.slot(s).is_large())
             .count();
-        let small = st.queues[Log::Small as usize].len();
-        let main = st.queues[Log::Main as usize].len();
-        let free = self.arena.free_count(&st) as u64;
-        drop(st);
+        let small = alloc.queues[Log::Small as usize].len();
+        let main = alloc.queues[Log::Main as usize].len();
+        let free = self.arena.free_count(&alloc) as u64;
+        drop(alloc);
         let malloced = self.arena.mem_used();
         let pages = malloced / seg;
         let limit_pages = self.arena.limit() / seg;
@@ -88,19 +122,19 @@ impl crate::cache::Inner {
         add("1:free_chunks_end", limit_pages.saturating_sub(pages));
         add("1:mem_requested", Counters::get(&self.counters.live_bytes));
         let mut active = 1;
-        if let Some(ft) = &self.ft {
-            let fs = ft.flash.stats();
+        if let Some(tier) = &self.flash_tier {
+            let engine_stats = tier.flash.stats();
             let f = flashtier_flash::FlashStats::get;
-            let total = f(&fs.segments_total);
-            let free = f(&fs.segments_free);
-            add("2:chunk_size", ft.info.segment_size);
+            let total = f(&engine_stats.segments_total);
+            let free = f(&engine_stats.segments_free);
+            add("2:chunk_size", tier.info.segment_size);
             add("2:chunks_per_page", 1);
             add("2:total_pages", total);
             add("2:total_chunks", total);
             add("2:used_chunks", total.saturating_sub(free));
             add("2:free_chunks", free);
             add("2:free_chunks_end", 0);
-            add("2:mem_requested", f(&fs.bytes_used));
+            add("2:mem_requested", f(&engine_stats.bytes_used));
             active = 2;
         }
         add("active_slabs", active);
@@ -117,23 +151,23 @@ impl crate::cache::Inner {
 
     /// `stats items` in memcached's shape (see the module docs).
     pub(crate) fn items_stats(&self) -> Vec<(String, String)> {
-        use crate::arena::Log;
-        use crate::index::Tier;
+        use crate::ram::arena::Log;
+        use crate::ram::index::Tier;
         let c = &self.counters;
         let g = Counters::get;
         let now = self.now();
         let oldest = {
-            let st = self.arena.state.lock();
+            let alloc = self.arena.state.lock();
             [Log::Small, Log::Main]
                 .iter()
-                .filter_map(|&l| st.queues[l as usize].front().copied())
+                .filter_map(|&l| alloc.queues[l as usize].front().copied())
                 .map(|s| self.arena.slot(s).max_stored.load(Relaxed))
                 .filter(|&t| t != 0)
                 .min()
         };
         let age = oldest.map_or(0, |t| u64::from(now.saturating_sub(t)));
         // Items dropped (not moved) are counted in the class whose policy drops them.
-        let lossy = if self.ft.is_some() { 2 } else { 1 };
+        let lossy = if self.flash_tier.is_some() { 2 } else { 1 };
         let mut v: Vec<(String, String)> = Vec::new();
         let mut add = |class: u32, k: &str, n: u64| {
             v.push((format!("items:{class}:{k}"), n.to_string()));
@@ -145,11 +179,11 @@ impl crate::cache::Inner {
         for class in 1..=lossy {
             if class == 2 {
                 add(2, "number", self.count_tier(Tier::Flash));
-                if let Some(ft) = &self.ft {
+                if let Some(tier) = &self.flash_tier {
                     add(
                         2,
                         "mem_requested",
-                        flashtier_flash::FlashStats::get(&ft.flash.stats().bytes_used),
+                        flashtier_flash::FlashStats::get(&tier.flash.stats().bytes_used),
                     );
                 }
             }
@@ -169,9 +203,9 @@ impl crate::cache::Inner {
     /// `stats extstore`: memcached extstore-like names where they fit, the engine's `flash_*`
     /// pairs, and the RAM the index spends per item. `None` without flash.
     pub(crate) fn extstore_stats(&self) -> Option<Vec<(String, String)>> {
-        let ft = self.ft.as_ref()?;
-        let t = &ft.counters;
-        let fs = ft.flash.stats();
+        let tier = self.flash_tier.as_ref()?;
+        let t = &tier.counters;
+        let engine_stats = tier.flash.stats();
         let g = Counters::get;
         let f = flashtier_flash::FlashStats::get;
         let items = self.index.len();
@@ -181,8 +215,8 @@ impl crate::cache::Inner {
         } else {
             index_bytes as f64 / items as f64
         };
-        let dead = f(&fs.bytes_dead);
-        let live = f(&fs.bytes_used).saturating_sub(dead);
+        let dead = f(&engine_stats.bytes_dead);
+        let live = f(&engine_stats.bytes_used).saturating_sub(dead);
         let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
         let mut v: Vec<(String, String)> = vec![
             ("extstore_objects_written", g(&t.objects_written)),
@@ -206,47 +240,56 @@ impl crate::cache::Inner {
             ("extstore_write_failed_in_ram", g(&t.write_failed_in_ram)),
             ("extstore_write_failed_lost", g(&t.write_failed_lost)),
             ("extstore_markers_rewritten", g(&t.markers_rewritten)),
-            ("extstore_bytes_used", f(&fs.bytes_used)),
-            ("extstore_bytes_fragmented", f(&fs.bytes_dead)),
+            ("extstore_bytes_used", f(&engine_stats.bytes_used)),
+            ("extstore_bytes_fragmented", f(&engine_stats.bytes_dead)),
             (
                 "extstore_segments_used",
-                f(&fs.segments_total).saturating_sub(f(&fs.segments_free)),
+                f(&engine_stats.segments_total).saturating_sub(f(&engine_stats.segments_free)),
             ),
-            ("extstore_segments_free", f(&fs.segments_free)),
-            ("extstore_compactions", f(&fs.reclaims)),
-            ("extstore_io_queue", f(&fs.io_queue_depth)),
-            ("extstore_flash_checksum_failures", f(&fs.checksum_failures)),
+            ("extstore_segments_free", f(&engine_stats.segments_free)),
+            ("extstore_compactions", f(&engine_stats.reclaims)),
+            ("extstore_io_queue", f(&engine_stats.io_queue_depth)),
+            (
+                "extstore_flash_checksum_failures",
+                f(&engine_stats.checksum_failures),
+            ),
             ("extstore_index_items", items),
             ("extstore_index_bytes", index_bytes),
             ("extstore_written_back", g(&t.written_back)),
-            ("extstore_write_back_queue", ft.dirty.len() as u64),
+            ("extstore_write_back_queue", tier.dirty.len() as u64),
             ("extstore_live_bytes", live),
             ("extstore_dead_bytes", dead),
-            ("extstore_compaction_bytes_read", f(&fs.reclaim_bytes_read)),
-            ("extstore_compaction_bytes_written", f(&fs.bytes_rewritten)),
+            (
+                "extstore_compaction_bytes_read",
+                f(&engine_stats.reclaim_bytes_read),
+            ),
+            (
+                "extstore_compaction_bytes_written",
+                f(&engine_stats.bytes_rewritten),
+            ),
         ]
         .into_iter()
         .map(|(k, n)| (k.to_string(), n.to_string()))
         .collect();
         v.push(("ram_bytes_per_flash_item".into(), format!("{per_item:.2}")));
-        let live_pct = 100.0 * ratio(live, ft.info.capacity);
+        let live_pct = 100.0 * ratio(live, tier.info.capacity);
         v.push(("extstore_live_percent".into(), format!("{live_pct:.2}")));
-        let wa = ratio(f(&fs.device_bytes_written), g(&t.bytes_stored));
+        let wa = ratio(f(&engine_stats.device_bytes_written), g(&t.bytes_stored));
         v.push((
             "extstore_device_bytes_per_byte_stored".into(),
             format!("{wa:.3}"),
         ));
-        v.push(("extstore_backend".into(), ft.info.backend.to_string()));
-        v.push(("extstore_capacity".into(), ft.info.capacity.to_string()));
+        v.push(("extstore_backend".into(), tier.info.backend.to_string()));
+        v.push(("extstore_capacity".into(), tier.info.capacity.to_string()));
         v.push((
             "extstore_limit_maxbytes".into(),
-            ft.info.capacity.to_string(),
+            tier.info.capacity.to_string(),
         ));
         v.push((
             "extstore_segment_size".into(),
-            ft.info.segment_size.to_string(),
+            tier.info.segment_size.to_string(),
         ));
-        for (k, n) in fs.pairs() {
+        for (k, n) in engine_stats.pairs() {
             v.push((k.to_string(), n.to_string()));
         }
         for (k, val) in self.knobs() {

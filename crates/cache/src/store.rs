@@ -8,8 +8,8 @@ use std::future::Future;
 
 use flashtier_flash::Flash;
 
-use crate::cache::Cache;
 use crate::clock::Clock;
+use crate::engine::Cache;
 use crate::{Error, Item, ItemWrite, Update};
 
 /// Counters a store exposes through `stats` (general section). Other sections come from the
@@ -147,17 +147,14 @@ impl KvStore for Cache {
     }
 
     async fn get(&self, key: &[u8]) -> Result<Option<Item>, Error> {
-        if self.inner.ft.is_none() {
-            return self.inner.get(key);
-        }
-        self.get_hybrid(key).await
+        self.get_two_phase(key).await
     }
 
     async fn set(&self, key: &[u8], item: ItemWrite) -> Result<u64, Error> {
-        if self.inner.ft.is_none() {
+        if self.inner.flash_tier.is_none() {
             return self.inner.set(key, item);
         }
-        self.set_hybrid(key, item).await
+        self.set_two_phase(key, item).await
     }
 
     async fn update<R, F>(&self, key: &[u8], f: F) -> Result<(R, Option<u64>), Error>
@@ -165,10 +162,7 @@ impl KvStore for Cache {
         R: Send,
         F: FnMut(Option<&Item>) -> (Update, R) + Send,
     {
-        if self.inner.ft.is_none() {
-            return self.inner.update(key, f);
-        }
-        self.update_hybrid(key, f).await
+        self.update_two_phase(key, f).await
     }
 
     fn flush_all(&self, at: u32) {

@@ -1,21 +1,15 @@
 //! The engine handle [`Flash`] and its shared state.
 //!
-//! One mutex (`Inner::state`) guards the segment table, the streams' write buffers, the list
-//! of chunk writes in flight and the flush waiters. It is held only for memory work (encoding
-//! a record into a buffer, table updates) and for *enqueueing* IO, never across IO. Threads
-//! that take it: callers of the public API (network threads), IO executor threads (write and
-//! sync completions), the interval flusher and the reclaimer.
+//! One mutex (`Inner::state`) guards the segment table, the write buffers, the chunk writes in
+//! flight and the flush waiters; held for memory work and for *enqueueing* IO, never across
+//! IO. Taken by API callers (network threads), IO completions, the flusher and the reclaimer.
 //!
-//! Invariants:
-//! - A record is readable from the moment `append` returns: from the stream's current chunk,
-//!   then from the in-flight chunk list, and from the device once that write completed (the
-//!   in-flight entry is removed only in the write's completion, under the same lock).
-//! - A page holding records that were handed to the device is never written again in the same
-//!   segment life: a chunk written early is padded to its page end and the next chunk starts
-//!   on the following page.
-//! - A read captures the segment's checksum seed under the lock; if the segment is reused
-//!   before the read completes, the new life's seed differs and the stale bytes fail the
-//!   checksum (returned as `Corrupt`, never as data).
+//! Invariants: a record is readable from the moment `append` returns (current chunk, then the
+//! in-flight list, then the device; the in-flight entry goes only in the write's completion,
+//! under the lock). A page handed to the device is never written again in the same segment
+//! life (an early chunk is padded to its page end). A read captures the segment's seed under
+//! the lock, so a segment reused before the read completes fails the checksum (`Corrupt`).
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -250,21 +244,24 @@ impl Inner {
         })
     }
 
-    pub(crate) fn update_gauges(&self, st: &State) {
-        FlashStats::set(&self.stats.segments_free, st.free.total(&st.out) as u64);
-        let count = |s: DeviceState| st.health.iter().filter(|h| h.state == s).count() as u64;
+    pub(crate) fn update_gauges(&self, state: &State) {
+        FlashStats::set(
+            &self.stats.segments_free,
+            state.free.total(&state.out) as u64,
+        );
+        let count = |s: DeviceState| state.health.iter().filter(|h| h.state == s).count() as u64;
         let (failing, offline) = (count(DeviceState::Failing), count(DeviceState::Offline));
         FlashStats::set(&self.stats.devices_failing, failing);
         FlashStats::set(&self.stats.devices_offline, offline);
         FlashStats::set(&self.stats.devices_failed, failing + offline);
-        let used: u64 = st
+        let used: u64 = state
             .segs
             .iter()
             .filter(|s| !matches!(s.state, SegState::Free | SegState::Failed))
             .map(|s| s.data_bytes)
             .sum();
         FlashStats::set(&self.stats.bytes_used, used);
-        let dead: u64 = st
+        let dead: u64 = state
             .segs
             .iter()
             .filter(|s| matches!(s.state, SegState::Sealed | SegState::Reclaiming))
@@ -274,8 +271,8 @@ impl Inner {
     }
 
     /// Free segments available to ordinary streams (beyond the reserve).
-    pub(crate) fn spare(&self, st: &State) -> u32 {
-        (st.free.total(&st.out) as u32).saturating_sub(self.cfg.reserve_segments)
+    pub(crate) fn spare(&self, state: &State) -> u32 {
+        (state.free.total(&state.out) as u32).saturating_sub(self.cfg.reserve_segments)
     }
 }
 
@@ -283,6 +280,22 @@ impl Inner {
 ///
 /// Threads it owns: the IO executor (one io_uring thread or a psync pool), an interval
 /// flusher (if `flush_interval` is set) and a reclaimer (if `background_reclaim`).
+///
+/// # Use
+/// ```no_run
+/// use std::sync::Arc;
+/// use flashtier_flash::{DeviceSpec, DropAll, Flash, FlashConfig, RecordWrite, kind};
+///
+/// let spec = DeviceSpec::parse("/var/tmp/cache.flash:1GiB")?;
+/// let (flash, _info) = Flash::open_specs(&[spec], FlashConfig::default(), Arc::new(DropAll), |_rec| {})?;
+/// let loc = flash.append(0, &RecordWrite {
+///     kind: kind::PUT, key_id: 42, version: 1, flags: 0, exptime: 0, key: b"k", value: b"v",
+/// })?;
+/// flash.flush().wait()?;                // durable
+/// let rec = flash.read(loc).wait()?;    // or `.await` from async code
+/// assert_eq!(&rec.value[..], b"v");
+/// # Ok::<(), flashtier_flash::Error>(())
+/// ```
 pub struct Flash {
     pub(crate) inner: Arc<Inner>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -372,7 +385,7 @@ impl Flash {
         let stats = Arc::new(FlashStats::default());
         let exec = make_executor(&devices, &cfg, &stats)?;
         let backend = exec.backend();
-        let layout = crate::recover::open_layout(&devices, &cfg, exec.as_ref())?;
+        let layout = crate::recovery::open_layout(&devices, &cfg, exec.as_ref())?;
         let tiers: Vec<u8> = (0..devices.len())
             .map(|d| cfg.device_tiers.get(d).copied().unwrap_or(0))
             .collect();
@@ -428,7 +441,7 @@ impl Flash {
         });
         FlashStats::set(&inner.stats.segments_total, u64::from(nsegs));
         FlashStats::add(&inner.stats.superblocks_lost, layout_lost);
-        crate::recover::recover(&inner, layout.formatted, on_record)?;
+        crate::recovery::recover(&inner, layout.formatted, on_record)?;
         let info = FlashInfo {
             uuid: inner.uuid,
             hash_seed: inner.hash_seed,
@@ -544,8 +557,8 @@ impl Flash {
 
     /// Free segments right now (the reclaim reserve included).
     pub fn free_segments(&self) -> u32 {
-        let st = self.inner.state.lock();
-        st.free.total(&st.out) as u32
+        let state = self.inner.state.lock();
+        state.free.total(&state.out) as u32
     }
 
     /// Largest value for a key of `key_len` bytes that `append` accepts.
@@ -558,8 +571,8 @@ impl Flash {
     pub fn close(&self) -> Result<()> {
         let res = self.flush().wait();
         {
-            let mut st = self.inner.state.lock();
-            st.closed = true;
+            let mut state = self.inner.state.lock();
+            state.closed = true;
         }
         self.inner.wake.notify_all();
         for h in std::mem::take(&mut *self.threads.lock()) {

@@ -13,15 +13,15 @@ use parking_lot::MutexGuard;
 use crate::engine::Inner;
 
 pub(crate) fn run(inner: &Arc<Inner>) {
-    let mut st = inner.state.lock();
+    let mut state = inner.state.lock();
     let mut next_probe: Option<Instant> = None;
     loop {
-        if !st.lost.is_empty() {
-            let lost = std::mem::take(&mut st.lost);
-            MutexGuard::unlocked(&mut st, || inner.handler.lost(&lost));
+        if !state.lost.is_empty() {
+            let lost = std::mem::take(&mut state.lost);
+            MutexGuard::unlocked(&mut state, || inner.handler.lost(&lost));
             continue;
         }
-        if st.closed {
+        if state.closed {
             return;
         }
         // The interval is a runtime knob: re-read it every tick (idle at 100 ms when off).
@@ -32,16 +32,16 @@ pub(crate) fn run(inner: &Arc<Inner>) {
         if let Some(at) = next_probe {
             tick = tick.min(at.saturating_duration_since(Instant::now()));
         }
-        inner.wake.wait_for(&mut st, tick);
-        if !st.lost.is_empty() {
+        inner.wake.wait_for(&mut state, tick);
+        if !state.lost.is_empty() {
             continue;
         }
-        if st.closed {
+        if state.closed {
             return;
         }
         if let Some(interval) = inner.knobs.flush_interval() {
-            inner.flush_old_chunks(&mut st, interval);
+            inner.flush_old_chunks(&mut state, interval);
         }
-        next_probe = inner.run_probes(&mut st);
+        next_probe = inner.run_probes(&mut state);
     }
 }

@@ -1,25 +1,16 @@
-//! Device health: a write or sync error takes a device out of allocation for a while, a
-//! probe brings it back, and a device that keeps failing is declared offline.
+//! Device health: a write or sync error takes a device out of allocation (`Failing`), a probe
+//! (a zero page over a free segment's header, then a sync) brings it back, and
+//! [`OFFLINE_STRIKES`] failures without a quiet [`STABLE`] period make it `Offline` (still
+//! probed, at the longest backoff). Backoff, jitter and the log lines: `docs/faults.md`.
 //!
-//! States (one per device, in the engine state): `Healthy` (allocated round-robin) →
-//! `Failing` on the first write or sync error (out of allocation; its open segments are
-//! sealed, its readable data stays served) → `Healthy` again when a probe succeeds, or
-//! `Offline` after [`OFFLINE_STRIKES`] failures without a quiet [`STABLE`] period between
-//! them. Offline devices are still probed, at the longest backoff, and come back the same way.
-//! A probe writes one zero page over the header of a free segment of the device (free
-//! segments hold nothing) and syncs; with no free segment it only syncs. Probes run every
-//! `100 ms × 2^(strikes−1)`, capped by the `device_retry_max_ms` knob, with jitter (each
-//! wait is drawn from [½, 1] of that) so devices and engines do not probe in lockstep.
-//! Every transition is logged once (`log` facade) and counted in [`crate::FlashStats`].
+//! Durability bookkeeping lives here too, per device: writes completed (`write_gen`) and
+//! covered by a sync (`synced_gen`). Invariants: a flush syncs only devices with unsynced
+//! writes, so a failing device does not fail the healthy ones' flushes; a device failure
+//! reports its unsynced writes to the flushes pending then (or the next one), once.
 //!
-//! Durability bookkeeping lives here too: per device, writes completed (`write_gen`) and
-//! writes covered by a sync (`synced_gen`). A flush syncs only devices with completed writes
-//! not yet synced, so a failing device does not fail the flushes of the healthy ones; a
-//! device failure reports its unsynced writes to the flushes pending at that moment (or the
-//! next one) and no later flush reports them again.
-//!
-//! Runs under the engine state lock (see `engine.rs`); probe IO is submitted to the executor
-//! and completes on its thread; the flusher thread starts due probes.
+//! Runs under the engine state lock (`engine.rs`); probe IO completes on the executor's
+//! thread; the flusher thread starts due probes.
+
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -138,14 +129,14 @@ impl Inner {
     /// reported like any other), and its unsynced writes reported to the pending flushes.
     pub(crate) fn device_error(
         self: &Arc<Self>,
-        st: &mut State,
+        state: &mut State,
         dev: usize,
         what: &str,
         err: &str,
     ) {
         let max = self.knobs.device_retry_max();
         let name = self.dev_name(dev).to_string();
-        let Some(h) = st.health.get_mut(dev) else {
+        let Some(h) = state.health.get_mut(dev) else {
             return;
         };
         h.synced_gen = h.write_gen;
@@ -162,7 +153,7 @@ impl Inner {
         let strikes = h.strikes;
         FlashStats::add(&self.stats.device_failures, 1);
         if strikes >= OFFLINE_STRIKES {
-            st.set_device_state(dev, DeviceState::Offline);
+            state.set_device_state(dev, DeviceState::Offline);
             FlashStats::add(&self.stats.device_offlines, 1);
             log::error!(
                 "flash device {name} offline after {strikes} failures (last: {what}: {err}); \
@@ -170,7 +161,7 @@ impl Inner {
                 wait.as_millis()
             );
         } else {
-            st.set_device_state(dev, DeviceState::Failing);
+            state.set_device_state(dev, DeviceState::Failing);
             log::warn!(
                 "flash device {name} failing: {what}: {err}; out of allocation, its data stays \
                  readable; probing in {} ms (failure {strikes} of {OFFLINE_STRIKES} before \
@@ -179,26 +170,26 @@ impl Inner {
             );
         }
         // After close the executor completes requests inline, under this lock: no new IO.
-        for s in 0..st.streams.len() {
-            let on_dev = !st.closed
-                && st.streams[s]
+        for s in 0..state.streams.len() {
+            let on_dev = !state.closed
+                && state.streams[s]
                     .seg
-                    .is_some_and(|seg| st.segs[seg as usize].dev == dev);
+                    .is_some_and(|seg| state.segs[seg as usize].dev == dev);
             if on_dev {
-                self.seal(st, s as u8);
+                self.seal(state, s as u8);
             }
         }
-        self.update_gauges(st);
+        self.update_gauges(state);
         self.wake.notify_all();
     }
 
     /// Start the probes that are due; returns when the next one is due (for the flusher's
     /// wait).
-    pub(crate) fn run_probes(self: &Arc<Self>, st: &mut State) -> Option<Instant> {
+    pub(crate) fn run_probes(self: &Arc<Self>, state: &mut State) -> Option<Instant> {
         let now = Instant::now();
         let mut next: Option<Instant> = None;
-        for dev in 0..st.health.len() {
-            let h = &mut st.health[dev];
+        for dev in 0..state.health.len() {
+            let h = &mut state.health[dev];
             if !h.out() || h.probing {
                 continue;
             }
@@ -208,11 +199,11 @@ impl Inner {
             }
             h.probing = true;
             FlashStats::add(&self.stats.device_probes, 1);
-            let target = st
+            let target = state
                 .free
                 .peek(dev)
-                .filter(|&seg| st.segs[seg as usize].state == SegState::Free)
-                .map(|seg| st.segs[seg as usize].dev_off);
+                .filter(|&seg| state.segs[seg as usize].state == SegState::Free)
+                .map(|seg| state.segs[seg as usize].dev_off);
             let me = Arc::clone(self);
             let sync = move |me: Arc<Inner>| {
                 let again = Arc::clone(&me);
@@ -244,8 +235,8 @@ impl Inner {
         let max = self.knobs.device_retry_max();
         let name = self.dev_name(dev).to_string();
         let mut guard = self.state.lock();
-        let st = &mut *guard;
-        let Some(h) = st.health.get_mut(dev) else {
+        let state = &mut *guard;
+        let Some(h) = state.health.get_mut(dev) else {
             return;
         };
         h.probing = false;
@@ -253,7 +244,7 @@ impl Inner {
         match res {
             Ok(()) => {
                 let (out_for, strikes) = (h.since.elapsed(), h.strikes);
-                st.set_device_state(dev, DeviceState::Healthy);
+                state.set_device_state(dev, DeviceState::Healthy);
                 FlashStats::add(&self.stats.device_recoveries, 1);
                 log::warn!(
                     "flash device {name} back in service after {:.1} s {} ({strikes} failures)",
@@ -268,7 +259,7 @@ impl Inner {
                 let wait = h.schedule(max);
                 let strikes = h.strikes;
                 if was == DeviceState::Failing && strikes >= OFFLINE_STRIKES {
-                    st.set_device_state(dev, DeviceState::Offline);
+                    state.set_device_state(dev, DeviceState::Offline);
                     FlashStats::add(&self.stats.device_offlines, 1);
                     log::error!(
                         "flash device {name} offline after {strikes} failures (last: probe: \
@@ -283,7 +274,7 @@ impl Inner {
                 }
             }
         }
-        self.update_gauges(st);
+        self.update_gauges(state);
         drop(guard);
         self.wake.notify_all();
     }

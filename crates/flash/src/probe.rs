@@ -1,19 +1,13 @@
 //! What a device holds before the engine formats it, and whether two paths are one storage.
 //!
-//! The engine formats only a device that is *blank* — zero wherever the probe looks — or one
-//! that already carries a flashtier superblock (which the superblock rules then check). The
-//! probe reads the first and the last MiB of the bytes that existed before the open (a file
-//! the engine created is empty; one it is about to grow is probed at its old length) and
-//! [`SAMPLES`] evenly spaced 4 KiB pages in between, then names what it found: a known
-//! signature (ext2/3/4, XFS, btrfs, LVM, GPT, MBR, swap, bcache, LUKS, md RAID, FAT, NTFS,
-//! ISO 9660, squashfs, f2fs, ZFS), or the first non-zero byte. Anything but blank is refused
-//! unless the user forces the format.
-//!
-//! [`same_storage`] tells whether two paths reach the same bytes: the same file (through
-//! symlinks and hard links), the same block device, a disk and one of its partitions, or a
-//! loop device and the file behind it.
+//! Invariant: the engine formats only a device that is *blank* — zero wherever the probe
+//! looks — or one that already carries a flashtier superblock (then checked by the superblock
+//! rules); anything else is named (a known signature, or the first non-zero byte) and refused
+//! unless the user forces the format. What is read: [`inspect`]; signatures: [`signature`].
+//! [`same_storage`] tells whether two paths reach the same bytes.
 //!
 //! Pure logic over a read callback (no engine state); runs on the caller's thread at open.
+
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -40,6 +34,10 @@ pub enum Content {
 /// Probe `len` bytes through `read(offset, buf)`, which fills `buf` from `offset` and returns
 /// the bytes read (short only at the end of the data). Offsets and lengths are multiples of
 /// 4 KiB when `len` is.
+///
+/// Reads the first and the last MiB ([`EDGE`]) of the bytes that existed before the open (a
+/// file the engine created is empty; one it is about to grow is probed at its old length)
+/// and [`SAMPLES`] evenly spaced 4 KiB pages in between.
 pub fn inspect(
     len: u64,
     read: &mut dyn FnMut(u64, &mut [u8]) -> io::Result<usize>,
@@ -122,6 +120,9 @@ const MD_MAGIC: u32 = 0xa92b_4efc;
 /// The known signature in `head` (the first bytes of the device) or `tail` (the bytes from
 /// `tail_start` to `len`), if any. Checked most specific first: a GPT disk also carries a
 /// protective MBR, a FAT or NTFS boot sector the MBR's 0x55AA.
+///
+/// Known: ext2/3/4, XFS, btrfs, LVM, GPT, MBR, swap, bcache, LUKS, md RAID, FAT, NTFS,
+/// ISO 9660, squashfs, f2fs, ZFS.
 pub fn signature(head: &[u8], tail: &[u8], tail_start: u64, len: u64) -> Option<String> {
     let found = |s: &str| Some(s.to_string());
     if at(head, 0, b"LUKS\xba\xbe") || at(head, 0x4000, b"SKUL\xba\xbe") {
@@ -218,6 +219,9 @@ fn ext_kind(head: &[u8]) -> &'static str {
 
 /// Why `a` and `b` reach the same bytes, or `None` if they do not. Paths that do not exist
 /// are distinct from everything.
+///
+/// The same file (through symlinks and hard links), the same block device, a disk and one of
+/// its partitions, or a loop device and the file behind it.
 pub fn same_storage(a: &Path, b: &Path) -> io::Result<Option<String>> {
     let (na, nb) = (a.display(), b.display());
     let (Some(ia), Some(ib)) = (identity(a)?, identity(b)?) else {

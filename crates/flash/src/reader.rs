@@ -49,8 +49,8 @@ impl Inner {
     /// Under the lock: the record from a RAM buffer, or where to read it.
     fn lookup(&self, loc: Location) -> Result<Result<Record, Target>> {
         let (seg, off) = self.split(loc.byte_addr());
-        let st = self.state.lock();
-        let Some(info) = st.segs.get(seg as usize) else {
+        let state = self.state.lock();
+        let Some(info) = state.segs.get(seg as usize) else {
             return Err(Error::InvalidLocation(loc.byte_addr()));
         };
         match info.state {
@@ -60,17 +60,24 @@ impl Inner {
                 return Err(Error::Corrupt("segment retired after read errors"));
             }
             SegState::Open(s) => {
-                let ss = &st.streams[usize::from(s)];
-                if let Some(buf) = ss.buf.as_ref().filter(|_| ss.seg == Some(seg)) {
-                    if off >= ss.buf_off && ((off - ss.buf_off) as usize) < ss.fill {
-                        let slice = &buf.as_slice()[(off - ss.buf_off) as usize..ss.fill];
+                let stream_state = &state.streams[usize::from(s)];
+                if let Some(buf) = stream_state
+                    .buf
+                    .as_ref()
+                    .filter(|_| stream_state.seg == Some(seg))
+                {
+                    if off >= stream_state.buf_off
+                        && ((off - stream_state.buf_off) as usize) < stream_state.fill
+                    {
+                        let slice = &buf.as_slice()
+                            [(off - stream_state.buf_off) as usize..stream_state.fill];
                         return Ok(Ok(self.decode_ram(slice, info.seed)?));
                     }
                 }
             }
             SegState::Sealed | SegState::Reclaiming => {}
         }
-        for w in st.inflight.iter().filter(|w| w.seg == seg) {
+        for w in state.inflight.iter().filter(|w| w.seg == seg) {
             if off >= w.off && ((off - w.off) as usize) < w.buf.len() {
                 let slice = &w.buf.as_slice()[(off - w.off) as usize..];
                 return Ok(Ok(self.decode_ram(slice, info.seed)?));

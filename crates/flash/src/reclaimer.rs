@@ -19,7 +19,7 @@ use crate::format::record::{self, Record};
 use crate::format::segment::{decode_summary, tail_len, Footer, SummaryEntry, FOOTER_LEN};
 use crate::io::{read_blocking, run_batch, run_one, AlignedBuf, IoOp};
 use crate::location::PAGE;
-use crate::recover::scan;
+use crate::recovery::scan;
 use crate::segments::SegState;
 use crate::stats::FlashStats;
 use crate::ReclaimPolicy;
@@ -27,15 +27,15 @@ use crate::ReclaimPolicy;
 pub(crate) fn run(inner: &Arc<Inner>) {
     loop {
         {
-            let mut st = inner.state.lock();
+            let mut state = inner.state.lock();
             loop {
-                if st.closed {
+                if state.closed {
                     return;
                 }
-                if inner.spare(&st) < inner.knobs.free_low() {
+                if inner.spare(&state) < inner.knobs.free_low() {
                     break;
                 }
-                inner.wake.wait_for(&mut st, Duration::from_secs(1));
+                inner.wake.wait_for(&mut state, Duration::from_secs(1));
             }
         }
         match reclaim_pass(inner, false) {
@@ -51,15 +51,15 @@ pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool) -> Result<u32> {
     loop {
         let started = Instant::now();
         let victim = {
-            let mut st = inner.state.lock();
-            if st.closed {
+            let mut state = inner.state.lock();
+            if state.closed {
                 return Err(Error::Closed);
             }
-            let enough = inner.spare(&st) >= inner.knobs.free_high();
+            let enough = inner.spare(&state) >= inner.knobs.free_high();
             if enough && !(force && freed == 0) {
                 break;
             }
-            pick_victim(inner, &mut st)
+            pick_victim(inner, &mut state)
         };
         let Some(seg) = victim else { break };
         if let Err(e) = reclaim_segment(inner, seg) {
@@ -72,9 +72,9 @@ pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool) -> Result<u32> {
                     ..
                 }
             );
-            let mut st = inner.state.lock();
-            if st.segs[seg as usize].state == SegState::Reclaiming {
-                st.segs[seg as usize].state = if unreadable {
+            let mut state = inner.state.lock();
+            if state.segs[seg as usize].state == SegState::Reclaiming {
+                state.segs[seg as usize].state = if unreadable {
                     SegState::Failed
                 } else {
                     SegState::Sealed
@@ -83,7 +83,7 @@ pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool) -> Result<u32> {
             if unreadable {
                 FlashStats::add(&inner.stats.read_errors, 1);
                 FlashStats::add(&inner.stats.segments_retired, 1);
-                inner.update_gauges(&st);
+                inner.update_gauges(&state);
                 log::error!(
                     "flash reclaim: segment {seg} cannot be read ({e}): retired (never reused \
                      this run); records it held that the user still indexes are lost (their \
@@ -104,13 +104,13 @@ pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool) -> Result<u32> {
     Ok(freed)
 }
 
-fn pick_victim(inner: &Inner, st: &mut crate::engine::State) -> Option<u32> {
+fn pick_victim(inner: &Inner, state: &mut crate::engine::State) -> Option<u32> {
     let now = now_unix();
-    let candidates = st
+    let candidates = state
         .segs
         .iter()
         .enumerate()
-        .filter(|(_, s)| s.state == SegState::Sealed && !st.out[s.dev]);
+        .filter(|(_, s)| s.state == SegState::Sealed && !state.out[s.dev]);
     let expired = candidates
         .clone()
         .filter(|(_, s)| s.all_expired(now))
@@ -123,7 +123,7 @@ fn pick_victim(inner: &Inner, st: &mut crate::engine::State) -> Option<u32> {
             rb.total_cmp(&ra).then(a.seq.cmp(&b.seq))
         }),
         ReclaimPolicy::CostBenefit => {
-            let newest = st.segs.iter().map(|s| s.seq).max().unwrap_or(0);
+            let newest = state.segs.iter().map(|s| s.seq).max().unwrap_or(0);
             let score = |s: &crate::segments::SegInfo| {
                 let u = 1.0 - s.dead_bytes() as f64 / s.data_bytes.max(1) as f64;
                 (1.0 - u) * (newest.saturating_sub(s.seq) + 1) as f64 / (1.0 + u)
@@ -133,14 +133,14 @@ fn pick_victim(inner: &Inner, st: &mut crate::engine::State) -> Option<u32> {
         }
     });
     let seg = pick.map(|(i, _)| i as u32)?;
-    st.segs[seg as usize].state = SegState::Reclaiming;
+    state.segs[seg as usize].state = SegState::Reclaiming;
     Some(seg)
 }
 
 fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
     let (dev, dev_off, seed, has_summary, records, data_end, data_bytes, all_expired) = {
-        let st = inner.state.lock();
-        let s = &st.segs[seg as usize];
+        let state = inner.state.lock();
+        let s = &state.segs[seg as usize];
         (
             s.dev,
             s.dev_off,
@@ -341,9 +341,9 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
         },
     ) {
         FlashStats::add(&stats.write_errors, 1);
-        let mut st = inner.state.lock();
+        let mut state = inner.state.lock();
         inner.device_error(
-            &mut st,
+            &mut state,
             dev,
             "write (reclaim, segment header)",
             &e.to_string(),
@@ -351,17 +351,17 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
         return Err(Error::io(&name, "write", e));
     }
     FlashStats::add(&stats.device_bytes_written, PAGE);
-    let mut st = inner.state.lock();
-    let info = &mut st.segs[seg as usize];
+    let mut state = inner.state.lock();
+    let info = &mut state.segs[seg as usize];
     info.state = SegState::Free;
     info.records = 0;
     info.dead = 0;
     info.data_bytes = 0;
     info.data_end = 0;
     // A failing device keeps its free segments listed; allocation skips them until it is back.
-    st.free.push(dev, seg);
+    state.free.push(dev, seg);
     FlashStats::add(&stats.reclaims, 1);
-    inner.update_gauges(&st);
+    inner.update_gauges(&state);
     Ok(())
 }
 

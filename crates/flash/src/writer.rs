@@ -59,40 +59,40 @@ impl Inner {
         }
         let s = usize::from(stream);
         let mut guard = self.state.lock();
-        let st = &mut *guard;
-        if st.closed {
+        let state = &mut *guard;
+        if state.closed {
             return Err(Error::Closed);
         }
-        if s >= st.streams.len() {
+        if s >= state.streams.len() {
             return Err(Error::Config(format!("no stream {stream}")));
         }
         let chunk = self.cfg.chunk_size as usize;
         let seg = loop {
-            let Some(seg) = st.streams[s].seg else {
-                self.open_segment(st, stream)?;
+            let Some(seg) = state.streams[s].seg else {
+                self.open_segment(state, stream)?;
                 continue;
             };
-            let ss = &st.streams[s];
-            let off = u64::from(ss.buf_off) + ss.fill as u64;
-            let n = ss.summary.len();
-            let fits_chunk = ss.fill + len <= chunk;
+            let stream_state = &state.streams[s];
+            let off = u64::from(stream_state.buf_off) + stream_state.fill as u64;
+            let n = stream_state.summary.len();
+            let fits_chunk = stream_state.fill + len <= chunk;
             let fits_seg = round_page(off + len as u64) <= self.seg_size - tail_len(n + 1);
             if fits_chunk && fits_seg {
                 break seg;
             }
-            if ss.in_flight >= self.knobs.max_chunks_in_flight() {
+            if stream_state.in_flight >= self.knobs.max_chunks_in_flight() {
                 FlashStats::add(&self.stats.append_rejected, 1);
                 return Err(Error::Busy("write chunk"));
             }
             if fits_seg {
-                self.submit_chunk(st, stream);
+                self.submit_chunk(state, stream);
             } else {
-                self.seal(st, stream);
+                self.seal(state, stream);
             }
         };
-        let seed = st.segs[seg as usize].seed;
-        let ss = &mut st.streams[s];
-        let off = ss.buf_off + ss.fill as u32;
+        let seed = state.segs[seg as usize].seed;
+        let stream_state = &mut state.streams[s];
+        let off = stream_state.buf_off + stream_state.fill as u32;
         let h = RecordHeader {
             kind: rec.kind,
             key_len: rec.key.len() as u16,
@@ -103,20 +103,20 @@ impl Inner {
             version: rec.version,
             key_id: rec.key_id,
         };
-        let Some(buf) = ss.buf.as_mut() else {
+        let Some(buf) = stream_state.buf.as_mut() else {
             return Err(Error::Closed);
         };
         let written = buf
             .as_mut_slice()
-            .get_mut(ss.fill..)
+            .get_mut(stream_state.fill..)
             .and_then(|dst| record::encode(dst, &h, rec.key, rec.value, seed));
         if written != Some(len) {
             return Err(Error::RecordTooLarge { size: len, max });
         }
-        ss.fill += len;
-        ss.chunk_records += 1;
-        ss.oldest.get_or_insert_with(Instant::now);
-        ss.summary.push(SummaryEntry {
+        stream_state.fill += len;
+        stream_state.chunk_records += 1;
+        stream_state.oldest.get_or_insert_with(Instant::now);
+        stream_state.summary.push(SummaryEntry {
             key_id: rec.key_id,
             version: rec.version,
             offset: off,
@@ -125,7 +125,7 @@ impl Inner {
             flags: rec.flags,
             kind: rec.kind,
         });
-        let info = &mut st.segs[seg as usize];
+        let info = &mut state.segs[seg as usize];
         info.add_record(len as u64, rec.exptime);
         FlashStats::add(&self.stats.objects_written, 1);
         FlashStats::add(&self.stats.bytes_written, len as u64);
@@ -145,14 +145,15 @@ impl Inner {
         loop {
             match self.append(stream, rec) {
                 Err(Error::Busy(q)) => {
-                    let mut st = self.state.lock();
-                    let busy = |st: &State| {
-                        st.streams
+                    let mut state = self.state.lock();
+                    let busy = |state: &State| {
+                        state
+                            .streams
                             .get(usize::from(stream))
                             .is_some_and(|s| s.in_flight >= self.knobs.max_chunks_in_flight())
                     };
-                    while busy(&st) {
-                        if self.wake.wait_until(&mut st, deadline).timed_out() {
+                    while busy(&state) {
+                        if self.wake.wait_until(&mut state, deadline).timed_out() {
                             return Err(Error::Busy(q));
                         }
                     }
@@ -166,23 +167,26 @@ impl Inner {
         }
     }
 
-    fn take_buf(&self, st: &mut State) -> AlignedBuf {
+    fn take_buf(&self, state: &mut State) -> AlignedBuf {
         let chunk = self.cfg.chunk_size as usize;
-        let mut b = st.pool.pop().unwrap_or_else(|| AlignedBuf::zeroed(chunk));
+        let mut b = state
+            .pool
+            .pop()
+            .unwrap_or_else(|| AlignedBuf::zeroed(chunk));
         b.set_len(chunk);
         b
     }
 
-    fn open_segment(&self, st: &mut State, stream: StreamId) -> Result<()> {
+    fn open_segment(&self, state: &mut State, stream: StreamId) -> Result<()> {
         let reserve = self.cfg.reserve_segments as usize;
-        let free = st.free.total(&st.out);
+        let free = state.free.total(&state.out);
         if free <= self.knobs.free_low() as usize + reserve {
             self.wake.notify_all();
         }
         if stream != self.cfg.reclaim_stream && free <= reserve {
             FlashStats::add(&self.stats.append_rejected, 1);
-            return Err(if st.out.iter().all(|o| *o) {
-                Error::DeviceFailed(format!("all {} devices", st.out.len()))
+            return Err(if state.out.iter().all(|o| *o) {
+                Error::DeviceFailed(format!("all {} devices", state.out.len()))
             } else {
                 Error::NoSpace
             });
@@ -193,17 +197,17 @@ impl Inner {
             .get(usize::from(stream))
             .copied()
             .flatten();
-        let Some(seg) = st.free.pop(&st.out, &self.tiers, tier) else {
+        let Some(seg) = state.free.pop(&state.out, &self.tiers, tier) else {
             FlashStats::add(&self.stats.append_rejected, 1);
-            return Err(if st.out.iter().all(|o| *o) {
-                Error::DeviceFailed(format!("all {} devices", st.out.len()))
+            return Err(if state.out.iter().all(|o| *o) {
+                Error::DeviceFailed(format!("all {} devices", state.out.len()))
             } else {
                 Error::NoSpace
             });
         };
-        let seq = st.next_seq;
-        st.next_seq += 1;
-        let info = &mut st.segs[seg as usize];
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        let info = &mut state.segs[seg as usize];
         info.reset(&self.uuid, seq, stream);
         info.state = SegState::Open(stream);
         let header = SegmentHeader {
@@ -214,56 +218,61 @@ impl Inner {
             created: crate::engine::now_unix(),
         }
         .encode();
-        let mut buf = self.take_buf(st);
+        let mut buf = self.take_buf(state);
         buf.as_mut_slice()[..SEGMENT_HEADER_LEN].copy_from_slice(&header);
-        let ss = &mut st.streams[usize::from(stream)];
-        ss.seg = Some(seg);
-        ss.buf = Some(buf);
-        ss.buf_off = 0;
-        ss.fill = SEGMENT_HEADER_LEN;
-        ss.chunk_records = 0;
-        ss.summary.clear();
-        ss.oldest = None;
-        self.update_gauges(st);
+        let stream_state = &mut state.streams[usize::from(stream)];
+        stream_state.seg = Some(seg);
+        stream_state.buf = Some(buf);
+        stream_state.buf_off = 0;
+        stream_state.fill = SEGMENT_HEADER_LEN;
+        stream_state.chunk_records = 0;
+        stream_state.summary.clear();
+        stream_state.oldest = None;
+        self.update_gauges(state);
         Ok(())
     }
 
     /// Hand the stream's current chunk to the device (padded to its page end) and start a new
     /// chunk on the next page. No-op if the chunk holds no record.
-    pub(crate) fn submit_chunk(self: &Arc<Self>, st: &mut State, stream: StreamId) {
+    pub(crate) fn submit_chunk(self: &Arc<Self>, state: &mut State, stream: StreamId) {
         let s = usize::from(stream);
-        if st.streams[s].chunk_records == 0 {
+        if state.streams[s].chunk_records == 0 {
             return;
         }
-        let Some(seg) = st.streams[s].seg else { return };
-        let next = self.take_buf(st);
-        let ss = &mut st.streams[s];
-        let Some(mut buf) = ss.buf.replace(next) else {
+        let Some(seg) = state.streams[s].seg else {
             return;
         };
-        let padded = round_page(ss.fill as u64) as usize;
-        buf.as_mut_slice()[ss.fill..padded].fill(0);
+        let next = self.take_buf(state);
+        let stream_state = &mut state.streams[s];
+        let Some(mut buf) = stream_state.buf.replace(next) else {
+            return;
+        };
+        let padded = round_page(stream_state.fill as u64) as usize;
+        buf.as_mut_slice()[stream_state.fill..padded].fill(0);
         buf.set_len(padded);
-        let first = ss.summary.len().saturating_sub(ss.chunk_records as usize);
-        let entries = ss
+        let first = stream_state
+            .summary
+            .len()
+            .saturating_sub(stream_state.chunk_records as usize);
+        let entries = stream_state
             .summary
             .get(first..)
             .map(<[_]>::to_vec)
             .unwrap_or_default();
-        let off = ss.buf_off;
-        ss.buf_off += padded as u32;
-        ss.fill = 0;
-        ss.chunk_records = 0;
-        ss.oldest = None;
-        ss.in_flight += 1;
-        let info = &mut st.segs[seg as usize];
+        let off = stream_state.buf_off;
+        stream_state.buf_off += padded as u32;
+        stream_state.fill = 0;
+        stream_state.chunk_records = 0;
+        stream_state.oldest = None;
+        stream_state.in_flight += 1;
+        let info = &mut state.segs[seg as usize];
         info.data_end = off + padded as u32;
         let (dev, dev_off) = (info.dev, info.dev_off + u64::from(off));
         let buf = Arc::new(buf);
-        let id = st.next_write_id;
-        st.next_write_id += 1;
-        st.outstanding.insert(id);
-        st.inflight.push(InflightWrite {
+        let id = state.next_write_id;
+        state.next_write_id += 1;
+        state.outstanding.insert(id);
+        state.inflight.push(InflightWrite {
             id,
             seg,
             off,
@@ -299,19 +308,19 @@ impl Inner {
     }
 
     /// Write the last chunk and the summary + footer; the stream then has no open segment.
-    pub(crate) fn seal(self: &Arc<Self>, st: &mut State, stream: StreamId) {
-        self.submit_chunk(st, stream);
+    pub(crate) fn seal(self: &Arc<Self>, state: &mut State, stream: StreamId) {
+        self.submit_chunk(state, stream);
         let s = usize::from(stream);
-        let Some(seg) = st.streams[s].seg.take() else {
+        let Some(seg) = state.streams[s].seg.take() else {
             return;
         };
-        let summary = std::mem::take(&mut st.streams[s].summary);
-        if let Some(b) = st.streams[s].buf.take() {
-            st.pool.push(b);
+        let summary = std::mem::take(&mut state.streams[s].summary);
+        if let Some(b) = state.streams[s].buf.take() {
+            state.pool.push(b);
         }
-        st.streams[s].fill = 0;
-        st.streams[s].buf_off = 0;
-        let info = &mut st.segs[seg as usize];
+        state.streams[s].fill = 0;
+        state.streams[s].buf_off = 0;
+        let info = &mut state.segs[seg as usize];
         let tail = tail_len(summary.len());
         let footer = Footer {
             seq: info.seq,
@@ -327,9 +336,9 @@ impl Inner {
         info.state = SegState::Sealed;
         info.has_summary = true;
         let (dev, dev_off, seq) = (info.dev, info.dev_off + self.seg_size - tail, info.seq);
-        let id = st.next_write_id;
-        st.next_write_id += 1;
-        st.outstanding.insert(id);
+        let id = state.next_write_id;
+        state.next_write_id += 1;
+        state.outstanding.insert(id);
         self.submit_write(WriteJob {
             id,
             dev,
@@ -372,16 +381,16 @@ impl Inner {
         drop(buf);
         let ready = {
             let mut guard = self.state.lock();
-            let st = &mut *guard;
-            st.outstanding.remove(&id);
-            let w = st
+            let state = &mut *guard;
+            state.outstanding.remove(&id);
+            let w = state
                 .inflight
                 .iter()
                 .position(|w| w.id == id)
-                .map(|pos| st.inflight.swap_remove(pos));
+                .map(|pos| state.inflight.swap_remove(pos));
             if let Some(w) = &w {
-                if let Some(ss) = st.streams.get_mut(usize::from(w.stream)) {
-                    ss.in_flight = ss.in_flight.saturating_sub(1);
+                if let Some(stream_state) = state.streams.get_mut(usize::from(w.stream)) {
+                    stream_state.in_flight = stream_state.in_flight.saturating_sub(1);
                 }
             }
             match res {
@@ -391,7 +400,7 @@ impl Inner {
                     // does not (recovery scans a segment whose summary is missing), so it
                     // rides on the device's next sync.
                     if w.is_some() {
-                        if let Some(h) = st.health.get_mut(dev) {
+                        if let Some(h) = state.health.get_mut(dev) {
                             h.write_gen += 1;
                         }
                     }
@@ -400,40 +409,40 @@ impl Inner {
                     let msg = format!("write at {off} on {}: {e}", self.dev_name(dev));
                     if let Some(w) = &w {
                         let mut told = false;
-                        for w in st.waiters.iter_mut().filter(|w| w.target >= id) {
+                        for w in state.waiters.iter_mut().filter(|w| w.target >= id) {
                             w.error.get_or_insert_with(|| msg.clone());
                             told = true;
                         }
                         if !told {
                             // No flush is waiting for this write: the next flush reports it.
-                            st.write_error.get_or_insert(msg.clone());
+                            state.write_error.get_or_insert(msg.clone());
                         }
-                        self.lose_chunk(st, w, &msg);
+                        self.lose_chunk(state, w, &msg);
                     } else if let Some((seg, seq)) = tail_of {
                         // The records are on the device; only the summary is missing, so
                         // recovery and reclaim scan the segment instead. Nothing is lost:
                         // no flush fails for it.
-                        if let Some(info) = st.segs.get_mut(seg as usize) {
+                        if let Some(info) = state.segs.get_mut(seg as usize) {
                             if info.seq == seq {
                                 info.has_summary = false;
                             }
                         }
                     }
-                    self.device_error(st, dev, "write", &e.to_string());
+                    self.device_error(state, dev, "write", &e.to_string());
                 }
             }
             if let Some(w) = w {
                 if let Ok(b) = Arc::try_unwrap(w.buf) {
-                    if st.pool.len() < st.streams.len() * 2 {
-                        st.pool.push(b);
+                    if state.pool.len() < state.streams.len() * 2 {
+                        state.pool.push(b);
                     }
                 }
             }
-            let min_out = st.outstanding.first().copied().unwrap_or(u64::MAX);
-            let (ready, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut st.waiters)
+            let min_out = state.outstanding.first().copied().unwrap_or(u64::MAX);
+            let (ready, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut state.waiters)
                 .into_iter()
                 .partition(|w| w.target < min_out);
-            st.waiters = wait;
+            state.waiters = wait;
             ready
         };
         for w in ready {
@@ -445,8 +454,8 @@ impl Inner {
     /// The chunk `w` could not be written: its records are lost. Queue them (with their
     /// content) for the handler, drop them from the open segment's summary so a seal does not
     /// list them, and count them dead.
-    fn lose_chunk(&self, st: &mut State, w: &InflightWrite, why: &str) {
-        let Some(info) = st.segs.get(w.seg as usize) else {
+    fn lose_chunk(&self, state: &mut State, w: &InflightWrite, why: &str) {
+        let Some(info) = state.segs.get(w.seg as usize) else {
             return;
         };
         let (seq, seed) = (info.seq, info.seed);
@@ -463,13 +472,15 @@ impl Inner {
                 .and_then(|b| record::decode_record(b, seed).ok());
             lost.push(LostRecord { meta, record });
         }
-        if let Some(ss) = st.streams.get_mut(usize::from(w.stream)) {
-            if ss.seg == Some(w.seg) {
-                ss.summary.retain(|e| e.offset < w.off || e.offset >= end);
+        if let Some(stream_state) = state.streams.get_mut(usize::from(w.stream)) {
+            if stream_state.seg == Some(w.seg) {
+                stream_state
+                    .summary
+                    .retain(|e| e.offset < w.off || e.offset >= end);
             }
         }
         let n = lost.len() as u32;
-        if let Some(info) = st.segs.get_mut(w.seg as usize) {
+        if let Some(info) = state.segs.get_mut(w.seg as usize) {
             info.dead = (info.dead + n).min(info.records);
         }
         FlashStats::add(&self.stats.chunks_lost, 1);
@@ -478,7 +489,7 @@ impl Inner {
             "flash: {n} records lost: chunk {why} (failed {WRITE_ATTEMPTS} times); the user \
              is told which"
         );
-        st.lost.extend(lost);
+        state.lost.extend(lost);
     }
 
     pub(crate) fn dev_name(&self, dev: usize) -> &str {
@@ -494,8 +505,9 @@ impl Inner {
             return;
         }
         let devs: Vec<(usize, u64)> = {
-            let st = self.state.lock();
-            st.health
+            let state = self.state.lock();
+            state
+                .health
                 .iter()
                 .enumerate()
                 .filter(|(_, h)| h.write_gen > h.synced_gen)
@@ -525,10 +537,10 @@ impl Inner {
                 done: Box::new(move |res| {
                     {
                         let mut guard = me.state.lock();
-                        let st = &mut *guard;
+                        let state = &mut *guard;
                         match &res {
                             Ok(_) => {
-                                if let Some(h) = st.health.get_mut(dev) {
+                                if let Some(h) = state.health.get_mut(dev) {
                                     h.synced_gen = h.synced_gen.max(gen);
                                 }
                             }
@@ -536,7 +548,7 @@ impl Inner {
                                 FlashStats::add(&me.stats.sync_errors, 1);
                                 let msg = format!("sync on {}: {e}", me.dev_name(dev));
                                 join.error.lock().get_or_insert(msg);
-                                me.device_error(st, dev, "sync", &e.to_string());
+                                me.device_error(state, dev, "sync", &e.to_string());
                             }
                         }
                     }
@@ -561,21 +573,21 @@ impl Inner {
         let (promise, completion) = pair();
         let waiter = {
             let mut guard = self.state.lock();
-            let st = &mut *guard;
-            if st.closed {
+            let state = &mut *guard;
+            if state.closed {
                 return Completion::ready(Err(Error::Closed));
             }
-            for s in 0..st.streams.len() {
-                self.submit_chunk(st, s as StreamId);
+            for s in 0..state.streams.len() {
+                self.submit_chunk(state, s as StreamId);
             }
-            let error = st.write_error.take();
+            let error = state.write_error.take();
             let w = FlushWaiter {
-                target: st.next_write_id - 1,
+                target: state.next_write_id - 1,
                 promise,
                 error,
             };
-            if st.outstanding.first().is_some_and(|&m| m <= w.target) {
-                st.waiters.push(w);
+            if state.outstanding.first().is_some_and(|&m| m <= w.target) {
+                state.waiters.push(w);
                 None
             } else {
                 Some(w)
@@ -588,19 +600,19 @@ impl Inner {
     }
 
     /// Write chunks whose oldest record is older than `age` (flusher thread).
-    pub(crate) fn flush_old_chunks(self: &Arc<Self>, st: &mut State, age: std::time::Duration) {
-        for s in 0..st.streams.len() {
-            let old = st.streams[s].oldest.is_some_and(|t| t.elapsed() >= age);
-            if old && st.streams[s].in_flight < self.knobs.max_chunks_in_flight() {
-                self.submit_chunk(st, s as StreamId);
+    pub(crate) fn flush_old_chunks(self: &Arc<Self>, state: &mut State, age: std::time::Duration) {
+        for s in 0..state.streams.len() {
+            let old = state.streams[s].oldest.is_some_and(|t| t.elapsed() >= age);
+            if old && state.streams[s].in_flight < self.knobs.max_chunks_in_flight() {
+                self.submit_chunk(state, s as StreamId);
             }
         }
     }
 
     pub(crate) fn mark_dead(&self, loc: Location) {
         let (seg, _) = self.split(loc.byte_addr());
-        let mut st = self.state.lock();
-        if let Some(info) = st.segs.get_mut(seg as usize) {
+        let mut state = self.state.lock();
+        if let Some(info) = state.segs.get_mut(seg as usize) {
             if info.dead < info.records && !matches!(info.state, SegState::Free) {
                 let before = info.dead_bytes();
                 info.dead += 1;

@@ -3,6 +3,8 @@
 //! error) and left byte for byte as it was, unless `force_format` is set; a flashtier device
 //! of the other face (kv flash vs block cache) is refused too; the same file given twice is
 //! refused; and an open that fails leaves no file it created or grew behind.
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -10,10 +12,8 @@ use flashtier_flash::{Device, DeviceSpec, DropAll, Error, Flash, FlashConfig, Me
 
 fn cfg(role: Role) -> FlashConfig {
     FlashConfig {
-        flush_interval: None,
-        background_reclaim: false,
         role,
-        ..FlashConfig::small()
+        ..common::manual()
     }
 }
 
@@ -134,22 +134,14 @@ fn the_other_face_is_refused_its_own_reopened() {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::var_os("FLASH_TEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| "/var/tmp".into());
-    let d = dir.join(format!("flashtier-blank-{}-{name}", std::process::id()));
+    let d = common::disk_dir().join(format!("flashtier-blank-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
 }
 
 fn spec(path: &Path, size: u64) -> DeviceSpec {
-    DeviceSpec {
-        path: path.to_path_buf(),
-        size,
-        tier: 0,
-        create: true,
-    }
+    common::file_spec(path, size)
 }
 
 fn open_specs(specs: &[DeviceSpec], cfg: FlashConfig) -> Result<Flash, Error> {

@@ -4,6 +4,9 @@
 //! superblock that is neither blank nor valid are counted as losses; reclaim counts the
 //! records it cannot read and tells the user; a config that does not match the format is a
 //! clear error (or a documented reformat).
+mod common;
+
+use common::manual;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,14 +19,6 @@ use flashtier_flash::{
     Location, LostRecord, MemoryDevice, ReclaimHandler, RecordMeta, RecordWrite,
 };
 
-fn cfg() -> FlashConfig {
-    FlashConfig {
-        flush_interval: None,
-        background_reclaim: false,
-        ..FlashConfig::small()
-    }
-}
-
 fn open(dev: &Arc<MemoryDevice>, cfg: FlashConfig) -> Result<(Flash, Vec<RecordMeta>), Error> {
     let mut got = Vec::new();
     let d: Arc<dyn Device> = Arc::clone(dev) as Arc<dyn Device>;
@@ -33,7 +28,7 @@ fn open(dev: &Arc<MemoryDevice>, cfg: FlashConfig) -> Result<(Flash, Vec<RecordM
 
 /// 600 records of ~1 KB: segment 0 is sealed (with a summary), later ones too.
 fn fill(dev: &Arc<MemoryDevice>) -> Vec<Location> {
-    let (f, _) = open(dev, cfg()).unwrap();
+    let (f, _) = open(dev, manual()).unwrap();
     let locs = (0..600u64)
         .map(|i| {
             let v = vec![i as u8; 1000];
@@ -63,7 +58,7 @@ fn corrupt_record_is_never_served() {
     let dev = Arc::new(MemoryDevice::new("m", 4 << 20));
     let locs = fill(&dev);
     dev.poke(dev_off(locs[10].byte_addr()) + 500, &[0xFF, 0x00, 0xEE]);
-    let (f, rec) = open(&dev, cfg()).unwrap();
+    let (f, rec) = open(&dev, manual()).unwrap();
     assert_eq!(rec.len(), 600, "summaries still list it");
     assert!(matches!(f.read(locs[10]).wait(), Err(Error::Corrupt(_))));
     assert_eq!(FlashStats::get(&f.stats().checksum_failures), 1);
@@ -76,7 +71,7 @@ fn corrupt_record_is_never_served() {
         &dev,
         FlashConfig {
             recovery_full_scan: true,
-            ..cfg()
+            ..manual()
         },
     )
     .unwrap();
@@ -92,12 +87,12 @@ fn corrupt_record_is_never_served() {
 fn corrupt_summary_falls_back_to_a_verified_scan() {
     let dev = Arc::new(MemoryDevice::new("m", 4 << 20));
     let locs = fill(&dev);
-    let seg = cfg().segment_size;
+    let seg = manual().segment_size;
     // First summary entry of segment 0 sits at the start of its tail pages.
     let records_in_seg0 = locs.iter().filter(|l| l.byte_addr() < seg).count();
     let tail = ((records_in_seg0 * 40 + 64) as u64).div_ceil(4096) * 4096;
     dev.poke(dev_off(seg - tail) + 3, &[0xAB]);
-    let (f, rec) = open(&dev, cfg()).unwrap();
+    let (f, rec) = open(&dev, manual()).unwrap();
     assert_eq!(rec.len(), 600, "the scan recovers every intact record");
     let s = f.stats();
     assert_eq!(
@@ -117,7 +112,7 @@ fn mismatched_config_is_an_error_or_a_documented_reformat() {
     fill(&dev);
     let other = FlashConfig {
         segment_size: 512 << 10,
-        ..cfg()
+        ..manual()
     };
     match open(&dev, other.clone()) {
         Err(e @ Error::Mismatch(_)) => assert!(e.to_string().contains("segment size"), "{e}"),
@@ -152,14 +147,14 @@ fn stat(f: &Flash, name: &str) -> u64 {
 fn segment_overwritten_with_garbage_is_counted_and_the_rest_survives() {
     let dev = Arc::new(MemoryDevice::new("m", 4 << 20));
     let locs = fill(&dev);
-    let seg = cfg().segment_size;
+    let seg = manual().segment_size;
     let in_seg1: Vec<u64> = (0..600u64)
         .filter(|&i| (seg..2 * seg).contains(&locs[i as usize].byte_addr()))
         .collect();
     assert!(!in_seg1.is_empty());
     let garbage: Vec<u8> = (0..seg).map(|i| (i * 7 + 13) as u8).collect();
     dev.poke(dev_off(seg), &garbage);
-    let (f, rec) = open(&dev, cfg()).unwrap();
+    let (f, rec) = open(&dev, manual()).unwrap();
     assert_eq!(stat(&f, "recovery_unreadable_headers"), 1);
     assert_eq!(
         rec.len(),
@@ -177,11 +172,11 @@ fn segment_overwritten_with_garbage_is_counted_and_the_rest_survives() {
 fn freed_and_never_used_segments_are_not_losses() {
     let dev = Arc::new(MemoryDevice::new("m", 4 << 20));
     fill(&dev);
-    let (f, _) = open(&dev, cfg()).unwrap();
+    let (f, _) = open(&dev, manual()).unwrap();
     assert_eq!(f.reclaim_now(true).unwrap(), 1);
     f.close().unwrap();
     drop(f);
-    let (f, _) = open(&dev, cfg()).unwrap();
+    let (f, _) = open(&dev, manual()).unwrap();
     assert_eq!(stat(&f, "recovery_unreadable_headers"), 0);
     assert_eq!(stat(&f, "recovery_damaged_segments"), 0);
     assert_eq!(stat(&f, "superblocks_lost"), 0);
@@ -193,7 +188,7 @@ fn garbage_superblock_is_refused_or_formatted_and_counted_when_forced() {
     fill(&dev);
     dev.poke(0, &[0x5a; 64 << 10]);
     let before = dev.image();
-    match open(&dev, cfg()) {
+    match open(&dev, manual()) {
         Err(Error::NotBlank { found, .. }) => {
             assert!(found.contains("non-zero data at byte 0"), "{found}")
         }
@@ -205,14 +200,14 @@ fn garbage_superblock_is_refused_or_formatted_and_counted_when_forced() {
     assert!(dev.image() == before, "a refused device is left as it was");
     let forced = FlashConfig {
         force_format: true,
-        ..cfg()
+        ..manual()
     };
     let (f, rec) = open(&dev, forced).unwrap();
     assert!(rec.is_empty(), "the cache starts empty");
     assert_eq!(stat(&f, "superblocks_lost"), 1);
     f.close().unwrap();
     drop(f);
-    let (f, _) = open(&dev, cfg()).unwrap();
+    let (f, _) = open(&dev, manual()).unwrap();
     assert_eq!(stat(&f, "superblocks_lost"), 0, "formatted: valid now");
     assert_eq!(
         stat(&f, "recovery_unreadable_headers"),
@@ -221,7 +216,7 @@ fn garbage_superblock_is_refused_or_formatted_and_counted_when_forced() {
     );
     drop(f);
     let blank = Arc::new(MemoryDevice::new("blank", 4 << 20));
-    let (f, _) = open(&blank, cfg()).unwrap();
+    let (f, _) = open(&blank, manual()).unwrap();
     assert_eq!(stat(&f, "superblocks_lost"), 0, "a blank device is no loss");
 }
 
@@ -229,12 +224,12 @@ fn garbage_superblock_is_refused_or_formatted_and_counted_when_forced() {
 fn unreadable_header_page_retires_its_segment_and_open_goes_on() {
     let mem = Arc::new(MemoryDevice::new("m", 4 << 20));
     let locs = fill(&mem);
-    let seg = cfg().segment_size;
+    let seg = manual().segment_size;
     let faults = Faults::new();
     faults.bad_read_page.store(dev_off(seg), Ordering::SeqCst);
     let d: Arc<dyn Device> = Arc::new(FaultyDevice::new(mem.clone(), Arc::clone(&faults)));
     let mut rec = Vec::new();
-    let (f, _) = Flash::open(vec![d], cfg(), Arc::new(DropAll), |m| rec.push(m)).unwrap();
+    let (f, _) = Flash::open(vec![d], manual(), Arc::new(DropAll), |m| rec.push(m)).unwrap();
     assert_eq!(stat(&f, "recovery_unreadable_headers"), 1);
     let lost = locs
         .iter()
@@ -274,7 +269,7 @@ fn reclaim_counts_the_records_it_cannot_read_and_tells_the_user() {
     let d: Arc<dyn Device> = Arc::clone(&dev) as Arc<dyn Device>;
     let keep_all = FlashConfig {
         keep_limit: 1.0,
-        ..cfg()
+        ..manual()
     };
     let (f, _) = Flash::open(vec![d], keep_all, handler.clone(), |_| {}).unwrap();
     assert_eq!(f.reclaim_now(true).unwrap(), 1);

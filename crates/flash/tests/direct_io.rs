@@ -1,29 +1,18 @@
 //! Real files with O_DIRECT, through the io_uring executor and the psync executor. Files live
 //! under /var/tmp (tmpfs, as /tmp often is, has no O_DIRECT); a test that cannot get O_DIRECT
 //! or io_uring says so loudly on stderr and returns.
-use std::path::PathBuf;
+mod common;
+
 use std::sync::Arc;
 
 use flashtier_flash::{
     kind, DeviceSpec, DropAll, Error, Flash, FlashConfig, FlashStats, IoBackend, RecordWrite,
 };
 
-fn path(name: &str) -> PathBuf {
-    let dir = std::env::var_os("FLASH_TEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| "/var/tmp".into());
-    dir.join(format!("flashtier-test-{}-{name}", std::process::id()))
-}
-
 fn run(backend: IoBackend, name: &str) {
-    let p = path(name);
+    let p = common::disk_file(name);
     let _ = std::fs::remove_file(&p);
-    let spec = DeviceSpec {
-        path: p.clone(),
-        size: 8 << 20,
-        tier: 0,
-        create: true,
-    };
+    let spec = common::file_spec(&p, 8 << 20);
     let cfg = FlashConfig {
         io_backend: backend,
         flush_interval: None,

@@ -1,19 +1,14 @@
 //! Append, read (from RAM and from the device), flush, seal across segments, reopen and
 //! recover, on in-memory devices (one and several = JBOD).
+mod common;
+
+use common::manual;
 use std::sync::Arc;
 
 use flashtier_flash::{
     kind, Device, DropAll, Error, Flash, FlashConfig, FlashStats, Location, MemoryDevice,
     RecordMeta, RecordWrite,
 };
-
-fn cfg() -> FlashConfig {
-    FlashConfig {
-        flush_interval: None,
-        background_reclaim: false,
-        ..FlashConfig::small()
-    }
-}
 
 fn value(i: u64) -> Vec<u8> {
     let len = (i * 997 % 3000) as usize + 1;
@@ -55,7 +50,7 @@ fn open(devs: &[Arc<MemoryDevice>]) -> (Flash, Vec<RecordMeta>) {
         .map(|d| Arc::clone(d) as Arc<dyn Device>)
         .collect();
     let mut got = Vec::new();
-    let (f, _) = Flash::open(devices, cfg(), Arc::new(DropAll), |m| got.push(m)).unwrap();
+    let (f, _) = Flash::open(devices, manual(), Arc::new(DropAll), |m| got.push(m)).unwrap();
     (f, got)
 }
 
@@ -122,7 +117,7 @@ fn jbod_spreads_segments_and_recovers() {
     let (flash, _) = open(&devs);
     let locs: Vec<_> = (0..1500).map(|i| put(&flash, i)).collect();
     flash.flush().wait().unwrap();
-    let seg_size = cfg().segment_size;
+    let seg_size = manual().segment_size;
     let per_dev = ((3 << 20) - 4096) / seg_size; // segments on device 0
     let segs: std::collections::BTreeSet<u64> =
         locs.iter().map(|l| l.byte_addr() / seg_size).collect();
@@ -148,7 +143,7 @@ fn jbod_spreads_segments_and_recovers() {
 fn too_large_and_bad_locations_are_errors() {
     let dev = Arc::new(MemoryDevice::new("mem0", 4 << 20));
     let (flash, _) = open(std::slice::from_ref(&dev));
-    let big = vec![0u8; cfg().chunk_size as usize];
+    let big = vec![0u8; manual().chunk_size as usize];
     let r = flash.append(
         0,
         &RecordWrite {
@@ -181,7 +176,7 @@ fn too_large_and_bad_locations_are_errors() {
     flash.flush().wait().unwrap();
     assert_eq!(flash.read(l).wait().unwrap().value.len(), max);
     // A location in a free segment is not served.
-    let free = Location::new(cfg().segment_size * 10, 100).unwrap();
+    let free = Location::new(manual().segment_size * 10, 100).unwrap();
     assert!(matches!(
         flash.read(free).wait(),
         Err(Error::InvalidLocation(_))
@@ -196,7 +191,7 @@ fn flush_interval_writes_quiet_buffers() {
     let dev: Arc<dyn Device> = Arc::new(MemoryDevice::new("mem0", 4 << 20));
     let cfg = FlashConfig {
         flush_interval: Some(std::time::Duration::from_millis(10)),
-        ..cfg()
+        ..manual()
     };
     let (flash, _) = Flash::open(vec![dev], cfg, Arc::new(DropAll), |_| {}).unwrap();
     let before = FlashStats::get(&flash.stats().device_bytes_written);

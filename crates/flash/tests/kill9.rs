@@ -3,6 +3,8 @@
 //! `durable N` after each completed flush; the parent SIGKILLs it at a varying moment,
 //! reopens the file and checks that every record acknowledged durable is recovered and reads
 //! back byte-exact, and that nothing recovered is wrong.
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -28,12 +30,7 @@ fn cfg() -> FlashConfig {
 }
 
 fn spec(path: PathBuf) -> DeviceSpec {
-    DeviceSpec {
-        path,
-        size: 64 << 20,
-        tier: 0,
-        create: true,
-    }
+    common::file_spec(&path, 64 << 20)
 }
 
 /// Runs only as the child (when the env var is set): write until killed or full.
@@ -72,9 +69,7 @@ fn kill_9_keeps_every_flushed_record() {
     if std::env::var_os(ENV).is_some() {
         return;
     }
-    let dir = std::env::var_os("FLASH_TEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| "/var/tmp".into());
+    let dir = common::disk_dir();
     let path = dir.join(format!("flashtier-kill9-{}", std::process::id()));
     for trial in 0..4u64 {
         let _ = std::fs::remove_file(&path);

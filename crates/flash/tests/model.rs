@@ -3,6 +3,8 @@
 //! clean restarts and crash restarts (image taken after a flush, no close), checked against a
 //! `HashMap` model. After a restart the index is rebuilt from recovered records by highest
 //! `version`, exactly as `Flash::open` documents.
+mod common;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,10 +86,8 @@ fn value(key: u64, version: u64, len: usize) -> Vec<u8> {
 
 fn cfg() -> FlashConfig {
     FlashConfig {
-        flush_interval: None,
-        background_reclaim: false,
         keep_limit: 1.0,
-        ..FlashConfig::small()
+        ..common::manual()
     }
 }
 

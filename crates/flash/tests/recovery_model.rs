@@ -6,6 +6,9 @@
 //!   recovered, at its location, with its metadata, and reads back byte-exact;
 //! - every recovered record is one that was appended (same location), and reads back
 //!   byte-exact: a torn or stale record is never reported or served.
+mod common;
+
+use common::manual;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -14,8 +17,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use flashtier_flash::{
-    kind, Device, DropAll, Error, Faults, FaultyDevice, Flash, FlashConfig, Location, MemoryDevice,
-    RecordWrite,
+    kind, Device, DropAll, Error, Faults, FaultyDevice, Flash, Location, MemoryDevice, RecordWrite,
 };
 
 #[derive(Clone, Debug)]
@@ -37,14 +39,6 @@ fn value(id: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn cfg() -> FlashConfig {
-    FlashConfig {
-        flush_interval: None,
-        background_reclaim: false,
-        ..FlashConfig::small()
-    }
-}
-
 fn run(ops: &[Op], crash_after: Option<i64>, torn_pages: u64) -> Result<(), TestCaseError> {
     let mem = Arc::new(MemoryDevice::new("mem", 4 << 20));
     let faults = Faults::new();
@@ -52,7 +46,7 @@ fn run(ops: &[Op], crash_after: Option<i64>, torn_pages: u64) -> Result<(), Test
         Arc::clone(&mem) as Arc<dyn Device>,
         Arc::clone(&faults),
     ));
-    let (flash, _) = Flash::open(vec![dev], cfg(), Arc::new(DropAll), |_| {}).unwrap();
+    let (flash, _) = Flash::open(vec![dev], manual(), Arc::new(DropAll), |_| {}).unwrap();
     // Arm the crash only after formatting, so the superblock is intact.
     faults.torn_pages.store(torn_pages, Ordering::SeqCst);
     if let Some(n) = crash_after {
@@ -103,8 +97,10 @@ fn run(ops: &[Op], crash_after: Option<i64>, torn_pages: u64) -> Result<(), Test
 
     let dev: Arc<dyn Device> = Arc::new(MemoryDevice::from_image("mem", image));
     let mut recovered = Vec::new();
-    let (flash, info) =
-        Flash::open(vec![dev], cfg(), Arc::new(DropAll), |m| recovered.push(m)).unwrap();
+    let (flash, info) = Flash::open(vec![dev], manual(), Arc::new(DropAll), |m| {
+        recovered.push(m)
+    })
+    .unwrap();
     prop_assert!(!info.formatted);
     let mut seen = HashMap::new();
     for m in &recovered {

@@ -3,6 +3,8 @@
 //! a `ReapHandle`. Every read completes with the right record, and dropping the handle hands
 //! reaping back to the ring thread. Files live under /var/tmp (O_DIRECT); a machine without
 //! O_DIRECT or io_uring makes the test say so loudly and return.
+mod common;
+
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::pin;
@@ -12,27 +14,16 @@ use std::time::Duration;
 
 use flashtier_flash::{
     batch_submissions, defer_submissions_on_this_thread, kind, submit_deferred, Completion,
-    DeviceSpec, DropAll, Error, Flash, FlashConfig, IoBackend, Location, ReapHandle, Record,
-    RecordWrite,
+    DropAll, Error, Flash, FlashConfig, IoBackend, Location, ReapHandle, Record, RecordWrite,
 };
 
 fn open(name: &str) -> Option<(Flash, PathBuf)> {
-    let dir = std::env::var_os("FLASH_TEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| "/var/tmp".into());
-    let p = dir.join(format!("flashtier-test-{}-{name}", std::process::id()));
+    let p = common::disk_file(name);
     let _ = std::fs::remove_file(&p);
-    let spec = DeviceSpec {
-        path: p.clone(),
-        size: 8 << 20,
-        tier: 0,
-        create: true,
-    };
+    let spec = common::file_spec(&p, 8 << 20);
     let cfg = FlashConfig {
         io_backend: IoBackend::Uring,
-        flush_interval: None,
-        background_reclaim: false,
-        ..FlashConfig::small()
+        ..common::manual()
     };
     match Flash::open_specs(&[spec], cfg, Arc::new(DropAll), |_| {}) {
         Ok((f, _)) => Some((f, p)),

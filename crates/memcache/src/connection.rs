@@ -1,28 +1,14 @@
-//! One client connection: read, parse every complete request, execute in order, write.
+//! One client connection: read, parse every complete request, execute in order, write (the
+//! loop: [`serve_connection`]). One tokio task per connection, on any worker thread.
 //!
-//! The loop (one tokio task per connection, on any worker thread):
-//! 1. [`Session::pump`] decodes and executes every complete request in the read buffer,
-//!    appending replies to the output buffer (pipelining), and discards swallowed bytes.
-//! 2. When no complete request is left — or the output buffer passed its limit — the output
-//!    is written in one go (one vectored write of every reply segment). Reading stops while a
-//!    write is pending, so a client that does not read its replies (a slow reader) stalls only
-//!    itself, and memory stays bounded.
-//! 3. Read more and repeat; on shutdown, answer what is already in the socket (no waiting,
-//!    bounded), flush and close.
-//!
-//! Memory invariants: the read buffer holds at most one request being assembled (bounded by
-//! the decoder's limits); the output buffer holds at most `max_output_buffer` plus one reply.
-//! Idle connections keep no read buffer (an empty one is released before waiting) and at
-//! most [`IDLE_KEEP`] of output buffer.
-//!
-//! Replies stay in request order. Requests that change nothing a later request could see
-//! (`get`, `gets`, `mg` without T/N/R/I, `mn` -- see [`is_plain_read`]) and arrive back to back
-//! in one pipeline are executed together, up to [`READ_BATCH`] at a time, each into its own
-//! reply buffer, and their replies appended in order: a client pipelining GETs of items on
-//! flash keeps several device reads in flight, as memcached's extstore does when it queues
-//! the IO of a whole read buffer. Every other request runs alone, after everything before it,
-//! so a read after a write in the same pipeline sees the write. A multi-key get also awaits
-//! its keys' reads together (see `command::retrieval`).
+//! Invariants: replies stay in request order; only back-to-back plain reads
+//! ([`is_plain_read`]) run together ([`READ_BATCH`]), every other request runs alone after
+//! everything before it, so a read after a write in the same pipeline sees the write. Reading
+//! stops while a write is pending, so a slow reader stalls only itself. Memory: the read
+//! buffer holds at most one request being assembled (bounded by the decoder's limits), the
+//! output buffer at most `max_output_buffer` plus one reply; an idle connection keeps no read
+//! buffer and at most [`IDLE_KEEP`] of output buffer.
+
 use bytes::{Buf, BytesMut};
 use flashtier_cache::KvStore;
 use tokio::sync::watch;
@@ -47,6 +33,15 @@ const LOG_LINE_MAX: usize = 200;
 
 /// Most pipelined read requests of one connection executed together. Bounds the reply
 /// buffers held at once to this many replies (each at most one multi-get's worth).
+///
+/// Replies stay in request order. Requests that change nothing a later request could see
+/// (`get`, `gets`, `mg` without T/N/R/I, `mn` -- see [`is_plain_read`]) and arrive back to back
+/// in one pipeline are executed together, up to [`READ_BATCH`] at a time, each into its own
+/// reply buffer, and their replies appended in order: a client pipelining GETs of items on
+/// flash keeps several device reads in flight, as memcached's extstore does when it queues
+/// the IO of a whole read buffer. Every other request runs alone, after everything before it,
+/// so a read after a write in the same pipeline sees the write. A multi-key get also awaits
+/// its keys' reads together (see `command::retrieval`).
 pub const READ_BATCH: usize = 16;
 
 /// True for requests whose execution changes nothing another request can observe (beyond
@@ -300,6 +295,16 @@ const SHUTDOWN_DRAIN_BYTES: usize = 4 * READ_CHUNK * 16;
 
 /// Serve one accepted connection until the client leaves, sends `quit`, breaks the protocol,
 /// stays idle past `idle_timeout` or the server shuts down.
+///
+/// The loop (one tokio task per connection, on any worker thread):
+/// 1. [`Session::pump`] decodes and executes every complete request in the read buffer,
+///    appending replies to the output buffer (pipelining), and discards swallowed bytes.
+/// 2. When no complete request is left — or the output buffer passed its limit — the output
+///    is written in one go (one vectored write of every reply segment). Reading stops while a
+///    write is pending, so a client that does not read its replies (a slow reader) stalls only
+///    itself, and memory stays bounded.
+/// 3. Read more and repeat; on shutdown, answer what is already in the socket (no waiting,
+///    bounded), flush and close.
 pub async fn serve_connection<S: KvStore>(
     ctx: &Context<S>,
     mut stream: Stream,

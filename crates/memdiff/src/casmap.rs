@@ -1,16 +1,13 @@
 //! Structural comparison of CAS values: each server's values mapped to first-seen order.
 //!
-//! CAS values are opaque to clients; two correct servers give the same item version different
-//! numbers. What a client *can* observe is which replies name the same version: two `gets`
-//! return equal CAS values exactly when nothing modified the item in between. So each server
-//! gets its own map from CAS value to a version number assigned in first-seen order, and the
-//! comparison looks at version numbers. If both servers agree on every "same version / new
-//! version" relation, the version numbers agree too.
+//! CAS values are opaque; what a client *can* observe is which replies name the same item
+//! version (two `gets` return equal CAS exactly when nothing modified the item in between).
+//! So each server gets a map from CAS value to a version number in first-seen order, and the
+//! comparison looks at version numbers.
 //!
-//! Invariant: the map is global per server, not per key. This is stricter than the protocol
-//! (which only needs uniqueness per key) and matches memcached's one global counter; a server
-//! that reuses a CAS value for another key's item would be reported. Value 0 ("no CAS") is
-//! never mapped.
+//! Invariant: the map is global per server, not per key — stricter than the protocol, as
+//! memcached's one global counter is; a server that reuses a CAS value for another key's item
+//! is reported. Value 0 ("no CAS") is never mapped.
 //!
 //! Touched only by the runner thread.
 

@@ -1,52 +1,13 @@
 //! The seeded command stream: state, key and value pools, tokens, and the top-level mix.
 //!
-//! The text commands live in `text_commands`, the meta commands in
-//! `meta_commands`; both are `impl Generator` blocks over the state kept here.
+//! The text commands live in `text_commands`, the meta commands in `meta_commands`; both are
+//! `impl Generator` blocks over the state kept here.
 //!
-//! # What the stream avoids, and why
-//! Every choice below keeps the stream free of outcomes that depend on timing or on memory
-//! layout, so two correct servers must agree byte for byte (after [`crate::normalize`]):
-//! - Expiry times are 0, far away or already past, never a TTL that could run out during a
-//!   run: relative 1000 s and more (recache `R` tokens are 50, 500 and 5000 s, so no recache
-//!   decision flips for 500 s), absolute 2000000000 (2033-05-18; later absolute times overflow
-//!   memcached's signed 32-bit exptime), negative, or absolute in 1970.
-//! - Value sizes skip the band just below the item size limit (`max_item_size - 4 KiB` up to
-//!   the limit) where the cut-off depends on each server's per-item overhead; values past the
-//!   limit are always sent in full so both servers can swallow them.
-//! - Values over 4 KiB only go to the first [`BIG_KEYS`] keys, so live data stays a few MiB
-//!   and no server needs to evict.
-//! - A storage header the server may reject (key over 250 bytes as sent, bad base64, bad
-//!   numbers) carries short data (under 100 bytes), every malformed data block ends in CRLF,
-//!   and oversized values always get a valid header: memcached reads the data after a rejected
-//!   header as command lines, and a line past 2 KiB makes it close the connection depending on
-//!   how its reads happen to be split.
-//! - A get-family command with a key over 250 bytes is preceded by `mn`: memcached answers it
-//!   by discarding every reply still queued on the connection.
-//! - Values use an alphabet without lowercase letters, so a value read as a command line (after
-//!   a rejected header) is always an unknown command (`ERROR`), never a real one.
-//! - No stored number reaches 2^63: incrementing deltas are small, huge deltas only
-//!   decrement, vivify seeds stay below 2^63. memcached 1.6.18 reports `non-numeric value` for
-//!   some stored values of 2^63 and above depending on the memory after the value (its
-//!   `safe_strtoull` scans for a `-` past the end of the digits). 64-bit wrap-around is
-//!   therefore not exercised here.
-//! - mg/ma `N` and `T` never carry a TTL that is already past: memcached would print that
-//!   item's TTL as a wrapped 32-bit number depending on its uptime.
-//! - No value is whitespace only (memcached's incr would parse past its end).
-//! - Keys that `incr`/`decr`/`ma` touched may hold a space-padded number (see
-//!   [`crate::normalize`] rule 4), and memcached may have rewritten their item in place or
-//!   replaced it by a copy, depending on whether a background thread held a reference at that
-//!   moment; that decides whether the item's "fetched", "win token sent" and "stale" bits
-//!   survive. So until a plain `set`/`delete` redefines them, arithmetic keys get no
-//!   `append`/`prepend`, no `s` (size), no `h` (hit) and no `N`/`R`/`I` flags, keys that
-//!   had `N`/`R`/`I` get no arithmetic, and `ma` has no `T` (memcached may apply it to the
-//!   discarded item).
-//! - Keys that are not printable ASCII are never asked back with `k`: memcached returns a key
-//!   created by `N` raw, not in base64, from then on.
-//! - `flush_all` with a delay is not generated: memcached implements it by moving its flush
-//!   horizon into the future, which un-hides items an earlier immediate `flush_all` hid but
-//!   its background crawler had not yet reclaimed.
-//! - The binary protocol, `stats`, `shutdown`, `me`, and meta flags memcached 1.6.18 lacks
-//!   (`E`, `x`, ...) are not generated (see `docs/compat.md`).
+//! Invariant: the stream holds no command whose outcome depends on timing or memory layout, so
+//! two correct servers must agree byte for byte (after [`crate::normalize`]). Each corner it
+//! avoids, and why (expiry, sizes near the limit, malformed headers, 2^63, the bits
+//! arithmetic resets, `k` on binary keys, delayed `flush_all`, ...), is listed in
+//! `docs/compat.md` ("Not generated"); keep that list and this code in step.
 //!
 //! Touched only by the runner thread.
 

@@ -1,22 +1,16 @@
-//! memdiff: a differential tester for memcached-protocol servers.
-//!
-//! It sends one seeded, random command stream — text and meta commands, valid and malformed —
-//! to a reference server (A, memcached) and a server under test (B), over the same number of
-//! connections interleaved the same way, and compares every reply byte for byte after
-//! normalizing a short, documented list of intended differences (`docs/compat.md`). The first
-//! disagreement stops the run and is reported with the seed that reproduces it.
+//! memdiff: a differential tester for memcached-protocol servers. One seeded, random stream
+//! of text and meta commands, valid and malformed, goes to a reference server (A, memcached)
+//! and a server under test (B) over the same connections interleaved the same way; every reply
+//! is compared byte for byte after normalizing a short, documented list of intended
+//! differences (`docs/compat.md`). The first disagreement stops the run, reported with its seed.
 //!
 //! # Layout
-//! - [`rng`]: the seeded generator of randomness (stable across dependency upgrades).
-//! - [`generator`]: stream state, key/value pools, tokens and the command mix; the commands
-//!   themselves are in `text_commands` and `meta_commands`.
-//! - [`request`]: a command's wire bytes with per-server CAS placeholders.
-//! - [`reply`]: reading a request's replies up to the `mn` sentinel.
-//! - [`casmap`]: CAS values mapped to first-seen version numbers, per server.
-//! - [`normalize`]: the intended differences, taken out before comparing.
-//! - [`runner`]: the run loop, connections, [`Summary`] and [`Divergence`].
-//! - [`report`]: escaping raw bytes for reports.
-//! - [`error`]: the harness's own errors.
+//! - [`rng`] (seeded, stable across upgrades) → [`generator`] (state, pools, mix; commands in
+//!   `text_commands`, `meta_commands`) → [`request`] (wire bytes, CAS placeholders).
+//! - [`reply`] (replies up to the `mn` sentinel), [`casmap`] (CAS → first-seen version),
+//!   [`normalize`] (the intended differences), [`report`] (escaping raw bytes).
+//! - [`runner`]: the run loop, connections, [`Summary`], [`Divergence`]; [`error`].
+
 #![deny(unsafe_code)]
 
 pub mod casmap;

@@ -1,23 +1,7 @@
 //! The documented, intended differences between two correct servers, normalized away.
 //!
-//! Each rule here is listed in `docs/compat.md` with its reason; nothing else is forgiven.
-//!
-//! 1. `VERSION <anything>` → `VERSION <version>`.
-//! 2. CAS values (`VALUE` lines' fifth token, meta `c<value>` return flags) → the item-version
-//!    number from the server's [`CasMap`], so equal/different relations are still compared.
-//! 3. Meta `t<secs>` (TTL remaining) and `l<secs>` (seconds since last access) are compared
-//!    with a tolerance of [`CLOCK_SLACK`] seconds: the two servers' one-second clocks tick at
-//!    different instants. `t-1` (no expiry) is exact.
-//! 4. A data block of decimal digits followed by spaces compares as the digits alone (with its
-//!    length adjusted): memcached's `decr` may shorten a number in place and pad it with
-//!    spaces, which `doc/protocol.txt` calls an implementation detail clients must not rely
-//!    on. The generator keeps such keys away from `append`/`prepend` and size flags, where the
-//!    padding would leak into other bytes.
-//! 5. A key returned by a meta `k` flag compares decoded: `k<base64> b` equals `k<raw>`.
-//!    memcached 1.6.18 base64-encodes the returned key (and adds `b`) when the *item* was
-//!    stored through a base64 key, whatever the request said, and forgets that when
-//!    `incr`/`decr` copies the item; a server that follows the request's `b` flag returns the
-//!    same key.
+//! Invariant: each rule here is listed in `docs/compat.md` ("Normalized") with its reason, and
+//! nothing else is forgiven. The rules themselves: [`normalize`].
 //!
 //! Touched only by the runner thread.
 
@@ -191,6 +175,23 @@ impl Normalizer<'_> {
 
 /// Normalizes a reply. `request_key` is the key of the request's only command, if it has
 /// exactly one keyed command; it attributes meta CAS values that carry no `k` flag.
+///
+/// 1. `VERSION <anything>` → `VERSION <version>`.
+/// 2. CAS values (`VALUE` lines' fifth token, meta `c<value>` return flags) → the item-version
+///    number from the server's [`CasMap`], so equal/different relations are still compared.
+/// 3. Meta `t<secs>` (TTL remaining) and `l<secs>` (seconds since last access) are compared
+///    with a tolerance of [`CLOCK_SLACK`] seconds: the two servers' one-second clocks tick at
+///    different instants. `t-1` (no expiry) is exact.
+/// 4. A data block of decimal digits followed by spaces compares as the digits alone (with its
+///    length adjusted): memcached's `decr` may shorten a number in place and pad it with
+///    spaces, which `doc/protocol.txt` calls an implementation detail clients must not rely
+///    on. The generator keeps such keys away from `append`/`prepend` and size flags, where the
+///    padding would leak into other bytes.
+/// 5. A key returned by a meta `k` flag compares decoded: `k<base64> b` equals `k<raw>`.
+///    memcached 1.6.18 base64-encodes the returned key (and adds `b`) when the *item* was
+///    stored through a base64 key, whatever the request said, and forgets that when
+///    `incr`/`decr` copies the item; a server that follows the request's `b` flag returns the
+///    same key.
 pub fn normalize(reply: &Reply, map: &mut CasMap, request_key: Option<&[u8]>) -> Normalized {
     let mut n = Normalizer {
         map,

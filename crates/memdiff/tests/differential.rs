@@ -1,19 +1,13 @@
 //! Differential test: memcached 1.6 (reference) against flashtier, same random stream.
 //!
-//! Starts a real `memcached` and `flashtier kv` on free loopback ports, with matching memory
-//! and item size limits, and runs [`memdiff::run`] for a few seeds. The run is bounded in
-//! time (see `TIME_BUDGET`), so the test takes under a minute whatever the machine.
+//! Starts a real `memcached` and `flashtier kv` on free loopback ports with matching memory
+//! and item size limits and runs [`memdiff::run`] for a few seeds, bounded by `TIME_BUDGET`
+//! (under a minute on any machine). Skipped loudly without `memcached` on the PATH.
 //!
-//! Environment:
-//! - `FLASHTIER_ADDR=HOST:PORT`: test an already running server instead of starting one
-//!   (e.g. a second memcached, to check the harness itself).
-//! - `FLASHTIER_BIN`: the flashtier binary; default `target/release/flashtier` under the
-//!   workspace root. A missing binary fails the test: build it first.
-//! - `MEMDIFF_OPS` (default 30000 per seed), `MEMDIFF_SEEDS` (default `1,2,3`),
-//!   `MEMDIFF_SKIP` (comma-separated command kinds to leave out, for triage; default none).
-//!
-//! Without `memcached` on the PATH the test is skipped with a loud message (the project's
-//! test script installs it).
+//! Environment: `FLASHTIER_ADDR=HOST:PORT` tests a running server instead (e.g. a second
+//! memcached, to check the harness); `FLASHTIER_BIN` the binary (default
+//! `target/release/flashtier`; missing fails the test: build it first); `MEMDIFF_OPS` (30000
+//! per seed), `MEMDIFF_SEEDS` (`1,2,3`), `MEMDIFF_SKIP` (command kinds to leave out).
 
 use memdiff::{run, GenConfig, Outcome, RunConfig};
 use std::net::{TcpListener, TcpStream};

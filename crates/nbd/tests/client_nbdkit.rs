@@ -8,19 +8,11 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{peers_present, random_bytes, Nbdkit, TestDir};
+use common::{peers_present, random_bytes, runtime, Nbdkit, TestDir};
 use flashtier_backend::{BackendError, BlockBackend, Errno, ZeroFlags};
 use flashtier_nbd::{proto, NbdClientBackend};
 
 const SIZE: usize = 64 << 20;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
 
 /// Random operations checked against an in-memory model of the device.
 async fn model_check(b: &NbdClientBackend, seed: u64) {

@@ -7,22 +7,14 @@ mod common;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use common::{Raw, TestDir, TestServer};
+use common::{runtime, Raw, TestDir, TestServer};
 use flashtier_backend::{BackendFuture, BlockBackend, MemoryBackend, ZeroFlags};
 use flashtier_nbd::{proto, Export, ListenAddr, NbdClientBackend, Server, ServerConfig};
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
 
 #[test]
 fn stale_unix_socket_is_replaced_but_live_socket_and_files_are_not() {
     let dir = TestDir::new("listen");
-    let rt = rt();
+    let rt = runtime();
     let path = dir.path("stale.sock");
     drop(std::os::unix::net::UnixListener::bind(&path).expect("bind"));
     assert!(
@@ -53,7 +45,7 @@ fn stale_unix_socket_is_replaced_but_live_socket_and_files_are_not() {
 
 #[test]
 fn tcp_listener_serves_our_client() {
-    let rt = rt();
+    let rt = runtime();
     rt.block_on(async {
         let mem = Arc::new(MemoryBackend::new(1 << 20));
         let server = Server::new(vec![Export::new("t", mem.clone())], ServerConfig::default())

@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use common::{random_bytes, TestDir, TestServer};
+use common::{random_bytes, runtime, TestDir, TestServer};
 use flashtier_backend::{BlockBackend, MemoryBackend, ZeroFlags};
 use flashtier_nbd::NbdClientBackend;
 
@@ -18,11 +18,7 @@ fn pooled_client_round_trips_through_our_server() {
     let mem = Arc::new(MemoryBackend::new(SIZE));
     let server = TestServer::single(&dir, mem.clone());
     let uri = server.uri("disk");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     let expected = rt.block_on(async {
         let b = Arc::new(
             NbdClientBackend::connect_str(&uri, 4)

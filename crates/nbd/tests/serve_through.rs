@@ -7,7 +7,9 @@ mod common;
 use std::process::Command;
 use std::sync::Arc;
 
-use common::{fio_with_nbd, peers_present, random_bytes, run, Nbdkit, TestDir, TestServer};
+use common::{
+    fio_with_nbd, peers_present, random_bytes, run, runtime, Nbdkit, TestDir, TestServer,
+};
 use flashtier_nbd::NbdClientBackend;
 
 const SIZE: usize = 64 << 20;
@@ -15,11 +17,7 @@ const SIZE: usize = 64 << 20;
 /// Our server in front of an `NbdClientBackend` connected to the nbdkit at `kit_uri`; the
 /// runtime drives the backend and must outlive the server.
 fn serve_over(dir: &TestDir, kit_uri: &str) -> (tokio::runtime::Runtime, TestServer) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     let backend = rt
         .block_on(NbdClientBackend::connect_str(kit_uri, 2))
         .expect("connect to nbdkit");

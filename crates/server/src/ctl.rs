@@ -155,17 +155,17 @@ pub fn main(args: CtlArgs) -> anyhow::Result<()> {
             print!("{out}");
             if *wait && field(&out, "mode_switch").as_deref() == Some("running") {
                 let id = field(&out, "mode_switch_id").unwrap_or_default();
-                let st = progress(a, "mode_switch", "mode_switch_total", |st| {
-                    let total: u64 = num(st, "mode_switch_total");
-                    total.saturating_sub(num(st, "mode_switch_dirty_left"))
+                let status = progress(a, "mode_switch", "mode_switch_total", |status| {
+                    let total: u64 = num(status, "mode_switch_total");
+                    total.saturating_sub(num(status, "mode_switch_dirty_left"))
                 })?;
-                if field(&st, "mode_switch_id").unwrap_or_default() != id {
+                if field(&status, "mode_switch_id").unwrap_or_default() != id {
                     bail!("another mode switch started meanwhile");
                 }
                 println!(
                     "mode switch done: {} blocks written back in {} s (flush id {id})",
-                    num(&st, "mode_switch_total"),
-                    field(&st, "mode_switch_seconds").unwrap_or_default()
+                    num(&status, "mode_switch_total"),
+                    field(&status, "mode_switch_seconds").unwrap_or_default()
                 );
             }
         }
@@ -174,19 +174,21 @@ pub fn main(args: CtlArgs) -> anyhow::Result<()> {
         CtlOp::Flush { wait: true } => {
             let started = post(a, "/flush")?;
             let id = field(&started, "flush_id").unwrap_or_default();
-            let st = progress(a, "flush", "flush_total", |st| num(st, "flush_done"))?;
+            let status = progress(a, "flush", "flush_total", |status| {
+                num(status, "flush_done")
+            })?;
             println!(
                 "flush done: {} blocks in {} s (flush id {id})",
-                num(&st, "flush_total"),
-                field(&st, "flush_seconds").unwrap_or_default()
+                num(&status, "flush_total"),
+                field(&status, "flush_seconds").unwrap_or_default()
             );
         }
     }
     Ok(())
 }
 
-fn num(st: &str, key: &str) -> u64 {
-    field(st, key).and_then(|v| v.parse().ok()).unwrap_or(0)
+fn num(status: &str, key: &str) -> u64 {
+    field(status, key).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 /// Poll `/status` drawing a progress bar until `state_key` is `done`; returns the last
@@ -199,10 +201,10 @@ fn progress(
 ) -> anyhow::Result<String> {
     let mut err = std::io::stderr();
     loop {
-        let st = get(a, "/status")?;
-        let state = field(&st, state_key).unwrap_or_default();
-        let total = num(&st, total_key);
-        let done = done_of(&st).min(total);
+        let status = get(a, "/status")?;
+        let state = field(&status, state_key).unwrap_or_default();
+        let total = num(&status, total_key);
+        let done = done_of(&status).min(total);
         let frac = if total == 0 || state == "done" {
             1.0
         } else {
@@ -220,7 +222,7 @@ fn progress(
         match state.as_str() {
             "done" => {
                 let _ = writeln!(err);
-                return Ok(st);
+                return Ok(status);
             }
             "cancelled" => {
                 let _ = writeln!(err);
@@ -228,7 +230,7 @@ fn progress(
             }
             _ => {}
         }
-        if let Some(e) = field(&st, "last_error").filter(|e| e != "none") {
+        if let Some(e) = field(&status, "last_error").filter(|e| e != "none") {
             let _ = write!(err, " (last error: {e})");
         }
         std::thread::sleep(Duration::from_millis(200));

@@ -1,26 +1,16 @@
-//! The `flashtier` binary: one executable, one subcommand per face.
+//! The `flashtier` binary: one executable, one subcommand per face (started as `memcached`,
+//! `argv[0]`, it is `flashtier kv` with memcached's command line).
 //!
 //! # Layout
-//! - [`cli`]: command-line flags (clap derive), native and memcached-compatible; started as
-//!   `memcached` (argv[0]) the binary is `flashtier kv` with memcached's command line.
-//! - [`daemon`]: daemonizing, the pid file, dropping root (memcached -d, -P, -u).
-//! - [`kv`]: `flashtier kv`, the memcached-compatible key-value server; [`kv_admin`] its
-//!   HTTP admin endpoint (metrics, stats, runtime knobs); [`kv_check`] what a start and
-//!   `--check-config` check before anything is created.
-//! - [`signals`]: SIGTERM/SIGINT handling shared by `kv` and `block`.
-//! - [`block`]: `flashtier block`, the NBD block cache; [`admin`] its HTTP admin endpoint;
-//!   [`ctl`]: `flashtier ctl`, the admin client; [`ctl_table`] its tables for people.
-//! - [`http`]: the HTTP plumbing both admin endpoints share.
-//! - [`rundir`]: the block face's run dir (lock, stats file, `ctl list`); [`rates`]: its
-//!   per-window counter rates.
-//! - [`assets`]: man pages and shell completions generated from the CLI (packaging).
-//! - [`logging`]: the process logger behind the `log` facade the libraries use.
-//! - [`metrics`]: the Prometheus naming layer both `/metrics` share; [`procstat`] the
-//!   process metrics it reads from /proc.
-//! - [`startup`]: what `kv` and `block` share at start-up: no litter from a failed start,
-//!   one-line refusals to format foreign data.
-//!
-//! The global allocator is mimalloc (measured against glibc malloc: ARCHITECTURE.md).
+//! - [`cli`] (every flag, clap derive), [`kv`] (the memcached-compatible server, its admin
+//!   endpoint and start checks), [`block`] (the NBD block cache and its admin endpoint),
+//!   [`ctl`] + [`ctl_table`] (the admin client and its tables).
+//! - Shared by both faces: [`signals`], [`daemon`] (-d, -P, -u), [`startup`] (no litter from
+//!   a failed start, refusals of foreign data), [`http`] (admin plumbing), [`metrics`] +
+//!   [`procstat`] (the Prometheus naming layer), [`logging`].
+//! - Block only: [`rundir`] (lock, stats file, `ctl list`), [`rates`]; packaging: [`assets`].
+//! - The global allocator is mimalloc (measured against glibc malloc: ARCHITECTURE.md).
+
 #![deny(unsafe_code)]
 
 mod assets;

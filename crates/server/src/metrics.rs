@@ -1,17 +1,13 @@
 //! Prometheus text exposition (format 0.0.4) for both faces' `/metrics`: the naming layer
 //! between the protocol's `stats` names (memcached-compatible, unchanged) and metrics that
-//! `promtool check metrics` accepts.
-//!
-//! Naming rule ([`metric_name`]), applied to every stat so that a stat another crate adds
-//! later is exported without a list to update: characters outside `[a-zA-Z0-9_]` become
-//! `_`; unit suffixes become base units (`_us`/`_ms`/`_s` → `_seconds`, `_kb` → `_bytes`,
-//! `_percent`/`_pct` → `_ratio` 0–1, memcached's `uptime`, `time`, `rusage_*` get
-//! `_seconds`); a counter ends in `_total`, a gauge never does (`flash_segments_total`, a
-//! gauge, becomes `flash_segments`). Every family gets `# HELP` (from the library's doc text
-//! or docs/stats.md; a generic sentence naming the stat otherwise) and `# TYPE` exactly once.
+//! `promtool check metrics` accepts. Invariant: one rule for every stat ([`metric_name`], also
+//! in `docs/operations.md`), so a stat another crate adds later is exported without a list to
+//! update; every family gets `# HELP` (the library's doc text, docs/stats.md, or a generic
+//! sentence) and `# TYPE` exactly once.
 //!
 //! Also here: latency histograms ([`Exposition::histogram`]) and the process metrics every
 //! Prometheus client exports ([`Exposition::process`], from /proc).
+
 use std::collections::HashSet;
 use std::fmt::Write as _;
 
@@ -35,6 +31,11 @@ impl Kind {
 
 /// The exported name of `stat` (without prefix) and the factor turning its value into
 /// base units.
+///
+/// Characters outside `[a-zA-Z0-9_]` become `_`; unit suffixes become base units
+/// (`_us`/`_ms`/`_s` → `_seconds`, `_kb` → `_bytes`, `_percent`/`_pct` → `_ratio` 0–1,
+/// memcached's `uptime`, `time`, `rusage_*` get `_seconds`); a counter ends in `_total`, a
+/// gauge never does (`flash_segments_total`, a gauge, becomes `flash_segments`).
 pub fn metric_name(stat: &str, kind: Kind) -> (String, f64) {
     let mut name: String = stat
         .chars()

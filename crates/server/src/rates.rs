@@ -51,7 +51,7 @@ impl Rates {
                 let start = now.checked_sub(Duration::from_secs(w));
                 let base = s
                     .iter()
-                    .find(|(t, _)| start.is_none_or(|st| *t >= st))
+                    .find(|(t, _)| start.is_none_or(|from| *t >= from))
                     .filter(|(t, _)| now > *t);
                 let Some((t, old)) = base else {
                     return Window {

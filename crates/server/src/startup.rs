@@ -1,22 +1,23 @@
 //! Start-up rules `kv` and `block` share: a start that fails leaves nothing behind, and a
 //! refusal to format says what was found and how to override it.
 //!
-//! [`Litter`] records, before a start touches the file system, which paths it may create
-//! (flash/cache files, their directories, the pid file, a unix socket) and the length of
-//! files it may grow; if the start fails (the guard is dropped without [`Litter::keep`]) it
-//! removes what it created and shrinks what it grew. The flash engine already does this for
-//! its own failures; the guard covers the steps after it (knobs, privileges, ...) and the
-//! directories the server creates. Declare the guard before the store it protects, so the
-//! store is closed first.
-//!
-//! Not undone: a file that existed and was blank (all zeros where the probe looks) and was
-//! formatted by a start that then failed keeps its new superblock; every later step that can
-//! fail is ordered before the format where possible (sockets, directories, pid file).
+//! [`Litter`] records, before a start touches the file system, what it may create or grow and
+//! undoes it if the start fails (dropped without [`Litter::keep`]). Declare the guard before
+//! the store it protects, so the store is closed first. Not undone: a blank file formatted by
+//! a start that then failed keeps its superblock; steps that can fail are ordered before the
+//! format where possible (sockets, directories, pid file).
+
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
 
 /// What a failing start must undo.
+///
+/// Records, before a start touches the file system, which paths it may create (flash/cache
+/// files, their directories, the pid file, a unix socket) and the length of files it may
+/// grow; dropped without [`Litter::keep`], it removes what was created and shrinks what grew.
+/// The flash engine already does this for its own failures; the guard covers the steps after
+/// it (knobs, privileges, ...) and the directories the server creates.
 #[derive(Debug, Default)]
 pub struct Litter {
     /// Files that did not exist (None) or their length before the start (Some).

@@ -10,34 +10,15 @@ mod common;
 
 use std::process::Command;
 
-use common::promtool_clean;
+use common::{http, promtool_clean};
 use std::time::{Duration, Instant};
 
-use block_common::{scratch, BlockServer};
+use block_common::{field, scratch, BlockServer};
 use bytes::Bytes;
 use flashtier_backend::BlockBackend;
 
 const FT: &str = env!("CARGO_BIN_EXE_flashtier");
 const DEFAULT_ADMIN: &str = "127.0.0.1:10810";
-
-fn http(addr: &str, method: &str, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).expect("connect admin");
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .expect("send");
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).expect("read");
-    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (code, body.to_string())
-}
 
 fn ctl(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(FT)
@@ -50,11 +31,6 @@ fn ctl(args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
 }
 
 /// The default admin port is shared by the machine: wait (bounded) until no other
@@ -95,7 +71,11 @@ async fn default_admin_ctl_post_only_metrics_and_stats_file() {
     // ctl with no --admin finds it; --admin after the subcommand and a host name work too.
     let (ok, status, err) = ctl(&["status"]);
     assert!(ok, "{err}");
-    assert_eq!(field(&status, "mode"), Some("writeback"), "{status}");
+    assert_eq!(
+        field(&status, "mode").as_deref(),
+        Some("writeback"),
+        "{status}"
+    );
     let (ok, _, err) = ctl(&["status", "--admin", "localhost:10810"]);
     assert!(ok, "{err}");
     let (ok, _, err) = ctl(&["--admin", "http://localhost:10810/", "get", "mode"]);
@@ -131,7 +111,7 @@ async fn default_admin_ctl_post_only_metrics_and_stats_file() {
     );
     let (ok, status, _) = ctl(&["status"]);
     assert!(ok);
-    assert_eq!(field(&status, "mode"), Some("writeback"));
+    assert_eq!(field(&status, "mode").as_deref(), Some("writeback"));
 
     // Metrics: promtool finds nothing; histograms per NBD op and flash op; admission rules.
     let (code, metrics) = http(DEFAULT_ADMIN, "GET", "/metrics");
@@ -174,12 +154,16 @@ async fn default_admin_ctl_post_only_metrics_and_stats_file() {
     assert!(table.contains("/s"), "{table}");
     let (ok, stats, _) = ctl(&["stats"]);
     assert!(ok);
-    assert_eq!(field(&stats, "writes"), Some("24"), "{stats}");
+    assert_eq!(field(&stats, "writes").as_deref(), Some("24"), "{stats}");
     let (ok, _, err) = ctl(&["reset-stats"]);
     assert!(ok, "{err}");
     let (_, stats, _) = ctl(&["stats"]);
-    assert_eq!(field(&stats, "writes"), Some("0"), "{stats}");
-    assert_ne!(field(&stats, "stats_reset_at"), Some("0"), "{stats}");
+    assert_eq!(field(&stats, "writes").as_deref(), Some("0"), "{stats}");
+    assert_ne!(
+        field(&stats, "stats_reset_at").as_deref(),
+        Some("0"),
+        "{stats}"
+    );
     let (_, metrics, _) = ctl(&["metrics"]);
     assert!(metrics.contains("flashtier_block_writes_total 24\n"));
 
@@ -215,10 +199,10 @@ async fn default_admin_ctl_post_only_metrics_and_stats_file() {
     assert!(out.starts_with("detached"), "{out}");
     assert!(server.wait_exit().success());
     let file = std::fs::read_to_string(run.join("block.stats")).expect("stats file");
-    assert_eq!(field(&file, "state"), Some("stopped"), "{file}");
-    assert_eq!(field(&file, "dirty_blocks"), Some("0"), "{file}");
+    assert_eq!(field(&file, "state").as_deref(), Some("stopped"), "{file}");
+    assert_eq!(field(&file, "dirty_blocks").as_deref(), Some("0"), "{file}");
     assert_eq!(
-        field(&file, "pid"),
+        field(&file, "pid").as_deref(),
         Some(server.child.id().to_string().as_str())
     );
     assert!(field(&file, "updated_at").is_some_and(|t| t.ends_with('Z')));

@@ -67,8 +67,8 @@ async fn kill9_never_loses_flushed_writes() {
         let client = Arc::new(server.client().await);
         // Verify what survived the previous crash.
         verify(&client, &log).await;
-        let st = server.ctl(&["stats"]);
-        recovered_total += st
+        let stats = server.ctl(&["stats"]);
+        recovered_total += stats
             .lines()
             .find_map(|l| l.strip_prefix("recovered_dirty_blocks="))
             .and_then(|v| v.parse::<u64>().ok())

@@ -11,14 +11,16 @@
 //!
 //! Skipped, loudly, when nbdkit is not installed.
 mod block_common;
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use block_common::{have, scratch, BlockServer, Rng};
+use block_common::{field, num, scratch, BlockServer, Rng};
 use bytes::Bytes;
+use common::have;
 use flashtier_backend::BlockBackend;
 
 const BS: usize = 4096;
@@ -80,16 +82,6 @@ impl Drop for FlakyBacking {
     }
 }
 
-fn field(text: &str, key: &str) -> Option<String> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}=")))
-        .map(str::to_string)
-}
-
-fn num(text: &str, key: &str) -> u64 {
-    field(text, key).and_then(|v| v.parse().ok()).unwrap_or(0)
-}
-
 /// A backing image of `size` random bytes (so a block never written back shows).
 fn image(dir: &Path, size: usize, seed: u64) -> (PathBuf, Vec<u8>) {
     let img = dir.join("backing.img");
@@ -143,26 +135,30 @@ async fn flush_completes_at_five_percent_backing_write_errors() {
     assert!(field(&started, "flush_id").is_some(), "{started}");
     let mut saw_errors_while_running = false;
     let status = loop {
-        let st = server.ctl(&["status"]);
-        match field(&st, "flush").as_deref() {
-            Some("done") => break st,
+        let status = server.ctl(&["status"]);
+        match field(&status, "flush").as_deref() {
+            Some("done") => break status,
             Some("running") => {
-                let left = num(&st, "flush_left");
+                let left = num(&status, "flush_left");
                 assert_eq!(
                     left,
-                    num(&st, "flush_total") - num(&st, "flush_done"),
-                    "{st}"
+                    num(&status, "flush_total") - num(&status, "flush_done"),
+                    "{status}"
                 );
-                if num(&st, "flush_errors") > 0 {
+                if num(&status, "flush_errors") > 0 {
                     saw_errors_while_running = true;
-                    assert_ne!(field(&st, "last_error").as_deref(), Some("none"), "{st}");
+                    assert_ne!(
+                        field(&status, "last_error").as_deref(),
+                        Some("none"),
+                        "{status}"
+                    );
                 }
             }
-            other => panic!("flush state {other:?}: {st}"),
+            other => panic!("flush state {other:?}: {status}"),
         }
         assert!(
             t0.elapsed() < Duration::from_secs(30),
-            "flush not done in 30 s at 5 % backing write errors:\n{st}"
+            "flush not done in 30 s at 5 % backing write errors:\n{status}"
         );
         // Reads stay right while blocks wait for their retry.
         for _ in 0..8 {

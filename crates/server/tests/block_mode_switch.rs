@@ -2,32 +2,19 @@
 //! (flush id, dirty blocks left), `--wait` returns once no block is dirty, `status` shows
 //! the switch, and afterwards the backing file holds every acknowledged write.
 mod block_common;
+mod common;
 
-use block_common::{scratch, BlockServer, Rng};
+use block_common::{field, scratch, BlockServer, Rng};
 use bytes::Bytes;
+use common::http;
 use flashtier_backend::BlockBackend;
 
 const SIZE: usize = 8 << 20;
 
-fn field(text: &str, key: &str) -> Option<String> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix('=').map(str::to_string))
-}
-
 fn http_post(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).expect("connect admin");
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .expect("send");
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).expect("read");
-    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
-    resp.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default()
+    let (code, body) = http(addr, "POST", path);
+    assert_eq!(code, 200, "{body}");
+    body
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

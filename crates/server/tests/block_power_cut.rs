@@ -1,16 +1,15 @@
-//! Power-cut test in Open CAS's style: random 4 KiB writers through a real NBD client
-//! (libnbd's Python binding, `tests/power_cut/writer.py`, four writers, one request in
-//! flight each), the flashtier process killed with SIGKILL at a random moment, restarted
-//! without a flush, then every block read back and checked against the writers' logs:
-//! - FUA writers: every block holds its last acknowledged write, or the one write to it
-//!   that was in flight at the kill (sent, not acknowledged);
-//! - plain writers with a FLUSH every 8 writes: every block holds the last write
-//!   acknowledged before its writer's last acknowledged FLUSH, or a later one it sent;
-//! - always: a block holds a whole version that was really written (no tear, no mix).
+//! Power-cut test in Open CAS's style: four random 4 KiB writers through libnbd
+//! (`tests/power_cut/writer.py`, one request in flight each), SIGKILL at a random moment,
+//! restart without a flush, every block read back against the writers' logs:
+//! - FUA writers: the last acknowledged write, or the one write in flight at the kill;
+//! - plain writers (FLUSH every 8 writes): the last write acknowledged before the writer's
+//!   last acknowledged FLUSH, or a later one it sent;
+//! - always a whole version that was really written (no tear, no mix).
 //!
-//! Trials alternate the two modes; `FLASHTIER_POWER_CUT_TRIALS` (default 4) sets how many.
-//! The cache is smaller than the device and writeback runs meanwhile, so kills land during
-//! reclaim and writeback too. Skipped (with a message) when python3-libnbd is missing.
+//! Trials alternate the two modes (`FLASHTIER_POWER_CUT_TRIALS`, default 4). The cache is
+//! smaller than the device and writeback runs, so kills land during reclaim and writeback
+//! too. Skipped (with a message) when python3-libnbd is missing.
+
 mod block_common;
 
 use std::collections::HashMap;

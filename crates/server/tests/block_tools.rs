@@ -2,10 +2,12 @@
 //! tool is not installed): nbdcopy a 64 MiB random image in and out + compare,
 //! `qemu-img compare`, fio random read/write with `verify=crc32c`, then `ctl detach`.
 mod block_common;
+mod common;
 
 use std::process::Command;
 
-use block_common::{have, scratch, BlockServer, Rng};
+use block_common::{scratch, BlockServer, Rng};
+use common::have;
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().expect("spawn tool");

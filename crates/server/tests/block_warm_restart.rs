@@ -31,8 +31,8 @@ fn sigterm(server: &mut BlockServer) {
     assert!(ok.success());
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
-        if let Some(st) = server.child.try_wait().expect("wait") {
-            assert!(st.success(), "exit status {st:?}");
+        if let Some(exit) = server.child.try_wait().expect("wait") {
+            assert!(exit.success(), "exit status {exit:?}");
             return;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -70,13 +70,13 @@ async fn warm_after_sigterm_cold_after_kill9() {
 
     // Run 2: warm; the first reads are hits and correct.
     let mut server = BlockServer::start(&dir, &backing, &cache, &flags);
-    let st = stats(&server);
-    assert_eq!(st["recovered_clean_blocks"], cached, "{st:?}");
+    let counters = stats(&server);
+    assert_eq!(counters["recovered_clean_blocks"], cached, "{counters:?}");
     let client = server.client().await;
     let got = client.read(0, SIZE as u32).await.expect("read");
     assert!(got[..] == model[..], "warm restart served wrong data");
-    let st = stats(&server);
-    assert!(st["read_hits"] >= cached, "{st:?}");
+    let counters = stats(&server);
+    assert!(counters["read_hits"] >= cached, "{counters:?}");
 
     // Write around the cache to cached blocks (one whole, one partial), then kill -9.
     assert!(server
@@ -93,8 +93,8 @@ async fn warm_after_sigterm_cold_after_kill9() {
 
     // Run 3: cold for clean blocks; every byte is the backing's, the new data included.
     let mut server = BlockServer::start(&dir, &backing, &cache, &flags);
-    let st = stats(&server);
-    assert_eq!(st["recovered_clean_blocks"], 0, "{st:?}");
+    let counters = stats(&server);
+    assert_eq!(counters["recovered_clean_blocks"], 0, "{counters:?}");
     assert!(read_all(&server).await == model, "stale data after kill -9");
     // And a clean stop after that is warm again, still correct.
     sigterm(&mut server);

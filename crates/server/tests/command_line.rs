@@ -42,8 +42,7 @@ fn check_config() {
     assert!(err.contains("/proc/version is not a directory"), "{err}");
     // --check-config validates what a start validates, creating nothing, and prints the
     // effective configuration as a config file.
-    let dir = std::env::temp_dir().join(format!("ft-checkcfg-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir("checkcfg");
     let run = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_flashtier"))
             .args(args)

@@ -4,14 +4,13 @@
 //! serves the text and meta protocols on a unix socket whose mode is `-a`.
 mod common;
 
-use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::scratch_dir;
+use common::{roundtrip, scratch_dir};
 
 fn uid_of(name: &str) -> u32 {
     let out = Command::new("id").args(["-u", name]).output().expect("id");
@@ -44,18 +43,6 @@ impl Drop for Reap {
                 .status();
         }
     }
-}
-
-fn roundtrip(s: &mut UnixStream, req: &[u8], end: &[u8]) -> String {
-    s.write_all(req).expect("write");
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !out.ends_with(end) {
-        let n = s.read(&mut buf).expect("read");
-        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&out));
-        out.extend_from_slice(&buf[..n]);
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[test]
@@ -127,12 +114,7 @@ fn daemon_pidfile_user_and_unix_socket() {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let ext = roundtrip(&mut s, b"stats extstore\r\n", b"END\r\n");
-        let num = |k: &str| -> u64 {
-            ext.lines()
-                .find_map(|l| l.strip_prefix(&format!("STAT {k} ")))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or_else(|| panic!("{k}: {ext}"))
-        };
+        let num = |k: &str| common::stat(&ext, k);
         assert_eq!(num("flash_write_errors"), 0, "{ext}");
         if num("flash_device_bytes_written") > 0 {
             break;

@@ -77,7 +77,7 @@ fn every_dashboard_metric_is_exported() {
     let dir = scratch_dir("dashboard-kv");
     let spec = format!("{}:64MiB", dir.join("flash.bin").display());
     let (kv, log) = Server::start_in(&["--admin", "127.0.0.1:0", "--flash", &spec], None);
-    let admin = log
+    let admin: std::net::SocketAddr = log
         .iter()
         .find_map(|l| {
             l.split_once(" kv: admin endpoint on http://")

@@ -1,22 +1,16 @@
-//! `flashtier kv` on a flash device that fails: an nbdkit memory disk behind nbdkit's error
-//! filter, exposed as a file by nbdfuse (O_DIRECT works on it), switched on and off with the
-//! filter's error file.
-//!
-//! - Outage: every write fails for a while (reads fail 10 %). Every SET is stored (RAM only
-//!   while the device is out), GETs answer the right value, a miss or `SERVER_ERROR` (never
-//!   other bytes), the device goes failing then offline and comes back once writes work, each
-//!   transition logged once and counted; new SETs reach flash again; after a restart nothing
-//!   wrong is served either.
+//! `flashtier kv` on a flash device that fails: an nbdkit memory disk behind the error filter,
+//! exposed as a file by nbdfuse (O_DIRECT works), switched by the filter's error file.
+//! Invariant checked everywhere: every SET is stored and nothing wrong is ever served (a GET
+//! answers the right value, a miss or `SERVER_ERROR`), also after a restart.
+//! - Outage (writes fail, reads 10 %): failing → offline → back, each logged once, counted.
 //! - JBOD: the same outage on one of two devices; the other keeps taking writes.
-//! - Random errors: 10 % of every request fails (the scenario); SETs all succeed,
-//!   nothing wrong is served, flash keeps serving more than RAM could hold, and once the
-//!   errors stop the device is healthy.
-//! - Damage at rest (a plain flash file): a segment overwritten with garbage, then garbage
-//!   over the first 64 KiB: each restart counts and logs what was lost (the second: the
-//!   cache starts empty), and serves nothing wrong.
+//! - Random errors on 10 % of requests: flash keeps serving more than RAM holds; healthy after.
+//! - Damage at rest (plain file): a garbage segment, then garbage over the first 64 KiB; each
+//!   restart counts and logs the loss (the second starts empty).
 //!
-//! The erroring-device tests are skipped, loudly, when nbdkit, nbdfuse or /dev/fuse is not
-//! available.
+//! Measured timings: `docs/faults.md`. The erroring-device tests are skipped, loudly, without
+//! nbdkit, nbdfuse or /dev/fuse.
+
 mod common;
 
 use std::io::{Read, Write};
@@ -25,21 +19,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{read_until, scratch_dir, Server};
+use common::{have, read_until, scratch_dir, Server};
 
 /// An erroring disk as a file: `nbdfuse MNT --command nbdkit -s --filter=error memory ...`.
 struct FaultyDisk {
     mnt: PathBuf,
     errs: PathBuf,
     fuse: Child,
-}
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
 }
 
 /// Why these tests cannot run here, if they cannot.

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{read_until, Server};
+use common::{read_until, scratch_dir, Server};
 
 const ITEMS: usize = 6000;
 const VALUE: usize = 4000;
@@ -15,16 +15,6 @@ fn value_of(i: usize) -> Vec<u8> {
     (0..VALUE)
         .map(|j| b'a' + ((i * 7 + j) % 26) as u8)
         .collect()
-}
-
-fn flash_dir() -> std::path::PathBuf {
-    // Not tmpfs: the flash engine uses O_DIRECT.
-    let dir = std::env::var_os("FLASH_TEST_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from("/var/tmp"));
-    let dir = dir.join(format!("flashtier-kv-flash-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("create flash test dir");
-    dir
 }
 
 fn load(c: &mut TcpStream, range: std::ops::Range<usize>) {
@@ -62,7 +52,7 @@ fn count_served(c: &mut TcpStream) -> usize {
 
 #[test]
 fn load_beyond_ram_then_warm_restart_after_kill9() {
-    let dir = flash_dir();
+    let dir = scratch_dir("kv-flash");
     let spec = format!("{}:256MiB", dir.join("flash.bin").display());
     let args = ["--memory", "8MiB", "--flash", &spec];
 

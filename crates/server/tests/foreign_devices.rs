@@ -12,8 +12,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use block_common::{have, BlockServer};
-use common::{roundtrip, scratch_dir, Server};
+use block_common::BlockServer;
+use common::{have, roundtrip, scratch_dir, Server};
 
 /// Run flashtier to its exit (killed after 60 s: a start that should have been refused and
 /// serves instead fails the test rather than hanging it).

@@ -8,14 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{closed, roundtrip, Server};
-
-fn stat(out: &str, name: &str) -> u64 {
-    out.lines()
-        .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name}: {out}"))
-}
+use common::{closed, connect_to, roundtrip, stat, Server};
 
 #[test]
 fn disable_evictions_answers_out_of_memory() {
@@ -156,13 +149,9 @@ fn yields_idle_timeout_and_listen_lists() {
     let (pa, pb) = (port(), port());
     let list = format!("127.0.0.2:{pa},127.0.0.3:{pb}");
     let server = Server::start(&["-l", &list]);
-    let mut c2 = std::net::TcpStream::connect(("127.0.0.2", pa)).expect("second address");
-    c2.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
+    let mut c2 = connect_to(("127.0.0.2", pa));
     assert_eq!(roundtrip(&mut c2, b"mn\r\n", b"\r\n"), "MN\r\n");
-    let mut c3 = std::net::TcpStream::connect(("127.0.0.3", pb)).expect("third address");
-    c3.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
+    let mut c3 = connect_to(("127.0.0.3", pb));
     assert_eq!(roundtrip(&mut c3, b"mn\r\n", b"\r\n"), "MN\r\n");
     drop(server);
 }
@@ -198,9 +187,7 @@ fn very_verbose_logs_every_command_and_warnings_are_one_line() {
         .iter()
         .any(|w| w.contains("lru_crawler_sleep=50") && w.contains("no effect")));
     assert!(warnings.iter().any(|w| w.contains("-L")));
-    let mut c = std::net::TcpStream::connect(&addr).expect("connect");
-    c.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
+    let mut c = connect_to(&addr);
     assert_eq!(
         roundtrip(&mut c, b"set p/1 0 0 2\r\nhi\r\nget p/1\r\n", b"END\r\n"),
         "STORED\r\nVALUE p/1 0 2\r\nhi\r\nEND\r\n"

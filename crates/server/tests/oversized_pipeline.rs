@@ -1,23 +1,16 @@
-//! Soak test: pipelines that mix gets with oversized `set`/`ms` (a value above the item
-//! limit, which the server must answer with an error and swallow without buffering) never
-//! hang, never lose or misplace a reply, and never parse swallowed bytes as commands.
+//! Soak test: pipelines mixing gets with oversized `set`/`ms` (a value above the item limit,
+//! answered with an error and swallowed without buffering) never hang, never lose or misplace
+//! a reply, and never parse swallowed bytes as commands. Several connections send random
+//! pipelines ending in `mn`, cut into TCP writes at random boundaries (1 byte to 64 KiB, with
+//! pauses), read by slow or blind readers; oversized payloads are full of command-like lines,
+//! and a connection sometimes leaves mid-swallow. Every reply is checked byte for byte against
+//! a model; no progress for [`STALL`] fails loudly with the seed and the pipeline.
 //!
-//! Several connections at once, each sending random pipelines — gets (single and multi-key),
-//! small sets, oversized text storage commands (`noreply` too) and oversized `ms` with random
-//! flags, ending in `mn` — cut into TCP writes at random boundaries (from 1 byte to 64 KiB,
-//! sometimes pausing), while a reader reads the replies in small random pieces, sometimes
-//! pausing too (a slow reader), or only once everything is sent (a blind client). Oversized
-//! payloads are full of lines that look like commands, so a mis-swallow shows as an extra or
-//! wrong reply. Now and then a connection leaves in the middle of a swallow. Every reply is
-//! checked byte for byte against a model; a read or write that makes no progress for
-//! [`STALL`] fails the test loudly with the seed and the pipeline.
-//!
-//! Runs about two seconds by default. For a long soak by hand:
-//! `FLASHTIER_SOAK_SECS=300 cargo test -p flashtier-server --test oversized_pipeline`
-//! (`FLASHTIER_SOAK_SEED` replays a seed; `FLASHTIER_SOAK_CONNS` sets the connection count,
-//! `FLASHTIER_SOAK_LIMIT` the item limit in bytes, 64 KiB by default; `FLASHTIER_SOAK_FLASH`
-//! names a flash file, not on tmpfs, to serve with 4 MiB of RAM over 64 MiB of flash and 4096
-//! keys a connection).
+//! About two seconds by default; a long soak: `FLASHTIER_SOAK_SECS=300 cargo test -p
+//! flashtier-server --test oversized_pipeline` (`FLASHTIER_SOAK_SEED` replays, `_CONNS`
+//! connections, `_LIMIT` item limit (64 KiB), `_FLASH` a flash file not on tmpfs: 4 MiB RAM
+//! over 64 MiB flash, 4096 keys a connection).
+
 mod common;
 
 use std::collections::HashMap;

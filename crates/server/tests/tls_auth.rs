@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::{roundtrip, scratch_dir, Server};
+use common::{connect_to, roundtrip, scratch_dir, Server};
 
 fn sh(dir: &Path, cmd: &str) {
     let out = Command::new("sh")
@@ -115,9 +115,7 @@ fn tls_with_pymemcache_and_openssl() {
     assert!(ok, "{out}");
     assert!(out.contains("VALUE k 0 8\r\nover tls\r\nEND\r\n"), "{out}");
     // The notls listener speaks plain text to the same store.
-    let mut c = std::net::TcpStream::connect(("127.0.0.1", plain_port)).expect("connect");
-    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .expect("timeout");
+    let mut c = connect_to(("127.0.0.1", plain_port));
     assert_eq!(
         roundtrip(&mut c, b"get k\r\n", b"END\r\n"),
         "VALUE k 0 8\r\nover tls\r\nEND\r\n"

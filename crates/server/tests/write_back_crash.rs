@@ -9,7 +9,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{read_until, Server};
+use common::{read_until, scratch_dir, Server};
 
 const VALUE: usize = 3000;
 /// Items per group; 8 MiB of RAM holds about 2500, so some versions reach flash by eviction
@@ -66,18 +66,9 @@ fn served(c: &mut TcpStream, key: &str) -> Option<u32> {
     Some(flags)
 }
 
-fn flash_dir() -> std::path::PathBuf {
-    let dir = std::env::var_os("FLASH_TEST_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from("/var/tmp"));
-    let dir = dir.join(format!("flashtier-wb-crash-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("create flash test dir");
-    dir
-}
-
 #[test]
 fn kill9_within_and_beyond_the_write_back_window() {
-    let dir = flash_dir();
+    let dir = scratch_dir("wb-crash");
     let spec = format!("{}:256MiB", dir.join("flash.bin").display());
     let knob = format!("write_back_ms={WINDOW_MS}");
     let args = ["--memory", "8MiB", "--flash", &spec, "--knob", &knob];

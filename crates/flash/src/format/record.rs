@@ -1,24 +1,9 @@
-//! One record: header + key + value, padded to 16 bytes.
+//! One record: header + key + value, padded to 16 bytes (byte table beside [`RecordHeader`],
+//! mirrored in `docs/format.md`).
 //!
-//! ```text
-//! Record header (RECORD_HEADER_LEN = 40 bytes, little-endian)
-//! off  size  field
-//!   0     4  crc32c, seeded with the segment seed, over bytes 4..40 + key + value
-//!   4     1  kind (0 = padding: skip to the next 4 KiB page; 1 = put; 2 = tombstone; 3.. user)
-//!   5     1  reserved, 0
-//!   6     2  key_len (bytes)
-//!   8     4  value_len (bytes)
-//!  12     4  user flags (opaque to the engine)
-//!  16     4  exptime (absolute unix seconds, 0 = never)
-//!  20     4  stored time (unix seconds when appended)
-//!  24     8  version (user's CAS / write sequence)
-//!  32     8  key_id (user's key hash or LBA)
-//!  40     k  key
-//! 40+k    v  value
-//!  ...       zero padding to a multiple of 16 bytes
-//! ```
-//! A record never crosses a write-chunk end. A zero `kind` byte where a header is expected
-//! means the rest of the 4 KiB page is padding (a partial chunk flushed early).
+//! Invariants: a record never crosses a write-chunk end; a zero `kind` byte where a header is
+//! expected means the rest of the 4 KiB page is padding (a partial chunk flushed early).
+
 use bytes::Bytes;
 
 use super::Cursor;
@@ -39,6 +24,24 @@ pub mod kind {
 }
 
 /// The fixed fields of a record, as stored.
+///
+/// ```text
+/// Record header (RECORD_HEADER_LEN = 40 bytes, little-endian)
+/// off  size  field
+///   0     4  crc32c, seeded with the segment seed, over bytes 4..40 + key + value
+///   4     1  kind (0 = padding: skip to the next 4 KiB page; 1 = put; 2 = tombstone; 3.. user)
+///   5     1  reserved, 0
+///   6     2  key_len (bytes)
+///   8     4  value_len (bytes)
+///  12     4  user flags (opaque to the engine)
+///  16     4  exptime (absolute unix seconds, 0 = never)
+///  20     4  stored time (unix seconds when appended)
+///  24     8  version (user's CAS / write sequence)
+///  32     8  key_id (user's key hash or LBA)
+///  40     k  key
+/// 40+k    v  value
+///  ...       zero padding to a multiple of 16 bytes
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct RecordHeader {
     /// Record kind, never 0 for a real record (see [`kind`]).

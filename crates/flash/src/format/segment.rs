@@ -1,4 +1,4 @@
-//! Segment header, summary entries and footer.
+//! Segment header, summary entries and footer: what makes a segment self-describing.
 //!
 //! ```text
 //! Segment layout (segment_size bytes, a multiple of 4 KiB)
@@ -9,43 +9,8 @@
 //! the summary (one entry per record) and the footer are written as one IO into the tail
 //! pages, so the footer is always the last 64 bytes of the segment and recovery finds it at a
 //! fixed place. A segment with no valid footer (crash before seal) is scanned record by record.
-//!
-//! ```text
-//! Segment header (SEGMENT_HEADER_LEN = 64 bytes)
-//! off size field
-//!   0    8 magic "FTSEGHDR"
-//!   8    8 seq: sequence number, monotonic across the device set (never 0)
-//!  16   16 instance uuid (from the superblock)
-//!  32    4 global segment index
-//!  36    1 stream id
-//!  37    3 reserved, 0
-//!  40    4 created (unix seconds)
-//!  44   16 reserved, 0
-//!  60    4 crc32c of bytes 0..60 (unseeded)
-//!
-//! Summary entry (SUMMARY_ENTRY_LEN = 40 bytes)
-//! off size field
-//!   0    8 key_id
-//!   8    8 version
-//!  16    4 offset of the record from the segment start (bytes)
-//!  20    4 record length (bytes, unpadded)
-//!  24    4 exptime (unix seconds, 0 = never)
-//!  28    4 user flags
-//!  32    1 kind
-//!  33    7 reserved, 0
-//!
-//! Footer (FOOTER_LEN = 64 bytes, the last 64 bytes of the segment)
-//! off size field
-//!   0    8 magic "FTSEGEND"
-//!   8    8 seq (must equal the header's)
-//!  16    4 record count (= summary entries)
-//!  20    4 summary offset from the segment start (bytes, page aligned)
-//!  24    4 data end: offset just past the last record's page (bytes)
-//!  28    4 max exptime over records (0 if any record never expires)
-//!  32    4 crc32c of the summary entries, seeded with the segment seed
-//!  36   24 reserved, 0
-//!  60    4 crc32c of bytes 0..60, seeded with the segment seed
-//! ```
+//! Byte tables: beside each struct, mirrored in `docs/format.md`.
+
 use super::{Cursor, Put};
 use crate::location::PAGE;
 
@@ -60,6 +25,20 @@ const HEADER_MAGIC: &[u8; 8] = b"FTSEGHDR";
 const FOOTER_MAGIC: &[u8; 8] = b"FTSEGEND";
 
 /// The header at the start of every written segment.
+///
+/// ```text
+/// Segment header (SEGMENT_HEADER_LEN = 64 bytes)
+/// off size field
+///   0    8 magic "FTSEGHDR"
+///   8    8 seq: sequence number, monotonic across the device set (never 0)
+///  16   16 instance uuid (from the superblock)
+///  32    4 global segment index
+///  36    1 stream id
+///  37    3 reserved, 0
+///  40    4 created (unix seconds)
+///  44   16 reserved, 0
+///  60    4 crc32c of bytes 0..60 (unseeded)
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SegmentHeader {
     /// Sequence number (> 0), unique and increasing across the device set.
@@ -118,6 +97,19 @@ impl SegmentHeader {
 }
 
 /// One summary entry: what recovery and reclaim need about a record without reading it.
+///
+/// ```text
+/// Summary entry (SUMMARY_ENTRY_LEN = 40 bytes)
+/// off size field
+///   0    8 key_id
+///   8    8 version
+///  16    4 offset of the record from the segment start (bytes)
+///  20    4 record length (bytes, unpadded)
+///  24    4 exptime (unix seconds, 0 = never)
+///  28    4 user flags
+///  32    1 kind
+///  33    7 reserved, 0
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct SummaryEntry {
     /// User key id.
@@ -166,6 +158,20 @@ impl SummaryEntry {
 }
 
 /// The footer closing a sealed segment.
+///
+/// ```text
+/// Footer (FOOTER_LEN = 64 bytes, the last 64 bytes of the segment)
+/// off size field
+///   0    8 magic "FTSEGEND"
+///   8    8 seq (must equal the header's)
+///  16    4 record count (= summary entries)
+///  20    4 summary offset from the segment start (bytes, page aligned)
+///  24    4 data end: offset just past the last record's page (bytes)
+///  28    4 max exptime over records (0 if any record never expires)
+///  32    4 crc32c of the summary entries, seeded with the segment seed
+///  36   24 reserved, 0
+///  60    4 crc32c of bytes 0..60, seeded with the segment seed
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Footer {
     /// Must equal the header's seq.

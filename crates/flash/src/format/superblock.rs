@@ -1,28 +1,9 @@
-//! The device superblock: the first 4 KiB page of every device.
-//!
-//! ```text
-//! Superblock (SUPERBLOCK_LEN = 128 bytes at offset 0; the rest of the first page is zero)
-//! off size field
-//!   0    8 magic "FLTIERSB"
-//!   8    4 format version (FORMAT_VERSION = 1)
-//!  12    4 device index in the set (0-based)
-//!  16    4 device count in the set
-//!  20    4 segment size (bytes, multiple of 4096)
-//!  24    8 device size used by the format (bytes)
-//!  32    4 segments on this device
-//!  36    4 global index of this device's first segment
-//!  40   16 instance uuid (random at format time; shared by the set)
-//!  56    8 hash seed for the user (random at format time)
-//!  64    8 created (unix seconds)
-//!  72    1 tier of this device
-//!  73    1 role: which face formatted it (0 = unspecified, 1 = kv flash, 2 = block cache)
-//!  74   50 reserved, 0
-//! 124    4 crc32c of bytes 0..124
-//! ```
-//! Segment `i` of a device starts at byte `4096 + i * segment_size`.
-//!
-//! The role byte was reserved (zero) before it was used, so devices formatted by builds that
-//! did not write it read as role 0, which every face accepts.
+//! The device superblock: the first 4 KiB page of every device, naming the set, the face
+//! that formatted it and the hash seed. Segment `i` of a device starts at byte
+//! `4096 + i * segment_size`. Byte 73 (the role) was reserved before it was used, so older
+//! devices read as role 0, which every face accepts. Byte table beside [`Superblock`],
+//! mirrored in `docs/format.md`.
+
 use super::{Cursor, Put, FORMAT_VERSION};
 
 /// Encoded superblock length.
@@ -78,6 +59,26 @@ impl Role {
 }
 
 /// Decoded superblock.
+///
+/// ```text
+/// Superblock (SUPERBLOCK_LEN = 128 bytes at offset 0; the rest of the first page is zero)
+/// off size field
+///   0    8 magic "FLTIERSB"
+///   8    4 format version (FORMAT_VERSION = 1)
+///  12    4 device index in the set (0-based)
+///  16    4 device count in the set
+///  20    4 segment size (bytes, multiple of 4096)
+///  24    8 device size used by the format (bytes)
+///  32    4 segments on this device
+///  36    4 global index of this device's first segment
+///  40   16 instance uuid (random at format time; shared by the set)
+///  56    8 hash seed for the user (random at format time)
+///  64    8 created (unix seconds)
+///  72    1 tier of this device
+///  73    1 role: which face formatted it (0 = unspecified, 1 = kv flash, 2 = block cache)
+///  74   50 reserved, 0
+/// 124    4 crc32c of bytes 0..124
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Superblock {
     /// Format version found on the device.

@@ -214,14 +214,14 @@ fn lock_holder(m: &std::fs::Metadata) -> Option<u32> {
 /// Bytes an unprivileged writer may still allocate on `file`'s file system.
 fn free_bytes(file: &File) -> io::Result<u64> {
     // SAFETY: an all-zero `statvfs` is a valid value of this plain C struct.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `file` owns a valid open descriptor for the duration of the call and `st` is a
+    let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `file` owns a valid open descriptor for the duration of the call and `vfs` is a
     // properly aligned, writable `statvfs` the kernel fills in.
-    let rc = unsafe { libc::fstatvfs(file.as_raw_fd(), &mut st) };
+    let rc = unsafe { libc::fstatvfs(file.as_raw_fd(), &mut vfs) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+    Ok(vfs.f_bavail.saturating_mul(vfs.f_frsize))
 }
 
 fn allocate(file: &File, size: u64) -> io::Result<()> {

@@ -1,23 +1,16 @@
 //! Devices and the IO executors that drive them off the caller's threads.
 //!
-//! - [`Device`]: positional, blocking read/write/sync of aligned buffers on one device.
-//!   Implementations side by side: [`file::FileDevice`] (a file or block device, `O_DIRECT`,
-//!   `pread`/`pwrite`), [`memory::MemoryDevice`] (tests, crash images) and
-//!   [`faulty::FaultyDevice`] (EIO/ENOSPC/torn writes on demand, wrapping another device).
-//! - Executors run [`IoRequest`]s and call their completion callback: [`uring`] (one shared
-//!   ring; the submitting thread enters the kernel, batched by [`plug`]; completions reaped by
-//!   an event loop holding a [`uring::ReapHandle`], else by the ring's own thread) and
-//!   [`psync`] (a small thread pool calling the blocking [`Device`] methods).
-//!   Callers never block: `submit` only enqueues. The engine bounds what it enqueues (reads by
-//!   a queue limit, writes by a per-stream limit of chunks in flight) and the current depth is
-//!   the `io_queue_depth` stat.
+//! - [`Device`]: positional, blocking IO of aligned buffers on one device: [`file`](mod@file)
+//!   (`O_DIRECT`), [`memory`] (tests, crash images), [`faulty`] (errors and torn writes).
+//! - Executors run [`IoRequest`]s and call their completion: [`uring`] (one shared ring, the
+//!   submitting thread enters the kernel, batched by [`plug`]) and [`psync`] (a thread pool).
 //!
-//! Buffers are [`AlignedBuf`]s: 4 KiB aligned, a multiple of 4 KiB long when used for IO, as
-//! `O_DIRECT` requires. They are built without `unsafe` by over-allocating a `Vec` and using
-//! the aligned window inside it. Write chunks are recycled through a small pool (two per
-//! stream). Read buffers come from [`pool::ReadPool`] and are not zeroed: the read buffer
-//! becomes the returned record's `Bytes` (key and value are slices of it, no copy) and goes
-//! back to the pool when the last slice is dropped.
+//! Invariants: callers never block (`submit` only enqueues); the engine bounds what it
+//! enqueues (reads by a queue limit, writes by chunks in flight per stream; depth is the
+//! `io_queue_depth` stat). Buffers are [`AlignedBuf`]s (4 KiB aligned, as `O_DIRECT`
+//! requires); read buffers come unzeroed from [`pool::ReadPool`] and become the record's
+//! `Bytes`, going back to the pool when the last slice is dropped.
+
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
@@ -83,6 +76,13 @@ pub trait Device: Send + Sync + 'static {
 }
 
 /// A heap buffer whose window is 4 KiB aligned.
+///
+/// Every IO buffer is one: 4 KiB aligned, a multiple of 4 KiB long when used for IO, as
+/// `O_DIRECT` requires. They are built without `unsafe` by over-allocating a `Vec` and using
+/// the aligned window inside it. Write chunks are recycled through a small pool (two per
+/// stream). Read buffers come from [`pool::ReadPool`] and are not zeroed: the read buffer
+/// becomes the returned record's `Bytes` (key and value are slices of it, no copy) and goes
+/// back to the pool when the last slice is dropped.
 pub struct AlignedBuf {
     raw: Vec<u8>,
     start: usize,

@@ -1,17 +1,14 @@
-//! Batched submission: while the current thread is *plugged*, flash reads it submits are queued
-//! in the ring and handed to the kernel later, in one `io_uring_enter` for the lot (one
-//! device doorbell per batch instead of one per read).
-//!
-//! Two ways to plug: [`batch_submissions`] plugs for each synchronous poll of one future
-//! (a connection's turn: every read its batch of requests started goes in together), and
-//! [`defer_submissions_on_this_thread`] plugs an event-loop thread for good, its deferred
-//! IO then entering when the loop is about to sleep ([`submit_deferred`], e.g. from tokio's
-//! `on_thread_park`) or once [`FLUSH_AT`] requests are waiting, whichever comes first.
+//! Batched submission: while the current thread is *plugged*, flash reads it submits are
+//! queued in the ring and handed to the kernel later in one `io_uring_enter` (one device
+//! doorbell per batch instead of one per read). [`batch_submissions`] plugs for each
+//! synchronous poll of one future (a connection's turn); [`defer_submissions_on_this_thread`]
+//! plugs an event-loop thread for good, its IO entering when the loop is about to sleep
+//! ([`submit_deferred`], e.g. from tokio's `on_thread_park`) or at [`FLUSH_AT`] waiting.
 //!
 //! Invariants: the plug is per thread; a deferred enter is never lost: the outermost
-//! [`batch_submissions`] poll of an unplugged thread, [`submit_deferred`], the
-//! [`FLUSH_AT`] bound, or at worst the ring thread's backstop (which enters whatever is
-//! queued) hands it to the kernel.
+//! [`batch_submissions`] poll of an unplugged thread, [`submit_deferred`], the [`FLUSH_AT`]
+//! bound, or at worst the ring thread's backstop hands it to the kernel.
+
 use std::cell::RefCell;
 use std::future::Future;
 use std::sync::Arc;

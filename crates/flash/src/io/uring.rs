@@ -1,19 +1,16 @@
-//! The io_uring executor: one ring shared by every thread; the thread that submits a request
-//! pushes its SQE and enters the kernel itself (or, inside [`super::plug::batch_submissions`],
-//! once for the whole batch), and completions are reaped by whoever gets there first: an
-//! event loop holding a [`ReapHandle`] (woken by the ring's eventfd, so a network thread
-//! reaps its own reads with no other thread involved), else the ring thread.
-//!
-//! The ring thread is *active* (blocks in `io_uring_enter` for completions, with a timeout so
-//! it notices shutdown) while no reaper is attached: open, recovery, tests and the block face
-//! work as a plain executor. While a reaper is attached it only reaps every [`BACKSTOP`], so
-//! no completion waits on an event loop that stopped polling.
+//! The io_uring executor: one ring shared by every thread; the submitting thread pushes its
+//! SQE and enters the kernel itself (once per batch inside [`super::plug::batch_submissions`]);
+//! completions are reaped by an event loop holding a [`ReapHandle`] (woken by the eventfd,
+//! so a network thread reaps its own reads), else by the ring thread — which blocks for
+//! completions while no reaper is attached (open, recovery, tests, the block face) and
+//! otherwise only reaps every [`BACKSTOP`], so no completion waits on a stopped event loop.
 //!
 //! Invariants: a request's buffer is owned by its slot in `State::slots` from SQE push until
-//! its CQE is reaped, so the kernel never sees a freed buffer; at most `cap` requests are in
-//! flight (the rest wait in `pending`), so the completion queue (2× entries) cannot overflow.
-//! The submission queue is touched only under `state`, the completion queue only under
-//! `reap_lock`; callbacks run with no lock held.
+//! its CQE is reaped; at most `cap` requests are in flight (the rest wait in `pending`), so
+//! the completion queue (2× entries) cannot overflow. Lock order: the submission queue only
+//! under `state`, the completion queue only under `reap_lock`, never both; callbacks run with
+//! no lock held.
+
 // `unsafe` is needed here for raw syscalls/io_uring; each block states its SAFETY.
 #![allow(unsafe_code)]
 
@@ -150,15 +147,15 @@ impl Executor for UringExecutor {
         let deferrable = matches!(req.op, IoOp::Read { .. });
         r.stats.io_queue_depth.fetch_add(1, Ordering::Relaxed);
         let failed = {
-            let mut st = r.state.lock();
-            if st.closed {
-                drop(st);
+            let mut state = r.state.lock();
+            if state.closed {
+                drop(state);
                 r.stats.io_queue_depth.fetch_sub(1, Ordering::Relaxed);
                 (req.done)(Err(io::Error::other("flash executor shut down")));
                 return;
             }
-            st.pending.push_back(req);
-            r.push_pending(&mut st)
+            state.pending.push_back(req);
+            r.push_pending(&mut state)
         };
         r.fail(failed);
         if !(deferrable && super::plug::defer(r)) {
@@ -230,8 +227,8 @@ impl Ring {
     fn run(&self) {
         loop {
             {
-                let st = self.state.lock();
-                if st.closed && st.in_flight == 0 && st.pending.is_empty() {
+                let state = self.state.lock();
+                if state.closed && state.in_flight == 0 && state.pending.is_empty() {
                     return;
                 }
             }
@@ -283,10 +280,10 @@ impl Ring {
 
     /// Move pending requests into the submission queue while capacity allows. Requests
     /// naming no device are returned to be failed outside the lock.
-    fn push_pending(&self, st: &mut State) -> Vec<IoRequest> {
+    fn push_pending(&self, state: &mut State) -> Vec<IoRequest> {
         let mut failed = Vec::new();
-        while st.in_flight < self.cap {
-            let Some(mut req) = st.pending.pop_front() else {
+        while state.in_flight < self.cap {
+            let Some(mut req) = state.pending.pop_front() else {
                 break;
             };
             let (fd, entry, len) = match &mut req.op {
@@ -326,11 +323,11 @@ impl Ring {
                 failed.push(req);
                 continue;
             };
-            let slot = match st.free.pop() {
+            let slot = match state.free.pop() {
                 Some(s) => s,
                 None => {
-                    st.slots.push(None);
-                    st.slots.len() - 1
+                    state.slots.push(None);
+                    state.slots.len() - 1
                 }
             };
             let entry = entry.user_data(slot as u64);
@@ -341,15 +338,15 @@ impl Ring {
             let pushed = unsafe { self.ring.submission_shared().push(&entry) };
             if pushed.is_err() {
                 // Submission queue full: submit what we have and retry this one next round.
-                st.free.push(slot);
-                st.pending.push_front(req);
+                state.free.push(slot);
+                state.pending.push_front(req);
                 let _ = self.ring.submit();
                 break;
             }
-            if let Some(s) = st.slots.get_mut(slot) {
+            if let Some(s) = state.slots.get_mut(slot) {
                 *s = Some((req, len));
             }
-            st.in_flight += 1;
+            state.in_flight += 1;
             self.queued.fetch_add(1, Ordering::SeqCst);
         }
         failed
@@ -373,20 +370,21 @@ impl Ring {
             if cqes.is_empty() {
                 return 0;
             }
-            let mut st = self.state.lock();
+            let mut state = self.state.lock();
             let mut done = Vec::with_capacity(cqes.len());
             for (ud, res) in cqes {
-                let Some((req, len)) = st.slots.get_mut(ud as usize).and_then(Option::take) else {
+                let Some((req, len)) = state.slots.get_mut(ud as usize).and_then(Option::take)
+                else {
                     continue;
                 };
-                st.free.push(ud as usize);
-                st.in_flight -= 1;
+                state.free.push(ud as usize);
+                state.in_flight -= 1;
                 done.push((req, len, res));
             }
-            let failed = if st.pending.is_empty() {
+            let failed = if state.pending.is_empty() {
                 Vec::new()
             } else {
-                self.push_pending(&mut st)
+                self.push_pending(&mut state)
             };
             (done, failed)
         };
@@ -417,15 +415,15 @@ impl Ring {
     fn fail_all(&self, e: &io::Error) {
         log::error!("io_uring failed: {e}; flash IO stops");
         let pending: Vec<IoRequest> = {
-            let mut st = self.state.lock();
-            st.closed = true;
+            let mut state = self.state.lock();
+            state.closed = true;
             // In-flight requests may still be touched by the kernel: leak their buffers
             // rather than free memory the device may write into.
-            for slot in st.slots.drain(..).flatten() {
+            for slot in state.slots.drain(..).flatten() {
                 std::mem::forget(slot);
             }
-            st.in_flight = 0;
-            st.pending.drain(..).collect()
+            state.in_flight = 0;
+            state.pending.drain(..).collect()
         };
         for req in pending {
             self.stats.io_queue_depth.fetch_sub(1, Ordering::Relaxed);

@@ -1,21 +1,16 @@
-//! The incremental request parser.
+//! The incremental request parser: [`Decoder::decode`] finds one complete request at the
+//! front of a connection's read buffer, or says `Incomplete`, or says close. It checks before
+//! it parses: nothing is consumed until the whole line (and data block) is there.
 //!
-//! [`Decoder::decode`] looks at the front of a connection's read buffer and either finds one
-//! complete request (removing its bytes from the buffer), or says `Incomplete` (read more),
-//! or says the connection must be closed. It checks before it parses: nothing is consumed
-//! until the whole command line — and, for storage commands, the whole data block — is in
-//! the buffer, so a request split across reads is parsed exactly once it is complete.
+//! Invariant (the connection's memory bound): without a newline the buffer holds at most
+//! [`Limits::max_line`] bytes (memcached's 2048; `get`/`gets` lines up to
+//! [`Limits::max_get_line`]); a storage command waits for at most its line plus
+//! `max_item_size + 2` bytes; a value over the item limit is never buffered (rejected, then
+//! `swallow`ed as it arrives).
 //!
-//! Memory bounds (the invariant the connection relies on): without a newline the buffer may
-//! hold at most [`Limits::max_line`] bytes (memcached's 2048) before the connection is closed,
-//! except for `get`/`gets` lines, which may grow to [`Limits::max_get_line`]; a storage
-//! command waits for at most its line plus `max_item_size + 2` bytes. A value announced larger
-//! than the store's item limit is never buffered: the decoder returns the rejection and a
-//! `swallow` count, and the connection discards that many bytes as they arrive.
-//!
-//! Layout: [`number`] (C `strto*` rules), [`tokens`] (memcached's tokenizer), [`text`]
-//! (classic commands), [`meta`] (meta commands and flags). Pure functions; runs on the
-//! connection's task.
+//! Layout: [`number`] (C `strto*` rules), [`tokens`] (memcached's tokenizer), [`text`],
+//! [`meta`]. Pure functions; runs on the connection's task.
+
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 pub mod meta;

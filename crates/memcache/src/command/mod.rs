@@ -1,19 +1,16 @@
 //! Command semantics: what each request does to the store and what it answers.
 //!
-//! Every command is written once here on top of three store calls — `get`, `set` and
-//! `update` (an atomic read-modify-write closure) — so it behaves the same whether the item
-//! is in RAM or on flash. Replies are appended to the connection's output buffer; nothing
-//! here touches the socket. One file per family:
-//! - [`storage`]: set add replace append prepend cas (and the shared store decision `ms` uses)
-//! - [`retrieval`]: get gets gat gats
-//! - [`arith`]: incr decr (and the number rules `ma` uses)
-//! - [`keyed`]: delete touch
-//! - [`meta_get`], [`meta_set`], [`meta_delete`], [`meta_arith`], [`meta_debug`]
-//! - [`admin`]: flush_all version verbosity shutdown lru_crawler cache_memlimit extstore
-//! - [`stats`]: every `stats` section in memcached's shapes
-//! - [`exptime`]: memcached's exptime rules on the store's clock
+//! Invariant: every command is written once here on top of three store calls — `get`, `set`
+//! and `update` (an atomic read-modify-write closure) — so it behaves the same whether the
+//! item is in RAM or on flash. Replies are appended to the connection's output buffer;
+//! nothing here touches the socket. One file per family: [`storage`] (set add replace append
+//! prepend cas, the store decision `ms` shares), [`retrieval`] (get gets gat gats), [`arith`]
+//! (incr decr, the number rules `ma` shares), [`keyed`] (delete touch), `meta_*`, [`admin`]
+//! (flush_all version verbosity shutdown lru_crawler cache_memlimit extstore), [`stats`],
+//! [`exptime`] (memcached's exptime rules on the store's clock).
 //!
 //! Runs on the connection's task; any worker thread.
+
 pub mod admin;
 pub mod arith;
 pub mod exptime;

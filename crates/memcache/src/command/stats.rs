@@ -137,20 +137,24 @@ fn yes(b: bool) -> &'static str {
 
 /// `stats settings` with memcached's names; every value is one token.
 fn settings<S: KvStore>(ctx: &Context<S>, out: &mut Output) {
-    let st = &ctx.settings;
-    let tcp = !st.listen.ip().is_unspecified() || st.listen.port() != 0;
+    let settings = &ctx.settings;
+    let tcp = !settings.listen.ip().is_unspecified() || settings.listen.port() != 0;
     reply::stat(out, "maxbytes", ctx.memory_limit());
-    reply::stat(out, "maxconns", st.max_connections);
-    reply::stat(out, "tcpport", if tcp { st.listen.port() } else { 0 });
+    reply::stat(out, "maxconns", settings.max_connections);
+    reply::stat(out, "tcpport", if tcp { settings.listen.port() } else { 0 });
     reply::stat(out, "udpport", 0);
-    reply::stat(out, "inter", st.listen.ip());
+    reply::stat(out, "inter", settings.listen.ip());
     reply::stat(
         out,
         "verbosity",
         ctx.verbosity.load(std::sync::atomic::Ordering::Relaxed),
     );
-    reply::stat(out, "evictions", if st.evictions { "on" } else { "off" });
-    match &st.unix_socket {
+    reply::stat(
+        out,
+        "evictions",
+        if settings.evictions { "on" } else { "off" },
+    );
+    match &settings.unix_socket {
         Some((path, mask)) => {
             reply::stat(out, "domain_socket", path);
             reply::stat(out, "umask", format!("{mask:o}"));
@@ -160,29 +164,33 @@ fn settings<S: KvStore>(ctx: &Context<S>, out: &mut Output) {
             reply::stat(out, "umask", "700");
         }
     }
-    reply::stat(out, "shutdown_command", yes(st.shutdown_enabled));
-    reply::stat(out, "num_threads", st.threads);
-    reply::stat(out, "stat_key_prefix", char::from(st.detail_delimiter));
+    reply::stat(out, "shutdown_command", yes(settings.shutdown_enabled));
+    reply::stat(out, "num_threads", settings.threads);
+    reply::stat(
+        out,
+        "stat_key_prefix",
+        char::from(settings.detail_delimiter),
+    );
     reply::stat(out, "detail_enabled", yes(ctx.detail.is_on()));
-    reply::stat(out, "reqs_per_event", st.reqs_per_event);
-    reply::stat(out, "cas_enabled", yes(st.cas_enabled));
-    reply::stat(out, "tcp_backlog", st.backlog);
-    reply::stat(out, "binding_protocol", st.binding_protocol);
+    reply::stat(out, "reqs_per_event", settings.reqs_per_event);
+    reply::stat(out, "cas_enabled", yes(settings.cas_enabled));
+    reply::stat(out, "tcp_backlog", settings.backlog);
+    reply::stat(out, "binding_protocol", settings.binding_protocol);
     reply::stat(out, "auth_enabled_sasl", "no");
-    reply::stat(out, "auth_enabled_ascii", yes(st.auth.is_some()));
-    reply::stat(out, "item_size_max", st.max_item_size);
+    reply::stat(out, "auth_enabled_ascii", yes(settings.auth.is_some()));
+    reply::stat(out, "item_size_max", settings.max_item_size);
     reply::stat(out, "maxconns_fast", "yes");
     reply::stat(out, "lru_crawler", "no");
-    reply::stat(out, "flush_enabled", yes(st.flush_enabled));
-    reply::stat(out, "dump_enabled", yes(st.dump_enabled));
+    reply::stat(out, "flush_enabled", yes(settings.flush_enabled));
+    reply::stat(out, "dump_enabled", yes(settings.dump_enabled));
     reply::stat(
         out,
         "idle_timeout",
-        st.idle_timeout.map_or(0, |d| d.as_secs()),
+        settings.idle_timeout.map_or(0, |d| d.as_secs()),
     );
-    reply::stat(out, "max_output_buffer", st.max_output_buffer);
-    reply::stat(out, "ssl_enabled", yes(st.tls.is_some()));
-    if let Some(min) = st.tls {
+    reply::stat(out, "max_output_buffer", settings.max_output_buffer);
+    reply::stat(out, "ssl_enabled", yes(settings.tls.is_some()));
+    if let Some(min) = settings.tls {
         reply::stat(out, "ssl_min_version", min);
     }
     // The store's runtime knobs, named as memcached names its extstore settings.

@@ -1,22 +1,14 @@
 //! [`NbdClientBackend`]: a [`BlockBackend`] served by a remote NBD export.
 //!
-//! Requests are spread round-robin over up to `connections` pipelined connections; more
-//! than one is opened only when the remote advertises `CAN_MULTI_CONN`, so that one FLUSH on
-//! any connection covers writes completed on all of them. Either way a flush through this
-//! backend covers every write it has completed, so the backend itself allows multi-conn.
+//! Requests go round-robin over up to `connections` pipelined connections (more than one
+//! only when the remote advertises `CAN_MULTI_CONN`); a flush through this backend covers
+//! every write it has completed, so the backend itself allows multi-conn. Invariant: after
+//! any reconnect the first FLUSH returns `EIO` (after flushing), because writes acknowledged
+//! on the lost connection may not be durable; a write-back cache above then keeps its dirty
+//! data and writes it again. Splitting, emulated features, reconnection: [`NbdClientBackend`].
 //!
-//! READ and WRITE longer than the remote's maximum payload are split. Features the remote
-//! lacks are emulated where the semantics allow: FUA becomes write + FLUSH, WRITE_ZEROES
-//! becomes writes of zero buffers, TRIM becomes a no-op, FLUSH without `SEND_FLUSH` is a
-//! no-op (the remote then has no volatile cache to flush). Requests not aligned to the
-//! remote's minimum block size are refused with `EINVAL` (no read-modify-write).
-//!
-//! Reconnection: a request that finds its connection dead (or gets `ESHUTDOWN`) reconnects
-//! that slot once and is retried once; if that fails the caller gets `EIO`. Because writes
-//! acknowledged on the lost connection may not have reached stable storage, the first FLUSH
-//! after any reconnect returns `EIO` (after flushing), so a write-back cache above keeps its
-//! dirty data and writes it again. Threads: any runtime task may call in; slots are behind
-//! `RwLock`s held only to clone an `Arc`, reconnects are serialised by an async mutex.
+//! Threads: any runtime task may call in; slots are behind `RwLock`s held only to clone an
+//! `Arc`, reconnects are serialised by an async mutex.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -43,6 +35,18 @@ const RECONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 type ReplyResult = Result<Option<Bytes>, BackendError>;
 
 /// A remote NBD export used as a block backend.
+///
+/// READ and WRITE longer than the remote's maximum payload are split. Features the remote
+/// lacks are emulated where the semantics allow: FUA becomes write + FLUSH, WRITE_ZEROES
+/// becomes writes of zero buffers, TRIM becomes a no-op, FLUSH without `SEND_FLUSH` is a
+/// no-op (the remote then has no volatile cache to flush). Requests not aligned to the
+/// remote's minimum block size are refused with `EINVAL` (no read-modify-write).
+///
+/// Reconnection: a request that finds its connection dead (or gets `ESHUTDOWN`) reconnects
+/// that slot once and is retried once; if that fails the caller gets `EIO`. Because writes
+/// acknowledged on the lost connection may not have reached stable storage, the first FLUSH
+/// after any reconnect returns `EIO` (after flushing), so a write-back cache above keeps its
+/// dirty data and writes it again.
 #[derive(Debug)]
 pub struct NbdClientBackend {
     uri: NbdUri,

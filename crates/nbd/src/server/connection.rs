@@ -1,24 +1,15 @@
-//! One connection: handshake, then the transmission phase.
+//! One connection: handshake, then the transmission phase as three kinds of task: the
+//! **reader** (this task: header, WRITE payload, validation, spawns a request task; holds one
+//! in-flight permit per request and a byte budget for payloads, so a client can neither queue
+//! unbounded work nor make the server buffer unbounded data), one **request task** per
+//! request (calls the backend), and the **writer** (owns the write half, writes replies in
+//! completion order, flushes when idle).
 //!
-//! Transmission runs as three kinds of task:
-//! - the **reader** (this connection's task) reads a request header and any WRITE payload,
-//!   validates it, and spawns a request task; it holds one in-flight permit per request and
-//!   a byte budget for payloads, so a client can neither queue unbounded work nor make the
-//!   server buffer unbounded data;
-//! - one **request task** per request calls the backend and sends its reply to the writer;
-//! - the **writer** owns the socket's write half and writes replies in completion order
-//!   (out of order with respect to requests, as the spec allows), flushing when idle.
-//!
-//! Invariants: a reply is written only after the backend call completed, so a FUA write or
-//! FLUSH is acknowledged only once durable; READ data is sent only with a zero error, and a
-//! short read from a backend becomes `EIO` rather than a desynchronised stream, and so does a
-//! backend call that panics; a request's permits are released only after its reply is
-//! written. Validation follows the spec's errors: unknown command or flag, misalignment to
-//! an advertised minimum block size, or a READ/TRIM/CACHE past the end give `EINVAL`; a
-//! WRITE/WRITE_ZEROES past the end gives `ENOSPC`; a write to a read-only export `EPERM`. A bad magic or a WRITE payload too
-//! large to discard closes the connection, after in-flight requests complete. On `DISC`, EOF
-//! or shutdown the reader stops, in-flight requests finish and are answered, then the
-//! socket is closed.
+//! Invariants: a reply is written only after the backend call completed (a FUA write or FLUSH
+//! is acknowledged only once durable); READ data goes only with a zero error, a short read or
+//! a panicking backend call becomes `EIO`; permits are released only after the reply is
+//! written. On `DISC`, EOF, shutdown, a bad magic or an undiscardable WRITE payload the reader
+//! stops, in-flight requests finish and are answered, then the socket is closed.
 
 use std::sync::Arc;
 
@@ -152,6 +143,10 @@ async fn read_full<R: AsyncRead + Unpin>(rd: &mut R, buf: &mut [u8]) -> Result<b
 }
 
 /// Checks a request against the export; `Err` is the errno to reply with.
+///
+/// The spec's errors: unknown command or flag, misalignment to an advertised minimum block
+/// size, or a READ/TRIM/CACHE past the end give `EINVAL`; a WRITE/WRITE_ZEROES past the end
+/// gives `ENOSPC`; a write to a read-only export `EPERM`.
 fn validate(
     req: &RequestHeader,
     cmd: Command,

@@ -1,11 +1,7 @@
 //! The NBD server: exports, configuration, listener and accept loop, graceful shutdown.
-//!
-//! # Layout
-//! - [`config`]: [`Export`] and [`ServerConfig`].
-//! - [`listener`]: [`Listener`] over TCP or a Unix socket.
-//! - [`handshake`]: fixed newstyle negotiation, server side.
-//! - [`connection`]: the transmission phase: a reader, one task per request, one writer.
-//! - [`stats`]: per-connection and server-wide counters.
+//! [`config`] ([`Export`], [`ServerConfig`]), [`listener`] (TCP or Unix), [`handshake`]
+//! (fixed newstyle, server side), [`connection`] (transmission: a reader, one task per
+//! request, one writer), [`stats`] (per connection and server-wide).
 //!
 //! Threads: the accept loop runs in the task that calls [`Server::serve`]; each connection
 //! runs in its own task and spawns one task per request plus one writer task. Shutdown is a
@@ -54,6 +50,27 @@ impl Shared {
 }
 
 /// An NBD server. Cheap to clone; clones share exports, stats and the shutdown flag.
+///
+/// # Protocol coverage
+/// Fixed newstyle handshake with `NO_ZEROES`; options `EXPORT_NAME`, `ABORT`, `LIST`,
+/// `INFO`, `GO` (others answered `REP_ERR_UNSUP`, including `STARTTLS` and
+/// `STRUCTURED_REPLY`: replies are always simple); information `EXPORT`, `NAME`,
+/// `DESCRIPTION`, `BLOCK_SIZE`; commands `READ`, `WRITE` (FUA), `FLUSH`, `TRIM`,
+/// `WRITE_ZEROES` (FUA, NO_HOLE), `CACHE`, `DISC`.
+///
+/// # Example
+/// ```no_run
+/// use std::sync::Arc;
+/// use flashtier_nbd::{open_backend, Export, Server, ServerConfig};
+///
+/// # async fn run() -> Result<(), flashtier_nbd::Error> {
+/// let backing = open_backend("/var/lib/disk.img").await?; // or "nbd+unix:///?socket=/run/slow.sock"
+/// let server = Server::new(vec![Export::new("disk", backing)], ServerConfig::default())?;
+/// let listener = Server::bind(&"unix:/run/flashtier.sock".parse()?).await?;
+/// let stop = server.shutdown_handle(); // call stop.shutdown() from a signal handler
+/// server.serve(listener).await?; // returns after a graceful shutdown
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Server {
     shared: Arc<Shared>,

@@ -103,6 +103,15 @@ pub fn run(cmd: &mut Command) -> Output {
     out
 }
 
+/// A two-thread tokio runtime, as every test here uses.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 /// An in-process server on `DIR/nbd.sock`, on its own two-thread runtime.
 pub struct TestServer {
     pub rt: tokio::runtime::Runtime,
@@ -113,11 +122,7 @@ pub struct TestServer {
 
 impl TestServer {
     pub fn start(dir: &TestDir, exports: Vec<Export>, config: ServerConfig) -> TestServer {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let rt = runtime();
         let sock = dir.path("nbd.sock");
         let server = Server::new(exports, config).expect("server config");
         let listener = rt

@@ -1,34 +1,14 @@
 //! The block face's admin endpoint: plain HTTP/1.1 on a TCP port (127.0.0.1:10810 unless
-//! `--admin` says otherwise), one request per connection (`Connection: close`), text
-//! bodies. Used by `flashtier ctl`, by Prometheus (`/metrics`) and by curl.
+//! `--admin` says otherwise), one request per connection, text bodies; used by `flashtier
+//! ctl`, Prometheus (`/metrics`) and curl. Every route: `docs/operations.md` ("Admin routes").
 //!
-//! Reading routes answer `GET` (and `HEAD`); routes that change state answer only `POST`
-//! (a `GET` gets `405`, so a crawler or a stray `curl` cannot stop the server). Parameters
-//! come in the query string or a form body.
-//! - `GET /stats`: `key=value` lines (the cache's counters and gauges, `flash_*`, `nbd_*`);
-//!   counters count from the last `reset-stats` (`stats_reset_at`, unix seconds).
-//! - `GET /metrics`: Prometheus text, `flashtier_block_<name>` through the naming layer
-//!   ([`crate::metrics`]), request latency per NBD op, flash IO latency, process metrics;
-//!   counters here never reset.
-//! - `GET /rates`: per-second rates of every counter over 1 min, 5 min and 1 h
-//!   (`window_seconds=60,300,3600`, `span_seconds=…`, then `name=r1,r5,r60` lines).
-//! - `GET /status`: state, mode, dirty blocks, flush progress (`flush_id`,
-//!   `flush=idle|running|done`, `flush_done`, `flush_total`, `flush_left`, `flush_errors`,
-//!   `flush_seconds`), the latest mode switch (`mode_switch*`), blocks on hold after backing
-//!   errors (`writeback_held_blocks`), last error.
-//! - `GET /get?KEY` (or `/get?key=KEY`; `all` lists every tunable).
-//! - `POST /set?KEY=VALUE[&...]`; `POST /mode?MODE[&wait]`: change the mode; leaving
-//!   writeback reports the switch (`mode_switch=running|done|cancelled`, `mode_switch_id` =
-//!   its flush id, `mode_switch_dirty_left`); `wait` returns once no block is dirty.
-//! - `POST /flush` starts a background flush and returns at once; `POST /flush?wait`
-//!   returns when it is done.
-//! - `POST /reset-stats`: counters in `/stats`, the stats file and `ctl stats` start again
-//!   from 0 (`/metrics` keeps counting, as Prometheus expects).
-//! - `POST /detach`: flush, wait, then stop the server (the process exits).
+//! Invariant: reading routes answer `GET`/`HEAD`; routes that change state answer only `POST`
+//! (a `GET` gets `405`, so a crawler or a stray `curl` cannot stop the server).
 //!
-//! The HTTP plumbing (accept loop, parsing, replies) is [`crate::http`], shared with the kv
-//! face. Each connection is one tokio task; requests touch the cache only through its public
-//! API. Lock order: the reset baseline's mutex is taken alone.
+//! The HTTP plumbing is [`crate::http`], shared with the kv face. Each connection is one
+//! tokio task; requests touch the cache only through its public API. Lock order: the reset
+//! baseline's mutex is taken alone.
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};

@@ -1,22 +1,11 @@
 //! The kv face's admin endpoint (`flashtier kv --admin HOST:PORT`): plain HTTP over the
-//! shared [`crate::http`] plumbing, text bodies. For Prometheus, curl and scripts.
+//! shared [`crate::http`] plumbing, text bodies; for Prometheus, curl and scripts. Every
+//! route: `docs/operations.md` ("Admin routes"). Knob changes go through
+//! [`Context::set_knob`], the same path as the protocol's `extstore <knob> <value>`.
 //!
-//! Routes:
-//! - `GET /metrics`: Prometheus text exposition (format 0.0.4): every numeric `stats`
-//!   counter and every `stats extstore` counter (including `ram_bytes_per_flash_item` and the
-//!   knobs' numeric values), each as `flashtier_<stat>` with a `# TYPE` line (`gauge` for
-//!   levels, `counter` for totals); text values (version, backend, reclaim policy) are labels
-//!   of one `flashtier_info` gauge.
-//! - `GET /stats`: `name=value` lines, the general `stats` then `stats extstore`.
-//! - `GET /knobs`: `name=value` lines, the current runtime knobs; `GET /knobs?NAME`: one.
-//! - `POST /knobs?NAME=VALUE[&...]` (or `PUT`, or the pairs as a form body): change knobs at
-//!   run time through [`Context::set_knob`], the same path as the protocol's
-//!   `extstore <knob> <value>`. Pairs apply in order; the first refused one stops with `400`
-//!   and its reason (earlier ones stay applied). The reply lists the new values.
-//!
-//! # Threads
-//! Runs on the kv runtime's workers next to the protocol; it reads counters and writes
-//! knobs, both relaxed atomics, so it never blocks a request.
+//! Runs on the kv runtime's workers next to the protocol; it reads counters and writes knobs,
+//! both relaxed atomics, so it never blocks a request.
+
 use std::fmt::Write as _;
 use std::sync::Arc;
 

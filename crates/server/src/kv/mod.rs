@@ -1,17 +1,16 @@
 //! `flashtier kv` (and the binary started as `memcached`): resolve the configuration
 //! ([`config`]), open the sockets ([`listen`]) and TLS ([`tls`]), daemonize if asked, build
-//! the store (with a flash tier unless told otherwise), drop root, and run the
-//! memcached-protocol server — and the admin endpoint ([`admin`]) with `--admin` —
-//! until SIGTERM/SIGINT (or `shutdown` with -A), then shut down gracefully (exit 0).
+//! the store, drop root, and run the memcached-protocol server — and the admin endpoint
+//! ([`admin`]) with `--admin` — until SIGTERM/SIGINT (or `shutdown` with -A); exit 0.
 //!
 //! Start-up order (each step only after the ones before succeeded, so a refused start
-//! changes nothing — see [`crate::startup`]): configuration and -o options; the user (-u)
-//! and the auth file (-Y) looked up; TLS files read; sockets bound; fork (-d, while the
-//! process has one thread); runtime and store (flash opened or formatted); knobs; mlockall
-//! (-k); pid file (-P); privileges dropped (-u); serve.
+//! changes nothing — [`crate::startup`]): configuration and -o options; user (-u) and auth
+//! file (-Y); TLS files; sockets; fork (-d, while single-threaded); runtime and store (flash
+//! opened or formatted); knobs; mlockall (-k); pid file (-P); privileges dropped; serve.
 //!
 //! Threads: the tokio runtime's workers (`--threads`) run the accept loop and every
 //! connection; the main thread only blocks on the runtime.
+
 mod address;
 mod admin;
 mod check;

@@ -151,7 +151,7 @@ impl Drop for BlockServer {
     }
 }
 
-/// A fresh scratch directory under the target dir.
+/// A fresh scratch directory under the system temp dir.
 pub fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("ftblock-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -180,10 +180,13 @@ impl Rng {
     }
 }
 
-pub fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+/// The value of `key` in `key=value` lines (`ctl status`, `ctl stats`, the stats file).
+pub fn field(text: &str, key: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('=').map(str::to_string))
+}
+
+/// The number `key` holds in `key=value` lines, 0 if absent or not a number.
+pub fn num(text: &str, key: &str) -> u64 {
+    field(text, key).and_then(|v| v.parse().ok()).unwrap_or(0)
 }

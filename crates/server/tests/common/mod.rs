@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -82,10 +82,7 @@ impl Server {
     }
 
     pub fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(self.addr).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("timeout");
-        s
+        connect_to(self.addr)
     }
 
     /// Resident set size of the server in KiB.
@@ -131,12 +128,7 @@ impl Server {
         let mut c = self.connect();
         c.write_all(b"stats\r\n").expect("write");
         let out = read_until(&mut c, b"END\r\n");
-        let text = String::from_utf8_lossy(&out);
-        let prefix = format!("STAT {name} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no stat {name} in {text}"))
+        stat(&String::from_utf8_lossy(&out), name)
     }
 }
 
@@ -147,8 +139,25 @@ impl Drop for Server {
     }
 }
 
-/// Read until the received bytes end with `end`.
-pub fn read_until(s: &mut TcpStream, end: &[u8]) -> Vec<u8> {
+/// The number `name` holds in a `stats` reply (`STAT <name> <value>` lines); panics if absent.
+pub fn stat(stats: &str, name: &str) -> u64 {
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no stat {name} in {stats}"))
+}
+
+/// A client connection to `addr` with a 10 s read timeout.
+pub fn connect_to(addr: impl ToSocketAddrs) -> TcpStream {
+    let s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s
+}
+
+/// Read until the received bytes end with `end` (TCP or unix socket).
+pub fn read_until(s: &mut impl Read, end: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut buf = [0u8; 65536];
     while !out.ends_with(end) {
@@ -171,7 +180,7 @@ pub fn read_exact(s: &mut TcpStream, n: usize) -> Vec<u8> {
 }
 
 /// Send `req` and read the reply ending with `end`.
-pub fn roundtrip(s: &mut TcpStream, req: &[u8], end: &[u8]) -> String {
+pub fn roundtrip<S: Read + Write>(s: &mut S, req: &[u8], end: &[u8]) -> String {
     s.write_all(req).expect("write");
     String::from_utf8_lossy(&read_until(s, end)).into_owned()
 }
@@ -209,7 +218,7 @@ pub fn value_of<'a>(pairs: &'a [(String, String)], name: &str) -> &'a str {
 }
 
 /// One HTTP/1.1 request (`Connection: close`); returns the status code and the body.
-pub fn http(addr: SocketAddr, method: &str, target: &str) -> (u16, String) {
+pub fn http(addr: impl ToSocketAddrs, method: &str, target: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).expect("connect admin");
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
@@ -270,4 +279,13 @@ pub fn promtool_clean(text: &str) {
         out.status.success() && findings.trim().is_empty(),
         "promtool check metrics: {findings}"
     );
+}
+
+/// True when `tool` is on the PATH (tests of real peers skip, loudly, without it).
+pub fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
 }

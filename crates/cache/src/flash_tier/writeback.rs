@@ -1,31 +1,27 @@
-//! Write-back: a stored version reaches flash when RAM evicts it or when it has been unwritten
-//! for the `write_back_ms` window, whichever comes first (0 = write-through at SET).
+//! Write-back: a stored version reaches flash when RAM evicts it or when it has been dirty for
+//! the `write_back_ms` window, whichever comes first (0 = write-through at SET). A dirty
+//! version's home word holds the time it became dirty (kept across overwrites, so a key
+//! overwritten nonstop still reaches flash once per window) and whether an older version may
+//! be on flash (then a delete, or an expiry before write-back, appends a tombstone). The first
+//! version to turn a key dirty queues `(since, hash)`; a pass appends every RAM version of that
+//! hash still dirty since then. A failed append clears the dirty bit (retried at eviction).
+//! The crash rule: docs/eviction.md.
 //!
-//! A SET keeps its version in RAM with a *dirty* home word (`record::dirty_word`): the time it
-//! became dirty and whether an older version of the key may be on flash. An overwrite of a
-//! dirty version keeps the older dirty-since time, so a key overwritten without pause still
-//! reaches flash once per window. The first version to turn a key dirty queues `(since,
-//! hash)` here; the write-back pass pops due entries and appends every RAM version of that
-//! hash still dirty since then (under its shard lock, as a SET appends). Eviction appends a
-//! dirty version as it appends any version without a home (`tier`). Deletes, tombstones and
-//! `flush_all` markers are never delayed; a delete of a version with `HOME_OLDER` appends a
-//! tombstone, so an older flash version never comes back. A version whose append fails (too
-//! large or small for flash, no device) loses its dirty bit and is retried at eviction.
-//!
-//! Crash rule (docs/eviction.md): a version acknowledged more than window + the engine's
-//! `flush_interval` before a kill is on flash (unless reclaim evicted it); newer ones may be
-//! lost, and recovery then serves the newest older version that reached flash.
+//! # Threads
+//! The `flashtier-writeback` thread (every [`PASS_EVERY`]) and `Cache::close`; one shard lock
+//! at a time, as a SET appends, the flash engine's lock a leaf below it.
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::cache::Inner;
-use crate::flash_tier::home_word;
-use crate::index::Tier;
-use crate::record::{self, dirty_word, Header, F_STALE, F_WIN, HOME_OLDER};
-use crate::sweeper::Sweeper;
+use crate::engine::Inner;
+use crate::flash_tier::kv_record::{KvRecord, Put};
+use crate::flash_tier::{home_word, STREAM};
+use crate::ram::index::Tier;
+use crate::ram::record::HOME_OLDER;
+use crate::ram::sweeper::Sweeper;
 
 /// How often the write-back thread looks for due versions.
 pub(crate) const PASS_EVERY: Duration = Duration::from_millis(100);
@@ -35,7 +31,7 @@ pub(crate) const PASS_EVERY: Duration = Duration::from_millis(100);
 pub(crate) struct DirtyQueue(Mutex<VecDeque<(u64, u64)>>);
 
 impl DirtyQueue {
-    fn push(&self, since: u64, hash: u64) {
+    pub(crate) fn push(&self, since: u64, hash: u64) {
         self.0.lock().push_back((since, hash));
     }
 
@@ -58,7 +54,7 @@ impl DirtyQueue {
 
 /// Start the write-back thread (with flash only).
 pub(crate) fn spawn(inner: &Arc<Inner>) -> std::io::Result<Option<Sweeper>> {
-    if inner.ft.is_none() {
+    if inner.flash_tier.is_none() {
         return Ok(None);
     }
     let i = inner.clone();
@@ -69,103 +65,65 @@ pub(crate) fn spawn(inner: &Arc<Inner>) -> std::io::Result<Option<Sweeper>> {
 }
 
 impl Inner {
-    /// The home word of a new version `h` of `key` (value `value`): a flash home if written
-    /// through, else a dirty word (write-back) or, if the append failed, no home (with
-    /// `HOME_OLDER` if `older`: some version of the key may be on flash). `old_since`: the
-    /// replaced version's dirty-since time. Shard lock held.
-    pub(crate) fn store_home(
-        &self,
-        hash: u64,
-        key: &[u8],
-        value: &[u8],
-        h: &Header,
-        older: bool,
-        old_since: Option<u64>,
-    ) -> u64 {
-        let Some(ft) = &self.ft else { return 0 };
-        crate::stats::Counters::add(&ft.counters.bytes_stored, value.len() as u64);
-        let no_home = if older { HOME_OLDER } else { 0 };
-        if ft.tiering.write_back_ms() > 0 && value.len() as u64 >= ft.tiering.item_size() {
-            let since = old_since.unwrap_or_else(|| {
-                let now = self.cfg.clock.now_ms();
-                ft.dirty.push(now, hash);
-                now
-            });
-            return dirty_word(since, older);
-        }
-        let rflags = h.rflags & (F_STALE | F_WIN);
-        match ft.append_put(
-            hash, key, value, h.flags, h.exptime, h.cas, h.stored, rflags,
-        ) {
-            Some(loc) => home_word(loc),
-            None => no_home,
-        }
-    }
-
     /// Append every dirty version that became dirty at or before `cutoff` (unix ms;
     /// `u64::MAX` = all). Returns how many were appended.
     pub(crate) fn write_back_due(&self, cutoff: u64) -> usize {
-        let Some(ft) = &self.ft else { return 0 };
+        let Some(tier) = &self.flash_tier else {
+            return 0;
+        };
         let mut n = 0;
         let mut key = Vec::new();
-        while let Some(hash) = ft.dirty.pop_due(cutoff) {
+        while let Some(hash) = tier.dirty.pop_due(cutoff) {
             let shard = self.index.lock(hash);
             let now = self.now();
             loop {
                 let due = shard.find(hash, |e| {
                     e.tier == Tier::Ram
                         && self
-                            .header_at(e.loc)
-                            .is_some_and(|h| h.dirty_since().is_some_and(|s| s <= cutoff))
+                            .arena
+                            .record(e.loc)
+                            .is_some_and(|r| r.header.dirty_since().is_some_and(|s| s <= cutoff))
                 });
                 let Some((_, e)) = due else { break };
-                let (seg, off) = self.arena.split(e.loc);
-                let Some(m) = self.arena.mem(seg) else { break };
-                let h = record::header(m, off);
+                let Some(rec) = self.arena.record(e.loc) else {
+                    break;
+                };
+                let h = rec.header;
                 let no_home = if h.flash_behind() { HOME_OLDER } else { 0 };
-                record::read_key(m, off, &h, &mut key);
+                rec.read_key(&mut key);
                 let key_id = self.index.hash(&key);
                 if self.dead(&h, now) {
                     // Expired or flushed before reaching flash: an older flash version must
                     // not outlive it (after a restart it would be served).
                     if h.flash_behind() {
-                        ft.append_tombstone(key_id, &key);
+                        let key = &key;
+                        tier.append(STREAM, &KvRecord::Tombstone { key_id, key });
                     }
-                    record::set_home(m, off, 0);
+                    rec.set_home(0);
                     continue;
                 }
-                let value = self.arena.read_value(seg, off, &h);
-                let rflags = h.rflags & (F_STALE | F_WIN);
-                let home = match ft.append_put_to(
-                    ft.hot_stream,
-                    key_id,
-                    &key,
-                    &value,
-                    h.flags,
-                    h.exptime,
-                    h.cas,
-                    h.stored,
-                    rflags,
-                ) {
+                let value = rec.value();
+                let put = Put::of(key_id, &key, &value, &h);
+                let home = match tier.append(tier.hot_stream, &KvRecord::Put(put)) {
                     Some(loc) => {
                         n += 1;
                         home_word(loc)
                     }
                     None => no_home,
                 };
-                record::set_home(m, off, home);
+                rec.set_home(home);
             }
         }
         if n > 0 {
-            crate::stats::Counters::add(&ft.counters.written_back, n as u64);
+            crate::stats::Counters::add(&tier.counters.written_back, n as u64);
         }
         n
     }
 
     /// One pass of the write-back thread: versions dirty for the window or longer.
     pub(crate) fn write_back_pass(&self) {
-        let Some(ft) = &self.ft else { return };
-        let window = ft.tiering.write_back_ms();
+        let Some(tier) = &self.flash_tier else { return };
+        let window = tier.tiering.write_back_ms();
         let cutoff = self.cfg.clock.now_ms().saturating_sub(window);
         self.write_back_due(cutoff);
     }
@@ -186,8 +144,8 @@ mod tests {
 
     fn open(clock: Clock) -> Cache {
         let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("wb", 16 << 20));
-        let mut fs = FlashSettings::devices(vec![d]);
-        fs.engine = Some(FlashConfig {
+        let mut settings = FlashSettings::devices(vec![d]);
+        settings.engine = Some(FlashConfig {
             io_backend: IoBackend::Psync,
             ..FlashConfig::small()
         });
@@ -197,7 +155,7 @@ mod tests {
             .max_item_size(64 << 10)
             .sweep_interval(None)
             .clock(clock)
-            .flash(fs)
+            .flash(settings)
             .build()
             .unwrap();
         Cache::new(cfg).unwrap()
@@ -210,7 +168,7 @@ mod tests {
 
     fn written(c: &Cache) -> u64 {
         c.inner()
-            .ft
+            .flash_tier
             .as_ref()
             .unwrap()
             .counters
@@ -246,7 +204,7 @@ mod tests {
         assert_eq!(written(&c), 1);
         set(&c, 2);
         assert!(c.delete_now(b"k"));
-        let t = &c.inner().ft.as_ref().unwrap().counters;
+        let t = &c.inner().flash_tier.as_ref().unwrap().counters;
         assert_eq!(
             t.tombstones.load(Relaxed),
             1,

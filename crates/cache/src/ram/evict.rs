@@ -1,41 +1,24 @@
-//! Eviction: S3-FIFO at segment granularity, and the segment drain shared with the sweeper.
+//! Eviction: S3-FIFO at segment granularity (rules and measurements: docs/eviction.md), and
+//! the segment drain shared with the sweeper. A victim segment is walked record by record:
+//! records no slot points at are skipped, dead ones reclaimed, live ones copied to a log head
+//! (a second chance) or evicted — handed to the tier below first (`lower`), which keeps them
+//! as flash slots when there is flash. A large segment is requeued, never copied.
 //!
-//! # Policy
-//! New items are appended to the *small* log, ghost-hit items to the *main* log. When a writer
-//! needs a segment and none is free, the holder of `AllocState` evicts the oldest segment of
-//! the small log if that log holds at least `small_percent` of queued bytes (or main is empty),
-//! else the oldest segment of the main log. Walking the victim record by record:
-//! - a record no slot points at (overwritten, deleted, flushed by `flush_all`) is skipped;
-//! - an expired or flushed record is reclaimed;
-//! - small victim: a record hit since it was written (slot frequency > 0) is copied into the
-//!   main log with frequency 0; the others are evicted and their hash goes into the ghost set;
-//! - main victim: a record with frequency > 0 is copied to the main log's head with frequency
-//!   − 1 (a second chance); the others are evicted.
-//!
-//! Evicted live records are first offered to the lower tier (`tier`): with flash they are
-//! demoted to their flash home instead of being dropped.
-//! A large (single-record) segment is never copied: promoting or reinserting it just requeues
-//! the segment on the main log.
-//!
-//! Copies made while evicting use the free-segment reserve but never evict recursively; if no
-//! segment can be had, the record is evicted instead. After `2 × segments + 8` evictions that
-//! did not free a segment for the writer, eviction turns *forced* (no copies), so a writer
-//! always makes progress.
+//! Invariant: a writer always makes progress. Copies use the free-segment reserve and never
+//! evict recursively (no segment: the record is evicted); after `2 × segments + 8` evictions
+//! that freed nothing for the writer, eviction turns *forced* (no copies).
 //!
 //! # Threads
 //! Runs in whichever writer (or the sweeper) holds `AllocState`; takes shard locks one at a
 //! time, and head locks under them.
 use std::sync::atomic::Ordering;
 
-use crate::arena::{AllocState, Log, Space};
-use crate::cache::Inner;
 use crate::config::EvictionPolicy;
-use crate::flash_tier::entry_of;
-use crate::index::{Entry, Tier};
-use crate::reclaim::demoted_freq;
-use crate::record::{self, F_FETCHED, F_FILLER};
+use crate::engine::Inner;
+use crate::ram::arena::{AllocState, Log, RecordRef, Space};
+use crate::ram::index::{Entry, Tier};
+use crate::ram::record::{self, F_FETCHED, F_FILLER};
 use crate::stats::Counters;
-use crate::tier::Demotion;
 use crate::Error;
 
 /// What a drain does with live records.
@@ -57,38 +40,38 @@ impl Inner {
     /// Seal `log`'s head if `words` no longer fit, then install a fresh segment (evicting to
     /// get one). Called by writers holding no lock.
     pub(crate) fn advance(&self, log: Log, words: usize) -> Result<(), Error> {
-        let mut st = self.arena.state.lock();
+        let mut alloc = self.arena.state.lock();
         if let Some((seg, off)) = self.arena.head(log) {
             if off + words <= self.arena.seg_words {
                 return Ok(());
             }
-            self.arena.seal_head(&mut st, log, Some(seg));
+            self.arena.seal_head(&mut alloc, log, Some(seg));
         }
-        let seg = self.obtain_normal(&mut st)?;
+        let seg = self.obtain_normal(&mut alloc)?;
         if let Err(seg) = self.arena.install_head(log, seg) {
-            self.arena.release_normal(&mut st, seg);
+            self.arena.release_normal(&mut alloc, seg);
         }
         Ok(())
     }
 
     /// An empty normal segment for a writer, evicting as needed; keeps one in reserve for
     /// eviction's copies while it can.
-    fn obtain_normal(&self, st: &mut AllocState) -> Result<u32, Error> {
+    fn obtain_normal(&self, alloc: &mut AllocState) -> Result<u32, Error> {
         let mut tries = 0;
         loop {
-            if let Some(s) = self.arena.take_normal(st, 1) {
+            if let Some(s) = self.arena.take_normal(alloc, 1) {
                 return Ok(s);
             }
             tries += 1;
-            if self.evict_one(st, tries > self.soft_tries()) {
+            if self.evict_one(alloc, tries > self.soft_tries()) {
                 continue;
             }
-            if self.arena.seal_head(st, Log::Main, None)
-                || self.arena.seal_head(st, Log::Small, None)
+            if self.arena.seal_head(alloc, Log::Main, None)
+                || self.arena.seal_head(alloc, Log::Small, None)
             {
                 continue;
             }
-            return self.arena.take_normal(st, 0).ok_or(Error::OutOfMemory);
+            return self.arena.take_normal(alloc, 0).ok_or(Error::OutOfMemory);
         }
     }
 
@@ -101,21 +84,21 @@ impl Inner {
         if k > self.arena.max_chunks() + 1 {
             return Err(Error::OutOfMemory);
         }
-        let mut st = self.arena.state.lock();
+        let mut alloc = self.arena.state.lock();
         let mut tries = 0;
         loop {
-            if self.arena.available(&st, spare) >= k {
+            if self.arena.available(&alloc, spare) >= k {
                 return self
                     .arena
-                    .take_large(&mut st, words, log)
+                    .take_large(&mut alloc, words, log)
                     .ok_or(Error::OutOfMemory);
             }
             tries += 1;
-            if self.evict_one(&mut st, tries > self.soft_tries()) {
+            if self.evict_one(&mut alloc, tries > self.soft_tries()) {
                 continue;
             }
-            if self.arena.seal_head(&mut st, Log::Main, None)
-                || self.arena.seal_head(&mut st, Log::Small, None)
+            if self.arena.seal_head(&mut alloc, Log::Main, None)
+                || self.arena.seal_head(&mut alloc, Log::Small, None)
             {
                 continue;
             }
@@ -124,29 +107,31 @@ impl Inner {
     }
 
     /// Evict one segment. False when there is nothing to evict.
-    pub(crate) fn evict_one(&self, st: &mut AllocState, force: bool) -> bool {
+    pub(crate) fn evict_one(&self, alloc: &mut AllocState, force: bool) -> bool {
         let small = Log::Small as usize;
         let main = Log::Main as usize;
         let s3 = self.cfg.eviction == EvictionPolicy::S3Fifo;
-        let total = st.queue_bytes[small] + st.queue_bytes[main];
-        let small_over = st.queue_bytes[small] * 100 >= total * u64::from(self.cfg.small_percent);
-        let log =
-            if !st.queues[small].is_empty() && (!s3 || small_over || st.queues[main].is_empty()) {
-                Log::Small
-            } else if !st.queues[main].is_empty() {
-                Log::Main
-            } else {
-                return false;
-            };
+        let total = alloc.queue_bytes[small] + alloc.queue_bytes[main];
+        let small_over =
+            alloc.queue_bytes[small] * 100 >= total * u64::from(self.cfg.small_percent);
+        let log = if !alloc.queues[small].is_empty()
+            && (!s3 || small_over || alloc.queues[main].is_empty())
+        {
+            Log::Small
+        } else if !alloc.queues[main].is_empty() {
+            Log::Main
+        } else {
+            return false;
+        };
         // memcached -M: never drop a live item to make room (with flash, eviction only
         // moves items to flash, so it goes on).
-        if !self.cfg.evict_to_free && self.ft.is_none() {
-            let victim = st.queues[log as usize].front().copied();
+        if !self.cfg.evict_to_free && !self.lower().takes_evictions() {
+            let victim = alloc.queues[log as usize].front().copied();
             if victim.is_some_and(|v| self.arena.slot(v).live.load(Ordering::Relaxed) > 0) {
                 return false;
             }
         }
-        let Some(seg) = self.arena.pop_queue(st, log) else {
+        let Some(seg) = self.arena.pop_queue(alloc, log) else {
             return false;
         };
         self.arena.wait_quiet(seg);
@@ -155,41 +140,41 @@ impl Inner {
         } else {
             Mode::Evict(log)
         };
-        let kept = self.drain(st, seg, mode);
-        self.retire(st, seg, kept);
+        let kept = self.drain(alloc, seg, mode);
+        self.retire(alloc, seg, kept);
         true
     }
 
     /// After a drain: requeue a kept large segment, free a dropped one, recycle a normal one.
-    pub(crate) fn retire(&self, st: &mut AllocState, seg: u32, kept: Option<Log>) {
+    pub(crate) fn retire(&self, alloc: &mut AllocState, seg: u32, kept: Option<Log>) {
         if self.arena.slot(seg).is_large() {
             match kept {
-                Some(log) => self.arena.enqueue_large(st, seg, log),
-                None => self.arena.free_large(st, seg),
+                Some(log) => self.arena.enqueue_large(alloc, seg, log),
+                None => self.arena.free_large(alloc, seg),
             }
         } else {
-            self.arena.release_normal(st, seg);
+            self.arena.release_normal(alloc, seg);
         }
     }
 
     /// Reserve `words` in `log`'s head for a copy, taking a segment from the free list or the
     /// budget (reserve included) but never evicting. `None` when no space can be had.
-    fn bump_for_copy(&self, st: &mut AllocState, log: Log, words: usize) -> Option<Space> {
+    fn bump_for_copy(&self, alloc: &mut AllocState, log: Log, words: usize) -> Option<Space> {
         if let Some(s) = self.arena.try_bump(log, words) {
             return Some(s);
         }
         let seen = self.arena.head(log).map(|(s, _)| s);
-        self.arena.seal_head(st, log, seen);
-        let seg = self.arena.take_normal(st, 0)?;
+        self.arena.seal_head(alloc, log, seen);
+        let seg = self.arena.take_normal(alloc, 0)?;
         if let Err(seg) = self.arena.install_head(log, seg) {
-            self.arena.release_normal(st, seg);
+            self.arena.release_normal(alloc, seg);
         }
         self.arena.try_bump(log, words)
     }
 
     /// Walk segment `seg` (taken off its queue, quiet) and dispose of every record per
     /// `mode`. Returns the log a large segment should be requeued on, if it is kept.
-    pub(crate) fn drain(&self, st: &mut AllocState, seg: u32, mode: Mode) -> Option<Log> {
+    pub(crate) fn drain(&self, alloc: &mut AllocState, seg: u32, mode: Mode) -> Option<Log> {
         let now = self.now();
         let slot = self.arena.slot(seg);
         let end = slot.end.load(Ordering::Relaxed) as usize;
@@ -199,7 +184,10 @@ impl Inner {
         let mut key = Vec::new();
         let mut off = 0;
         while off < end {
-            let h = record::header(m, off);
+            let Some(rec) = self.arena.record_at(seg, off) else {
+                break;
+            };
+            let h = rec.header;
             let n = h.words();
             if off + n > end {
                 break;
@@ -208,7 +196,7 @@ impl Inner {
                 off += n;
                 continue;
             }
-            record::read_key(m, off, &h, &mut key);
+            rec.read_key(&mut key);
             let hash = self.index.hash(&key);
             let loc = self.arena.loc(seg, off);
             let mut shard = self.index.lock(hash);
@@ -239,7 +227,7 @@ impl Inner {
                     kept = Some(log);
                     Counters::add(counter, 1);
                 }
-                Some((log, freq)) => match self.bump_for_copy(st, log, n) {
+                Some((log, freq)) => match self.bump_for_copy(alloc, log, n) {
                     Some(sp) => {
                         if let Some(dst) = self.arena.mem(sp.seg) {
                             record::copy(m, off, dst, sp.off, n);
@@ -258,9 +246,9 @@ impl Inner {
                         self.arena.finish(sp);
                         Counters::add(counter, 1);
                     }
-                    None => self.evict_record(&mut shard, pos, &h, hash, mode, &key, seg, off),
+                    None => self.evict_record(&mut shard, pos, &rec, hash, mode, &key),
                 },
-                None => self.evict_record(&mut shard, pos, &h, hash, mode, &key, seg, off),
+                None => self.evict_record(&mut shard, pos, &rec, hash, mode, &key),
             }
             off += n;
         }
@@ -269,22 +257,20 @@ impl Inner {
 
     /// A live record S3-FIFO does not keep in RAM: demote it to its flash home (the slot
     /// becomes a flash slot, the item stays), or drop it if it has none and cannot get one.
-    #[allow(clippy::too_many_arguments)]
     fn evict_record(
         &self,
-        shard: &mut crate::index::Shard<'_>,
-        pos: crate::index::Pos,
-        h: &record::Header,
+        shard: &mut crate::ram::index::Shard<'_>,
+        pos: crate::ram::index::Pos,
+        rec: &RecordRef<'_>,
         hash: u64,
         mode: Mode,
         key: &[u8],
-        seg: u32,
-        off: usize,
     ) {
-        if let Demotion::Moved { loc } = self.offer(h, hash, key, seg, off) {
+        let h = &rec.header;
+        if let Some(slot) = self.lower().take_evicted(rec, hash, key) {
             let e = shard.get(pos);
             self.release(e.loc, h.words());
-            shard.set(pos, entry_of(loc, demoted_freq(h.rflags)));
+            shard.set(pos, slot);
             return;
         }
         self.unlink(shard, pos, h);

@@ -1,4 +1,4 @@
-//! Unit tests of `recover`.
+//! Unit tests of `recovery`.
 use super::*;
 use crate::format::record::{encode, RecordHeader};
 use crate::format::superblock::Superblock;

@@ -1,67 +1,33 @@
-//! The flash tier under the RAM store: write-back (or write-through), flash-resident slots, reads.
-//!
-//! # Policy
-//! - **Write-back** (`writeback`, knob `write_back_ms`; 0 = write-through). Every stored
-//!   version (SET, and every `Update::Put`: append, incr, cas, touch, ...) is kept in RAM and
-//!   appended to flash when RAM evicts it or after the window, whichever is first; once
-//!   appended, the RAM copy's record remembers the flash location (its *home*, `record` word
-//!   4). In write-through mode the append happens at the store. When S3-FIFO evicts
-//!   the RAM copy, the index slot is rewritten in place (same shard lock) to the flash tier and
-//!   the home location, so the item never disappears: **no item is evicted while flash has
-//!   room**. Items leave only by expiry, delete/overwrite, or flash reclaim when flash is full.
-//! - **Flash record.** `key_id` = the index hash of the key (seeded with the seed stored on
-//!   flash); `version` = a per-cache sequence that only grows and is ≥ the item's CAS (so the
-//!   highest version is the newest write of a key, even for `CasMode::Explicit` CAS values
-//!   lower than the previous one); `flags` = client flags; `exptime`; value = a 16-byte
-//!   prefix (CAS u64, stored-time u32, stale/win bits u8, 3 zero bytes, little-endian) + the
-//!   value. Deletes append a `TOMBSTONE` with a fresh version; `flush_all` appends a marker of
-//!   kind [`KIND_FLUSH`] (flags 0 = immediate, 1 = delayed with `exptime` = the flush time).
-//! - **Back-pressure and faults never fail a store.** If the write buffers are all in
-//!   flight, or no segment is free while reclaim frees one, the append waits up to `append_wait_ms` (knob; holding its key's shard lock) and
-//!   then, like on `NoSpace`, a value too large for a flash chunk or one smaller than the
-//!   `item_size` knob (default 0), or an engine with no device taking writes (all failing
-//!   or offline after write errors), stores the item in RAM only (counted in
-//!   `extstore_write_skipped`); when such an item is later evicted from RAM the append is
-//!   retried once, and only if that fails too is it dropped (counted as an eviction). As
-//!   memcached with extstore, a SET never fails because flash has trouble.
-//! - **Failed writes.** An append is a memory copy; the chunk write to the device happens
-//!   later. When it fails for good the engine reports the chunk's records (`lost`, see
-//!   `reclaim`): a RAM copy whose home was there loses its home (it stays in RAM and is
-//!   appended again when RAM evicts it; `extstore_write_failed_in_ram`); a flash-only slot
-//!   there is removed (`extstore_write_failed_lost`, logged); a lost tombstone or marker is
-//!   appended again with its own version.
-//! - **Reads.** A slot on flash is read (`Flash::read`, awaited), then `key_id`, kind, key and
-//!   expiry are checked; a record of another key (a 41-bit tag collision) is skipped. A
-//!   checksum failure or a location whose segment was freed under a still-current slot is
-//!   never served: the slot is removed, `extstore_checksum_failures` counts it, and the key
-//!   reads as a miss. Any other read error fails the request with `Error::Flash`.
-//! - **Promotion.** The 2 frequency bits of a flash slot count hits since the item went to
-//!   flash (a RAM copy that had been fetched is demoted with frequency 1). A hit on a flash
-//!   slot whose frequency is already ≥ 1 — a repeat hit, every `recache_rate`-th one (knob,
-//!   default 1 = all) — copies the item back into RAM's small log with frequency 0, S3-FIFO's
-//!   probation (the home stays the same flash record, nothing is written to flash; a copy
-//!   not hit again is evicted at no cost). If the small log's open segment has room the
-//!   copy is published under the shard lock of the GET; otherwise the GET answers, and then,
-//!   with no lock held, reserves space the way a SET does (which may evict; evicting a RAM
-//!   copy of a flash item only turns its slot back into a flash slot), writes the copy, and
-//!   publishes it only if the key's slot is still the flash slot that was read — else the
-//!   space is abandoned (`extstore_promotions_abandoned`). At most [`MAX_PROMOTING`] such
-//!   promotions run at once. A first hit only raises the frequency.
-//! - **Metadata on flash.** `fetched` of a flash item is "frequency > 0"; `last_access` is the
-//!   time it was stored (a flash record is immutable; the time of a hit that did not promote
-//!   is not kept). Both are exact again once the item is back in RAM.
+//! The flash tier under the RAM tier: [`FlashTier`] owns the flash engine and what the cache
+//! keeps about it (versions, the newest flush markers, tiering knobs, counters, the write-back
+//! queue). Every stored version is kept in RAM dirty and appended when RAM evicts it or after
+//! the write-back window; an evicted RAM copy becomes a flash slot at its home, so no item is
+//! evicted while flash has room. An append never fails a store: back-pressure, a value flash
+//! will not take or a failing device leave the item in RAM only. The full policy (reads,
+//! promotion, failed writes, reclaim) is in docs/eviction.md, "The flash tier's rules".
 //!
 //! # Threads
-//! Any caller thread appends and reads; the engine's reclaimer calls `reclaim`'s handler.
-//! Appends happen under the key's index shard lock (the engine's lock is a leaf below it).
+//! Any caller appends and reads; the write-back thread appends; the engine's reclaimer calls
+//! `reclaim`'s handler. Appends happen under the key's shard lock (the engine's lock is a leaf
+//! below it).
+pub(crate) mod demote;
+pub(crate) mod kv_record;
+pub(crate) mod promote;
+pub(crate) mod read;
+pub(crate) mod reclaim;
+pub(crate) mod recovery;
+pub(crate) mod writeback;
+
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use bytes::Bytes;
-use flashtier_flash::{kind, Flash, FlashInfo, Location, Record, RecordMeta, RecordWrite};
+use flashtier_flash::{Flash, FlashInfo, Location, Record, RecordMeta, RecordWrite};
 
-use crate::index::{Entry, Tier, LOC_BITS, MAX_LOC};
+use crate::clock::Clock;
+pub use crate::flash_tier::kv_record::FlashItem;
+use crate::flash_tier::kv_record::{KvKind, KvRecord};
 use crate::knobs::Tiering;
-use crate::record::HOME_VALID;
+use crate::ram::index::{Entry, Tier, LOC_BITS, MAX_LOC};
+use crate::ram::record::HOME_VALID;
 use crate::Error;
 
 /// The stream every write-through append uses (the engine's reclaim stream is another).
@@ -81,19 +47,10 @@ pub fn hot_stream(cfg: &flashtier_flash::FlashConfig) -> u8 {
         STREAM
     }
 }
-/// Record kind of a `flush_all` marker.
-pub const KIND_FLUSH: u8 = 3;
-/// Record kind of a CAS checkpoint (appended at a clean close; its version is ≥ every CAS
-/// handed out, so a restart continues above it).
-pub const KIND_CAS: u8 = 4;
 /// Promotions that may allocate RAM space at once (each may seal a log head and evict a
 /// segment); a repeat hit beyond this is served without promoting (`promotions_skipped`).
 /// It bounds how much of the RAM tier's allocation work flash hits can cause at a time.
 pub const MAX_PROMOTING: u32 = 4;
-/// Bytes of the value prefix (CAS, stored time, meta bits).
-pub const PREFIX: usize = 16;
-/// Marker flag: a delayed flush (its `exptime` is the flush time).
-pub const FLUSH_DELAYED: u32 = 1;
 /// Reclaim compacts unhit live items (instead of dropping them) while the device bytes
 /// written stay under this many times the value bytes stored (docs/eviction.md).
 pub const WRITE_BUDGET: f64 = 1.2;
@@ -180,7 +137,9 @@ pub struct FlashTier {
     pub closed: std::sync::atomic::AtomicBool,
     pub counters: TierCounters,
     /// Versions waiting for write-back (`writeback`).
-    pub(crate) dirty: crate::writeback::DirtyQueue,
+    pub(crate) dirty: crate::flash_tier::writeback::DirtyQueue,
+    /// The cache's clock (write-back's dirty-since times).
+    pub clock: Clock,
     /// Where the write-back pass appends (see [`hot_stream`]).
     pub hot_stream: u8,
     /// When an unreadable item was last logged, and how many since (the log is limited to
@@ -208,18 +167,6 @@ impl Drop for PromotionTurn<'_> {
     }
 }
 
-/// The fields of a flash item the RAM side needs.
-#[derive(Clone, Debug)]
-pub struct FlashItem {
-    pub cas: u64,
-    pub stored: u32,
-    /// Record flag bits `F_STALE | F_WIN` as stored.
-    pub rflags: u8,
-    pub flags: u32,
-    pub exptime: u32,
-    pub value: Bytes,
-}
-
 /// The index entry of a flash location.
 pub fn entry_of(loc: Location, freq: u8) -> Entry {
     let packed = loc.pack();
@@ -229,11 +176,6 @@ pub fn entry_of(loc: Location, freq: u8) -> Entry {
         size_hint: (packed >> LOC_BITS) as u8,
         loc: packed & MAX_LOC,
     }
-}
-
-/// The packed flash location a flash index entry names.
-pub fn packed_of(e: &Entry) -> u64 {
-    e.loc | (u64::from(e.size_hint) << LOC_BITS)
 }
 
 /// The home word for a RAM record whose flash copy is at `loc`.
@@ -261,8 +203,10 @@ impl FlashTier {
         max_version: u64,
         tiering: Tiering,
         reserve: u32,
+        clock: Clock,
     ) -> Self {
         Self {
+            clock,
             tiering,
             reserve,
             repeat_hits: AtomicU64::new(0),
@@ -353,11 +297,42 @@ impl FlashTier {
         prev.saturating_add(1).max(at_least)
     }
 
-    fn append(&self, w: &RecordWrite<'_>) -> Result<Location, flashtier_flash::Error> {
-        self.append_to(STREAM, w)
+    /// Append `rec` to `stream` ([`STREAM`], or [`Self::hot_stream`] for versions written
+    /// back while RAM still holds them), with a fresh version, and count it. `None` (counted)
+    /// when the engine did not take it: back-pressure, no device taking writes, a PUT value
+    /// smaller than the `item_size` knob or too large for a chunk. A failed PUT leaves the
+    /// item in RAM only, a failed marker is counted in `marker_failures`: an append never
+    /// fails a request.
+    pub fn append(&self, stream: u8, rec: &KvRecord<'_>) -> Option<Location> {
+        if let KvRecord::Put(p) = rec {
+            if (p.value.len() as u64) < self.tiering.item_size() {
+                add(&self.counters.write_skipped, 1);
+                return None;
+            }
+        }
+        let version = self.next_version(rec.min_version());
+        let mut buf = Vec::new();
+        let res = self.append_write(stream, &rec.encode(version, &mut buf));
+        let c = &self.counters;
+        match (rec, &res) {
+            (KvRecord::Put(p), Ok(_)) => {
+                add(&c.objects_written, 1);
+                add(&c.bytes_written, p.value.len() as u64);
+            }
+            (KvRecord::Put(_), Err(_)) => add(&c.write_skipped, 1),
+            (KvRecord::Tombstone { .. }, Ok(_)) => add(&c.tombstones, 1),
+            (KvRecord::Flush { at: 0 }, Ok(_)) => {
+                self.last_marker.store(version, Ordering::Relaxed)
+            }
+            (KvRecord::Flush { .. }, Ok(_)) => self.last_delayed.store(version, Ordering::Relaxed),
+            (KvRecord::CasCheckpoint { .. }, Ok(_)) => {}
+            (_, Err(_)) => add(&c.marker_failures, 1),
+        }
+        res.ok()
     }
 
-    fn append_to(
+    /// One engine append, waiting up to the `append_wait` knob on back-pressure.
+    fn append_write(
         &self,
         stream: u8,
         w: &RecordWrite<'_>,
@@ -370,125 +345,6 @@ impl FlashTier {
                 self.flash.append_blocking(stream, w, wait)
             }
             r => r,
-        }
-    }
-
-    /// Append one item version. `None`: back-pressure, a value smaller than the `item_size`
-    /// knob or too large for a chunk, or no device taking writes; the caller keeps it in
-    /// RAM only (an append never fails a store).
-    #[allow(clippy::too_many_arguments)]
-    pub fn append_put(
-        &self,
-        key_id: u64,
-        key: &[u8],
-        value: &[u8],
-        flags: u32,
-        exptime: u32,
-        cas: u64,
-        stored: u32,
-        rflags: u8,
-    ) -> Option<Location> {
-        self.append_put_to(
-            STREAM, key_id, key, value, flags, exptime, cas, stored, rflags,
-        )
-    }
-
-    /// [`Self::append_put`] into `stream` ([`HOT_STREAM`] for versions written back while
-    /// RAM still holds them).
-    #[allow(clippy::too_many_arguments)]
-    pub fn append_put_to(
-        &self,
-        stream: u8,
-        key_id: u64,
-        key: &[u8],
-        value: &[u8],
-        flags: u32,
-        exptime: u32,
-        cas: u64,
-        stored: u32,
-        rflags: u8,
-    ) -> Option<Location> {
-        if (value.len() as u64) < self.tiering.item_size() {
-            add(&self.counters.write_skipped, 1);
-            return None;
-        }
-        let mut buf = Vec::with_capacity(PREFIX + value.len());
-        buf.extend_from_slice(&cas.to_le_bytes());
-        buf.extend_from_slice(&stored.to_le_bytes());
-        buf.extend_from_slice(&[rflags, 0, 0, 0]);
-        buf.extend_from_slice(value);
-        let w = RecordWrite {
-            kind: kind::PUT,
-            key_id,
-            version: self.next_version(cas),
-            flags,
-            exptime,
-            key,
-            value: &buf,
-        };
-        match self.append_to(stream, &w) {
-            Ok(loc) => {
-                add(&self.counters.objects_written, 1);
-                add(&self.counters.bytes_written, value.len() as u64);
-                Some(loc)
-            }
-            Err(_) => {
-                add(&self.counters.write_skipped, 1);
-                None
-            }
-        }
-    }
-
-    /// Append a tombstone for `key` (best effort: a failure is counted, not reported; see
-    /// the crate docs on what a lost tombstone can bring back after a restart).
-    pub fn append_tombstone(&self, key_id: u64, key: &[u8]) {
-        let w = RecordWrite {
-            kind: kind::TOMBSTONE,
-            key_id,
-            version: self.next_version(0),
-            flags: 0,
-            exptime: 0,
-            key,
-            value: &[],
-        };
-        match self.append(&w) {
-            Ok(_) => add(&self.counters.tombstones, 1),
-            Err(_) => add(&self.counters.marker_failures, 1),
-        }
-    }
-
-    /// Append a `flush_all` marker: immediate (`at` = 0) or delayed to `at`.
-    pub fn append_flush(&self, at: u32) {
-        let version = self.next_version(0);
-        let w = RecordWrite {
-            kind: KIND_FLUSH,
-            key_id: 0,
-            version,
-            flags: if at == 0 { 0 } else { FLUSH_DELAYED },
-            exptime: at,
-            key: &[],
-            value: &[],
-        };
-        match self.append(&w) {
-            Ok(_) if at == 0 => self.last_marker.store(version, Ordering::Relaxed),
-            Ok(_) => self.last_delayed.store(version, Ordering::Relaxed),
-            Err(_) => add(&self.counters.marker_failures, 1),
-        }
-    }
-
-    /// Append a CAS checkpoint (clean close) and wait for it to be durable with the rest.
-    pub fn append_cas_checkpoint(&self, cas: u64) {
-        let w = RecordWrite {
-            kind: KIND_CAS,
-            key_id: 0,
-            version: self.next_version(cas),
-            flags: 0,
-            exptime: 0,
-            key: &[],
-            value: &[],
-        };
-        if self.append(&w).is_err() {
-            add(&self.counters.marker_failures, 1);
         }
     }
 
@@ -506,36 +362,25 @@ impl FlashTier {
             key,
             value,
         };
-        self.append(&w).is_ok()
+        self.append_write(STREAM, &w).is_ok()
     }
 
     /// True for a marker record reclaim must keep (the newest flush markers).
-    pub fn is_current_marker(&self, kind: u8, version: u64) -> bool {
-        kind == KIND_FLUSH
-            && (version == self.last_marker.load(Ordering::Relaxed)
-                || version == self.last_delayed.load(Ordering::Relaxed))
+    pub fn is_current_marker(&self, m: &RecordMeta) -> bool {
+        matches!(KvKind::of(m), KvKind::Flush { .. })
+            && (m.version == self.last_marker.load(Ordering::Relaxed)
+                || m.version == self.last_delayed.load(Ordering::Relaxed))
     }
 
-    /// Decode a record read for `key` (hash `key_id`): `None` if it is another key's.
+    /// The item a record read for `key` (hash `key_id`) holds: `None` if it is another
+    /// key's (a tag collision, counted).
     pub fn decode(&self, rec: &Record, key_id: u64, key: &[u8]) -> Option<FlashItem> {
         add(&self.counters.objects_read, 1);
-        let h = &rec.header;
-        if h.kind != kind::PUT || h.key_id != key_id || rec.key[..] != *key {
-            add(&self.counters.collisions, 1);
-            return None;
+        let item = FlashItem::decode(rec).filter(|i| rec.header.key_id == key_id && i.key == key);
+        match &item {
+            Some(i) => add(&self.counters.bytes_read, i.value.len() as u64),
+            None => add(&self.counters.collisions, 1),
         }
-        let p = rec.value.get(..PREFIX)?;
-        let cas = u64::from_le_bytes(p[0..8].try_into().ok()?);
-        let stored = u32::from_le_bytes(p[8..12].try_into().ok()?);
-        let value = rec.value.slice(PREFIX..);
-        add(&self.counters.bytes_read, value.len() as u64);
-        Some(FlashItem {
-            cas,
-            stored,
-            rflags: p[12],
-            flags: h.flags,
-            exptime: h.exptime,
-            value,
-        })
+        item
     }
 }

@@ -49,7 +49,7 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use crate::record::{self, Header};
+use crate::ram::record::{self, Header};
 
 /// Segment slots per page of the slot table.
 pub const SLOT_PAGE: usize = 1024;
@@ -64,6 +64,42 @@ pub enum Log {
     Small = 0,
     /// Promoted, reinserted and ghost-hit items (S3-FIFO "M").
     Main = 1,
+}
+
+/// A published RAM record and its header (see [`Arena::record`]).
+pub struct RecordRef<'a> {
+    arena: &'a Arena,
+    pub seg: u32,
+    pub off: usize,
+    mem: &'a [AtomicU64],
+    pub header: Header,
+}
+
+impl RecordRef<'_> {
+    /// True when the record holds exactly `key`.
+    pub fn key_eq(&self, key: &[u8]) -> bool {
+        record::key_eq(self.mem, self.off, &self.header, key)
+    }
+
+    /// Copy the key into `out`.
+    pub fn read_key(&self, out: &mut Vec<u8>) {
+        record::read_key(self.mem, self.off, &self.header, out);
+    }
+
+    /// Copy the value out.
+    pub fn value(&self) -> Bytes {
+        self.arena.read_value(self.seg, self.off, &self.header)
+    }
+
+    /// Set the flash home word.
+    pub fn set_home(&self, home: u64) {
+        record::set_home(self.mem, self.off, home);
+    }
+
+    /// Record an access (`fetched`, `last_access`).
+    pub fn mark_fetched(&self, now: u32) {
+        record::mark_fetched(self.mem, self.off, now);
+    }
 }
 
 /// Per-segment bookkeeping.
@@ -243,53 +279,53 @@ impl Arena {
         if bytes > self.max_limit() || chunks < 2 {
             return false;
         }
-        let mut st = self.state.lock();
-        st.max_chunks = chunks as usize;
+        let mut alloc = self.state.lock();
+        alloc.max_chunks = chunks as usize;
         self.max_chunks.store(chunks, Ordering::Relaxed);
-        while Self::surplus(&st) > 0 {
-            let Some(id) = st.free.pop() else { break };
-            st.parked.push(id);
+        while Self::surplus(&alloc) > 0 {
+            let Some(id) = alloc.free.pop() else { break };
+            alloc.parked.push(id);
         }
-        self.note_held(&st);
+        self.note_held(&alloc);
         true
     }
 
     /// Chunks held (in use or free) beyond the limit.
-    fn surplus(st: &AllocState) -> usize {
-        (st.allocated - st.parked.len()).saturating_sub(st.max_chunks)
+    fn surplus(alloc: &AllocState) -> usize {
+        (alloc.allocated - alloc.parked.len()).saturating_sub(alloc.max_chunks)
     }
 
     /// Return an unused chunk: to the free list, or parked while there is a surplus.
-    fn give_back(&self, st: &mut AllocState, id: u32) {
-        if Self::surplus(st) > 0 {
-            st.parked.push(id);
-            self.note_held(st);
+    fn give_back(&self, alloc: &mut AllocState, id: u32) {
+        if Self::surplus(alloc) > 0 {
+            alloc.parked.push(id);
+            self.note_held(alloc);
         } else {
-            st.free.push(id);
+            alloc.free.push(id);
         }
     }
 
     /// Publish the bytes of chunks held against the limit.
-    fn note_held(&self, st: &AllocState) {
+    fn note_held(&self, alloc: &AllocState) {
         self.mem_used.store(
-            (Self::held(st) * self.seg_words * 8) as u64,
+            (Self::held(alloc) * self.seg_words * 8) as u64,
             Ordering::Relaxed,
         );
     }
 
     /// A chunk from outside the budget: a parked one, else a newly allocated one. The
     /// caller checked that the limit has room for it.
-    fn fresh(&self, st: &mut AllocState) -> Option<u32> {
-        if let Some(id) = st.parked.pop() {
-            self.note_held(st);
+    fn fresh(&self, alloc: &mut AllocState) -> Option<u32> {
+        if let Some(id) = alloc.parked.pop() {
+            self.note_held(alloc);
             return Some(id);
         }
-        (st.allocated < self.capacity()).then(|| self.allocate(st))
+        (alloc.allocated < self.capacity()).then(|| self.allocate(alloc))
     }
 
     /// Chunks counted against the limit (allocated and not parked).
-    fn held(st: &AllocState) -> usize {
-        st.allocated - st.parked.len()
+    fn held(alloc: &AllocState) -> usize {
+        alloc.allocated - alloc.parked.len()
     }
 
     /// Bytes of chunk memory held against the limit (allocated and not parked; parked
@@ -337,6 +373,27 @@ impl Arena {
             v.extend(self.mem(c));
         }
         v
+    }
+
+    /// The published record at index location `loc`, its header read: the one way the
+    /// store reads a RAM record. `None` only for a segment never allocated. Caller holds the
+    /// shard lock of a slot pointing at `loc` (invariant 1).
+    pub fn record(&self, loc: u64) -> Option<RecordRef<'_>> {
+        let (seg, off) = self.split(loc);
+        self.record_at(seg, off)
+    }
+
+    /// The record at word `off` of `seg`, for a walk over a sealed, quiet segment by the
+    /// `AllocState` holder (invariant 1b).
+    pub fn record_at(&self, seg: u32, off: usize) -> Option<RecordRef<'_>> {
+        let mem = self.mem(seg)?;
+        Some(RecordRef {
+            arena: self,
+            seg,
+            off,
+            mem,
+            header: record::header(mem, off),
+        })
     }
 
     /// Copy out the value of the record at `off` of `seg` (which may span chunks).
@@ -405,7 +462,7 @@ impl Arena {
 
     /// Seal `log`'s head if it is still `seen` (or any head when `seen` is `None`) and push
     /// it on its queue. Returns whether a head was sealed.
-    pub fn seal_head(&self, st: &mut AllocState, log: Log, seen: Option<u32>) -> bool {
+    pub fn seal_head(&self, alloc: &mut AllocState, log: Log, seen: Option<u32>) -> bool {
         let mut h = self.heads[log as usize].lock();
         let Some(seg) = h.seg else { return false };
         if seen.is_some_and(|s| s != seg) {
@@ -417,25 +474,25 @@ impl Arena {
         let slot = self.slot(seg);
         slot.end.store(end as u32, Ordering::Relaxed);
         if end == 0 {
-            self.give_back(st, seg);
+            self.give_back(alloc, seg);
         } else {
-            self.push_queue(st, log, seg);
+            self.push_queue(alloc, log, seg);
         }
         true
     }
 
-    fn push_queue(&self, st: &mut AllocState, log: Log, seg: u32) {
-        st.queues[log as usize].push_back(seg);
-        st.queue_bytes[log as usize] += self.seg_bytes(seg);
+    fn push_queue(&self, alloc: &mut AllocState, log: Log, seg: u32) {
+        alloc.queues[log as usize].push_back(seg);
+        alloc.queue_bytes[log as usize] += self.seg_bytes(seg);
         self.slot(seg)
             .queued
             .store(log as u32 + 1, Ordering::Relaxed);
     }
 
     /// Take the oldest segment off `log`'s queue.
-    pub fn pop_queue(&self, st: &mut AllocState, log: Log) -> Option<u32> {
-        let seg = st.queues[log as usize].pop_front()?;
-        st.queue_bytes[log as usize] -= self.seg_bytes(seg);
+    pub fn pop_queue(&self, alloc: &mut AllocState, log: Log) -> Option<u32> {
+        let seg = alloc.queues[log as usize].pop_front()?;
+        alloc.queue_bytes[log as usize] -= self.seg_bytes(seg);
         self.slot(seg).queued.store(0, Ordering::Relaxed);
         Some(seg)
     }
@@ -450,16 +507,16 @@ impl Arena {
     }
 
     /// Take `seg` off the middle of its queue (O(queue length)); false if it is not queued.
-    pub fn unqueue(&self, st: &mut AllocState, seg: u32) -> bool {
+    pub fn unqueue(&self, alloc: &mut AllocState, seg: u32) -> bool {
         let Some(log) = self.queued_on(seg) else {
             return false;
         };
-        let q = &mut st.queues[log as usize];
+        let q = &mut alloc.queues[log as usize];
         let Some(pos) = q.iter().position(|&s| s == seg) else {
             return false;
         };
         q.remove(pos);
-        st.queue_bytes[log as usize] -= self.seg_bytes(seg);
+        alloc.queue_bytes[log as usize] -= self.seg_bytes(seg);
         self.slot(seg).queued.store(0, Ordering::Relaxed);
         true
     }
@@ -478,14 +535,14 @@ impl Arena {
 
     /// Take an empty chunk as a normal segment: from the free list if it has more than
     /// `reserve` entries, else a new chunk if the limit has room for it plus `reserve` more.
-    pub fn take_normal(&self, st: &mut AllocState, reserve: usize) -> Option<u32> {
-        if st.free.len() > reserve {
-            let id = st.free.pop()?;
+    pub fn take_normal(&self, alloc: &mut AllocState, reserve: usize) -> Option<u32> {
+        if alloc.free.len() > reserve {
+            let id = alloc.free.pop()?;
             self.prepare(id, 1, false);
             return Some(id);
         }
-        if Self::held(st) + 1 + reserve <= st.max_chunks {
-            let id = self.fresh(st)?;
+        if Self::held(alloc) + 1 + reserve <= alloc.max_chunks {
+            let id = self.fresh(alloc)?;
             self.prepare(id, 1, false);
             return Some(id);
         }
@@ -493,9 +550,9 @@ impl Arena {
     }
 
     /// Give an empty normal segment back for reuse (or park it, see the module docs).
-    pub fn release_normal(&self, st: &mut AllocState, seg: u32) {
+    pub fn release_normal(&self, alloc: &mut AllocState, seg: u32) {
         self.slot(seg).reset();
-        self.give_back(st, seg);
+        self.give_back(alloc, seg);
     }
 
     /// Chunks a large record of `words` needs.
@@ -505,9 +562,9 @@ impl Arena {
 
     /// Chunks that can be had without evicting; `spare` counts the one chunk beyond the limit
     /// that only an item larger than the whole limit may use.
-    pub fn available(&self, st: &AllocState, spare: bool) -> usize {
-        let room = (st.max_chunks + usize::from(spare)).saturating_sub(Self::held(st));
-        st.free.len() + room.min(st.parked.len() + (self.capacity() - st.allocated))
+    pub fn available(&self, alloc: &AllocState, spare: bool) -> usize {
+        let room = (alloc.max_chunks + usize::from(spare)).saturating_sub(Self::held(alloc));
+        alloc.free.len() + room.min(alloc.parked.len() + (self.capacity() - alloc.allocated))
     }
 
     /// Chunks the limit allows.
@@ -517,17 +574,17 @@ impl Arena {
 
     /// Take a large segment of `words` for one record; the caller checked `available`.
     /// `None` if the chunks are not there after all.
-    pub fn take_large(&self, st: &mut AllocState, words: usize, log: Log) -> Option<Space> {
+    pub fn take_large(&self, alloc: &mut AllocState, words: usize, log: Log) -> Option<Space> {
         let k = self.chunks_for(words);
-        let spare = k > st.max_chunks;
-        if self.available(st, spare) < k {
+        let spare = k > alloc.max_chunks;
+        if self.available(alloc, spare) < k {
             return None;
         }
         let mut ids = Vec::with_capacity(k);
         for _ in 0..k {
-            match st.free.pop() {
+            match alloc.free.pop() {
                 Some(id) => ids.push(id),
-                None => ids.extend(self.fresh(st)),
+                None => ids.extend(self.fresh(alloc)),
             }
         }
         let first = *ids.first()?;
@@ -546,8 +603,8 @@ impl Arena {
     }
 
     /// Put a published large segment on its log's queue.
-    pub fn enqueue_large(&self, st: &mut AllocState, seg: u32, log: Log) {
-        self.push_queue(st, log, seg);
+    pub fn enqueue_large(&self, alloc: &mut AllocState, seg: u32, log: Log) {
+        self.push_queue(alloc, log, seg);
     }
 
     /// Bytes a queued segment counts for.
@@ -556,20 +613,20 @@ impl Arena {
     }
 
     /// Return a large segment's chunks to the free list.
-    pub fn free_large(&self, st: &mut AllocState, seg: u32) {
+    pub fn free_large(&self, alloc: &mut AllocState, seg: u32) {
         let slot = self.slot(seg);
         let more = std::mem::take(&mut *slot.more.lock());
         slot.reset();
         slot.large.store(0, Ordering::Relaxed);
-        self.give_back(st, seg);
+        self.give_back(alloc, seg);
         for c in more {
-            self.give_back(st, c);
+            self.give_back(alloc, c);
         }
     }
 
     /// Free chunks.
-    pub fn free_count(&self, st: &AllocState) -> usize {
-        st.free.len()
+    pub fn free_count(&self, alloc: &AllocState) -> usize {
+        alloc.free.len()
     }
 
     fn prepare(&self, id: u32, chunks: usize, large: bool) {
@@ -580,15 +637,15 @@ impl Arena {
         slot.large.store(u32::from(large), Ordering::Relaxed);
     }
 
-    fn allocate(&self, st: &mut AllocState) -> u32 {
-        let id = st.allocated;
-        st.allocated += 1;
+    fn allocate(&self, alloc: &mut AllocState) -> u32 {
+        let id = alloc.allocated;
+        alloc.allocated += 1;
         let page = self.pages[id / SLOT_PAGE]
             .get_or_init(|| (0..SLOT_PAGE).map(|_| SegSlot::new()).collect());
         page[id % SLOT_PAGE]
             .mem
             .get_or_init(|| (0..self.seg_words).map(|_| AtomicU64::new(0)).collect());
-        self.note_held(st);
+        self.note_held(alloc);
         id as u32
     }
 }

@@ -1,24 +1,15 @@
-//! The sweeper: frees memory held by expired and dead records without any client touching them.
-//!
-//! A pass looks at every sealed, quiet segment on the queues, one at a time under the
-//! `AllocState` lock:
-//! - *all dead* — no live record (`live == 0`), every exptime passed (`max_exp ≤ now`), or a
-//!   passed `flush_all` covers its newest record: the segment is drained (live records are
-//!   reclaimed) and freed;
-//! - *mostly dead* — dead words (overwritten/deleted, from `live`) plus expired words (found by
-//!   scanning headers, only when the segment's earliest exptime has passed) are at least half
-//!   of the segment: its live records are compacted into the head of the same log and the
-//!   segment is freed. Skipped when no free segment or budget is available to compact into.
-//!
-//! A pass first seals a head segment holding anything expired, flushed or mostly dead, so
-//! such items are found even when writes have stopped.
-//!
-//! After a scan the segment's `min_exp` hint is raised to its earliest exptime still in the
-//! future, so a segment is rescanned only when something in it expired since.
+//! The sweeper: frees memory held by expired and dead records without any client touching
+//! them. A pass looks at every sealed, quiet segment, one at a time under `AllocState`: one
+//! with nothing live, everything expired, or covered by a passed `flush_all` is drained and
+//! freed; one at least half dead (overwritten, deleted, expired) has its live records
+//! compacted into the same log's head, if a free segment is available. A head holding
+//! anything stale is sealed first, so expired items are found even when writes stop. A scan
+//! raises the segment's `min_exp` hint, so it is rescanned only once something in it expired.
 //!
 //! # Threads
-//! One thread per `Cache` (named `flashtier-sweeper`), woken every `sweep_interval` and stopped
-//! when the `Cache` is dropped; `Cache::sweep` runs the same pass on the caller's thread.
+//! One thread per `Cache` (`flashtier-sweeper`), woken every `sweep_interval`, stopped when
+//! the `Cache` is dropped; `Cache::sweep` runs a pass on the caller's thread. The write-back
+//! thread runs on the same loop (`Sweeper::spawn_fn`).
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -26,10 +17,10 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::arena::{AllocState, Log};
-use crate::cache::Inner;
-use crate::evict::Mode;
-use crate::record::{self, F_FILLER};
+use crate::engine::Inner;
+use crate::ram::arena::{AllocState, Log};
+use crate::ram::evict::Mode;
+use crate::ram::record::F_FILLER;
 use crate::stats::Counters;
 
 /// Handle of the sweeper thread; dropping it stops and joins the thread.
@@ -93,13 +84,13 @@ impl Inner {
     /// One sweeper pass; returns the number of segments freed or compacted.
     pub(crate) fn sweep(&self) -> usize {
         let ids: Vec<u32> = {
-            let mut st = self.arena.state.lock();
-            self.seal_stale_heads(&mut st);
-            st.queues.iter().flatten().copied().collect()
+            let mut alloc = self.arena.state.lock();
+            self.seal_stale_heads(&mut alloc);
+            alloc.queues.iter().flatten().copied().collect()
         };
         let mut swept = 0;
         for seg in ids {
-            let mut st = self.arena.state.lock();
+            let mut alloc = self.arena.state.lock();
             let now = self.now();
             let Some(log) = self.arena.queued_on(seg) else {
                 continue;
@@ -125,14 +116,14 @@ impl Inner {
             if !all_dead && (dead * 2 < end || slot.is_large()) {
                 continue;
             }
-            if !all_dead && self.arena.available(&st, false) == 0 {
+            if !all_dead && self.arena.available(&alloc, false) == 0 {
                 continue;
             }
-            if !self.arena.unqueue(&mut st, seg) {
+            if !self.arena.unqueue(&mut alloc, seg) {
                 continue;
             }
-            let kept = self.drain(&mut st, seg, Mode::Compact(log));
-            self.retire(&mut st, seg, kept);
+            let kept = self.drain(&mut alloc, seg, Mode::Compact(log));
+            self.retire(&mut alloc, seg, kept);
             Counters::add(&self.counters.segments_swept, 1);
             swept += 1;
         }
@@ -142,7 +133,7 @@ impl Inner {
     /// Seal a head segment that holds something expired, flushed or dead, so this pass can
     /// free or compact it: a head that stops receiving writes would otherwise keep its
     /// expired items forever. Sealing costs at most the unused tail of that segment.
-    fn seal_stale_heads(&self, st: &mut AllocState) {
+    fn seal_stale_heads(&self, alloc: &mut AllocState) {
         let now = self.now();
         for log in [Log::Small, Log::Main] {
             let Some((seg, off)) = self.arena.head(log) else {
@@ -162,7 +153,7 @@ impl Inner {
                 || slot.min_exp.load(Ordering::Relaxed) <= now
                 || self.seg_flushed(slot.max_stored.load(Ordering::Relaxed), now);
             if stale {
-                self.arena.seal_head(st, log, Some(seg));
+                self.arena.seal_head(alloc, log, Some(seg));
             }
         }
     }
@@ -170,14 +161,14 @@ impl Inner {
     /// Words of expired records in a sealed, quiet segment (live or not); updates the
     /// segment's `min_exp` hint. Caller holds `AllocState`.
     fn expired_words(&self, seg: u32, end: usize, now: u32) -> u64 {
-        let Some(m) = self.arena.mem(seg) else {
-            return 0;
-        };
         let mut off = 0;
         let mut expired = 0u64;
         let mut next_min = u32::MAX;
         while off < end {
-            let h = record::header(m, off);
+            let Some(rec) = self.arena.record_at(seg, off) else {
+                return 0;
+            };
+            let h = rec.header;
             let n = h.words();
             if h.rflags & F_FILLER == 0 && h.exptime != 0 {
                 if h.exptime <= now {

@@ -4,16 +4,25 @@
 //! recovery) goes reserve → write with no lock → publish under the key's shard lock.
 use std::sync::atomic::Ordering;
 
-use crate::arena::{Log, Space};
-use flashtier_flash::Location;
+use crate::ram::arena::{Log, Space};
 
-use crate::cache::{Existing, Inner};
 use crate::config::EvictionPolicy;
-use crate::flash_tier::packed_of;
-use crate::index::{self, Entry, Shard, Tier};
-use crate::record::{self, Header, F_STALE, F_WIN};
+use crate::engine::Inner;
+use crate::ram::index::{self, Entry, Pos, Shard, Tier};
+use crate::ram::record::{self, Header, F_STALE, F_WIN};
 use crate::stats::Counters;
 use crate::{CasMode, Error, ItemWrite};
+
+/// The slot a write replaces.
+pub(crate) enum Existing {
+    /// A RAM record.
+    Ram(Pos, Entry),
+    /// A lower-tier slot whose record was read and holds the key.
+    Lower(Pos, Entry),
+    /// Lower-tier slots taken as the key's without reading them (their packed locations; see
+    /// `flash_tier::read` on blind views).
+    Blind(Vec<u64>),
+}
 
 impl Inner {
     pub(crate) fn cas_for(&self, mode: CasMode, old: Option<u64>) -> u64 {
@@ -86,9 +95,9 @@ impl Inner {
     pub(crate) fn abandon(&self, space: Option<Space>) {
         let Some(space) = space else { return };
         if space.large {
-            let mut st = self.arena.state.lock();
+            let mut alloc = self.arena.state.lock();
             self.arena.finish(space);
-            self.arena.free_large(&mut st, space.seg);
+            self.arena.free_large(&mut alloc, space.seg);
         } else {
             if let Some(m) = self.arena.mem(space.seg) {
                 record::write_filler(m, space.off, space.words);
@@ -115,25 +124,21 @@ impl Inner {
         };
         match existing {
             Some(Existing::Ram(pos, old)) => {
-                if let Some(oh) = self.header_at(old.loc) {
-                    self.release_rec(old.loc, &oh);
+                if let Some(r) = self.arena.record(old.loc) {
+                    self.release_rec(old.loc, &r.header);
                 }
                 entry.freq = old.freq;
                 shard.set(pos, entry);
             }
-            Some(Existing::Flash(pos, old)) => {
-                if let Some(ft) = &self.ft {
-                    ft.flash.mark_dead(Location::unpack(packed_of(&old)));
-                }
+            Some(Existing::Lower(pos, old)) => {
+                self.lower().forget(old.lower_loc());
                 entry.freq = old.freq;
                 shard.set(pos, entry);
             }
             Some(Existing::Blind(locs)) => {
                 for l in locs {
                     if self.remove_flash_loc(shard, hash, l) {
-                        if let Some(ft) = &self.ft {
-                            ft.flash.mark_dead(Location::unpack(l));
-                        }
+                        self.lower().forget(l);
                     }
                 }
                 shard.insert(hash, entry);
@@ -150,8 +155,8 @@ impl Inner {
     /// After publishing (shard lock released): queue a large segment, end the reservation.
     pub(crate) fn finish(&self, space: Space) {
         if space.large {
-            let mut st = self.arena.state.lock();
-            self.arena.enqueue_large(&mut st, space.seg, space.log);
+            let mut alloc = self.arena.state.lock();
+            self.arena.enqueue_large(&mut alloc, space.seg, space.log);
         }
         self.arena.finish(space);
     }

@@ -1,25 +1,15 @@
 //! Open-time work: superblocks (validate, or format blank devices — never foreign data or the
 //! other face's device, see [`crate::probe`]) and recovery of every segment in sequence order.
 //!
-//! Recovery reads each segment's header page; for a segment with a valid header of this
-//! instance it reads the footer page and the summary (sealed segments: no record is read), or
-//! scans its records until the first one that does not verify (a segment open at the crash,
-//! or whose tail is damaged). Every record found is reported to the user oldest first.
-//!
-//! What is trusted: a sealed segment's summary is checksummed, so its entries are exactly
-//! what was sealed; a record it names is verified again when read (so a record corrupted
-//! after sealing is a read error, never data). With `recovery_full_scan`, every segment is
-//! scanned and every record verified at recovery instead.
-//!
-//! Losses are counted and logged, never silent: a superblock that is neither blank nor valid
-//! (the device is formatted and the cache starts empty), a segment header page that is
-//! neither zero (free) nor a valid header (`recovery_unreadable_headers`; formatting zeroes
-//! every header page, and reclaim zeroes a header when it frees a segment, so only damage
-//! leaves anything else), a header, footer, summary or segment that cannot be read (the
-//! segment is retired for this run), a corrupt summary or a scan that stops inside a page
-//! (`recovery_damaged_segments`).
+//! A segment with a valid header of this instance is recovered from its checksummed summary
+//! (sealed: no record read; a named record is verified again when read) or scanned up to the
+//! first record that does not verify (open at the crash, or damaged tail); with
+//! `recovery_full_scan` every segment is scanned. Records reach the user oldest first.
+//! Invariant: losses are counted and logged, never silent (the cases and their counters are
+//! in `docs/faults.md`, "Damage found at start", and `docs/format.md`, "Recovery").
 //!
 //! Runs on the thread calling `Flash::open`, before any other engine thread exists.
+
 use std::time::Instant;
 
 use crate::config::FlashConfig;
@@ -320,8 +310,8 @@ pub(crate) fn recover(
     let mut retired = vec![false; nsegs];
     if !formatted {
         let places: Vec<(usize, u64)> = {
-            let st = inner.state.lock();
-            st.segs.iter().map(|s| (s.dev, s.dev_off)).collect()
+            let state = inner.state.lock();
+            state.segs.iter().map(|s| (s.dev, s.dev_off)).collect()
         };
         for (batch_start, batch) in places.chunks(64).enumerate().map(|(i, b)| (i * 64, b)) {
             let ops = batch
@@ -379,8 +369,8 @@ pub(crate) fn recover(
             }
             live[seg as usize] = true;
             FlashStats::add(&inner.stats.recovered_segments, 1);
-            let mut st = inner.state.lock();
-            let info = &mut st.segs[seg as usize];
+            let mut state = inner.state.lock();
+            let info = &mut state.segs[seg as usize];
             info.reset(&inner.uuid, seq, stream);
             info.state = SegState::Sealed;
             info.has_summary = found.sealed;
@@ -388,7 +378,7 @@ pub(crate) fn recover(
             for e in &found.entries {
                 info.add_record(u64::from(e.len).div_ceil(16) * 16, e.exptime);
             }
-            drop(st);
+            drop(state);
             for e in &found.entries {
                 let Ok(meta) = inner.record_meta(seg, e, seq) else {
                     continue;
@@ -398,18 +388,18 @@ pub(crate) fn recover(
             }
         }
     }
-    let mut st = inner.state.lock();
-    st.next_seq = max_seq + 1;
+    let mut state = inner.state.lock();
+    state.next_seq = max_seq + 1;
     for (i, is_live) in live.iter().enumerate() {
         if retired[i] {
-            st.segs[i].state = SegState::Failed;
+            state.segs[i].state = SegState::Failed;
         } else if !is_live {
-            let dev = st.segs[i].dev;
-            st.free.push(dev, i as u32);
+            let dev = state.segs[i].dev;
+            state.free.push(dev, i as u32);
         }
     }
     losses.summary();
-    inner.update_gauges(&st);
+    inner.update_gauges(&state);
     FlashStats::set(
         &inner.stats.recovery_time_us,
         t0.elapsed().as_micros() as u64,
@@ -474,8 +464,11 @@ fn read_segments(
     let exec = inner.exec.as_ref();
     let seg_size = inner.seg_size;
     let place = |seg: u32| {
-        let st = inner.state.lock();
-        (st.segs[seg as usize].dev, st.segs[seg as usize].dev_off)
+        let state = inner.state.lock();
+        (
+            state.segs[seg as usize].dev,
+            state.segs[seg as usize].dev_off,
+        )
     };
     let seeds: Vec<u32> = headers
         .iter()
@@ -652,5 +645,5 @@ pub(crate) fn scan(seg: &[u8], seed: u32) -> (Vec<SummaryEntry>, u32, bool) {
 }
 
 #[cfg(test)]
-#[path = "recover_tests.rs"]
+#[path = "recovery_tests.rs"]
 mod tests;

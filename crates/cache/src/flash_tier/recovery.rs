@@ -12,14 +12,14 @@
 //! Runs on the thread calling `Cache::new`, before the cache is shared.
 use std::collections::HashMap;
 
-use flashtier_flash::{kind, Location, RecordMeta};
+use flashtier_flash::{Location, RecordMeta};
 
-use crate::flash_tier::{FLUSH_DELAYED, KIND_FLUSH};
+use crate::flash_tier::kv_record::KvKind;
 
 #[derive(Clone, Copy, Debug)]
 struct Best {
     version: u64,
-    kind: u8,
+    kind: KvKind,
     exptime: u32,
     loc: Location,
 }
@@ -58,30 +58,30 @@ impl Recovered {
     /// The engine's `on_record` callback.
     pub fn on_record(&mut self, m: RecordMeta) {
         self.max_version = self.max_version.max(m.version);
-        match m.kind {
-            KIND_FLUSH
-                if m.flags & FLUSH_DELAYED != 0
-                    && self.delayed.is_none_or(|(v, _)| m.version >= v) =>
-            {
+        let kind = KvKind::of(&m);
+        match kind {
+            KvKind::Flush { delayed: true } if self.delayed.is_none_or(|(v, _)| m.version >= v) => {
                 self.delayed = Some((m.version, m.exptime));
             }
-            KIND_FLUSH if m.flags & FLUSH_DELAYED != 0 => {}
-            KIND_FLUSH => self.flush_version = self.flush_version.max(m.version),
-            kind::PUT | kind::TOMBSTONE => {
+            KvKind::Flush { delayed: true } => {}
+            KvKind::Flush { delayed: false } => {
+                self.flush_version = self.flush_version.max(m.version)
+            }
+            KvKind::Put | KvKind::Tombstone => {
                 let new = Best {
                     version: m.version,
-                    kind: m.kind,
+                    kind,
                     exptime: m.exptime,
                     loc: m.location,
                 };
                 match self.best.get_mut(&m.key_id) {
                     Some(b) if b.version > m.version => {
-                        if m.kind == kind::PUT {
+                        if kind == KvKind::Put {
                             self.superseded.push(m.location);
                         }
                     }
                     Some(b) => {
-                        if b.kind == kind::PUT {
+                        if b.kind == KvKind::Put {
                             self.superseded.push(b.loc);
                         }
                         *b = new;
@@ -110,7 +110,7 @@ impl Recovered {
             }
         }
         for (key_id, b) in self.best {
-            if b.kind != kind::PUT {
+            if b.kind != KvKind::Put {
                 continue;
             }
             let expired = b.exptime != 0 && b.exptime <= now;
@@ -127,6 +127,13 @@ impl Recovered {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flash_tier::kv_record::KvRecord;
+    use flashtier_flash::kind;
+
+    /// The engine kind of an immediate `flush_all` marker.
+    fn flush_kind() -> u8 {
+        KvRecord::Flush { at: 0 }.encode(0, &mut Vec::new()).kind
+    }
 
     fn meta(key_id: u64, version: u64, kind: u8, addr: u64) -> RecordMeta {
         RecordMeta {
@@ -149,7 +156,7 @@ mod tests {
         r.on_record(meta(2, 4, kind::PUT, 3));
         r.on_record(meta(2, 6, kind::TOMBSTONE, 4));
         r.on_record(meta(3, 7, kind::PUT, 5));
-        r.on_record(meta(0, 8, KIND_FLUSH, 6));
+        r.on_record(meta(0, 8, flush_kind(), 6));
         r.on_record(meta(4, 9, kind::PUT, 7));
         let out = r.finish(100);
         let mut ids: Vec<u64> = out.items.iter().map(|(k, _)| *k).collect();

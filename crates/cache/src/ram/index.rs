@@ -79,6 +79,14 @@ pub struct Entry {
     pub loc: u64,
 }
 
+impl Entry {
+    /// The packed location a lower-tier slot names: `loc` with the size-hint bits on top
+    /// (see [`Tier::Flash`]).
+    pub fn lower_loc(&self) -> u64 {
+        self.loc | (u64::from(self.size_hint) << LOC_BITS)
+    }
+}
+
 /// One 64-byte bucket. See the module docs for the byte table.
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C, align(64))]
@@ -156,11 +164,6 @@ impl Table {
     /// Entries stored.
     pub fn len(&self) -> usize {
         self.len
-    }
-
-    /// True when no entry is stored.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// Bytes of RAM the table's buckets occupy.
@@ -356,11 +359,6 @@ impl Index {
         xxh3_64_with_seed(key, self.seed)
     }
 
-    /// The hash seed (stored on flash later so a restart hashes the same way).
-    pub fn seed(&self) -> u64 {
-        self.seed
-    }
-
     /// Lock the shard owning `hash`.
     pub fn lock(&self, hash: u64) -> Shard<'_> {
         let i = (hash & self.mask) as usize;
@@ -386,11 +384,6 @@ impl Index {
     /// Entries stored (all shards).
     pub fn len(&self) -> u64 {
         self.len.load(Ordering::Relaxed)
-    }
-
-    /// True when no entry is stored.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Bytes of RAM all tables occupy (the `Vec<Bucket>` allocations; the shard array itself

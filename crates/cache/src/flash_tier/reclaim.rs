@@ -1,40 +1,25 @@
-//! The flash engine's [`ReclaimHandler`]: what survives when flash is full.
-//!
-//! A record is *referenced* when its key's index slot is a flash slot at its location, or a
-//! RAM slot whose record's home is its location. Rules:
-//! - `decide`: the newest immediate and delayed flush markers are kept; a tombstone is kept
-//!   while flash has room and dropped otherwise (known limit: if reclaim drops a tombstone
-//!   while an older copy of the key survives in a newer segment — a reclaim copy made before
-//!   the delete — that key can come back after a restart); an unreferenced record is dropped. An expired referenced record is dropped and
-//!   its slot removed (reclaimed). While flash has room (more free segments than the reserve
-//!   plus `drop_under`, by default the high watermark: a forced or early reclaim) every
-//!   referenced record is kept, unless the `drop_unread` knob is on (then only hit ones are).
-//!   Otherwise a referenced record that was hit (slot frequency > 0) is
-//!   kept and its frequency decremented (it must be hit again to survive the next pass); an
-//!   unhit one is kept (compacted) while the write budget allows (device bytes written ≤
-//!   [`WRITE_BUDGET`](crate::flash_tier::WRITE_BUDGET) × bytes stored), else dropped: a flash slot is removed (counted in `evictions` and
-//!   `extstore_objects_evicted`), a RAM copy just loses its home (it stays in RAM and is
-//!   appended again if RAM evicts it).
-//! - `relocated`: move the slot or home to the new location if it still points at the old.
-//! - `evicted`: the engine could not keep it (keep limit, expiry, unreadable): as a drop.
-//! - `lost`: the chunk write holding these records failed (see `flash_tier` "Failed
-//!   writes"): a RAM copy loses its home, a flash-only slot is removed and counted lost,
-//!   tombstones and markers are appended again with their own version. Logged once per
-//!   failed write.
+//! The flash engine's [`ReclaimHandler`]: which flash records survive reclaim. A record is
+//! *referenced* when its key's slot is a flash slot at its location, or a RAM slot whose
+//! record's home is its location. Kept: the newest flush markers; tombstones while flash has
+//! room; referenced live records while flash has room, else those hit since the last pass
+//! (frequency decremented) and unhit ones within the write budget (`WRITE_BUDGET`). Otherwise
+//! dropped: a flash slot is removed (an eviction), a RAM copy only loses its home. A relocated
+//! record moves its slot or home; a failed chunk write (`lost`) costs homes and flash-only
+//! items, and its markers are appended again. Full rules: docs/eviction.md.
 //!
 //! # Threads
-//! Called on the engine's reclaimer thread with no engine lock held; takes one index shard
-//! lock per call. Until the cache is built (recovery) calls wait on the gate; if the cache
-//! never comes up the gate is closed and everything is dropped.
+//! The engine's reclaimer thread, no engine lock held; one index shard lock per call. Until
+//! the cache is built, calls wait on the gate; if it never comes up, everything is dropped.
 use std::sync::{Arc, Weak};
 
-use flashtier_flash::{kind, Decision, Location, LostRecord, ReclaimHandler, RecordMeta};
+use flashtier_flash::{Decision, Location, LostRecord, ReclaimHandler, RecordMeta};
 use parking_lot::{Condvar, Mutex};
 
-use crate::cache::Inner;
-use crate::flash_tier::{entry_of, home_word, packed_of, KIND_FLUSH};
-use crate::index::{Pos, Shard, Tier};
-use crate::record::{self, F_FETCHED, HOME_OLDER};
+use crate::engine::Inner;
+use crate::flash_tier::kv_record::KvKind;
+use crate::flash_tier::{entry_of, home_word};
+use crate::ram::index::{Pos, Shard, Tier};
+use crate::ram::record::HOME_OLDER;
 use crate::stats::Counters;
 
 enum Gate {
@@ -83,8 +68,8 @@ impl Handler {
 
 /// Where a record is referenced from.
 enum Ref {
-    Flash(Pos, crate::index::Entry),
-    Ram(Pos, crate::index::Entry, u64),
+    Flash(Pos, crate::ram::index::Entry),
+    Ram(Pos, crate::ram::index::Entry, u64),
 }
 
 impl Inner {
@@ -93,13 +78,12 @@ impl Inner {
         let home = home_word(m.location);
         let mut ram_loc = None;
         let found = shard.find(m.key_id, |e| match e.tier {
-            Tier::Flash => packed_of(&e) == packed,
+            Tier::Flash => e.lower_loc() == packed,
             Tier::Ram => {
-                let (seg, off) = self.arena.split(e.loc);
                 let hit = self
                     .arena
-                    .mem(seg)
-                    .is_some_and(|mem| record::header(mem, off).home == home);
+                    .record(e.loc)
+                    .is_some_and(|r| r.header.home == home);
                 if hit {
                     ram_loc = Some(e.loc);
                 }
@@ -113,15 +97,14 @@ impl Inner {
     }
 
     fn set_ram_home(&self, loc: u64, home: u64) {
-        let (seg, off) = self.arena.split(loc);
-        if let Some(mem) = self.arena.mem(seg) {
-            record::set_home(mem, off, home);
+        if let Some(r) = self.arena.record(loc) {
+            r.set_home(home);
         }
     }
 
     /// Forget the record `m` refers to: remove a flash slot, or clear a RAM copy's home.
     fn drop_ref(&self, shard: &mut Shard<'_>, r: Ref, m: &RecordMeta) {
-        let Some(ft) = &self.ft else { return };
+        let Some(tier) = &self.flash_tier else { return };
         match r {
             Ref::Flash(pos, e) => {
                 shard.remove(pos);
@@ -136,7 +119,7 @@ impl Inner {
                     if e.freq == 0 {
                         Counters::add(&self.counters.evicted_unfetched, 1);
                     }
-                    Counters::add(&ft.counters.evicted, 1);
+                    Counters::add(&tier.counters.evicted, 1);
                 }
             }
             Ref::Ram(_, _, loc) => self.set_ram_home(loc, HOME_OLDER),
@@ -144,13 +127,13 @@ impl Inner {
     }
 
     fn reclaim_decide(&self, m: &RecordMeta) -> Decision {
-        let Some(ft) = &self.ft else {
+        let Some(tier) = &self.flash_tier else {
             return Decision::Drop;
         };
-        match m.kind {
-            kind::PUT => {}
-            KIND_FLUSH if ft.is_current_marker(m.kind, m.version) => return Decision::Keep,
-            kind::TOMBSTONE if ft.has_room() => return Decision::Keep,
+        match KvKind::of(m) {
+            KvKind::Put => {}
+            KvKind::Flush { .. } if tier.is_current_marker(m) => return Decision::Keep,
+            KvKind::Tombstone if tier.has_room() => return Decision::Keep,
             _ => return Decision::Drop,
         }
         let mut shard = self.index.lock(m.key_id);
@@ -161,14 +144,14 @@ impl Inner {
         let (pos, e) = match &r {
             Ref::Flash(p, e) | Ref::Ram(p, e, _) => (*p, *e),
         };
-        let unread_ok = !ft.tiering.drop_unread();
-        if !expired && e.freq == 0 && unread_ok && (ft.has_room() || ft.compaction_budget()) {
+        let unread_ok = !tier.tiering.drop_unread();
+        if !expired && e.freq == 0 && unread_ok && (tier.has_room() || tier.compaction_budget()) {
             return Decision::Keep;
         }
         if !expired && e.freq > 0 {
             shard.set(
                 pos,
-                crate::index::Entry {
+                crate::ram::index::Entry {
                     freq: e.freq - 1,
                     ..e
                 },
@@ -180,7 +163,7 @@ impl Inner {
     }
 
     fn reclaim_relocated(&self, m: &RecordMeta, new: Location) -> bool {
-        if m.kind != kind::PUT {
+        if KvKind::of(m) != KvKind::Put {
             // A kept marker or tombstone: nothing points at it; its new copy is live.
             return true;
         }
@@ -196,8 +179,8 @@ impl Inner {
             }
             None => false,
         };
-        if let (true, Some(ft)) = (moved, &self.ft) {
-            Counters::add(&ft.counters.relocated, 1);
+        if let (true, Some(tier)) = (moved, &self.flash_tier) {
+            Counters::add(&tier.counters.relocated, 1);
         }
         moved
     }
@@ -211,12 +194,12 @@ impl Inner {
 
     /// The engine could not write these records (see the module docs).
     pub(crate) fn write_lost(&self, recs: &[LostRecord]) {
-        let Some(ft) = &self.ft else { return };
+        let Some(tier) = &self.flash_tier else { return };
         let (mut in_ram, mut lost, mut again, mut failed) = (0u64, 0u64, 0u64, 0u64);
         for r in recs {
             let m = &r.meta;
-            if m.kind != kind::PUT {
-                if ft.append_again(m, r.record.as_ref()) {
+            if KvKind::of(m) != KvKind::Put {
+                if tier.append_again(m, r.record.as_ref()) {
                     again += 1;
                 } else {
                     failed += 1;
@@ -236,7 +219,7 @@ impl Inner {
                 None => {}
             }
         }
-        let c = &ft.counters;
+        let c = &tier.counters;
         Counters::add(&c.write_failed_in_ram, in_ram);
         Counters::add(&c.write_failed_lost, lost);
         Counters::add(&c.markers_rewritten, again);
@@ -277,9 +260,4 @@ impl ReclaimHandler for Handler {
             i.write_lost(recs);
         }
     }
-}
-
-/// `F_FETCHED` decides the frequency a demoted RAM record's flash slot starts with.
-pub(crate) fn demoted_freq(rflags: u8) -> u8 {
-    u8::from(rflags & F_FETCHED != 0)
 }

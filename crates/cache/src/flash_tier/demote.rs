@@ -1,0 +1,74 @@
+//! The flash tier as the RAM tier's [`LowerTier`]. An evicted live item becomes a flash slot
+//! at its flash home (rewritten in place by the evictor, under the same shard lock, so readers
+//! never see the item missing, and nothing is written); one without a home (its append was
+//! skipped or failed, or reclaim dropped the copy) is appended now, and dropped if that fails
+//! too. A new version's home is a write-back mark (dirty since when, older version on flash or
+//! not) or, in write-through mode, the location it was appended at.
+//!
+//! # Threads
+//! Whichever thread writes or evicts, holding the key's shard lock (and `AllocState` when
+//! evicting); the flash engine's lock is a leaf.
+use flashtier_flash::Location;
+
+use crate::flash_tier::kv_record::{KvRecord, Put};
+use crate::flash_tier::{entry_of, home_word, FlashTier, STREAM};
+use crate::ram::arena::RecordRef;
+use crate::ram::index::Entry;
+use crate::ram::lower::{LowerTier, NewVersion};
+use crate::ram::record::{dirty_word, F_FETCHED, HOME_OLDER};
+use crate::stats::Counters;
+
+/// The frequency a demoted record's flash slot starts with: 1 if it was fetched in RAM.
+fn demoted_freq(rflags: u8) -> u8 {
+    u8::from(rflags & F_FETCHED != 0)
+}
+
+impl LowerTier for FlashTier {
+    fn takes_evictions(&self) -> bool {
+        true
+    }
+
+    fn take_evicted(&self, rec: &RecordRef<'_>, hash: u64, key: &[u8]) -> Option<Entry> {
+        let h = &rec.header;
+        let loc = match h.home_loc() {
+            Some(p) => Location::unpack(p),
+            None => {
+                let value = rec.value();
+                self.append(STREAM, &KvRecord::Put(Put::of(hash, key, &value, h)))?
+            }
+        };
+        Counters::add(&self.counters.demoted, 1);
+        Some(entry_of(loc, demoted_freq(h.rflags)))
+    }
+
+    fn forget(&self, loc: u64) {
+        self.flash.mark_dead(Location::unpack(loc));
+    }
+
+    fn cover(&self, hash: u64, key: &[u8]) {
+        self.append(STREAM, &KvRecord::Tombstone { key_id: hash, key });
+    }
+
+    fn flush(&self, at: u32) {
+        self.append(STREAM, &KvRecord::Flush { at });
+    }
+
+    fn home_for(&self, v: &NewVersion<'_>) -> u64 {
+        Counters::add(&self.counters.bytes_stored, v.value.len() as u64);
+        let no_home = if v.older_below { HOME_OLDER } else { 0 };
+        let size = v.value.len() as u64;
+        if self.tiering.write_back_ms() > 0 && size >= self.tiering.item_size() {
+            let since = v.dirty_since.unwrap_or_else(|| {
+                let now = self.clock.now_ms();
+                self.dirty.push(now, v.hash);
+                now
+            });
+            return dirty_word(since, v.older_below);
+        }
+        let put = Put::of(v.hash, v.key, v.value, v.header);
+        match self.append(STREAM, &KvRecord::Put(put)) {
+            Some(loc) => home_word(loc),
+            None => no_home,
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! Promotion: a repeat flash hit (slot frequency ≥ 1, every `recache_rate`-th) copies the
+//! item back into RAM's small log with frequency 0, S3-FIFO's probation; its flash record stays
+//! its home, nothing is written to flash. Under the GET's shard lock if the small log's open
+//! segment has room; otherwise after the GET answers, with no lock held, reserving space the
+//! way a SET does and publishing only if the key's slot is still the flash slot that was read
+//! (else the space is abandoned). At most `MAX_PROMOTING` of those run at once. Why the small
+//! log: docs/eviction.md.
+use flashtier_flash::Location;
+
+use crate::engine::Inner;
+use crate::flash_tier::home_word;
+use crate::flash_tier::kv_record::FlashItem;
+use crate::ram::arena::{Log, Space};
+use crate::ram::index::{self, Entry, Pos, Shard, Tier};
+use crate::ram::record::{self, Header, F_FETCHED, F_STALE, F_WIN};
+use crate::stats::Counters;
+
+/// The log promoted copies go to, with frequency 0: S3-FIFO's probation queue. A copy hit
+/// again before its segment is evicted moves on to the main log; one that is not is evicted
+/// cheaply (its slot turns back into the flash slot).
+const PROMOTE_LOG: Log = Log::Small;
+
+/// A promotion decided in `get_with` and finished by `promote_later` without the shard
+/// lock: the packed location of the flash slot the item was read from, and the item.
+pub(crate) struct Promotion {
+    pub(crate) loc: u64,
+    pub(crate) item: FlashItem,
+}
+
+/// The header of a RAM copy of flash item `f` (at packed `loc`, its home) promoted at `now`.
+fn promoted_header(loc: u64, key: &[u8], f: &FlashItem, now: u32) -> Header {
+    Header {
+        cas: f.cas,
+        exptime: f.exptime,
+        flags: f.flags,
+        vlen: f.value.len() as u32,
+        stored: f.stored,
+        last_access: now,
+        klen: key.len() as u16,
+        rflags: (f.rflags & (F_STALE | F_WIN)) | F_FETCHED,
+        home: home_word(Location::unpack(loc)),
+    }
+}
+
+impl Inner {
+    /// A GET hit on flash item `item` in slot `pos` (shard locked): count it; on a repeat hit
+    /// (frequency ≥ 1, every `recache_rate`-th) copy it back to RAM now if the small log's
+    /// open segment has room, else return the promotion to finish with no lock held
+    /// (`promote_later`). A hit not promoted now raises the slot's frequency.
+    pub(crate) fn flash_hit(
+        &self,
+        shard: &mut Shard<'_>,
+        pos: Pos,
+        e: Entry,
+        key: &[u8],
+        item: FlashItem,
+        now: u32,
+    ) -> Option<Promotion> {
+        let Some(tier) = &self.flash_tier else {
+            shard.touch(pos);
+            return None;
+        };
+        Counters::add(&tier.counters.hits, 1);
+        let recache = e.freq > 0
+            && record::rec_words(key.len(), item.value.len()) <= self.arena.large_threshold()
+            && tier.should_recache();
+        if recache && self.promote_in_place(shard, pos, e, key, &item, now) {
+            return None;
+        }
+        shard.touch(pos);
+        recache.then(|| Promotion {
+            loc: e.lower_loc(),
+            item,
+        })
+    }
+
+    /// Copy a flash item back into RAM (repeat hit) if the small log's open segment has room;
+    /// the shard lock is held, so nothing is allocated or evicted here. False if there was
+    /// no room (the caller may then `promote_later`).
+    fn promote_in_place(
+        &self,
+        shard: &mut Shard<'_>,
+        pos: Pos,
+        e: Entry,
+        key: &[u8],
+        f: &FlashItem,
+        now: u32,
+    ) -> bool {
+        let words = record::rec_words(key.len(), f.value.len());
+        let Some(space) = self.arena.try_bump(PROMOTE_LOG, words) else {
+            return false;
+        };
+        let h = promoted_header(e.lower_loc(), key, f, now);
+        if !self.arena.write_record(&space, &h, key, &f.value) {
+            self.abandon_space(space);
+            self.count_promotion(false);
+            return true;
+        }
+        self.publish_promoted(shard, pos, &space, &h);
+        self.finish(space);
+        true
+    }
+
+    /// Point the flash slot at `pos` at the promoted record written in `space`, with
+    /// frequency 0 (see `PROMOTE_LOG`). Shard lock held; the caller then `finish`es the space.
+    fn publish_promoted(&self, shard: &mut Shard<'_>, pos: Pos, space: &Space, h: &Header) {
+        shard.set(
+            pos,
+            Entry {
+                tier: Tier::Ram,
+                freq: 0,
+                size_hint: index::size_hint(space.words * 8),
+                loc: self.arena.loc(space.seg, space.off),
+            },
+        );
+        self.arena
+            .slot(space.seg)
+            .note_publish(space.words, h.exptime, h.stored);
+        Counters::add(&self.counters.live_bytes, (space.words * 8) as u64);
+        self.count_promotion(true);
+    }
+
+    fn count_promotion(&self, done: bool) {
+        if let Some(tier) = &self.flash_tier {
+            let c = if done {
+                &tier.counters.promoted
+            } else {
+                &tier.counters.promotions_abandoned
+            };
+            Counters::add(c, 1);
+        }
+    }
+
+    /// Finish a promotion `get_with` could not do under the shard lock (the small log's open
+    /// segment was full). No lock is held on entry: space is reserved the way a SET reserves
+    /// it (which may seal the head and evict; an evicted RAM copy whose item is on flash only
+    /// becomes a flash slot), the record is written, and the shard is locked again to publish
+    /// only if the key's slot is still the flash slot the item was read from — a SET,
+    /// DELETE, reclaim relocation or another promotion meanwhile changed or removed it, and
+    /// then the space is abandoned. At most `MAX_PROMOTING` run at once (more are skipped).
+    pub(crate) fn promote_later(&self, key: &[u8], hash: u64, p: Promotion) {
+        let Some(tier) = &self.flash_tier else { return };
+        let Some(_turn) = tier.promotion_turn() else {
+            return;
+        };
+        let words = record::rec_words(key.len(), p.item.value.len());
+        let Ok(space) = self.reserve(PROMOTE_LOG, words) else {
+            self.count_promotion(false);
+            return;
+        };
+        let h = promoted_header(p.loc, key, &p.item, self.now());
+        if !self.arena.write_record(&space, &h, key, &p.item.value) {
+            self.abandon_space(space);
+            self.count_promotion(false);
+            return;
+        }
+        let mut shard = self.index.lock(hash);
+        let Some((pos, _)) = shard.find(hash, |e| e.tier == Tier::Flash && e.lower_loc() == p.loc)
+        else {
+            drop(shard);
+            self.abandon_space(space);
+            self.count_promotion(false);
+            return;
+        };
+        self.publish_promoted(&mut shard, pos, &space, &h);
+        drop(shard);
+        self.finish(space);
+    }
+
+    fn abandon_space(&self, space: Space) {
+        self.abandon(Some(space));
+    }
+}
+
+/// `promote_later` publishes only over the flash slot the item was read from.
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::flash::{Device, FlashConfig, IoBackend, MemoryDevice};
+    use crate::ops::block_on;
+    use crate::{Cache, CacheConfig, FlashSettings, ItemWrite};
+
+    fn open() -> Cache {
+        let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("promote", 16 << 20));
+        let mut settings = FlashSettings::devices(vec![d]);
+        settings.engine = Some(FlashConfig {
+            io_backend: IoBackend::Psync,
+            ..FlashConfig::small()
+        });
+        let cfg = CacheConfig::builder()
+            .memory_limit(256 << 10)
+            .segment_size(64 << 10)
+            .max_item_size(64 << 10)
+            .sweep_interval(None)
+            .flash(settings)
+            .build()
+            .unwrap();
+        let c = Cache::new(cfg).unwrap();
+        for i in 0..400u32 {
+            let v = Bytes::from(vec![i as u8; 2000]);
+            c.set_now(format!("k{i}").as_bytes(), ItemWrite::new(v, 0, 0))
+                .unwrap();
+        }
+        c
+    }
+
+    /// Phase 1 of a GET of `key` (on flash): the slot read and the item.
+    fn read(c: &Cache, key: &[u8]) -> (u64, Promotion) {
+        let inner = c.inner();
+        let hash = inner.index.hash(key);
+        let view = block_on(inner.view(key, hash, true));
+        let (loc, item) = view.found.expect("key not on flash");
+        (hash, Promotion { loc, item })
+    }
+
+    fn counts(c: &Cache) -> (u64, u64) {
+        let t = &c.inner().flash_tier.as_ref().unwrap().counters;
+        (
+            t.promoted.load(Ordering::Relaxed),
+            t.promotions_abandoned.load(Ordering::Relaxed),
+        )
+    }
+
+    #[test]
+    fn unchanged_slot_is_promoted() {
+        let c = open();
+        let (hash, p) = read(&c, b"k0");
+        c.inner().promote_later(b"k0", hash, p);
+        assert_eq!(counts(&c), (1, 0));
+        let t = &c.inner().flash_tier.as_ref().unwrap().counters;
+        let reads = t.objects_read.load(Ordering::Relaxed);
+        let it = c.get_now(b"k0").unwrap().unwrap();
+        assert_eq!(it.value, Bytes::from(vec![0u8; 2000]));
+        assert_eq!(
+            t.objects_read.load(Ordering::Relaxed),
+            reads,
+            "read flash again"
+        );
+    }
+
+    #[test]
+    fn set_or_delete_in_between_wins() {
+        let c = open();
+        let (hash, p) = read(&c, b"k0");
+        let new = Bytes::from_static(b"new");
+        c.set_now(b"k0", ItemWrite::new(new.clone(), 0, 0)).unwrap();
+        c.inner().promote_later(b"k0", hash, p);
+        assert_eq!(counts(&c), (0, 1));
+        assert_eq!(c.get_now(b"k0").unwrap().unwrap().value, new);
+
+        let (hash, p) = read(&c, b"k1");
+        assert!(c.delete_now(b"k1"));
+        c.inner().promote_later(b"k1", hash, p);
+        assert_eq!(counts(&c), (0, 2));
+        assert!(c.get_now(b"k1").unwrap().is_none());
+    }
+}

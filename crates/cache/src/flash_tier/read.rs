@@ -1,0 +1,64 @@
+//! Phase 1 of every operation: note the key's tag-matching flash slots (the *candidates*)
+//! under its shard lock, unlock, and read them until one holds the key. A record of another
+//! key (a tag collision) is skipped; failed reads are kept for phase 2 (`ops::current`), which
+//! drops a slot whose record is gone for good (checksum, freed segment) and fails the request
+//! on any other error. A key found in RAM reads nothing. A *blind* view (a SET that needs no
+//! old CAS, a delete) reads nothing and takes every candidate as the key's: another key's item
+//! is then lost (about once per 2^31 keys per shard, with 41 bits of hash in shard + tag),
+//! never served.
+//!
+//! # Threads
+//! Any caller; the shard lock is held only to collect the candidates, never across a read.
+use flashtier_flash::Location;
+
+use crate::engine::Inner;
+use crate::flash_tier::kv_record::FlashItem;
+
+/// What phase 1 saw and read.
+#[derive(Debug, Default)]
+pub(crate) struct View {
+    /// Packed locations of the tag-matching flash slots, in probe order.
+    pub(crate) cands: Vec<u64>,
+    /// The candidate holding the key, decoded.
+    pub(crate) found: Option<(u64, FlashItem)>,
+    /// Candidates whose read failed.
+    pub(crate) failed: Vec<(u64, flashtier_flash::Error)>,
+    /// Candidates were not read: all are taken as the key's.
+    pub(crate) blind: bool,
+}
+
+impl Inner {
+    /// Phase 1: see the module docs. `read` false gives a blind view.
+    pub(crate) async fn view(&self, key: &[u8], hash: u64, read: bool) -> View {
+        let Some(tier) = &self.flash_tier else {
+            return View::default();
+        };
+        let cands = {
+            let shard = self.index.lock(hash);
+            if self.find_key(&shard, hash, key).is_some() {
+                return View::default();
+            }
+            self.flash_cands(&shard, hash)
+        };
+        let mut v = View {
+            cands,
+            ..View::default()
+        };
+        if !read {
+            v.blind = true;
+            return v;
+        }
+        for loc in v.cands.clone() {
+            match tier.flash.read(Location::unpack(loc)).await {
+                Ok(rec) => {
+                    if let Some(item) = tier.decode(&rec, hash, key) {
+                        v.found = Some((loc, item));
+                        break;
+                    }
+                }
+                Err(e) => v.failed.push((loc, e)),
+            }
+        }
+        v
+    }
+}

@@ -1,0 +1,242 @@
+//! UPDATE (read-modify-write) and SET. Phase 2 reads the current item under the shard lock,
+//! calls the closure and applies its decision before unlocking, so the change is atomic per
+//! key. SET is an update whose closure always puts; with `CasMode::Keep` it takes the CAS of
+//! whatever is stored, live or not, and reads no flash (a blind view, see `flash_tier::read`).
+//! Without flash, SET takes its own path, `Inner::set`: the record is written before the lock
+//! is taken (one lock, no retry), and a dead old item is replaced, not reclaimed first.
+use crate::engine::{Cache, Inner};
+use crate::flash_tier::read::View;
+use crate::ops::{block_on, item_of, Current, Reserved, Step};
+use crate::ram::lower::NewVersion;
+use crate::ram::record;
+use crate::ram::write::Existing;
+use crate::{CasMode, Error, Item, ItemWrite, Update};
+
+impl Cache {
+    /// Synchronous SET.
+    pub fn set_now(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
+        if self.inner.flash_tier.is_none() {
+            return self.inner.set(key, w);
+        }
+        block_on(self.set_two_phase(key, w))
+    }
+
+    /// Synchronous read-modify-write (see [`KvStore::update`]).
+    pub fn update_now<R, F>(&self, key: &[u8], f: F) -> Result<(R, Option<u64>), Error>
+    where
+        F: FnMut(Option<&Item>) -> (Update, R),
+    {
+        block_on(self.update_two_phase(key, f))
+    }
+
+    pub(crate) async fn set_two_phase(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
+        let inner = &*self.inner;
+        inner.check_size(key, &w.value)?;
+        let hash = inner.index.hash(key);
+        let read = w.cas == CasMode::Keep;
+        let mut f = |_: Option<&Item>| (Update::Put(w.clone()), ());
+        let mut dead_cas = None;
+        loop {
+            let view = inner.view(key, hash, read).await;
+            let step = inner.update_with(key, hash, &mut f, &view, true, &mut dead_cas)?;
+            if let Step::Done((_, cas)) = step {
+                return cas.ok_or(Error::Internal("a put returned no CAS"));
+            }
+        }
+    }
+
+    pub(crate) async fn update_two_phase<R, F>(
+        &self,
+        key: &[u8],
+        mut f: F,
+    ) -> Result<(R, Option<u64>), Error>
+    where
+        F: FnMut(Option<&Item>) -> (Update, R),
+    {
+        let inner = &*self.inner;
+        let hash = inner.index.hash(key);
+        let mut dead_cas = None;
+        loop {
+            let view = inner.view(key, hash, true).await;
+            let step = inner.update_with(key, hash, &mut f, &view, false, &mut dead_cas)?;
+            if let Step::Done(r) = step {
+                return Ok(r);
+            }
+        }
+    }
+}
+
+impl Inner {
+    pub fn set(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
+        self.check_size(key, &w.value)?;
+        let now = self.now();
+        let hash = self.index.hash(key);
+        if w.exptime != 0 && w.exptime <= now {
+            let mut shard = self.index.lock(hash);
+            let existing = self.find_key(&shard, hash, key);
+            let old = existing.and_then(|(_, e)| self.arena.record(e.loc).map(|r| r.header));
+            let cas = self.cas_for(w.cas, old.map(|h| h.cas));
+            if let (Some((pos, _)), Some(h)) = (existing, old) {
+                self.unlink(&mut shard, pos, &h);
+            }
+            return Ok(cas);
+        }
+        let words = record::rec_words(key.len(), w.value.len());
+        let log = self.target_log(hash);
+        let space = self.reserve(log, words)?;
+        let mut h = Self::new_header(&w, key.len(), now, 0);
+        if !self.arena.write_record(&space, &h, key, &w.value) {
+            self.abandon(Some(space));
+            return Err(Error::Internal("reserved space cannot hold the record"));
+        }
+        let mut shard = self.index.lock(hash);
+        let existing = self.find_key(&shard, hash, key);
+        // Like the model, `Keep` takes the CAS of whatever is stored, live or not.
+        let old_cas = existing
+            .and_then(|(_, e)| self.arena.record(e.loc))
+            .map(|r| r.header.cas);
+        h.cas = self.cas_for(w.cas, old_cas);
+        if let Some(m) = self.arena.mem(space.seg) {
+            record::set_cas(m, space.off, h.cas);
+        }
+        self.publish(
+            &mut shard,
+            hash,
+            existing.map(|(p, e)| Existing::Ram(p, e)),
+            &space,
+            &h,
+        );
+        drop(shard);
+        self.finish(space);
+        Ok(h.cas)
+    }
+
+    /// Phase 2 of an UPDATE (and of a SET when `set_mode`: `CasMode::Keep` then takes the
+    /// CAS of whatever is stored, live or not, as the RAM-only SET does; `dead_cas` keeps the
+    /// CAS of a dead item removed by an earlier attempt of the same request).
+    pub(crate) fn update_with<R, F>(
+        &self,
+        key: &[u8],
+        hash: u64,
+        f: &mut F,
+        view: &View,
+        set_mode: bool,
+        dead_cas: &mut Option<u64>,
+    ) -> Result<Step<(R, Option<u64>)>, Error>
+    where
+        F: FnMut(Option<&Item>) -> (Update, R),
+    {
+        let mut log = None;
+        // Space reserved on a slow-path retry. Held in a guard so that a panicking closure
+        // cannot leave a segment's `pending` count raised (eviction would wait on it forever).
+        let mut reserved = Reserved {
+            inner: self,
+            space: None,
+        };
+        loop {
+            let now = self.now();
+            let mut shard = self.index.lock(hash);
+            let mut existing = None;
+            let mut current = None;
+            let mut stored_cas = None;
+            let mut had_flash = false;
+            let mut old_since = None;
+            match self.current(&mut shard, hash, key, view, now)? {
+                Current::Retry => return Ok(Step::Retry),
+                Current::Absent => {}
+                Current::Gone(cas) => {
+                    stored_cas = Some(cas);
+                    *dead_cas = Some(cas);
+                }
+                Current::Ram { pos, e, rec } => {
+                    let h = rec.header;
+                    stored_cas = Some(h.cas);
+                    had_flash = h.flash_behind();
+                    old_since = h.dirty_since();
+                    current = Some(self.item_at(&rec));
+                    existing = Some(Existing::Ram(pos, e));
+                }
+                Current::Flash { pos, e, item } => {
+                    stored_cas = Some(item.cas);
+                    current = Some(item_of(&item, e.freq));
+                    existing = Some(Existing::Lower(pos, e));
+                    had_flash = true;
+                }
+                Current::Blind(locs) => {
+                    if !locs.is_empty() {
+                        had_flash = true;
+                        existing = Some(Existing::Blind(locs));
+                    }
+                }
+            }
+            let (decision, r) = f(current.as_ref());
+            let base_cas = if set_mode {
+                stored_cas.or(*dead_cas)
+            } else {
+                current.as_ref().map(|i| i.cas)
+            };
+            let w = match decision {
+                Update::Keep => {
+                    drop(shard);
+                    self.abandon(reserved.space.take());
+                    return Ok(Step::Done((r, None)));
+                }
+                Update::Delete => {
+                    self.remove_existing(&mut shard, hash, key, existing, had_flash);
+                    drop(shard);
+                    self.abandon(reserved.space.take());
+                    return Ok(Step::Done((r, None)));
+                }
+                Update::Put(w) => w,
+            };
+            if let Err(err) = self.check_size(key, &w.value) {
+                drop(shard);
+                self.abandon(reserved.space.take());
+                return Err(err);
+            }
+            if w.exptime != 0 && w.exptime <= now {
+                let cas = self.cas_for(w.cas, base_cas);
+                self.remove_existing(&mut shard, hash, key, existing, had_flash);
+                drop(shard);
+                self.abandon(reserved.space.take());
+                return Ok(Step::Done((r, Some(cas))));
+            }
+            let words = record::rec_words(key.len(), w.value.len());
+            let lg = *log.get_or_insert_with(|| self.target_log(hash));
+            let space = match reserved.space.take() {
+                Some(s) if s.words == words => Some(s),
+                Some(s) => {
+                    drop(shard);
+                    self.abandon(Some(s));
+                    continue;
+                }
+                None if words > self.arena.large_threshold() => None,
+                None => self.arena.try_bump(lg, words),
+            };
+            let Some(space) = space else {
+                drop(shard);
+                reserved.space = Some(self.reserve(lg, words)?);
+                continue;
+            };
+            let cas = self.cas_for(w.cas, base_cas);
+            let mut h = Self::new_header(&w, key.len(), now, cas);
+            h.home = self.lower().home_for(&NewVersion {
+                hash,
+                key,
+                value: &w.value,
+                header: &h,
+                older_below: had_flash,
+                dirty_since: old_since,
+            });
+            if !self.arena.write_record(&space, &h, key, &w.value) {
+                drop(shard);
+                self.abandon(Some(space));
+                return Err(Error::Internal("reserved space cannot hold the record"));
+            }
+            self.publish(&mut shard, hash, existing, &space, &h);
+            drop(shard);
+            self.finish(space);
+            return Ok(Step::Done((r, Some(cas))));
+        }
+    }
+}

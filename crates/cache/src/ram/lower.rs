@@ -1,0 +1,60 @@
+//! [`LowerTier`]: everything the RAM tier hands to the tier below it — an evicted live item,
+//! a lower-tier copy that stopped being any key's, a key whose older versions below must stay
+//! gone, a `flush_all`, and where a new version's lower copy lives (its home word). The flash
+//! tier implements it (`flash_tier::demote`); without flash, [`NoLower`] does nothing, so the
+//! RAM tier and the removal paths never ask whether flash is configured.
+//!
+//! # Threads
+//! Called by whichever thread writes, evicts or removes, holding the key's shard lock (and
+//! `AllocState` when evicting); an implementation's own locks are leaves below them.
+use crate::ram::arena::RecordRef;
+use crate::ram::index::Entry;
+use crate::ram::record::Header;
+
+/// A version about to be published in RAM (see [`LowerTier::home_for`]).
+pub(crate) struct NewVersion<'a> {
+    pub hash: u64,
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub header: &'a Header,
+    /// Some version of the key may be in the lower tier.
+    pub older_below: bool,
+    /// The replaced version's dirty-since time, if it waited for write-back.
+    pub dirty_since: Option<u64>,
+}
+
+/// The tier under RAM. Every method is best effort: it never fails a request.
+pub(crate) trait LowerTier: Sync {
+    /// True when evicted items go somewhere (then eviction never counts as losing data, and
+    /// memcached's `-M` does not stop it).
+    fn takes_evictions(&self) -> bool;
+    /// RAM evicts the live record `rec` of `key`: the index slot it keeps in this tier, or
+    /// `None` to drop it.
+    fn take_evicted(&self, rec: &RecordRef<'_>, hash: u64, key: &[u8]) -> Option<Entry>;
+    /// The copy at packed location `loc` is no longer any key's.
+    fn forget(&self, loc: u64);
+    /// Every older version of the key below must stay gone (delete, or death before write).
+    fn cover(&self, hash: u64, key: &[u8]);
+    /// A `flush_all`: immediate (`at` = 0) or delayed to unix time `at`.
+    fn flush(&self, at: u32);
+    /// The home word of version `v` (its lower copy, a write-back mark, or none).
+    fn home_for(&self, v: &NewVersion<'_>) -> u64;
+}
+
+/// No tier below RAM: evicted items are dropped, nothing is recorded.
+pub(crate) struct NoLower;
+
+impl LowerTier for NoLower {
+    fn takes_evictions(&self) -> bool {
+        false
+    }
+    fn take_evicted(&self, _: &RecordRef<'_>, _: u64, _: &[u8]) -> Option<Entry> {
+        None
+    }
+    fn forget(&self, _: u64) {}
+    fn cover(&self, _: u64, _: &[u8]) {}
+    fn flush(&self, _: u32) {}
+    fn home_for(&self, _: &NewVersion<'_>) -> u64 {
+        0
+    }
+}
