@@ -223,3 +223,72 @@ impl ReclaimHandler for Handler {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::KIND_BLOCK;
+
+    fn shared() -> Arc<Shared> {
+        Arc::new(Shared {
+            index: Mutex::new(Index::new(0)),
+            wm_persisted: AtomicU64::new(u64::MAX),
+            stats: BlockStats::default(),
+            warm: Default::default(),
+            flash: OnceLock::new(),
+            reclaim_stream: 1,
+            wm_lost: AtomicBool::new(false),
+            age_budget: AtomicU64::new(0),
+        })
+    }
+
+    fn meta(lba: u64, loc: Location) -> RecordMeta {
+        RecordMeta {
+            location: loc,
+            key_id: lba,
+            version: 1,
+            kind: KIND_BLOCK,
+            exptime: 0,
+            flags: 0,
+            len: 4096,
+            seq: 1,
+        }
+    }
+
+    #[test]
+    fn age_budget_is_one_per_append_up_to_the_cap() {
+        let s = shared();
+        for _ in 0..10 {
+            s.aged_one(4);
+        }
+        assert_eq!(s.age_budget.load(Ordering::Relaxed), 4);
+        assert!((0..4).all(|_| s.take_age()));
+        assert!(!s.take_age());
+    }
+
+    #[test]
+    fn reclaim_lowers_a_read_count_only_within_the_budget() {
+        let s = shared();
+        let h = Handler(Arc::clone(&s));
+        let loc = Location::new(4096, 4096).expect("location");
+        {
+            let mut index = s.index.lock();
+            index.put(7, loc.pack(), 1, false);
+            index.lookup(7); // one read: count 1
+        }
+        // No budget: every pass keeps the read block and leaves its count.
+        for _ in 0..5 {
+            assert_eq!(h.decide(&meta(7, loc)), Decision::Keep);
+        }
+        assert!(s.index.lock().map.referenced(7));
+        // One append's worth of budget: this pass keeps it and uses the count up...
+        s.aged_one(100);
+        assert_eq!(h.decide(&meta(7, loc)), Decision::Keep);
+        assert!(!s.index.lock().map.referenced(7));
+        // ...and the next drops it (clean, not read since).
+        assert_eq!(h.decide(&meta(7, loc)), Decision::Drop);
+        assert!(s.index.lock().map.get(7).is_none());
+        assert_eq!(s.stats.moved_clean_blocks.load(Ordering::Relaxed), 6);
+        assert_eq!(s.stats.replacements.load(Ordering::Relaxed), 1);
+    }
+}
