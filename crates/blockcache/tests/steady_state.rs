@@ -111,8 +111,9 @@ async fn full_cache_keeps_hot_reads_under_sustained_overwrites() {
     );
     // Whether the writers outpace writeback (idle machine) or not (loaded one), the hot set
     // stays: reclaim ages read counts with the cache's appends, not per pass (numbers in
-    // docs/benchmarks.md, "Block face in real use").
-    assert!(hit >= 0.95, "hot read set hit ratio {hit:.3}");
+    // docs/benchmarks.md, "Block face in real use"). Measured 0.97-0.99 either way; the
+    // bound leaves room for slower machines and still catches the per-pass ageing (0.82).
+    assert!(hit >= 0.92, "hot read set hit ratio {hit:.3}");
     assert!(moved > 0, "reclaim moved no clean block");
     // Overwrites leave dead versions until reclaim takes them: the cache file's stats say so.
     let snap: std::collections::HashMap<String, String> = cache.stats_pairs().into_iter().collect();
