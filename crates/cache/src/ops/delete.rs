@@ -29,6 +29,7 @@ impl Cache {
         let inner = &*self.inner;
         let hash = inner.index.hash(key);
         loop {
+            inner.writable().await;
             let view = inner.view(key, hash, false).await;
             if let Step::Done(r) = inner.delete_with(key, hash, &view)? {
                 return Ok(r);

@@ -8,7 +8,7 @@
 //!
 //! # Threads
 //! Any caller; each phase holds one shard lock (arena head locks are taken under it) and none
-//! across an await. A write that cannot reserve space without blocking drops the lock,
+//! across an await. A write first awaits flash back-pressure, if any, holding nothing. A write that cannot reserve space without blocking drops the lock,
 //! reserves the slow way (which may evict) and runs phase 2 again.
 use std::future::Future;
 use std::sync::Arc;
@@ -94,6 +94,17 @@ pub(crate) enum Current<'a> {
 }
 
 impl Inner {
+    /// Before a write's phase 2 (holding no lock): if the flash engine has been refusing
+    /// appends for back-pressure, await room for at most `append_wait_ms`
+    /// (`flash_tier::backpressure`); the appends made under the lock never wait.
+    pub(crate) async fn writable(&self) {
+        if let Some(tier) = &self.flash_tier {
+            if tier.pressured() {
+                tier.writable().await;
+            }
+        }
+    }
+
     /// The item a RAM record holds.
     pub(crate) fn item_at(&self, rec: &RecordRef<'_>) -> Item {
         let h = &rec.header;

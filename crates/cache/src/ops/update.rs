@@ -37,6 +37,7 @@ impl Cache {
         let mut f = |_: Option<&Item>| (Update::Put(w.clone()), ());
         let mut dead_cas = None;
         loop {
+            inner.writable().await;
             let view = inner.view(key, hash, read).await;
             let step = inner.update_with(key, hash, &mut f, &view, true, &mut dead_cas)?;
             if let Step::Done((_, cas)) = step {
@@ -57,6 +58,7 @@ impl Cache {
         let hash = inner.index.hash(key);
         let mut dead_cas = None;
         loop {
+            inner.writable().await;
             let view = inner.view(key, hash, true).await;
             let step = inner.update_with(key, hash, &mut f, &view, false, &mut dead_cas)?;
             if let Step::Done(r) = step {

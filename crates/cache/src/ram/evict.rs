@@ -17,7 +17,8 @@ use crate::config::EvictionPolicy;
 use crate::engine::Inner;
 use crate::ram::arena::{AllocState, Log, RecordRef, Space};
 use crate::ram::index::{Entry, Tier};
-use crate::ram::record::{self, F_FETCHED, F_FILLER};
+use crate::ram::lower::Taken;
+use crate::ram::record::{self, Header, F_FETCHED, F_FILLER};
 use crate::stats::Counters;
 use crate::Error;
 
@@ -227,51 +228,112 @@ impl Inner {
                     kept = Some(log);
                     Counters::add(counter, 1);
                 }
-                Some((log, freq)) => match self.bump_for_copy(alloc, log, n) {
-                    Some(sp) => {
-                        if let Some(dst) = self.arena.mem(sp.seg) {
-                            record::copy(m, off, dst, sp.off, n);
-                        }
-                        let new_loc = self.arena.loc(sp.seg, sp.off);
-                        shard.set(
-                            pos,
-                            Entry {
-                                freq,
-                                loc: new_loc,
-                                ..e
-                            },
-                        );
-                        self.arena.slot(sp.seg).note_publish(n, h.exptime, h.stored);
-                        slot.live.fetch_sub(n as u64, Ordering::Relaxed);
-                        self.arena.finish(sp);
+                Some((log, freq)) => {
+                    if self.copy_live(alloc, &mut shard, pos, e, (m, off, &h), log, freq) {
                         Counters::add(counter, 1);
+                    } else if let Some(l) =
+                        self.evict_record(alloc, &mut shard, pos, &rec, hash, mode, &key)
+                    {
+                        kept = Some(l);
                     }
-                    None => self.evict_record(&mut shard, pos, &rec, hash, mode, &key),
-                },
-                None => self.evict_record(&mut shard, pos, &rec, hash, mode, &key),
+                }
+                None => {
+                    if let Some(l) =
+                        self.evict_record(alloc, &mut shard, pos, &rec, hash, mode, &key)
+                    {
+                        kept = Some(l);
+                    }
+                }
             }
             off += n;
         }
         kept
     }
 
+    /// Copy the live record at `src` (segment memory, word offset, header) to `log`'s head
+    /// with frequency `freq` and point its slot there. False when no space can be had
+    /// without evicting.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_live(
+        &self,
+        alloc: &mut AllocState,
+        shard: &mut crate::ram::index::Shard<'_>,
+        pos: crate::ram::index::Pos,
+        e: Entry,
+        src: (&[std::sync::atomic::AtomicU64], usize, &Header),
+        log: Log,
+        freq: u8,
+    ) -> bool {
+        let (m, off, h) = src;
+        let n = h.words();
+        let (seg, _) = self.arena.split(e.loc);
+        let Some(sp) = self.bump_for_copy(alloc, log, n) else {
+            return false;
+        };
+        let Some(dst) = self.arena.mem(sp.seg) else {
+            self.abandon(Some(sp));
+            return false;
+        };
+        record::copy(m, off, dst, sp.off, n);
+        let new_loc = self.arena.loc(sp.seg, sp.off);
+        shard.set(
+            pos,
+            Entry {
+                freq,
+                loc: new_loc,
+                ..e
+            },
+        );
+        self.arena.slot(sp.seg).note_publish(n, h.exptime, h.stored);
+        self.arena
+            .slot(seg)
+            .live
+            .fetch_sub(n as u64, Ordering::Relaxed);
+        self.arena.finish(sp);
+        true
+    }
+
     /// A live record S3-FIFO does not keep in RAM: demote it to its flash home (the slot
     /// becomes a flash slot, the item stays), or drop it if it has none and cannot get one.
+    /// If flash refuses it for back-pressure (it never waits here, under `AllocState` and the
+    /// shard lock), the record is copied to the main log instead, keeping its frequency
+    /// (`extstore_evictions_deferred`; appended later by write-back or the next eviction);
+    /// a forced eviction, or one with no space for the copy, drops it. A large record's
+    /// segment is kept whole instead: the log to requeue it on is returned.
+    #[allow(clippy::too_many_arguments)]
     fn evict_record(
         &self,
+        alloc: &mut AllocState,
         shard: &mut crate::ram::index::Shard<'_>,
         pos: crate::ram::index::Pos,
         rec: &RecordRef<'_>,
         hash: u64,
         mode: Mode,
         key: &[u8],
-    ) {
+    ) -> Option<Log> {
         let h = &rec.header;
-        if let Some(slot) = self.lower().take_evicted(rec, hash, key) {
-            let e = shard.get(pos);
-            self.release(e.loc, h.words());
-            shard.set(pos, slot);
-            return;
+        match self.lower().take_evicted(rec, hash, key) {
+            Taken::Slot(slot) => {
+                let e = shard.get(pos);
+                self.release(e.loc, h.words());
+                shard.set(pos, slot);
+                return None;
+            }
+            Taken::Later if mode != Mode::Drop => {
+                let e = shard.get(pos);
+                let (seg, off) = self.arena.split(e.loc);
+                if self.arena.slot(seg).is_large() {
+                    self.lower().deferred();
+                    return Some(Log::Main);
+                }
+                if let Some(m) = self.arena.mem(seg) {
+                    if self.copy_live(alloc, shard, pos, e, (m, off, h), Log::Main, e.freq) {
+                        self.lower().deferred();
+                        return None;
+                    }
+                }
+            }
+            Taken::Later | Taken::Drop => {}
         }
         self.unlink(shard, pos, h);
         Counters::add(&self.counters.evictions, 1);
@@ -281,5 +343,6 @@ impl Inner {
         if mode == Mode::Evict(Log::Small) {
             self.ghost.insert(hash);
         }
+        None
     }
 }

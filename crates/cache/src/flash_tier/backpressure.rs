@@ -1,0 +1,233 @@
+//! Back-pressure from the flash writer, taken before any lock and without blocking a thread.
+//! Appends made under a shard lock (write-through, eviction, tombstones, write-back) never
+//! wait: when the engine refuses one for back-pressure (`Busy`, `NoSpace`) the [`Gate`] is
+//! marked *pressured*, and the next operations await [`Gate::writable`] — a future — before
+//! they lock anything, for at most `append_wait_ms`; then they go on either way, as a
+//! blocking wait that expired did (an append still refused leaves the item in RAM).
+//!
+//! # Threads
+//! One `flashtier-appendwait` thread per cache with flash: asleep while nobody waits, else
+//! it asks the engine every [`PROBE_EVERY`] whether it takes appends again and wakes the
+//! waiters that can go (room, or deadline passed). Its only lock is the gate's own (a leaf).
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::engine::Inner;
+use crate::flash_tier::STREAM;
+
+/// How often the gate thread asks the engine for room while someone waits.
+pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(1);
+/// The record size the probe asks room for (a 4 KiB value plus key and header).
+const PROBE_LEN: usize = 4096 + 256;
+
+const PENDING: u8 = 0;
+const ROOM: u8 = 1;
+const EXPIRED: u8 = 2;
+
+/// One waiting operation.
+struct Slot {
+    state: AtomicU8,
+    waker: Mutex<Option<Waker>>,
+    deadline: Instant,
+}
+
+impl Slot {
+    fn finish(&self, how: u8) {
+        let w = {
+            let mut g = self.waker.lock();
+            self.state.store(how, Ordering::Release);
+            g.take()
+        };
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+}
+
+/// Back-pressure state shared by every operation (see the module docs).
+#[derive(Default)]
+pub(crate) struct Gate {
+    pressured: AtomicBool,
+    /// The gate thread runs (else nobody would wake a waiter: nobody waits).
+    running: AtomicBool,
+    stop: AtomicBool,
+    waiters: Mutex<Vec<Arc<Slot>>>,
+    cv: Condvar,
+    /// Operations that waited, total microseconds waited, waits that ran out.
+    pub waits: AtomicU64,
+    pub wait_us: AtomicU64,
+    pub wait_timeouts: AtomicU64,
+}
+
+impl Gate {
+    /// An append under a lock was refused for back-pressure: later operations wait first.
+    pub(crate) fn pressure(&self) {
+        self.pressured.store(true, Ordering::Relaxed);
+    }
+
+    /// True while the last refusal has not been followed by a probe finding room.
+    pub(crate) fn is_pressured(&self) -> bool {
+        self.pressured.load(Ordering::Relaxed)
+    }
+
+    /// Ready at once unless pressured; else when the engine takes appends again or `wait`
+    /// has passed (counted in `waits`, `wait_us`, `wait_timeouts`).
+    pub(crate) fn writable(&self, wait: Duration) -> Writable<'_> {
+        Writable {
+            gate: self,
+            wait,
+            slot: None,
+            start: None,
+        }
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _g = self.waiters.lock();
+        self.cv.notify_all();
+    }
+}
+
+/// The future of [`Gate::writable`]; output: true if room was found, false if the wait ran out.
+pub(crate) struct Writable<'a> {
+    gate: &'a Gate,
+    wait: Duration,
+    slot: Option<Arc<Slot>>,
+    start: Option<Instant>,
+}
+
+impl Future for Writable<'_> {
+    type Output = bool;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
+        let gate = self.gate;
+        let Some(slot) = self.slot.clone() else {
+            if !gate.is_pressured()
+                || self.wait.is_zero()
+                || !gate.running.load(Ordering::Relaxed)
+                || gate.stop.load(Ordering::Relaxed)
+            {
+                return Poll::Ready(true);
+            }
+            let now = Instant::now();
+            let slot = Arc::new(Slot {
+                state: AtomicU8::new(PENDING),
+                waker: Mutex::new(Some(cx.waker().clone())),
+                deadline: now + self.wait,
+            });
+            gate.waits.fetch_add(1, Ordering::Relaxed);
+            {
+                let mut w = gate.waiters.lock();
+                w.push(slot.clone());
+                gate.cv.notify_one();
+            }
+            self.slot = Some(slot);
+            self.start = Some(now);
+            return Poll::Pending;
+        };
+        let mut w = slot.waker.lock();
+        let state = slot.state.load(Ordering::Acquire);
+        if state == PENDING {
+            *w = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        drop(w);
+        let waited = self.start.map_or(0, |s| s.elapsed().as_micros() as u64);
+        gate.wait_us.fetch_add(waited, Ordering::Relaxed);
+        if state == EXPIRED {
+            gate.wait_timeouts.fetch_add(1, Ordering::Relaxed);
+        }
+        self.slot = None;
+        self.start = None;
+        Poll::Ready(state == ROOM)
+    }
+}
+
+/// Handle of the gate thread; dropping it stops and joins the thread (waiters are let go).
+pub(crate) struct GateThread {
+    inner: Arc<Inner>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl GateThread {
+    /// Start the gate thread (with flash only).
+    pub(crate) fn spawn(inner: &Arc<Inner>) -> std::io::Result<Option<Self>> {
+        let Some(tier) = &inner.flash_tier else {
+            return Ok(None);
+        };
+        tier.gate.running.store(true, Ordering::Relaxed);
+        let i = inner.clone();
+        let handle = std::thread::Builder::new()
+            .name("flashtier-appendwait".into())
+            .spawn(move || run(&i));
+        match handle {
+            Ok(h) => Ok(Some(Self {
+                inner: inner.clone(),
+                handle: Some(h),
+            })),
+            Err(e) => {
+                tier.gate.running.store(false, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for GateThread {
+    fn drop(&mut self) {
+        if let Some(tier) = &self.inner.flash_tier {
+            tier.gate.stop();
+        }
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn run(inner: &Inner) {
+    let Some(tier) = &inner.flash_tier else {
+        return;
+    };
+    let gate = &tier.gate;
+    loop {
+        {
+            let mut w = gate.waiters.lock();
+            while w.is_empty() && !gate.stop.load(Ordering::Relaxed) {
+                gate.cv.wait(&mut w);
+            }
+            if gate.stop.load(Ordering::Relaxed) {
+                gate.running.store(false, Ordering::Relaxed);
+                for s in w.drain(..) {
+                    s.finish(EXPIRED);
+                }
+                return;
+            }
+        }
+        let room = tier.flash.can_append(STREAM, PROBE_LEN);
+        if room {
+            gate.pressured.store(false, Ordering::Relaxed);
+        }
+        let now = Instant::now();
+        let mut w = gate.waiters.lock();
+        w.retain(|s| {
+            if room {
+                s.finish(ROOM);
+            } else if now >= s.deadline {
+                s.finish(EXPIRED);
+            } else {
+                return true;
+            }
+            false
+        });
+        if !w.is_empty() {
+            gate.cv.wait_for(&mut w, PROBE_EVERY);
+        }
+    }
+}
