@@ -231,3 +231,113 @@ fn run(inner: &Inner) {
         }
     }
 }
+
+/// A write waiting out back-pressure holds no shard lock: a GET of another key of the same
+/// shard answers while it waits (event order, no timing bound), and the write completes once
+/// reclaim frees room.
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use bytes::Bytes;
+
+    use super::PROBE_LEN;
+    use crate::flash::{Device, FlashConfig, IoBackend, MemoryDevice};
+    use crate::store::KvStore;
+    use crate::{Cache, CacheConfig, FlashSettings, ItemWrite};
+
+    fn open(write_back: Duration) -> Cache {
+        let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("bp", 16 << 20));
+        let mut settings = FlashSettings::devices(vec![d]);
+        settings.engine = Some(FlashConfig {
+            io_backend: IoBackend::Psync,
+            background_reclaim: false,
+            ..FlashConfig::small()
+        });
+        settings.append_wait = Duration::ZERO;
+        settings.write_back = write_back;
+        let cfg = CacheConfig::builder()
+            .memory_limit(4 << 20)
+            .segment_size(64 << 10)
+            .max_item_size(64 << 10)
+            .sweep_interval(None)
+            .flash(settings)
+            .build()
+            .unwrap();
+        Cache::new(cfg).unwrap()
+    }
+
+    fn value(i: u32) -> Bytes {
+        Bytes::from(vec![(i % 251) as u8; 4000])
+    }
+
+    /// SETs until flash (no background reclaim) has no segment left beyond its reserve.
+    fn fill(c: &Cache) -> u32 {
+        let t = c.inner().flash_tier.as_ref().unwrap();
+        let reserve = FlashConfig::small().reserve_segments;
+        let mut i = 0;
+        while t.flash.free_segments() > reserve || t.flash.can_append(super::STREAM, PROBE_LEN) {
+            c.set_now(format!("fill{i}").as_bytes(), ItemWrite::new(value(i), 0, 0))
+                .unwrap();
+            i += 1;
+            assert!(i < 100_000, "flash never filled");
+        }
+        i
+    }
+
+    /// A key other than `not` whose hash falls in the same index shard as `of`'s.
+    fn same_shard(c: &Cache, of: &[u8], prefix: &str) -> Vec<u8> {
+        let idx = &c.inner().index;
+        let mask = idx.shard_count() as u64 - 1;
+        let want = idx.hash(of) & mask;
+        (0..1_000_000)
+            .map(|i| format!("{prefix}{i}").into_bytes())
+            .find(|k| idx.hash(k) & mask == want && k != of)
+            .unwrap()
+    }
+
+    fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+        let t = Instant::now();
+        while !f() {
+            assert!(t.elapsed() < Duration::from_secs(60), "timed out: {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn waiting_write_does_not_block_its_shard() {
+        let c = Arc::new(open(Duration::ZERO));
+        fill(&c);
+        let writer_key = b"writer".to_vec();
+        let reader_key = same_shard(&c, &writer_key, "reader");
+        // RAM only (flash is full), stored before any wait is configured.
+        c.set_now(&reader_key, ItemWrite::new(Bytes::from_static(b"r"), 0, 0))
+            .unwrap();
+        c.set_knob("append_wait_ms", "60000").unwrap();
+        let tier = || c.inner().flash_tier.as_ref().unwrap();
+        // This SET's append is refused (not waited for, it holds the shard lock): pressured.
+        c.set_now(b"marks", ItemWrite::new(value(1), 0, 0)).unwrap();
+        assert!(tier().pressured());
+        let w = c.clone();
+        let key = writer_key.clone();
+        let writer = std::thread::spawn(move || {
+            w.set_now(&key, ItemWrite::new(value(7), 0, 0)).unwrap();
+        });
+        wait_for("the writer waits", || tier().gate.waits.load(Relaxed) >= 1);
+        let got = c.get_now(&reader_key).unwrap().unwrap();
+        assert_eq!(&got.value[..], b"r");
+        assert!(
+            !writer.is_finished(),
+            "the GET answered while the SET of the same shard was waiting for flash"
+        );
+        // Room again: the waiter goes on and stores its item.
+        tier().flash.reclaim_now(true).unwrap();
+        writer.join().unwrap();
+        assert_eq!(c.get_now(&writer_key).unwrap().unwrap().value, value(7));
+        assert_eq!(tier().gate.waits.load(Relaxed), 1);
+        assert!(tier().gate.wait_us.load(Relaxed) > 0);
+        assert_eq!(tier().gate.wait_timeouts.load(Relaxed), 0);
+    }
+}
