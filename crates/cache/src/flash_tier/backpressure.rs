@@ -273,12 +273,18 @@ mod tests {
         Bytes::from(vec![(i % 251) as u8; 4000])
     }
 
-    /// SETs until flash (no background reclaim) has no segment left beyond its reserve.
+    /// SETs until flash (no background reclaim) has no segment left beyond its reserve and
+    /// refuses appends even with no write in flight.
     fn fill(c: &Cache) -> u32 {
         let t = c.inner().flash_tier.as_ref().unwrap();
         let reserve = FlashConfig::small().reserve_segments;
+        let full = || {
+            t.flash.free_segments() <= reserve
+                && t.flash.flush().wait().is_ok()
+                && !t.flash.can_append(super::STREAM, PROBE_LEN)
+        };
         let mut i = 0;
-        while t.flash.free_segments() > reserve || t.flash.can_append(super::STREAM, PROBE_LEN) {
+        while !full() {
             c.set_now(format!("fill{i}").as_bytes(), ItemWrite::new(value(i), 0, 0))
                 .unwrap();
             i += 1;
