@@ -285,8 +285,11 @@ mod tests {
         };
         let mut i = 0;
         while !full() {
-            c.set_now(format!("fill{i}").as_bytes(), ItemWrite::new(value(i), 0, 0))
-                .unwrap();
+            c.set_now(
+                format!("fill{i}").as_bytes(),
+                ItemWrite::new(value(i), 0, 0),
+            )
+            .unwrap();
             i += 1;
             assert!(i < 100_000, "flash never filled");
         }

@@ -380,6 +380,14 @@ impl FlashTier {
         self.gate.writable(self.tiering.append_wait())
     }
 
+    /// [`Self::writable`], waiting at most `wait`.
+    pub(crate) fn writable_for(
+        &self,
+        wait: std::time::Duration,
+    ) -> crate::flash_tier::backpressure::Writable<'_> {
+        self.gate.writable(wait)
+    }
+
     /// Append a tombstone, marker or checkpoint again after its write failed, with its own
     /// kind, version and fields (`rec`, the lost content, gives the key). False if the
     /// engine refused it.

@@ -28,8 +28,9 @@ impl Cache {
     pub async fn delete(&self, key: &[u8]) -> Result<bool, Error> {
         let inner = &*self.inner;
         let hash = inner.index.hash(key);
+        let mut budget = crate::ops::Budget::default();
         loop {
-            inner.writable().await;
+            inner.await_room(&mut budget).await;
             let view = inner.view(key, hash, false).await;
             if let Step::Done(r) = inner.delete_with(key, hash, &view)? {
                 return Ok(r);

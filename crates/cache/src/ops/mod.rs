@@ -29,6 +29,12 @@ mod delete;
 mod get;
 mod update;
 
+/// How long one request may still wait for flash back-pressure (`Inner::await_room`).
+#[derive(Default)]
+pub(crate) struct Budget {
+    until: Option<std::time::Instant>,
+}
+
 /// Phase 2's outcome.
 pub(crate) enum Step<T> {
     Done(T),
@@ -95,14 +101,31 @@ pub(crate) enum Current<'a> {
 
 impl Inner {
     /// Before a write's phase 2 (holding no lock): if the flash engine has been refusing
-    /// appends for back-pressure, await room for at most `append_wait_ms`
-    /// (`flash_tier::backpressure`); the appends made under the lock never wait.
-    pub(crate) async fn writable(&self) {
-        if let Some(tier) = &self.flash_tier {
-            if tier.pressured() {
-                tier.writable().await;
-            }
+    /// appends for back-pressure, await room (`flash_tier::backpressure`) within the
+    /// request's budget of `append_wait_ms` (`budget`, shared by every wait of the request);
+    /// the appends made under the lock never wait.
+    pub(crate) async fn await_room(&self, budget: &mut Budget) {
+        let Some(tier) = &self.flash_tier else { return };
+        if !tier.pressured() {
+            return;
         }
+        let now = std::time::Instant::now();
+        let until = *budget
+            .until
+            .get_or_insert_with(|| now + tier.tiering.append_wait());
+        let left = until.saturating_duration_since(now);
+        if !left.is_zero() {
+            tier.writable_for(left).await;
+        }
+    }
+
+    /// True while a write may stop an eviction flash cannot take now and await room
+    /// ([`Error::FlashBusy`]): flash waits are on and the request's budget is not spent.
+    pub(crate) fn may_stall(&self, budget: &Budget) -> bool {
+        self.flash_tier
+            .as_ref()
+            .is_some_and(|t| !t.tiering.append_wait().is_zero())
+            && budget.until.is_none_or(|d| std::time::Instant::now() < d)
     }
 
     /// The item a RAM record holds.

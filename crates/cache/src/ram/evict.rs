@@ -22,6 +22,10 @@ use crate::ram::record::{self, Header, F_FETCHED, F_FILLER};
 use crate::stats::Counters;
 use crate::Error;
 
+/// A drain stopped at a record the tier below could not take now (see `drain_until`).
+#[derive(Debug)]
+pub(crate) struct Stalled;
+
 /// What a drain does with live records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -39,8 +43,10 @@ impl Inner {
     }
 
     /// Seal `log`'s head if `words` no longer fit, then install a fresh segment (evicting to
-    /// get one). Called by writers holding no lock.
-    pub(crate) fn advance(&self, log: Log, words: usize) -> Result<(), Error> {
+    /// get one). Called by writers holding no lock. With `stall`, an eviction the tier below
+    /// cannot take now (back-pressure) stops with [`Error::FlashBusy`]: the writer awaits room
+    /// holding nothing and tries again.
+    pub(crate) fn advance(&self, log: Log, words: usize, stall: bool) -> Result<(), Error> {
         let mut alloc = self.arena.state.lock();
         if let Some((seg, off)) = self.arena.head(log) {
             if off + words <= self.arena.seg_words {
@@ -48,7 +54,7 @@ impl Inner {
             }
             self.arena.seal_head(&mut alloc, log, Some(seg));
         }
-        let seg = self.obtain_normal(&mut alloc)?;
+        let seg = self.obtain_normal(&mut alloc, stall)?;
         if let Err(seg) = self.arena.install_head(log, seg) {
             self.arena.release_normal(&mut alloc, seg);
         }
@@ -57,14 +63,14 @@ impl Inner {
 
     /// An empty normal segment for a writer, evicting as needed; keeps one in reserve for
     /// eviction's copies while it can.
-    fn obtain_normal(&self, alloc: &mut AllocState) -> Result<u32, Error> {
+    fn obtain_normal(&self, alloc: &mut AllocState, stall: bool) -> Result<u32, Error> {
         let mut tries = 0;
         loop {
             if let Some(s) = self.arena.take_normal(alloc, 1) {
                 return Ok(s);
             }
             tries += 1;
-            if self.evict_one(alloc, tries > self.soft_tries()) {
+            if self.evict_one(alloc, tries > self.soft_tries(), stall)? {
                 continue;
             }
             if self.arena.seal_head(alloc, Log::Main, None)
@@ -79,7 +85,7 @@ impl Inner {
     /// A large single-record segment of `words` (as many chunks as it needs), evicting as
     /// needed. A record larger than the whole limit (a value of nearly `memory_limit` bytes)
     /// may use the one spare chunk beyond the limit, once everything else is gone.
-    pub(crate) fn obtain_large(&self, words: usize, log: Log) -> Result<Space, Error> {
+    pub(crate) fn obtain_large(&self, words: usize, log: Log, stall: bool) -> Result<Space, Error> {
         let k = self.arena.chunks_for(words);
         let spare = k > self.arena.max_chunks();
         if k > self.arena.max_chunks() + 1 {
@@ -95,7 +101,7 @@ impl Inner {
                     .ok_or(Error::OutOfMemory);
             }
             tries += 1;
-            if self.evict_one(&mut alloc, tries > self.soft_tries()) {
+            if self.evict_one(&mut alloc, tries > self.soft_tries(), stall)? {
                 continue;
             }
             if self.arena.seal_head(&mut alloc, Log::Main, None)
@@ -107,8 +113,14 @@ impl Inner {
         }
     }
 
-    /// Evict one segment. False when there is nothing to evict.
-    pub(crate) fn evict_one(&self, alloc: &mut AllocState, force: bool) -> bool {
+    /// Evict one segment. False when there is nothing to evict; `Error::FlashBusy` when it
+    /// stalled (`stall`, see [`Self::advance`]): the victim goes back to its queue's front.
+    pub(crate) fn evict_one(
+        &self,
+        alloc: &mut AllocState,
+        force: bool,
+        stall: bool,
+    ) -> Result<bool, Error> {
         let small = Log::Small as usize;
         let main = Log::Main as usize;
         let s3 = self.cfg.eviction == EvictionPolicy::S3Fifo;
@@ -122,18 +134,18 @@ impl Inner {
         } else if !alloc.queues[main].is_empty() {
             Log::Main
         } else {
-            return false;
+            return Ok(false);
         };
         // memcached -M: never drop a live item to make room (with flash, eviction only
         // moves items to flash, so it goes on).
         if !self.cfg.evict_to_free && !self.lower().takes_evictions() {
             let victim = alloc.queues[log as usize].front().copied();
             if victim.is_some_and(|v| self.arena.slot(v).live.load(Ordering::Relaxed) > 0) {
-                return false;
+                return Ok(false);
             }
         }
         let Some(seg) = self.arena.pop_queue(alloc, log) else {
-            return false;
+            return Ok(false);
         };
         self.arena.wait_quiet(seg);
         let mode = if force || !s3 {
@@ -141,9 +153,12 @@ impl Inner {
         } else {
             Mode::Evict(log)
         };
-        let kept = self.drain(alloc, seg, mode);
+        let Ok(kept) = self.drain_until(alloc, seg, mode, stall) else {
+            self.arena.requeue_front(alloc, log, seg);
+            return Err(Error::FlashBusy);
+        };
         self.retire(alloc, seg, kept);
-        true
+        Ok(true)
     }
 
     /// After a drain: requeue a kept large segment, free a dropped one, recycle a normal one.
@@ -176,11 +191,27 @@ impl Inner {
     /// Walk segment `seg` (taken off its queue, quiet) and dispose of every record per
     /// `mode`. Returns the log a large segment should be requeued on, if it is kept.
     pub(crate) fn drain(&self, alloc: &mut AllocState, seg: u32, mode: Mode) -> Option<Log> {
+        self.drain_until(alloc, seg, mode, false)
+            .unwrap_or_default()
+    }
+
+    /// [`Self::drain`]; with `stall`, stops at the first live record the tier below cannot
+    /// take now (`Err`): the records before it are disposed of, it and those after are intact
+    /// (the segment must go back on its queue).
+    fn drain_until(
+        &self,
+        alloc: &mut AllocState,
+        seg: u32,
+        mode: Mode,
+        stall: bool,
+    ) -> Result<Option<Log>, Stalled> {
         let now = self.now();
         let slot = self.arena.slot(seg);
         let end = slot.end.load(Ordering::Relaxed) as usize;
         let large = slot.is_large();
-        let m = self.arena.mem(seg)?;
+        let Some(m) = self.arena.mem(seg) else {
+            return Ok(None);
+        };
         let mut kept = None;
         let mut key = Vec::new();
         let mut off = 0;
@@ -232,14 +263,14 @@ impl Inner {
                     if self.copy_live(alloc, &mut shard, pos, e, (m, off, &h), log, freq) {
                         Counters::add(counter, 1);
                     } else if let Some(l) =
-                        self.evict_record(alloc, &mut shard, pos, &rec, hash, mode, &key)
+                        self.evict_record(alloc, &mut shard, pos, &rec, hash, mode, &key, stall)?
                     {
                         kept = Some(l);
                     }
                 }
                 None => {
                     if let Some(l) =
-                        self.evict_record(alloc, &mut shard, pos, &rec, hash, mode, &key)
+                        self.evict_record(alloc, &mut shard, pos, &rec, hash, mode, &key, stall)?
                     {
                         kept = Some(l);
                     }
@@ -247,7 +278,7 @@ impl Inner {
             }
             off += n;
         }
-        kept
+        Ok(kept)
     }
 
     /// Copy the live record at `src` (segment memory, word offset, header) to `log`'s head
@@ -299,7 +330,8 @@ impl Inner {
     /// shard lock), the record is copied to the main log instead, keeping its frequency
     /// (`extstore_evictions_deferred`; appended later by write-back or the next eviction);
     /// a forced eviction, or one with no space for the copy, drops it. A large record's
-    /// segment is kept whole instead: the log to requeue it on is returned.
+    /// segment is kept whole instead: the log to requeue it on is returned. With `stall` the
+    /// refusal stops the drain instead (`Stalled`; nothing changed).
     #[allow(clippy::too_many_arguments)]
     fn evict_record(
         &self,
@@ -310,26 +342,28 @@ impl Inner {
         hash: u64,
         mode: Mode,
         key: &[u8],
-    ) -> Option<Log> {
+        stall: bool,
+    ) -> Result<Option<Log>, Stalled> {
         let h = &rec.header;
         match self.lower().take_evicted(rec, hash, key) {
             Taken::Slot(slot) => {
                 let e = shard.get(pos);
                 self.release(e.loc, h.words());
                 shard.set(pos, slot);
-                return None;
+                return Ok(None);
             }
+            Taken::Later if stall => return Err(Stalled),
             Taken::Later if mode != Mode::Drop => {
                 let e = shard.get(pos);
                 let (seg, off) = self.arena.split(e.loc);
                 if self.arena.slot(seg).is_large() {
                     self.lower().deferred();
-                    return Some(Log::Main);
+                    return Ok(Some(Log::Main));
                 }
                 if let Some(m) = self.arena.mem(seg) {
                     if self.copy_live(alloc, shard, pos, e, (m, off, h), Log::Main, e.freq) {
                         self.lower().deferred();
-                        return None;
+                        return Ok(None);
                     }
                 }
             }
@@ -343,6 +377,6 @@ impl Inner {
         if mode == Mode::Evict(Log::Small) {
             self.ghost.insert(hash);
         }
-        None
+        Ok(None)
     }
 }
