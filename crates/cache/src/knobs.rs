@@ -8,8 +8,8 @@
 //!   meaning), `recache_rate` (a repeat flash hit copies the item back to RAM every Nth time;
 //!   1 = every time, 0 = never), `drop_under` (free segments above the engine's reserve below
 //!   which reclaim drops unhit items instead of keeping them), `drop_unread` (0/1: reclaim
-//!   drops never-hit items even while flash has room), `append_wait_ms` (how long a SET waits
-//!   for a flash write buffer before keeping the item in RAM only), `write_back_ms` (how long
+//!   drops never-hit items even while flash has room), `append_wait_ms` (how long a write may
+//!   await the flash writer's room, holding no lock, before keeping the item in RAM only), `write_back_ms` (how long
 //!   a stored version may stay in RAM unwritten before it is appended to flash; 0 =
 //!   write-through).
 //! - the engine's, by their own names (`flash_interval_ms`, `free_low_watermark`, ...; see
