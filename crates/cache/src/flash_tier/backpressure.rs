@@ -24,8 +24,12 @@ use crate::flash_tier::STREAM;
 
 /// How often the gate thread asks the engine for room while someone waits.
 pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(1);
-/// The record size the probe asks room for (a 4 KiB value plus key and header).
-const PROBE_LEN: usize = 4096 + 256;
+/// The record size the probe asks room for: the largest the engine takes, so that room
+/// means any append would be taken now (a smaller probe could let a waiter with a large
+/// value go, be refused again, and spin until its budget is spent).
+fn probe_len(tier: &crate::flash_tier::FlashTier) -> usize {
+    tier.flash.max_value_len(0)
+}
 
 const PENDING: u8 = 0;
 const ROOM: u8 = 1;
@@ -210,7 +214,7 @@ fn run(inner: &Inner) {
                 return;
             }
         }
-        let room = tier.flash.can_append(STREAM, PROBE_LEN);
+        let room = tier.flash.can_append(STREAM, probe_len(tier));
         if room {
             gate.pressured.store(false, Ordering::Relaxed);
         }
@@ -243,7 +247,6 @@ mod tests {
 
     use bytes::Bytes;
 
-    use super::PROBE_LEN;
     use crate::flash::{Device, FlashConfig, IoBackend, MemoryDevice};
     use crate::store::KvStore;
     use crate::{Cache, CacheConfig, FlashSettings, ItemWrite};
@@ -274,14 +277,14 @@ mod tests {
     }
 
     /// SETs until flash (no background reclaim) has no segment left beyond its reserve and
-    /// refuses appends even with no write in flight.
+    /// refuses appends of any size even with no write in flight.
     fn fill(c: &Cache) -> u32 {
         let t = c.inner().flash_tier.as_ref().unwrap();
         let reserve = FlashConfig::small().reserve_segments;
         let full = || {
             t.flash.free_segments() <= reserve
                 && t.flash.flush().wait().is_ok()
-                && !t.flash.can_append(super::STREAM, PROBE_LEN)
+                && !t.flash.can_append(super::STREAM, 1)
         };
         let mut i = 0;
         while !full() {

@@ -56,6 +56,11 @@ impl LowerTier for FlashTier {
         self.append(STREAM, &KvRecord::Tombstone { key_id: hash, key });
     }
 
+    fn cover_or_stall(&self, hash: u64, key: &[u8], stall: bool) -> bool {
+        let rec = KvRecord::Tombstone { key_id: hash, key };
+        !matches!(self.append_or_stall(STREAM, &rec, stall), Err(true))
+    }
+
     fn flush(&self, at: u32) {
         self.append(STREAM, &KvRecord::Flush { at });
     }

@@ -318,6 +318,17 @@ impl FlashTier {
     /// [`Self::append`], telling why it failed: `Err(true)` for back-pressure (the engine
     /// may take it a little later), `Err(false)` otherwise.
     pub fn try_append(&self, stream: u8, rec: &KvRecord<'_>) -> Result<Location, bool> {
+        self.append_or_stall(stream, rec, false)
+    }
+
+    /// [`Self::try_append`]; with `stall`, a refusal for back-pressure is not counted (the
+    /// caller awaits room and tries again).
+    pub fn append_or_stall(
+        &self,
+        stream: u8,
+        rec: &KvRecord<'_>,
+        stall: bool,
+    ) -> Result<Location, bool> {
         if let KvRecord::Put(p) = rec {
             if (p.value.len() as u64) < self.tiering.item_size() {
                 add(&self.counters.write_skipped, 1);
@@ -327,6 +338,13 @@ impl FlashTier {
         let version = self.next_version(rec.min_version());
         let mut buf = Vec::new();
         let res = self.append_write(stream, &rec.encode(version, &mut buf));
+        let pressure = matches!(
+            res,
+            Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)
+        );
+        if stall && pressure {
+            return Err(true);
+        }
         let c = &self.counters;
         match (rec, &res) {
             (KvRecord::Put(p), Ok(_)) => {
@@ -342,12 +360,7 @@ impl FlashTier {
             (KvRecord::CasCheckpoint { .. }, Ok(_)) => {}
             (_, Err(_)) => add(&c.marker_failures, 1),
         }
-        res.map_err(|e| {
-            matches!(
-                e,
-                flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace
-            )
-        })
+        res.map_err(|_| pressure)
     }
 
     /// One engine append; never waits (callers may hold a shard lock). A refusal for

@@ -203,7 +203,8 @@ impl Inner {
     }
 
     /// Remove the key's current slot (delete, or a write that is already expired); append a
-    /// tombstone if a flash copy existed.
+    /// tombstone first if a flash copy existed. With `stall`, a tombstone flash cannot take
+    /// now (back-pressure) changes nothing: `Error::FlashBusy` (the caller awaits room).
     pub(crate) fn remove_existing(
         &self,
         shard: &mut Shard<'_>,
@@ -211,7 +212,13 @@ impl Inner {
         key: &[u8],
         existing: Option<Existing>,
         had_flash: bool,
-    ) {
+        stall: bool,
+    ) -> Result<(), Error> {
+        // The tombstone's version is fresh, above every version of the key: appending it
+        // before the slot goes (same shard lock) changes nothing a reader or a restart sees.
+        if had_flash && !self.lower().cover_or_stall(hash, key, stall) {
+            return Err(Error::FlashBusy);
+        }
         match existing {
             Some(Existing::Ram(pos, e)) => {
                 if let Some(r) = self.arena.record(e.loc) {
@@ -231,9 +238,7 @@ impl Inner {
             }
             None => {}
         }
-        if had_flash {
-            self.lower().cover(hash, key);
-        }
+        Ok(())
     }
 }
 

@@ -196,7 +196,7 @@ impl Inner {
                     return Ok(Step::Done((r, None)));
                 }
                 Update::Delete => {
-                    self.remove_existing(&mut shard, hash, key, existing, had_flash);
+                    self.remove_existing(&mut shard, hash, key, existing, had_flash, stall)?;
                     drop(shard);
                     self.abandon(reserved.space.take());
                     return Ok(Step::Done((r, None)));
@@ -210,7 +210,7 @@ impl Inner {
             }
             if w.exptime != 0 && w.exptime <= now {
                 let cas = self.cas_for(w.cas, base_cas);
-                self.remove_existing(&mut shard, hash, key, existing, had_flash);
+                self.remove_existing(&mut shard, hash, key, existing, had_flash, stall)?;
                 drop(shard);
                 self.abandon(reserved.space.take());
                 return Ok(Step::Done((r, Some(cas))));

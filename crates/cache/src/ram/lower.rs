@@ -48,6 +48,10 @@ pub(crate) trait LowerTier: Sync {
     fn forget(&self, loc: u64);
     /// Every older version of the key below must stay gone (delete, or death before write).
     fn cover(&self, hash: u64, key: &[u8]);
+    /// [`Self::cover`], except that with `stall`, when this tier cannot take the cover now
+    /// (back-pressure), nothing is done and false is returned: the caller changes nothing,
+    /// awaits room holding no lock and tries again.
+    fn cover_or_stall(&self, hash: u64, key: &[u8], stall: bool) -> bool;
     /// A `flush_all`: immediate (`at` = 0) or delayed to unix time `at`.
     fn flush(&self, at: u32);
     /// The home word of version `v` (its lower copy, a write-back mark, or none).
@@ -67,6 +71,9 @@ impl LowerTier for NoLower {
     fn deferred(&self) {}
     fn forget(&self, _: u64) {}
     fn cover(&self, _: u64, _: &[u8]) {}
+    fn cover_or_stall(&self, _: u64, _: &[u8], _: bool) -> bool {
+        true
+    }
     fn flush(&self, _: u32) {}
     fn home_for(&self, _: &NewVersion<'_>) -> u64 {
         0
