@@ -344,11 +344,14 @@ mod tests {
             !writer.is_finished(),
             "the GET answered while the SET of the same shard was waiting for flash"
         );
-        // Room again: the waiter goes on and stores its item.
+        // Room again (reclaim drops unread items): the waiter goes on and stores its item;
+        // no more waits (its evictions may find flash full again).
+        c.set_knob("append_wait_ms", "0").unwrap();
+        c.set_knob("drop_unread", "1").unwrap();
         tier().flash.reclaim_now(true).unwrap();
         writer.join().unwrap();
         assert_eq!(c.get_now(&writer_key).unwrap().unwrap().value, value(7));
-        assert_eq!(tier().gate.waits.load(Relaxed), 1);
+        assert!(tier().gate.waits.load(Relaxed) >= 1);
         assert!(tier().gate.wait_us.load(Relaxed) > 0);
         assert_eq!(tier().gate.wait_timeouts.load(Relaxed), 0);
     }
@@ -389,6 +392,7 @@ mod tests {
         );
         // Let it go: no more waits, and room for the waiting one.
         c.set_knob("append_wait_ms", "0").unwrap();
+        c.set_knob("drop_unread", "1").unwrap();
         tier().flash.reclaim_now(true).unwrap();
         writer.join().unwrap();
         assert!(c.get_now(b"more399").unwrap().is_some());

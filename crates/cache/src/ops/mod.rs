@@ -106,7 +106,7 @@ impl Inner {
     /// the appends made under the lock never wait.
     pub(crate) async fn await_room(&self, budget: &mut Budget) {
         let Some(tier) = &self.flash_tier else { return };
-        if !tier.pressured() {
+        if !tier.pressured() || tier.tiering.append_wait().is_zero() {
             return;
         }
         let now = std::time::Instant::now();
