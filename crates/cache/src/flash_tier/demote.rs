@@ -62,7 +62,9 @@ impl LowerTier for FlashTier {
     }
 
     fn flush(&self, at: u32) {
-        self.append(STREAM, &KvRecord::Flush { at });
+        // `flush_all` holds no lock here; its marker keeps deleted items from coming back
+        // after a restart, so it may wait out back-pressure like before.
+        self.append_unlocked(STREAM, &KvRecord::Flush { at });
     }
 
     fn home_for(&self, v: &NewVersion<'_>) -> u64 {

@@ -329,6 +329,22 @@ impl FlashTier {
         rec: &KvRecord<'_>,
         stall: bool,
     ) -> Result<Location, bool> {
+        self.append_full(stream, rec, stall, false)
+    }
+
+    /// [`Self::append`], waiting up to the `append_wait` knob on back-pressure (blocking the
+    /// thread). Only for callers holding no lock (a `flush_all` marker).
+    pub fn append_unlocked(&self, stream: u8, rec: &KvRecord<'_>) -> Option<Location> {
+        self.append_full(stream, rec, false, true).ok()
+    }
+
+    fn append_full(
+        &self,
+        stream: u8,
+        rec: &KvRecord<'_>,
+        stall: bool,
+        block: bool,
+    ) -> Result<Location, bool> {
         if let KvRecord::Put(p) = rec {
             if (p.value.len() as u64) < self.tiering.item_size() {
                 add(&self.counters.write_skipped, 1);
@@ -337,7 +353,13 @@ impl FlashTier {
         }
         let version = self.next_version(rec.min_version());
         let mut buf = Vec::new();
-        let res = self.append_write(stream, &rec.encode(version, &mut buf));
+        let w = rec.encode(version, &mut buf);
+        let res = if block {
+            self.flash
+                .append_blocking(stream, &w, self.tiering.append_wait())
+        } else {
+            self.append_write(stream, &w)
+        };
         let pressure = matches!(
             res,
             Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)
