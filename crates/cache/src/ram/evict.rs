@@ -2,12 +2,12 @@
 //! the segment drain shared with the sweeper. A victim segment is walked record by record:
 //! records no slot points at are skipped, dead ones reclaimed, live ones copied to a log head
 //! (a second chance) or evicted — handed to the tier below first (`lower`), which keeps them
-//! as flash slots when there is flash. A large segment is requeued, never copied.
+//! as flash slots when there is flash; one it cannot take now (back-pressure) stops a
+//! stalling writer's drain (victim back at its queue's front), else is copied within RAM.
 //!
-//! Invariant: a writer always makes progress. Copies use the free-segment reserve and never
-//! evict recursively (no segment: the record is evicted); after `2 × segments + 8` evictions
-//! that freed nothing for the writer, eviction turns *forced* (no copies).
-//!
+//! Invariant: a writer always makes progress (stalls end with its `append_wait_ms` budget).
+//! Copies use the free-segment reserve and never evict recursively (no segment: the record
+//! is evicted); after `2 × segments + 8` evictions that freed nothing, eviction is *forced*.
 //! # Threads
 //! Runs in whichever writer (or the sweeper) holds `AllocState`; takes shard locks one at a
 //! time, and head locks under them.
