@@ -8,6 +8,7 @@
 //! Invariant: a writer always makes progress (stalls end with its `append_wait_ms` budget).
 //! Copies use the free-segment reserve and never evict recursively (no segment: the record
 //! is evicted); after `2 × segments + 8` evictions that freed nothing, eviction is *forced*.
+//!
 //! # Threads
 //! Runs in whichever writer (or the sweeper) holds `AllocState`; takes shard locks one at a
 //! time, and head locks under them.
