@@ -80,7 +80,9 @@ impl Inner {
             if fits_chunk && fits_seg {
                 break seg;
             }
-            if stream_state.in_flight >= self.knobs.max_chunks_in_flight() {
+            if stream_state.in_flight >= self.knobs.max_chunks_in_flight()
+                || self.chunk_bufs_full(state)
+            {
                 FlashStats::add(&self.stats.append_rejected, 1);
                 return Err(Error::Busy("write chunk"));
             }
@@ -147,10 +149,11 @@ impl Inner {
                 Err(Error::Busy(q)) => {
                     let mut state = self.state.lock();
                     let busy = |state: &State| {
-                        state
-                            .streams
-                            .get(usize::from(stream))
-                            .is_some_and(|s| s.in_flight >= self.knobs.max_chunks_in_flight())
+                        self.chunk_bufs_full(state)
+                            || state
+                                .streams
+                                .get(usize::from(stream))
+                                .is_some_and(|s| s.in_flight >= self.knobs.max_chunks_in_flight())
                     };
                     while busy(&state) {
                         if self.wake.wait_until(&mut state, deadline).timed_out() {
@@ -169,10 +172,11 @@ impl Inner {
 
     fn take_buf(&self, state: &mut State) -> AlignedBuf {
         let chunk = self.cfg.chunk_size as usize;
-        let mut b = state
-            .pool
-            .pop()
-            .unwrap_or_else(|| AlignedBuf::zeroed(chunk));
+        let mut b = state.pool.pop().unwrap_or_else(|| {
+            self.chunk_bufs.fetch_add(1, Ordering::Relaxed);
+            self.note_work();
+            AlignedBuf::zeroed(chunk)
+        });
         b.set_len(chunk);
         b
     }
@@ -432,9 +436,12 @@ impl Inner {
                 }
             }
             if let Some(w) = w {
-                if let Ok(b) = Arc::try_unwrap(w.buf) {
-                    if state.pool.len() < state.streams.len() * 2 {
-                        state.pool.push(b);
+                // A buffer not pooled is freed (or soon, by the reader still holding it).
+                match Arc::try_unwrap(w.buf) {
+                    Ok(b) if state.pool.len() < state.streams.len() * 2 => state.pool.push(b),
+                    _ => {
+                        self.chunk_bufs.fetch_sub(1, Ordering::Relaxed);
+                        self.note_work();
                     }
                 }
             }
@@ -603,7 +610,10 @@ impl Inner {
     pub(crate) fn flush_old_chunks(self: &Arc<Self>, state: &mut State, age: std::time::Duration) {
         for s in 0..state.streams.len() {
             let old = state.streams[s].oldest.is_some_and(|t| t.elapsed() >= age);
-            if old && state.streams[s].in_flight < self.knobs.max_chunks_in_flight() {
+            if old
+                && state.streams[s].in_flight < self.knobs.max_chunks_in_flight()
+                && !self.chunk_bufs_full(state)
+            {
                 self.submit_chunk(state, s as StreamId);
             }
         }
