@@ -371,7 +371,10 @@ const GROUP_GAP: u64 = 64 << 10;
 fn next_batch(keeps: &[(SummaryEntry, RecordMeta)], window: u64, base: usize) -> Vec<Group> {
     let span = |e: &SummaryEntry| {
         let p0 = u64::from(e.offset) / PAGE * PAGE;
-        (p0, (u64::from(e.offset) + u64::from(e.len)).div_ceil(PAGE) * PAGE)
+        (
+            p0,
+            (u64::from(e.offset) + u64::from(e.len)).div_ceil(PAGE) * PAGE,
+        )
     };
     let mut out: Vec<Group> = Vec::new();
     let mut total = 0u64;
@@ -411,7 +414,9 @@ impl<'a> WorkLease<'a> {
 
 impl Drop for WorkLease<'_> {
     fn drop(&mut self) {
-        self.0.reclaim_buf_bytes.fetch_sub(self.1, Ordering::Relaxed);
+        self.0
+            .reclaim_buf_bytes
+            .fetch_sub(self.1, Ordering::Relaxed);
         self.0.note_work();
     }
 }
@@ -426,4 +431,62 @@ fn decode_at(buf: &[u8], off: u32, seed: u32) -> Result<Record, record::DecodeEr
 /// Append into the reclaim stream, waiting out `Busy` (chunk writes in flight).
 fn append_retrying(inner: &Arc<Inner>, w: &RecordWrite<'_>) -> Result<crate::Location> {
     inner.append_wait(inner.cfg.reclaim_stream, w, Duration::from_secs(10))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keep(offset: u32, len: u32) -> (SummaryEntry, RecordMeta) {
+        let e = SummaryEntry {
+            key_id: 1,
+            version: 1,
+            offset,
+            len,
+            exptime: 0,
+            flags: 0,
+            kind: 1,
+        };
+        let m = RecordMeta {
+            location: crate::Location::new(u64::from(offset), u64::from(len)).unwrap(),
+            key_id: 1,
+            version: 1,
+            flags: 0,
+            exptime: 0,
+            kind: 1,
+            len,
+            seq: 1,
+        };
+        (e, m)
+    }
+
+    #[test]
+    fn batches_cover_every_keep_within_the_window() {
+        let window = 64 << 10;
+        // Dense 4 KiB records, then sparse ones far apart, then one window-sized record.
+        let mut keeps: Vec<_> = (0..40).map(|i| keep(64 + i * 4112, 4100)).collect();
+        keeps.extend((0..5).map(|i| keep(1 << 20 | i << 18, 300)));
+        keeps.push(keep(3 << 20, (window - PAGE) as u32));
+        let mut next = 0;
+        let mut batches = 0;
+        while next < keeps.len() {
+            let b = next_batch(&keeps[next..], window, next);
+            assert!(!b.is_empty());
+            assert!(b.iter().map(|g| g.3 - g.2).sum::<u64>() <= window);
+            for g in &b {
+                assert_eq!(g.0, next, "groups are consecutive");
+                for (e, _) in &keeps[g.0..g.1] {
+                    assert!(g.2 <= u64::from(e.offset));
+                    assert!(u64::from(e.offset + e.len) <= g.3);
+                }
+                next = g.1;
+            }
+            batches += 1;
+        }
+        assert_eq!(next, keeps.len());
+        assert!(
+            batches >= 4,
+            "{batches} batches: 164 KiB dense + far sparse ones"
+        );
+    }
 }
