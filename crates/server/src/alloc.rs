@@ -6,7 +6,7 @@
 //! set in the environment (mimalloc reads its options from the environment before `main`).
 
 /// Milliseconds freed memory stays mapped (mimalloc 2's default).
-pub const PURGE_DELAY_MS: i64 = 10;
+pub const PURGE_DELAY_MS: std::ffi::c_long = 10;
 
 /// `mi_option_purge_delay` in mimalloc's `mi_option_t` (include/mimalloc.h, v3).
 const MI_OPTION_PURGE_DELAY: i32 = 15;
@@ -21,9 +21,9 @@ mod ffi {
 
 /// mimalloc's current purge delay in milliseconds.
 #[allow(unsafe_code)]
-pub fn purge_delay() -> i64 {
+pub fn purge_delay() -> std::ffi::c_long {
     // SAFETY: mi_option_get reads an option slot; any option index in range is valid.
-    i64::from(unsafe { ffi::mi_option_get(MI_OPTION_PURGE_DELAY) })
+    unsafe { ffi::mi_option_get(MI_OPTION_PURGE_DELAY) }
 }
 
 /// Set the purge delay to [`PURGE_DELAY_MS`] unless the environment chose one.
@@ -31,7 +31,7 @@ pub fn purge_delay() -> i64 {
 pub fn tune() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: mi_option_set stores an integer option; mimalloc reads it atomically.
-        unsafe { ffi::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS as std::ffi::c_long) }
+        unsafe { ffi::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) }
     }
     log::debug!("mimalloc purge delay {} ms", purge_delay());
 }
