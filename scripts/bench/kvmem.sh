@@ -10,11 +10,11 @@
 #
 # Usage: scripts/bench/kvmem.sh [OUT_DIR]   (root; default bench-results/kvmem-<time>)
 # Env: MEM [64]  FLASH [1G]  KEYS [500000]  VALUE [4096]  CG_MB [128]  FILL_RATE [25k]
-#      RUNS [1]  FIXED_MB [32]  FLASHTIER_EXTRA  BOUND_MB (replaces MEM + FIXED_MB)
+#      RUNS [1]  FIXED_MB [36]  FLASHTIER_EXTRA  BOUND_MB (replaces MEM + FIXED_MB)
 NAME=kvmem
 OUT=${1:-$(cd "$(dirname "$0")/../.." && pwd)/bench-results/kvmem-$(date -u +%Y%m%dT%H%M%SZ)}
 MEM=${MEM:-64} FLASH=${FLASH:-1G} KEYS=${KEYS:-500000} VALUE=${VALUE:-4096} CG_MB=${CG_MB:-128}
-FILL_RATE=${FILL_RATE:-25k} RUNS=${RUNS:-1} CONNS=${CONNS:-16} FIXED_MB=${FIXED_MB:-32}
+FILL_RATE=${FILL_RATE:-25k} RUNS=${RUNS:-1} CONNS=${CONNS:-16} FIXED_MB=${FIXED_MB:-36}
 # shellcheck source=scripts/bench/lib.sh
 source "$(dirname "$0")/lib.sh"
 preflight

@@ -232,8 +232,8 @@ impl FlashConfig {
         }
     }
 
-    /// Write chunk buffers the engine holds at most before appends wait (see
-    /// `max_chunk_buffers`); a durability flush may add one per stream beyond it.
+    /// Write chunk buffers the engine holds at most (see `max_chunk_buffers`): appends
+    /// wait for one, a chunk submitted at the limit leaves its stream without one.
     pub fn chunk_buffer_limit(&self) -> usize {
         let streams = usize::from(self.streams);
         match self.max_chunk_buffers {
@@ -244,11 +244,11 @@ impl FlashConfig {
     }
 
     /// Bound on the engine's working memory (`flash_work_bytes`): the chunk buffers
-    /// ([`Self::chunk_buffer_limit`]), one more per stream a durability flush may start, and
-    /// reclaim's read window (one chunk), times `chunk_size`. A segment without a readable
-    /// summary is the exception: reclaim scans it whole (`segment_size` bytes).
+    /// ([`Self::chunk_buffer_limit`]) and reclaim's read window (one chunk), times
+    /// `chunk_size`. A segment without a readable summary is the exception: reclaim scans it
+    /// whole (`segment_size` bytes).
     pub fn work_limit(&self) -> u64 {
-        let chunks = self.chunk_buffer_limit() + usize::from(self.streams) + 1;
+        let chunks = self.chunk_buffer_limit() + 1;
         chunks as u64 * self.chunk_size
     }
 

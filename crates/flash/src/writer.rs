@@ -69,6 +69,10 @@ impl Inner {
         let chunk = self.cfg.chunk_size as usize;
         let seg = loop {
             let Some(seg) = state.streams[s].seg else {
+                if self.chunk_bufs_full(state) {
+                    FlashStats::add(&self.stats.append_rejected, 1);
+                    return Err(Error::Busy("write chunk"));
+                }
                 self.open_segment(state, stream)?;
                 continue;
             };
@@ -92,6 +96,16 @@ impl Inner {
                 self.seal(state, stream);
             }
         };
+        if state.streams[s].buf.is_none() {
+            // The chunk buffer was not replaced when the last one was submitted (all
+            // `chunk_buffer_limit` in use): take one now, or wait.
+            if self.chunk_bufs_full(state) {
+                FlashStats::add(&self.stats.append_rejected, 1);
+                return Err(Error::Busy("write chunk"));
+            }
+            let b = self.take_buf(state);
+            state.streams[s].buf = Some(b);
+        }
         let seed = state.segs[seg as usize].seed;
         let stream_state = &mut state.streams[s];
         let off = stream_state.buf_off + stream_state.fill as u32;
@@ -246,9 +260,11 @@ impl Inner {
         let Some(seg) = state.streams[s].seg else {
             return;
         };
-        let next = self.take_buf(state);
+        // The next chunk's buffer, unless `chunk_buffer_limit` are in use (a flush submits
+        // whatever the limit): then the next append takes one once a write completes.
+        let next = (!self.chunk_bufs_full(state)).then(|| self.take_buf(state));
         let stream_state = &mut state.streams[s];
-        let Some(mut buf) = stream_state.buf.replace(next) else {
+        let Some(mut buf) = std::mem::replace(&mut stream_state.buf, next) else {
             return;
         };
         let padded = round_page(stream_state.fill as u64) as usize;
