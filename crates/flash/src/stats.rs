@@ -127,7 +127,7 @@ stats! {
     work_bytes,
     /// Gauge: the highest `work_bytes` since start.
     work_peak_bytes,
-    /// Gauge: the bound on `work_bytes` from the configuration: chunk buffers
+    /// Gauge: the bound on `work_bytes` from the configuration: the chunk buffer limit
     /// (`max_chunk_buffers`) plus reclaim's read window (one chunk), times `chunk_size`.
     work_limit_bytes,
 }
