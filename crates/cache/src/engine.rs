@@ -46,7 +46,37 @@ pub(crate) struct Inner {
     flush_at: AtomicU64,
 }
 
-/// The RAM-tier store. See the module docs.
+/// The real store: the RAM tier, and the flash tier under it when `CacheConfig::flash` is
+/// set.
+///
+/// # Using the real store
+/// ```no_run
+/// use flashtier_cache::{Cache, CacheConfig, ItemWrite, KvStore};
+/// let cfg = CacheConfig::builder()
+///     .memory_limit(1 << 30)      // bytes of item memory (`-m`)
+///     .max_item_size(1 << 20)     // largest value (`-I`)
+///     .build()?;                  // validates
+/// let cache = Cache::new(cfg)?;   // starts the sweeper thread
+/// let cas = cache.set_now(b"k", ItemWrite::new("v".into(), 0, 0))?;
+/// # let _ = cas;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+/// [`Cache`] implements [`KvStore`](crate::KvStore). Without flash its futures complete on the first poll;
+/// with flash (`CacheConfig::flash`, see [`FlashSettings`](crate::FlashSettings)) a GET or UPDATE of a
+/// flash-resident item awaits one flash read.
+///
+/// # With flash
+/// ```no_run
+/// use flashtier_cache::{Cache, CacheConfig, FlashSettings};
+/// let cfg = CacheConfig::builder()
+///     .memory_limit(64 << 20)
+///     .flash(FlashSettings::parse(&["/var/tmp/cache.flash:2GiB"])?)
+///     .build()?;
+/// let cache = Cache::new(cfg)?;   // formats a blank file, or recovers what is on it
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+/// `get_now`/`set_now`/`update_now`/`delete_now` are the same operations without `async`.
+/// `stats_section` answers `items`, `slabs` (segments) and `settings`.
 pub struct Cache {
     pub(crate) inner: Arc<Inner>,
     sweeper: Option<Sweeper>,

@@ -22,7 +22,7 @@ impl Cache {
 
     /// Delete without reading flash (deletes never touch flash): the slot goes, a
     /// tombstone is appended if a flash copy existed. True when an item was removed. Unlike
-    /// a delete through [`KvStore::update`] (which shows the closure the item, so it reads a
+    /// a delete through [`KvStore::update`](crate::KvStore::update) (which shows the closure the item, so it reads a
     /// flash-resident one), an *expired* flash-resident item counts as removed (true): its
     /// expiry is on flash. A RAM item is judged exactly. Without flash, same as `delete_now`.
     pub async fn delete(&self, key: &[u8]) -> Result<bool, Error> {

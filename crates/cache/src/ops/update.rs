@@ -21,7 +21,7 @@ impl Cache {
         block_on(self.set_two_phase(key, w))
     }
 
-    /// Synchronous read-modify-write (see [`KvStore::update`]).
+    /// Synchronous read-modify-write (see [`KvStore::update`](crate::KvStore::update)).
     pub fn update_now<R, F>(&self, key: &[u8], f: F) -> Result<(R, Option<u64>), Error>
     where
         F: FnMut(Option<&Item>) -> (Update, R),
