@@ -82,6 +82,8 @@ pub struct Cache {
     sweeper: Option<Sweeper>,
     /// The write-back thread (`writeback`), with flash.
     writeback: Option<Sweeper>,
+    /// The back-pressure gate's thread (`flash_tier::backpressure`), with flash.
+    gate: Option<crate::flash_tier::backpressure::GateThread>,
     handler: Option<Arc<Handler>>,
 }
 
@@ -92,6 +94,8 @@ impl Drop for Cache {
         drop(self.sweeper.take());
         drop(self.writeback.take());
         let _ = self.close();
+        // After `close`: its write-back of dirty versions still awaits room.
+        drop(self.gate.take());
         if let Some(h) = &self.handler {
             h.close();
         }
@@ -200,10 +204,13 @@ impl Cache {
             None => None,
         };
         let writeback = crate::flash_tier::writeback::spawn(&inner).map_err(StartError::Sweeper)?;
+        let gate = crate::flash_tier::backpressure::GateThread::spawn(&inner)
+            .map_err(StartError::Sweeper)?;
         Ok(Self {
             inner,
             sweeper,
             writeback,
+            gate,
             handler,
         })
     }

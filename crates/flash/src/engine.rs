@@ -506,6 +506,14 @@ impl Flash {
         self.inner.append(stream, rec)
     }
 
+    /// True when an append of a `len`-byte record to `stream` would not be refused by
+    /// back-pressure now (chunk writes all in flight, or no free segment while reclaim frees
+    /// one). Cheap (one lock); a hint — another writer may take the room first. For callers
+    /// that wait for room without blocking a thread (poll it, then `append`).
+    pub fn can_append(&self, stream: StreamId, len: usize) -> bool {
+        self.inner.can_append(stream, len)
+    }
+
     /// Like [`append`](Self::append) but blocks the calling thread while the stream's chunk
     /// writes are all in flight (`Busy`), for up to `timeout`. For writers that must not lose
     /// a record (the block face, bulk loaders); never call it from a network thread.

@@ -149,6 +149,36 @@ impl Inner {
         self.location(seg, off, h.unpadded_len())
     }
 
+    /// Whether an append of a `len`-byte record to `stream` would be taken now rather than
+    /// refused by back-pressure (`Busy`, `NoSpace`). Refusals of another kind (closed, every
+    /// device out) answer true: waiting would not help.
+    pub(crate) fn can_append(&self, stream: StreamId, len: usize) -> bool {
+        let state = self.state.lock();
+        if state.closed || state.out.iter().all(|o| *o) {
+            return true;
+        }
+        let Some(st) = state.streams.get(usize::from(stream)) else {
+            return true;
+        };
+        // A new chunk needs a buffer: none while `chunk_buffer_limit` are in use.
+        let bufs_full = self.chunk_bufs_full(&state);
+        let busy = st.in_flight >= self.knobs.max_chunks_in_flight() || bufs_full;
+        let free_ok = stream == self.cfg.reclaim_stream
+            || state.free.total(&state.out) > self.cfg.reserve_segments as usize;
+        if st.seg.is_none() {
+            return free_ok && !bufs_full;
+        }
+        let off = u64::from(st.buf_off) + st.fill as u64;
+        let fits_chunk = st.fill + len <= self.cfg.chunk_size as usize;
+        let fits_seg =
+            round_page(off + len as u64) <= self.seg_size - tail_len(st.summary.len() + 1);
+        match (fits_chunk, fits_seg) {
+            (true, true) => st.buf.is_some() || !bufs_full,
+            (false, true) => !busy,
+            (_, false) => !busy && free_ok,
+        }
+    }
+
     /// `append`, waiting (blocking the thread) while the stream has too many chunk writes in
     /// flight, or while no segment is free and the reclaimer is freeing one, up to `timeout`.
     pub(crate) fn append_wait(
