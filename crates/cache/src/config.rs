@@ -39,8 +39,9 @@ pub struct FlashSettings {
     pub devices: FlashDevices,
     /// Engine settings. Default: `None` = `FlashConfig::for_capacity(total device bytes)`.
     pub engine: Option<FlashConfig>,
-    /// How long a SET may wait (holding its key's index shard) for the flash write buffers
-    /// when they are all in flight, before it stores the item in RAM only. Runtime knob
+    /// How long a write (SET, update, delete) may wait, holding no lock, for the flash writer's
+    /// back-pressure (write buffers all in flight, no free segment) to clear before it goes on
+    /// and keeps the item in RAM only (`flash_tier::backpressure`). Runtime knob
     /// `append_wait_ms`. Default: `200 ms`.
     pub append_wait: Duration,
     /// Write-back window: a stored version stays in RAM without a flash write until RAM

@@ -9,7 +9,8 @@
 //!
 //! # Threads
 //! The `flashtier-writeback` thread (every [`PASS_EVERY`]) and `Cache::close`; one shard lock
-//! at a time, as a SET appends, the flash engine's lock a leaf below it.
+//! at a time, as a SET appends, the flash engine's lock a leaf below it. Back-pressure is
+//! waited out on this thread before the lock is taken, never under it.
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,6 +75,9 @@ impl Inner {
         let mut n = 0;
         let mut key = Vec::new();
         while let Some(hash) = tier.dirty.pop_due(cutoff) {
+            if tier.pressured() {
+                crate::ops::block_on(tier.writable());
+            }
             let shard = self.index.lock(hash);
             let now = self.now();
             loop {
