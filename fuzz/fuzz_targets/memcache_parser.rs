@@ -7,8 +7,15 @@ use flashtier_memcache::codec::{Decoded, Decoder, Limits};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&chunk, input)) = data.split_first() else { return };
-    let limits = Limits { max_item_size: 256, max_line: 128, max_get_line: 512, max_buffered_line: 1024 };
+    let Some((&chunk, input)) = data.split_first() else {
+        return;
+    };
+    let limits = Limits {
+        max_item_size: 256,
+        max_line: 128,
+        max_get_line: 512,
+        max_buffered_line: 1024,
+    };
     let mut decoder = Decoder::new(limits);
     let mut buf = BytesMut::new();
     let mut swallow = 0usize;

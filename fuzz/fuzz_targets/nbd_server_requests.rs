@@ -11,15 +11,21 @@
 //!   `length` bytes, and a request past the end of the export is refused.
 //! - odd: *raw* — the rest is sent verbatim after the handshake (bad magic, torn headers,
 //!   truncated payloads); the server must neither panic nor hang.
+//!
+//! One runtime serves every input (a connection's tasks all finish before `serve_stream`
+//! returns, so nothing carries over); server, export and backend are fresh per input.
 #![no_main]
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
+use flashtier_backend::MemoryBackend;
 use flashtier_nbd::codec::handshake::{encode_option, InfoRequest};
-use flashtier_backend::{MemoryBackend};
-use flashtier_nbd::{parse_option_reply_header, parse_simple_reply, proto, Export, RequestHeader, Server, ServerConfig};
+use flashtier_nbd::{
+    parse_option_reply_header, parse_simple_reply, proto, Export, RequestHeader, Server,
+    ServerConfig,
+};
 use libfuzzer_sys::fuzz_target;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -137,16 +143,21 @@ fn check_replies(out: &[u8], mut sent: HashMap<u64, Sent>) {
     );
 }
 
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime")
+    })
+}
+
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, body)) = data.split_first() else {
         return;
     };
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        return;
-    };
+    let rt = runtime();
     let backend = Arc::new(MemoryBackend::new(SIZE as usize));
     let Ok(server) = Server::new(
         vec![Export::new("fuzz", backend)],
