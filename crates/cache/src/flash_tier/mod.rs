@@ -135,7 +135,7 @@ pub struct FlashTier {
     reserve: u32,
     /// Repeat flash hits seen, for `recache_rate` (promote every Nth repeat hit).
     repeat_hits: AtomicU64,
-    /// Promotions running outside the shard lock (`hybrid::promote_later`); at most
+    /// Promotions running outside the shard lock (`promote::promote_later`); at most
     /// `MAX_PROMOTING`.
     promoting: AtomicU32,
     /// Set by the first `Cache::close`.
