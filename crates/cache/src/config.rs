@@ -410,6 +410,27 @@ impl CacheConfigBuilder {
     }
 }
 
+/// The flash-tier unit tests' cache: `memory` bytes of RAM in 64 KiB segments, a 64 KiB item
+/// limit, no sweeper, over one 16 MiB memory device named `name` run with `engine`.
+/// Returned as settings and builder so a test can change either before building.
+#[cfg(test)]
+pub(crate) fn test_flash(
+    name: &str,
+    memory: usize,
+    engine: FlashConfig,
+) -> (FlashSettings, CacheConfigBuilder) {
+    let device: std::sync::Arc<dyn Device> =
+        std::sync::Arc::new(flashtier_flash::MemoryDevice::new(name, 16 << 20));
+    let mut settings = FlashSettings::devices(vec![device]);
+    settings.engine = Some(engine);
+    let builder = CacheConfig::builder()
+        .memory_limit(memory)
+        .segment_size(64 << 10)
+        .max_item_size(64 << 10)
+        .sweep_interval(None);
+    (settings, builder)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -247,28 +247,20 @@ mod tests {
 
     use bytes::Bytes;
 
-    use crate::flash::{Device, FlashConfig, IoBackend, MemoryDevice};
+    use crate::flash::{FlashConfig, IoBackend};
     use crate::store::KvStore;
-    use crate::{Cache, CacheConfig, FlashSettings, ItemWrite};
+    use crate::{Cache, ItemWrite};
 
     fn open(write_back: Duration) -> Cache {
-        let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("bp", 16 << 20));
-        let mut settings = FlashSettings::devices(vec![d]);
-        settings.engine = Some(FlashConfig {
+        let engine = FlashConfig {
             io_backend: IoBackend::Psync,
             background_reclaim: false,
             ..FlashConfig::small()
-        });
+        };
+        let (mut settings, builder) = crate::config::test_flash("bp", 4 << 20, engine);
         settings.append_wait = Duration::ZERO;
         settings.write_back = write_back;
-        let cfg = CacheConfig::builder()
-            .memory_limit(4 << 20)
-            .segment_size(64 << 10)
-            .max_item_size(64 << 10)
-            .sweep_interval(None)
-            .flash(settings)
-            .build()
-            .unwrap();
+        let cfg = builder.flash(settings).build().unwrap();
         Cache::new(cfg).unwrap()
     }
 
