@@ -4,11 +4,14 @@
 # configuration: nbdkit file (+ delay filter: the slow disk) → [flashtier block | nbdkit cache
 # filter] → nbdfuse → losetup --direct-io=on → ext4 → mariadbd (memory cgroup v1) ← sysbench.
 # The data is prepared once (cached in PREP_DIR across runs) and copied per configuration;
-# each configuration runs read_only, read_write, write_only back to back on one copy.
+# each configuration first runs WARMUP seconds of oltp_read_only (not measured: the cache and
+# the buffer pool start cold in every configuration), then read_only, read_write, write_only
+# back to back on one copy.
 #
 # Usage: scripts/bench/mysql.sh [OUTDIR]   (default docs/results/mysql; QUICK=1: a ~5 min
 #        smoke test into data/bench/mysql-quick-<time>)
-# Env: QUICK, TABLES (8), TABLE_SIZE (600000), TIME (s per run, 60), THREADS (8), DELAY (4ms),
+# Env: QUICK, TABLES (8), TABLE_SIZE (600000), TIME (s per run, 60), WARMUP (s, = TIME; 0 =
+#      none), THREADS (8), DELAY (4ms),
 #      CACHE (512M), MEM (cgroup limit, 512M), BUFPOOL (128M), CONFIGS, WORKLOADS, SAMPLE (s, 5),
 #      IMG_SIZE (4G), PREP_DIR (/var/tmp/flashtier-mysql-prep; empty: prepare every run),
 #      FLASHTIER (target/release/flashtier). Needs root, cgroup v1 memory, nbdkit, nbdfuse.
@@ -22,6 +25,7 @@ fi
 TABLES=${TABLES:-8}
 TABLE_SIZE=${TABLE_SIZE:-600000}
 TIME=${TIME:-60}
+WARMUP=${WARMUP:-$TIME}
 THREADS=${THREADS:-8}
 DELAY=${DELAY:-4ms}
 CACHE=${CACHE:-512M}
@@ -153,7 +157,7 @@ CGLIMIT=$(to_bytes "$MEM")
 {
     echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "commit=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    for v in QUICK TABLES TABLE_SIZE TIME THREADS DELAY CACHE MEM BUFPOOL IMG_SIZE SAMPLE; do
+    for v in QUICK TABLES TABLE_SIZE TIME WARMUP THREADS DELAY CACHE MEM BUFPOOL IMG_SIZE SAMPLE; do
         echo "${v,,}=${!v}"
     done
     echo "configs=$CONFIGS"
@@ -221,6 +225,14 @@ run_config() { # name
         SAMPLER=$!
     fi
     local wl c0 c1 d0 d1
+    if [ "$WARMUP" -gt 0 ]; then
+        # Not measured: every configuration is measured warm (cache and buffer pool).
+        echo "warmup" >"$W/phase"
+        sysbench oltp_read_only "${SB[@]}" --threads="$THREADS" --rand-type=pareto --time="$WARMUP" \
+            --report-interval=10 run >"$OUT/$cfg-warmup.txt" 2>&1 ||
+            { echo "sysbench warm-up failed on $cfg:" >&2; tail -20 "$OUT/$cfg-warmup.txt" >&2; exit 1; }
+        grep -E 'transactions:' "$OUT/$cfg-warmup.txt" | sed "s/^/  $cfg warm-up /"
+    fi
     for wl in $WORKLOADS; do
         echo "$wl" >"$W/phase"
         c0=$(cpu_ticks "${disk_pids[@]}"); d0=$(cpu_ticks $(cat "$CG/cgroup.procs"))

@@ -149,6 +149,7 @@ impl BlockIo {
             out
         };
         add(&self.shared.stats.ssd_writes, 1);
+        self.shared.aged_one(self.capacity_blocks);
         Ok(Some(out))
     }
 

@@ -14,8 +14,9 @@ const EMPTY: u64 = 0;
 /// Dirty flag, packed above the location (locations use 45 bits).
 const DIRTY: u64 = 1 << 63;
 /// Reference count (CLOCK with frequency, 2 bits at 61..63): raised (up to 3) when the
-/// block is read, lowered by one each time the CLOCK hand or reclaim passes it, so a block
-/// read often survives several passes. Kept across inserts that replace an entry.
+/// block is read, lowered by one each time the CLOCK hand passes it or reclaim passes it
+/// within its age budget, so a block read often survives several passes. Kept across
+/// inserts that replace an entry.
 const REF: u64 = 3 << REF_SHIFT;
 const REF_SHIFT: u32 = 61;
 const REF_ONE: u64 = 1 << REF_SHIFT;
@@ -156,6 +157,17 @@ impl LbaMap {
                 }
                 true
             }
+            _ => false,
+        }
+    }
+
+    /// Whether `lba` was read since passes used up its count (the count is not changed).
+    pub fn referenced(&self, lba: u64) -> bool {
+        if self.slots.is_empty() || lba == u64::MAX {
+            return false;
+        }
+        match self.probe(lba.wrapping_add(1)) {
+            (i, true) => self.slots[i][1] & REF != 0,
             _ => false,
         }
     }

@@ -105,6 +105,7 @@ impl BlockCache {
             flash: std::sync::OnceLock::new(),
             reclaim_stream,
             wm_lost: AtomicBool::new(false),
+            age_budget: AtomicU64::new(0),
         });
         let nblocks = size / bs;
         // Recovery: newest version per LBA, newest watermark.

@@ -3,9 +3,10 @@
 //!
 //! Invariant: the handler keeps every record newer than the persisted clean watermark, dirty
 //! blocks, blocks being written back and this run's warm-restart records, so a newer version is
-//! never evicted while an older dirty copy could come back at restart. Clean blocks read since
-//! the last pass are moved, other clean blocks dropped; a lost dirty record is appended again
-//! (same version) or counted in `dirty_lost`. Details: docs/block-cache.md "Reclaim".
+//! never evicted while an older dirty copy could come back at restart. Clean blocks with a
+//! read count are moved, other clean blocks dropped; reclaim lowers counts at the rate of the
+//! cache's own appends, not once per pass; a lost dirty record is appended again (same
+//! version) or counted in `dirty_lost`. Details: docs/block-cache.md "Reclaim".
 //!
 //! Threads: the engine's reclaimer calls the handler; request tasks and the writeback task share
 //! [`Shared`] through [`crate::block_io::BlockIo`]. The index mutex is the one lock here.
@@ -35,6 +36,28 @@ pub(crate) struct Shared {
     pub reclaim_stream: u8,
     /// The persisted watermark record's write failed: write it again even if unchanged.
     pub wm_lost: AtomicBool,
+    /// How many read counts reclaim may still lower: one per block the cache appended (at
+    /// most `capacity_blocks` saved up), so counts age with the cache's own writes, not with
+    /// how often reclaim passes (which rises with the share of records it must keep).
+    pub age_budget: AtomicU64,
+}
+
+impl Shared {
+    /// One block appended by the cache: reclaim may lower one more read count.
+    pub fn aged_one(&self, cap: u64) {
+        let _ = self
+            .age_budget
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                (t < cap).then_some(t + 1)
+            });
+    }
+
+    /// Spend one lowering of a read count, if any is left.
+    fn take_age(&self) -> bool {
+        self.age_budget
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| t.checked_sub(1))
+            .is_ok()
+    }
 }
 
 /// The flash engine's reclaim callbacks: keep dirty blocks, anything newer than the
@@ -77,6 +100,9 @@ impl ReclaimHandler for Handler {
                 Decision::Drop
             };
         }
+        // Every record reclaim looks at spends the budget, so a read count is lowered about
+        // once per `capacity_blocks` appends however many records reclaim keeps.
+        let age = self.0.take_age();
         match index.map.get(rec.key_id) {
             Some(e) if e.loc == loc => {
                 if e.dirty
@@ -85,8 +111,12 @@ impl ReclaimHandler for Handler {
                 {
                     add(&self.0.stats.moved_dirty_blocks, 1);
                     Decision::Keep
-                } else if index.map.take_ref(rec.key_id) {
-                    // Read since reclaim (or the CLOCK hand) last passed: worth a copy.
+                } else if index.map.referenced(rec.key_id) {
+                    // Read since its count was last used up: worth a copy. The count is
+                    // lowered only within the age budget.
+                    if age {
+                        index.map.take_ref(rec.key_id);
+                    }
                     add(&self.0.stats.moved_clean_blocks, 1);
                     Decision::Keep
                 } else {
@@ -191,5 +221,74 @@ impl ReclaimHandler for Handler {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::KIND_BLOCK;
+
+    fn shared() -> Arc<Shared> {
+        Arc::new(Shared {
+            index: Mutex::new(Index::new(0)),
+            wm_persisted: AtomicU64::new(u64::MAX),
+            stats: BlockStats::default(),
+            warm: Default::default(),
+            flash: OnceLock::new(),
+            reclaim_stream: 1,
+            wm_lost: AtomicBool::new(false),
+            age_budget: AtomicU64::new(0),
+        })
+    }
+
+    fn meta(lba: u64, loc: Location) -> RecordMeta {
+        RecordMeta {
+            location: loc,
+            key_id: lba,
+            version: 1,
+            kind: KIND_BLOCK,
+            exptime: 0,
+            flags: 0,
+            len: 4096,
+            seq: 1,
+        }
+    }
+
+    #[test]
+    fn age_budget_is_one_per_append_up_to_the_cap() {
+        let s = shared();
+        for _ in 0..10 {
+            s.aged_one(4);
+        }
+        assert_eq!(s.age_budget.load(Ordering::Relaxed), 4);
+        assert!((0..4).all(|_| s.take_age()));
+        assert!(!s.take_age());
+    }
+
+    #[test]
+    fn reclaim_lowers_a_read_count_only_within_the_budget() {
+        let s = shared();
+        let h = Handler(Arc::clone(&s));
+        let loc = Location::new(4096, 4096).expect("location");
+        {
+            let mut index = s.index.lock();
+            index.put(7, loc.pack(), 1, false);
+            index.lookup(7); // one read: count 1
+        }
+        // No budget: every pass keeps the read block and leaves its count.
+        for _ in 0..5 {
+            assert_eq!(h.decide(&meta(7, loc)), Decision::Keep);
+        }
+        assert!(s.index.lock().map.referenced(7));
+        // One append's worth of budget: this pass keeps it and uses the count up...
+        s.aged_one(100);
+        assert_eq!(h.decide(&meta(7, loc)), Decision::Keep);
+        assert!(!s.index.lock().map.referenced(7));
+        // ...and the next drops it (clean, not read since).
+        assert_eq!(h.decide(&meta(7, loc)), Decision::Drop);
+        assert!(s.index.lock().map.get(7).is_none());
+        assert_eq!(s.stats.moved_clean_blocks.load(Ordering::Relaxed), 6);
+        assert_eq!(s.stats.replacements.load(Ordering::Relaxed), 1);
     }
 }

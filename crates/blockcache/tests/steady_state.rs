@@ -1,6 +1,7 @@
 //! The cache at steady state: full, with a hot read set, under sustained overwrites many
 //! times the flash size. `cached_blocks` never exceeds `capacity_blocks` and stays near it,
 //! the hot read set stays cached (reclaim moves it), every read matches a byte model.
+//! For measurements: STEADY_STATS=1 prints every stat, STEADY_POLICY sets flash.reclaim_policy.
 mod common;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,6 +34,11 @@ async fn full_cache_keeps_hot_reads_under_sustained_overwrites() {
     let cache = BlockCache::open_devices(devs, Arc::clone(&backing) as Arc<dyn BlockBackend>, cfg)
         .expect("open");
     let wb = cache.start();
+    if let Ok(p) = std::env::var("STEADY_POLICY") {
+        cache
+            .set_tunable("flash.reclaim_policy", &p)
+            .expect("policy");
+    }
     let cap = cache.capacity_blocks();
     let nblocks = BACKING / BS;
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
@@ -88,6 +94,11 @@ async fn full_cache_keeps_hot_reads_under_sustained_overwrites() {
     }
     let hit = (stat(&cache, "read_hits") - hits0) as f64 / (stat(&cache, "reads") - reads0) as f64;
     let moved = stat(&cache, "moved_clean_blocks");
+    if std::env::var_os("STEADY_STATS").is_some() {
+        for (k, v) in cache.stats_pairs() {
+            eprintln!("  {k} = {v}");
+        }
+    }
     eprintln!(
         "capacity {cap}, min cached after warm-up {min_cached}, hot read hit {hit:.3}, \
          moved clean {moved}, evictions {}, replacements {}",
@@ -98,10 +109,11 @@ async fn full_cache_keeps_hot_reads_under_sustained_overwrites() {
         min_cached as f64 >= cap as f64 * 0.8,
         "cached fell to {min_cached} of {cap}"
     );
-    // Measured 0.93–0.98 before the flash engine's steady-state and io_uring changes were
-    // merged, 0.81–0.82 after them on an idle machine (higher on a loaded one): an open
-    // regression (docs/benchmarks.md). The bound guards against losing the hot set outright.
-    assert!(hit >= 0.75, "hot read set hit ratio {hit:.3}");
+    // Whether the writers outpace writeback (idle machine) or not (loaded one), the hot set
+    // stays: reclaim ages read counts with the cache's appends, not per pass (numbers in
+    // docs/benchmarks.md, "Block face in real use"). Measured 0.97-0.99 either way; the
+    // bound leaves room for slower machines and still catches the per-pass ageing (0.82).
+    assert!(hit >= 0.92, "hot read set hit ratio {hit:.3}");
     assert!(moved > 0, "reclaim moved no clean block");
     // Overwrites leave dead versions until reclaim takes them: the cache file's stats say so.
     let snap: std::collections::HashMap<String, String> = cache.stats_pairs().into_iter().collect();
@@ -253,6 +265,11 @@ fn lru_read_hits(trace: &[(u64, bool)], cap: usize, warm: usize) -> f64 {
 async fn zipf_read_hits_come_close_to_lru() {
     let (cache, _backing) = open_small(&[("flush_period_s", "1"), ("seq_threshold_kb", "0")]);
     let wb = cache.start();
+    if let Ok(p) = std::env::var("STEADY_POLICY") {
+        cache
+            .set_tunable("flash.reclaim_policy", &p)
+            .expect("policy");
+    }
     let cap = cache.capacity_blocks() as usize;
     let nblocks = 32768u64; // 128 MiB backing, cache ~21 %
                             // Zipf 0.8 over the blocks (ranks scattered over the device), 30 % writes.

@@ -39,8 +39,9 @@ pub struct FlashSettings {
     pub devices: FlashDevices,
     /// Engine settings. Default: `None` = `FlashConfig::for_capacity(total device bytes)`.
     pub engine: Option<FlashConfig>,
-    /// How long a SET may wait (holding its key's index shard) for the flash write buffers
-    /// when they are all in flight, before it stores the item in RAM only. Runtime knob
+    /// How long a write (SET, update, delete) may wait, holding no lock, for the flash writer's
+    /// back-pressure (write buffers all in flight, no free segment) to clear before it goes on
+    /// and keeps the item in RAM only (`flash_tier::backpressure`). Runtime knob
     /// `append_wait_ms`. Default: `200 ms`.
     pub append_wait: Duration,
     /// Write-back window: a stored version stays in RAM without a flash write until RAM
@@ -407,6 +408,27 @@ impl CacheConfigBuilder {
         self.cfg.validate()?;
         Ok(self.cfg)
     }
+}
+
+/// The flash-tier unit tests' cache: `memory` bytes of RAM in 64 KiB segments, a 64 KiB item
+/// limit, no sweeper, over one 16 MiB memory device named `name` run with `engine`.
+/// Returned as settings and builder so a test can change either before building.
+#[cfg(test)]
+pub(crate) fn test_flash(
+    name: &str,
+    memory: usize,
+    engine: FlashConfig,
+) -> (FlashSettings, CacheConfigBuilder) {
+    let device: std::sync::Arc<dyn Device> =
+        std::sync::Arc::new(flashtier_flash::MemoryDevice::new(name, 16 << 20));
+    let mut settings = FlashSettings::devices(vec![device]);
+    settings.engine = Some(engine);
+    let builder = CacheConfig::builder()
+        .memory_limit(memory)
+        .segment_size(64 << 10)
+        .max_item_size(64 << 10)
+        .sweep_interval(None);
+    (settings, builder)
 }
 
 #[cfg(test)]

@@ -46,12 +46,44 @@ pub(crate) struct Inner {
     flush_at: AtomicU64,
 }
 
-/// The RAM-tier store. See the module docs.
+/// The real store: the RAM tier, and the flash tier under it when `CacheConfig::flash` is
+/// set.
+///
+/// # Using the real store
+/// ```no_run
+/// use flashtier_cache::{Cache, CacheConfig, ItemWrite, KvStore};
+/// let cfg = CacheConfig::builder()
+///     .memory_limit(1 << 30)      // bytes of item memory (`-m`)
+///     .max_item_size(1 << 20)     // largest value (`-I`)
+///     .build()?;                  // validates
+/// let cache = Cache::new(cfg)?;   // starts the sweeper thread
+/// let cas = cache.set_now(b"k", ItemWrite::new("v".into(), 0, 0))?;
+/// # let _ = cas;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+/// [`Cache`] implements [`KvStore`](crate::KvStore). Without flash its futures complete on the first poll;
+/// with flash (`CacheConfig::flash`, see [`FlashSettings`](crate::FlashSettings)) a GET or UPDATE of a
+/// flash-resident item awaits one flash read.
+///
+/// # With flash
+/// ```no_run
+/// use flashtier_cache::{Cache, CacheConfig, FlashSettings};
+/// let cfg = CacheConfig::builder()
+///     .memory_limit(64 << 20)
+///     .flash(FlashSettings::parse(&["/var/tmp/cache.flash:2GiB"])?)
+///     .build()?;
+/// let cache = Cache::new(cfg)?;   // formats a blank file, or recovers what is on it
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+/// `get_now`/`set_now`/`update_now`/`delete_now` are the same operations without `async`.
+/// `stats_section` answers `items`, `slabs` (segments) and `settings`.
 pub struct Cache {
     pub(crate) inner: Arc<Inner>,
     sweeper: Option<Sweeper>,
     /// The write-back thread (`writeback`), with flash.
     writeback: Option<Sweeper>,
+    /// The back-pressure gate's thread (`flash_tier::backpressure`), with flash.
+    gate: Option<crate::flash_tier::backpressure::GateThread>,
     handler: Option<Arc<Handler>>,
 }
 
@@ -62,6 +94,8 @@ impl Drop for Cache {
         drop(self.sweeper.take());
         drop(self.writeback.take());
         let _ = self.close();
+        // After `close`: its write-back of dirty versions still awaits room.
+        drop(self.gate.take());
         if let Some(h) = &self.handler {
             h.close();
         }
@@ -170,10 +204,13 @@ impl Cache {
             None => None,
         };
         let writeback = crate::flash_tier::writeback::spawn(&inner).map_err(StartError::Sweeper)?;
+        let gate = crate::flash_tier::backpressure::GateThread::spawn(&inner)
+            .map_err(StartError::Sweeper)?;
         Ok(Self {
             inner,
             sweeper,
             writeback,
+            gate,
             handler,
         })
     }

@@ -25,6 +25,10 @@ pub enum Error {
     /// An unknown runtime knob or a value it does not accept (`KvStore::set_knob`); the
     /// text says which and what is accepted. A client error.
     Knob(String),
+    /// Flash refused an append for back-pressure while RAM was evicting for a write: the
+    /// write awaits room holding no lock and tries again (`flash_tier::backpressure`). Never
+    /// returned by the store's public operations.
+    FlashBusy,
 }
 
 impl Error {
@@ -41,6 +45,7 @@ impl fmt::Display for Error {
             Error::TooLarge { .. } => write!(f, "object too large for cache"),
             Error::OutOfMemory => write!(f, "out of memory storing object"),
             Error::Flash(msg) => write!(f, "flash error: {msg}"),
+            Error::FlashBusy => write!(f, "flash busy"),
             Error::Internal(what) => write!(f, "internal error: {what}"),
             Error::Knob(msg) => write!(f, "{msg}"),
             Error::MemoryLimit {

@@ -3,20 +3,10 @@
 //! `/knobs`), mapped onto the cache's own tiering settings ([`Tiering`]) and the flash
 //! engine's knobs (`flashtier_flash::Flash::set_knob`).
 //!
-//! Names:
-//! - cache tiering (here): `item_size` (bytes; smaller values stay in RAM only, memcached's
-//!   meaning), `recache_rate` (a repeat flash hit copies the item back to RAM every Nth time;
-//!   1 = every time, 0 = never), `drop_under` (free segments above the engine's reserve below
-//!   which reclaim drops unhit items instead of keeping them), `drop_unread` (0/1: reclaim
-//!   drops never-hit items even while flash has room), `append_wait_ms` (how long a SET waits
-//!   for a flash write buffer before keeping the item in RAM only), `write_back_ms` (how long
-//!   a stored version may stay in RAM unwritten before it is appended to flash; 0 =
-//!   write-through).
-//! - the engine's, by their own names (`flash_interval_ms`, `free_low_watermark`, ...; see
-//!   `flashtier_flash::knobs::KNOB_NAMES`), and `compact_under` as memcached's name for
-//!   `free_low_watermark` (reclaim starts when fewer segments are free).
-//! - memcached knobs that have no meaning in flashtier's design (`item_age`, `low_ttl`,
-//!   `max_frag`, `max_sleep`, `free_memchunks`) are refused with the reason.
+//! Names: the cache's tiering knobs here ([`Tiering`]), the engine's by their own names
+//! (`flashtier_flash::knobs::KNOB_NAMES`, plus memcached's `compact_under`); memcached knobs
+//! with no meaning here are refused with the reason. Meanings and ranges: docs/stats.md
+//! ("Runtime knobs").
 //!
 //! # Threads
 //! Values are relaxed atomics: any connection or admin task writes them, the request paths

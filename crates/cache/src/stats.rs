@@ -257,6 +257,10 @@ impl crate::engine::Inner {
             ("extstore_index_bytes", index_bytes),
             ("extstore_written_back", g(&t.written_back)),
             ("extstore_write_back_queue", tier.dirty.len() as u64),
+            ("extstore_append_waits", g(&tier.gate.waits)),
+            ("extstore_append_wait_us", g(&tier.gate.wait_us)),
+            ("extstore_append_wait_timeouts", g(&tier.gate.wait_timeouts)),
+            ("extstore_evictions_deferred", g(&t.evictions_deferred)),
             ("extstore_live_bytes", live),
             ("extstore_dead_bytes", dead),
             (

@@ -6,26 +6,21 @@ mod common;
 use std::sync::Arc;
 
 use flashtier_cache::flash::{Device, FlashConfig, IoBackend, MemoryDevice};
-use flashtier_cache::{Cache, CacheConfig, FlashSettings, ItemWrite, KvStore};
+use flashtier_cache::{Cache, ItemWrite, KvStore};
 
 const N: u64 = 600;
 
 fn open() -> Cache {
     let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("knobs", 16 << 20));
-    let mut fs = FlashSettings::devices(vec![d]);
-    fs.engine = Some(FlashConfig {
+    let engine = FlashConfig {
         io_backend: IoBackend::Psync,
         background_reclaim: false,
         // Reclaim may rewrite a whole victim: only the knobs decide what is dropped.
         keep_limit: 1.0,
         ..FlashConfig::small()
-    });
-    let cfg = CacheConfig::builder()
-        .memory_limit(256 << 10)
-        .segment_size(64 << 10)
-        .max_item_size(64 << 10)
+    };
+    let cfg = common::small_flash_config(d, engine)
         .sweep_interval(None)
-        .flash(fs)
         .build()
         .unwrap();
     Cache::new(cfg).unwrap()

@@ -10,21 +10,16 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use flashtier_cache::flash::{Device, FlashConfig, IoBackend, MemoryDevice};
-use flashtier_cache::{Cache, CacheConfig, FlashSettings, ItemWrite, KvStore};
+use flashtier_cache::{Cache, ItemWrite, KvStore};
 
 fn open(flash_bytes: u64) -> Cache {
     let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("promote", flash_bytes));
-    let mut fs = FlashSettings::devices(vec![d]);
-    fs.engine = Some(FlashConfig {
+    let engine = FlashConfig {
         io_backend: IoBackend::Psync,
         ..FlashConfig::small()
-    });
-    let cfg = CacheConfig::builder()
-        .memory_limit(256 << 10)
-        .segment_size(64 << 10)
-        .max_item_size(64 << 10)
+    };
+    let cfg = common::small_flash_config(d, engine)
         .sweep_interval(None)
-        .flash(fs)
         .build()
         .unwrap();
     Cache::new(cfg).unwrap()

@@ -125,6 +125,11 @@ pub struct FlashConfig {
     pub flush_interval: Option<Duration>,
     /// Chunk writes in flight per stream before `append` returns `Busy`. Default: `4`.
     pub max_chunks_in_flight: usize,
+    /// Write chunk buffers the engine may hold in all (open, in flight, pooled) before an
+    /// `append` that needs a new one returns `Busy`; `0` = `streams + max_chunks_in_flight`.
+    /// At least `streams + 1` is used. Bounds the engine's working memory
+    /// ([`FlashConfig::work_limit`]). Default: `0`.
+    pub max_chunk_buffers: usize,
     /// Reads queued or in flight before `read` returns `Busy`. Default: `1024`.
     pub read_queue_limit: usize,
     /// Segments kept free for the reclaim stream only. Default: `2`.
@@ -180,6 +185,7 @@ impl Default for FlashConfig {
             device_tiers: Vec::new(),
             flush_interval: Some(Duration::from_secs(1)),
             max_chunks_in_flight: 4,
+            max_chunk_buffers: 0,
             read_queue_limit: 1024,
             reserve_segments: 2,
             free_low_watermark: 2,
@@ -224,6 +230,26 @@ impl FlashConfig {
             chunk_size: (seg / 4).min(1 << 20),
             ..Self::default()
         }
+    }
+
+    /// Write chunk buffers the engine holds at most (see `max_chunk_buffers`): appends
+    /// wait for one, a chunk submitted at the limit leaves its stream without one.
+    pub fn chunk_buffer_limit(&self) -> usize {
+        let streams = usize::from(self.streams);
+        match self.max_chunk_buffers {
+            0 => streams + self.max_chunks_in_flight,
+            n => n,
+        }
+        .max(streams + 1)
+    }
+
+    /// Bound on the engine's working memory (`flash_work_bytes`): the chunk buffers
+    /// ([`Self::chunk_buffer_limit`]) and reclaim's read window (one chunk), times
+    /// `chunk_size`. A segment without a readable summary is the exception: reclaim scans it
+    /// whole (`segment_size` bytes).
+    pub fn work_limit(&self) -> u64 {
+        let chunks = self.chunk_buffer_limit() + 1;
+        chunks as u64 * self.chunk_size
     }
 
     /// Largest encoded record (padding included).

@@ -11,6 +11,7 @@
 //! the lock, so a segment reused before the read completes fails the checksum (`Corrupt`).
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -208,6 +209,10 @@ pub(crate) struct Inner {
     pub knobs: crate::knobs::Knobs,
     /// Recycled device-read buffers (see `io::pool`).
     pub read_pool: Arc<crate::io::pool::ReadPool>,
+    /// Write chunk buffers allocated (open, in flight, pooled); changed under `state`.
+    pub chunk_bufs: AtomicU64,
+    /// Bytes of reclaim's read buffers now.
+    pub reclaim_buf_bytes: AtomicU64,
 }
 
 /// Unix seconds now.
@@ -242,6 +247,21 @@ impl Inner {
             len: e.len,
             seq,
         })
+    }
+
+    /// Refresh `work_bytes` and `work_peak_bytes` from the chunk and reclaim buffer counts.
+    pub(crate) fn note_work(&self) {
+        let chunks = self.chunk_bufs.load(Ordering::Relaxed) * self.cfg.chunk_size;
+        let w = chunks + self.reclaim_buf_bytes.load(Ordering::Relaxed);
+        FlashStats::set(&self.stats.work_bytes, w);
+        self.stats.work_peak_bytes.fetch_max(w, Ordering::Relaxed);
+    }
+
+    /// True when an append needing a new chunk buffer must wait: none pooled and
+    /// `chunk_buffer_limit` allocated.
+    pub(crate) fn chunk_bufs_full(&self, state: &State) -> bool {
+        state.pool.is_empty()
+            && self.chunk_bufs.load(Ordering::Relaxed) >= self.cfg.chunk_buffer_limit() as u64
     }
 
     pub(crate) fn update_gauges(&self, state: &State) {
@@ -406,6 +426,8 @@ impl Flash {
         let cfg_for_knobs = cfg.clone();
         let inner = Arc::new(Inner {
             read_pool: Arc::default(),
+            chunk_bufs: AtomicU64::new(0),
+            reclaim_buf_bytes: AtomicU64::new(0),
             seg_size: cfg.segment_size,
             state: Mutex::new(State {
                 free: FreeLists::new(devices.len()),
@@ -440,6 +462,7 @@ impl Flash {
             knobs: crate::knobs::Knobs::new(&cfg_for_knobs),
         });
         FlashStats::set(&inner.stats.segments_total, u64::from(nsegs));
+        FlashStats::set(&inner.stats.work_limit_bytes, inner.cfg.work_limit());
         FlashStats::add(&inner.stats.superblocks_lost, layout_lost);
         crate::recovery::recover(&inner, layout.formatted, on_record)?;
         let info = FlashInfo {
@@ -481,6 +504,14 @@ impl Flash {
     /// Never blocks on IO.
     pub fn append(&self, stream: StreamId, rec: &RecordWrite<'_>) -> Result<Location> {
         self.inner.append(stream, rec)
+    }
+
+    /// True when an append of a `len`-byte record to `stream` would not be refused by
+    /// back-pressure now (chunk writes all in flight, or no free segment while reclaim frees
+    /// one). Cheap (one lock); a hint — another writer may take the room first. For callers
+    /// that wait for room without blocking a thread (poll it, then `append`).
+    pub fn can_append(&self, stream: StreamId, len: usize) -> bool {
+        self.inner.can_append(stream, len)
     }
 
     /// Like [`append`](Self::append) but blocks the calling thread while the stream's chunk

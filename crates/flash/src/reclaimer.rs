@@ -10,10 +10,11 @@
 //!
 //! Runs on the `flash-reclaim` thread (woken when free segments fall below the low
 //! watermark) or on a caller's thread through `Flash::reclaim_now`. Blocking IO is fine here.
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::{now_unix, Decision, Inner, RecordWrite};
+use crate::engine::{now_unix, Decision, Inner, RecordMeta, RecordWrite};
 use crate::error::{Error, Result};
 use crate::format::record::{self, Record};
 use crate::format::segment::{decode_summary, tail_len, Footer, SummaryEntry, FOOTER_LEN};
@@ -184,6 +185,8 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
             e
         }
     };
+    // A segment without a readable summary was scanned whole: its area is working memory.
+    let _scan_lease = data.as_ref().map(|d| WorkLease::new(inner, d.len() as u64));
     let meta = |e: &SummaryEntry| inner.record_meta(seg, e, 0).ok();
     let handler = &inner.handler;
     let now = now_unix();
@@ -219,105 +222,98 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
         }
     }
     if !keeps.is_empty() {
-        // Few keeps: read just their pages (batched). Many: one read of the record area.
-        let kept_bytes: u64 = keeps.iter().map(|(e, _)| u64::from(e.len)).sum();
-        // Records are decoded one at a time from a whole-area buffer (each is appended before
-        // the next is decoded), so a segment's kept records are never all copied at once.
-        let read_keeps = || -> Result<Keeps> {
-            Ok(match data {
-                Some(d) => Keeps::Area(d),
-                None if kept_bytes * 4 < u64::from(data_end) => {
-                    let ops = keeps
+        // Kept records are read in groups whose pages span at most one chunk (every record
+        // fits in one), a batch of groups at most one chunk in all, and each is appended
+        // before the next is decoded: reclaim's read memory is one chunk, not a segment.
+        let window = inner.cfg.chunk_size;
+        let mut unreadable = 0u64;
+        let mut next = 0;
+        while next < keeps.len() {
+            let batch = match &data {
+                Some(_) => vec![(0, keeps.len(), 0, 0)],
+                None => next_batch(&keeps[next..], window, next),
+            };
+            let _lease = WorkLease::new(inner, batch.iter().map(|g| g.3 - g.2).sum());
+            let bufs: Vec<Option<AlignedBuf>> = match &data {
+                Some(_) => vec![None],
+                None => {
+                    let ops = batch
                         .iter()
-                        .map(|(e, _)| {
-                            let p0 = u64::from(e.offset) / PAGE * PAGE;
-                            let p1 = (u64::from(e.offset) + u64::from(e.len)).div_ceil(PAGE) * PAGE;
-                            IoOp::Read {
-                                dev,
-                                off: dev_off + p0,
-                                buf: AlignedBuf::zeroed((p1 - p0) as usize),
-                            }
+                        .map(|g| IoOp::Read {
+                            dev,
+                            off: dev_off + g.2,
+                            buf: AlignedBuf::zeroed((g.3 - g.2) as usize),
                         })
                         .collect();
-                    let mut out = Vec::with_capacity(keeps.len());
-                    for ((e, _), r) in keeps.iter().zip(run_batch(exec, ops)) {
-                        let buf = r.map_err(|err| Error::io(&name, "read", err))?;
-                        let Some(buf) = buf else {
-                            out.push(Err(record::DecodeError::Truncated));
+                    let mut out = Vec::with_capacity(batch.len());
+                    let mut failed = None;
+                    for r in run_batch(exec, ops) {
+                        match r {
+                            Ok(b) => {
+                                let n = b.as_ref().map_or(0, |b| b.len() as u64);
+                                FlashStats::add(&stats.device_bytes_read, n);
+                                FlashStats::add(&stats.reclaim_bytes_read, n);
+                                out.push(b);
+                            }
+                            Err(e) => failed = Some(e),
+                        }
+                    }
+                    if let Some(e) = failed {
+                        // The records left to keep cannot be read: they are lost; tell the
+                        // user (those already copied have moved).
+                        for (_, m) in &keeps[next..] {
+                            handler.evicted(m);
+                        }
+                        let n = (keeps.len() - next) as u64;
+                        FlashStats::add(&stats.records_unreadable, n);
+                        FlashStats::add(&stats.records_dropped, dropped + n);
+                        return Err(Error::io(&name, "read", e));
+                    }
+                    out
+                }
+            };
+            for (g, buf) in batch.iter().zip(&bufs) {
+                for (e, m) in &keeps[g.0..g.1] {
+                    let rec = match (&data, buf) {
+                        (Some(d), _) => decode_at(d.as_slice(), e.offset, seed),
+                        (None, Some(b)) => decode_at(b.as_slice(), e.offset - g.2 as u32, seed),
+                        (None, None) => Err(record::DecodeError::Truncated),
+                    };
+                    let rec = match rec {
+                        Ok(r) => r,
+                        Err(err) => {
+                            let _ = inner.decode_error(err);
+                            handler.evicted(m);
+                            dropped += 1;
+                            unreadable += 1;
                             continue;
-                        };
-                        FlashStats::add(&stats.device_bytes_read, buf.len() as u64);
-                        FlashStats::add(&stats.reclaim_bytes_read, buf.len() as u64);
-                        out.push(decode_at(buf.as_slice(), e.offset % PAGE as u32, seed));
-                    }
-                    Keeps::Decoded(out)
-                }
-                None => {
-                    let len = u64::from(data_end).max(PAGE);
-                    let d = read_blocking(exec, dev, dev_off, len as usize)
-                        .map_err(|e| Error::io(&name, "read", e))?;
-                    FlashStats::add(&stats.device_bytes_read, len);
-                    FlashStats::add(&stats.reclaim_bytes_read, len);
-                    Keeps::Area(d)
-                }
-            })
-        };
-        let recs = match read_keeps() {
-            Ok(r) => r,
-            Err(e) => {
-                // The records to keep cannot be read: they are lost; tell the user.
-                for (_, m) in &keeps {
-                    handler.evicted(m);
-                }
-                let n = keeps.len() as u64;
-                FlashStats::add(&stats.records_unreadable, n);
-                FlashStats::add(&stats.records_dropped, dropped + n);
-                return Err(e);
-            }
-        };
-        let recs: Box<dyn Iterator<Item = std::result::Result<Record, record::DecodeError>>> =
-            match recs {
-                Keeps::Decoded(v) => Box::new(v.into_iter()),
-                Keeps::Area(buf) => Box::new(
-                    keeps
-                        .iter()
-                        .map(move |(e, _)| decode_at(buf.as_slice(), e.offset, seed)),
-                ),
-            };
-        let mut unreadable = 0u64;
-        for ((_, m), rec) in keeps.iter().zip(recs) {
-            let rec = match rec {
-                Ok(r) => r,
-                Err(err) => {
-                    let _ = inner.decode_error(err);
-                    handler.evicted(m);
-                    dropped += 1;
-                    unreadable += 1;
-                    continue;
-                }
-            };
-            let w = RecordWrite {
-                kind: rec.header.kind,
-                key_id: rec.header.key_id,
-                version: rec.header.version,
-                flags: rec.header.flags,
-                exptime: rec.header.exptime,
-                key: &rec.key,
-                value: &rec.value,
-            };
-            match append_retrying(inner, &w) {
-                Ok(loc) => {
-                    FlashStats::add(&stats.records_rewritten, 1);
-                    FlashStats::add(&stats.bytes_rewritten, rec.header.padded_len() as u64);
-                    if !handler.relocated(m, loc) {
-                        inner.mark_dead(loc);
+                        }
+                    };
+                    let w = RecordWrite {
+                        kind: rec.header.kind,
+                        key_id: rec.header.key_id,
+                        version: rec.header.version,
+                        flags: rec.header.flags,
+                        exptime: rec.header.exptime,
+                        key: &rec.key,
+                        value: &rec.value,
+                    };
+                    match append_retrying(inner, &w) {
+                        Ok(loc) => {
+                            FlashStats::add(&stats.records_rewritten, 1);
+                            FlashStats::add(&stats.bytes_rewritten, rec.header.padded_len() as u64);
+                            if !handler.relocated(m, loc) {
+                                inner.mark_dead(loc);
+                            }
+                        }
+                        Err(_) => {
+                            handler.evicted(m);
+                            dropped += 1;
+                        }
                     }
                 }
-                Err(_) => {
-                    handler.evicted(m);
-                    dropped += 1;
-                }
             }
+            next = batch.last().map_or(keeps.len(), |g| g.1);
         }
         if unreadable > 0 {
             FlashStats::add(&stats.records_unreadable, unreadable);
@@ -365,11 +361,64 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
     Ok(())
 }
 
-/// The records reclaim keeps: decoded already (page reads), or the record area to decode
-/// them from.
-enum Keeps {
-    Decoded(Vec<std::result::Result<Record, record::DecodeError>>),
-    Area(AlignedBuf),
+/// Kept records closer than this to the previous one's end are read in the same group (the
+/// dead bytes between them are read too) rather than on their own.
+const GROUP_GAP: u64 = 64 << 10;
+
+/// The next read batch for `keeps` (offset order; `base` is the first one's index): groups
+/// `(first, end, page0, page_end)` of consecutive keeps whose pages span at most `window`
+/// (with gaps under [`GROUP_GAP`]), as many groups as fit in `window` bytes, at least one.
+fn next_batch(keeps: &[(SummaryEntry, RecordMeta)], window: u64, base: usize) -> Vec<Group> {
+    let span = |e: &SummaryEntry| {
+        let p0 = u64::from(e.offset) / PAGE * PAGE;
+        (
+            p0,
+            (u64::from(e.offset) + u64::from(e.len)).div_ceil(PAGE) * PAGE,
+        )
+    };
+    let mut out: Vec<Group> = Vec::new();
+    let mut total = 0u64;
+    for (i, (e, _)) in keeps.iter().enumerate() {
+        let (p0, p1) = span(e);
+        if let Some(g) = out.last_mut() {
+            let merged = p0 >= g.2 && p1.max(g.3) - g.2 <= window && p0 <= g.3 + GROUP_GAP;
+            if merged && total - (g.3 - g.2) + (p1.max(g.3) - g.2) <= window {
+                total += p1.max(g.3) - g.3;
+                g.3 = p1.max(g.3);
+                g.1 = base + i + 1;
+                continue;
+            }
+            if total + (p1 - p0) > window {
+                break;
+            }
+        }
+        total += p1 - p0;
+        out.push((base + i, base + i + 1, p0, p1));
+    }
+    out
+}
+
+/// A read group: keeps `first..end`, read as the pages `page0..page_end` of the segment.
+type Group = (usize, usize, u64, u64);
+
+/// Reclaim read memory held, counted in the engine's `work_bytes` until dropped.
+struct WorkLease<'a>(&'a Inner, u64);
+
+impl<'a> WorkLease<'a> {
+    fn new(inner: &'a Inner, bytes: u64) -> Self {
+        inner.reclaim_buf_bytes.fetch_add(bytes, Ordering::Relaxed);
+        inner.note_work();
+        Self(inner, bytes)
+    }
+}
+
+impl Drop for WorkLease<'_> {
+    fn drop(&mut self) {
+        self.0
+            .reclaim_buf_bytes
+            .fetch_sub(self.1, Ordering::Relaxed);
+        self.0.note_work();
+    }
 }
 
 fn decode_at(buf: &[u8], off: u32, seed: u32) -> Result<Record, record::DecodeError> {
@@ -382,4 +431,62 @@ fn decode_at(buf: &[u8], off: u32, seed: u32) -> Result<Record, record::DecodeEr
 /// Append into the reclaim stream, waiting out `Busy` (chunk writes in flight).
 fn append_retrying(inner: &Arc<Inner>, w: &RecordWrite<'_>) -> Result<crate::Location> {
     inner.append_wait(inner.cfg.reclaim_stream, w, Duration::from_secs(10))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keep(offset: u32, len: u32) -> (SummaryEntry, RecordMeta) {
+        let e = SummaryEntry {
+            key_id: 1,
+            version: 1,
+            offset,
+            len,
+            exptime: 0,
+            flags: 0,
+            kind: 1,
+        };
+        let m = RecordMeta {
+            location: crate::Location::new(u64::from(offset), u64::from(len)).unwrap(),
+            key_id: 1,
+            version: 1,
+            flags: 0,
+            exptime: 0,
+            kind: 1,
+            len,
+            seq: 1,
+        };
+        (e, m)
+    }
+
+    #[test]
+    fn batches_cover_every_keep_within_the_window() {
+        let window = 64 << 10;
+        // Dense 4 KiB records, then sparse ones far apart, then one window-sized record.
+        let mut keeps: Vec<_> = (0..40).map(|i| keep(64 + i * 4112, 4100)).collect();
+        keeps.extend((0..5).map(|i| keep(1 << 20 | i << 18, 300)));
+        keeps.push(keep(3 << 20, (window - PAGE) as u32));
+        let mut next = 0;
+        let mut batches = 0;
+        while next < keeps.len() {
+            let b = next_batch(&keeps[next..], window, next);
+            assert!(!b.is_empty());
+            assert!(b.iter().map(|g| g.3 - g.2).sum::<u64>() <= window);
+            for g in &b {
+                assert_eq!(g.0, next, "groups are consecutive");
+                for (e, _) in &keeps[g.0..g.1] {
+                    assert!(g.2 <= u64::from(e.offset));
+                    assert!(u64::from(e.offset + e.len) <= g.3);
+                }
+                next = g.1;
+            }
+            batches += 1;
+        }
+        assert_eq!(next, keeps.len());
+        assert!(
+            batches >= 4,
+            "{batches} batches: 164 KiB dense + far sparse ones"
+        );
+    }
 }

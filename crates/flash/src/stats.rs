@@ -122,6 +122,14 @@ stats! {
     device_bytes_read,
     /// Bytes reclaim read from devices (summaries, scans and the records it rewrote).
     reclaim_bytes_read,
+    /// Gauge: bytes of the engine's working buffers now (write chunks open, in flight or
+    /// pooled, and reclaim's read window): its flash working memory.
+    work_bytes,
+    /// Gauge: the highest `work_bytes` since start.
+    work_peak_bytes,
+    /// Gauge: the bound on `work_bytes` from the configuration: the chunk buffer limit
+    /// (`max_chunk_buffers`) plus reclaim's read window (one chunk), times `chunk_size`.
+    work_limit_bytes,
 }
 
 /// Device IO latency histograms of one engine.

@@ -69,6 +69,10 @@ impl Inner {
         let chunk = self.cfg.chunk_size as usize;
         let seg = loop {
             let Some(seg) = state.streams[s].seg else {
+                if self.chunk_bufs_full(state) {
+                    FlashStats::add(&self.stats.append_rejected, 1);
+                    return Err(Error::Busy("write chunk"));
+                }
                 self.open_segment(state, stream)?;
                 continue;
             };
@@ -80,7 +84,9 @@ impl Inner {
             if fits_chunk && fits_seg {
                 break seg;
             }
-            if stream_state.in_flight >= self.knobs.max_chunks_in_flight() {
+            if stream_state.in_flight >= self.knobs.max_chunks_in_flight()
+                || self.chunk_bufs_full(state)
+            {
                 FlashStats::add(&self.stats.append_rejected, 1);
                 return Err(Error::Busy("write chunk"));
             }
@@ -90,6 +96,16 @@ impl Inner {
                 self.seal(state, stream);
             }
         };
+        if state.streams[s].buf.is_none() {
+            // The chunk buffer was not replaced when the last one was submitted (all
+            // `chunk_buffer_limit` in use): take one now, or wait.
+            if self.chunk_bufs_full(state) {
+                FlashStats::add(&self.stats.append_rejected, 1);
+                return Err(Error::Busy("write chunk"));
+            }
+            let b = self.take_buf(state);
+            state.streams[s].buf = Some(b);
+        }
         let seed = state.segs[seg as usize].seed;
         let stream_state = &mut state.streams[s];
         let off = stream_state.buf_off + stream_state.fill as u32;
@@ -133,6 +149,36 @@ impl Inner {
         self.location(seg, off, h.unpadded_len())
     }
 
+    /// Whether an append of a `len`-byte record to `stream` would be taken now rather than
+    /// refused by back-pressure (`Busy`, `NoSpace`). Refusals of another kind (closed, every
+    /// device out) answer true: waiting would not help.
+    pub(crate) fn can_append(&self, stream: StreamId, len: usize) -> bool {
+        let state = self.state.lock();
+        if state.closed || state.out.iter().all(|o| *o) {
+            return true;
+        }
+        let Some(st) = state.streams.get(usize::from(stream)) else {
+            return true;
+        };
+        // A new chunk needs a buffer: none while `chunk_buffer_limit` are in use.
+        let bufs_full = self.chunk_bufs_full(&state);
+        let busy = st.in_flight >= self.knobs.max_chunks_in_flight() || bufs_full;
+        let free_ok = stream == self.cfg.reclaim_stream
+            || state.free.total(&state.out) > self.cfg.reserve_segments as usize;
+        if st.seg.is_none() {
+            return free_ok && !bufs_full;
+        }
+        let off = u64::from(st.buf_off) + st.fill as u64;
+        let fits_chunk = st.fill + len <= self.cfg.chunk_size as usize;
+        let fits_seg =
+            round_page(off + len as u64) <= self.seg_size - tail_len(st.summary.len() + 1);
+        match (fits_chunk, fits_seg) {
+            (true, true) => st.buf.is_some() || !bufs_full,
+            (false, true) => !busy,
+            (_, false) => !busy && free_ok,
+        }
+    }
+
     /// `append`, waiting (blocking the thread) while the stream has too many chunk writes in
     /// flight, or while no segment is free and the reclaimer is freeing one, up to `timeout`.
     pub(crate) fn append_wait(
@@ -147,10 +193,11 @@ impl Inner {
                 Err(Error::Busy(q)) => {
                     let mut state = self.state.lock();
                     let busy = |state: &State| {
-                        state
-                            .streams
-                            .get(usize::from(stream))
-                            .is_some_and(|s| s.in_flight >= self.knobs.max_chunks_in_flight())
+                        self.chunk_bufs_full(state)
+                            || state
+                                .streams
+                                .get(usize::from(stream))
+                                .is_some_and(|s| s.in_flight >= self.knobs.max_chunks_in_flight())
                     };
                     while busy(&state) {
                         if self.wake.wait_until(&mut state, deadline).timed_out() {
@@ -169,10 +216,11 @@ impl Inner {
 
     fn take_buf(&self, state: &mut State) -> AlignedBuf {
         let chunk = self.cfg.chunk_size as usize;
-        let mut b = state
-            .pool
-            .pop()
-            .unwrap_or_else(|| AlignedBuf::zeroed(chunk));
+        let mut b = state.pool.pop().unwrap_or_else(|| {
+            self.chunk_bufs.fetch_add(1, Ordering::Relaxed);
+            self.note_work();
+            AlignedBuf::zeroed(chunk)
+        });
         b.set_len(chunk);
         b
     }
@@ -242,9 +290,11 @@ impl Inner {
         let Some(seg) = state.streams[s].seg else {
             return;
         };
-        let next = self.take_buf(state);
+        // The next chunk's buffer, unless `chunk_buffer_limit` are in use (a flush submits
+        // whatever the limit): then the next append takes one once a write completes.
+        let next = (!self.chunk_bufs_full(state)).then(|| self.take_buf(state));
         let stream_state = &mut state.streams[s];
-        let Some(mut buf) = stream_state.buf.replace(next) else {
+        let Some(mut buf) = std::mem::replace(&mut stream_state.buf, next) else {
             return;
         };
         let padded = round_page(stream_state.fill as u64) as usize;
@@ -432,9 +482,12 @@ impl Inner {
                 }
             }
             if let Some(w) = w {
-                if let Ok(b) = Arc::try_unwrap(w.buf) {
-                    if state.pool.len() < state.streams.len() * 2 {
-                        state.pool.push(b);
+                // A buffer not pooled is freed (or soon, by the reader still holding it).
+                match Arc::try_unwrap(w.buf) {
+                    Ok(b) if state.pool.len() < state.streams.len() * 2 => state.pool.push(b),
+                    _ => {
+                        self.chunk_bufs.fetch_sub(1, Ordering::Relaxed);
+                        self.note_work();
                     }
                 }
             }
@@ -603,7 +656,10 @@ impl Inner {
     pub(crate) fn flush_old_chunks(self: &Arc<Self>, state: &mut State, age: std::time::Duration) {
         for s in 0..state.streams.len() {
             let old = state.streams[s].oldest.is_some_and(|t| t.elapsed() >= age);
-            if old && state.streams[s].in_flight < self.knobs.max_chunks_in_flight() {
+            if old
+                && state.streams[s].in_flight < self.knobs.max_chunks_in_flight()
+                && !self.chunk_bufs_full(state)
+            {
                 self.submit_chunk(state, s as StreamId);
             }
         }

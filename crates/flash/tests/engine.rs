@@ -250,3 +250,38 @@ fn knobs_change_at_runtime() {
     assert_eq!(get(&flash, "reclaim_policy"), "greedy");
     assert!(flash.set_knob("keep_limit", "1.5").is_err());
 }
+
+/// `can_append` follows back-pressure: true with room, false once appends are refused for want
+/// of a free segment (no background reclaim) even for a tiny record, true again once reclaim
+/// frees a segment.
+#[test]
+fn can_append_tells_back_pressure() {
+    let dev = Arc::new(MemoryDevice::new("mem0", 4 << 20));
+    let (flash, _) = open(std::slice::from_ref(&dev));
+    let v = vec![7u8; 3000];
+    let w = |i: u64| RecordWrite {
+        kind: kind::PUT,
+        key_id: i,
+        version: i,
+        flags: 0,
+        exptime: 0,
+        key: b"k",
+        value: &v,
+    };
+    assert!(flash.can_append(0, 3100));
+    let mut i = 0;
+    loop {
+        flash.flush().wait().unwrap();
+        match flash.append(0, &w(i)) {
+            Ok(_) => {}
+            Err(Error::NoSpace) => break,
+            Err(e) => panic!("append {i}: {e}"),
+        }
+        i += 1;
+        assert!(i < 10_000, "flash never filled");
+    }
+    assert!(!flash.can_append(0, 1));
+    flash.reclaim_now(true).unwrap();
+    assert!(flash.can_append(0, 3100));
+    flash.append(0, &w(i)).unwrap();
+}

@@ -283,3 +283,42 @@ fn keeping_everything_relocates_every_record() {
     );
     assert_eq!(verify(&f, &index, &latest), 600);
 }
+
+#[test]
+fn working_memory_stays_under_its_limit() {
+    // Three streams writing, the background reclaimer rewriting the even keys: the write
+    // chunks and reclaim's read window together stay under `work_limit`.
+    let index = Arc::new(Index::default());
+    let cfg = FlashConfig {
+        flush_interval: Some(Duration::from_millis(5)),
+        keep_limit: 1.0,
+        ..FlashConfig::small()
+    };
+    let f = open(cfg.clone(), Arc::clone(&index));
+    let mut latest = HashMap::new();
+    // Cold keys written once: reclaim must rewrite the even ones.
+    for key in 1000..1400u64 {
+        put(&f, &index, 0, key, 1, 0, false);
+        latest.insert(key, 1);
+    }
+    for i in 0..9000u64 {
+        let key = i % 500;
+        put(&f, &index, [0, 2, 3][(i % 3) as usize], key, i, 0, false);
+        latest.insert(key, i);
+    }
+    f.flush().wait().unwrap();
+    let s = f.stats();
+    let (peak, limit) = (
+        FlashStats::get(&s.work_peak_bytes),
+        FlashStats::get(&s.work_limit_bytes),
+    );
+    assert_eq!(limit, cfg.work_limit());
+    assert!(FlashStats::get(&s.records_rewritten) > 0, "reclaim rewrote");
+    assert!(peak >= cfg.chunk_size, "peak {peak}: buffers were counted");
+    assert!(
+        peak <= limit,
+        "working memory peak {peak} over its limit {limit}"
+    );
+    assert!(FlashStats::get(&s.work_bytes) <= peak);
+    verify(&f, &index, &latest);
+}

@@ -9,10 +9,12 @@
 //!   a failed start, refusals of foreign data), [`http`] (admin plumbing), [`metrics`] +
 //!   [`procstat`] (the Prometheus naming layer), [`logging`].
 //! - Block only: [`rundir`] (lock, stats file, `ctl list`), [`rates`]; packaging: [`assets`].
-//! - The global allocator is mimalloc (measured against glibc malloc: ARCHITECTURE.md).
+//! - The global allocator is mimalloc (measured against glibc malloc: ARCHITECTURE.md), its
+//!   purge delay shortened at start ([`alloc`]).
 
 #![deny(unsafe_code)]
 
+mod alloc;
 mod assets;
 mod block;
 mod cli;
@@ -39,6 +41,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const EX_USAGE: u8 = 64;
 
 fn main() -> std::process::ExitCode {
+    alloc::tune();
     logging::init(log::LevelFilter::Info);
     let argv0 = std::env::args_os().next().unwrap_or_default();
     let memcached = cli::invoked_as_memcached(&argv0);

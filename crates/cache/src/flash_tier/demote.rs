@@ -1,8 +1,8 @@
 //! The flash tier as the RAM tier's [`LowerTier`]. An evicted live item becomes a flash slot
 //! at its flash home (rewritten in place by the evictor, under the same shard lock, so readers
 //! never see the item missing, and nothing is written); one without a home (its append was
-//! skipped or failed, or reclaim dropped the copy) is appended now, and dropped if that fails
-//! too. A new version's home is a write-back mark (dirty since when, older version on flash or
+//! skipped or failed, or reclaim dropped the copy) is appended now without waiting: refused
+//! for back-pressure it stays in RAM (the evictor copies it), refused otherwise it is dropped. A new version's home is a write-back mark (dirty since when, older version on flash or
 //! not) or, in write-through mode, the location it was appended at.
 //!
 //! # Threads
@@ -13,8 +13,7 @@ use flashtier_flash::Location;
 use crate::flash_tier::kv_record::{KvRecord, Put};
 use crate::flash_tier::{entry_of, home_word, FlashTier, STREAM};
 use crate::ram::arena::RecordRef;
-use crate::ram::index::Entry;
-use crate::ram::lower::{LowerTier, NewVersion};
+use crate::ram::lower::{LowerTier, NewVersion, Taken};
 use crate::ram::record::{dirty_word, F_FETCHED, HOME_OLDER};
 use crate::stats::Counters;
 
@@ -28,17 +27,25 @@ impl LowerTier for FlashTier {
         true
     }
 
-    fn take_evicted(&self, rec: &RecordRef<'_>, hash: u64, key: &[u8]) -> Option<Entry> {
+    fn take_evicted(&self, rec: &RecordRef<'_>, hash: u64, key: &[u8]) -> Taken {
         let h = &rec.header;
         let loc = match h.home_loc() {
             Some(p) => Location::unpack(p),
             None => {
                 let value = rec.value();
-                self.append(STREAM, &KvRecord::Put(Put::of(hash, key, &value, h)))?
+                match self.try_append(STREAM, &KvRecord::Put(Put::of(hash, key, &value, h))) {
+                    Ok(loc) => loc,
+                    Err(true) => return Taken::Later,
+                    Err(false) => return Taken::Drop,
+                }
             }
         };
         Counters::add(&self.counters.demoted, 1);
-        Some(entry_of(loc, demoted_freq(h.rflags)))
+        Taken::Slot(entry_of(loc, demoted_freq(h.rflags)))
+    }
+
+    fn deferred(&self) {
+        Counters::add(&self.counters.evictions_deferred, 1);
     }
 
     fn forget(&self, loc: u64) {
@@ -49,8 +56,15 @@ impl LowerTier for FlashTier {
         self.append(STREAM, &KvRecord::Tombstone { key_id: hash, key });
     }
 
+    fn cover_or_stall(&self, hash: u64, key: &[u8], stall: bool) -> bool {
+        let rec = KvRecord::Tombstone { key_id: hash, key };
+        !matches!(self.append_or_stall(STREAM, &rec, stall), Err(true))
+    }
+
     fn flush(&self, at: u32) {
-        self.append(STREAM, &KvRecord::Flush { at });
+        // `flush_all` holds no lock here; its marker keeps deleted items from coming back
+        // after a restart, so it may wait out back-pressure like before.
+        self.append_unlocked(STREAM, &KvRecord::Flush { at });
     }
 
     fn home_for(&self, v: &NewVersion<'_>) -> u64 {

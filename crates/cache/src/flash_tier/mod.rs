@@ -9,7 +9,8 @@
 //! # Threads
 //! Any caller appends and reads; the write-back thread appends; the engine's reclaimer calls
 //! `reclaim`'s handler. Appends happen under the key's shard lock (the engine's lock is a leaf
-//! below it).
+//! below it) and never wait there: back-pressure is awaited before any lock (`backpressure`).
+pub(crate) mod backpressure;
 pub(crate) mod demote;
 pub(crate) mod kv_record;
 pub(crate) mod promote;
@@ -101,6 +102,10 @@ pub struct TierCounters {
     pub write_failed_lost: AtomicU64,
     /// Tombstones and markers whose write failed and that were appended again.
     pub markers_rewritten: AtomicU64,
+    /// RAM evictions of an item not yet on flash that the engine refused for back-pressure:
+    /// the item was copied within RAM instead (it is appended later) rather than waited for
+    /// under the lock.
+    pub evictions_deferred: AtomicU64,
     /// Items rebuilt into the index at open.
     pub recovered: AtomicU64,
     /// Dirty versions appended by the write-back pass (window elapsed, or close).
@@ -130,7 +135,7 @@ pub struct FlashTier {
     reserve: u32,
     /// Repeat flash hits seen, for `recache_rate` (promote every Nth repeat hit).
     repeat_hits: AtomicU64,
-    /// Promotions running outside the shard lock (`hybrid::promote_later`); at most
+    /// Promotions running outside the shard lock (`promote::promote_later`); at most
     /// `MAX_PROMOTING`.
     promoting: AtomicU32,
     /// Set by the first `Cache::close`.
@@ -142,6 +147,8 @@ pub struct FlashTier {
     pub clock: Clock,
     /// Where the write-back pass appends (see [`hot_stream`]).
     pub hot_stream: u8,
+    /// Back-pressure from the engine, awaited before locks (`backpressure`).
+    pub(crate) gate: crate::flash_tier::backpressure::Gate,
     /// When an unreadable item was last logged, and how many since (the log is limited to
     /// one line per [`LOSS_LOG_EVERY`]).
     loss_log: parking_lot::Mutex<(Option<std::time::Instant>, u64)>,
@@ -221,6 +228,7 @@ impl FlashTier {
             counters: TierCounters::default(),
             dirty: Default::default(),
             hot_stream: STREAM,
+            gate: Default::default(),
         }
     }
 
@@ -304,15 +312,61 @@ impl FlashTier {
     /// item in RAM only, a failed marker is counted in `marker_failures`: an append never
     /// fails a request.
     pub fn append(&self, stream: u8, rec: &KvRecord<'_>) -> Option<Location> {
+        self.try_append(stream, rec).ok()
+    }
+
+    /// [`Self::append`], telling why it failed: `Err(true)` for back-pressure (the engine
+    /// may take it a little later), `Err(false)` otherwise.
+    pub fn try_append(&self, stream: u8, rec: &KvRecord<'_>) -> Result<Location, bool> {
+        self.append_or_stall(stream, rec, false)
+    }
+
+    /// [`Self::try_append`]; with `stall`, a refusal for back-pressure is not counted (the
+    /// caller awaits room and tries again).
+    pub fn append_or_stall(
+        &self,
+        stream: u8,
+        rec: &KvRecord<'_>,
+        stall: bool,
+    ) -> Result<Location, bool> {
+        self.append_full(stream, rec, stall, false)
+    }
+
+    /// [`Self::append`], waiting up to the `append_wait` knob on back-pressure (blocking the
+    /// thread). Only for callers holding no lock (a `flush_all` marker).
+    pub fn append_unlocked(&self, stream: u8, rec: &KvRecord<'_>) -> Option<Location> {
+        self.append_full(stream, rec, false, true).ok()
+    }
+
+    fn append_full(
+        &self,
+        stream: u8,
+        rec: &KvRecord<'_>,
+        stall: bool,
+        block: bool,
+    ) -> Result<Location, bool> {
         if let KvRecord::Put(p) = rec {
             if (p.value.len() as u64) < self.tiering.item_size() {
                 add(&self.counters.write_skipped, 1);
-                return None;
+                return Err(false);
             }
         }
         let version = self.next_version(rec.min_version());
         let mut buf = Vec::new();
-        let res = self.append_write(stream, &rec.encode(version, &mut buf));
+        let w = rec.encode(version, &mut buf);
+        let res = if block {
+            self.flash
+                .append_blocking(stream, &w, self.tiering.append_wait())
+        } else {
+            self.append_write(stream, &w)
+        };
+        let pressure = matches!(
+            res,
+            Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)
+        );
+        if stall && pressure {
+            return Err(true);
+        }
         let c = &self.counters;
         match (rec, &res) {
             (KvRecord::Put(p), Ok(_)) => {
@@ -328,24 +382,45 @@ impl FlashTier {
             (KvRecord::CasCheckpoint { .. }, Ok(_)) => {}
             (_, Err(_)) => add(&c.marker_failures, 1),
         }
-        res.ok()
+        res.map_err(|_| pressure)
     }
 
-    /// One engine append, waiting up to the `append_wait` knob on back-pressure.
+    /// One engine append; never waits (callers may hold a shard lock). A refusal for
+    /// back-pressure marks the gate, so later operations await room before they lock.
     fn append_write(
         &self,
         stream: u8,
         w: &RecordWrite<'_>,
     ) -> Result<Location, flashtier_flash::Error> {
-        let wait = self.tiering.append_wait();
-        match self.flash.append(stream, w) {
+        let res = self.flash.append(stream, w);
+        if matches!(
+            res,
             Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)
-                if !wait.is_zero() =>
-            {
-                self.flash.append_blocking(stream, w, wait)
-            }
-            r => r,
+        ) && !self.tiering.append_wait().is_zero()
+        {
+            self.gate.pressure();
         }
+        res
+    }
+
+    /// True when the last append was refused for back-pressure: an operation about to
+    /// append should await [`Self::writable`] first, holding no lock.
+    pub fn pressured(&self) -> bool {
+        self.gate.is_pressured()
+    }
+
+    /// Await room in the engine (at most the `append_wait` knob) if appends were being
+    /// refused; ready at once otherwise. Call it holding no lock.
+    pub(crate) fn writable(&self) -> crate::flash_tier::backpressure::Writable<'_> {
+        self.gate.writable(self.tiering.append_wait())
+    }
+
+    /// [`Self::writable`], waiting at most `wait`.
+    pub(crate) fn writable_for(
+        &self,
+        wait: std::time::Duration,
+    ) -> crate::flash_tier::backpressure::Writable<'_> {
+        self.gate.writable(wait)
     }
 
     /// Append a tombstone, marker or checkpoint again after its write failed, with its own
@@ -362,7 +437,9 @@ impl FlashTier {
             key,
             value,
         };
-        self.append_write(STREAM, &w).is_ok()
+        // Where the engine reports a failed write, holding no cache lock: it may wait.
+        let wait = self.tiering.append_wait();
+        self.flash.append_blocking(STREAM, &w, wait).is_ok()
     }
 
     /// True for a marker record reclaim must keep (the newest flush markers).

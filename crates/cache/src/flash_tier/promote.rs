@@ -176,30 +176,21 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::Ordering;
-    use std::sync::Arc;
 
     use bytes::Bytes;
 
     use super::*;
-    use crate::flash::{Device, FlashConfig, IoBackend, MemoryDevice};
+    use crate::flash::{FlashConfig, IoBackend};
     use crate::ops::block_on;
-    use crate::{Cache, CacheConfig, FlashSettings, ItemWrite};
+    use crate::{Cache, ItemWrite};
 
     fn open() -> Cache {
-        let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("promote", 16 << 20));
-        let mut settings = FlashSettings::devices(vec![d]);
-        settings.engine = Some(FlashConfig {
+        let engine = FlashConfig {
             io_backend: IoBackend::Psync,
             ..FlashConfig::small()
-        });
-        let cfg = CacheConfig::builder()
-            .memory_limit(256 << 10)
-            .segment_size(64 << 10)
-            .max_item_size(64 << 10)
-            .sweep_interval(None)
-            .flash(settings)
-            .build()
-            .unwrap();
+        };
+        let (settings, builder) = crate::config::test_flash("promote", 256 << 10, engine);
+        let cfg = builder.flash(settings).build().unwrap();
         let c = Cache::new(cfg).unwrap();
         for i in 0..400u32 {
             let v = Bytes::from(vec![i as u8; 2000]);

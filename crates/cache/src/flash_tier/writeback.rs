@@ -9,7 +9,8 @@
 //!
 //! # Threads
 //! The `flashtier-writeback` thread (every [`PASS_EVERY`]) and `Cache::close`; one shard lock
-//! at a time, as a SET appends, the flash engine's lock a leaf below it.
+//! at a time, as a SET appends, the flash engine's lock a leaf below it. Back-pressure is
+//! waited out on this thread before the lock is taken, never under it.
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,6 +75,9 @@ impl Inner {
         let mut n = 0;
         let mut key = Vec::new();
         while let Some(hash) = tier.dirty.pop_due(cutoff) {
+            if tier.pressured() {
+                crate::ops::block_on(tier.writable());
+            }
             let shard = self.index.lock(hash);
             let now = self.now();
             loop {
@@ -134,30 +138,20 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::Ordering::Relaxed;
-    use std::sync::Arc;
 
     use bytes::Bytes;
 
     use crate::clock::Clock;
-    use crate::flash::{Device, FlashConfig, IoBackend, MemoryDevice};
-    use crate::{Cache, CacheConfig, FlashSettings, ItemWrite};
+    use crate::flash::{FlashConfig, IoBackend};
+    use crate::{Cache, ItemWrite};
 
     fn open(clock: Clock) -> Cache {
-        let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("wb", 16 << 20));
-        let mut settings = FlashSettings::devices(vec![d]);
-        settings.engine = Some(FlashConfig {
+        let engine = FlashConfig {
             io_backend: IoBackend::Psync,
             ..FlashConfig::small()
-        });
-        let cfg = CacheConfig::builder()
-            .memory_limit(4 << 20)
-            .segment_size(64 << 10)
-            .max_item_size(64 << 10)
-            .sweep_interval(None)
-            .clock(clock)
-            .flash(settings)
-            .build()
-            .unwrap();
+        };
+        let (settings, builder) = crate::config::test_flash("wb", 4 << 20, engine);
+        let cfg = builder.clock(clock).flash(settings).build().unwrap();
         Cache::new(cfg).unwrap()
     }
 

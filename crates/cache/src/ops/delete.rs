@@ -22,16 +22,21 @@ impl Cache {
 
     /// Delete without reading flash (deletes never touch flash): the slot goes, a
     /// tombstone is appended if a flash copy existed. True when an item was removed. Unlike
-    /// a delete through [`KvStore::update`] (which shows the closure the item, so it reads a
+    /// a delete through [`KvStore::update`](crate::KvStore::update) (which shows the closure the item, so it reads a
     /// flash-resident one), an *expired* flash-resident item counts as removed (true): its
     /// expiry is on flash. A RAM item is judged exactly. Without flash, same as `delete_now`.
     pub async fn delete(&self, key: &[u8]) -> Result<bool, Error> {
         let inner = &*self.inner;
         let hash = inner.index.hash(key);
+        let mut budget = crate::ops::Budget::default();
         loop {
+            inner.await_room(&mut budget).await;
             let view = inner.view(key, hash, false).await;
-            if let Step::Done(r) = inner.delete_with(key, hash, &view)? {
-                return Ok(r);
+            let stall = inner.may_stall(&budget);
+            match inner.delete_with(key, hash, &view, stall) {
+                Ok(Step::Done(r)) => return Ok(r),
+                Ok(Step::Retry) | Err(Error::FlashBusy) => {}
+                Err(e) => return Err(e),
             }
         }
     }
@@ -47,6 +52,7 @@ impl Inner {
         key: &[u8],
         hash: u64,
         view: &View,
+        stall: bool,
     ) -> Result<Step<bool>, Error> {
         let now = self.now();
         let mut shard = self.index.lock(hash);
@@ -56,7 +62,7 @@ impl Inner {
             Current::Blind(locs) if !locs.is_empty() => (Existing::Blind(locs), true),
             _ => return Ok(Step::Done(false)),
         };
-        self.remove_existing(&mut shard, hash, key, Some(existing), had_flash);
+        self.remove_existing(&mut shard, hash, key, Some(existing), had_flash, stall)?;
         Ok(Step::Done(true))
     }
 }

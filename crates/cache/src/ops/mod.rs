@@ -8,7 +8,7 @@
 //!
 //! # Threads
 //! Any caller; each phase holds one shard lock (arena head locks are taken under it) and none
-//! across an await. A write that cannot reserve space without blocking drops the lock,
+//! across an await. A write first awaits flash back-pressure, if any, holding nothing. A write that cannot reserve space without blocking drops the lock,
 //! reserves the slow way (which may evict) and runs phase 2 again.
 use std::future::Future;
 use std::sync::Arc;
@@ -28,6 +28,12 @@ use crate::{Error, Item, ItemMeta};
 mod delete;
 mod get;
 mod update;
+
+/// How long one request may still wait for flash back-pressure (`Inner::await_room`).
+#[derive(Default)]
+pub(crate) struct Budget {
+    until: Option<std::time::Instant>,
+}
 
 /// Phase 2's outcome.
 pub(crate) enum Step<T> {
@@ -94,6 +100,34 @@ pub(crate) enum Current<'a> {
 }
 
 impl Inner {
+    /// Before a write's phase 2 (holding no lock): if the flash engine has been refusing
+    /// appends for back-pressure, await room (`flash_tier::backpressure`) within the
+    /// request's budget of `append_wait_ms` (`budget`, shared by every wait of the request);
+    /// the appends made under the lock never wait.
+    pub(crate) async fn await_room(&self, budget: &mut Budget) {
+        let Some(tier) = &self.flash_tier else { return };
+        if !tier.pressured() || tier.tiering.append_wait().is_zero() {
+            return;
+        }
+        let now = std::time::Instant::now();
+        let until = *budget
+            .until
+            .get_or_insert_with(|| now + tier.tiering.append_wait());
+        let left = until.saturating_duration_since(now);
+        if !left.is_zero() {
+            tier.writable_for(left).await;
+        }
+    }
+
+    /// True while a write may stop an eviction flash cannot take now and await room
+    /// ([`Error::FlashBusy`]): flash waits are on and the request's budget is not spent.
+    pub(crate) fn may_stall(&self, budget: &Budget) -> bool {
+        self.flash_tier
+            .as_ref()
+            .is_some_and(|t| !t.tiering.append_wait().is_zero())
+            && budget.until.is_none_or(|d| std::time::Instant::now() < d)
+    }
+
     /// The item a RAM record holds.
     pub(crate) fn item_at(&self, rec: &RecordRef<'_>) -> Item {
         let h = &rec.header;
@@ -169,7 +203,8 @@ impl Inner {
     }
 
     /// Remove the key's current slot (delete, or a write that is already expired); append a
-    /// tombstone if a flash copy existed.
+    /// tombstone first if a flash copy existed. With `stall`, a tombstone flash cannot take
+    /// now (back-pressure) changes nothing: `Error::FlashBusy` (the caller awaits room).
     pub(crate) fn remove_existing(
         &self,
         shard: &mut Shard<'_>,
@@ -177,7 +212,13 @@ impl Inner {
         key: &[u8],
         existing: Option<Existing>,
         had_flash: bool,
-    ) {
+        stall: bool,
+    ) -> Result<(), Error> {
+        // The tombstone's version is fresh, above every version of the key: appending it
+        // before the slot goes (same shard lock) changes nothing a reader or a restart sees.
+        if had_flash && !self.lower().cover_or_stall(hash, key, stall) {
+            return Err(Error::FlashBusy);
+        }
         match existing {
             Some(Existing::Ram(pos, e)) => {
                 if let Some(r) = self.arena.record(e.loc) {
@@ -197,9 +238,7 @@ impl Inner {
             }
             None => {}
         }
-        if had_flash {
-            self.lower().cover(hash, key);
-        }
+        Ok(())
     }
 }
 

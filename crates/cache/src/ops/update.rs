@@ -6,7 +6,7 @@
 //! is taken (one lock, no retry), and a dead old item is replaced, not reclaimed first.
 use crate::engine::{Cache, Inner};
 use crate::flash_tier::read::View;
-use crate::ops::{block_on, item_of, Current, Reserved, Step};
+use crate::ops::{block_on, item_of, Budget, Current, Reserved, Step};
 use crate::ram::lower::NewVersion;
 use crate::ram::record;
 use crate::ram::write::Existing;
@@ -21,7 +21,7 @@ impl Cache {
         block_on(self.set_two_phase(key, w))
     }
 
-    /// Synchronous read-modify-write (see [`KvStore::update`]).
+    /// Synchronous read-modify-write (see [`KvStore::update`](crate::KvStore::update)).
     pub fn update_now<R, F>(&self, key: &[u8], f: F) -> Result<(R, Option<u64>), Error>
     where
         F: FnMut(Option<&Item>) -> (Update, R),
@@ -36,11 +36,17 @@ impl Cache {
         let read = w.cas == CasMode::Keep;
         let mut f = |_: Option<&Item>| (Update::Put(w.clone()), ());
         let mut dead_cas = None;
+        let mut budget = Budget::default();
         loop {
+            inner.await_room(&mut budget).await;
             let view = inner.view(key, hash, read).await;
-            let step = inner.update_with(key, hash, &mut f, &view, true, &mut dead_cas)?;
-            if let Step::Done((_, cas)) = step {
-                return cas.ok_or(Error::Internal("a put returned no CAS"));
+            let stall = inner.may_stall(&budget);
+            match inner.update_with(key, hash, &mut f, &view, true, &mut dead_cas, stall) {
+                Ok(Step::Done((_, cas))) => {
+                    return cas.ok_or(Error::Internal("a put returned no CAS"))
+                }
+                Ok(Step::Retry) | Err(Error::FlashBusy) => {}
+                Err(e) => return Err(e),
             }
         }
     }
@@ -56,11 +62,15 @@ impl Cache {
         let inner = &*self.inner;
         let hash = inner.index.hash(key);
         let mut dead_cas = None;
+        let mut budget = Budget::default();
         loop {
+            inner.await_room(&mut budget).await;
             let view = inner.view(key, hash, true).await;
-            let step = inner.update_with(key, hash, &mut f, &view, false, &mut dead_cas)?;
-            if let Step::Done(r) = step {
-                return Ok(r);
+            let stall = inner.may_stall(&budget);
+            match inner.update_with(key, hash, &mut f, &view, false, &mut dead_cas, stall) {
+                Ok(Step::Done(r)) => return Ok(r),
+                Ok(Step::Retry) | Err(Error::FlashBusy) => {}
+                Err(e) => return Err(e),
             }
         }
     }
@@ -113,7 +123,10 @@ impl Inner {
 
     /// Phase 2 of an UPDATE (and of a SET when `set_mode`: `CasMode::Keep` then takes the
     /// CAS of whatever is stored, live or not, as the RAM-only SET does; `dead_cas` keeps the
-    /// CAS of a dead item removed by an earlier attempt of the same request).
+    /// CAS of a dead item removed by an earlier attempt of the same request). With `stall`,
+    /// space that could only be had by evicting an item flash cannot take now is not taken:
+    /// `Error::FlashBusy`, nothing changed (the caller awaits room and runs again).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn update_with<R, F>(
         &self,
         key: &[u8],
@@ -122,6 +135,7 @@ impl Inner {
         view: &View,
         set_mode: bool,
         dead_cas: &mut Option<u64>,
+        stall: bool,
     ) -> Result<Step<(R, Option<u64>)>, Error>
     where
         F: FnMut(Option<&Item>) -> (Update, R),
@@ -182,7 +196,7 @@ impl Inner {
                     return Ok(Step::Done((r, None)));
                 }
                 Update::Delete => {
-                    self.remove_existing(&mut shard, hash, key, existing, had_flash);
+                    self.remove_existing(&mut shard, hash, key, existing, had_flash, stall)?;
                     drop(shard);
                     self.abandon(reserved.space.take());
                     return Ok(Step::Done((r, None)));
@@ -196,7 +210,7 @@ impl Inner {
             }
             if w.exptime != 0 && w.exptime <= now {
                 let cas = self.cas_for(w.cas, base_cas);
-                self.remove_existing(&mut shard, hash, key, existing, had_flash);
+                self.remove_existing(&mut shard, hash, key, existing, had_flash, stall)?;
                 drop(shard);
                 self.abandon(reserved.space.take());
                 return Ok(Step::Done((r, Some(cas))));
@@ -215,7 +229,7 @@ impl Inner {
             };
             let Some(space) = space else {
                 drop(shard);
-                reserved.space = Some(self.reserve(lg, words)?);
+                reserved.space = Some(self.reserve_for(lg, words, stall)?);
                 continue;
             };
             let cas = self.cas_for(w.cas, base_cas);

@@ -489,6 +489,15 @@ impl Arena {
             .store(log as u32 + 1, Ordering::Relaxed);
     }
 
+    /// Put `seg`, just taken off `log`'s queue by [`Self::pop_queue`], back at its front.
+    pub fn requeue_front(&self, alloc: &mut AllocState, log: Log, seg: u32) {
+        alloc.queues[log as usize].push_front(seg);
+        alloc.queue_bytes[log as usize] += self.seg_bytes(seg);
+        self.slot(seg)
+            .queued
+            .store(log as u32 + 1, Ordering::Relaxed);
+    }
+
     /// Take the oldest segment off `log`'s queue.
     pub fn pop_queue(&self, alloc: &mut AllocState, log: Log) -> Option<u32> {
         let seg = alloc.queues[log as usize].pop_front()?;

@@ -2,11 +2,12 @@
 //! the segment drain shared with the sweeper. A victim segment is walked record by record:
 //! records no slot points at are skipped, dead ones reclaimed, live ones copied to a log head
 //! (a second chance) or evicted — handed to the tier below first (`lower`), which keeps them
-//! as flash slots when there is flash. A large segment is requeued, never copied.
+//! as flash slots when there is flash; one it cannot take now (back-pressure) stops a
+//! stalling writer's drain (victim back at its queue's front), else is copied within RAM.
 //!
-//! Invariant: a writer always makes progress. Copies use the free-segment reserve and never
-//! evict recursively (no segment: the record is evicted); after `2 × segments + 8` evictions
-//! that freed nothing for the writer, eviction turns *forced* (no copies).
+//! Invariant: a writer always makes progress (stalls end with its `append_wait_ms` budget).
+//! Copies use the free-segment reserve and never evict recursively (no segment: the record
+//! is evicted); after `2 × segments + 8` evictions that freed nothing, eviction is *forced*.
 //!
 //! # Threads
 //! Runs in whichever writer (or the sweeper) holds `AllocState`; takes shard locks one at a
@@ -17,9 +18,14 @@ use crate::config::EvictionPolicy;
 use crate::engine::Inner;
 use crate::ram::arena::{AllocState, Log, RecordRef, Space};
 use crate::ram::index::{Entry, Tier};
-use crate::ram::record::{self, F_FETCHED, F_FILLER};
+use crate::ram::lower::Taken;
+use crate::ram::record::{self, Header, F_FETCHED, F_FILLER};
 use crate::stats::Counters;
 use crate::Error;
+
+/// A drain stopped at a record the tier below could not take now (see `drain_until`).
+#[derive(Debug)]
+pub(crate) struct Stalled;
 
 /// What a drain does with live records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,8 +44,10 @@ impl Inner {
     }
 
     /// Seal `log`'s head if `words` no longer fit, then install a fresh segment (evicting to
-    /// get one). Called by writers holding no lock.
-    pub(crate) fn advance(&self, log: Log, words: usize) -> Result<(), Error> {
+    /// get one). Called by writers holding no lock. With `stall`, an eviction the tier below
+    /// cannot take now (back-pressure) stops with [`Error::FlashBusy`]: the writer awaits room
+    /// holding nothing and tries again.
+    pub(crate) fn advance(&self, log: Log, words: usize, stall: bool) -> Result<(), Error> {
         let mut alloc = self.arena.state.lock();
         if let Some((seg, off)) = self.arena.head(log) {
             if off + words <= self.arena.seg_words {
@@ -47,7 +55,7 @@ impl Inner {
             }
             self.arena.seal_head(&mut alloc, log, Some(seg));
         }
-        let seg = self.obtain_normal(&mut alloc)?;
+        let seg = self.obtain_normal(&mut alloc, stall)?;
         if let Err(seg) = self.arena.install_head(log, seg) {
             self.arena.release_normal(&mut alloc, seg);
         }
@@ -56,14 +64,14 @@ impl Inner {
 
     /// An empty normal segment for a writer, evicting as needed; keeps one in reserve for
     /// eviction's copies while it can.
-    fn obtain_normal(&self, alloc: &mut AllocState) -> Result<u32, Error> {
+    fn obtain_normal(&self, alloc: &mut AllocState, stall: bool) -> Result<u32, Error> {
         let mut tries = 0;
         loop {
             if let Some(s) = self.arena.take_normal(alloc, 1) {
                 return Ok(s);
             }
             tries += 1;
-            if self.evict_one(alloc, tries > self.soft_tries()) {
+            if self.evict_one(alloc, tries > self.soft_tries(), stall)? {
                 continue;
             }
             if self.arena.seal_head(alloc, Log::Main, None)
@@ -78,7 +86,7 @@ impl Inner {
     /// A large single-record segment of `words` (as many chunks as it needs), evicting as
     /// needed. A record larger than the whole limit (a value of nearly `memory_limit` bytes)
     /// may use the one spare chunk beyond the limit, once everything else is gone.
-    pub(crate) fn obtain_large(&self, words: usize, log: Log) -> Result<Space, Error> {
+    pub(crate) fn obtain_large(&self, words: usize, log: Log, stall: bool) -> Result<Space, Error> {
         let k = self.arena.chunks_for(words);
         let spare = k > self.arena.max_chunks();
         if k > self.arena.max_chunks() + 1 {
@@ -94,7 +102,7 @@ impl Inner {
                     .ok_or(Error::OutOfMemory);
             }
             tries += 1;
-            if self.evict_one(&mut alloc, tries > self.soft_tries()) {
+            if self.evict_one(&mut alloc, tries > self.soft_tries(), stall)? {
                 continue;
             }
             if self.arena.seal_head(&mut alloc, Log::Main, None)
@@ -106,8 +114,14 @@ impl Inner {
         }
     }
 
-    /// Evict one segment. False when there is nothing to evict.
-    pub(crate) fn evict_one(&self, alloc: &mut AllocState, force: bool) -> bool {
+    /// Evict one segment. False when there is nothing to evict; `Error::FlashBusy` when it
+    /// stalled (`stall`, see [`Self::advance`]): the victim goes back to its queue's front.
+    pub(crate) fn evict_one(
+        &self,
+        alloc: &mut AllocState,
+        force: bool,
+        stall: bool,
+    ) -> Result<bool, Error> {
         let small = Log::Small as usize;
         let main = Log::Main as usize;
         let s3 = self.cfg.eviction == EvictionPolicy::S3Fifo;
@@ -121,18 +135,18 @@ impl Inner {
         } else if !alloc.queues[main].is_empty() {
             Log::Main
         } else {
-            return false;
+            return Ok(false);
         };
         // memcached -M: never drop a live item to make room (with flash, eviction only
         // moves items to flash, so it goes on).
         if !self.cfg.evict_to_free && !self.lower().takes_evictions() {
             let victim = alloc.queues[log as usize].front().copied();
             if victim.is_some_and(|v| self.arena.slot(v).live.load(Ordering::Relaxed) > 0) {
-                return false;
+                return Ok(false);
             }
         }
         let Some(seg) = self.arena.pop_queue(alloc, log) else {
-            return false;
+            return Ok(false);
         };
         self.arena.wait_quiet(seg);
         let mode = if force || !s3 {
@@ -140,9 +154,12 @@ impl Inner {
         } else {
             Mode::Evict(log)
         };
-        let kept = self.drain(alloc, seg, mode);
+        let Ok(kept) = self.drain_until(alloc, seg, mode, stall) else {
+            self.arena.requeue_front(alloc, log, seg);
+            return Err(Error::FlashBusy);
+        };
         self.retire(alloc, seg, kept);
-        true
+        Ok(true)
     }
 
     /// After a drain: requeue a kept large segment, free a dropped one, recycle a normal one.
@@ -175,11 +192,27 @@ impl Inner {
     /// Walk segment `seg` (taken off its queue, quiet) and dispose of every record per
     /// `mode`. Returns the log a large segment should be requeued on, if it is kept.
     pub(crate) fn drain(&self, alloc: &mut AllocState, seg: u32, mode: Mode) -> Option<Log> {
+        self.drain_until(alloc, seg, mode, false)
+            .unwrap_or_default()
+    }
+
+    /// [`Self::drain`]; with `stall`, stops at the first live record the tier below cannot
+    /// take now (`Err`): the records before it are disposed of, it and those after are intact
+    /// (the segment must go back on its queue).
+    fn drain_until(
+        &self,
+        alloc: &mut AllocState,
+        seg: u32,
+        mode: Mode,
+        stall: bool,
+    ) -> Result<Option<Log>, Stalled> {
         let now = self.now();
         let slot = self.arena.slot(seg);
         let end = slot.end.load(Ordering::Relaxed) as usize;
         let large = slot.is_large();
-        let m = self.arena.mem(seg)?;
+        let Some(m) = self.arena.mem(seg) else {
+            return Ok(None);
+        };
         let mut kept = None;
         let mut key = Vec::new();
         let mut off = 0;
@@ -227,51 +260,115 @@ impl Inner {
                     kept = Some(log);
                     Counters::add(counter, 1);
                 }
-                Some((log, freq)) => match self.bump_for_copy(alloc, log, n) {
-                    Some(sp) => {
-                        if let Some(dst) = self.arena.mem(sp.seg) {
-                            record::copy(m, off, dst, sp.off, n);
-                        }
-                        let new_loc = self.arena.loc(sp.seg, sp.off);
-                        shard.set(
-                            pos,
-                            Entry {
-                                freq,
-                                loc: new_loc,
-                                ..e
-                            },
-                        );
-                        self.arena.slot(sp.seg).note_publish(n, h.exptime, h.stored);
-                        slot.live.fetch_sub(n as u64, Ordering::Relaxed);
-                        self.arena.finish(sp);
+                Some((log, freq)) => {
+                    if self.copy_live(alloc, &mut shard, pos, e, (m, off, &h), log, freq) {
                         Counters::add(counter, 1);
+                    } else if let Some(l) =
+                        self.evict_record(alloc, &mut shard, pos, &rec, hash, mode, &key, stall)?
+                    {
+                        kept = Some(l);
                     }
-                    None => self.evict_record(&mut shard, pos, &rec, hash, mode, &key),
-                },
-                None => self.evict_record(&mut shard, pos, &rec, hash, mode, &key),
+                }
+                None => {
+                    if let Some(l) =
+                        self.evict_record(alloc, &mut shard, pos, &rec, hash, mode, &key, stall)?
+                    {
+                        kept = Some(l);
+                    }
+                }
             }
             off += n;
         }
-        kept
+        Ok(kept)
+    }
+
+    /// Copy the live record at `src` (segment memory, word offset, header) to `log`'s head
+    /// with frequency `freq` and point its slot there. False when no space can be had
+    /// without evicting.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_live(
+        &self,
+        alloc: &mut AllocState,
+        shard: &mut crate::ram::index::Shard<'_>,
+        pos: crate::ram::index::Pos,
+        e: Entry,
+        src: (&[std::sync::atomic::AtomicU64], usize, &Header),
+        log: Log,
+        freq: u8,
+    ) -> bool {
+        let (m, off, h) = src;
+        let n = h.words();
+        let (seg, _) = self.arena.split(e.loc);
+        let Some(sp) = self.bump_for_copy(alloc, log, n) else {
+            return false;
+        };
+        let Some(dst) = self.arena.mem(sp.seg) else {
+            self.abandon(Some(sp));
+            return false;
+        };
+        record::copy(m, off, dst, sp.off, n);
+        let new_loc = self.arena.loc(sp.seg, sp.off);
+        shard.set(
+            pos,
+            Entry {
+                freq,
+                loc: new_loc,
+                ..e
+            },
+        );
+        self.arena.slot(sp.seg).note_publish(n, h.exptime, h.stored);
+        self.arena
+            .slot(seg)
+            .live
+            .fetch_sub(n as u64, Ordering::Relaxed);
+        self.arena.finish(sp);
+        true
     }
 
     /// A live record S3-FIFO does not keep in RAM: demote it to its flash home (the slot
     /// becomes a flash slot, the item stays), or drop it if it has none and cannot get one.
+    /// If flash refuses it for back-pressure (it never waits here, under `AllocState` and the
+    /// shard lock), the record is copied to the main log instead, keeping its frequency
+    /// (`extstore_evictions_deferred`; appended later by write-back or the next eviction);
+    /// a forced eviction, or one with no space for the copy, drops it. A large record's
+    /// segment is kept whole instead: the log to requeue it on is returned. With `stall` the
+    /// refusal stops the drain instead (`Stalled`; nothing changed).
+    #[allow(clippy::too_many_arguments)]
     fn evict_record(
         &self,
+        alloc: &mut AllocState,
         shard: &mut crate::ram::index::Shard<'_>,
         pos: crate::ram::index::Pos,
         rec: &RecordRef<'_>,
         hash: u64,
         mode: Mode,
         key: &[u8],
-    ) {
+        stall: bool,
+    ) -> Result<Option<Log>, Stalled> {
         let h = &rec.header;
-        if let Some(slot) = self.lower().take_evicted(rec, hash, key) {
-            let e = shard.get(pos);
-            self.release(e.loc, h.words());
-            shard.set(pos, slot);
-            return;
+        match self.lower().take_evicted(rec, hash, key) {
+            Taken::Slot(slot) => {
+                let e = shard.get(pos);
+                self.release(e.loc, h.words());
+                shard.set(pos, slot);
+                return Ok(None);
+            }
+            Taken::Later if stall => return Err(Stalled),
+            Taken::Later if mode != Mode::Drop => {
+                let e = shard.get(pos);
+                let (seg, off) = self.arena.split(e.loc);
+                if self.arena.slot(seg).is_large() {
+                    self.lower().deferred();
+                    return Ok(Some(Log::Main));
+                }
+                if let Some(m) = self.arena.mem(seg) {
+                    if self.copy_live(alloc, shard, pos, e, (m, off, h), Log::Main, e.freq) {
+                        self.lower().deferred();
+                        return Ok(None);
+                    }
+                }
+            }
+            Taken::Later | Taken::Drop => {}
         }
         self.unlink(shard, pos, h);
         Counters::add(&self.counters.evictions, 1);
@@ -281,5 +378,6 @@ impl Inner {
         if mode == Mode::Evict(Log::Small) {
             self.ghost.insert(hash);
         }
+        Ok(None)
     }
 }

@@ -23,18 +23,35 @@ pub(crate) struct NewVersion<'a> {
     pub dirty_since: Option<u64>,
 }
 
+/// What the tier below does with an item RAM evicts.
+pub(crate) enum Taken {
+    /// Kept there: the index slot to rewrite in place.
+    Slot(Entry),
+    /// Not now (the tier is under back-pressure and never waits under a lock): keep the item
+    /// in RAM if it can be copied, else drop it.
+    Later,
+    /// Not kept: drop it.
+    Drop,
+}
+
 /// The tier under RAM. Every method is best effort: it never fails a request.
 pub(crate) trait LowerTier: Sync {
     /// True when evicted items go somewhere (then eviction never counts as losing data, and
     /// memcached's `-M` does not stop it).
     fn takes_evictions(&self) -> bool;
-    /// RAM evicts the live record `rec` of `key`: the index slot it keeps in this tier, or
-    /// `None` to drop it.
-    fn take_evicted(&self, rec: &RecordRef<'_>, hash: u64, key: &[u8]) -> Option<Entry>;
+    /// RAM evicts the live record `rec` of `key`: the index slot it keeps in this tier, a
+    /// request to keep it in RAM for now, or a drop. Never waits.
+    fn take_evicted(&self, rec: &RecordRef<'_>, hash: u64, key: &[u8]) -> Taken;
+    /// RAM kept an item this tier asked for [`Taken::Later`] (counted).
+    fn deferred(&self);
     /// The copy at packed location `loc` is no longer any key's.
     fn forget(&self, loc: u64);
     /// Every older version of the key below must stay gone (delete, or death before write).
     fn cover(&self, hash: u64, key: &[u8]);
+    /// [`Self::cover`], except that with `stall`, when this tier cannot take the cover now
+    /// (back-pressure), nothing is done and false is returned: the caller changes nothing,
+    /// awaits room holding no lock and tries again.
+    fn cover_or_stall(&self, hash: u64, key: &[u8], stall: bool) -> bool;
     /// A `flush_all`: immediate (`at` = 0) or delayed to unix time `at`.
     fn flush(&self, at: u32);
     /// The home word of version `v` (its lower copy, a write-back mark, or none).
@@ -48,11 +65,15 @@ impl LowerTier for NoLower {
     fn takes_evictions(&self) -> bool {
         false
     }
-    fn take_evicted(&self, _: &RecordRef<'_>, _: u64, _: &[u8]) -> Option<Entry> {
-        None
+    fn take_evicted(&self, _: &RecordRef<'_>, _: u64, _: &[u8]) -> Taken {
+        Taken::Drop
     }
+    fn deferred(&self) {}
     fn forget(&self, _: u64) {}
     fn cover(&self, _: u64, _: &[u8]) {}
+    fn cover_or_stall(&self, _: u64, _: &[u8], _: bool) -> bool {
+        true
+    }
     fn flush(&self, _: u32) {}
     fn home_for(&self, _: &NewVersion<'_>) -> u64 {
         0

@@ -78,16 +78,24 @@ impl Inner {
         }
     }
 
-    /// Reserve space for a record, blocking on allocation/eviction if needed.
+    /// Reserve space for a record, blocking on allocation/eviction if needed (never on the
+    /// tier below: an eviction it cannot take now is kept in RAM or dropped).
     pub(crate) fn reserve(&self, log: Log, words: usize) -> Result<Space, Error> {
+        self.reserve_for(log, words, false)
+    }
+
+    /// [`Self::reserve`]; with `stall`, an eviction the tier below cannot take now stops it
+    /// with `Error::FlashBusy` (nothing lost; the caller awaits room holding no lock and
+    /// tries again).
+    pub(crate) fn reserve_for(&self, log: Log, words: usize, stall: bool) -> Result<Space, Error> {
         if words > self.arena.large_threshold() {
-            return self.obtain_large(words, log);
+            return self.obtain_large(words, log, stall);
         }
         loop {
             if let Some(s) = self.arena.try_bump(log, words) {
                 return Ok(s);
             }
-            self.advance(log, words)?;
+            self.advance(log, words, stall)?;
         }
     }
 
