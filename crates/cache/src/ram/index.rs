@@ -7,30 +7,10 @@
 //! collision) is therefore harmless: the caller's predicate rejects it and the search goes on.
 //!
 //! # Layout
-//! - `shards` (default 1024, a power of two) `parking_lot::Mutex<Table>`s; the shard is chosen by
-//!   hash bits `[0, 10)` (low bits, `shards - 1` mask).
-//! - A [`Table`] is a `Vec` of 64-byte [`Bucket`]s: 6 slot words, 6 `u16` tag extensions and a
-//!   `u32` overflow counter. Byte table of a bucket (`repr(C)`, 64-byte aligned):
-//!
-//!   | offset | size | field                                   |
-//!   |--------|------|-----------------------------------------|
-//!   | 0      | 48   | `slots: [u64; 6]` (bit layout below)    |
-//!   | 48     | 12   | `ext: [u16; 6]` low 16 bits of the tag  |
-//!   | 60     | 4    | `overflow: u32`                         |
-//!
-//!   Slot word: bit 63 valid, bit 62 tier (0 RAM, 1 flash), bits 60–61 frequency (0–3),
-//!   bits 55–59 size hint (log2 class, for sizing a flash read), bits 40–54 high 15 bits of the
-//!   tag, bits 0–39 location (its unit is the tier's business: 8-byte words for RAM).
-//! - The 31-bit tag is hash bits `[33, 64)`. The home bucket is derived from the tag alone
-//!   (`tag * buckets >> 31`), so a table can be regrown from its slots without any key: this
-//!   is what lets a flash index grow without reading flash.
-//! - Collisions resolve by linear probing over buckets. Each bucket's `overflow` counts the
-//!   entries whose home is at or before it (in probe order) but that live after it; a lookup
-//!   stops at the first bucket with `overflow == 0`. Removal walks home → slot decrementing
-//!   the counters, so there are no tombstones.
-//! - A table grows by 1.25× when an insert would push its load past 0.9. Initial capacities
-//!   are staggered across shards (shard `i` starts at `base × 1.25^(i/shards)`) so shards do
-//!   not all grow at the same moment and the aggregate bytes per entry moves smoothly.
+//! 1024 mutex shards of 64-byte buckets, 6 slots of 8 bytes (valid, tier, frequency, size
+//! hint, tag, location); the home bucket comes from the tag alone, so a table regrows without
+//! keys; linear probing with per-bucket overflow counters, no tombstones. Byte and bit
+//! tables: docs/format.md, "RAM layouts".
 //!
 //! # Threads
 //! Any thread; each operation holds one shard's mutex. The index itself never blocks on

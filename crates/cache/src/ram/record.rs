@@ -1,25 +1,9 @@
 //! The RAM record: how one item is laid out in an arena segment.
 //!
-//! Records are whole 8-byte words, appended back to back in a segment; a segment is walked from
-//! word 0 to its sealed end by adding each record's length. Layout (little-endian words):
-//!
-//! | word | bits   | field                                                        |
-//! |------|--------|--------------------------------------------------------------|
-//! | 0    | 0–63   | CAS unique                                                   |
-//! | 1    | 0–31   | exptime (absolute unix seconds, 0 = never)                   |
-//! | 1    | 32–63  | client flags                                                 |
-//! | 2    | 0–31   | value length in bytes                                        |
-//! | 2    | 32–63  | stored time (unix seconds of the write, for `flush_all`)     |
-//! | 3    | 0–31   | last access (unix seconds) — *mutable*                       |
-//! | 3    | 32–47  | key length in bytes                                          |
-//! | 3    | 48–55  | record flags: stale, win token sent, fetched (*mutable*), filler |
-//! | 4    | 0–63   | flash home: bit 63 set + packed flash `Location`; else bit 62 *dirty* (not yet on flash, write-back), bit 61 *older on flash* (an older version of the key may be on flash), bits 0–47 dirty-since (unix ms) (*mutable*) |
-//! | 5..  |        | key, zero-padded to a word; then value, zero-padded to a word |
-//!
-//! The home word is where the write-through copy of this exact version lives on
-//! flash; when S3-FIFO evicts the record, its index slot is rewritten to that location
-//! instead of being removed. Reclaim may move (relocate) or drop the flash copy, changing the
-//! word under the owning shard's lock. It costs 8 bytes per RAM record with or without flash.
+//! Records are whole 8-byte words appended back to back in a segment (walked by adding each
+//! record's length): CAS, exptime/flags, vlen/stored time, last access/klen/flags, the flash
+//! *home* word, then key and value, each zero-padded to a word. Word table: docs/format.md,
+//! "RAM layouts".
 //!
 //! Words 3 and 4 are the only parts of a record that change after it is published (a GET
 //! sets `fetched` and `last_access`; reclaim moves the home); it is changed only under the owning index shard's lock.
