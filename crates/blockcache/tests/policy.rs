@@ -213,14 +213,7 @@ async fn admission_rules_are_counted() {
             ("seq_threshold_kb", "0"),
         ],
     );
-    let stat = |name: &str| -> u64 {
-        cache
-            .stats_pairs()
-            .into_iter()
-            .find(|(k, _)| k == name)
-            .and_then(|(_, v)| v.parse().ok())
-            .unwrap_or_else(|| panic!("no stat {name}"))
-    };
+    let stat = |name: &str| common::stat(&cache, name);
     let block = Bytes::from(vec![1u8; 4096]);
     cache
         .write(0, block.clone(), false)
