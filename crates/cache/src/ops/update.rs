@@ -35,20 +35,8 @@ impl Cache {
         let hash = inner.index.hash(key);
         let read = w.cas == CasMode::Keep;
         let mut f = |_: Option<&Item>| (Update::Put(w.clone()), ());
-        let mut dead_cas = None;
-        let mut budget = Budget::default();
-        loop {
-            inner.await_room(&mut budget).await;
-            let view = inner.view(key, hash, read).await;
-            let stall = inner.may_stall(&budget);
-            match inner.update_with(key, hash, &mut f, &view, true, &mut dead_cas, stall) {
-                Ok(Step::Done((_, cas))) => {
-                    return cas.ok_or(Error::Internal("a put returned no CAS"))
-                }
-                Ok(Step::Retry) | Err(Error::FlashBusy) => {}
-                Err(e) => return Err(e),
-            }
-        }
+        let (_, cas) = self.two_phase(key, hash, read, true, &mut f).await?;
+        cas.ok_or(Error::Internal("a put returned no CAS"))
     }
 
     pub(crate) async fn update_two_phase<R, F>(
@@ -61,13 +49,31 @@ impl Cache {
     {
         let inner = &*self.inner;
         let hash = inner.index.hash(key);
+        self.two_phase(key, hash, true, false, &mut f).await
+    }
+
+    /// The two-phase loop every write shares: wait for flash room holding nothing, read the
+    /// key's view (`read`: flash items too), decide and commit under the shard lock, and
+    /// start again when phase 2 finds the slot changed or flash busy.
+    async fn two_phase<R, F>(
+        &self,
+        key: &[u8],
+        hash: u64,
+        read: bool,
+        set_mode: bool,
+        f: &mut F,
+    ) -> Result<(R, Option<u64>), Error>
+    where
+        F: FnMut(Option<&Item>) -> (Update, R),
+    {
+        let inner = &*self.inner;
         let mut dead_cas = None;
         let mut budget = Budget::default();
         loop {
             inner.await_room(&mut budget).await;
-            let view = inner.view(key, hash, true).await;
+            let view = inner.view(key, hash, read).await;
             let stall = inner.may_stall(&budget);
-            match inner.update_with(key, hash, &mut f, &view, false, &mut dead_cas, stall) {
+            match inner.update_with(key, hash, f, &view, set_mode, &mut dead_cas, stall) {
                 Ok(Step::Done(r)) => return Ok(r),
                 Ok(Step::Retry) | Err(Error::FlashBusy) => {}
                 Err(e) => return Err(e),
