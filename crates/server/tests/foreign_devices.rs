@@ -40,8 +40,11 @@ fn flashtier(args: &[&str]) -> Output {
     child.wait_with_output().expect("output")
 }
 
-/// `flashtier block --backing B --cache SPEC --listen 127.0.0.1:0 <extra>` to its exit.
+/// `flashtier block --backing B --cache SPEC --listen 127.0.0.1:0 <extra>` to its exit, with
+/// a run dir beside the backing: tests run in parallel, and two starts sharing the default
+/// run dir would refuse each other before reaching the check under test.
 fn block(backing: &Path, cache: &str, extra: &[&str]) -> Output {
+    let run_dir = backing.with_file_name("run-refused");
     let mut args = vec![
         "block",
         "--backing",
@@ -50,6 +53,8 @@ fn block(backing: &Path, cache: &str, extra: &[&str]) -> Output {
         cache,
         "--listen",
         "127.0.0.1:0",
+        "--run-dir",
+        run_dir.to_str().expect("utf-8"),
     ];
     args.extend_from_slice(extra);
     flashtier(&args)
@@ -189,11 +194,7 @@ fn kv_and_block_refuse_foreign_data_and_leave_it_untouched() {
         let ext = format!("ext_path={spec}");
         let out = flashtier(&["kv", "--listen", "127.0.0.1:0", "-o", &ext]);
         assert_refused(&out, what);
-        let out = block(
-            &backing,
-            &spec,
-            &["--run-dir", dir.join("run").to_str().expect("utf-8")],
-        );
+        let out = block(&backing, &spec, &[]);
         assert_refused(&out, what);
         assert!(String::from_utf8_lossy(&out.stderr).contains("--force-format"));
         assert_eq!(snapshot(&img), before, "block changed {}", img.display());
@@ -249,15 +250,12 @@ fn a_cache_that_is_the_backing_is_refused() {
     for cache in [&backing, &link, &hard] {
         let spec = format!("{}:32M", cache.display());
         for force in [false, true] {
-            let mut args = vec!["block", "--backing", b, "--cache", &spec];
-            args.extend(["--listen", "127.0.0.1:0"]);
-            if force {
-                args.push("--force-format");
-            }
-            assert_refused(&flashtier(&args), "same file");
+            let extra: &[&str] = if force { &["--force-format"] } else { &[] };
+            assert_refused(&block(&backing, &spec, extra), "same file");
             assert_eq!(snapshot(&backing), before);
         }
-        // The backing named through the link, the cache by its own path.
+        // The backing named through the link, the cache by its own path (and the default
+        // run dir: the identity check comes before the run dir is even looked at).
         let link_s = link.to_str().expect("utf-8");
         let spec = format!("{b}:32M");
         let out = flashtier(&["block", "--backing", link_s, "--cache", &spec]);
@@ -335,6 +333,8 @@ fn a_start_that_fails_before_serving_creates_nothing() {
         &cache,
         "--listen",
         &port,
+        "--run-dir",
+        dir.join("run").to_str().expect("utf-8"),
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(!dir.join("c.img").exists());

@@ -182,6 +182,24 @@ impl BlockConfig {
 
     /// What `--check-config` adds to [`Self::from_args`]: the paths a start would use, read
     /// without being created or changed, and the TCP ports (bound and released at once).
+    /// The cache and the backing reach different bytes (through symlinks, hard links, loop
+    /// devices): checked before anything else is touched, the run dir included.
+    pub fn check_cache_is_not_backing(&self) -> anyhow::Result<()> {
+        if flashtier_nbd::is_nbd_uri(&self.backing) {
+            return Ok(());
+        }
+        let cache = &self.cache.path;
+        let same = flashtier_flash::probe::same_storage(Path::new(&self.backing), cache)
+            .with_context(|| format!("--backing {}", self.backing))?;
+        if let Some(why) = same {
+            bail!(
+                "--cache {} is the backing: {why}; the cache must be another device",
+                cache.display()
+            );
+        }
+        Ok(())
+    }
+
     pub fn check_paths(&self) -> anyhow::Result<()> {
         if !flashtier_nbd::is_nbd_uri(&self.backing) {
             let m = std::fs::metadata(&self.backing)
@@ -191,16 +209,7 @@ impl BlockConfig {
             }
         }
         let cache = &self.cache.path;
-        if !flashtier_nbd::is_nbd_uri(&self.backing) {
-            let same = flashtier_flash::probe::same_storage(Path::new(&self.backing), cache)
-                .with_context(|| format!("--backing {}", self.backing))?;
-            if let Some(why) = same {
-                bail!(
-                    "--cache {} is the backing: {why}; the cache must be another device",
-                    cache.display()
-                );
-            }
-        }
+        self.check_cache_is_not_backing()?;
         crate::startup::check_contents(cache, "--cache", self.force_format)?;
         match std::fs::metadata(cache) {
             Ok(m) if m.is_dir() => bail!("--cache {}: is a directory", cache.display()),

@@ -56,15 +56,17 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
     // Declared first, dropped last: if the start fails, the cache is closed and the run-dir
     // lock released before what this start created is removed.
     let mut litter = Litter::default();
-    // The run dir first: a busy or unwritable one fails before anything is opened.
+    // A cache that is the backing is a typo that would wipe the disk: refused before anything.
+    cfg.check_cache_is_not_backing()?;
+    // The run dir next: a busy or unwritable one fails before anything is opened.
     litter
         .create_dir_all(&cfg.run_dir)
         .with_context(|| format!("--run-dir {}: cannot create it", cfg.run_dir.display()))?;
     litter.note_file(&cfg.run_dir.join(format!("{}.lock", cfg.export)));
     let run_dir = RunDir::lock(&cfg.run_dir, &cfg.export)?;
     // The backing path is locked for as long as it is served (another flashtier using it as
-    // backing or cache is refused), and is never the cache.
-    let _backing_lock = lock_backing(&cfg.backing, &cfg.cache.path)?;
+    // backing or cache is refused).
+    let _backing_lock = lock_backing(&cfg.backing)?;
     let backing = open_backend(&cfg.backing)
         .await
         .with_context(|| format!("--backing {:?}", cfg.backing))?;
@@ -238,21 +240,13 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Refuse a cache that is the backing, then lock the backing path (if it is a path, not an
+/// Lock the backing path (if it is a path, not an
 /// NBD URI) the way the flash engine locks its devices; the lock lasts as long as the file.
-fn lock_backing(backing: &str, cache: &std::path::Path) -> anyhow::Result<Option<std::fs::File>> {
+fn lock_backing(backing: &str) -> anyhow::Result<Option<std::fs::File>> {
     if flashtier_nbd::is_nbd_uri(backing) {
         return Ok(None);
     }
     let path = std::path::Path::new(backing);
-    let same = flashtier_flash::probe::same_storage(path, cache)
-        .with_context(|| format!("--backing {backing}"))?;
-    if let Some(why) = same {
-        bail!(
-            "--cache {} is the backing: {why}; the cache must be another device",
-            cache.display()
-        );
-    }
     let Ok(file) = std::fs::File::open(path) else {
         // Opening the backing reports the error.
         return Ok(None);
