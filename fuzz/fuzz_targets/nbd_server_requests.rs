@@ -12,14 +12,16 @@
 //! - odd: *raw* — the rest is sent verbatim after the handshake (bad magic, torn headers,
 //!   truncated payloads); the server must neither panic nor hang.
 //!
-//! One runtime serves every input (a connection's tasks all finish before `serve_stream`
-//! returns, so nothing carries over); server, export and backend are fresh per input.
+//! One runtime and the two stream buffers (request bytes out, reply bytes back) serve every
+//! input: a connection's tasks all finish before `serve_stream` returns, so nothing carries
+//! over, and a reused buffer spares a multi-MiB allocation (an mmap under ASan) per input.
+//! Server, export and backend are fresh per input.
 #![no_main]
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
-use bytes::Bytes;
 use flashtier_backend::MemoryBackend;
 use flashtier_nbd::codec::handshake::{encode_option, InfoRequest};
 use flashtier_nbd::{
@@ -65,11 +67,13 @@ fn requests(data: &[u8], out: &mut Vec<u8>) -> HashMap<u64, Sent> {
         } else {
             u64::from(raw_off)
         };
+        // Over the whole range, but mostly short: a shift of 0..=7 bits quarters the mean
+        // payload, which is most of what an input costs (every byte is copied several times).
         let length = if r[11] & 2 == 0 {
             raw_len % (16 << 10)
         } else {
             raw_len % (SIZE as u32 + 8192)
-        };
+        } >> ((r[11] >> 2) & 7);
         let handle = i as u64;
         out.extend_from_slice(
             &RequestHeader {
@@ -82,7 +86,14 @@ fn requests(data: &[u8], out: &mut Vec<u8>) -> HashMap<u64, Sent> {
             .encode(),
         );
         if command == proto::CMD_WRITE {
-            out.extend((0..length).map(|b| (b as u8) ^ r[0]));
+            // Byte b of the payload is `b as u8 ^ r[0]`: one 256-byte period, copied.
+            let period: [u8; 256] = std::array::from_fn(|b| (b as u8) ^ r[0]);
+            let mut left = length as usize;
+            while left > 0 {
+                let n = left.min(period.len());
+                out.extend_from_slice(&period[..n]);
+                left -= n;
+            }
         }
         if command == proto::CMD_DISC {
             break;
@@ -153,7 +164,16 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
+thread_local! {
+    /// The request stream sent and the reply stream received, reused across inputs.
+    static BUFFERS: RefCell<(Vec<u8>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
 fuzz_target!(|data: &[u8]| {
+    BUFFERS.with_borrow_mut(|(input, out)| run(data, input, out));
+});
+
+fn run(data: &[u8], input: &mut Vec<u8>, out: &mut Vec<u8>) {
     let Some((&mode, body)) = data.split_first() else {
         return;
     };
@@ -168,15 +188,17 @@ fuzz_target!(|data: &[u8]| {
     ) else {
         return;
     };
-    let mut input = handshake();
+    input.clear();
+    input.extend_from_slice(&handshake());
     let sent = if mode & 1 == 0 {
-        Some(requests(body, &mut input))
+        Some(requests(body, input))
     } else {
         input.extend_from_slice(body);
         None
     };
-    let input = Bytes::from(input);
-    let out = rt.block_on(async move {
+    out.clear();
+    let input: &[u8] = input;
+    rt.block_on(async {
         let (client, conn) = tokio::io::duplex(64 << 10);
         let serve = tokio::spawn(async move {
             let _ = server.serve_stream(conn, "fuzz".into()).await;
@@ -184,19 +206,16 @@ fuzz_target!(|data: &[u8]| {
         let (mut rd, mut wr) = tokio::io::split(client);
         let write = async move {
             // The server may close early (bad magic); a failed write is then expected.
-            let _ = wr.write_all(&input).await;
+            let _ = wr.write_all(input).await;
             let _ = wr.shutdown().await;
         };
-        let read = async move {
-            let mut out = Vec::new();
-            let _ = rd.read_to_end(&mut out).await;
-            out
+        let read = async {
+            let _ = rd.read_to_end(out).await;
         };
-        let ((), out) = tokio::join!(write, read);
+        tokio::join!(write, read);
         serve.await.expect("connection task panicked");
-        out
     });
     if let Some(sent) = sent {
-        check_replies(&out, sent);
+        check_replies(out, sent);
     }
-});
+}
