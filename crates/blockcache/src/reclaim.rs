@@ -21,6 +21,7 @@ use crate::cache::STREAM_DATA;
 use crate::index::Index;
 use crate::record::{BlockRecord, RecordKind};
 use crate::stats::{add, BlockStats};
+use crate::fence::Fence;
 use crate::warm::Warm;
 
 /// State shared with the reclaim handler.
@@ -30,6 +31,8 @@ pub(crate) struct Shared {
     pub stats: BlockStats,
     /// This run's warm-restart records (kept by reclaim).
     pub warm: Warm,
+    /// Intents and the floor table (crash-safe clean blocks).
+    pub fence: Fence,
     /// The engine, for appending lost dirty blocks again (set once it is open).
     pub flash: OnceLock<Weak<Flash>>,
     /// The engine's reclaim stream (may use the reserved segments).
@@ -91,6 +94,11 @@ impl ReclaimHandler for Handler {
         if let Some(keep) = self.0.warm.keeps(rec) {
             return if keep { Decision::Keep } else { Decision::Drop };
         }
+        let wm = self.0.wm_persisted.load(Ordering::Acquire);
+        if let Some(keep) = self.0.fence.keeps(rec, wm) {
+            return if keep { Decision::Keep } else { Decision::Drop };
+        }
+        let is_block = RecordKind::of(rec.kind, rec.key_id) == RecordKind::Block;
         let mut index = self.0.index.lock();
         let loc = rec.location.pack();
         if RecordKind::of(rec.kind, rec.key_id) == RecordKind::Watermark {
@@ -122,16 +130,26 @@ impl ReclaimHandler for Handler {
                 } else {
                     index.remove_at(rec.key_id, loc);
                     add(&self.0.stats.replacements, 1);
+                    self.0.fence.dropped(rec.key_id, rec.version);
                     Decision::Drop
                 }
             }
-            _ => Decision::Drop,
+            _ => {
+                if is_block {
+                    self.0.fence.dropped(rec.key_id, rec.version);
+                }
+                Decision::Drop
+            }
         }
     }
 
     fn relocated(&self, rec: &RecordMeta, new: Location) -> bool {
         if let Some(keep) = self.0.warm.keeps(rec) {
             // Found by the recovery scan, not through the index: the copy stays live.
+            return keep;
+        }
+        let wm = self.0.wm_persisted.load(Ordering::Acquire);
+        if let Some(keep) = self.0.fence.keeps(rec, wm) {
             return keep;
         }
         let mut index = self.0.index.lock();
@@ -168,6 +186,7 @@ impl ReclaimHandler for Handler {
             if record_kind != RecordKind::Block {
                 continue;
             }
+            self.0.fence.dropped(m.key_id, m.version);
             let Some(e) = index.map.get(m.key_id).filter(|e| e.loc == loc) else {
                 continue;
             };
@@ -206,10 +225,19 @@ impl ReclaimHandler for Handler {
         }
     }
 
+    fn before_erase(&self) -> Result<(), String> {
+        // Raised floors must be durable before the dropped records disappear.
+        match self.0.flash.get().and_then(Weak::upgrade) {
+            Some(flash) => self.0.fence.persist_blocking(&self.0, &flash),
+            None => Ok(()),
+        }
+    }
+
     fn evicted(&self, rec: &RecordMeta) {
         if RecordKind::of(rec.kind, rec.key_id) != RecordKind::Block {
             return;
         }
+        self.0.fence.dropped(rec.key_id, rec.version);
         let mut index = self.0.index.lock();
         if let Some(e) = index.remove_at(rec.key_id, rec.location.pack()) {
             if e.dirty {
@@ -235,6 +263,7 @@ mod tests {
             wm_persisted: AtomicU64::new(u64::MAX),
             stats: BlockStats::default(),
             warm: Default::default(),
+            fence: Fence::new(1024, 4096, 0),
             flash: OnceLock::new(),
             reclaim_stream: 1,
             wm_lost: AtomicBool::new(false),

@@ -112,6 +112,14 @@ counters! {
     watermark_writes,
     /// Dirty blocks the flash engine could not keep (must stay 0).
     dirty_lost,
+    /// Backing-write intents appended (one per write that reached the backing around the
+    /// cache: writethrough, writearound, sequential bypass).
+    intents_written,
+    /// Flash syncs that made intents durable (group commit: one covers every intent
+    /// appended before it started).
+    intent_syncs,
+    /// Floor tables written (a block record reclaim dropped raised a floor).
+    floor_writes,
     /// Switches away from writeback started.
     mode_switches,
     /// Requests not admitted because they were part of a sequential stream.

@@ -1,0 +1,298 @@
+//! Crash-safe clean blocks: backing-write intents and the floor table ([`Fence`]).
+//!
+//! Rule: after a crash a clean block record `(LBA, v)` is trusted only if no intent covering
+//! the LBA has a version above `v` and `v` is above the LBA's region floor. An intent is
+//! appended and made durable (group commit, `sync`) before every backing write that does not
+//! carry a cached record's content; a floor entry is raised to the version of every block
+//! record reclaim drops (a newer record that disappears may have been the only one above an
+//! older, stale copy) and the table is made durable before the dropped records' segment is
+//! erased (`before_erase`). Reclaim keeps an intent while its version is above the persisted
+//! clean watermark or above a durable floor of a region it covers, and keeps the newest
+//! durable floor table. Story: ARCHITECTURE.md "Crash rule"; bytes: docs/format.md.
+//! Threads: request tasks (intents), the reclaimer thread (raises, `persist_blocking`).
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flashtier_flash::{Flash, RecordMeta};
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use crate::cache::STREAM_META;
+use crate::reclaim::Shared;
+use crate::record::{BlockRecord, RecordKind};
+use crate::stats::add;
+
+/// Most floor regions (the table is one record of 8 bytes per region plus a header).
+pub(crate) const MAX_REGIONS: u64 = 4096;
+/// Floor table header: magic, block size, blocks, log2 blocks per region.
+pub(crate) const FLOOR_MAGIC: &[u8; 8] = b"FTFLOOR1";
+pub(crate) const FLOOR_HEADER: usize = 32;
+/// Intents appended between two raises of every floor (bounds the intents reclaim keeps).
+const RAISE_EVERY: u64 = 1 << 16;
+
+/// One group-commit round: every intent appended before it started is durable once it ends.
+struct Round(watch::Sender<Option<Result<(), String>>>);
+
+struct GroupState {
+    next: Arc<Round>,
+    running: bool,
+}
+
+/// The floor table and the intent group commit.
+pub(crate) struct Fence {
+    /// log2 of blocks per region.
+    pub shift: u32,
+    block_size: u64,
+    nblocks: u64,
+    /// Floor per region (raised, never lowered).
+    table: Vec<AtomicU64>,
+    /// A floor was raised since the table was last made durable.
+    changed: AtomicBool,
+    /// The newest durable table's record version and entries (reclaim's intent rule).
+    durable: Mutex<(u64, Vec<u64>)>,
+    /// Serializes table writes: a later version always holds every earlier raise.
+    writing: Mutex<()>,
+    intents: AtomicU64,
+    /// Version every floor is raised to at the next raise (taken at the previous one).
+    raise_to: AtomicU64,
+    group: Mutex<GroupState>,
+}
+
+fn new_round() -> Arc<Round> {
+    Arc::new(Round(watch::channel(None).0))
+}
+
+impl Fence {
+    /// A table for `nblocks` blocks of `block_size` bytes, every floor at `floor`.
+    pub(crate) fn new(nblocks: u64, block_size: u64, floor: u64) -> Self {
+        let mut shift = 0;
+        while nblocks.div_ceil(1 << shift) > MAX_REGIONS {
+            shift += 1;
+        }
+        let n = nblocks.div_ceil(1 << shift) as usize;
+        Fence {
+            shift,
+            block_size,
+            nblocks,
+            table: (0..n).map(|_| AtomicU64::new(floor)).collect(),
+            changed: AtomicBool::new(true),
+            durable: Mutex::new((0, vec![0; n])),
+            writing: Mutex::new(()),
+            intents: AtomicU64::new(0),
+            raise_to: AtomicU64::new(floor),
+            group: Mutex::new(GroupState {
+                next: new_round(),
+                running: false,
+            }),
+        }
+    }
+
+    /// Regions in the table.
+    pub(crate) fn regions(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Raise each region's floor to at least `floors[i]` (a loaded table).
+    pub(crate) fn raise_all(&self, floors: &[u64]) {
+        for (t, f) in self.table.iter().zip(floors) {
+            t.fetch_max(*f, Ordering::AcqRel);
+        }
+        self.changed.store(true, Ordering::Release);
+    }
+
+    /// The floor of `lba`'s region.
+    pub(crate) fn floor(&self, lba: u64) -> u64 {
+        self.table
+            .get((lba >> self.shift) as usize)
+            .map_or(u64::MAX, |t| t.load(Ordering::Acquire))
+    }
+
+    /// Reclaim dropped block record `(lba, version)`: older records of its region are no
+    /// longer trusted after a crash.
+    pub(crate) fn dropped(&self, lba: u64, version: u64) {
+        if let Some(t) = self.table.get((lba >> self.shift) as usize) {
+            if t.fetch_max(version, Ordering::AcqRel) < version {
+                self.changed.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// Whether reclaim keeps a fence record; `None` for other kinds.
+    pub(crate) fn keeps(&self, rec: &RecordMeta, wm_persisted: u64) -> Option<bool> {
+        match RecordKind::of(rec.kind, rec.key_id) {
+            RecordKind::Floor => Some(rec.version >= self.durable.lock().0),
+            RecordKind::Intent => {
+                if rec.version > wm_persisted {
+                    return Some(true);
+                }
+                let d = self.durable.lock();
+                let first = rec.key_id >> self.shift;
+                let last = (rec.key_id + u64::from(rec.flags.max(1)) - 1) >> self.shift;
+                Some((first..=last).any(|r| d.1.get(r as usize).is_none_or(|f| *f < rec.version)))
+            }
+            _ => None,
+        }
+    }
+
+    /// Write the table if a floor was raised since it was last written, and make it durable
+    /// (blocking: the reclaimer thread and open).
+    pub(crate) fn persist_blocking(&self, shared: &Shared, flash: &Flash) -> Result<(), String> {
+        if !self.changed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _w = self.writing.lock();
+        self.changed.store(false, Ordering::Release);
+        let version = shared.index.lock().take_version();
+        let floors: Vec<u64> = self
+            .table
+            .iter()
+            .map(|t| t.load(Ordering::Acquire))
+            .collect();
+        let mut value = Vec::with_capacity(FLOOR_HEADER + 8 * floors.len());
+        value.extend_from_slice(FLOOR_MAGIC);
+        for f in [self.block_size, self.nblocks, u64::from(self.shift)] {
+            value.extend_from_slice(&f.to_le_bytes());
+        }
+        for f in &floors {
+            value.extend_from_slice(&f.to_le_bytes());
+        }
+        let rec = BlockRecord::Floor {
+            version,
+            table: &value,
+        }
+        .write();
+        let wait = Duration::from_secs(5);
+        let res = match flash.append_blocking(STREAM_META, &rec, Duration::ZERO) {
+            Err(flashtier_flash::Error::NoSpace | flashtier_flash::Error::Busy(_)) => {
+                flash.append_blocking(shared.reclaim_stream, &rec, wait)
+            }
+            other => other,
+        };
+        let res = res
+            .map(|_| ())
+            .and_then(|()| flash.flush().wait())
+            .map_err(|e| format!("writing the floor table: {e}"));
+        if let Err(e) = res {
+            self.changed.store(true, Ordering::Release);
+            return Err(e);
+        }
+        add(&shared.stats.floor_writes, 1);
+        let mut d = self.durable.lock();
+        if version > d.0 {
+            *d = (version, floors);
+        }
+        Ok(())
+    }
+
+    /// A table found at open (record `version`, `floors`) is the durable one.
+    pub(crate) fn set_durable(&self, version: u64, floors: Vec<u64>) {
+        *self.durable.lock() = (version, floors);
+    }
+
+    /// Decode a floor table record's value for this geometry.
+    pub(crate) fn decode(&self, value: &[u8]) -> Result<Vec<u64>, String> {
+        let n = self.table.len();
+        if value.len() != FLOOR_HEADER + 8 * n || &value[..8] != FLOOR_MAGIC {
+            return Err("floor table malformed or for another geometry".into());
+        }
+        let word = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&value[8 * i..8 * i + 8]);
+            u64::from_le_bytes(b)
+        };
+        let (bs, nb, shift) = (word(1), word(2), word(3));
+        if bs != self.block_size || nb != self.nblocks || shift != u64::from(self.shift) {
+            return Err(format!(
+                "floor table was for {nb} blocks of {bs} bytes, now {} of {}",
+                self.nblocks, self.block_size
+            ));
+        }
+        Ok((0..n).map(|i| word(4 + i)).collect())
+    }
+}
+
+/// Append the intent for blocks `first..=last` and make it durable (group commit), before a
+/// backing write around the cache. Caller holds the blocks' stripe locks.
+pub(crate) async fn intent(
+    shared: &Arc<Shared>,
+    flash: &Arc<Flash>,
+    first: u64,
+    last: u64,
+) -> Result<(), String> {
+    let fence = &shared.fence;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let blocks = u32::try_from(last - first + 1).map_err(|_| "intent range too long")?;
+    loop {
+        let res = {
+            let mut index = shared.index.lock();
+            let version = index.next_version;
+            let rec = BlockRecord::Intent {
+                lba: first,
+                blocks,
+                version,
+            };
+            let r = flash.append(STREAM_META, &rec.write());
+            if r.is_ok() {
+                index.next_version += 1;
+                if fence.intents.fetch_add(1, Ordering::AcqRel) % RAISE_EVERY == RAISE_EVERY - 1 {
+                    // Bound the intents reclaim keeps: floors rise to the version taken at
+                    // the previous raise, so older intents are covered once it is durable.
+                    let to = fence.raise_to.swap(version, Ordering::AcqRel);
+                    for t in &fence.table {
+                        t.fetch_max(to, Ordering::AcqRel);
+                    }
+                    fence.changed.store(true, Ordering::Release);
+                }
+            }
+            r
+        };
+        match res {
+            Ok(_) => break,
+            Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)
+                if Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            Err(e) => return Err(format!("writing a backing-write intent: {e}")),
+        }
+    }
+    add(&shared.stats.intents_written, 1);
+    sync(shared, flash).await
+}
+
+/// Wait until every intent appended so far is durable: join the next round, or start it.
+async fn sync(shared: &Arc<Shared>, flash: &Arc<Flash>) -> Result<(), String> {
+    let (mut rx, lead) = {
+        let mut g = shared.fence.group.lock();
+        let lead = !g.running;
+        g.running = true;
+        (g.next.0.subscribe(), lead)
+    };
+    if lead {
+        let (shared, flash) = (Arc::clone(shared), Arc::clone(flash));
+        tokio::spawn(async move { run_rounds(&shared, &flash).await });
+    }
+    let out = match rx.wait_for(Option::is_some).await {
+        Ok(v) => v.clone().unwrap_or(Ok(())),
+        Err(_) => Err("intent sync task ended".into()),
+    };
+    out
+}
+
+/// Run rounds while someone waits on the next one.
+async fn run_rounds(shared: &Shared, flash: &Flash) {
+    loop {
+        let round = {
+            let mut g = shared.fence.group.lock();
+            if g.next.0.receiver_count() == 0 {
+                g.running = false;
+                return;
+            }
+            std::mem::replace(&mut g.next, new_round())
+        };
+        add(&shared.stats.intent_syncs, 1);
+        let res = flash.flush().await.map_err(|e| e.to_string());
+        round.0.send_replace(Some(res));
+    }
+}
