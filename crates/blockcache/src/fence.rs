@@ -23,7 +23,8 @@ use crate::reclaim::Shared;
 use crate::record::{BlockRecord, RecordKind};
 use crate::stats::add;
 
-/// Most floor regions (the table is one record of 8 bytes per region plus a header).
+/// Most floor regions (the table is one record of 8 bytes per region plus a header); fewer
+/// on small segments: a table is written per reclaimed segment and stays under 1/256 of it.
 pub(crate) const MAX_REGIONS: u64 = 4096;
 /// Floor table header: magic, block size, blocks, log2 blocks per region.
 pub(crate) const FLOOR_MAGIC: &[u8; 8] = b"FTFLOOR1";
@@ -64,10 +65,12 @@ fn new_round() -> Arc<Round> {
 }
 
 impl Fence {
-    /// A table for `nblocks` blocks of `block_size` bytes, every floor at `floor`.
-    pub(crate) fn new(nblocks: u64, block_size: u64, floor: u64) -> Self {
+    /// A table for `nblocks` blocks of `block_size` bytes, every floor at `floor`; segments
+    /// of `segment_size` bytes bound its size.
+    pub(crate) fn new(nblocks: u64, block_size: u64, segment_size: u64, floor: u64) -> Self {
+        let max = MAX_REGIONS.min(segment_size / 2048).max(16);
         let mut shift = 0;
-        while nblocks.div_ceil(1 << shift) > MAX_REGIONS {
+        while nblocks.div_ceil(1 << shift) > max {
             shift += 1;
         }
         let n = nblocks.div_ceil(1 << shift) as usize;

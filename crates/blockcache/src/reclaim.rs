@@ -263,7 +263,7 @@ mod tests {
             wm_persisted: AtomicU64::new(u64::MAX),
             stats: BlockStats::default(),
             warm: Default::default(),
-            fence: Fence::new(1024, 4096, 0),
+            fence: Fence::new(1024, 4096, 1 << 20, 0),
             flash: OnceLock::new(),
             reclaim_stream: 1,
             wm_lost: AtomicBool::new(false),
