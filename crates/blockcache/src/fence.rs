@@ -50,6 +50,9 @@ pub(crate) struct Fence {
     table: Vec<AtomicU64>,
     /// A floor was raised since the table was last made durable.
     changed: AtomicBool,
+    /// A record was dropped without a raise because a newer one of its LBA is indexed: that
+    /// newer record must be durable before the erase (a flush).
+    shadowed: AtomicBool,
     /// The newest durable table's record version and entries (reclaim's intent rule).
     durable: Mutex<(u64, Vec<u64>)>,
     /// Serializes table writes: a later version always holds every earlier raise.
@@ -80,6 +83,7 @@ impl Fence {
             nblocks,
             table: (0..n).map(|_| AtomicU64::new(floor)).collect(),
             changed: AtomicBool::new(true),
+            shadowed: AtomicBool::new(false),
             durable: Mutex::new((0, vec![0; n])),
             writing: Mutex::new(()),
             intents: AtomicU64::new(0),
@@ -111,9 +115,15 @@ impl Fence {
             .map_or(u64::MAX, |t| t.load(Ordering::Acquire))
     }
 
-    /// Reclaim dropped block record `(lba, version)`: older records of its region are no
-    /// longer trusted after a crash.
-    pub(crate) fn dropped(&self, lba: u64, version: u64) {
+    /// Reclaim dropped block record `(lba, version)` while the index holds `indexed` (the
+    /// version of the LBA's entry, if any). With a newer entry the dropped record was already
+    /// shadowed (the newer one is made durable before the erase); otherwise older records of
+    /// its region are no longer trusted after a crash.
+    pub(crate) fn dropped(&self, lba: u64, version: u64, indexed: Option<u64>) {
+        if indexed.is_some_and(|v| v > version) {
+            self.shadowed.store(true, Ordering::Release);
+            return;
+        }
         if let Some(t) = self.table.get((lba >> self.shift) as usize) {
             if t.fetch_max(version, Ordering::AcqRel) < version {
                 self.changed.store(true, Ordering::Release);
@@ -142,8 +152,15 @@ impl Fence {
     /// (blocking: the reclaimer thread and open).
     pub(crate) fn persist_blocking(&self, shared: &Shared, flash: &Flash) -> Result<(), String> {
         if !self.changed.load(Ordering::Acquire) {
+            if self.shadowed.swap(false, Ordering::AcqRel) {
+                if let Err(e) = flash.flush().wait() {
+                    self.shadowed.store(true, Ordering::Release);
+                    return Err(format!("flushing before an erase: {e}"));
+                }
+            }
             return Ok(());
         }
+        self.shadowed.store(false, Ordering::Release);
         let _w = self.writing.lock();
         self.changed.store(false, Ordering::Release);
         let version = shared.index.lock().take_version();

@@ -130,13 +130,14 @@ impl ReclaimHandler for Handler {
                 } else {
                     index.remove_at(rec.key_id, loc);
                     add(&self.0.stats.replacements, 1);
-                    self.0.fence.dropped(rec.key_id, rec.version);
+                    self.0.fence.dropped(rec.key_id, rec.version, None);
                     Decision::Drop
                 }
             }
-            _ => {
+            other => {
                 if is_block {
-                    self.0.fence.dropped(rec.key_id, rec.version);
+                    let indexed = other.map(|e| e.version);
+                    self.0.fence.dropped(rec.key_id, rec.version, indexed);
                 }
                 Decision::Drop
             }
@@ -186,7 +187,7 @@ impl ReclaimHandler for Handler {
             if record_kind != RecordKind::Block {
                 continue;
             }
-            self.0.fence.dropped(m.key_id, m.version);
+            self.0.fence.dropped(m.key_id, m.version, None);
             let Some(e) = index.map.get(m.key_id).filter(|e| e.loc == loc) else {
                 continue;
             };
@@ -237,8 +238,12 @@ impl ReclaimHandler for Handler {
         if RecordKind::of(rec.kind, rec.key_id) != RecordKind::Block {
             return;
         }
-        self.0.fence.dropped(rec.key_id, rec.version);
         let mut index = self.0.index.lock();
+        let indexed = index.map.get(rec.key_id).map(|e| e.version);
+        let current = indexed == Some(rec.version);
+        self.0
+            .fence
+            .dropped(rec.key_id, rec.version, if current { None } else { indexed });
         if let Some(e) = index.remove_at(rec.key_id, rec.location.pack()) {
             if e.dirty {
                 add(&self.0.stats.dirty_lost, 1);

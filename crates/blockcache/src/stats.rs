@@ -236,6 +236,10 @@ impl BlockCache {
             "recovered_clean_blocks".into(),
             self.recovery.clean_kept.to_string(),
         ));
+        v.push((
+            "recovered_stale_blocks".into(),
+            self.recovery.stale_dropped.to_string(),
+        ));
         v.extend(
             self.io
                 .flash
