@@ -29,7 +29,8 @@ pub(crate) const MAX_REGIONS: u64 = 4096;
 /// Floor table header: magic, block size, blocks, log2 blocks per region.
 pub(crate) const FLOOR_MAGIC: &[u8; 8] = b"FTFLOOR1";
 pub(crate) const FLOOR_HEADER: usize = 32;
-/// Intents appended between two raises of every floor (bounds the intents reclaim keeps).
+/// Intents appended between two raises of every floor, at most: reclaim keeps at most twice
+/// this many, and fewer on a small cache device (about 0.5 % of it in intent records).
 const RAISE_EVERY: u64 = 1 << 16;
 
 /// One group-commit round: every intent appended before it started is durable once it ends.
@@ -58,6 +59,7 @@ pub(crate) struct Fence {
     /// Serializes table writes: a later version always holds every earlier raise.
     writing: Mutex<()>,
     intents: AtomicU64,
+    raise_every: u64,
     /// Version every floor is raised to at the next raise (taken at the previous one).
     raise_to: AtomicU64,
     group: Mutex<GroupState>,
@@ -69,8 +71,14 @@ fn new_round() -> Arc<Round> {
 
 impl Fence {
     /// A table for `nblocks` blocks of `block_size` bytes, every floor at `floor`; segments
-    /// of `segment_size` bytes bound its size.
-    pub(crate) fn new(nblocks: u64, block_size: u64, segment_size: u64, floor: u64) -> Self {
+    /// of `segment_size` bytes bound its size, a device set of `capacity` bytes the intents.
+    pub(crate) fn new(
+        nblocks: u64,
+        block_size: u64,
+        segment_size: u64,
+        capacity: u64,
+        floor: u64,
+    ) -> Self {
         let max = MAX_REGIONS.min(segment_size / 2048).max(16);
         let mut shift = 0;
         while nblocks.div_ceil(1 << shift) > max {
@@ -87,6 +95,7 @@ impl Fence {
             durable: Mutex::new((0, vec![0; n])),
             writing: Mutex::new(()),
             intents: AtomicU64::new(0),
+            raise_every: (capacity / 48 / 400).clamp(256, RAISE_EVERY),
             raise_to: AtomicU64::new(floor),
             group: Mutex::new(GroupState {
                 next: new_round(),
@@ -115,15 +124,58 @@ impl Fence {
             .map_or(u64::MAX, |t| t.load(Ordering::Acquire))
     }
 
-    /// Reclaim dropped block record `(lba, version)` while the index holds `indexed` (the
-    /// version of the LBA's entry, if any). With a newer entry the dropped record was already
-    /// shadowed (the newer one is made durable before the erase); otherwise older records of
-    /// its region are no longer trusted after a crash.
-    pub(crate) fn dropped(&self, lba: u64, version: u64, indexed: Option<u64>) {
+    /// Reclaim drops block record `(lba, version)` while the index holds `indexed` (the
+    /// version of the LBA's entry, if any). With a newer entry the dropped record is
+    /// shadowed (the newer one is made durable before the erase). Otherwise it may be the
+    /// newest record of its LBA: a *drop intent* `(lba, 1, version)` makes every older one
+    /// stale (durable by the flush before the erase); if it cannot be appended, the region's
+    /// floor rises instead. Reclaimer thread; no lock of the cache held.
+    pub(crate) fn dropped(&self, shared: &Shared, lba: u64, version: u64, indexed: Option<u64>) {
         if indexed.is_some_and(|v| v > version) {
             self.shadowed.store(true, Ordering::Release);
             return;
         }
+        let rec = BlockRecord::Intent {
+            lba,
+            blocks: 1,
+            version,
+        }
+        .write();
+        let appended = shared.flash.get().and_then(std::sync::Weak::upgrade).is_some_and(|f| {
+            match f.append_blocking(STREAM_META, &rec, Duration::ZERO) {
+                Ok(_) => true,
+                Err(flashtier_flash::Error::NoSpace | flashtier_flash::Error::Busy(_)) => f
+                    .append_blocking(shared.reclaim_stream, &rec, Duration::from_secs(1))
+                    .is_ok(),
+                Err(_) => false,
+            }
+        });
+        if appended {
+            add(&shared.stats.drop_intents, 1);
+            self.shadowed.store(true, Ordering::Release);
+            let now = shared.index.lock().next_version;
+            self.counted(now);
+        } else {
+            self.raise(lba, version);
+        }
+    }
+
+    /// One more intent appended (`now`: a version not below the newest taken). Every
+    /// `raise_every` intents all floors rise to the version noted at the previous raise,
+    /// so the intents older than it are no longer needed once the table is durable.
+    fn counted(&self, now: u64) {
+        let every = self.raise_every;
+        if self.intents.fetch_add(1, Ordering::AcqRel) % every == every - 1 {
+            let to = self.raise_to.swap(now, Ordering::AcqRel);
+            for t in &self.table {
+                t.fetch_max(to, Ordering::AcqRel);
+            }
+            self.changed.store(true, Ordering::Release);
+        }
+    }
+
+    /// Raise `lba`'s region floor to `version` (written before the next erase).
+    pub(crate) fn raise(&self, lba: u64, version: u64) {
         if let Some(t) = self.table.get((lba >> self.shift) as usize) {
             if t.fetch_max(version, Ordering::AcqRel) < version {
                 self.changed.store(true, Ordering::Release);
@@ -255,15 +307,7 @@ pub(crate) async fn intent(
             let r = flash.append(STREAM_META, &rec.write());
             if r.is_ok() {
                 index.next_version += 1;
-                if fence.intents.fetch_add(1, Ordering::AcqRel) % RAISE_EVERY == RAISE_EVERY - 1 {
-                    // Bound the intents reclaim keeps: floors rise to the version taken at
-                    // the previous raise, so older intents are covered once it is durable.
-                    let to = fence.raise_to.swap(version, Ordering::AcqRel);
-                    for t in &fence.table {
-                        t.fetch_max(to, Ordering::AcqRel);
-                    }
-                    fence.changed.store(true, Ordering::Release);
-                }
+                fence.counted(version);
             }
             r
         };

@@ -105,7 +105,7 @@ impl BlockCache {
             wm_persisted: AtomicU64::new(0),
             stats: BlockStats::default(),
             warm: Default::default(),
-            fence: Fence::new(nblocks, bs, fc.segment_size, 0),
+            fence: Fence::new(nblocks, bs, fc.segment_size, cap, 0),
             flash: std::sync::OnceLock::new(),
             reclaim_stream,
             wm_lost: AtomicBool::new(false),

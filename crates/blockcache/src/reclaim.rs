@@ -111,7 +111,9 @@ impl ReclaimHandler for Handler {
         // Every record reclaim looks at spends the budget, so a read count is lowered about
         // once per `capacity_blocks` appends however many records reclaim keeps.
         let age = self.0.take_age();
-        match index.map.get(rec.key_id) {
+        // A dropped block record, told to `fence` once the index lock is released.
+        let mut note = None;
+        let decision = match index.map.get(rec.key_id) {
             Some(e) if e.loc == loc => {
                 if e.dirty
                     || rec.version > self.0.wm_persisted.load(Ordering::Acquire)
@@ -130,18 +132,22 @@ impl ReclaimHandler for Handler {
                 } else {
                     index.remove_at(rec.key_id, loc);
                     add(&self.0.stats.replacements, 1);
-                    self.0.fence.dropped(rec.key_id, rec.version, None);
+                    note = Some(None);
                     Decision::Drop
                 }
             }
             other => {
                 if is_block {
-                    let indexed = other.map(|e| e.version);
-                    self.0.fence.dropped(rec.key_id, rec.version, indexed);
+                    note = Some(other.map(|e| e.version));
                 }
                 Decision::Drop
             }
+        };
+        drop(index);
+        if let Some(indexed) = note {
+            self.0.fence.dropped(&self.0, rec.key_id, rec.version, indexed);
         }
+        decision
     }
 
     fn relocated(&self, rec: &RecordMeta, new: Location) -> bool {
@@ -187,7 +193,7 @@ impl ReclaimHandler for Handler {
             if record_kind != RecordKind::Block {
                 continue;
             }
-            self.0.fence.dropped(m.key_id, m.version, None);
+            self.0.fence.raise(m.key_id, m.version);
             let Some(e) = index.map.get(m.key_id).filter(|e| e.loc == loc) else {
                 continue;
             };
@@ -241,10 +247,13 @@ impl ReclaimHandler for Handler {
         let mut index = self.0.index.lock();
         let indexed = index.map.get(rec.key_id).map(|e| e.version);
         let current = indexed == Some(rec.version);
+        let removed = index.remove_at(rec.key_id, rec.location.pack());
+        drop(index);
+        let newer = if current { None } else { indexed };
         self.0
             .fence
-            .dropped(rec.key_id, rec.version, if current { None } else { indexed });
-        if let Some(e) = index.remove_at(rec.key_id, rec.location.pack()) {
+            .dropped(&self.0, rec.key_id, rec.version, newer);
+        if let Some(e) = removed {
             if e.dirty {
                 add(&self.0.stats.dirty_lost, 1);
                 log::error!(
@@ -268,7 +277,7 @@ mod tests {
             wm_persisted: AtomicU64::new(u64::MAX),
             stats: BlockStats::default(),
             warm: Default::default(),
-            fence: Fence::new(1024, 4096, 1 << 20, 0),
+            fence: Fence::new(1024, 4096, 1 << 20, 64 << 20, 0),
             flash: OnceLock::new(),
             reclaim_stream: 1,
             wm_lost: AtomicBool::new(false),

@@ -118,7 +118,11 @@ counters! {
     /// Flash syncs that made intents durable (group commit: one covers every intent
     /// appended before it started).
     intent_syncs,
-    /// Floor tables written (a block record reclaim dropped raised a floor).
+    /// Drop intents appended: reclaim dropped the newest record of a block, so its older
+    /// records on flash are stale after a crash.
+    drop_intents,
+    /// Floor tables written (a floor was raised: every 65,536 intents, or a drop intent
+    /// could not be appended).
     floor_writes,
     /// Switches away from writeback started.
     mode_switches,
