@@ -3,12 +3,11 @@
 //! Rule: after a crash a clean block record `(LBA, v)` is trusted only if no intent covering
 //! the LBA has a version above `v` and `v` is above the LBA's region floor. An intent is
 //! appended and made durable (group commit, `sync`) before every backing write that does not
-//! carry a cached record's content; a floor entry is raised to the version of every block
-//! record reclaim drops (a newer record that disappears may have been the only one above an
-//! older, stale copy) and the table is made durable before the dropped records' segment is
+//! carry a cached record's content. A block record reclaim drops may have been the newest of
+//! its LBA, above an older, stale copy: it gets a drop intent, durable before its segment is
 //! erased (`before_erase`). Reclaim keeps an intent while its version is above the persisted
-//! clean watermark or above a durable floor of a region it covers, and keeps the newest
-//! durable floor table. Story: ARCHITECTURE.md "Crash rule"; bytes: docs/format.md.
+//! watermark or a durable floor of a region it covers; floors rise every `raise_every`
+//! intents. Story: docs/block-cache.md "Clean blocks after a crash"; bytes: docs/format.md.
 //! Threads: request tasks (intents), the reclaimer thread (raises, `persist_blocking`).
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
