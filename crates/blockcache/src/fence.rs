@@ -62,6 +62,9 @@ pub(crate) struct Fence {
     /// Version every floor is raised to at the next raise (taken at the previous one).
     raise_to: AtomicU64,
     group: Mutex<GroupState>,
+    /// One bit per LBA: a record of it was found at open or appended since (never cleared).
+    /// A write around blocks none of which ever had a record needs no intent.
+    seen: Vec<AtomicU64>,
 }
 
 fn new_round() -> Arc<Round> {
@@ -100,7 +103,28 @@ impl Fence {
                 next: new_round(),
                 running: false,
             }),
+            seen: (0..nblocks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+
+    /// A record of `lba` exists (found at open, or about to be appended).
+    pub(crate) fn saw(&self, lba: u64) {
+        if let Some(w) = self.seen.get((lba / 64) as usize) {
+            w.fetch_or(1 << (lba % 64), Ordering::AcqRel);
+        }
+    }
+
+    /// Whether any of `first..=last` ever had a record (then a write around needs an intent).
+    pub(crate) fn any_seen(&self, first: u64, last: u64) -> bool {
+        (first / 64..=last / 64).any(|i| {
+            let Some(w) = self.seen.get(i as usize) else {
+                return true;
+            };
+            let lo = if i == first / 64 { first % 64 } else { 0 };
+            let hi = if i == last / 64 { last % 64 } else { 63 };
+            let mask = (u64::MAX >> (63 - hi)) & (u64::MAX << lo);
+            w.load(Ordering::Acquire) & mask != 0
+        })
     }
 
     /// Regions in the table.
@@ -284,7 +308,8 @@ impl Fence {
 }
 
 /// Append the intent for blocks `first..=last` and make it durable (group commit), before a
-/// backing write around the cache. Caller holds the blocks' stripe locks.
+/// backing write around the cache; nothing if none of them ever had a record (no older
+/// copy can come back). Caller holds the blocks' stripe locks.
 pub(crate) async fn intent(
     shared: &Arc<Shared>,
     flash: &Arc<Flash>,
@@ -292,6 +317,10 @@ pub(crate) async fn intent(
     last: u64,
 ) -> Result<(), String> {
     let fence = &shared.fence;
+    if !fence.any_seen(first, last) {
+        add(&shared.stats.intents_skipped, 1);
+        return Ok(());
+    }
     let deadline = Instant::now() + Duration::from_secs(5);
     let blocks = u32::try_from(last - first + 1).map_err(|_| "intent range too long")?;
     loop {
@@ -357,5 +386,49 @@ async fn run_rounds(shared: &Shared, flash: &Flash) {
         add(&shared.stats.intent_syncs, 1);
         let res = flash.flush().await.map_err(|e| e.to_string());
         round.0.send_replace(Some(res));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seen_bits_cover_exactly_the_lbas_set() {
+        let f = Fence::new(1000, 4096, 1 << 20, 64 << 20, 0);
+        assert!(!f.any_seen(0, 999));
+        f.saw(130);
+        for (a, b, want) in [
+            (0, 129, false),
+            (131, 999, false),
+            (130, 130, true),
+            (0, 999, true),
+            (128, 191, true),
+            (64, 127, false),
+        ] {
+            assert_eq!(f.any_seen(a, b), want, "{a}..={b}");
+        }
+        f.saw(63);
+        assert!(f.any_seen(63, 63) && f.any_seen(0, 63) && !f.any_seen(0, 62));
+    }
+
+    #[test]
+    fn regions_and_raises_are_bounded() {
+        let f = Fence::new(1 << 20, 4096, 8 << 20, 64 << 20, 5);
+        assert!(f.regions() as u64 <= MAX_REGIONS);
+        assert_eq!(f.floor(12345), 5);
+        f.raise(12345, 9);
+        assert_eq!(f.floor(12345), 9);
+        assert_eq!(f.floor(0), 5);
+        // Every `raise_every` intents floors rise to the version of the previous raise.
+        let every = f.raise_every;
+        for i in 0..every {
+            f.counted(100 + i);
+        }
+        assert_eq!(f.floor(0), 5, "first raise: to the floor at open");
+        for i in 0..every {
+            f.counted(1000 + i);
+        }
+        assert_eq!(f.floor(0), 100 + every - 1);
     }
 }

@@ -139,6 +139,7 @@ impl BlockCache {
                 dead.push(m.location);
                 return;
             }
+            shared.fence.saw(m.key_id);
             match newest.get(&m.key_id) {
                 Some(o) if o.version > m.version => dead.push(m.location),
                 _ => {

@@ -118,6 +118,9 @@ counters! {
     /// Flash syncs that made intents durable (group commit: one covers every intent
     /// appended before it started).
     intent_syncs,
+    /// Writes around the cache that needed no intent: none of their blocks ever had a
+    /// record on the cache device.
+    intents_skipped,
     /// Drop intents appended: reclaim dropped the newest record of a block, so its older
     /// records on flash are stale after a crash.
     drop_intents,
