@@ -2,15 +2,17 @@
 # The cost of backing-write intents: writes around the cache (writearound mode) through NBD
 # with two flashtier binaries in one run — BEFORE (no intents) and FLASHTIER — same backing
 # (nbdkit file, delay filter), same cache size: fio sequential 64 KiB writes and random
-# 4 KiB writes, QD16, then the server's intents_written / intent_syncs (one sync covers
-# every intent appended before it started: the group commit).
+# 4 KiB writes, QD16, over a region the cache holds (read first: every write needs an
+# intent) and over one it never held (no intent needed), then the server's intents_written
+# / intent_syncs (one sync covers every intent appended before it started: group commit).
 #
 # Usage: scripts/bench/block-intent-cost.sh [OUTDIR]
 # Env: BEFORE (binary without intents, required), FLASHTIER (target/release/flashtier),
-#      SIZE (1G), CACHE (256M), DELAY (backing delay, 1ms), RUNTIME (s per fio run, 15).
+#      SIZE (device, 1G; each region is SIZE/4), CACHE (512M), DELAY (backing delay, 1ms),
+#      RUNTIME (s per fio run, 15).
 set -euo pipefail
 SIZE=${SIZE:-1G}
-CACHE=${CACHE:-256M}
+CACHE=${CACHE:-512M}
 DELAY=${DELAY:-1ms}
 RUNTIME=${RUNTIME:-15}
 BEFORE=${BEFORE:?set BEFORE to a flashtier binary without intents}
@@ -23,9 +25,11 @@ FT=$AFTER
 block_setup ftintent
 slow_backing --threads=16
 URI="nbd+unix:///?socket=$W/ft.sock"
-fio_run() { # name rw bs
+BYTES=$(numfmt --from=iec "$SIZE")
+REGION=$((BYTES / 4))
+fio_run() { # name rw bs offset
     fio --name="$1" --ioengine=nbd --uri="$URI" --rw="$2" --bs="$3" --iodepth=16 \
-        --size="$SIZE" --runtime="$RUNTIME" --time_based --randrepeat=0 \
+        --offset="$4" --size="$REGION" --runtime="$RUNTIME" --time_based --randrepeat=0 \
         --output-format=json >"$OUT/$1.json" 2>/dev/null
     python3 -c '
 import json,sys
@@ -38,14 +42,21 @@ echo "size=$SIZE cache=$CACHE delay=$DELAY runtime=${RUNTIME}s mode=writearound 
 for which in before after; do
     if [ $which = before ]; then FT=$BEFORE; else FT=$AFTER; fi
     rm -f "$W/cache.img"
-    start_flashtier "$OUT/flashtier-$which.log" --mode writearound
-    for load in "seqwrite write 64k" "randwrite randwrite 4k"; do
+    start_flashtier "$OUT/flashtier-$which.log" --mode writearound --seq-threshold-kb 0
+    # Cache the first region (reads are admitted in writearound mode).
+    fio --name=fill --ioengine=nbd --uri="$URI" --rw=read --bs=1m --iodepth=8 \
+        --size="$REGION" --output-format=json >/dev/null 2>&1
+    echo "$which: cached_blocks=$(stat cached_blocks) after reading region 0" >>"$S"
+    for load in "cached-seq write 64k 0" "cached-rand randwrite 4k 0" \
+        "uncached-seq write 64k $((2 * REGION))" "uncached-rand randwrite 4k $((2 * REGION))"; do
         set -- $load
         ctl reset-stats >/dev/null
-        r=$(fio_run "$which-$1" "$2" "$3")
-        cpu=$(ps -o times= -p "$FTPID" | tr -d ' ')
+        c0=$(ps -o times= -p "$FTPID" | tr -d ' ')
+        r=$(fio_run "$which-$1" "$2" "$3" "$4")
+        c1=$(ps -o times= -p "$FTPID" | tr -d ' ')
         echo "$which $1 bs=$3: $r intents_written=$(stat intents_written)" \
-            "intent_syncs=$(stat intent_syncs) server_cpu_s_total=$cpu" >>"$S"
+            "intent_syncs=$(stat intent_syncs) intents_skipped=$(stat intents_skipped)" \
+            "server_cpu_s=$((c1 - c0))" >>"$S"
     done
     kill "$FTPID"
     wait "$FTPID" 2>/dev/null || true
