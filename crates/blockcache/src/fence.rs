@@ -103,7 +103,9 @@ impl Fence {
                 next: new_round(),
                 running: false,
             }),
-            seen: (0..nblocks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            seen: (0..nblocks.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
         }
     }
 
@@ -164,15 +166,19 @@ impl Fence {
             version,
         }
         .write();
-        let appended = shared.flash.get().and_then(std::sync::Weak::upgrade).is_some_and(|f| {
-            match f.append_blocking(STREAM_META, &rec, Duration::ZERO) {
-                Ok(_) => true,
-                Err(flashtier_flash::Error::NoSpace | flashtier_flash::Error::Busy(_)) => f
-                    .append_blocking(shared.reclaim_stream, &rec, Duration::from_secs(1))
-                    .is_ok(),
-                Err(_) => false,
-            }
-        });
+        let appended = shared
+            .flash
+            .get()
+            .and_then(std::sync::Weak::upgrade)
+            .is_some_and(
+                |f| match f.append_blocking(STREAM_META, &rec, Duration::ZERO) {
+                    Ok(_) => true,
+                    Err(flashtier_flash::Error::NoSpace | flashtier_flash::Error::Busy(_)) => f
+                        .append_blocking(shared.reclaim_stream, &rec, Duration::from_secs(1))
+                        .is_ok(),
+                    Err(_) => false,
+                },
+            );
         if appended {
             add(&shared.stats.drop_intents, 1);
             self.shadowed.store(true, Ordering::Release);

@@ -19,10 +19,10 @@
 mod admission;
 mod backend;
 mod block_io;
-mod fence;
-mod fence_found;
 pub mod cache;
 pub mod error;
+mod fence;
+mod fence_found;
 pub mod flush;
 pub mod index;
 pub mod lbamap;

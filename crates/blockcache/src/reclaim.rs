@@ -18,10 +18,10 @@ use flashtier_flash::{Decision, Flash, Location, LostRecord, ReclaimHandler, Rec
 use parking_lot::Mutex;
 
 use crate::cache::STREAM_DATA;
+use crate::fence::Fence;
 use crate::index::Index;
 use crate::record::{BlockRecord, RecordKind};
 use crate::stats::{add, BlockStats};
-use crate::fence::Fence;
 use crate::warm::Warm;
 
 /// State shared with the reclaim handler.
@@ -145,7 +145,9 @@ impl ReclaimHandler for Handler {
         };
         drop(index);
         if let Some(indexed) = note {
-            self.0.fence.dropped(&self.0, rec.key_id, rec.version, indexed);
+            self.0
+                .fence
+                .dropped(&self.0, rec.key_id, rec.version, indexed);
         }
         decision
     }

@@ -51,7 +51,10 @@ async fn crash_images_under_reclaim_stay_correct_and_warm() {
         }
         // Right after the (crash) restart: every byte is the model's.
         let got = cache.read(0, SIZE as u32).await.expect("read");
-        assert!(got[..] == model[..], "round {round}: wrong data after a crash");
+        assert!(
+            got[..] == model[..],
+            "round {round}: wrong data after a crash"
+        );
         let wb = cache.start();
         // Reads over a range larger than the flash (admissions, reclaim), writeback writes.
         for _ in 0..400 {
@@ -112,7 +115,16 @@ async fn crash_images_under_reclaim_stay_correct_and_warm() {
     assert!(got[..] == model[..], "wrong data after the last crash");
     cache.stop();
     eprintln!("warm rounds {warm_rounds}/7, stale dropped {stale}, drop intents {drops}");
-    assert!(drops > 100, "reclaim dropped no newest record: the test lost its point");
-    assert!(stale > 7, "no write around the cache made a cached copy stale");
-    assert!(warm_rounds >= 6, "clean blocks kept after only {warm_rounds} of 7 crashes");
+    assert!(
+        drops > 100,
+        "reclaim dropped no newest record: the test lost its point"
+    );
+    assert!(
+        stale > 7,
+        "no write around the cache made a cached copy stale"
+    );
+    assert!(
+        warm_rounds >= 6,
+        "clean blocks kept after only {warm_rounds} of 7 crashes"
+    );
 }

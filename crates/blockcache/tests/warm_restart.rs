@@ -130,7 +130,10 @@ async fn clean_blocks_survive_clean_shutdown_not_crash() {
     let before = stat(&cache, "read_hits");
     let got = cache.read(0, SIZE as u32).await.expect("read");
     assert!(got[..] == model[..], "stale block after a crash");
-    assert_eq!(stat(&cache, "read_hits") - before, rec.clean_kept + rec.dirty_blocks);
+    assert_eq!(
+        stat(&cache, "read_hits") - before,
+        rec.clean_kept + rec.dirty_blocks
+    );
     cache.stop();
 
     // A stop without a snapshot (run 2's device after `stop`) is a crash as well: warm.
@@ -236,7 +239,10 @@ async fn crash_after_warm_start_never_serves_stale_blocks() {
         dev = Arc::new(MemoryDevice::from_image("flash", image));
         let cache = open(&dev, &backing);
         let rec = cache.recovery().clone();
-        assert!(rec.clean_kept > 0, "round {round}: cold after the crash {rec:?}");
+        assert!(
+            rec.clean_kept > 0,
+            "round {round}: cold after the crash {rec:?}"
+        );
         let got = cache.read(0, SIZE as u32).await.expect("read");
         assert!(
             got[..] == model[..],

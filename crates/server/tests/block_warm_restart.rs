@@ -168,7 +168,10 @@ async fn kill9_right_after_writes_around_never_serves_the_older_copy() {
         );
         drop(client);
     }
-    assert_eq!(kept_rounds, 6, "every restart after kill -9 keeps clean blocks");
+    assert_eq!(
+        kept_rounds, 6,
+        "every restart after kill -9 keeps clean blocks"
+    );
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
