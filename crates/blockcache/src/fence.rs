@@ -50,9 +50,6 @@ pub(crate) struct Fence {
     table: Vec<AtomicU64>,
     /// A floor was raised since the table was last made durable.
     changed: AtomicBool,
-    /// A record was dropped without a raise because a newer one of its LBA is indexed: that
-    /// newer record must be durable before the erase (a flush).
-    shadowed: AtomicBool,
     /// The newest durable table's record version and entries (reclaim's intent rule).
     durable: Mutex<(u64, Vec<u64>)>,
     /// Serializes table writes: a later version always holds every earlier raise.
@@ -93,7 +90,6 @@ impl Fence {
             nblocks,
             table: (0..n).map(|_| AtomicU64::new(floor)).collect(),
             changed: AtomicBool::new(true),
-            shadowed: AtomicBool::new(false),
             durable: Mutex::new((0, vec![0; n])),
             writing: Mutex::new(()),
             intents: AtomicU64::new(0),
@@ -151,13 +147,12 @@ impl Fence {
 
     /// Reclaim drops block record `(lba, version)` while the index holds `indexed` (the
     /// version of the LBA's entry, if any). With a newer entry the dropped record is
-    /// shadowed (the newer one is made durable before the erase). Otherwise it may be the
-    /// newest record of its LBA: a *drop intent* `(lba, 1, version)` makes every older one
-    /// stale (durable by the flush before the erase); if it cannot be appended, the region's
-    /// floor rises instead. Reclaimer thread; no lock of the cache held.
+    /// shadowed (the engine flushes before every erase, so the newer one is durable by then).
+    /// Otherwise it may be the newest record of its LBA: a *drop intent* `(lba, 1, version)`
+    /// makes every older one stale (durable by that same flush); if it cannot be appended,
+    /// the region's floor rises instead. Reclaimer thread; no lock of the cache held.
     pub(crate) fn dropped(&self, shared: &Shared, lba: u64, version: u64, indexed: Option<u64>) {
         if indexed.is_some_and(|v| v > version) {
-            self.shadowed.store(true, Ordering::Release);
             return;
         }
         let rec = BlockRecord::Intent {
@@ -181,7 +176,6 @@ impl Fence {
             );
         if appended {
             add(&shared.stats.drop_intents, 1);
-            self.shadowed.store(true, Ordering::Release);
             let now = shared.index.lock().next_version;
             self.counted(now);
         } else {
@@ -233,15 +227,8 @@ impl Fence {
     /// (blocking: the reclaimer thread and open).
     pub(crate) fn persist_blocking(&self, shared: &Shared, flash: &Flash) -> Result<(), String> {
         if !self.changed.load(Ordering::Acquire) {
-            if self.shadowed.swap(false, Ordering::AcqRel) {
-                if let Err(e) = flash.flush().wait() {
-                    self.shadowed.store(true, Ordering::Release);
-                    return Err(format!("flushing before an erase: {e}"));
-                }
-            }
             return Ok(());
         }
-        self.shadowed.store(false, Ordering::Release);
         let _w = self.writing.lock();
         self.changed.store(false, Ordering::Release);
         let version = shared.index.lock().take_version();
