@@ -57,7 +57,7 @@ fn pattern(seed: u64, n: usize) -> Vec<u8> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn clean_blocks_survive_clean_shutdown_not_crash() {
+async fn clean_blocks_survive_clean_shutdown_and_crash() {
     let dev = Arc::new(MemoryDevice::new("flash", 16 << 20));
     let backing = Arc::new(MemoryBackend::new(SIZE));
     let mut model = pattern(1, SIZE);
