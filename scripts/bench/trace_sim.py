@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Replay a `flashtier block --trace` file against simulated caches of a given capacity in
 blocks and report the read hit ratio (block level, as flashtier's read_hits/reads) of LRU,
-FIFO, S3-FIFO and Belady's OPT (offline optimal with bypass: the ceiling of any cache of
-that size), with writes allocating (a write-back cache caches every written block) and with
+FIFO, S3-FIFO, Belady's OPT (offline optimal with bypass: the ceiling of any cache of that
+size) and INF (unbounded: only first touches miss), with writes allocating (a write-back cache caches every written block) and with
 the reads alone (writes dropped from the stream). Per phase when a phases file (mysql.sh
 TRACE=1: <config>-phases.txt) is given; the cache stays warm across phases, as the real one.
 
@@ -161,7 +161,15 @@ def opt(cap, stream):
                 del cache[b]
 
 
-POLICIES = {"LRU": lru, "FIFO": fifo, "S3-FIFO": s3fifo, "OPT": opt}
+def infinite(cap, stream):
+    """No eviction: only first accesses miss (the bound of any cache on this trace)."""
+    seen = set()
+    for blk, kind in stream:
+        yield blk in seen
+        seen.add(blk)
+
+
+POLICIES = {"LRU": lru, "FIFO": fifo, "S3-FIFO": s3fifo, "OPT": opt, "INF": infinite}
 
 
 def simulate(policy, cap, blocks, kinds, ph, nphases, writes_allocate):
@@ -212,7 +220,8 @@ def main():
     ap.add_argument("--stats")
     ap.add_argument("--capacity", help="blocks, comma-separated (default: --stats capacity_blocks)")
     ap.add_argument("--block-size", type=int, default=4096)
-    ap.add_argument("--policies", default="LRU,FIFO,S3-FIFO,OPT")
+    ap.add_argument("--policies", default="LRU,FIFO,S3-FIFO,OPT,INF",
+                    help="of LRU, FIFO, S3-FIFO, OPT, INF (an unbounded cache)")
     ap.add_argument("--json")
     a = ap.parse_args()
     caps = []
