@@ -3,8 +3,9 @@
 blocks and report the read hit ratio (block level, as flashtier's read_hits/reads) of LRU,
 FIFO, S3-FIFO, Belady's OPT (offline optimal with bypass: the ceiling of any cache of that
 size) and INF (unbounded: only first touches miss), with writes allocating (a write-back
-cache caches every written block) and with the reads alone (writes dropped from the stream). Per phase when a phases file (mysql.sh
-TRACE=1: <config>-phases.txt) is given; the cache stays warm across phases, as the real one.
+cache caches every written block) and with the reads alone (writes dropped from the stream).
+Per phase when a phases file (mysql.sh TRACE=1: <config>-phases.txt) is given; the cache
+stays warm across phases, as the real one.
 
 Usage: trace_sim.py TRACE [--phases FILE] [--samples FILE] [--capacity N[,N..]]
                     [--stats FILE] [--block-size 4096] [--json OUT]
