@@ -2,8 +2,10 @@
 """Replay a `flashtier block --trace` file against simulated caches of a given capacity in
 blocks and report the read hit ratio (block level, as flashtier's read_hits/reads) of LRU,
 FIFO, S3-FIFO, Belady's OPT (offline optimal with bypass: the ceiling of any cache of that
-size) and INF (unbounded: only first touches miss), with writes allocating (a write-back
-cache caches every written block) and with the reads alone (writes dropped from the stream).
+size), INF (unbounded: only first touches miss), and per phase TOP-C (the cap blocks read
+most in the phase: a perfect-knowledge static LFU, held from the phase's start or, "cold",
+missing once each), with writes allocating (a write-back cache caches every written block)
+and with the reads alone (writes dropped from the stream).
 Per phase when a phases file (mysql.sh TRACE=1: <config>-phases.txt) is given; the cache
 stays warm across phases, as the real one.
 
@@ -162,6 +164,27 @@ def opt(cap, stream):
                 del cache[b]
 
 
+def lru_second(cap, stream):
+    """LRU that admits a read miss only on its second miss within a ghost list of the last
+    `cap` missed blocks (2Q's A1out / a doorkeeper); writes are always admitted."""
+    c = collections.OrderedDict()
+    ghost = collections.OrderedDict()
+    for blk, kind in stream:
+        hit = blk in c
+        if hit:
+            c.move_to_end(blk)
+        elif kind == WRITE or blk in ghost:
+            ghost.pop(blk, None)
+            c[blk] = None
+            if len(c) > cap:
+                c.popitem(last=False)
+        else:
+            ghost[blk] = None
+            if len(ghost) > cap:
+                ghost.popitem(last=False)
+        yield hit
+
+
 def infinite(cap, stream):
     """No eviction: only first accesses miss (the bound of any cache on this trace)."""
     seen = set()
@@ -170,7 +193,8 @@ def infinite(cap, stream):
         seen.add(blk)
 
 
-POLICIES = {"LRU": lru, "FIFO": fifo, "S3-FIFO": s3fifo, "OPT": opt, "INF": infinite}
+POLICIES = {"LRU": lru, "FIFO": fifo, "S3-FIFO": s3fifo, "LRU-2ND": lru_second, "OPT": opt,
+            "INF": infinite}
 
 
 def simulate(policy, cap, blocks, kinds, ph, nphases, writes_allocate):
@@ -221,8 +245,9 @@ def main():
     ap.add_argument("--stats")
     ap.add_argument("--capacity", help="blocks, comma-separated (default: --stats capacity_blocks)")
     ap.add_argument("--block-size", type=int, default=4096)
-    ap.add_argument("--policies", default="LRU,FIFO,S3-FIFO,OPT,INF",
-                    help="of LRU, FIFO, S3-FIFO, OPT, INF (an unbounded cache)")
+    ap.add_argument("--policies", default="LRU,FIFO,S3-FIFO,LRU-2ND,OPT,INF",
+                    help="of LRU, FIFO, S3-FIFO, LRU-2ND (admit on a second miss), OPT, INF "
+                    "(an unbounded cache)")
     ap.add_argument("--json")
     a = ap.parse_args()
     caps = []
@@ -287,6 +312,19 @@ def main():
                 label = f"{pol} cap={cap} {'wr-alloc' if wa else 'reads-only'}"
                 print(f"{label:32} " + " ".join(
                     f"{x if x is not None else '-':>8}" for x in row["read_hit_pct"]), flush=True)
+    # Static oracle per phase: the `cap` blocks read most often in the phase, held from the
+    # phase's start (a perfect-knowledge LFU; IRM's best online policy converges to it).
+    res["top_c"] = []
+    for cap in caps:
+        held, cold = [], []
+        for p in range(nph):
+            cnt = collections.Counter(b for b, k, q in zip(blocks, kinds, ph) if k == READ and q == p)
+            top = cnt.most_common(cap)
+            held.append(pct(sum(c for _, c in top), reads[p]))
+            cold.append(pct(sum(c - 1 for _, c in top), reads[p]))
+        res["top_c"].append({"capacity_blocks": cap, "held_pct": held, "cold_pct": cold})
+        for label, row in ((f"TOP-C held cap={cap}", held), (f"TOP-C cold cap={cap}", cold)):
+            print(f"{label:32} " + " ".join(f"{x if x is not None else '-':>8}" for x in row))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
