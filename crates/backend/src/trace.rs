@@ -285,7 +285,13 @@ mod tests {
         let ops: Vec<_> = r.iter().map(|x| (x.1, x.2, x.3)).collect();
         assert_eq!(
             ops,
-            vec![(4096, 8192, 1), (8192, 4096, 0), (0, 0, 4), (0, 512, 2), (4096, 4096, 3)]
+            vec![
+                (4096, 8192, 1),
+                (8192, 4096, 0),
+                (0, 0, 4),
+                (0, 512, 2),
+                (4096, 4096, 3)
+            ]
         );
         assert!(r.windows(2).all(|w| w[0].0 <= w[1].0), "times ascend");
         // After finish: dropped, not written.

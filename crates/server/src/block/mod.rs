@@ -140,7 +140,7 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
     };
     let server = Server::new(
         vec![Export::new(cfg.export.clone(), served_backend)
-        .with_description("flashtier block cache")],
+            .with_description("flashtier block cache")],
         ServerConfig::default(),
     )?;
     let listen_addr = listener
