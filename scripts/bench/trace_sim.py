@@ -12,7 +12,8 @@ stays warm across phases, as the real one.
 Usage: trace_sim.py TRACE [--phases FILE] [--samples FILE] [--capacity N[,N..]]
                     [--stats FILE] [--block-size 4096] [--json OUT]
 --stats: take capacity_blocks from a flashtier stats file; --samples: flashtier's own read
-hit ratio per phase from mysql.sh's sampler (cumulative counters every few seconds).
+hit ratio per phase from mysql.sh's sampler (cumulative counters every few seconds). A TRACE
+ending in .xz is decompressed.
 stdlib only.
 """
 import argparse
@@ -20,6 +21,7 @@ import bisect
 import collections
 import heapq
 import json
+import lzma
 import struct
 import sys
 
@@ -28,7 +30,7 @@ OPS = {0: READ, 1: WRITE, 3: WRITE}  # read, write, write zeroes; trim/flush/cac
 
 
 def load_trace(path, bs):
-    with open(path, "rb") as f:
+    with (lzma.open if path.endswith(".xz") else open)(path, "rb") as f:
         data = f.read()
     if data[:8] != b"FTTRACE1":
         sys.exit(f"{path}: not a flashtier trace (magic {data[:8]!r})")
