@@ -250,6 +250,9 @@ def main():
     ap.add_argument("--policies", default="LRU,FIFO,S3-FIFO,LRU-2ND,OPT,INF",
                     help="of LRU, FIFO, S3-FIFO, LRU-2ND (admit on a second miss), OPT, INF "
                     "(an unbounded cache)")
+    ap.add_argument("--modes", default="wr-alloc,reads-only",
+                    help="wr-alloc (writes allocate), reads-only (writes dropped), or both")
+    ap.add_argument("--no-top-c", action="store_true", help="skip the TOP-C oracle")
     ap.add_argument("--json")
     a = ap.parse_args()
     caps = []
@@ -305,7 +308,7 @@ def main():
         print(f"{'flashtier (measured)':32} " + " ".join(
             f"{x if x is not None else '-':>8}" for x in res["flashtier"]["read_hit_pct"]))
     for cap in caps:
-        for wa in (True, False):
+        for wa in [m == "wr-alloc" for m in a.modes.split(",")]:
             for pol in a.policies.split(","):
                 h, r = simulate(pol, cap, blocks, kinds, ph, nph, wa)
                 row = {"policy": pol, "capacity_blocks": cap, "writes_allocate": wa,
@@ -317,7 +320,7 @@ def main():
     # Static oracle per phase: the `cap` blocks read most often in the phase, held from the
     # phase's start (a perfect-knowledge LFU; IRM's best online policy converges to it).
     res["top_c"] = []
-    for cap in caps:
+    for cap in [] if a.no_top_c else caps:
         held, cold = [], []
         for p in range(nph):
             cnt = collections.Counter(b for b, k, q in zip(blocks, kinds, ph) if k == READ and q == p)
