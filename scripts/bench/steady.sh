@@ -22,7 +22,8 @@
 #   seed 1, for both phases until 2026-11-26), which rewards keeping what was written in the
 #   overwrite's first seconds rather than popular keys (docs/benchmarks.md, "Steady state").
 #   PRESENCE [0]: 1 -> after the read phase GET every key (scripts/bench/presence.py): items
-#   held per popularity band and the zipf mass they cover, in raw/LABEL/presence.json
+#   held per popularity band and the zipf mass they cover, in raw/LABEL/presence.json; every
+#   run also writes misses.md (scripts/bench/misses.py: flashtier's misses by cause)
 # Full mode: 8 runs of ~75 s, about 10 minutes.
 NAME=steady
 QUICK=${QUICK:-0}
@@ -81,4 +82,5 @@ for mem in $MEMS; do
 done
 log "load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 "$ROOT/scripts/bench/tables.py" steady "$OUT" | tee "$OUT/summary.md"
+python3 "$ROOT/scripts/bench/misses.py" "$OUT" > "$OUT/misses.md" || log "misses.py failed"
 log "done: $OUT/summary.md"

@@ -15,9 +15,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub(crate) enum Cause {
-    /// Flash reclaim dropped it unhit, appended at least one turnover (items held) ago.
+    /// Flash reclaim dropped it (unhit past the budget, or past the keep limit), appended at
+    /// least half a turnover (items held ÷ 2) ago.
     ReclaimOld = 1,
-    /// Flash reclaim dropped it unhit although appended within the last turnover.
+    /// Flash reclaim dropped it although appended within the last half turnover.
     ReclaimYoung = 2,
     /// RAM evicted it and no flash copy took it.
     RamEvicted = 3,

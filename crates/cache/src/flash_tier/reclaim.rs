@@ -112,7 +112,7 @@ impl Inner {
                 let expired = m.exptime != 0 && m.exptime <= self.now();
                 let cause = if expired {
                     Cause::Expired
-                } else if self.appended_within_turnover(tier, m) {
+                } else if self.recently_appended(tier, m) {
                     Cause::ReclaimYoung
                 } else {
                     Cause::ReclaimOld
@@ -135,10 +135,11 @@ impl Inner {
         }
     }
 
-    /// True when fewer versions were appended since `m` than the cache holds items (one
-    /// turnover): how the stats tell a recent write dropped from a cold item dropped.
-    fn appended_within_turnover(&self, tier: &FlashTier, m: &RecordMeta) -> bool {
-        tier.current_version().saturating_sub(m.version) < self.index.len()
+    /// True when fewer versions were appended since `m` than half the items the cache holds
+    /// (half a turnover; a FIFO would drop at about one): how the stats tell a recent write
+    /// dropped from a cold item dropped.
+    fn recently_appended(&self, tier: &FlashTier, m: &RecordMeta) -> bool {
+        tier.current_version().saturating_sub(m.version) < self.index.len() / 2
     }
 
     fn reclaim_decide(&self, m: &RecordMeta) -> Decision {
@@ -182,7 +183,7 @@ impl Inner {
                 return Decision::Keep;
             }
             Counters::add(
-                if self.appended_within_turnover(tier, m) {
+                if self.recently_appended(tier, m) {
                     &c.reclaim_dropped_young
                 } else {
                     &c.reclaim_dropped_old
