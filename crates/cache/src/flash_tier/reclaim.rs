@@ -178,12 +178,13 @@ impl Inner {
             if tier.has_room() {
                 return Decision::Keep;
             }
-            if tier.compaction_budget() {
+            let young = self.recently_appended(tier, m);
+            if tier.compaction_budget(young) {
                 Counters::add(&c.reclaim_kept_unhit, 1);
                 return Decision::Keep;
             }
             Counters::add(
-                if self.recently_appended(tier, m) {
+                if young {
                     &c.reclaim_dropped_young
                 } else {
                     &c.reclaim_dropped_old
