@@ -55,10 +55,6 @@ pub const MAX_PROMOTING: u32 = 4;
 /// Reclaim compacts unhit live items (instead of dropping them) while the device bytes
 /// written stay under this many times the value bytes stored (docs/eviction.md).
 pub const WRITE_BUDGET: f64 = 1.2;
-/// The budget for unhit items appended recently (within half a turnover, see `reclaim`):
-/// recent writes are warmer than items nobody wrote or read for longer, so past
-/// [`WRITE_BUDGET`] reclaim drops old unhit items first and keeps young ones up to this.
-pub const YOUNG_WRITE_BUDGET: f64 = 1.3;
 
 /// Counters of the flash tier (relaxed atomics, any thread).
 #[derive(Debug, Default)]
@@ -256,13 +252,12 @@ impl FlashTier {
         self.version.load(Ordering::Relaxed)
     }
 
-    /// True while compaction may keep an unhit item: device writes within [`WRITE_BUDGET`]
-    /// of the value bytes stored, or [`YOUNG_WRITE_BUDGET`] for a `young` one.
-    pub fn compaction_budget(&self, young: bool) -> bool {
+    /// True while compaction may keep unhit items: device writes within [`WRITE_BUDGET`]
+    /// of the value bytes stored.
+    pub fn compaction_budget(&self) -> bool {
         let written = flashtier_flash::FlashStats::get(&self.flash.stats().device_bytes_written);
         let stored = self.counters.bytes_stored.load(Ordering::Relaxed);
-        let budget = if young { YOUNG_WRITE_BUDGET } else { WRITE_BUDGET };
-        (written as f64) <= budget * stored as f64
+        (written as f64) <= WRITE_BUDGET * stored as f64
     }
 
     /// A repeat hit on a flash item: true when it should be copied back to RAM

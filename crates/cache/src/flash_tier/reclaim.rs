@@ -178,13 +178,12 @@ impl Inner {
             if tier.has_room() {
                 return Decision::Keep;
             }
-            let young = self.recently_appended(tier, m);
-            if tier.compaction_budget(young) {
+            if tier.compaction_budget() {
                 Counters::add(&c.reclaim_kept_unhit, 1);
                 return Decision::Keep;
             }
             Counters::add(
-                if young {
+                if self.recently_appended(tier, m) {
                     &c.reclaim_dropped_young
                 } else {
                     &c.reclaim_dropped_old
