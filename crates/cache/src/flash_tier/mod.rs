@@ -115,7 +115,8 @@ pub struct TierCounters {
     pub bytes_stored: AtomicU64,
     /// Reclaim verdicts on referenced items while flash was full: kept because hit since
     /// the last pass; kept (compacted) unhit; dropped unhit although young (appended fewer
-    /// versions ago than half the items the cache holds); dropped unhit and older. Together they say whether reclaim loses recent writes or cold ones.
+    /// versions ago than half the items the cache holds); dropped unhit and older.
+    /// Together they say whether reclaim loses recent writes or cold ones.
     pub reclaim_kept_hit: AtomicU64,
     pub reclaim_kept_unhit: AtomicU64,
     pub reclaim_dropped_young: AtomicU64,
