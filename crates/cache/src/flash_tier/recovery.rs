@@ -75,7 +75,14 @@ impl Recovered {
                     loc: m.location,
                 };
                 match self.best.get_mut(&m.key_id) {
-                    Some(b) if b.version > m.version => {
+                    // Older; or a drop note of the very version already found (the version
+                    // itself, being on flash, is never stale).
+                    Some(b)
+                        if b.version > m.version
+                            || (b.version == m.version
+                                && b.kind == KvKind::Put
+                                && kind == KvKind::Tombstone) =>
+                    {
                         if kind == KvKind::Put {
                             self.superseded.push(m.location);
                         }
