@@ -105,14 +105,7 @@ fn trial(kill: bool, seed: u64) {
     let wb = format!("write_back_ms={WINDOW_MS}");
     let fl = format!("flush_interval_ms={FLUSH_MS}");
     let args = [
-        "--memory",
-        "8MiB",
-        "--flash",
-        &spec,
-        "--knob",
-        &wb,
-        "--knob",
-        &fl,
+        "--memory", "8MiB", "--flash", &spec, "--knob", &wb, "--knob", &fl,
     ];
     let mut server = Server::start(&args);
     let mut c = server.connect();
