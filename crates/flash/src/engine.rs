@@ -118,6 +118,12 @@ pub trait ReclaimHandler: Send + Sync + 'static {
     /// Called once per failed write, in write order, before the device's next write is
     /// reported as failed.
     fn lost(&self, recs: &[LostRecord]);
+    /// A reclaimed segment is about to be erased (its header zeroed, after the copies of its
+    /// kept records were made durable): the user's last chance to make durable what must
+    /// outlive the dropped records. An error leaves the segment sealed (nothing erased).
+    fn before_erase(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
 }
 
 /// A record whose write failed (see [`ReclaimHandler::lost`]).

@@ -348,6 +348,9 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
     // a write buffer).
     inner.flush().wait()?;
     FlashStats::add(&stats.records_dropped, dropped);
+    handler
+        .before_erase()
+        .map_err(|e| Error::io(&name, "before erase", std::io::Error::other(e)))?;
     // Zero the header page so recovery never resurrects this segment's records.
     let zero = Arc::new(AlignedBuf::zeroed(PAGE as usize));
     if let Err(e) = run_one(
