@@ -25,14 +25,7 @@ fn open() -> Cache {
     Cache::new(cfg).unwrap()
 }
 
-fn ext(c: &Cache, name: &str) -> u64 {
-    c.stats_section("extstore")
-        .unwrap()
-        .into_iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.parse().unwrap())
-        .unwrap_or_else(|| panic!("no {name} in stats extstore"))
-}
+use common::ext_stat as ext;
 
 fn get(c: &Cache, key: &str) -> bool {
     c.get_now(key.as_bytes()).unwrap().is_some()
