@@ -2,8 +2,8 @@
 //! calls the closure and applies its decision before unlocking, so the change is atomic per
 //! key. SET is an update whose closure always puts; with `CasMode::Keep` it takes the CAS of
 //! whatever is stored, live or not, and reads no flash (a blind view, see `flash_tier::read`).
-//! Without flash, SET takes its own path, `Inner::set`: the record is written before the lock
-//! is taken (one lock, no retry), and a dead old item is replaced, not reclaimed first.
+//! Without flash the same loop runs once: phase 1 has nothing to read and phase 2 never asks
+//! for a retry (no flash slots to change, no back-pressure to await).
 use crate::engine::{Cache, Inner};
 use crate::flash_tier::read::View;
 use crate::ops::{block_on, item_of, Budget, Current, Reserved, Step};
@@ -15,9 +15,6 @@ use crate::{CasMode, Error, Item, ItemWrite, Update};
 impl Cache {
     /// Synchronous SET.
     pub fn set_now(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
-        if self.inner.flash_tier.is_none() {
-            return self.inner.set(key, w);
-        }
         block_on(self.set_two_phase(key, w))
     }
 
@@ -83,52 +80,8 @@ impl Cache {
 }
 
 impl Inner {
-    pub fn set(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
-        self.check_size(key, &w.value)?;
-        let now = self.now();
-        let hash = self.index.hash(key);
-        if w.exptime != 0 && w.exptime <= now {
-            let mut shard = self.index.lock(hash);
-            let existing = self.find_key(&shard, hash, key);
-            let old = existing.and_then(|(_, e)| self.arena.record(e.loc).map(|r| r.header));
-            let cas = self.cas_for(w.cas, old.map(|h| h.cas));
-            if let (Some((pos, _)), Some(h)) = (existing, old) {
-                self.unlink(&mut shard, pos, &h);
-            }
-            return Ok(cas);
-        }
-        let words = record::rec_words(key.len(), w.value.len());
-        let log = self.target_log(hash);
-        let space = self.reserve(log, words)?;
-        let mut h = Self::new_header(&w, key.len(), now, 0);
-        if !self.arena.write_record(&space, &h, key, &w.value) {
-            self.abandon(Some(space));
-            return Err(Error::Internal("reserved space cannot hold the record"));
-        }
-        let mut shard = self.index.lock(hash);
-        let existing = self.find_key(&shard, hash, key);
-        // Like the model, `Keep` takes the CAS of whatever is stored, live or not.
-        let old_cas = existing
-            .and_then(|(_, e)| self.arena.record(e.loc))
-            .map(|r| r.header.cas);
-        h.cas = self.cas_for(w.cas, old_cas);
-        if let Some(m) = self.arena.mem(space.seg) {
-            record::set_cas(m, space.off, h.cas);
-        }
-        self.publish(
-            &mut shard,
-            hash,
-            existing.map(|(p, e)| Existing::Ram(p, e)),
-            &space,
-            &h,
-        );
-        drop(shard);
-        self.finish(space);
-        Ok(h.cas)
-    }
-
     /// Phase 2 of an UPDATE (and of a SET when `set_mode`: `CasMode::Keep` then takes the
-    /// CAS of whatever is stored, live or not, as the RAM-only SET does; `dead_cas` keeps the
+    /// CAS of whatever is stored, live or not, like the model; `dead_cas` keeps the
     /// CAS of a dead item removed by an earlier attempt of the same request). With `stall`,
     /// space that could only be had by evicting an item flash cannot take now is not taken:
     /// `Error::FlashBusy`, nothing changed (the caller awaits room and runs again).
