@@ -8,7 +8,7 @@
 use flashtier_flash::Location;
 
 use crate::engine::Inner;
-use crate::flash_tier::home_word;
+use crate::flash_tier::{home_word, FlashTier};
 use crate::flash_tier::kv_record::FlashItem;
 use crate::ram::arena::{Log, Space};
 use crate::ram::index::{self, Entry, Pos, Shard, Tier};
@@ -39,6 +39,21 @@ fn promoted_header(loc: u64, key: &[u8], f: &FlashItem, now: u32) -> Header {
         klen: key.len() as u16,
         rflags: (f.rflags & (F_STALE | F_WIN)) | F_FETCHED,
         home: home_word(Location::unpack(loc)),
+    }
+}
+
+impl FlashTier {
+    /// A repeat hit on a flash item: true when it should be copied back to RAM
+    /// (`recache_rate`: every Nth repeat hit; 0 = never).
+    fn should_recache(&self) -> bool {
+        match self.tiering.recache_rate() {
+            0 => false,
+            1 => true,
+            n => self
+                .repeat_hits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                .is_multiple_of(n),
+        }
     }
 }
 
