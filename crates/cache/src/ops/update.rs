@@ -81,7 +81,8 @@ impl Cache {
 
 impl Inner {
     /// Phase 2 of an UPDATE (and of a SET when `set_mode`: `CasMode::Keep` then takes the
-    /// CAS of whatever is stored, live or not, like the model; `dead_cas` keeps the
+    /// CAS of whatever is stored, live or not, like the model, and the closure, which always
+    /// puts, is shown no item, so the old value is not copied; `dead_cas` keeps the
     /// CAS of a dead item removed by an earlier attempt of the same request). With `stall`,
     /// space that could only be had by evicting an item flash cannot take now is not taken:
     /// `Error::FlashBusy`, nothing changed (the caller awaits room and runs again).
@@ -126,12 +127,16 @@ impl Inner {
                     stored_cas = Some(h.cas);
                     had_flash = h.flash_behind();
                     old_since = h.dirty_since();
-                    current = Some(self.item_at(&rec));
+                    if !set_mode {
+                        current = Some(self.item_at(&rec));
+                    }
                     existing = Some(Existing::Ram(pos, e));
                 }
                 Current::Flash { pos, e, item } => {
                     stored_cas = Some(item.cas);
-                    current = Some(item_of(&item, e.freq));
+                    if !set_mode {
+                        current = Some(item_of(&item, e.freq));
+                    }
                     existing = Some(Existing::Lower(pos, e));
                     had_flash = true;
                 }
