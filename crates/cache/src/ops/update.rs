@@ -218,3 +218,47 @@ impl Inner {
         }
     }
 }
+
+/// Without flash, SET runs the same loop: `Keep` takes the CAS of the item replaced, live or
+/// dead, and a dead one is reclaimed (counted) before the put.
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use crate::{Cache, CacheConfig, CasMode, Clock, ItemWrite, KvStore};
+
+    fn ram_cache(clock: &Clock) -> Cache {
+        let cfg = CacheConfig::builder()
+            .memory_limit(8 << 20)
+            .segment_size(64 << 10)
+            .sweep_interval(None)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        Cache::new(cfg).unwrap()
+    }
+
+    #[test]
+    fn ram_only_set_over_live_and_dead_items() {
+        let clock = Clock::system();
+        let c = ram_cache(&clock);
+        let now = clock.now();
+        let first = c
+            .set_now(b"k", ItemWrite::new(Bytes::from_static(b"a"), 0, now + 5))
+            .unwrap();
+        assert!(c.get_now(b"k").unwrap().is_some());
+        let mut keep = ItemWrite::new(Bytes::from_static(b"b"), 0, 0);
+        keep.cas = CasMode::Keep;
+        assert_eq!(c.set_now(b"k", keep.clone()).unwrap(), first, "Keep over a live item");
+        assert_eq!(&c.get_now(b"k").unwrap().unwrap().value[..], b"b");
+        let dying = c
+            .set_now(b"d", ItemWrite::new(Bytes::from_static(b"x"), 0, now + 5))
+            .unwrap();
+        clock.advance(10);
+        assert_eq!(c.stats().reclaimed, 0);
+        assert_eq!(c.set_now(b"d", keep).unwrap(), dying, "Keep over a dead item");
+        assert_eq!(c.stats().reclaimed, 1, "the dead item is reclaimed first");
+        assert_eq!(&c.get_now(b"d").unwrap().unwrap().value[..], b"b");
+        assert_eq!(c.stats().curr_items, 2);
+    }
+}
