@@ -257,6 +257,11 @@ impl crate::engine::Inner {
             ("extstore_index_bytes", index_bytes),
             ("extstore_written_back", g(&t.written_back)),
             ("extstore_write_back_queue", tier.dirty.len() as u64),
+            (
+                "extstore_write_back_lag_ms",
+                tier.dirty
+                    .lag_ms(tier.clock.now_ms(), tier.tiering.write_back_ms()),
+            ),
             ("extstore_append_waits", g(&tier.gate.waits)),
             ("extstore_append_wait_us", g(&tier.gate.wait_us)),
             ("extstore_append_wait_timeouts", g(&tier.gate.wait_timeouts)),

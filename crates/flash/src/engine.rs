@@ -82,6 +82,13 @@ pub enum Decision {
     Keep,
     /// Forget it. The user has already removed any index entry pointing at it.
     Drop,
+    /// Forget it, but the user had it indexed (an eviction): the engine appends a *drop
+    /// note* — a [`crate::kind::TOMBSTONE`] record with its key id and version, flags = the
+    /// newest segment seq so far (the note's *horizon*), empty key and value — into the
+    /// reclaim stream and makes it durable before the victim is erased, so recovery never
+    /// brings back an older version of the key from another segment. The user has already
+    /// removed the index entry.
+    Forget,
 }
 
 /// The engine's callbacks to its user about records it holds: the reclaimer's questions
@@ -98,6 +105,11 @@ pub trait ReclaimHandler: Send + Sync + 'static {
     /// The record is gone (expired, or the engine could not keep it: keep limit, no space,
     /// unreadable). Remove the index entry if it still points at `rec.location`.
     fn evicted(&self, rec: &RecordMeta);
+    /// Whether records the engine drops after `decide` said `Keep` (keep limit, unreadable,
+    /// expired, a failed copy) get a drop note, as [`Decision::Forget`] does. Default: no.
+    fn notes_on_eviction(&self) -> bool {
+        false
+    }
     /// Records whose write to flash failed for good (after retries): they were readable from
     /// the write buffer since `append` returned, and their locations no longer hold them (a
     /// read fails, never returns other data). Each comes with its content, decoded from the
@@ -106,6 +118,12 @@ pub trait ReclaimHandler: Send + Sync + 'static {
     /// Called once per failed write, in write order, before the device's next write is
     /// reported as failed.
     fn lost(&self, recs: &[LostRecord]);
+    /// A reclaimed segment is about to be erased (its header zeroed, after the copies of its
+    /// kept records were made durable): the user's last chance to make durable what must
+    /// outlive the dropped records. An error leaves the segment sealed (nothing erased).
+    fn before_erase(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
 }
 
 /// A record whose write failed (see [`ReclaimHandler::lost`]).
@@ -584,6 +602,30 @@ impl Flash {
     /// The engine's counters.
     pub fn stats(&self) -> &FlashStats {
         &self.inner.stats
+    }
+
+    /// The newest segment sequence number handed out so far: the horizon a tombstone records
+    /// (every segment that may hold a record written before it has a seq ≤ this).
+    pub fn newest_seq(&self) -> u64 {
+        self.inner.state.lock().next_seq.saturating_sub(1)
+    }
+
+    /// The oldest sequence number among segments that hold records (open, sealed or being
+    /// reclaimed), leaving out the segment with seq `except` (the reclaim victim asking).
+    /// A tombstone of horizon H is still needed while this is ≤ H. `None`: no other segment.
+    pub fn oldest_seq_except(&self, except: u64) -> Option<u64> {
+        let state = self.inner.state.lock();
+        state
+            .segs
+            .iter()
+            .filter(|s| {
+                matches!(
+                    s.state,
+                    SegState::Open(_) | SegState::Sealed | SegState::Reclaiming
+                ) && s.seq != except
+            })
+            .map(|s| s.seq)
+            .min()
     }
 
     /// Free segments right now (the reclaim reserve included).

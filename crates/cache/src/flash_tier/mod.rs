@@ -128,6 +128,8 @@ pub struct FlashTier {
     pub last_marker: AtomicU64,
     /// Version of the newest delayed flush marker (reclaim keeps it).
     pub last_delayed: AtomicU64,
+    /// (victim seq, oldest other segment seq) last asked by [`Self::tombstone_needed`].
+    oldest_other: parking_lot::Mutex<Option<(u64, Option<u64>)>>,
     /// Runtime tiering settings (`knobs`): append wait, size threshold, reclaim rules.
     pub tiering: Tiering,
     /// The engine's reserved segments (part of the "has room" floor).
@@ -224,6 +226,7 @@ impl FlashTier {
             version: AtomicU64::new(max_version),
             last_marker: AtomicU64::new(0),
             last_delayed: AtomicU64::new(0),
+            oldest_other: parking_lot::Mutex::new(None),
             counters: TierCounters::default(),
             dirty: Default::default(),
             hot_stream: STREAM,
@@ -339,7 +342,10 @@ impl FlashTier {
         }
         let version = self.next_version(rec.min_version());
         let mut buf = Vec::new();
-        let w = rec.encode(version, &mut buf);
+        let mut w = rec.encode(version, &mut buf);
+        if let KvRecord::Tombstone { .. } = rec {
+            w.flags = self.horizon();
+        }
         let res = if block {
             self.flash
                 .append_blocking(stream, &w, self.tiering.append_wait())
@@ -426,6 +432,40 @@ impl FlashTier {
         // Where the engine reports a failed write, holding no cache lock: it may wait.
         let wait = self.tiering.append_wait();
         self.flash.append_blocking(STREAM, &w, wait).is_ok()
+    }
+
+    /// A tombstone's horizon (its flags): the newest segment seq now. Every copy of an older
+    /// version of its key is in a segment with seq ≤ this, so the tombstone is needed while
+    /// such a segment survives (see [`Self::tombstone_needed`]).
+    fn horizon(&self) -> u32 {
+        u32::try_from(self.flash.newest_seq()).unwrap_or(u32::MAX)
+    }
+
+    /// Whether reclaim must keep tombstone `m` (a delete, or the engine's drop note of an
+    /// evicted version): while flash has room, as before; else while a segment other than
+    /// its own that may hold an older version of the key (seq ≤ its horizon) survives. A
+    /// tombstone without a horizon (flags 0, written before horizons) follows the room rule.
+    pub fn tombstone_needed(&self, m: &RecordMeta) -> bool {
+        if self.has_room() {
+            return true;
+        }
+        if m.flags == 0 {
+            return false;
+        }
+        let oldest = {
+            let mut cache = self.oldest_other.lock();
+            match *cache {
+                // Asked again for the same victim: segments only got newer (or fewer), so
+                // the cached answer is at most the true one — keeping is the safe side.
+                Some((seq, oldest)) if seq == m.seq => oldest,
+                _ => {
+                    let oldest = self.flash.oldest_seq_except(m.seq);
+                    *cache = Some((m.seq, oldest));
+                    oldest
+                }
+            }
+        };
+        oldest.is_some_and(|o| o <= u64::from(m.flags))
     }
 
     /// True for a marker record reclaim must keep (the newest flush markers).

@@ -96,6 +96,20 @@ impl Inner {
         })
     }
 
+    /// True if the key's index entry is a RAM version with no flash home while an older
+    /// version may be on flash (dirty, or its home dropped).
+    fn newest_only_in_ram(&self, shard: &Shard<'_>, key_id: u64) -> bool {
+        shard
+            .find(key_id, |e| {
+                e.tier == Tier::Ram
+                    && self
+                        .arena
+                        .record(e.loc)
+                        .is_some_and(|r| r.header.home_loc().is_none() && r.header.flash_behind())
+            })
+            .is_some()
+    }
+
     fn set_ram_home(&self, loc: u64, home: u64) {
         if let Some(r) = self.arena.record(loc) {
             r.set_home(home);
@@ -133,12 +147,18 @@ impl Inner {
         match KvKind::of(m) {
             KvKind::Put => {}
             KvKind::Flush { .. } if tier.is_current_marker(m) => return Decision::Keep,
-            KvKind::Tombstone if tier.has_room() => return Decision::Keep,
+            KvKind::Tombstone if tier.tombstone_needed(m) => return Decision::Keep,
             _ => return Decision::Drop,
         }
         let mut shard = self.index.lock(m.key_id);
         let Some(r) = self.find_ref(&shard, m) else {
-            return Decision::Drop;
+            // Superseded. If the newest version is only in RAM (not yet written back), this
+            // record still hides older ones from recovery: leave a note in its place.
+            return if self.newest_only_in_ram(&shard, m.key_id) {
+                Decision::Forget
+            } else {
+                Decision::Drop
+            };
         };
         let expired = m.exptime != 0 && m.exptime <= self.now();
         let (pos, e) = match &r {
@@ -159,7 +179,9 @@ impl Inner {
             return Decision::Keep;
         }
         self.drop_ref(&mut shard, r, m);
-        Decision::Drop
+        // Indexed until now: an older version of the key in another segment must not come
+        // back at recovery, so the engine leaves a drop note.
+        Decision::Forget
     }
 
     fn reclaim_relocated(&self, m: &RecordMeta, new: Location) -> bool {
@@ -253,6 +275,10 @@ impl ReclaimHandler for Handler {
         if let Some(i) = self.inner() {
             i.reclaim_evicted(rec);
         }
+    }
+
+    fn notes_on_eviction(&self) -> bool {
+        true
     }
 
     fn lost(&self, recs: &[LostRecord]) {

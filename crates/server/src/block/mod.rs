@@ -110,16 +110,21 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
     }
     let rec = cache.recovery();
     log::info!(
-        "cache {} blocks of {} bytes; recovered {} dirty blocks (watermark {}), kept {} clean, dropped {} clean{}",
+        "cache {} blocks of {} bytes; recovered {} dirty blocks (watermark {}), kept {} clean, dropped {} stale and {} unprovable{}{}",
         cache.capacity_blocks(),
         cfg.block_size,
         rec.dirty_blocks,
         rec.watermark,
         rec.clean_kept,
+        rec.stale_dropped,
         rec.clean_dropped,
         rec.cold_reason
             .as_ref()
-            .map(|r| format!(" ({r})"))
+            .map(|r| format!("; no snapshot: {r}"))
+            .unwrap_or_default(),
+        rec.floor_reason
+            .as_ref()
+            .map(|r| format!("; cold after a crash: {r}"))
             .unwrap_or_default()
     );
     let server = Server::new(
