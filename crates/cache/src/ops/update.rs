@@ -249,14 +249,22 @@ mod tests {
         assert!(c.get_now(b"k").unwrap().is_some());
         let mut keep = ItemWrite::new(Bytes::from_static(b"b"), 0, 0);
         keep.cas = CasMode::Keep;
-        assert_eq!(c.set_now(b"k", keep.clone()).unwrap(), first, "Keep over a live item");
+        assert_eq!(
+            c.set_now(b"k", keep.clone()).unwrap(),
+            first,
+            "Keep over a live item"
+        );
         assert_eq!(&c.get_now(b"k").unwrap().unwrap().value[..], b"b");
         let dying = c
             .set_now(b"d", ItemWrite::new(Bytes::from_static(b"x"), 0, now + 5))
             .unwrap();
         clock.advance(10);
         assert_eq!(c.stats().reclaimed, 0);
-        assert_eq!(c.set_now(b"d", keep).unwrap(), dying, "Keep over a dead item");
+        assert_eq!(
+            c.set_now(b"d", keep).unwrap(),
+            dying,
+            "Keep over a dead item"
+        );
         assert_eq!(c.stats().reclaimed, 1, "the dead item is reclaimed first");
         assert_eq!(&c.get_now(b"d").unwrap().unwrap().value[..], b"b");
         assert_eq!(c.stats().curr_items, 2);
