@@ -112,6 +112,14 @@ pub struct TierCounters {
     /// Value bytes of every version stored (SET and updates), written to flash or not: the
     /// denominator of write amplification.
     pub bytes_stored: AtomicU64,
+    /// Reclaim verdicts on referenced items while flash was full: kept because hit since
+    /// the last pass; kept (compacted) unhit; dropped unhit although young (appended fewer
+    /// versions ago than half the items the cache holds); dropped unhit and older.
+    /// Together they say whether reclaim loses recent writes or cold ones.
+    pub reclaim_kept_hit: AtomicU64,
+    pub reclaim_kept_unhit: AtomicU64,
+    pub reclaim_dropped_young: AtomicU64,
+    pub reclaim_dropped_old: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -240,6 +248,11 @@ impl FlashTier {
     pub fn has_room(&self) -> bool {
         let floor = self.reserve.saturating_add(self.tiering.drop_under());
         self.flash.free_segments() > floor
+    }
+
+    /// The newest version handed out so far.
+    pub fn current_version(&self) -> u64 {
+        self.version.load(Ordering::Relaxed)
     }
 
     /// True while compaction may keep unhit items: device writes within [`WRITE_BUDGET`]
