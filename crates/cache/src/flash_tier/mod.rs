@@ -24,7 +24,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use flashtier_flash::{Flash, FlashInfo, Location, Record, RecordMeta, RecordWrite};
 
 use crate::clock::Clock;
-pub use crate::flash_tier::kv_record::FlashItem;
 use crate::flash_tier::kv_record::{KvKind, KvRecord};
 use crate::knobs::Tiering;
 use crate::ram::index::{Entry, Tier, LOC_BITS, MAX_LOC};
@@ -264,19 +263,6 @@ impl FlashTier {
         (written as f64) <= WRITE_BUDGET * stored as f64
     }
 
-    /// A repeat hit on a flash item: true when it should be copied back to RAM
-    /// (`recache_rate`: every Nth repeat hit; 0 = never).
-    pub fn should_recache(&self) -> bool {
-        match self.tiering.recache_rate() {
-            0 => false,
-            1 => true,
-            n => self
-                .repeat_hits
-                .fetch_add(1, Ordering::Relaxed)
-                .is_multiple_of(n),
-        }
-    }
-
     /// An item's flash record failed its checksum (or its segment was freed or retired)
     /// under a current slot: the slot was removed. Count it; log it, at most one line per
     /// [`LOSS_LOG_EVERY`] with the count since the last line.
@@ -500,17 +486,5 @@ impl FlashTier {
         matches!(KvKind::of(m), KvKind::Flush { .. })
             && (m.version == self.last_marker.load(Ordering::Relaxed)
                 || m.version == self.last_delayed.load(Ordering::Relaxed))
-    }
-
-    /// The item a record read for `key` (hash `key_id`) holds: `None` if it is another
-    /// key's (a tag collision, counted).
-    pub fn decode(&self, rec: &Record, key_id: u64, key: &[u8]) -> Option<FlashItem> {
-        add(&self.counters.objects_read, 1);
-        let item = FlashItem::decode(rec).filter(|i| rec.header.key_id == key_id && i.key == key);
-        match &item {
-            Some(i) => add(&self.counters.bytes_read, i.value.len() as u64),
-            None => add(&self.counters.collisions, 1),
-        }
-        item
     }
 }
