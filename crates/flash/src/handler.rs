@@ -78,8 +78,9 @@ pub trait ReclaimHandler: Send + Sync + 'static {
     /// The record is gone (expired, or the engine could not keep it: keep limit, no space,
     /// unreadable). Remove the index entry if it still points at `rec.location`.
     fn evicted(&self, rec: &RecordMeta);
-    /// Whether records the engine drops after `decide` said `Keep` (keep limit, unreadable,
-    /// expired, a failed copy) get a drop note, as [`Decision::Forget`] does. Default: no.
+    /// Whether PUT records the engine drops after `decide` said `Keep` (keep limit,
+    /// unreadable, expired, a failed copy) get a drop note, as [`Decision::Forget`] does.
+    /// Default: no.
     fn notes_on_eviction(&self) -> bool {
         false
     }
