@@ -207,7 +207,7 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
     let noting = handler.notes_on_eviction();
     let evict = |m: &RecordMeta, notes: &mut Vec<RecordMeta>| {
         handler.evicted(m);
-        if noting {
+        if noting && m.kind == crate::kind::PUT {
             notes.push(*m);
         }
     };

@@ -11,7 +11,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{read_until, scratch_dir, stats_section, Server};
+use common::{get_flags_value, read_until, scratch_dir, stats_section, Rng, Server};
 
 const VALUE: usize = 3000;
 /// Keys: about 1.3× what the 64 MiB flash file holds, so reclaim evicts as well as compacts.
@@ -49,45 +49,20 @@ fn delete(c: &mut TcpStream, key: u32) {
 
 /// The version served for `key` (its flags), checking the bytes; `None` on a miss.
 fn served(c: &mut TcpStream, key: u32) -> Option<u32> {
-    c.write_all(format!("get k{key}\r\n").as_bytes())
-        .expect("write");
-    let out = read_until(c, b"END\r\n");
-    if out == b"END\r\n" {
-        return None;
-    }
-    let head_end = out.windows(2).position(|w| w == b"\r\n").expect("header");
-    let head = String::from_utf8_lossy(&out[..head_end]).to_string();
-    let flags: u32 = head
-        .split(' ')
-        .nth(2)
-        .expect("flags")
-        .parse()
-        .expect("flags");
-    let body = &out[head_end + 2..out.len() - 7];
+    let (flags, body) = get_flags_value(c, &format!("k{key}"))?;
     assert!(
-        body == value_of(key, flags).as_slice(),
+        body == value_of(key, flags),
         "k{key}: wrong bytes served for version {flags}"
     );
     Some(flags)
 }
 
-/// xorshift64*: a fixed seed, so a failure reproduces.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// A skewed key: a tenth of the keys take about 70 % of the writes.
-    fn key(&mut self) -> u32 {
-        let r = self.next();
-        if r % 10 < 7 {
-            (self.next() % (KEYS as u64 / 10)) as u32
-        } else {
-            (self.next() % KEYS as u64) as u32
-        }
+/// A skewed key: a tenth of the keys take about 70 % of the writes.
+fn skewed_key(rng: &mut Rng) -> u32 {
+    if rng.chance(70) {
+        rng.below(KEYS as usize / 10) as u32
+    } else {
+        rng.below(KEYS as usize) as u32
     }
 }
 
@@ -116,7 +91,7 @@ fn trial(kill: bool, seed: u64) {
         let batch: Vec<(u32, u32)> = (0..n)
             .map(|_| {
                 version += 1;
-                (rng.key(), version)
+                (skewed_key(&mut rng), version)
             })
             .collect();
         set_batch(c, &batch);

@@ -24,7 +24,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use flashtier_flash::{Flash, FlashInfo, Location, Record, RecordMeta, RecordWrite};
 
 use crate::clock::Clock;
-pub use crate::flash_tier::kv_record::FlashItem;
 use crate::flash_tier::kv_record::{KvKind, KvRecord};
 use crate::knobs::Tiering;
 use crate::ram::index::{Entry, Tier, LOC_BITS, MAX_LOC};
@@ -113,6 +112,14 @@ pub struct TierCounters {
     /// Value bytes of every version stored (SET and updates), written to flash or not: the
     /// denominator of write amplification.
     pub bytes_stored: AtomicU64,
+    /// Reclaim verdicts on referenced items while flash was full: kept because hit since
+    /// the last pass; kept (compacted) unhit; dropped unhit although young (appended fewer
+    /// versions ago than half the items the cache holds); dropped unhit and older.
+    /// Together they say whether reclaim loses recent writes or cold ones.
+    pub reclaim_kept_hit: AtomicU64,
+    pub reclaim_kept_unhit: AtomicU64,
+    pub reclaim_dropped_young: AtomicU64,
+    pub reclaim_dropped_old: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -243,25 +250,17 @@ impl FlashTier {
         self.flash.free_segments() > floor
     }
 
+    /// The newest version handed out so far.
+    pub fn current_version(&self) -> u64 {
+        self.version.load(Ordering::Relaxed)
+    }
+
     /// True while compaction may keep unhit items: device writes within [`WRITE_BUDGET`]
     /// of the value bytes stored.
     pub fn compaction_budget(&self) -> bool {
         let written = flashtier_flash::FlashStats::get(&self.flash.stats().device_bytes_written);
         let stored = self.counters.bytes_stored.load(Ordering::Relaxed);
         (written as f64) <= WRITE_BUDGET * stored as f64
-    }
-
-    /// A repeat hit on a flash item: true when it should be copied back to RAM
-    /// (`recache_rate`: every Nth repeat hit; 0 = never).
-    pub fn should_recache(&self) -> bool {
-        match self.tiering.recache_rate() {
-            0 => false,
-            1 => true,
-            n => self
-                .repeat_hits
-                .fetch_add(1, Ordering::Relaxed)
-                .is_multiple_of(n),
-        }
     }
 
     /// An item's flash record failed its checksum (or its segment was freed or retired)
@@ -487,17 +486,5 @@ impl FlashTier {
         matches!(KvKind::of(m), KvKind::Flush { .. })
             && (m.version == self.last_marker.load(Ordering::Relaxed)
                 || m.version == self.last_delayed.load(Ordering::Relaxed))
-    }
-
-    /// The item a record read for `key` (hash `key_id`) holds: `None` if it is another
-    /// key's (a tag collision, counted).
-    pub fn decode(&self, rec: &Record, key_id: u64, key: &[u8]) -> Option<FlashItem> {
-        add(&self.counters.objects_read, 1);
-        let item = FlashItem::decode(rec).filter(|i| rec.header.key_id == key_id && i.key == key);
-        match &item {
-            Some(i) => add(&self.counters.bytes_read, i.value.len() as u64),
-            None => add(&self.counters.collisions, 1),
-        }
-        item
     }
 }

@@ -17,7 +17,8 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::engine::Inner;
 use crate::flash_tier::kv_record::KvKind;
-use crate::flash_tier::{entry_of, home_word};
+use crate::flash_tier::{entry_of, home_word, FlashTier};
+use crate::ledger::Cause;
 use crate::ram::index::{Pos, Shard, Tier};
 use crate::ram::record::HOME_OLDER;
 use crate::stats::Counters;
@@ -123,6 +124,14 @@ impl Inner {
             Ref::Flash(pos, e) => {
                 shard.remove(pos);
                 let expired = m.exptime != 0 && m.exptime <= self.now();
+                let cause = if expired {
+                    Cause::Expired
+                } else if self.recently_appended(tier, m) {
+                    Cause::ReclaimYoung
+                } else {
+                    Cause::ReclaimOld
+                };
+                self.ledger.departed(m.key_id, cause);
                 if expired {
                     Counters::add(&self.counters.reclaimed, 1);
                     if e.freq == 0 {
@@ -138,6 +147,13 @@ impl Inner {
             }
             Ref::Ram(_, _, loc) => self.set_ram_home(loc, HOME_OLDER),
         }
+    }
+
+    /// True when fewer versions were appended since `m` than half the items the cache holds
+    /// (half a turnover; a FIFO would drop at about one): how the stats tell a recent write
+    /// dropped from a cold item dropped.
+    fn recently_appended(&self, tier: &FlashTier, m: &RecordMeta) -> bool {
+        tier.current_version().saturating_sub(m.version) < self.index.len() / 2
     }
 
     fn reclaim_decide(&self, m: &RecordMeta) -> Decision {
@@ -164,10 +180,7 @@ impl Inner {
         let (pos, e) = match &r {
             Ref::Flash(p, e) | Ref::Ram(p, e, _) => (*p, *e),
         };
-        let unread_ok = !tier.tiering.drop_unread();
-        if !expired && e.freq == 0 && unread_ok && (tier.has_room() || tier.compaction_budget()) {
-            return Decision::Keep;
-        }
+        let c = &tier.counters;
         if !expired && e.freq > 0 {
             shard.set(
                 pos,
@@ -176,7 +189,27 @@ impl Inner {
                     ..e
                 },
             );
+            if !tier.has_room() {
+                Counters::add(&c.reclaim_kept_hit, 1);
+            }
             return Decision::Keep;
+        }
+        if !expired && !tier.tiering.drop_unread() {
+            if tier.has_room() {
+                return Decision::Keep;
+            }
+            if tier.compaction_budget() {
+                Counters::add(&c.reclaim_kept_unhit, 1);
+                return Decision::Keep;
+            }
+            Counters::add(
+                if self.recently_appended(tier, m) {
+                    &c.reclaim_dropped_young
+                } else {
+                    &c.reclaim_dropped_old
+                },
+                1,
+            );
         }
         self.drop_ref(&mut shard, r, m);
         // Indexed until now: an older version of the key in another segment must not come
@@ -236,6 +269,7 @@ impl Inner {
                 }
                 Some(Ref::Flash(pos, _)) => {
                     shard.remove(pos);
+                    self.ledger.departed(m.key_id, Cause::Lost);
                     lost += 1;
                 }
                 None => {}
