@@ -31,5 +31,8 @@ scripts/fuzz.sh
 step "load generator smoke run"
 scripts/bench-smoke.sh
 
+step "benchmark tools: trace simulator"
+python3 scripts/bench/trace_sim_test.py
+
 step "done"
 echo "test.sh: all steps passed in $((SECONDS - START))s"

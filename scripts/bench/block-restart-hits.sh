@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Read hits right after a restart: warm the cache with skewed random reads, then restart
-# flashtier cleanly (SIGTERM: the clean blocks are kept, warm restart) and after a crash
-# (kill -9: only dirty blocks come back today), measuring the read hit ratio and IOPS of
-# the first RUNTIME seconds after each restart against the warm steady state.
+# flashtier cleanly (SIGTERM: the clean blocks are kept by the shutdown snapshot) and after
+# a crash (kill -9: clean blocks are kept when intents and floors prove them current),
+# measuring the read hit ratio and IOPS of the first RUNTIME seconds after each restart
+# against the warm steady state, and the clean blocks each restart kept.
 #
 # Usage: scripts/bench/block-restart-hits.sh [OUTDIR]
 # Env: SIZE (1G), CACHE (512M), DELAY (4ms), RUNTIME (s, 10), WARM (s, 30),

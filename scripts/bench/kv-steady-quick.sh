@@ -72,9 +72,9 @@ for mix in "${MLIST[@]}"; do
     common=(-s "127.0.0.1:$port" -c 8 -d 4 -k "$KEYS" -v "$VALUE" --dist "zipf:$THETA" --warmup 0s --no-server-stats)
     "$BENCH" load "${common[@]}" --load-phase --get-ratio 1 --duration 1s > "$OUT/$tag.load.txt" 2>&1
     snap "$port" "$OUT/$tag.s0.json"
-    "$BENCH" load "${common[@]}" --get-ratio "$getr" --duration "$DURATION" --json "$OUT/$tag.mix.json" > "$OUT/$tag.mix.txt" 2>&1
+    "$BENCH" load "${common[@]}" --get-ratio "$getr" --seed 2 --duration "$DURATION" --json "$OUT/$tag.mix.json" > "$OUT/$tag.mix.txt" 2>&1
     snap "$port" "$OUT/$tag.s1.json"
-    "$BENCH" load "${common[@]}" --get-ratio 0.9 --duration "$READ_DURATION" --json "$OUT/$tag.read.json" > "$OUT/$tag.read.txt" 2>&1
+    "$BENCH" load "${common[@]}" --get-ratio 0.9 --seed 3 --duration "$READ_DURATION" --json "$OUT/$tag.read.json" > "$OUT/$tag.read.txt" 2>&1
     snap "$port" "$OUT/$tag.s2.json"
     stop; rm -f "$flash"
     python3 - "$OUT" "$tag" "$VALUE" <<'PY' | tee -a "$OUT/summary.txt"

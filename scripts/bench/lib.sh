@@ -89,7 +89,8 @@ trap on_exit EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# start_server LABEL KIND MEM_MB FLASH_SIZE CG_MB   (KIND memcached|flashtier; FLASH_SIZE e.g. 1G)
+# start_server LABEL KIND MEM_MB FLASH_SIZE CG_MB   (KIND memcached|flashtier; FLASH_SIZE e.g. 1G;
+# empty: flashtier --ram-only)
 start_server() {
   local label=$1 kind=$2 mem=$3 fsize=$4 cgmb=$5 cmd
   [ -z "$SERVER_PID" ] || die "start_server: a server is already running"
@@ -112,7 +113,8 @@ start_server() {
       local fsz=$fsize
       case "$fsz" in *G) fsz=${fsz%G}GiB ;; *M) fsz=${fsz%M}MiB ;; esac
       cmd=("$FLASHTIER_BIN" kv --listen "127.0.0.1:$SERVER_PORT" -m "$mem" -c 4096
-        --threads "$SERVER_THREADS" --flash "$SERVER_FLASH:$fsz")
+        --threads "$SERVER_THREADS")
+      if [ -n "$fsz" ]; then cmd+=(--flash "$SERVER_FLASH:$fsz"); else cmd+=(--ram-only); fi
       # shellcheck disable=SC2206
       [ -n "$FLASHTIER_EXTRA" ] && cmd+=($FLASHTIER_EXTRA) ;;
     *) die "unknown server kind $kind" ;;

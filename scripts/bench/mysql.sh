@@ -14,7 +14,9 @@
 #      none), THREADS (8), DELAY (4ms),
 #      CACHE (512M), MEM (cgroup limit, 512M), BUFPOOL (128M), CONFIGS, WORKLOADS, SAMPLE (s, 5),
 #      IMG_SIZE (4G), PREP_DIR (/var/tmp/flashtier-mysql-prep; empty: prepare every run),
-#      FLASHTIER (target/release/flashtier). Needs root, cgroup v1 memory, nbdkit, nbdfuse.
+#      FLASHTIER (target/release/flashtier), TRACE (1: flashtier records its request stream
+#      into OUTDIR/<config>-trace.bin with `--trace`, for scripts/bench/trace_sim.py; the
+#      phases' start times go to <config>-phases.txt). Needs root, cgroup v1, nbdkit, nbdfuse.
 set -euo pipefail
 QUICK=${QUICK:-0}
 if [ "$QUICK" = 1 ]; then
@@ -33,6 +35,7 @@ MEM=${MEM:-512M}
 BUFPOOL=${BUFPOOL:-128M}
 IMG_SIZE=${IMG_SIZE:-4G}
 SAMPLE=${SAMPLE:-5}
+TRACE=${TRACE:-0}
 CONFIGS=${CONFIGS:-"slow flashtier-wb flashtier-wt nbdkit-cache fast"}
 WORKLOADS=${WORKLOADS:-"oltp_read_only oltp_read_write oltp_write_only"}
 PREP_DIR=${PREP_DIR-/var/tmp/flashtier-mysql-prep}
@@ -157,7 +160,7 @@ CGLIMIT=$(to_bytes "$MEM")
 {
     echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "commit=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    for v in QUICK TABLES TABLE_SIZE TIME WARMUP THREADS DELAY CACHE MEM BUFPOOL IMG_SIZE SAMPLE; do
+    for v in QUICK TABLES TABLE_SIZE TIME WARMUP THREADS DELAY CACHE MEM BUFPOOL IMG_SIZE SAMPLE TRACE; do
         echo "${v,,}=${!v}"
     done
     echo "configs=$CONFIGS"
@@ -169,9 +172,14 @@ CGLIMIT=$(to_bytes "$MEM")
 cat "$OUT/meta.txt"
 
 # 2. One configuration: build the chain, run the workloads, tear it down.
+phase() { # config name: the sampler's phase, and its start time in <config>-phases.txt
+    echo "$2" >"$W/phase"
+    echo "$(date +%s.%N) $2" >>"$OUT/$1-phases.txt"
+}
 run_config() { # name
     local cfg=$1 top uri ft_pid="" disk_pids=()
     echo "== $cfg"
+    rm -f "$OUT/$cfg-phases.txt"
     cp --sparse=always "$PREP" "$W/disk.img"
     rm -f "$W"/*.sock "$W/ftcache.img"; rm -rf "$W/run" "$W/nbdtmp"; mkdir -p "$W/run" "$W/nbdtmp"
     top=$W/top.sock
@@ -192,8 +200,9 @@ run_config() { # name
         nbdkit -f -U "$W/slow.sock" --filter=delay file "$W/disk.img" rdelay="$DELAY" wdelay="$DELAY" &
         PIDS+=($!); disk_pids+=($!)
         wait_nbd "nbd+unix:///?socket=$W/slow.sock"
-        local mode=writeback; [ "$cfg" = flashtier-wt ] && mode=writethrough
-        "$FT" block --backing "nbd+unix:///?socket=$W/slow.sock" --cache "$W/ftcache.img:$CACHE" \
+        local mode=writeback trace=(); [ "$cfg" = flashtier-wt ] && mode=writethrough
+        [ "$TRACE" = 1 ] && trace=(--trace "$OUT/$cfg-trace.bin")
+        "$FT" block "${trace[@]}" --backing "nbd+unix:///?socket=$W/slow.sock" --cache "$W/ftcache.img:$CACHE" \
             --mode "$mode" --listen "unix:$top" --admin none --run-dir "$W/run" \
             2>"$OUT/$cfg-flashtier.log" &
         ft_pid=$!; PIDS+=($!); disk_pids+=($!); uri="nbd+unix:///block?socket=$top" ;;
@@ -211,7 +220,7 @@ run_config() { # name
     echo "$CGLIMIT" >"$CG/memory.limit_in_bytes"
     echo 0 >"$CG/memory.max_usage_in_bytes" 2>/dev/null || true
     start_db "$W/mnt/data" "$BUFPOOL" 1 1
-    echo "start" >"$W/phase"
+    phase "$cfg" start
     if [ -n "$ft_pid" ]; then
         ( while :; do
             if [ -r "$W/run/block.stats" ]; then
@@ -227,14 +236,14 @@ run_config() { # name
     local wl c0 c1 d0 d1
     if [ "$WARMUP" -gt 0 ]; then
         # Not measured: every configuration is measured warm (cache and buffer pool).
-        echo "warmup" >"$W/phase"
+        phase "$cfg" warmup
         sysbench oltp_read_only "${SB[@]}" --threads="$THREADS" --rand-type=pareto --time="$WARMUP" \
             --report-interval=10 run >"$OUT/$cfg-warmup.txt" 2>&1 ||
             { echo "sysbench warm-up failed on $cfg:" >&2; tail -20 "$OUT/$cfg-warmup.txt" >&2; exit 1; }
         grep -E 'transactions:' "$OUT/$cfg-warmup.txt" | sed "s/^/  $cfg warm-up /"
     fi
     for wl in $WORKLOADS; do
-        echo "$wl" >"$W/phase"
+        phase "$cfg" "$wl"
         c0=$(cpu_ticks "${disk_pids[@]}"); d0=$(cpu_ticks $(cat "$CG/cgroup.procs"))
         sysbench "$wl" "${SB[@]}" --threads="$THREADS" --rand-type=pareto --time="$TIME" \
             --report-interval=10 --percentile=95 run >"$OUT/$cfg-$wl.txt" 2>&1 ||
@@ -247,7 +256,7 @@ run_config() { # name
         } >>"$OUT/$cfg-$wl.txt"
         grep -E 'transactions:|95th' "$OUT/$cfg-$wl.txt" | sed "s/^/  $cfg $wl /"
     done
-    echo "done" >"$W/phase"
+    phase "$cfg" done
     [ -n "$ft_pid" ] && cp "$W/run/block.stats" "$OUT/$cfg-flashtier.stats" 2>/dev/null
     if [ -n "$SAMPLER" ]; then sleep 0.2; kill "$SAMPLER" 2>/dev/null; wait "$SAMPLER" 2>/dev/null || true; SAMPLER=""; fi
     cleanup

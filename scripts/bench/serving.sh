@@ -71,16 +71,20 @@ for spec in "${KINDS[@]}"; do
   $PROBE wait-port "$port" "$PID" 20
   "$BENCH" load -s "127.0.0.1:$port" --keys $KEYS -v $VALUE --load-phase --load-rate $LOAD_RATE \
     --duration 1s --warmup 0s > /dev/null 2> "$OUT/$kind.load.log"
+  seed=10
   for shape in "${SHAPE_LIST[@]}"; do
     c=${shape%x*} d=${shape#*x}
     gen=(-s "127.0.0.1:$port" -c "$c" -d "$d" --keys $KEYS -v $VALUE --dist zipf:0.99 --get-ratio 0.9)
-    "$BENCH" load "${gen[@]}" --warmup 0s --duration 3s > /dev/null 2>&1   # warm-up
+    # Warm-up and measurement draw different key sequences (the same seed would replay the
+    # warm-up's SETs as hits); both servers get the same sequences.
+    seed=$((seed + 2))
+    "$BENCH" load "${gen[@]}" --seed "$seed" --warmup 0s --duration 3s > /dev/null 2>&1   # warm-up
     t0=$(cpu_ticks "$PID") perf_pid=""
     if ((PERF)); then
       perf stat -x, -e raw_syscalls:sys_enter,context-switches -p "$PID" -o "$OUT/$kind-$shape.perf" &
       perf_pid=$!
     fi
-    "$BENCH" load "${gen[@]}" --warmup 0s --duration "$DURATION" --json "$OUT/$kind-$shape.json" \
+    "$BENCH" load "${gen[@]}" --seed "$((seed + 1))" --warmup 0s --duration "$DURATION" --json "$OUT/$kind-$shape.json" \
       > /dev/null 2> "$OUT/$kind-$shape.log"
     t1=$(cpu_ticks "$PID")
     if [ -n "$perf_pid" ]; then kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true; fi

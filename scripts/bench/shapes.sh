@@ -68,12 +68,17 @@ done
 rm -f "$FIO_FILE"
 
 COMMON=(-k "$KEYS" -v "$VALUE" --warmup "$WARMUP" --duration "$DUR" -t "$GEN_THREADS")
+# Every measured run draws its own key sequence (a run repeating the previous run's sequence
+# would hit what that run just SET and inflate hit ratios).
+SEED=10
 closed() { # tag CxD [extra generator args]
   local tag=$1 c=${2%x*} d=${2#*x}; shift 2
-  gen "$tag" load -c "$c" -d "$d" --dist "$DIST" --get-ratio "$GET_RATIO" "${COMMON[@]}" "$@"
+  SEED=$((SEED + 1))
+  gen "$tag" load -c "$c" -d "$d" --dist "$DIST" --get-ratio "$GET_RATIO" --seed "$SEED" "${COMMON[@]}" "$@"
 }
 flashread() { # tag: uniform keys, GETs only: nearly every GET goes to flash
-  gen "$1" load -c 16 -d 2 --dist uniform --get-ratio 1.0 "${COMMON[@]}"
+  SEED=$((SEED + 1))
+  gen "$1" load -c 16 -d 2 --dist uniform --get-ratio 1.0 --seed "$SEED" "${COMMON[@]}"
 }
 
 RATES=""

@@ -17,6 +17,13 @@
 #   FILL_RATE [25k]  OW_RATE [20k]  OW_DUR [30s {6s}]  READ_RATE [20k]  READ_DUR [15s {4s}]
 #   WARMUP [2s {1s}]  CONNS [16]  DEPTH [4]  SERVERS ["memcached flashtier"]
 #   FLASHTIER_EXTRA (extra flashtier kv flags), MEMCACHED_OPTS [slab_automove=2], FLASH_DIR
+#   OW_SEED [2]  READ_SEED [3]: generator seeds of the two phases. They must differ: with one
+#   seed the read phase replays the overwrite phase's key sequence (the generator's default,
+#   seed 1, for both phases until 2026-11-26), which rewards keeping what was written in the
+#   overwrite's first seconds rather than popular keys (docs/benchmarks.md, "Steady state").
+#   PRESENCE [0]: 1 -> after the read phase GET every key (scripts/bench/presence.py): items
+#   held per popularity band and the zipf mass they cover, in raw/LABEL/presence.json; every
+#   run also writes misses.md (scripts/bench/misses.py: flashtier's misses by cause)
 # Full mode: 8 runs of ~75 s, about 10 minutes.
 NAME=steady
 QUICK=${QUICK:-0}
@@ -30,7 +37,8 @@ MEMS=${MEMS:-64} FLASH=${FLASH:-1G} KEYS=${KEYS:-500000} VALUE=${VALUE:-4096}
 MIXES=${MIXES:-0.1:0.9 0.5:0.9 0.1:0.99 0.5:0.99}
 FILL_RATE=${FILL_RATE:-25k} OW_RATE=${OW_RATE:-20k} OW_DUR=${OW_DUR:-30s}
 READ_RATE=${READ_RATE:-20k} READ_DUR=${READ_DUR:-15s} WARMUP=${WARMUP:-2s}
-CONNS=${CONNS:-16} DEPTH=${DEPTH:-4} SERVERS=${SERVERS:-memcached flashtier}
+CONNS=${CONNS:-16} DEPTH=${DEPTH:-4} SERVERS=${SERVERS:-memcached flashtier} PRESENCE=${PRESENCE:-0}
+OW_SEED=${OW_SEED:-2} READ_SEED=${READ_SEED:-3}
 # shellcheck source=scripts/bench/lib.sh
 source "$(dirname "$0")/lib.sh"
 preflight
@@ -59,15 +67,20 @@ for mem in $MEMS; do
       gen fill fill -k "$KEYS" -v "$VALUE" -c "$CONNS" --load-rate "$FILL_RATE"
       snap "$DIR/s0.json"
       log "$label: overwrite $OW_DUR at $OW_RATE ops/s, ${setf} SETs, zipf $theta"
-      gen overwrite load --rate "$OW_RATE" --duration "$OW_DUR" --dist "zipf:$theta" --get-ratio "$getr" "${COMMON[@]}"
+      gen overwrite load --rate "$OW_RATE" --duration "$OW_DUR" --dist "zipf:$theta" --get-ratio "$getr" --seed "$OW_SEED" "${COMMON[@]}"
       snap "$DIR/s1.json"
       log "$label: read phase $READ_DUR at $READ_RATE ops/s, 90/10"
-      gen read load --rate "$READ_RATE" --duration "$READ_DUR" --dist "zipf:$theta" --get-ratio 0.9 "${COMMON[@]}"
+      gen read load --rate "$READ_RATE" --duration "$READ_DUR" --dist "zipf:$theta" --get-ratio 0.9 --seed "$READ_SEED" "${COMMON[@]}"
       snap "$DIR/s2.json"
+      if ((PRESENCE)); then
+        log "$label: presence of all $KEYS keys"
+        python3 "$ROOT/scripts/bench/presence.py" "127.0.0.1:$SERVER_PORT" "$KEYS" "$theta" "$DIR/presence.json" > /dev/null
+      fi
       stop_server
     done
   done
 done
 log "load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 "$ROOT/scripts/bench/tables.py" steady "$OUT" | tee "$OUT/summary.md"
+python3 "$ROOT/scripts/bench/misses.py" "$OUT" > "$OUT/misses.md" || log "misses.py failed"
 log "done: $OUT/summary.md"

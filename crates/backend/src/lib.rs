@@ -7,6 +7,7 @@
 //! - [`mod@file`]: [`FileBackend`], a regular file or block device with positional I/O on the
 //!   blocking pool.
 //! - [`memory`]: [`MemoryBackend`], a RAM image for tests and scratch exports.
+//! - [`trace`]: [`Traced`], a decorator recording every request into a trace file.
 //!
 //! Contract every implementation keeps: a call returns only when its effect is visible to
 //! every later call on the same backend from any connection; `write(.., fua = true)` and
@@ -19,6 +20,7 @@
 pub mod error;
 pub mod file;
 pub mod memory;
+pub mod trace;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,6 +31,7 @@ pub use error::{BackendError, Errno};
 
 pub use file::FileBackend;
 pub use memory::MemoryBackend;
+pub use trace::{Traced, Tracer};
 
 /// Default maximum payload of a request (2^25 bytes = 32 MiB), which the NBD spec says any
 /// client may rely on.

@@ -134,6 +134,7 @@ impl BlockIo {
                 }
             }
             let version = index.next_version;
+            self.shared.fence.saw(lba);
             let record = BlockRecord::Block {
                 lba,
                 version,

@@ -60,15 +60,25 @@ impl Default for BlockCacheConfig {
 pub struct RecoveryInfo {
     /// Dirty blocks recovered (to be written back).
     pub dirty_blocks: u64,
-    /// Clean blocks kept from the last clean shutdown's snapshot (served at once).
+    /// Clean blocks kept (served at once): listed in the last clean shutdown's snapshot,
+    /// or proven current after a crash by the intents and the floor table.
     pub clean_kept: u64,
-    /// Clean records found and dropped (not in a valid shutdown snapshot).
+    /// Clean records dropped because nothing proves them current (no floor table and not
+    /// in a valid shutdown snapshot).
     pub clean_dropped: u64,
     /// Why the snapshot of clean blocks was not used (`None` when it was): no marker
     /// after a crash or a first start, a mismatched geometry, a torn snapshot.
     pub cold_reason: Option<String>,
     /// Persisted clean watermark found.
     pub watermark: u64,
+    /// Newest block records dropped because an intent or their region's floor says the
+    /// backing may hold newer data (dirty ones included: written back, then overwritten).
+    pub stale_dropped: u64,
+    /// Backing-write intents found.
+    pub intents: u64,
+    /// Why clean blocks could not be proven current after a crash (`None`: a floor table
+    /// was found): first start, a cache written before intents existed, another geometry.
+    pub floor_reason: Option<String>,
 }
 
 /// The block cache. Share it as `Arc<BlockCache>`; it is a

@@ -10,7 +10,8 @@
 //! - `block_io`: `BlockIo` (stripes, append, checked read, backing I/O); `retry`: the one
 //!   backing retry policy; [`record`]: every record kind and the one checked read.
 //! - `writeback`: `Writeback` (task, pick, batch, watermark, rate); [`flush`]: flush jobs.
-//! - [`switch`]: `ModeSwitch`; `admission` + [`seq`]: what is cached; [`warm`]: warm restart.
+//! - [`switch`]: `ModeSwitch`; `admission` + [`seq`]: what is cached; [`warm`]: warm restart;
+//!   `fence` + `fence_found`: backing-write intents and floors (clean blocks survive a crash).
 //! - [`index`] + [`lbamap`]: the LBA index; `reclaim`: state shared with the flash reclaimer.
 //! - [`tunables`] ([`Mode`], [`FlushOrder`], [`TUNABLES`]), [`stats`], [`mod@error`].
 #![deny(unsafe_code)]
@@ -20,6 +21,8 @@ mod backend;
 mod block_io;
 pub mod cache;
 pub mod error;
+mod fence;
+mod fence_found;
 pub mod flush;
 pub mod index;
 pub mod lbamap;

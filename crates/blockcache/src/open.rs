@@ -21,6 +21,8 @@ use parking_lot::Mutex;
 use crate::block_io::BlockIo;
 use crate::cache::{BlockCache, BlockCacheConfig, RecoveryInfo};
 use crate::error::Error;
+use crate::fence::Fence;
+use crate::fence_found::{verdict, Verdict};
 use crate::index::Index;
 use crate::reclaim::{Handler, Shared};
 use crate::record::{RecordKind, FLAG_DIRTY};
@@ -97,26 +99,28 @@ impl BlockCache {
                 "block_size {bs} exceeds the largest flash record value {max_val}"
             )));
         }
+        let nblocks = size / bs;
         let shared = Arc::new(Shared {
             index: Mutex::new(Index::new(0)),
             wm_persisted: AtomicU64::new(0),
             stats: BlockStats::default(),
             warm: Default::default(),
+            fence: Fence::new(nblocks, bs, fc.segment_size, cap, 0),
             flash: std::sync::OnceLock::new(),
             reclaim_stream,
             wm_lost: AtomicBool::new(false),
             age_budget: AtomicU64::new(0),
         });
-        let nblocks = size / bs;
         // Recovery: newest version per LBA, newest watermark.
         let mut newest: std::collections::HashMap<u64, RecordMeta> = Default::default();
         let mut dead: Vec<Location> = Vec::new();
         let mut wm: Option<RecordMeta> = None;
         let mut max_version = 0u64;
         let mut found = crate::warm::Found::default();
+        let mut fences = crate::fence_found::Found::default();
         let mut on = |m: RecordMeta| {
             max_version = max_version.max(m.version);
-            if found.offer(&m) {
+            if found.offer(&m) || fences.offer(&m) {
                 return;
             }
             let record_kind = RecordKind::of(m.kind, m.key_id);
@@ -135,6 +139,7 @@ impl BlockCache {
                 dead.push(m.location);
                 return;
             }
+            shared.fence.saw(m.key_id);
             match newest.get(&m.key_id) {
                 Some(o) if o.version > m.version => dead.push(m.location),
                 _ => {
@@ -161,6 +166,21 @@ impl BlockCache {
                 Default::default()
             }
         };
+        // Clean blocks after a crash: kept above their floor and every intent (see `fence`).
+        let fence = &shared.fence;
+        let floors = match fences.load(&flash, fence) {
+            Ok((v, floors)) => {
+                fence.raise_all(&floors);
+                fence.set_durable(v, floors);
+                true
+            }
+            Err(why) => {
+                rec.floor_reason = Some(why);
+                false
+            }
+        };
+        rec.intents = fences.intents() as u64;
+        let intent_of = fences.fences(&newest);
         let record = flashtier_flash::format::record::padded_len(0, bs as usize) as u64;
         {
             let mut index = shared.index.lock();
@@ -168,18 +188,40 @@ impl BlockCache {
             *index = Index::with_capacity(max_version, info.capacity / record + 1);
             index.wm_loc = wm.map(|w| w.location.pack());
             for (lba, m) in newest {
-                if m.flags & FLAG_DIRTY != 0 && m.version > watermark {
-                    index.put(lba, m.location.pack(), m.version, true);
-                    rec.dirty_blocks += 1;
-                } else if snapshot.get(&lba) == Some(&m.version) {
-                    index.put(lba, m.location.pack(), m.version, false);
-                    rec.clean_kept += 1;
-                } else {
-                    dead.push(m.location);
-                    rec.clean_dropped += 1;
+                let v = verdict(
+                    m.version,
+                    m.flags & FLAG_DIRTY != 0,
+                    watermark,
+                    intent_of.get(&lba).copied().unwrap_or(0),
+                    floors.then(|| fence.floor(lba)),
+                    snapshot.get(&lba) == Some(&m.version),
+                );
+                match v {
+                    Verdict::Dirty => {
+                        index.put(lba, m.location.pack(), m.version, true);
+                        rec.dirty_blocks += 1;
+                    }
+                    Verdict::Clean => {
+                        index.put(lba, m.location.pack(), m.version, false);
+                        rec.clean_kept += 1;
+                    }
+                    Verdict::Stale => {
+                        dead.push(m.location);
+                        rec.stale_dropped += 1;
+                    }
+                    Verdict::Dropped => {
+                        dead.push(m.location);
+                        rec.clean_dropped += 1;
+                    }
                 }
             }
+            if !floors {
+                // Nothing older than now is provable: every floor at a fresh version.
+                let now = index.take_version();
+                fence.raise_all(&vec![now; fence.regions()]);
+            }
             dead.extend(found.locations());
+            dead.extend_from_slice(fences.dead());
             for l in dead {
                 flash.mark_dead(l);
             }
@@ -188,6 +230,11 @@ impl BlockCache {
         // Consume the snapshot before anything can reach the backing: a durable session
         // record newer than the marker makes it invalid for every later recovery.
         crate::warm::write_session(&flash, &shared, reclaim_stream)?;
+        // The floor table this run starts from, durable before any backing write.
+        shared
+            .fence
+            .persist_blocking(&shared, &flash)
+            .map_err(Error::Config)?;
         let usable = info.capacity.saturating_sub(reserve * info.segment_size);
         let capacity_blocks = (usable / record).max(16);
         let cache = Arc::new(BlockCache {

@@ -18,6 +18,7 @@ use flashtier_flash::{Decision, Flash, Location, LostRecord, ReclaimHandler, Rec
 use parking_lot::Mutex;
 
 use crate::cache::STREAM_DATA;
+use crate::fence::Fence;
 use crate::index::Index;
 use crate::record::{BlockRecord, RecordKind};
 use crate::stats::{add, BlockStats};
@@ -30,6 +31,8 @@ pub(crate) struct Shared {
     pub stats: BlockStats,
     /// This run's warm-restart records (kept by reclaim).
     pub warm: Warm,
+    /// Intents and the floor table (crash-safe clean blocks).
+    pub fence: Fence,
     /// The engine, for appending lost dirty blocks again (set once it is open).
     pub flash: OnceLock<Weak<Flash>>,
     /// The engine's reclaim stream (may use the reserved segments).
@@ -91,6 +94,11 @@ impl ReclaimHandler for Handler {
         if let Some(keep) = self.0.warm.keeps(rec) {
             return if keep { Decision::Keep } else { Decision::Drop };
         }
+        let wm = self.0.wm_persisted.load(Ordering::Acquire);
+        if let Some(keep) = self.0.fence.keeps(rec, wm) {
+            return if keep { Decision::Keep } else { Decision::Drop };
+        }
+        let is_block = RecordKind::of(rec.kind, rec.key_id) == RecordKind::Block;
         let mut index = self.0.index.lock();
         let loc = rec.location.pack();
         if RecordKind::of(rec.kind, rec.key_id) == RecordKind::Watermark {
@@ -103,7 +111,9 @@ impl ReclaimHandler for Handler {
         // Every record reclaim looks at spends the budget, so a read count is lowered about
         // once per `capacity_blocks` appends however many records reclaim keeps.
         let age = self.0.take_age();
-        match index.map.get(rec.key_id) {
+        // A dropped block record, told to `fence` once the index lock is released.
+        let mut note = None;
+        let decision = match index.map.get(rec.key_id) {
             Some(e) if e.loc == loc => {
                 if e.dirty
                     || rec.version > self.0.wm_persisted.load(Ordering::Acquire)
@@ -122,16 +132,33 @@ impl ReclaimHandler for Handler {
                 } else {
                     index.remove_at(rec.key_id, loc);
                     add(&self.0.stats.replacements, 1);
+                    note = Some(None);
                     Decision::Drop
                 }
             }
-            _ => Decision::Drop,
+            other => {
+                if is_block {
+                    note = Some(other.map(|e| e.version));
+                }
+                Decision::Drop
+            }
+        };
+        drop(index);
+        if let Some(indexed) = note {
+            self.0
+                .fence
+                .dropped(&self.0, rec.key_id, rec.version, indexed);
         }
+        decision
     }
 
     fn relocated(&self, rec: &RecordMeta, new: Location) -> bool {
         if let Some(keep) = self.0.warm.keeps(rec) {
             // Found by the recovery scan, not through the index: the copy stays live.
+            return keep;
+        }
+        let wm = self.0.wm_persisted.load(Ordering::Acquire);
+        if let Some(keep) = self.0.fence.keeps(rec, wm) {
             return keep;
         }
         let mut index = self.0.index.lock();
@@ -168,6 +195,7 @@ impl ReclaimHandler for Handler {
             if record_kind != RecordKind::Block {
                 continue;
             }
+            self.0.fence.raise(m.key_id, m.version);
             let Some(e) = index.map.get(m.key_id).filter(|e| e.loc == loc) else {
                 continue;
             };
@@ -206,12 +234,28 @@ impl ReclaimHandler for Handler {
         }
     }
 
+    fn before_erase(&self) -> Result<(), String> {
+        // Raised floors must be durable before the dropped records disappear.
+        match self.0.flash.get().and_then(Weak::upgrade) {
+            Some(flash) => self.0.fence.persist_blocking(&self.0, &flash),
+            None => Ok(()),
+        }
+    }
+
     fn evicted(&self, rec: &RecordMeta) {
         if RecordKind::of(rec.kind, rec.key_id) != RecordKind::Block {
             return;
         }
         let mut index = self.0.index.lock();
-        if let Some(e) = index.remove_at(rec.key_id, rec.location.pack()) {
+        let indexed = index.map.get(rec.key_id).map(|e| e.version);
+        let current = indexed == Some(rec.version);
+        let removed = index.remove_at(rec.key_id, rec.location.pack());
+        drop(index);
+        let newer = if current { None } else { indexed };
+        self.0
+            .fence
+            .dropped(&self.0, rec.key_id, rec.version, newer);
+        if let Some(e) = removed {
             if e.dirty {
                 add(&self.0.stats.dirty_lost, 1);
                 log::error!(
@@ -235,6 +279,7 @@ mod tests {
             wm_persisted: AtomicU64::new(u64::MAX),
             stats: BlockStats::default(),
             warm: Default::default(),
+            fence: Fence::new(1024, 4096, 1 << 20, 64 << 20, 0),
             flash: OnceLock::new(),
             reclaim_stream: 1,
             wm_lost: AtomicBool::new(false),

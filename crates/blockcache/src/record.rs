@@ -5,7 +5,8 @@
 //! Invariants: a block record's `key_id` is its LBA and its `version` comes from the index's
 //! one counter, so a record read back is the block the index means only if kind, LBA,
 //! version and length all match; anything else (relocated, evicted, rewritten) is a miss.
-//! The watermark and the warm-restart records never carry an LBA a block could have.
+//! The watermark and the warm-restart records never carry an LBA a block could have; an
+//! intent's LBA range is in `key_id` and `flags`, so recovery needs no read to apply it.
 use bytes::Bytes;
 use flashtier_flash::{kind, Record, RecordWrite};
 
@@ -19,6 +20,10 @@ pub const KIND_SNAPSHOT: u8 = 5;
 pub const KIND_SHUTDOWN: u8 = 6;
 /// Record kind of the session record (warm restart).
 pub const KIND_SESSION: u8 = 7;
+/// Record kind of a backing-write intent (`key_id` = first LBA, flags = blocks).
+pub const KIND_INTENT: u8 = 8;
+/// Record kind of the floor table (crash-safe clean blocks).
+pub const KIND_FLOOR: u8 = 9;
 /// `key_id` of watermark records (no LBA reaches it).
 pub const WM_KEY: u64 = u64::MAX;
 /// Block record flag: the block was dirty when written.
@@ -46,6 +51,11 @@ pub(crate) enum BlockRecord<'a> {
     ShutdownMarker { version: u64, marker: &'a [u8] },
     /// This run's session record.
     Session { version: u64 },
+    /// Blocks `lba .. lba + blocks` are about to be written on the backing around the
+    /// cache: their records older than `version` are stale.
+    Intent { lba: u64, blocks: u32, version: u64 },
+    /// The floor table (`fence`): per region, records older than its entry are not trusted.
+    Floor { version: u64, table: &'a [u8] },
 }
 
 impl<'a> BlockRecord<'a> {
@@ -74,6 +84,12 @@ impl<'a> BlockRecord<'a> {
                 (KIND_SHUTDOWN, 0, version, 0, marker)
             }
             BlockRecord::Session { version } => (KIND_SESSION, 0, version, 0, &[]),
+            BlockRecord::Intent {
+                lba,
+                blocks,
+                version,
+            } => (KIND_INTENT, lba, version, blocks, &[]),
+            BlockRecord::Floor { version, table } => (KIND_FLOOR, 0, version, 0, table),
         };
         RecordWrite {
             kind,
@@ -95,6 +111,8 @@ pub(crate) enum RecordKind {
     SnapshotChunk,
     ShutdownMarker,
     Session,
+    Intent,
+    Floor,
     /// Not a kind the block face writes.
     Foreign,
 }
@@ -108,6 +126,8 @@ impl RecordKind {
             KIND_SNAPSHOT => RecordKind::SnapshotChunk,
             KIND_SHUTDOWN => RecordKind::ShutdownMarker,
             KIND_SESSION => RecordKind::Session,
+            KIND_INTENT => RecordKind::Intent,
+            KIND_FLOOR => RecordKind::Floor,
             _ => RecordKind::Foreign,
         }
     }
@@ -189,6 +209,21 @@ mod tests {
                 RecordKind::ShutdownMarker,
             ),
             (BlockRecord::Session { version: 1 }, RecordKind::Session),
+            (
+                BlockRecord::Intent {
+                    lba: 3,
+                    blocks: 2,
+                    version: 1,
+                },
+                RecordKind::Intent,
+            ),
+            (
+                BlockRecord::Floor {
+                    version: 1,
+                    table: &[],
+                },
+                RecordKind::Floor,
+            ),
         ];
         for (rec, want) in cases {
             let w = rec.write();

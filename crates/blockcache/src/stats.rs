@@ -112,6 +112,21 @@ counters! {
     watermark_writes,
     /// Dirty blocks the flash engine could not keep (must stay 0).
     dirty_lost,
+    /// Backing-write intents appended (one per write that reached the backing around the
+    /// cache: writethrough, writearound, sequential bypass).
+    intents_written,
+    /// Flash syncs that made intents durable (group commit: one covers every intent
+    /// appended before it started).
+    intent_syncs,
+    /// Writes around the cache that needed no intent: none of their blocks ever had a
+    /// record on the cache device.
+    intents_skipped,
+    /// Drop intents appended: reclaim dropped the newest record of a block, so its older
+    /// records on flash are stale after a crash.
+    drop_intents,
+    /// Floor tables written (a floor was raised: every 65,536 intents, or a drop intent
+    /// could not be appended).
+    floor_writes,
     /// Switches away from writeback started.
     mode_switches,
     /// Requests not admitted because they were part of a sequential stream.
@@ -227,6 +242,10 @@ impl BlockCache {
         v.push((
             "recovered_clean_blocks".into(),
             self.recovery.clean_kept.to_string(),
+        ));
+        v.push((
+            "recovered_stale_blocks".into(),
+            self.recovery.stale_dropped.to_string(),
         ));
         v.extend(
             self.io

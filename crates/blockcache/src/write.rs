@@ -6,6 +6,7 @@
 //! write the backing, then cache the new content clean. Invariant: a request that touches a
 //! dirty block always takes the writeback path, so the cache never holds a clean entry whose
 //! bytes the backing lacks; a request cancelled between the steps leaves the block uncached.
+//! Every backing write here is preceded by a durable intent for its blocks (`fence`).
 //! FLUSH: [`BlockIo::flush`](crate::block_io::BlockIo::flush).
 //!
 //! Threads: request tasks (tokio); the writeback task is woken when writers wait for space.
@@ -119,6 +120,11 @@ impl BlockCache {
                 }
             }
         }
+        // The intent is durable before the backing changes, so a crash can never bring
+        // back an older record of these blocks as current (`fence`).
+        crate::fence::intent(&self.io.shared, &self.io.flash, first, last)
+            .await
+            .map_err(|e| BackendError::Io(std::io::Error::other(e)))?;
         self.io.backing_write(off, data, fua).await?;
         for (lba, cached, blk) in images {
             if cached {

@@ -21,6 +21,7 @@ use crate::flash_tier::reclaim::Handler;
 use crate::flash_tier::recovery::Recovered;
 use crate::flash_tier::{entry_of, FlashTier, STREAM};
 use crate::knobs::Tiering;
+use crate::ledger::{Cause, Ledger};
 use crate::ram::arena::Arena;
 use crate::ram::ghost::Ghost;
 use crate::ram::index::{Entry, Index, Pos, Shard, Tier};
@@ -38,6 +39,8 @@ pub(crate) struct Inner {
     pub index: Index,
     pub arena: Arena,
     pub ghost: Ghost,
+    /// How keys last left, for classifying GET misses (`get_misses_*`).
+    pub ledger: Ledger,
     pub counters: Counters,
     /// The flash tier, if configured.
     pub flash_tier: Option<FlashTier>,
@@ -182,6 +185,7 @@ impl Cache {
             index,
             arena: Arena::new(cfg.memory_limit, cfg.segment_size),
             ghost: Ghost::new(cfg.ghost_len()),
+            ledger: Ledger::new(2 * cfg.ghost_len()),
             counters: Counters::default(),
             flash_tier: tier,
             next_cas: AtomicU64::new(next_cas),
@@ -386,6 +390,7 @@ impl Inner {
         shard.remove(pos);
         self.lower().forget(e.lower_loc());
         self.flushed_gone(exptime, hash);
+        self.ledger.departed(hash, Cause::Expired);
         Counters::add(&self.counters.reclaimed, 1);
         if e.freq == 0 {
             Counters::add(&self.counters.expired_unfetched, 1);
@@ -436,6 +441,7 @@ impl Inner {
         } else if h.flash_behind() {
             self.flushed_gone(h.exptime, hash);
         }
+        self.ledger.departed(hash, Cause::Expired);
         Counters::add(&self.counters.reclaimed, 1);
         if h.rflags & F_FETCHED == 0 {
             Counters::add(&self.counters.expired_unfetched, 1);

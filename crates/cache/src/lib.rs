@@ -19,6 +19,7 @@ pub mod error;
 mod flash_tier;
 pub mod item;
 pub mod knobs;
+mod ledger;
 pub mod model;
 mod ops;
 mod ram;

@@ -146,6 +146,7 @@ impl crate::engine::Inner {
         add("segments_large", large as u64);
         add("index_bytes", self.index.memory_bytes());
         add("ghost_bytes", self.ghost.memory_bytes() as u64);
+        add("ledger_bytes", self.ledger.memory_bytes() as u64);
         v
     }
 
@@ -257,10 +258,22 @@ impl crate::engine::Inner {
             ("extstore_index_bytes", index_bytes),
             ("extstore_written_back", g(&t.written_back)),
             ("extstore_write_back_queue", tier.dirty.len() as u64),
+            (
+                "extstore_write_back_lag_ms",
+                tier.dirty
+                    .lag_ms(tier.clock.now_ms(), tier.tiering.write_back_ms()),
+            ),
             ("extstore_append_waits", g(&tier.gate.waits)),
             ("extstore_append_wait_us", g(&tier.gate.wait_us)),
             ("extstore_append_wait_timeouts", g(&tier.gate.wait_timeouts)),
             ("extstore_evictions_deferred", g(&t.evictions_deferred)),
+            ("extstore_reclaim_kept_hit", g(&t.reclaim_kept_hit)),
+            ("extstore_reclaim_kept_unhit", g(&t.reclaim_kept_unhit)),
+            (
+                "extstore_reclaim_dropped_young",
+                g(&t.reclaim_dropped_young),
+            ),
+            ("extstore_reclaim_dropped_old", g(&t.reclaim_dropped_old)),
             ("extstore_live_bytes", live),
             ("extstore_dead_bytes", dead),
             (
@@ -273,6 +286,7 @@ impl crate::engine::Inner {
             ),
         ]
         .into_iter()
+        .chain(self.ledger.counts())
         .map(|(k, n)| (k.to_string(), n.to_string()))
         .collect();
         v.push(("ram_bytes_per_flash_item".into(), format!("{per_item:.2}")));

@@ -151,9 +151,6 @@ impl KvStore for Cache {
     }
 
     async fn set(&self, key: &[u8], item: ItemWrite) -> Result<u64, Error> {
-        if self.inner.flash_tier.is_none() {
-            return self.inner.set(key, item);
-        }
         self.set_two_phase(key, item).await
     }
 

@@ -51,14 +51,7 @@ fn load(c: &Cache) {
     c.flash().unwrap().flush().wait().unwrap();
 }
 
-fn ext(c: &Cache, name: &str) -> u64 {
-    c.stats_section("extstore")
-        .unwrap()
-        .into_iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.parse().unwrap())
-        .unwrap()
-}
+use common::ext_stat as ext;
 
 #[test]
 fn read_eio_fails_flash_requests_and_ram_keeps_serving() {

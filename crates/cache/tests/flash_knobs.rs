@@ -45,14 +45,7 @@ fn served(c: &Cache) -> u64 {
         .count() as u64
 }
 
-fn ext(c: &Cache, name: &str) -> u64 {
-    c.stats_section("extstore")
-        .unwrap()
-        .into_iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.parse().unwrap())
-        .unwrap()
-}
+use common::ext_stat as ext;
 
 #[test]
 fn recache_rate_zero_never_promotes() {

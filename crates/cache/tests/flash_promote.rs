@@ -25,14 +25,7 @@ fn open(flash_bytes: u64) -> Cache {
     Cache::new(cfg).unwrap()
 }
 
-fn ext(c: &Cache, name: &str) -> u64 {
-    c.stats_section("extstore")
-        .unwrap()
-        .into_iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.parse().unwrap())
-        .unwrap_or_else(|| panic!("no stat {name}"))
-}
+use common::ext_stat as ext;
 
 fn key(i: u64) -> Vec<u8> {
     format!("k{i}").into_bytes()

@@ -20,6 +20,7 @@ pub mod engine;
 pub mod error;
 mod flusher;
 pub mod format;
+mod handler;
 pub mod health;
 pub mod io;
 pub mod knobs;

@@ -116,7 +116,17 @@ fn pick_victim(inner: &Inner, state: &mut crate::engine::State) -> Option<u32> {
         .clone()
         .filter(|(_, s)| s.all_expired(now))
         .min_by_key(|(_, s)| s.seq);
-    let pick = expired.or_else(|| match inner.knobs.policy() {
+    // Age bound: a segment that has outlived two turns of the whole flash goes next whatever
+    // its score, so every segment is reclaimed in bounded time (tombstones and drop notes
+    // are kept until every segment older than them is gone; cost-benefit alone would never
+    // pick a segment that stays fully live).
+    let newest = state.segs.iter().map(|s| s.seq).max().unwrap_or(0);
+    let age_bound = 2 * state.segs.len() as u64;
+    let aged = candidates
+        .clone()
+        .filter(|(_, s)| newest.saturating_sub(s.seq) >= age_bound)
+        .min_by_key(|(_, s)| s.seq);
+    let pick = expired.or(aged).or_else(|| match inner.knobs.policy() {
         ReclaimPolicy::Fifo => candidates.min_by_key(|(_, s)| s.seq),
         ReclaimPolicy::Greedy => candidates.min_by(|(_, a), (_, b)| {
             let ra = f64::from(a.dead) / f64::from(a.records.max(1));
@@ -124,7 +134,6 @@ fn pick_victim(inner: &Inner, state: &mut crate::engine::State) -> Option<u32> {
             rb.total_cmp(&ra).then(a.seq.cmp(&b.seq))
         }),
         ReclaimPolicy::CostBenefit => {
-            let newest = state.segs.iter().map(|s| s.seq).max().unwrap_or(0);
             let score = |s: &crate::segments::SegInfo| {
                 let u = 1.0 - s.dead_bytes() as f64 / s.data_bytes.max(1) as f64;
                 (1.0 - u) * (newest.saturating_sub(s.seq) + 1) as f64 / (1.0 + u)
@@ -139,7 +148,7 @@ fn pick_victim(inner: &Inner, state: &mut crate::engine::State) -> Option<u32> {
 }
 
 fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
-    let (dev, dev_off, seed, has_summary, records, data_end, data_bytes, all_expired) = {
+    let (dev, dev_off, seed, has_summary, records, data_end, data_bytes, all_expired, seg_seq) = {
         let state = inner.state.lock();
         let s = &state.segs[seg as usize];
         (
@@ -151,6 +160,7 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
             s.data_end,
             s.data_bytes,
             s.all_expired(now_unix()),
+            s.seq,
         )
     };
     let exec = inner.exec.as_ref();
@@ -187,37 +197,43 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
     };
     // A segment without a readable summary was scanned whole: its area is working memory.
     let _scan_lease = data.as_ref().map(|d| WorkLease::new(inner, d.len() as u64));
-    let meta = |e: &SummaryEntry| inner.record_meta(seg, e, 0).ok();
+    let meta = |e: &SummaryEntry| inner.record_meta(seg, e, seg_seq).ok();
     let handler = &inner.handler;
     let now = now_unix();
     let mut dropped = 0u64;
     let mut keeps = Vec::new();
+    // Records the user indexed that are dropped: each gets a drop note (see `Decision`).
+    let mut notes: Vec<RecordMeta> = Vec::new();
+    let noting = handler.notes_on_eviction();
+    let evict = |m: &RecordMeta, notes: &mut Vec<RecordMeta>| {
+        handler.evicted(m);
+        if noting && m.kind == crate::kind::PUT {
+            notes.push(*m);
+        }
+    };
     if all_expired {
         FlashStats::add(&stats.reclaims_expired, 1);
-        for m in entries.iter().filter_map(meta) {
-            handler.evicted(&m);
-            dropped += 1;
-        }
-    } else {
-        let cap = (inner.knobs.keep_limit() * data_bytes as f64) as u64;
-        let mut kept = 0u64;
-        for e in &entries {
-            let Some(m) = meta(e) else { continue };
-            if e.exptime != 0 && e.exptime <= now {
-                handler.evicted(&m);
+    }
+    let cap = (inner.knobs.keep_limit() * data_bytes as f64) as u64;
+    let mut kept = 0u64;
+    for e in &entries {
+        let Some(m) = meta(e) else { continue };
+        // Expired records are asked about too: the user may still index them, and then an
+        // older version of the key elsewhere needs a drop note.
+        let expired = all_expired || (e.exptime != 0 && e.exptime <= now);
+        match handler.decide(&m) {
+            Decision::Drop => dropped += 1,
+            Decision::Forget => {
+                notes.push(m);
                 dropped += 1;
-                continue;
             }
-            match handler.decide(&m) {
-                Decision::Drop => dropped += 1,
-                Decision::Keep if kept + u64::from(e.len) <= cap => {
-                    kept += u64::from(e.len);
-                    keeps.push((*e, m));
-                }
-                Decision::Keep => {
-                    handler.evicted(&m);
-                    dropped += 1;
-                }
+            Decision::Keep if !expired && kept + u64::from(e.len) <= cap => {
+                kept += u64::from(e.len);
+                keeps.push((*e, m));
+            }
+            Decision::Keep => {
+                evict(&m, &mut notes);
+                dropped += 1;
             }
         }
     }
@@ -262,11 +278,14 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
                         // The records left to keep cannot be read: they are lost; tell the
                         // user (those already copied have moved).
                         for (_, m) in &keeps[next..] {
-                            handler.evicted(m);
+                            evict(m, &mut notes);
                         }
                         let n = (keeps.len() - next) as u64;
                         FlashStats::add(&stats.records_unreadable, n);
                         FlashStats::add(&stats.records_dropped, dropped + n);
+                        // The victim is retired, not erased; its notes still go down.
+                        write_notes(inner, &notes);
+                        let _ = inner.flush().wait();
                         return Err(Error::io(&name, "read", e));
                     }
                     out
@@ -283,7 +302,7 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
                         Ok(r) => r,
                         Err(err) => {
                             let _ = inner.decode_error(err);
-                            handler.evicted(m);
+                            evict(m, &mut notes);
                             dropped += 1;
                             unreadable += 1;
                             continue;
@@ -307,7 +326,7 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
                             }
                         }
                         Err(_) => {
-                            handler.evicted(m);
+                            evict(m, &mut notes);
                             dropped += 1;
                         }
                     }
@@ -322,10 +341,16 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
                  dropped (the user's index entries removed)"
             );
         }
-        // The copies must be durable before the originals can disappear.
-        inner.flush().wait()?;
     }
+    write_notes(inner, &notes);
+    // The copies and notes must be durable before the originals disappear, and so must
+    // whatever superseded a dropped record (a newer version or tombstone may still sit in
+    // a write buffer).
+    inner.flush().wait()?;
     FlashStats::add(&stats.records_dropped, dropped);
+    handler
+        .before_erase()
+        .map_err(|e| Error::io(&name, "before erase", std::io::Error::other(e)))?;
     // Zero the header page so recovery never resurrects this segment's records.
     let zero = Arc::new(AlignedBuf::zeroed(PAGE as usize));
     if let Err(e) = run_one(
@@ -426,6 +451,41 @@ fn decode_at(buf: &[u8], off: u32, seed: u32) -> Result<Record, record::DecodeEr
         .get(off as usize..)
         .ok_or(record::DecodeError::Truncated)?;
     record::decode_record(b, seed)
+}
+
+/// Append a drop note for each of `dropped` into the reclaim stream (see
+/// [`Decision::Forget`]); a note that cannot be appended is counted and logged — the
+/// record is dropped all the same, as before notes existed.
+fn write_notes(inner: &Arc<Inner>, dropped: &[RecordMeta]) {
+    if dropped.is_empty() {
+        return;
+    }
+    let horizon = {
+        let state = inner.state.lock();
+        u32::try_from(state.next_seq.saturating_sub(1)).unwrap_or(u32::MAX)
+    };
+    let mut failed = 0u64;
+    for m in dropped {
+        let w = RecordWrite {
+            kind: crate::kind::TOMBSTONE,
+            key_id: m.key_id,
+            version: m.version,
+            flags: horizon,
+            exptime: 0,
+            key: &[],
+            value: &[],
+        };
+        match append_retrying(inner, &w) {
+            Ok(_) => FlashStats::add(&inner.stats.drop_notes, 1),
+            Err(_) => failed += 1,
+        }
+    }
+    if failed > 0 {
+        FlashStats::add(&inner.stats.drop_notes_failed, failed);
+        log::warn!(
+            "flash reclaim: {failed} drop notes could not be written; an older version of              those keys may come back after a restart"
+        );
+    }
 }
 
 /// Append into the reclaim stream, waiting out `Busy` (chunk writes in flight).

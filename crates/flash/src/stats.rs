@@ -57,6 +57,12 @@ stats! {
     bytes_rewritten,
     /// Records dropped by reclaim (user decision, expiry, keep limit).
     records_dropped,
+    /// Drop notes appended by reclaim: a record the user still indexed was dropped, and a
+    /// TOMBSTONE with its key id and version keeps an older copy of the key (in another
+    /// segment) from coming back at recovery.
+    drop_notes,
+    /// Drop notes that could not be appended (the record was dropped anyway; logged).
+    drop_notes_failed,
     /// Records or summaries that failed their checksum (reads, recovery, reclaim).
     checksum_failures,
     /// Gauge: IO requests queued or in flight in the executor.

@@ -379,6 +379,12 @@ pub struct BlockArgs {
     #[arg(long)]
     pub threads: Option<usize>,
 
+    /// Record every NBD request (time, read/write/..., offset, length) into FILE, 24 bytes
+    /// each, for offline analysis (scripts/bench/trace_sim.py). Bounded buffer: records are
+    /// dropped, never waited for, when the disk falls behind. Default: off.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<std::path::PathBuf>,
+
     /// Format a cache device that holds other data (a file system, a partition table,
     /// random bytes, a kv flash file) instead of refusing to start. What it holds is lost.
     /// Default: off (only all-zero devices and flashtier's own block caches are used).

@@ -18,7 +18,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{roundtrip, Server};
+use common::{roundtrip, Rng, Server};
 
 /// The server's item limit (`--max-item-size`) unless `FLASHTIER_SOAK_LIMIT` sets one.
 const DEFAULT_LIMIT: usize = 64 * 1024;
@@ -27,31 +27,6 @@ const STALL: Duration = Duration::from_secs(10);
 /// Largest reply a blind client (one that reads only after sending everything) waits for.
 const BLIND_REPLY_MAX: usize = 32 * 1024;
 const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
-
-/// xorshift64*: reproducible from the seed printed on failure.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    /// Uniform in `0..n` (n > 0).
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
-    }
-    /// Log-uniform in `1..=max`: small sizes as often as large ones.
-    fn size(&mut self, max: usize) -> usize {
-        let bits = usize::BITS - max.leading_zeros();
-        let b = self.below(bits as usize + 1) as u32;
-        (1 + self.below(1usize << b)).min(max)
-    }
-}
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{read_until, scratch_dir, Server};
+use common::{get_flags_value, read_until, scratch_dir, Server};
 
 const VALUE: usize = 3000;
 /// Items per group; 8 MiB of RAM holds about 2500, so some versions reach flash by eviction
@@ -44,23 +44,9 @@ fn delete(c: &mut TcpStream, key: &str) {
 
 /// The version served for `key` (its flags), checking the bytes; `None` on a miss.
 fn served(c: &mut TcpStream, key: &str) -> Option<u32> {
-    c.write_all(format!("get {key}\r\n").as_bytes())
-        .expect("write");
-    let out = read_until(c, b"END\r\n");
-    if out == b"END\r\n" {
-        return None;
-    }
-    let head_end = out.windows(2).position(|w| w == b"\r\n").expect("header");
-    let head = String::from_utf8_lossy(&out[..head_end]).to_string();
-    let flags: u32 = head
-        .split(' ')
-        .nth(2)
-        .expect("flags")
-        .parse()
-        .expect("flags");
-    let body = &out[head_end + 2..out.len() - 7];
+    let (flags, body) = get_flags_value(c, key)?;
     assert!(
-        body == value_of(key, flags).as_slice(),
+        body == value_of(key, flags),
         "{key}: wrong bytes served for version {flags}"
     );
     Some(flags)

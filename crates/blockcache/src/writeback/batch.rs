@@ -44,6 +44,19 @@ impl Writeback {
             }
         }
         blocks.sort_unstable_by_key(|b| b.0);
+        // The records written back must be durable first: a crash must not leave an older
+        // clean record on flash as the newest while the backing holds this newer data.
+        if !blocks.is_empty() {
+            if let Err(e) = io.flash.flush().await {
+                self.flushes.error();
+                self.report(io, format!("cache flush before writeback: {e}"));
+                let mut index = io.shared.index.lock();
+                for (lba, _, _) in picks {
+                    index.writing.remove(lba);
+                }
+                return 0;
+            }
+        }
         // Contiguous runs of at most 1 MiB: (first LBA, bytes, how many blocks of `blocks`).
         let mut runs: Vec<(u64, BytesMut, usize)> = Vec::new();
         for (lba, _, _, v) in &blocks {

@@ -24,7 +24,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use flashtier_flash::{Flash, FlashInfo, Location, Record, RecordMeta, RecordWrite};
 
 use crate::clock::Clock;
-pub use crate::flash_tier::kv_record::FlashItem;
 use crate::flash_tier::kv_record::{KvKind, KvRecord};
 use crate::knobs::Tiering;
 use crate::ram::index::{Entry, Tier, LOC_BITS, MAX_LOC};
@@ -113,6 +112,14 @@ pub struct TierCounters {
     /// Value bytes of every version stored (SET and updates), written to flash or not: the
     /// denominator of write amplification.
     pub bytes_stored: AtomicU64,
+    /// Reclaim verdicts on referenced items while flash was full: kept because hit since
+    /// the last pass; kept (compacted) unhit; dropped unhit although young (appended fewer
+    /// versions ago than half the items the cache holds); dropped unhit and older.
+    /// Together they say whether reclaim loses recent writes or cold ones.
+    pub reclaim_kept_hit: AtomicU64,
+    pub reclaim_kept_unhit: AtomicU64,
+    pub reclaim_dropped_young: AtomicU64,
+    pub reclaim_dropped_old: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -129,6 +136,8 @@ pub struct FlashTier {
     pub last_marker: AtomicU64,
     /// Version of the newest delayed flush marker (reclaim keeps it).
     pub last_delayed: AtomicU64,
+    /// (victim seq, oldest other segment seq) last asked by [`Self::tombstone_needed`].
+    oldest_other: parking_lot::Mutex<Option<(u64, Option<u64>)>>,
     /// Runtime tiering settings (`knobs`): append wait, size threshold, reclaim rules.
     pub tiering: Tiering,
     /// The engine's reserved segments (part of the "has room" floor).
@@ -225,6 +234,7 @@ impl FlashTier {
             version: AtomicU64::new(max_version),
             last_marker: AtomicU64::new(0),
             last_delayed: AtomicU64::new(0),
+            oldest_other: parking_lot::Mutex::new(None),
             counters: TierCounters::default(),
             dirty: Default::default(),
             hot_stream: STREAM,
@@ -240,25 +250,17 @@ impl FlashTier {
         self.flash.free_segments() > floor
     }
 
+    /// The newest version handed out so far.
+    pub fn current_version(&self) -> u64 {
+        self.version.load(Ordering::Relaxed)
+    }
+
     /// True while compaction may keep unhit items: device writes within [`WRITE_BUDGET`]
     /// of the value bytes stored.
     pub fn compaction_budget(&self) -> bool {
         let written = flashtier_flash::FlashStats::get(&self.flash.stats().device_bytes_written);
         let stored = self.counters.bytes_stored.load(Ordering::Relaxed);
         (written as f64) <= WRITE_BUDGET * stored as f64
-    }
-
-    /// A repeat hit on a flash item: true when it should be copied back to RAM
-    /// (`recache_rate`: every Nth repeat hit; 0 = never).
-    pub fn should_recache(&self) -> bool {
-        match self.tiering.recache_rate() {
-            0 => false,
-            1 => true,
-            n => self
-                .repeat_hits
-                .fetch_add(1, Ordering::Relaxed)
-                .is_multiple_of(n),
-        }
     }
 
     /// An item's flash record failed its checksum (or its segment was freed or retired)
@@ -353,7 +355,10 @@ impl FlashTier {
         }
         let version = self.next_version(rec.min_version());
         let mut buf = Vec::new();
-        let w = rec.encode(version, &mut buf);
+        let mut w = rec.encode(version, &mut buf);
+        if let KvRecord::Tombstone { .. } = rec {
+            w.flags = self.horizon();
+        }
         let res = if block {
             self.flash
                 .append_blocking(stream, &w, self.tiering.append_wait())
@@ -442,22 +447,44 @@ impl FlashTier {
         self.flash.append_blocking(STREAM, &w, wait).is_ok()
     }
 
+    /// A tombstone's horizon (its flags): the newest segment seq now. Every copy of an older
+    /// version of its key is in a segment with seq ≤ this, so the tombstone is needed while
+    /// such a segment survives (see [`Self::tombstone_needed`]).
+    fn horizon(&self) -> u32 {
+        u32::try_from(self.flash.newest_seq()).unwrap_or(u32::MAX)
+    }
+
+    /// Whether reclaim must keep tombstone `m` (a delete, or the engine's drop note of an
+    /// evicted version): while flash has room, as before; else while a segment other than
+    /// its own that may hold an older version of the key (seq ≤ its horizon) survives. A
+    /// tombstone without a horizon (flags 0, written before horizons) follows the room rule.
+    pub fn tombstone_needed(&self, m: &RecordMeta) -> bool {
+        if self.has_room() {
+            return true;
+        }
+        if m.flags == 0 {
+            return false;
+        }
+        let oldest = {
+            let mut cache = self.oldest_other.lock();
+            match *cache {
+                // Asked again for the same victim: segments only got newer (or fewer), so
+                // the cached answer is at most the true one — keeping is the safe side.
+                Some((seq, oldest)) if seq == m.seq => oldest,
+                _ => {
+                    let oldest = self.flash.oldest_seq_except(m.seq);
+                    *cache = Some((m.seq, oldest));
+                    oldest
+                }
+            }
+        };
+        oldest.is_some_and(|o| o <= u64::from(m.flags))
+    }
+
     /// True for a marker record reclaim must keep (the newest flush markers).
     pub fn is_current_marker(&self, m: &RecordMeta) -> bool {
         matches!(KvKind::of(m), KvKind::Flush { .. })
             && (m.version == self.last_marker.load(Ordering::Relaxed)
                 || m.version == self.last_delayed.load(Ordering::Relaxed))
-    }
-
-    /// The item a record read for `key` (hash `key_id`) holds: `None` if it is another
-    /// key's (a tag collision, counted).
-    pub fn decode(&self, rec: &Record, key_id: u64, key: &[u8]) -> Option<FlashItem> {
-        add(&self.counters.objects_read, 1);
-        let item = FlashItem::decode(rec).filter(|i| rec.header.key_id == key_id && i.key == key);
-        match &item {
-            Some(i) => add(&self.counters.bytes_read, i.value.len() as u64),
-            None => add(&self.counters.collisions, 1),
-        }
-        item
     }
 }

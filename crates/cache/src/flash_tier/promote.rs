@@ -8,8 +8,8 @@
 use flashtier_flash::Location;
 
 use crate::engine::Inner;
-use crate::flash_tier::home_word;
 use crate::flash_tier::kv_record::FlashItem;
+use crate::flash_tier::{home_word, FlashTier};
 use crate::ram::arena::{Log, Space};
 use crate::ram::index::{self, Entry, Pos, Shard, Tier};
 use crate::ram::record::{self, Header, F_FETCHED, F_STALE, F_WIN};
@@ -42,6 +42,30 @@ fn promoted_header(loc: u64, key: &[u8], f: &FlashItem, now: u32) -> Header {
     }
 }
 
+impl FlashTier {
+    /// A repeat hit on a flash item: true when it should be copied back to RAM
+    /// (`recache_rate`: every Nth repeat hit; 0 = never).
+    fn should_recache(&self) -> bool {
+        match self.tiering.recache_rate() {
+            0 => false,
+            1 => true,
+            n => self
+                .repeat_hits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                .is_multiple_of(n),
+        }
+    }
+
+    fn count_promotion(&self, done: bool) {
+        let c = if done {
+            &self.counters.promoted
+        } else {
+            &self.counters.promotions_abandoned
+        };
+        Counters::add(c, 1);
+    }
+}
+
 impl Inner {
     /// A GET hit on flash item `item` in slot `pos` (shard locked): count it; on a repeat hit
     /// (frequency ≥ 1, every `recache_rate`-th) copy it back to RAM now if the small log's
@@ -64,7 +88,7 @@ impl Inner {
         let recache = e.freq > 0
             && record::rec_words(key.len(), item.value.len()) <= self.arena.large_threshold()
             && tier.should_recache();
-        if recache && self.promote_in_place(shard, pos, e, key, &item, now) {
+        if recache && self.promote_in_place(tier, shard, pos, e, key, &item, now) {
             return None;
         }
         shard.touch(pos);
@@ -77,8 +101,10 @@ impl Inner {
     /// Copy a flash item back into RAM (repeat hit) if the small log's open segment has room;
     /// the shard lock is held, so nothing is allocated or evicted here. False if there was
     /// no room (the caller may then `promote_later`).
+    #[allow(clippy::too_many_arguments)]
     fn promote_in_place(
         &self,
+        tier: &FlashTier,
         shard: &mut Shard<'_>,
         pos: Pos,
         e: Entry,
@@ -93,17 +119,24 @@ impl Inner {
         let h = promoted_header(e.lower_loc(), key, f, now);
         if !self.arena.write_record(&space, &h, key, &f.value) {
             self.abandon_space(space);
-            self.count_promotion(false);
+            tier.count_promotion(false);
             return true;
         }
-        self.publish_promoted(shard, pos, &space, &h);
+        self.publish_promoted(tier, shard, pos, &space, &h);
         self.finish(space);
         true
     }
 
     /// Point the flash slot at `pos` at the promoted record written in `space`, with
     /// frequency 0 (see `PROMOTE_LOG`). Shard lock held; the caller then `finish`es the space.
-    fn publish_promoted(&self, shard: &mut Shard<'_>, pos: Pos, space: &Space, h: &Header) {
+    fn publish_promoted(
+        &self,
+        tier: &FlashTier,
+        shard: &mut Shard<'_>,
+        pos: Pos,
+        space: &Space,
+        h: &Header,
+    ) {
         shard.set(
             pos,
             Entry {
@@ -117,18 +150,7 @@ impl Inner {
             .slot(space.seg)
             .note_publish(space.words, h.exptime, h.stored);
         Counters::add(&self.counters.live_bytes, (space.words * 8) as u64);
-        self.count_promotion(true);
-    }
-
-    fn count_promotion(&self, done: bool) {
-        if let Some(tier) = &self.flash_tier {
-            let c = if done {
-                &tier.counters.promoted
-            } else {
-                &tier.counters.promotions_abandoned
-            };
-            Counters::add(c, 1);
-        }
+        tier.count_promotion(true);
     }
 
     /// Finish a promotion `get_with` could not do under the shard lock (the small log's open
@@ -145,13 +167,13 @@ impl Inner {
         };
         let words = record::rec_words(key.len(), p.item.value.len());
         let Ok(space) = self.reserve(PROMOTE_LOG, words) else {
-            self.count_promotion(false);
+            tier.count_promotion(false);
             return;
         };
         let h = promoted_header(p.loc, key, &p.item, self.now());
         if !self.arena.write_record(&space, &h, key, &p.item.value) {
             self.abandon_space(space);
-            self.count_promotion(false);
+            tier.count_promotion(false);
             return;
         }
         let mut shard = self.index.lock(hash);
@@ -159,10 +181,10 @@ impl Inner {
         else {
             drop(shard);
             self.abandon_space(space);
-            self.count_promotion(false);
+            tier.count_promotion(false);
             return;
         };
-        self.publish_promoted(&mut shard, pos, &space, &h);
+        self.publish_promoted(tier, &mut shard, pos, &space, &h);
         drop(shard);
         self.finish(space);
     }

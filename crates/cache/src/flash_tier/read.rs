@@ -9,10 +9,12 @@
 //!
 //! # Threads
 //! Any caller; the shard lock is held only to collect the candidates, never across a read.
-use flashtier_flash::Location;
+use flashtier_flash::{Location, Record};
 
 use crate::engine::Inner;
 use crate::flash_tier::kv_record::FlashItem;
+use crate::flash_tier::FlashTier;
+use crate::stats::Counters;
 
 /// What phase 1 saw and read.
 #[derive(Debug, Default)]
@@ -60,5 +62,19 @@ impl Inner {
             }
         }
         v
+    }
+}
+
+impl FlashTier {
+    /// The item a record read for `key` (hash `key_id`) holds: `None` if it is another
+    /// key's (a tag collision, counted).
+    fn decode(&self, rec: &Record, key_id: u64, key: &[u8]) -> Option<FlashItem> {
+        Counters::add(&self.counters.objects_read, 1);
+        let item = FlashItem::decode(rec).filter(|i| rec.header.key_id == key_id && i.key == key);
+        match &item {
+            Some(i) => Counters::add(&self.counters.bytes_read, i.value.len() as u64),
+            None => Counters::add(&self.counters.collisions, 1),
+        }
+        item
     }
 }

@@ -17,7 +17,8 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::engine::Inner;
 use crate::flash_tier::kv_record::KvKind;
-use crate::flash_tier::{entry_of, home_word};
+use crate::flash_tier::{entry_of, home_word, FlashTier};
+use crate::ledger::Cause;
 use crate::ram::index::{Pos, Shard, Tier};
 use crate::ram::record::HOME_OLDER;
 use crate::stats::Counters;
@@ -96,6 +97,20 @@ impl Inner {
         })
     }
 
+    /// True if the key's index entry is a RAM version with no flash home while an older
+    /// version may be on flash (dirty, or its home dropped).
+    fn newest_only_in_ram(&self, shard: &Shard<'_>, key_id: u64) -> bool {
+        shard
+            .find(key_id, |e| {
+                e.tier == Tier::Ram
+                    && self
+                        .arena
+                        .record(e.loc)
+                        .is_some_and(|r| r.header.home_loc().is_none() && r.header.flash_behind())
+            })
+            .is_some()
+    }
+
     fn set_ram_home(&self, loc: u64, home: u64) {
         if let Some(r) = self.arena.record(loc) {
             r.set_home(home);
@@ -109,6 +124,14 @@ impl Inner {
             Ref::Flash(pos, e) => {
                 shard.remove(pos);
                 let expired = m.exptime != 0 && m.exptime <= self.now();
+                let cause = if expired {
+                    Cause::Expired
+                } else if self.recently_appended(tier, m) {
+                    Cause::ReclaimYoung
+                } else {
+                    Cause::ReclaimOld
+                };
+                self.ledger.departed(m.key_id, cause);
                 if expired {
                     Counters::add(&self.counters.reclaimed, 1);
                     if e.freq == 0 {
@@ -126,6 +149,13 @@ impl Inner {
         }
     }
 
+    /// True when fewer versions were appended since `m` than half the items the cache holds
+    /// (half a turnover; a FIFO would drop at about one): how the stats tell a recent write
+    /// dropped from a cold item dropped.
+    fn recently_appended(&self, tier: &FlashTier, m: &RecordMeta) -> bool {
+        tier.current_version().saturating_sub(m.version) < self.index.len() / 2
+    }
+
     fn reclaim_decide(&self, m: &RecordMeta) -> Decision {
         let Some(tier) = &self.flash_tier else {
             return Decision::Drop;
@@ -133,21 +163,24 @@ impl Inner {
         match KvKind::of(m) {
             KvKind::Put => {}
             KvKind::Flush { .. } if tier.is_current_marker(m) => return Decision::Keep,
-            KvKind::Tombstone if tier.has_room() => return Decision::Keep,
+            KvKind::Tombstone if tier.tombstone_needed(m) => return Decision::Keep,
             _ => return Decision::Drop,
         }
         let mut shard = self.index.lock(m.key_id);
         let Some(r) = self.find_ref(&shard, m) else {
-            return Decision::Drop;
+            // Superseded. If the newest version is only in RAM (not yet written back), this
+            // record still hides older ones from recovery: leave a note in its place.
+            return if self.newest_only_in_ram(&shard, m.key_id) {
+                Decision::Forget
+            } else {
+                Decision::Drop
+            };
         };
         let expired = m.exptime != 0 && m.exptime <= self.now();
         let (pos, e) = match &r {
             Ref::Flash(p, e) | Ref::Ram(p, e, _) => (*p, *e),
         };
-        let unread_ok = !tier.tiering.drop_unread();
-        if !expired && e.freq == 0 && unread_ok && (tier.has_room() || tier.compaction_budget()) {
-            return Decision::Keep;
-        }
+        let c = &tier.counters;
         if !expired && e.freq > 0 {
             shard.set(
                 pos,
@@ -156,10 +189,32 @@ impl Inner {
                     ..e
                 },
             );
+            if !tier.has_room() {
+                Counters::add(&c.reclaim_kept_hit, 1);
+            }
             return Decision::Keep;
         }
+        if !expired && !tier.tiering.drop_unread() {
+            if tier.has_room() {
+                return Decision::Keep;
+            }
+            if tier.compaction_budget() {
+                Counters::add(&c.reclaim_kept_unhit, 1);
+                return Decision::Keep;
+            }
+            Counters::add(
+                if self.recently_appended(tier, m) {
+                    &c.reclaim_dropped_young
+                } else {
+                    &c.reclaim_dropped_old
+                },
+                1,
+            );
+        }
         self.drop_ref(&mut shard, r, m);
-        Decision::Drop
+        // Indexed until now: an older version of the key in another segment must not come
+        // back at recovery, so the engine leaves a drop note.
+        Decision::Forget
     }
 
     fn reclaim_relocated(&self, m: &RecordMeta, new: Location) -> bool {
@@ -214,6 +269,7 @@ impl Inner {
                 }
                 Some(Ref::Flash(pos, _)) => {
                     shard.remove(pos);
+                    self.ledger.departed(m.key_id, Cause::Lost);
                     lost += 1;
                 }
                 None => {}
@@ -253,6 +309,10 @@ impl ReclaimHandler for Handler {
         if let Some(i) = self.inner() {
             i.reclaim_evicted(rec);
         }
+    }
+
+    fn notes_on_eviction(&self) -> bool {
+        true
     }
 
     fn lost(&self, recs: &[LostRecord]) {

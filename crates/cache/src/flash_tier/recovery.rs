@@ -75,7 +75,14 @@ impl Recovered {
                     loc: m.location,
                 };
                 match self.best.get_mut(&m.key_id) {
-                    Some(b) if b.version > m.version => {
+                    // Older; or a drop note of the very version already found (the version
+                    // itself, being on flash, is never stale).
+                    Some(b)
+                        if b.version > m.version
+                            || (b.version == m.version
+                                && b.kind == KvKind::Put
+                                && kind == KvKind::Tombstone) =>
+                    {
                         if kind == KvKind::Put {
                             self.superseded.push(m.location);
                         }
@@ -172,5 +179,22 @@ mod tests {
         };
         assert_eq!(r2.items, vec![(1, Location::new(16, 64).unwrap())]);
         assert_eq!(r2.dead, vec![Location::new(32, 64).unwrap()]);
+    }
+
+    #[test]
+    fn a_drop_note_hides_older_versions_but_not_its_own() {
+        let mut r = Recovered::default();
+        // Key 1: v3 left in an old segment, v5 evicted (its note survives): a miss.
+        r.on_record(meta(1, 3, kind::PUT, 1));
+        r.on_record(meta(1, 5, kind::TOMBSTONE, 2));
+        // Key 2: the note of v7 arrives before and after a surviving copy of v7: served.
+        r.on_record(meta(2, 7, kind::TOMBSTONE, 3));
+        r.on_record(meta(2, 7, kind::PUT, 4));
+        r.on_record(meta(3, 8, kind::PUT, 5));
+        r.on_record(meta(3, 8, kind::TOMBSTONE, 6));
+        let out = r.finish(100);
+        let mut ids: Vec<u64> = out.items.iter().map(|(k, _)| *k).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, vec![2, 3]);
     }
 }

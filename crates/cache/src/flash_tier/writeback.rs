@@ -51,6 +51,16 @@ impl DirtyQueue {
     pub(crate) fn len(&self) -> usize {
         self.0.lock().len()
     }
+
+    /// How long the oldest queued entry has been dirty beyond `window_ms`, at `now_ms`: 0
+    /// while write-back keeps up (the entry may name a version already written or gone, so
+    /// this bounds the true lag from above).
+    pub(crate) fn lag_ms(&self, now_ms: u64, window_ms: u64) -> u64 {
+        self.0
+            .lock()
+            .front()
+            .map_or(0, |&(since, _)| now_ms.saturating_sub(since + window_ms))
+    }
 }
 
 /// Start the write-back thread (with flash only).

@@ -46,7 +46,10 @@ impl Inner {
         let mut shard = self.index.lock(hash);
         match self.current(&mut shard, hash, key, view, now)? {
             Current::Retry => Ok(Step::Retry),
-            Current::Absent | Current::Gone(_) | Current::Blind(_) => Ok(Step::Done(None)),
+            Current::Absent | Current::Gone(_) | Current::Blind(_) => {
+                self.ledger.missed(hash);
+                Ok(Step::Done(None))
+            }
             Current::Ram { pos, rec, .. } => {
                 let item = self.item_at(&rec);
                 rec.mark_fetched(now);

@@ -2,8 +2,8 @@
 //! calls the closure and applies its decision before unlocking, so the change is atomic per
 //! key. SET is an update whose closure always puts; with `CasMode::Keep` it takes the CAS of
 //! whatever is stored, live or not, and reads no flash (a blind view, see `flash_tier::read`).
-//! Without flash, SET takes its own path, `Inner::set`: the record is written before the lock
-//! is taken (one lock, no retry), and a dead old item is replaced, not reclaimed first.
+//! Without flash the same loop runs once: phase 1 has nothing to read and phase 2 never asks
+//! for a retry (no flash slots to change, no back-pressure to await).
 use crate::engine::{Cache, Inner};
 use crate::flash_tier::read::View;
 use crate::ops::{block_on, item_of, Budget, Current, Reserved, Step};
@@ -15,9 +15,6 @@ use crate::{CasMode, Error, Item, ItemWrite, Update};
 impl Cache {
     /// Synchronous SET.
     pub fn set_now(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
-        if self.inner.flash_tier.is_none() {
-            return self.inner.set(key, w);
-        }
         block_on(self.set_two_phase(key, w))
     }
 
@@ -83,52 +80,9 @@ impl Cache {
 }
 
 impl Inner {
-    pub fn set(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
-        self.check_size(key, &w.value)?;
-        let now = self.now();
-        let hash = self.index.hash(key);
-        if w.exptime != 0 && w.exptime <= now {
-            let mut shard = self.index.lock(hash);
-            let existing = self.find_key(&shard, hash, key);
-            let old = existing.and_then(|(_, e)| self.arena.record(e.loc).map(|r| r.header));
-            let cas = self.cas_for(w.cas, old.map(|h| h.cas));
-            if let (Some((pos, _)), Some(h)) = (existing, old) {
-                self.unlink(&mut shard, pos, &h);
-            }
-            return Ok(cas);
-        }
-        let words = record::rec_words(key.len(), w.value.len());
-        let log = self.target_log(hash);
-        let space = self.reserve(log, words)?;
-        let mut h = Self::new_header(&w, key.len(), now, 0);
-        if !self.arena.write_record(&space, &h, key, &w.value) {
-            self.abandon(Some(space));
-            return Err(Error::Internal("reserved space cannot hold the record"));
-        }
-        let mut shard = self.index.lock(hash);
-        let existing = self.find_key(&shard, hash, key);
-        // Like the model, `Keep` takes the CAS of whatever is stored, live or not.
-        let old_cas = existing
-            .and_then(|(_, e)| self.arena.record(e.loc))
-            .map(|r| r.header.cas);
-        h.cas = self.cas_for(w.cas, old_cas);
-        if let Some(m) = self.arena.mem(space.seg) {
-            record::set_cas(m, space.off, h.cas);
-        }
-        self.publish(
-            &mut shard,
-            hash,
-            existing.map(|(p, e)| Existing::Ram(p, e)),
-            &space,
-            &h,
-        );
-        drop(shard);
-        self.finish(space);
-        Ok(h.cas)
-    }
-
     /// Phase 2 of an UPDATE (and of a SET when `set_mode`: `CasMode::Keep` then takes the
-    /// CAS of whatever is stored, live or not, as the RAM-only SET does; `dead_cas` keeps the
+    /// CAS of whatever is stored, live or not, like the model, and the closure, which always
+    /// puts, is shown no item, so the old value is not copied; `dead_cas` keeps the
     /// CAS of a dead item removed by an earlier attempt of the same request). With `stall`,
     /// space that could only be had by evicting an item flash cannot take now is not taken:
     /// `Error::FlashBusy`, nothing changed (the caller awaits room and runs again).
@@ -173,12 +127,16 @@ impl Inner {
                     stored_cas = Some(h.cas);
                     had_flash = h.flash_behind();
                     old_since = h.dirty_since();
-                    current = Some(self.item_at(&rec));
+                    if !set_mode {
+                        current = Some(self.item_at(&rec));
+                    }
                     existing = Some(Existing::Ram(pos, e));
                 }
                 Current::Flash { pos, e, item } => {
                     stored_cas = Some(item.cas);
-                    current = Some(item_of(&item, e.freq));
+                    if !set_mode {
+                        current = Some(item_of(&item, e.freq));
+                    }
                     existing = Some(Existing::Lower(pos, e));
                     had_flash = true;
                 }
@@ -258,5 +216,57 @@ impl Inner {
             self.finish(space);
             return Ok(Step::Done((r, Some(cas))));
         }
+    }
+}
+
+/// Without flash, SET runs the same loop: `Keep` takes the CAS of the item replaced, live or
+/// dead, and a dead one is reclaimed (counted) before the put.
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use crate::{Cache, CacheConfig, CasMode, Clock, ItemWrite, KvStore};
+
+    fn ram_cache(clock: &Clock) -> Cache {
+        let cfg = CacheConfig::builder()
+            .memory_limit(8 << 20)
+            .segment_size(64 << 10)
+            .sweep_interval(None)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        Cache::new(cfg).unwrap()
+    }
+
+    #[test]
+    fn ram_only_set_over_live_and_dead_items() {
+        let clock = Clock::system();
+        let c = ram_cache(&clock);
+        let now = clock.now();
+        let first = c
+            .set_now(b"k", ItemWrite::new(Bytes::from_static(b"a"), 0, now + 5))
+            .unwrap();
+        assert!(c.get_now(b"k").unwrap().is_some());
+        let mut keep = ItemWrite::new(Bytes::from_static(b"b"), 0, 0);
+        keep.cas = CasMode::Keep;
+        assert_eq!(
+            c.set_now(b"k", keep.clone()).unwrap(),
+            first,
+            "Keep over a live item"
+        );
+        assert_eq!(&c.get_now(b"k").unwrap().unwrap().value[..], b"b");
+        let dying = c
+            .set_now(b"d", ItemWrite::new(Bytes::from_static(b"x"), 0, now + 5))
+            .unwrap();
+        clock.advance(10);
+        assert_eq!(c.stats().reclaimed, 0);
+        assert_eq!(
+            c.set_now(b"d", keep).unwrap(),
+            dying,
+            "Keep over a dead item"
+        );
+        assert_eq!(c.stats().reclaimed, 1, "the dead item is reclaimed first");
+        assert_eq!(&c.get_now(b"d").unwrap().unwrap().value[..], b"b");
+        assert_eq!(c.stats().curr_items, 2);
     }
 }

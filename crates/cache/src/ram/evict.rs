@@ -371,6 +371,7 @@ impl Inner {
             Taken::Later | Taken::Drop => {}
         }
         self.unlink(shard, pos, h);
+        self.ledger.departed(hash, crate::ledger::Cause::RamEvicted);
         Counters::add(&self.counters.evictions, 1);
         if h.rflags & F_FETCHED == 0 {
             Counters::add(&self.counters.evicted_unfetched, 1);

@@ -1,6 +1,6 @@
 //! The RAM tier: the compact index, the log-structured arena and its record layout, S3-FIFO
 //! eviction with its ghost set, the sweeper, and the write primitives every write path uses
-//! (reserve → write with no lock → publish under the key's shard lock).
+//! (reserve → write the record → publish it under the key's shard lock).
 //!
 //! The index slot of a key names its tier; a RAM record carries the location of its lower
 //! copy in its home word. Evicted live records, dead lower copies, deletes and `flush_all` are

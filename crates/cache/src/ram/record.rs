@@ -179,11 +179,6 @@ pub fn set_home(mem: &[AtomicU64], off: usize, home: u64) {
     mem[off + 4].store(home, Relaxed);
 }
 
-/// Set the CAS word of an unpublished record.
-pub fn set_cas(mem: &[AtomicU64], off: usize, cas: u64) {
-    mem[off].store(cas, Relaxed);
-}
-
 /// Record an access: set `fetched` and `last_access`. Caller holds the owning shard lock.
 pub fn mark_fetched(mem: &[AtomicU64], off: usize, now: u32) {
     let mut h = header(mem, off);

@@ -1,7 +1,9 @@
 //! The RAM tier's write primitives: pick the CAS and the log, check sizes, build the record
 //! header, reserve arena space, publish the written record in the index (replacing the key's
-//! old slot), and give unused space back. Every write path (SET, update, promotion,
-//! recovery) goes reserve → write with no lock → publish under the key's shard lock.
+//! old slot), and give unused space back. Every write path goes reserve → write → publish
+//! under the key's shard lock: SET, UPDATE (phase 2 decides there) and a promotion at hit time
+//! bump and write under that lock, SET and UPDATE reserving the slow way (which may evict)
+//! with no lock; a deferred promotion reserves and writes with no lock.
 use std::sync::atomic::Ordering;
 
 use crate::ram::arena::{Log, Space};

@@ -76,3 +76,15 @@ pub fn small_flash_config(dev: Arc<dyn Device>, engine: FlashConfig) -> CacheCon
         .max_item_size(64 << 10)
         .flash(fs)
 }
+
+/// A `stats extstore` value of `c`.
+#[allow(dead_code)]
+pub fn ext_stat(c: &flashtier_cache::Cache, name: &str) -> u64 {
+    use flashtier_cache::KvStore as _;
+    c.stats_section("extstore")
+        .unwrap()
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.parse().unwrap())
+        .unwrap_or_else(|| panic!("no {name} in stats extstore"))
+}

@@ -23,6 +23,7 @@ pub struct BlockFile {
     pub admit_max_kb: Option<u64>,
     pub no_direct_io: Option<bool>,
     pub threads: Option<usize>,
+    pub trace: Option<PathBuf>,
     /// Tunables as `--set` takes them (`flash.*` included); `--set` flags come after.
     pub set: Option<std::collections::BTreeMap<String, toml::Value>>,
 }
@@ -56,7 +57,8 @@ fn merged(args: &BlockArgs) -> anyhow::Result<BlockArgs> {
         flush_order,
         seq_threshold_kb,
         admit_max_kb,
-        threads
+        threads,
+        trace
     );
     a.no_direct_io |= f.no_direct_io.unwrap_or(false);
     if let Some(table) = &f.set {
@@ -91,6 +93,8 @@ pub struct BlockConfig {
     /// `--force-format` (a flag only, never from the config file).
     pub force_format: bool,
     pub threads: Option<usize>,
+    /// `--trace FILE`: record every NBD request into FILE (`None`: off).
+    pub trace: Option<PathBuf>,
     /// Cache tunables in the order they are applied, then `flash.*` engine knobs.
     pub tunables: Vec<(String, String)>,
     pub flash_knobs: Vec<(String, String)>,
@@ -174,6 +178,7 @@ impl BlockConfig {
             direct_io: !args.no_direct_io,
             force_format: args.force_format,
             threads: args.threads,
+            trace: args.trace.clone(),
             tunables: tun,
             flash_knobs,
             effective,
@@ -219,6 +224,9 @@ impl BlockConfig {
         }
         writable_dir(existing_ancestor(&self.run_dir))
             .with_context(|| format!("--run-dir {}", self.run_dir.display()))?;
+        if let Some(t) = &self.trace {
+            writable_dir(parent_of(t)).with_context(|| format!("--trace {}", t.display()))?;
+        }
         match &self.listen {
             ListenAddr::Tcp(a) => {
                 let addr = a
@@ -252,6 +260,9 @@ impl BlockConfig {
             self.block_size,
             self.direct_io
         );
+        if let Some(t) = &self.trace {
+            s.push_str(&format!("trace={}\n", t.display()));
+        }
         for (k, v) in &self.effective {
             s.push_str(&format!("{k}={v}\n"));
         }

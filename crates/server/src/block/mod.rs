@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use flashtier_backend::BlockBackend;
+use flashtier_backend::{BlockBackend, Traced, Tracer};
 use flashtier_blockcache::{BlockCache, BlockCacheConfig, Mode, Tunables};
 use flashtier_flash::{DeviceSpec, FlashConfig};
 use flashtier_nbd::{open_backend, Export, ListenAddr, Server, ServerConfig};
@@ -110,24 +110,37 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
     }
     let rec = cache.recovery();
     log::info!(
-        "cache {} blocks of {} bytes; recovered {} dirty blocks (watermark {}), kept {} clean, dropped {} clean{}",
+        "cache {} blocks of {} bytes; recovered {} dirty blocks (watermark {}), kept {} clean, dropped {} stale and {} unprovable{}{}",
         cache.capacity_blocks(),
         cfg.block_size,
         rec.dirty_blocks,
         rec.watermark,
         rec.clean_kept,
+        rec.stale_dropped,
         rec.clean_dropped,
         rec.cold_reason
             .as_ref()
-            .map(|r| format!(" ({r})"))
+            .map(|r| format!("; no snapshot: {r}"))
+            .unwrap_or_default(),
+        rec.floor_reason
+            .as_ref()
+            .map(|r| format!("; cold after a crash: {r}"))
             .unwrap_or_default()
     );
+    let mut served_backend = Arc::clone(&cache) as Arc<dyn BlockBackend>;
+    let tracer = match &cfg.trace {
+        Some(path) => {
+            let t = Tracer::create(path)
+                .with_context(|| format!("--trace {}: cannot create it", path.display()))?;
+            log::info!("tracing every request into {}", path.display());
+            served_backend = Arc::new(Traced::new(served_backend, Arc::clone(&t)));
+            Some(t)
+        }
+        None => None,
+    };
     let server = Server::new(
-        vec![Export::new(
-            cfg.export.clone(),
-            Arc::clone(&cache) as Arc<dyn BlockBackend>,
-        )
-        .with_description("flashtier block cache")],
+        vec![Export::new(cfg.export.clone(), served_backend)
+            .with_description("flashtier block cache")],
         ServerConfig::default(),
     )?;
     let listen_addr = listener
@@ -218,6 +231,16 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
     let served = server.serve(listener).await;
     stats_task.abort();
     sampler.abort();
+    if let Some(t) = &tracer {
+        match t.finish() {
+            Ok(()) => log::info!(
+                "trace: {} requests recorded, {} dropped",
+                t.recorded(),
+                t.dropped()
+            ),
+            Err(e) => log::warn!("trace: writing it failed: {e} ({} dropped)", t.dropped()),
+        }
+    }
     // Dirty blocks not yet written back stay on the cache device; the next start recovers
     // and writes them back. Clean blocks are listed in a snapshot so the next start is
     // warm (a crash never gets here: its next start is cold for clean blocks).

@@ -120,6 +120,7 @@ fn is_gauge(name: &str) -> bool {
         "extstore_live_percent",
         "extstore_device_bytes_per_byte_stored",
         "extstore_write_back_queue",
+        "extstore_write_back_lag_ms",
     ];
     GAUGES.contains(&name)
         || name.starts_with("extstore_knob_")

@@ -289,3 +289,50 @@ pub fn have(tool: &str) -> bool {
         .map(|o| o.status.success())
         .unwrap_or(false)
 }
+
+/// xorshift64*: a fixed seed reproduces a run.
+pub struct Rng(pub u64);
+
+#[allow(dead_code)]
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    pub fn chance(&mut self, percent: usize) -> bool {
+        self.below(100) < percent
+    }
+    /// Log-uniform in `1..=max`: small sizes as often as large ones.
+    pub fn size(&mut self, max: usize) -> usize {
+        let bits = usize::BITS - max.leading_zeros();
+        let b = self.below(bits as usize + 1) as u32;
+        (1 + self.below(1usize << b)).min(max)
+    }
+}
+
+/// `get key`: `None` on a miss, else the item's client flags (tests store a version there)
+/// and its value.
+#[allow(dead_code)]
+pub fn get_flags_value(c: &mut TcpStream, key: &str) -> Option<(u32, Vec<u8>)> {
+    c.write_all(format!("get {key}\r\n").as_bytes())
+        .expect("write");
+    let out = read_until(c, b"END\r\n");
+    if out == b"END\r\n" {
+        return None;
+    }
+    let head_end = out.windows(2).position(|w| w == b"\r\n").expect("header");
+    let head = String::from_utf8_lossy(&out[..head_end]).to_string();
+    let flags: u32 = head
+        .split(' ')
+        .nth(2)
+        .expect("flags")
+        .parse()
+        .expect("flags");
+    Some((flags, out[head_end + 2..out.len() - 7].to_vec()))
+}
