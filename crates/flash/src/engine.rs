@@ -153,6 +153,12 @@ impl Inner {
         })
     }
 
+    /// See [`Flash::horizon`].
+    pub(crate) fn horizon(&self) -> u32 {
+        let newest = self.state.lock().next_seq.saturating_sub(1);
+        u32::try_from(newest).unwrap_or(u32::MAX)
+    }
+
     /// Refresh `work_bytes` and `work_peak_bytes` from the chunk and reclaim buffer counts.
     pub(crate) fn note_work(&self) {
         let chunks = self.chunk_bufs.load(Ordering::Relaxed) * self.cfg.chunk_size;
@@ -490,10 +496,11 @@ impl Flash {
         &self.inner.stats
     }
 
-    /// The newest segment sequence number handed out so far: the horizon a tombstone records
-    /// (every segment that may hold a record written before it has a seq ≤ this).
-    pub fn newest_seq(&self) -> u64 {
-        self.inner.state.lock().next_seq.saturating_sub(1)
+    /// A tombstone's *horizon* now, as stored in its flags: the newest segment sequence
+    /// number handed out so far (saturating at `u32::MAX`). Every segment that may hold a
+    /// record written before now has a seq ≤ this; see [`Self::oldest_seq_except`].
+    pub fn horizon(&self) -> u32 {
+        self.inner.horizon()
     }
 
     /// The oldest sequence number among segments that hold records (open, sealed or being

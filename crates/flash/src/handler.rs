@@ -69,7 +69,8 @@ pub enum Decision {
 /// write (`lost`, on the flusher thread). Called with no engine lock held; the handler may
 /// call the engine.
 pub trait ReclaimHandler: Send + Sync + 'static {
-    /// Decide for a record that has not expired.
+    /// Decide for a record of the victim (also an expired one: the user may still index it
+    /// and answer `Forget`; `Keep` for an expired record is treated as an eviction).
     fn decide(&self, rec: &RecordMeta) -> Decision;
     /// A kept record now also lives at `new`. Swap the index entry only if it still points at
     /// `rec.location`, and return whether it did; `false` makes the engine count the new

@@ -460,10 +460,7 @@ fn write_notes(inner: &Arc<Inner>, dropped: &[RecordMeta]) {
     if dropped.is_empty() {
         return;
     }
-    let horizon = {
-        let state = inner.state.lock();
-        u32::try_from(state.next_seq.saturating_sub(1)).unwrap_or(u32::MAX)
-    };
+    let horizon = inner.horizon();
     let mut failed = 0u64;
     for m in dropped {
         let w = RecordWrite {

@@ -357,7 +357,7 @@ impl FlashTier {
         let mut buf = Vec::new();
         let mut w = rec.encode(version, &mut buf);
         if let KvRecord::Tombstone { .. } = rec {
-            w.flags = self.horizon();
+            w.flags = self.flash.horizon();
         }
         let res = if block {
             self.flash
@@ -445,13 +445,6 @@ impl FlashTier {
         // Where the engine reports a failed write, holding no cache lock: it may wait.
         let wait = self.tiering.append_wait();
         self.flash.append_blocking(STREAM, &w, wait).is_ok()
-    }
-
-    /// A tombstone's horizon (its flags): the newest segment seq now. Every copy of an older
-    /// version of its key is in a segment with seq ≤ this, so the tombstone is needed while
-    /// such a segment survives (see [`Self::tombstone_needed`]).
-    fn horizon(&self) -> u32 {
-        u32::try_from(self.flash.newest_seq()).unwrap_or(u32::MAX)
     }
 
     /// Whether reclaim must keep tombstone `m` (a delete, or the engine's drop note of an
