@@ -7,26 +7,12 @@ mod common;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use common::{stat, Rng};
+use common::{open_on, stat, Rng};
 use flashtier_backend::{BlockBackend, MemoryBackend, ZeroFlags};
-use flashtier_blockcache::{BlockCache, BlockCacheConfig};
-use flashtier_flash::{Device, MemoryDevice};
+use flashtier_flash::MemoryDevice;
 
 const SIZE: u64 = 16 << 20;
 const FLASH: u64 = 12 << 20;
-
-fn open(dev: &Arc<MemoryDevice>, backing: &Arc<MemoryBackend>) -> Arc<BlockCache> {
-    let cfg = BlockCacheConfig {
-        tunables: vec![("seq_threshold_kb".into(), "0".into())],
-        ..Default::default()
-    };
-    BlockCache::open_devices(
-        vec![Arc::clone(dev) as Arc<dyn Device>],
-        Arc::clone(backing) as Arc<dyn BlockBackend>,
-        cfg,
-    )
-    .expect("open cache")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_images_under_reclaim_stay_correct_and_warm() {
@@ -40,7 +26,7 @@ async fn crash_images_under_reclaim_stay_correct_and_warm() {
     let mut dev = Arc::new(MemoryDevice::new("flash", FLASH));
     let (mut warm_rounds, mut stale, mut drops) = (0, 0, 0);
     for round in 0..8u64 {
-        let cache = open(&dev, &backing);
+        let cache = open_on(&dev, &backing);
         let rec = cache.recovery().clone();
         if round > 0 {
             if rec.clean_kept > 0 {
@@ -110,7 +96,7 @@ async fn crash_images_under_reclaim_stay_correct_and_warm() {
         cache.stop();
         dev = Arc::new(MemoryDevice::from_image("flash", image));
     }
-    let cache = open(&dev, &backing);
+    let cache = open_on(&dev, &backing);
     let got = cache.read(0, SIZE as u32).await.expect("read");
     assert!(got[..] == model[..], "wrong data after the last crash");
     cache.stop();
@@ -152,7 +138,7 @@ async fn older_record_case(rounds: u64) {
         .await
         .expect("fill backing");
     let dev = Arc::new(MemoryDevice::new("flash", FLASH));
-    let cache = open(&dev, &backing);
+    let cache = open_on(&dev, &backing);
     cache
         .set_tunable("flash.reclaim_policy", "greedy")
         .expect("greedy");
@@ -203,7 +189,7 @@ async fn older_record_case(rounds: u64) {
     let image = dev.image();
     cache.stop();
     let crashed = Arc::new(MemoryDevice::from_image("flash", image));
-    let cache = open(&crashed, &backing);
+    let cache = open_on(&crashed, &backing);
     let rec = cache.recovery().clone();
     let got = cache.read(0, SIZE as u32).await.expect("read");
     for lba in (0..hot).step_by(8) {

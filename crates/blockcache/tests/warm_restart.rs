@@ -6,25 +6,12 @@ mod common;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use common::stat;
+use common::{open_on, stat};
 use flashtier_backend::{BlockBackend, MemoryBackend};
-use flashtier_blockcache::{BlockCache, BlockCacheConfig};
-use flashtier_flash::{Device, MemoryDevice};
+use flashtier_blockcache::BlockCache;
+use flashtier_flash::MemoryDevice;
 
 const SIZE: usize = 4 << 20;
-
-fn open(dev: &Arc<MemoryDevice>, backing: &Arc<MemoryBackend>) -> Arc<BlockCache> {
-    let cfg = BlockCacheConfig {
-        tunables: vec![("seq_threshold_kb".into(), "0".into())],
-        ..Default::default()
-    };
-    BlockCache::open_devices(
-        vec![Arc::clone(dev) as Arc<dyn Device>],
-        Arc::clone(backing) as Arc<dyn BlockBackend>,
-        cfg,
-    )
-    .expect("open cache")
-}
 
 /// Read the whole device in 64 KiB requests, each followed by a FLUSH, until every block
 /// was admitted: an admission is best effort (skipped while the flash engine's chunk
@@ -67,7 +54,7 @@ async fn clean_blocks_survive_clean_shutdown_and_crash() {
         .expect("fill backing");
 
     // Run 1: read everything (admitted clean), dirty a few blocks, shut down cleanly.
-    let cache = open(&dev, &backing);
+    let cache = open_on(&dev, &backing);
     assert!(
         cache.recovery().cold_reason.is_some(),
         "first start is cold"
@@ -93,7 +80,7 @@ async fn clean_blocks_survive_clean_shutdown_and_crash() {
     assert!(report.clean_saved >= 900, "{report:?}");
 
     // Run 2: warm. Every block read right away is a hit and correct.
-    let cache = open(&dev, &backing);
+    let cache = open_on(&dev, &backing);
     let rec = cache.recovery().clone();
     assert!(rec.cold_reason.is_none(), "{rec:?}");
     assert_eq!(rec.clean_kept, report.clean_saved, "{rec:?}");
@@ -121,7 +108,7 @@ async fn clean_blocks_survive_clean_shutdown_and_crash() {
     // Run 3 on the crash image: no snapshot, yet the clean blocks are kept (every block
     // but the one written around), and the new data is read.
     let crashed = Arc::new(MemoryDevice::from_image("flash", image));
-    let cache = open(&crashed, &backing);
+    let cache = open_on(&crashed, &backing);
     let rec = cache.recovery().clone();
     assert!(rec.cold_reason.is_some(), "{rec:?}");
     assert!(rec.floor_reason.is_none(), "{rec:?}");
@@ -137,7 +124,7 @@ async fn clean_blocks_survive_clean_shutdown_and_crash() {
     cache.stop();
 
     // A stop without a snapshot (run 2's device after `stop`) is a crash as well: warm.
-    let cache = open(&dev, &backing);
+    let cache = open_on(&dev, &backing);
     assert!(cache.recovery().clean_kept > 0);
     let got = cache.read(0, SIZE as u32).await.expect("read");
     assert!(got[..] == model[..]);
@@ -155,7 +142,7 @@ async fn writes_around_a_warm_cache_stay_correct_across_clean_restarts() {
         .expect("fill backing");
     let modes = ["writethrough", "writearound", "writeback"];
     for run in 0..6u64 {
-        let cache = open(&dev, &backing);
+        let cache = open_on(&dev, &backing);
         let wb = cache.start();
         cache
             .set_tunable("mode", modes[run as usize % 3])
@@ -180,7 +167,7 @@ async fn writes_around_a_warm_cache_stay_correct_across_clean_restarts() {
         let report = cache.shutdown().await;
         assert!(report.skipped.is_none(), "{report:?}");
     }
-    let cache = open(&dev, &backing);
+    let cache = open_on(&dev, &backing);
     let got = cache.read(0, SIZE as u32).await.expect("read");
     assert!(got[..] == model[..]);
     let wb = cache.start();
@@ -202,7 +189,7 @@ async fn crash_after_warm_start_never_serves_stale_blocks() {
         .write(0, Bytes::from(model.clone()), false)
         .await
         .expect("fill backing");
-    let cache = open(&dev, &backing);
+    let cache = open_on(&dev, &backing);
     cache_everything(&cache).await;
     cache.shutdown().await;
     let mut x = 77u64;
@@ -213,7 +200,7 @@ async fn crash_after_warm_start_never_serves_stale_blocks() {
         x % n
     };
     for round in 0..4 {
-        let cache = open(&dev, &backing);
+        let cache = open_on(&dev, &backing);
         assert!(cache.recovery().clean_kept > 0, "round {round}: cold");
         let mode = ["writethrough", "writearound"][round % 2];
         cache.set_tunable("mode", mode).expect("mode");
@@ -237,7 +224,7 @@ async fn crash_after_warm_start_never_serves_stale_blocks() {
         let image = dev.image();
         cache.stop();
         dev = Arc::new(MemoryDevice::from_image("flash", image));
-        let cache = open(&dev, &backing);
+        let cache = open_on(&dev, &backing);
         let rec = cache.recovery().clone();
         assert!(
             rec.clean_kept > 0,

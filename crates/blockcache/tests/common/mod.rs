@@ -32,3 +32,23 @@ pub fn stat(cache: &BlockCache, name: &str) -> u64 {
         .and_then(|(_, v)| v.parse().ok())
         .unwrap_or_else(|| panic!("no stat {name}"))
 }
+
+/// A block cache on `dev` in front of `backing`, sequential bypass off (every write cached).
+pub fn open_on(
+    dev: &std::sync::Arc<flashtier_flash::MemoryDevice>,
+    backing: &std::sync::Arc<flashtier_backend::MemoryBackend>,
+) -> std::sync::Arc<BlockCache> {
+    use flashtier_backend::BlockBackend;
+    use flashtier_flash::Device;
+    use std::sync::Arc;
+    let cfg = flashtier_blockcache::BlockCacheConfig {
+        tunables: vec![("seq_threshold_kb".into(), "0".into())],
+        ..Default::default()
+    };
+    BlockCache::open_devices(
+        vec![Arc::clone(dev) as Arc<dyn Device>],
+        Arc::clone(backing) as Arc<dyn BlockBackend>,
+        cfg,
+    )
+    .expect("open cache")
+}
