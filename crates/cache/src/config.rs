@@ -64,6 +64,11 @@ pub struct FlashSettings {
     /// Reclaim drops items never hit even while flash has room (memcached's
     /// `ext_drop_unread`). Runtime knob `drop_unread`. Default: `false`.
     pub drop_unread: bool,
+    /// While flash is short of room, reclaim drops the flash copy of an item RAM holds
+    /// instead of rewriting it: the RAM copy loses its home and is written again when RAM
+    /// evicts it, so RAM adds to capacity instead of mirroring flash. Runtime knob
+    /// `ram_exclusive`. Default: `true`.
+    pub ram_exclusive: bool,
     /// Format flash devices that hold other data (a file system, random bytes, a block
     /// cache) instead of refusing to start. Default: `false`.
     pub force_format: bool,
@@ -91,6 +96,7 @@ impl FlashSettings {
             recache_rate: 1,
             drop_under: None,
             drop_unread: false,
+            ram_exclusive: true,
             force_format: false,
         }
     }

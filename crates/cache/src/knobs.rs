@@ -24,6 +24,7 @@ pub const TIERING_KNOBS: &[&str] = &[
     "recache_rate",
     "drop_under",
     "drop_unread",
+    "ram_exclusive",
     "append_wait_ms",
     "write_back_ms",
 ];
@@ -56,6 +57,7 @@ pub struct Tiering {
     recache_rate: AtomicU64,
     drop_under: AtomicU32,
     drop_unread: AtomicBool,
+    ram_exclusive: AtomicBool,
     append_wait_us: AtomicU64,
     write_back_ms: AtomicU64,
 }
@@ -68,6 +70,7 @@ impl Tiering {
             recache_rate: AtomicU64::new(u64::from(settings.recache_rate)),
             drop_under: AtomicU32::new(settings.drop_under.unwrap_or(high)),
             drop_unread: AtomicBool::new(settings.drop_unread),
+            ram_exclusive: AtomicBool::new(settings.ram_exclusive),
             append_wait_us: AtomicU64::new(settings.append_wait.as_micros() as u64),
             write_back_ms: AtomicU64::new(settings.write_back.as_millis() as u64),
         }
@@ -85,6 +88,9 @@ impl Tiering {
     }
     pub fn drop_unread(&self) -> bool {
         self.drop_unread.load(Relaxed)
+    }
+    pub fn ram_exclusive(&self) -> bool {
+        self.ram_exclusive.load(Relaxed)
     }
     pub fn append_wait(&self) -> Duration {
         Duration::from_micros(self.append_wait_us.load(Relaxed))
@@ -104,6 +110,10 @@ impl Tiering {
             (
                 "drop_unread".into(),
                 u8::from(self.drop_unread()).to_string(),
+            ),
+            (
+                "ram_exclusive".into(),
+                u8::from(self.ram_exclusive()).to_string(),
             ),
             (
                 "append_wait_ms".into(),
@@ -133,6 +143,7 @@ impl Tiering {
             }),
             // memcached: any non-zero integer is "on".
             "drop_unread" => int().map(|n| self.drop_unread.store(n != 0, Relaxed)),
+            "ram_exclusive" => int().map(|n| self.ram_exclusive.store(n != 0, Relaxed)),
             "append_wait_ms" => int().and_then(|n| {
                 if n > 60_000 {
                     return Err(bad("at most 60000"));

@@ -274,6 +274,10 @@ impl crate::engine::Inner {
                 g(&t.reclaim_dropped_young),
             ),
             ("extstore_reclaim_dropped_old", g(&t.reclaim_dropped_old)),
+            (
+                "extstore_reclaim_dropped_in_ram",
+                g(&t.reclaim_dropped_in_ram),
+            ),
             ("extstore_live_bytes", live),
             ("extstore_dead_bytes", dead),
             (

@@ -95,3 +95,59 @@ fn drop_unread_decides_what_reclaim_keeps() {
         }
     }
 }
+
+/// `ram_exclusive 1` (the default): once flash is short of room, reclaim frees the flash
+/// copies of items RAM holds (counted) instead of rewriting them, and those items stay
+/// served byte-exact; with `0` none is freed that way.
+#[test]
+fn ram_exclusive_frees_flash_copies_of_ram_items() {
+    const HOT: u64 = 40;
+    for on in [true, false] {
+        let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("exclusive", 4 << 20));
+        let engine = FlashConfig {
+            io_backend: IoBackend::Psync,
+            ..FlashConfig::small()
+        };
+        let cfg = common::small_flash_config(d, engine)
+            .memory_limit(1 << 20)
+            .sweep_interval(None)
+            .build()
+            .unwrap();
+        let c = Cache::new(cfg).unwrap();
+        c.set_knob("ram_exclusive", if on { "1" } else { "0" })
+            .unwrap();
+        // Write-through: every RAM item has a flash copy from its SET on.
+        c.set_knob("write_back_ms", "0").unwrap();
+        let hot = |i: u64| format!("hot{i}");
+        for i in 0..HOT {
+            let w = ItemWrite::new(common::value(i, 2000), 0, 0);
+            c.set_now(hot(i).as_bytes(), w).unwrap();
+        }
+        // Cold writes wrap the 4 MiB flash three times; the hot items are read all along,
+        // so RAM keeps them while reclaim reaches the segments holding their flash copies.
+        for j in 0..6000u64 {
+            let w = ItemWrite::new(common::value(HOT + j, 2000), 0, 0);
+            c.set_now(format!("cold{j}").as_bytes(), w).unwrap();
+            if j % 10 == 0 {
+                for i in 0..HOT {
+                    let got = c.get_now(hot(i).as_bytes()).unwrap();
+                    assert_eq!(
+                        got.map(|it| it.value),
+                        Some(common::value(i, 2000)),
+                        "hot{i} not served right (ram_exclusive {on})"
+                    );
+                }
+            }
+        }
+        let freed = ext(&c, "extstore_reclaim_dropped_in_ram");
+        assert!(
+            ext(&c, "extstore_objects_evicted") > 0,
+            "flash never filled"
+        );
+        if on {
+            assert!(freed > 0, "no flash copy of a RAM item was freed");
+        } else {
+            assert_eq!(freed, 0, "freed flash copies with ram_exclusive 0");
+        }
+    }
+}

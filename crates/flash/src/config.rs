@@ -172,6 +172,10 @@ pub struct FlashConfig {
     /// Longest wait between probes of a failing or offline device (the waits double from
     /// 100 ms up to this; see [`crate::health`]). Default: `10 s`.
     pub device_retry_max: Duration,
+    /// A device set already formatted with other segment and chunk sizes keeps its own
+    /// instead of being refused as a mismatch (set by [`FlashConfig::for_capacity`], whose
+    /// sizes are a default, not a choice). Default: `false`.
+    pub adopt_geometry: bool,
 }
 
 impl Default for FlashConfig {
@@ -203,6 +207,7 @@ impl Default for FlashConfig {
             force_format: false,
             recovery_full_scan: false,
             device_retry_max: Duration::from_secs(10),
+            adopt_geometry: false,
         }
     }
 }
@@ -218,16 +223,20 @@ impl FlashConfig {
     }
 
     /// Defaults scaled to a device set of `capacity` bytes: segment size a power of two
-    /// between 256 KiB and 16 MiB aiming at >= 64 segments, chunk = min(1 MiB, segment / 4).
-    /// A 4 MiB cache gets 256 KiB segments and 64 KiB chunks; 1 GiB and up get the defaults.
+    /// between 256 KiB and 16 MiB aiming at >= 256 segments, chunk = min(1 MiB, segment / 4).
+    /// A 4 MiB cache gets 256 KiB segments and 64 KiB chunks, 1 GiB 4 MiB segments, 4 GiB
+    /// and up the defaults. Why 256: the free reserve and watermarks are counted in segments,
+    /// so with 64 segments they kept 8 % of the flash empty (docs/eviction.md). A set
+    /// formatted with other sizes keeps them (`adopt_geometry`).
     pub fn for_capacity(capacity: u64) -> Self {
         let mut seg: u64 = 16 << 20;
-        while seg > 256 << 10 && capacity / seg < 64 {
+        while seg > 256 << 10 && capacity / seg < 256 {
             seg /= 2;
         }
         Self {
             segment_size: seg,
             chunk_size: (seg / 4).min(1 << 20),
+            adopt_geometry: true,
             ..Self::default()
         }
     }

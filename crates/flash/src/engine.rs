@@ -304,7 +304,7 @@ impl Flash {
     /// fresh version, or a deleted key can come back from an older segment.
     pub fn open(
         devices: Vec<Arc<dyn Device>>,
-        cfg: FlashConfig,
+        mut cfg: FlashConfig,
         handler: Arc<dyn ReclaimHandler>,
         on_record: impl FnMut(RecordMeta),
     ) -> Result<(Self, FlashInfo)> {
@@ -315,7 +315,7 @@ impl Flash {
         let stats = Arc::new(FlashStats::default());
         let exec = make_executor(&devices, &cfg, &stats)?;
         let backend = exec.backend();
-        let layout = crate::recovery::open_layout(&devices, &cfg, exec.as_ref())?;
+        let layout = crate::recovery::open_layout(&devices, &mut cfg, exec.as_ref())?;
         let tiers: Vec<u8> = (0..devices.len())
             .map(|d| cfg.device_tiers.get(d).copied().unwrap_or(0))
             .collect();

@@ -47,9 +47,12 @@ fn all_zero(b: &[u8]) -> bool {
 /// Check or write the superblocks; return the segment table skeleton.
 pub(crate) fn open_layout(
     devices: &[std::sync::Arc<dyn Device>],
-    cfg: &FlashConfig,
+    cfg: &mut FlashConfig,
     exec: &dyn Executor,
 ) -> Result<Layout> {
+    let (found, blank_dev) = superblocks(devices, cfg, exec)?;
+    adopt_geometry(devices, cfg, &found);
+    let cfg = &*cfg;
     let seg_size = cfg.segment_size;
     let mut segs = Vec::new();
     let mut plan = Vec::new(); // (segments, first) per device
@@ -68,8 +71,6 @@ pub(crate) fn open_layout(
         }
     }
     cfg.validate_total(segs.len() as u64)?;
-
-    let (found, blank_dev) = superblocks(devices, cfg, exec)?;
     let mismatch = check(&found, &plan, devices, cfg);
     let blank = found
         .iter()
@@ -222,6 +223,35 @@ fn superblocks(
         found.push(sb);
     }
     Ok((found, blank))
+}
+
+/// A set formatted with other segment and chunk sizes than the ones chosen for its capacity
+/// (`adopt_geometry`, set by `FlashConfig::for_capacity`) keeps its own, so a default that
+/// changes between releases never refuses or wipes a warm cache.
+fn adopt_geometry(
+    devices: &[std::sync::Arc<dyn Device>],
+    cfg: &mut FlashConfig,
+    found: &[SuperblockFound],
+) {
+    let Some(Ok(sb)) = found.first() else { return };
+    let size = u64::from(sb.segment_size);
+    if !cfg.adopt_geometry || size == cfg.segment_size {
+        return;
+    }
+    let adopted = FlashConfig {
+        segment_size: size,
+        chunk_size: (size / 4).min(1 << 20),
+        ..cfg.clone()
+    };
+    if adopted.validate().is_err() {
+        return;
+    }
+    log::info!(
+        "flash {}: formatted with {size}-byte segments; keeping them (a new format would use {})",
+        devices[0].name(),
+        cfg.segment_size
+    );
+    *cfg = adopted;
 }
 
 /// Size every device for use (a file is grown to its configured length): only once the

@@ -280,3 +280,26 @@ fn reclaim_counts_the_records_it_cannot_read_and_tells_the_user() {
         "the user hears which record went"
     );
 }
+
+/// A segment size chosen by default (`adopt_geometry`) gives way to the one a set was
+/// formatted with: the set opens warm with its own geometry instead of being refused.
+#[test]
+fn default_geometry_gives_way_to_the_formatted_one() {
+    let dev = Arc::new(MemoryDevice::new("g", 4 << 20));
+    let locs = fill(&dev);
+    let other = FlashConfig {
+        segment_size: 512 << 10,
+        chunk_size: 128 << 10,
+        adopt_geometry: true,
+        ..manual()
+    };
+    let d: Arc<dyn Device> = Arc::clone(&dev) as Arc<dyn Device>;
+    let mut got = Vec::new();
+    let (f, info) = Flash::open(vec![d], other, Arc::new(DropAll), |m| got.push(m)).unwrap();
+    assert_eq!(info.segment_size, manual().segment_size);
+    assert!(!info.formatted);
+    assert_eq!(got.len(), locs.len(), "every record recovered");
+    for m in &got {
+        assert_eq!(f.read(m.location).wait().unwrap().header.key_id, m.key_id);
+    }
+}

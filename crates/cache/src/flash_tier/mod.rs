@@ -120,6 +120,9 @@ pub struct TierCounters {
     pub reclaim_kept_unhit: AtomicU64,
     pub reclaim_dropped_young: AtomicU64,
     pub reclaim_dropped_old: AtomicU64,
+    /// Flash copies of items RAM holds, dropped by reclaim instead of rewritten
+    /// (`ram_exclusive`): the item stays served from RAM.
+    pub reclaim_dropped_in_ram: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: u64) {

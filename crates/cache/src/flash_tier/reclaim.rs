@@ -1,8 +1,10 @@
 //! The flash engine's [`ReclaimHandler`]: which flash records survive reclaim. A record is
 //! *referenced* when its key's slot is a flash slot at its location, or a RAM slot whose
 //! record's home is its location. Kept: the newest flush markers; tombstones while flash has
-//! room; referenced live records while flash has room, else those hit since the last pass
-//! (frequency decremented) and unhit ones within the write budget (`WRITE_BUDGET`). Otherwise
+//! room; referenced live records while flash has room, else (a RAM copy's home is dropped
+//! first when `ram_exclusive`: RAM serves it and writes it again at eviction) those hit since
+//! the last pass (frequency decremented) and unhit ones within the write budget
+//! (`WRITE_BUDGET`). Otherwise
 //! dropped: a flash slot is removed (an eviction), a RAM copy only loses its home. A relocated
 //! record moves its slot or home; a failed chunk write (`lost`) costs homes and flash-only
 //! items, and its markers are appended again. Full rules: docs/eviction.md.
@@ -181,6 +183,14 @@ impl Inner {
             Ref::Flash(p, e) | Ref::Ram(p, e, _) => (*p, *e),
         };
         let c = &tier.counters;
+        if !expired && matches!(r, Ref::Ram(..)) && tier.tiering.ram_exclusive() && !tier.has_room()
+        {
+            // RAM serves this version: free its flash copy rather than rewrite it; RAM
+            // eviction writes it again. RAM then adds to what the cache holds.
+            Counters::add(&c.reclaim_dropped_in_ram, 1);
+            self.drop_ref(&mut shard, r, m);
+            return Decision::Forget;
+        }
         if !expired && e.freq > 0 {
             shard.set(
                 pos,
