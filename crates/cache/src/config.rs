@@ -125,7 +125,9 @@ impl FlashSettings {
             // Overwritten versions leave dead records spread over the log: pick old,
             // mostly dead segments (docs/eviction.md).
             reclaim_policy: flashtier_flash::ReclaimPolicy::CostBenefit,
-            ..FlashConfig::for_capacity(self.capacity())
+            // 256 segments: the free reserve and watermarks keep ~2 % of the flash empty,
+            // not the 8 % of 64 (docs/eviction.md, "Flash at steady state").
+            ..FlashConfig::for_capacity_with(self.capacity(), 256)
         });
         cfg.role = flashtier_flash::Role::Kv;
         cfg.force_format |= self.force_format;

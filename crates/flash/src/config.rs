@@ -222,15 +222,20 @@ impl FlashConfig {
         }
     }
 
-    /// Defaults scaled to a device set of `capacity` bytes: segment size a power of two
-    /// between 256 KiB and 16 MiB aiming at >= 256 segments, chunk = min(1 MiB, segment / 4).
-    /// A 4 MiB cache gets 256 KiB segments and 64 KiB chunks, 1 GiB 4 MiB segments, 4 GiB
-    /// and up the defaults. Why 256: the free reserve and watermarks are counted in segments,
-    /// so with 64 segments they kept 8 % of the flash empty (docs/eviction.md). A set
-    /// formatted with other sizes keeps them (`adopt_geometry`).
+    /// Defaults scaled to a device set of `capacity` bytes: [`Self::for_capacity_with`] at
+    /// 64 segments (the block face's choice). A 4 MiB cache gets 256 KiB segments and 64 KiB
+    /// chunks; 1 GiB and up get the defaults.
     pub fn for_capacity(capacity: u64) -> Self {
+        Self::for_capacity_with(capacity, 64)
+    }
+
+    /// Segment size a power of two between 256 KiB and 16 MiB aiming at >= `segments`
+    /// segments, chunk = min(1 MiB, segment / 4). More segments keep less of the flash empty
+    /// (the free reserve and watermarks are counted in segments): the KV face asks for 256
+    /// (docs/eviction.md). A set formatted with other sizes keeps them (`adopt_geometry`).
+    pub fn for_capacity_with(capacity: u64, segments: u64) -> Self {
         let mut seg: u64 = 16 << 20;
-        while seg > 256 << 10 && capacity / seg < 256 {
+        while seg > 256 << 10 && capacity / seg < segments {
             seg /= 2;
         }
         Self {
