@@ -239,6 +239,7 @@ impl Cache {
             Some(tier) if tier.closed.swap(true, Ordering::SeqCst) => Ok(()),
             Some(tier) => {
                 self.inner.write_back_due(u64::MAX);
+                self.inner.write_homeless();
                 let cas = self.inner.next_cas.load(Ordering::Relaxed);
                 tier.append(STREAM, &KvRecord::CasCheckpoint { cas });
                 tier.flash.close().map_err(|e| Error::Flash(e.to_string()))

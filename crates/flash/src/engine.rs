@@ -527,6 +527,11 @@ impl Flash {
         state.free.total(&state.out) as u32
     }
 
+    /// True while some device takes writes (not every one failing or offline).
+    pub fn taking_writes(&self) -> bool {
+        self.inner.state.lock().out.iter().any(|out| !out)
+    }
+
     /// Largest value for a key of `key_len` bytes that `append` accepts.
     pub fn max_value_len(&self, key_len: usize) -> usize {
         self.inner.cfg.max_value_len(key_len)

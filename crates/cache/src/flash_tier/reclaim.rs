@@ -183,10 +183,16 @@ impl Inner {
             Ref::Flash(p, e) | Ref::Ram(p, e, _) => (*p, *e),
         };
         let c = &tier.counters;
-        if !expired && matches!(r, Ref::Ram(..)) && tier.tiering.ram_exclusive() && !tier.has_room()
+        if !expired
+            && matches!(r, Ref::Ram(..))
+            && tier.tiering.ram_exclusive()
+            && !tier.has_room()
+            && tier.flash.taking_writes()
         {
             // RAM serves this version: free its flash copy rather than rewrite it; RAM
-            // eviction writes it again. RAM then adds to what the cache holds.
+            // eviction writes it again (so not while no device takes writes: flash then
+            // looks full because its devices are out, and the eviction would lose it).
+            // RAM then adds to what the cache holds.
             Counters::add(&c.reclaim_dropped_in_ram, 1);
             self.drop_ref(&mut shard, r, m);
             return Decision::Forget;

@@ -83,53 +83,107 @@ impl Inner {
             return 0;
         };
         let mut n = 0;
-        let mut key = Vec::new();
         while let Some(hash) = tier.dirty.pop_due(cutoff) {
-            if tier.pressured() {
-                crate::ops::block_on(tier.writable());
-            }
-            let shard = self.index.lock(hash);
-            let now = self.now();
-            loop {
-                let due = shard.find(hash, |e| {
-                    e.tier == Tier::Ram
-                        && self
-                            .arena
-                            .record(e.loc)
-                            .is_some_and(|r| r.header.dirty_since().is_some_and(|s| s <= cutoff))
-                });
-                let Some((_, e)) = due else { break };
-                let Some(rec) = self.arena.record(e.loc) else {
-                    break;
+            n += self.append_ram_versions(hash, |h| h.dirty_since().is_some_and(|s| s <= cutoff));
+        }
+        if n > 0 {
+            crate::stats::Counters::add(&tier.counters.written_back, n as u64);
+        }
+        n
+    }
+
+    /// At a clean shutdown: append every version RAM holds whose flash copy reclaim dropped
+    /// (`ram_exclusive`) or whose append was skipped, so a warm restart finds it. Values under
+    /// the `item_size` knob stay RAM-only as always. Returns how many were appended.
+    pub(crate) fn write_homeless(&self) -> usize {
+        let Some(tier) = &self.flash_tier else {
+            return 0;
+        };
+        let min = tier.tiering.item_size();
+        let homeless = |h: &crate::ram::record::Header| {
+            h.home_loc().is_none()
+                && h.dirty_since().is_none()
+                && h.flash_behind()
+                && u64::from(h.vlen) >= min
+        };
+        let mut n = 0;
+        for i in 0..self.index.shard_count() {
+            let mut hashes = Vec::new();
+            let mut key = Vec::new();
+            self.index.lock_nth(i).for_each(|e| {
+                let Some(r) = self.arena.record(e.loc).filter(|_| e.tier == Tier::Ram) else {
+                    return;
                 };
-                let h = rec.header;
-                let no_home = if h.flash_behind() { HOME_OLDER } else { 0 };
-                rec.read_key(&mut key);
-                let key_id = self.index.hash(&key);
-                if self.dead(&h, now) {
-                    // Expired or flushed before reaching flash: an older flash version must
-                    // not outlive it (after a restart it would be served).
-                    if h.flash_behind() {
-                        let key = &key;
-                        tier.append(STREAM, &KvRecord::Tombstone { key_id, key });
-                    }
-                    rec.set_home(0);
-                    continue;
+                if homeless(&r.header) {
+                    r.read_key(&mut key);
+                    hashes.push(self.index.hash(&key));
                 }
-                let value = rec.value();
-                let put = Put::of(key_id, &key, &value, &h);
-                let home = match tier.append(tier.hot_stream, &KvRecord::Put(put)) {
-                    Some(loc) => {
-                        n += 1;
-                        home_word(loc)
-                    }
-                    None => no_home,
-                };
-                rec.set_home(home);
+            });
+            hashes.dedup();
+            for hash in hashes {
+                n += self.append_ram_versions(hash, homeless);
             }
         }
         if n > 0 {
             crate::stats::Counters::add(&tier.counters.written_back, n as u64);
+        }
+        n
+    }
+
+    /// Append the RAM versions of `hash` whose header passes `due` (each then has a home,
+    /// or no home but "older on flash" if flash refused it); a dead one only covers its
+    /// older flash versions with a tombstone.
+    fn append_ram_versions(
+        &self,
+        hash: u64,
+        due: impl Fn(&crate::ram::record::Header) -> bool,
+    ) -> usize {
+        let Some(tier) = &self.flash_tier else {
+            return 0;
+        };
+        if tier.pressured() {
+            crate::ops::block_on(tier.writable());
+        }
+        let mut n = 0;
+        let mut key = Vec::new();
+        let mut done = Vec::new();
+        let shard = self.index.lock(hash);
+        let now = self.now();
+        loop {
+            let found = shard.find(hash, |e| {
+                e.tier == Tier::Ram
+                    && !done.contains(&e.loc)
+                    && self.arena.record(e.loc).is_some_and(|r| due(&r.header))
+            });
+            let Some((_, e)) = found else { break };
+            done.push(e.loc);
+            let Some(rec) = self.arena.record(e.loc) else {
+                break;
+            };
+            let h = rec.header;
+            let no_home = if h.flash_behind() { HOME_OLDER } else { 0 };
+            rec.read_key(&mut key);
+            let key_id = self.index.hash(&key);
+            if self.dead(&h, now) {
+                // Expired or flushed before reaching flash: an older flash version must
+                // not outlive it (after a restart it would be served).
+                if h.flash_behind() {
+                    let key = &key;
+                    tier.append(STREAM, &KvRecord::Tombstone { key_id, key });
+                }
+                rec.set_home(0);
+                continue;
+            }
+            let value = rec.value();
+            let put = Put::of(key_id, &key, &value, &h);
+            let home = match tier.append(tier.hot_stream, &KvRecord::Put(put)) {
+                Some(loc) => {
+                    n += 1;
+                    home_word(loc)
+                }
+                None => no_home,
+            };
+            rec.set_home(home);
         }
         n
     }
