@@ -13,7 +13,7 @@
 //! waited out on this thread before the lock is taken, never under it.
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -26,6 +26,9 @@ use crate::ram::sweeper::Sweeper;
 
 /// How often the write-back thread looks for due versions.
 pub(crate) const PASS_EVERY: Duration = Duration::from_millis(100);
+/// How long a clean shutdown waits, in all, for flash to take the versions RAM holds
+/// without a flash copy ([`Inner::write_homeless`]) when it refuses them for back-pressure.
+pub(crate) const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// Versions waiting for write-back, oldest first: `(dirty since ms, key hash)`.
 #[derive(Debug, Default)]
@@ -84,7 +87,9 @@ impl Inner {
         };
         let mut n = 0;
         while let Some(hash) = tier.dirty.pop_due(cutoff) {
-            n += self.append_ram_versions(hash, |h| h.dirty_since().is_some_and(|s| s <= cutoff));
+            n += self
+                .append_ram_versions(hash, |h| h.dirty_since().is_some_and(|s| s <= cutoff))
+                .0;
         }
         if n > 0 {
             crate::stats::Counters::add(&tier.counters.written_back, n as u64);
@@ -92,21 +97,23 @@ impl Inner {
         n
     }
 
-    /// At a clean shutdown: append every version RAM holds whose flash copy reclaim dropped
-    /// (`ram_exclusive`) or whose append was skipped, so a warm restart finds it. Values under
-    /// the `item_size` knob stay RAM-only as always. Returns how many were appended.
+    /// At a clean shutdown: append every live version RAM holds without a flash copy — its
+    /// append was skipped (back-pressure, a device out) or failed, or reclaim dropped the
+    /// copy (`ram_exclusive`) — so a warm restart finds it, whether or not an older version
+    /// is on flash. Values under the `item_size` knob stay RAM-only as always. An append
+    /// refused for back-pressure is tried again once the engine has room, within
+    /// [`CLOSE_WAIT`] for the whole shutdown; what is still refused then is logged. Returns
+    /// how many were appended.
     pub(crate) fn write_homeless(&self) -> usize {
         let Some(tier) = &self.flash_tier else {
             return 0;
         };
         let min = tier.tiering.item_size();
         let homeless = |h: &crate::ram::record::Header| {
-            h.home_loc().is_none()
-                && h.dirty_since().is_none()
-                && h.flash_behind()
-                && u64::from(h.vlen) >= min
+            h.home_loc().is_none() && h.dirty_since().is_none() && u64::from(h.vlen) >= min
         };
-        let mut n = 0;
+        let deadline = Instant::now() + CLOSE_WAIT;
+        let (mut n, mut left) = (0, 0);
         for i in 0..self.index.shard_count() {
             let mut hashes = Vec::new();
             let mut key = Vec::new();
@@ -121,30 +128,49 @@ impl Inner {
             });
             hashes.dedup();
             for hash in hashes {
-                n += self.append_ram_versions(hash, homeless);
+                loop {
+                    let (appended, refused) = self.append_ram_versions(hash, homeless);
+                    n += appended;
+                    let wait = deadline.saturating_duration_since(Instant::now());
+                    if refused == 0 || wait.is_zero() {
+                        left += refused;
+                        break;
+                    }
+                    // Wait (holding no lock) until the engine takes appends again.
+                    tier.gate.pressure();
+                    crate::ops::block_on(tier.writable_for(wait));
+                }
             }
         }
         if n > 0 {
             crate::stats::Counters::add(&tier.counters.written_back, n as u64);
+        }
+        if left > 0 {
+            log::warn!(
+                "flash: {left} items held only in RAM could not be written at shutdown (flash \
+                 stayed busy for {} s); they are not kept across the restart",
+                CLOSE_WAIT.as_secs()
+            );
         }
         n
     }
 
     /// Append the RAM versions of `hash` whose header passes `due` (each then has a home,
     /// or no home but "older on flash" if flash refused it); a dead one only covers its
-    /// older flash versions with a tombstone.
+    /// older flash versions with a tombstone. Returns the versions appended and those the
+    /// engine refused for back-pressure (`Busy`, `NoSpace`: worth trying again).
     fn append_ram_versions(
         &self,
         hash: u64,
         due: impl Fn(&crate::ram::record::Header) -> bool,
-    ) -> usize {
+    ) -> (usize, usize) {
         let Some(tier) = &self.flash_tier else {
-            return 0;
+            return (0, 0);
         };
         if tier.pressured() {
             crate::ops::block_on(tier.writable());
         }
-        let mut n = 0;
+        let (mut n, mut refused) = (0, 0);
         let mut key = Vec::new();
         let mut done = Vec::new();
         let shard = self.index.lock(hash);
@@ -176,16 +202,19 @@ impl Inner {
             }
             let value = rec.value();
             let put = Put::of(key_id, &key, &value, &h);
-            let home = match tier.append(tier.hot_stream, &KvRecord::Put(put)) {
-                Some(loc) => {
+            let home = match tier.try_append(tier.hot_stream, &KvRecord::Put(put)) {
+                Ok(loc) => {
                     n += 1;
                     home_word(loc)
                 }
-                None => no_home,
+                Err(pressure) => {
+                    refused += usize::from(pressure);
+                    no_home
+                }
             };
             rec.set_home(home);
         }
-        n
+        (n, refused)
     }
 
     /// One pass of the write-back thread: versions dirty for the window or longer.
