@@ -3,7 +3,8 @@
 //! never see the item missing, and nothing is written); one without a home (its append was
 //! skipped or failed, or reclaim dropped the copy) is appended now without waiting: refused
 //! for back-pressure it stays in RAM (the evictor copies it), refused otherwise it is dropped. A new version's home is a write-back mark (dirty since when, older version on flash or
-//! not) or, in write-through mode, the location it was appended at.
+//! not) or, in write-through mode, the location it was appended at (a write-through refused
+//! for back-pressure gets a write-back mark instead: the write-back pass appends it).
 //!
 //! # Threads
 //! Whichever thread writes or evicts, holding the key's shard lock (and `AllocState` when
@@ -80,9 +81,16 @@ impl LowerTier for FlashTier {
             return dirty_word(since, v.older_below);
         }
         let put = Put::of(v.hash, v.key, v.value, v.header);
-        match self.append(STREAM, &KvRecord::Put(put)) {
-            Some(loc) => home_word(loc),
-            None => no_home,
+        match self.try_append(STREAM, &KvRecord::Put(put)) {
+            Ok(loc) => home_word(loc),
+            // Refused for back-pressure: dirty, so the write-back pass appends it once the
+            // engine has room (an acknowledged item does not wait in RAM for its eviction).
+            Err(true) => {
+                let now = self.clock.now_ms();
+                self.dirty.push(now, v.hash);
+                dirty_word(now, v.older_below)
+            }
+            Err(false) => no_home,
         }
     }
 }

@@ -4,7 +4,9 @@
 //! overwritten nonstop still reaches flash once per window) and whether an older version may
 //! be on flash (then a delete, or an expiry before write-back, appends a tombstone). The first
 //! version to turn a key dirty queues `(since, hash)`; a pass appends every RAM version of that
-//! hash still dirty since then. A failed append clears the dirty bit (retried at eviction).
+//! hash still dirty since then. An append refused for back-pressure stays dirty (queued
+//! again for the next pass); one that failed otherwise clears the dirty bit (retried at
+//! eviction, or at a clean shutdown by `write_homeless`).
 //! The crash rule: docs/eviction.md.
 //!
 //! # Threads
@@ -21,7 +23,7 @@ use crate::engine::Inner;
 use crate::flash_tier::kv_record::{KvRecord, Put};
 use crate::flash_tier::{home_word, STREAM};
 use crate::ram::index::Tier;
-use crate::ram::record::HOME_OLDER;
+use crate::ram::record::{dirty_word, HOME_OLDER};
 use crate::ram::sweeper::Sweeper;
 
 /// How often the write-back thread looks for due versions.
@@ -81,15 +83,26 @@ pub(crate) fn spawn(inner: &Arc<Inner>) -> std::io::Result<Option<Sweeper>> {
 impl Inner {
     /// Append every dirty version that became dirty at or before `cutoff` (unix ms;
     /// `u64::MAX` = all). Returns how many were appended.
-    pub(crate) fn write_back_due(&self, cutoff: u64) -> usize {
+    /// With `retry`, a version refused for back-pressure stays dirty and is queued again (the
+    /// next pass tries it); else it loses its dirty mark (a shutdown then hands it to
+    /// [`Self::write_homeless`]).
+    pub(crate) fn write_back_due(&self, cutoff: u64, retry: bool) -> usize {
         let Some(tier) = &self.flash_tier else {
             return 0;
         };
         let mut n = 0;
+        let mut again = Vec::new();
         while let Some(hash) = tier.dirty.pop_due(cutoff) {
-            n += self
-                .append_ram_versions(hash, |h| h.dirty_since().is_some_and(|s| s <= cutoff))
-                .0;
+            let due = |h: &crate::ram::record::Header| h.dirty_since().is_some_and(|s| s <= cutoff);
+            let (appended, refused) = self.append_ram_versions(hash, due, retry);
+            n += appended;
+            if refused > 0 {
+                again.push(hash);
+            }
+        }
+        let now = self.cfg.clock.now_ms();
+        for hash in again {
+            tier.dirty.push(now, hash);
         }
         if n > 0 {
             crate::stats::Counters::add(&tier.counters.written_back, n as u64);
@@ -129,7 +142,7 @@ impl Inner {
             hashes.dedup();
             for hash in hashes {
                 loop {
-                    let (appended, refused) = self.append_ram_versions(hash, homeless);
+                    let (appended, refused) = self.append_ram_versions(hash, homeless, false);
                     n += appended;
                     let wait = deadline.saturating_duration_since(Instant::now());
                     if refused == 0 || wait.is_zero() {
@@ -158,11 +171,13 @@ impl Inner {
     /// Append the RAM versions of `hash` whose header passes `due` (each then has a home,
     /// or no home but "older on flash" if flash refused it); a dead one only covers its
     /// older flash versions with a tombstone. Returns the versions appended and those the
-    /// engine refused for back-pressure (`Busy`, `NoSpace`: worth trying again).
+    /// engine refused for back-pressure (`Busy`, `NoSpace`: worth trying again); with
+    /// `keep_dirty` such a version is marked dirty again (now) instead of losing its mark.
     fn append_ram_versions(
         &self,
         hash: u64,
         due: impl Fn(&crate::ram::record::Header) -> bool,
+        keep_dirty: bool,
     ) -> (usize, usize) {
         let Some(tier) = &self.flash_tier else {
             return (0, 0);
@@ -207,10 +222,15 @@ impl Inner {
                     n += 1;
                     home_word(loc)
                 }
-                Err(pressure) => {
-                    refused += usize::from(pressure);
-                    no_home
+                Err(true) => {
+                    refused += 1;
+                    if keep_dirty {
+                        dirty_word(self.cfg.clock.now_ms(), h.flash_behind())
+                    } else {
+                        no_home
+                    }
                 }
+                Err(false) => no_home,
             };
             rec.set_home(home);
         }
@@ -222,7 +242,7 @@ impl Inner {
         let Some(tier) = &self.flash_tier else { return };
         let window = tier.tiering.write_back_ms();
         let cutoff = self.cfg.clock.now_ms().saturating_sub(window);
-        self.write_back_due(cutoff);
+        self.write_back_due(cutoff, true);
     }
 }
 
@@ -287,7 +307,7 @@ mod tests {
     fn delete_of_dirty_version_over_flash_version_appends_tombstone() {
         let c = open(Clock::system());
         set(&c, 1);
-        c.inner().write_back_due(u64::MAX);
+        c.inner().write_back_due(u64::MAX, false);
         assert_eq!(written(&c), 1);
         set(&c, 2);
         assert!(c.delete_now(b"k"));
