@@ -462,6 +462,13 @@ impl Flash {
         self.inner.flush()
     }
 
+    /// Hand every partly filled write buffer to the device now (padded to its page end),
+    /// without waiting for it or syncing: records appended late (after a refusal) need not
+    /// wait `flush_interval` more to reach the device. Errors go where a write's always go.
+    pub fn write_buffers(&self) {
+        self.inner.write_buffers();
+    }
+
     /// The user no longer needs the record at `loc` (overwritten, deleted): counts it dead for
     /// victim selection and the fragmentation stat. Cheap; no IO. Call it once per record,
     /// only for locations still live in the user's index (not after reclaim dropped them).

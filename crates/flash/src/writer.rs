@@ -652,6 +652,18 @@ impl Inner {
         completion
     }
 
+    /// Hand every stream's partly filled chunk to the device now (no wait, no sync).
+    pub(crate) fn write_buffers(self: &Arc<Self>) {
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        if state.closed {
+            return;
+        }
+        for s in 0..state.streams.len() {
+            self.submit_chunk(state, s as StreamId);
+        }
+    }
+
     /// Write chunks whose oldest record is older than `age` (flusher thread).
     pub(crate) fn flush_old_chunks(self: &Arc<Self>, state: &mut State, age: std::time::Duration) {
         for s in 0..state.streams.len() {

@@ -242,7 +242,12 @@ impl Inner {
         let Some(tier) = &self.flash_tier else { return };
         let window = tier.tiering.write_back_ms();
         let cutoff = self.cfg.clock.now_ms().saturating_sub(window);
-        self.write_back_due(cutoff, true);
+        let n = self.write_back_due(cutoff, true);
+        if window == 0 && n > 0 {
+            // Write-through: these were refused at their store; do not let them wait
+            // another `flush_interval` in a write buffer.
+            tier.flash.write_buffers();
+        }
     }
 }
 
