@@ -111,7 +111,10 @@ impl Inner {
             let mut hashes = Vec::new();
             let mut key = Vec::new();
             self.index.lock_nth(i).for_each(|e| {
-                let Some(r) = self.arena.record(e.loc).filter(|_| e.tier == Tier::Ram) else {
+                if e.tier != Tier::Ram {
+                    return;
+                }
+                let Some(r) = self.arena.record(e.loc) else {
                     return;
                 };
                 if homeless(&r.header) {
