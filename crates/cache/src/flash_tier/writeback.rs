@@ -26,6 +26,9 @@ use crate::ram::sweeper::Sweeper;
 
 /// How often the write-back thread looks for due versions.
 pub(crate) const PASS_EVERY: Duration = Duration::from_millis(100);
+/// How long a clean shutdown waits, in all, for flash to take what RAM holds unwritten when it
+/// refuses appends for back-pressure.
+pub(crate) const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// Versions waiting for write-back, oldest first: `(dirty since ms, key hash)`.
 #[derive(Debug, Default)]
@@ -34,6 +37,11 @@ pub(crate) struct DirtyQueue(Mutex<VecDeque<(u64, u64)>>);
 impl DirtyQueue {
     pub(crate) fn push(&self, since: u64, hash: u64) {
         self.0.lock().push_back((since, hash));
+    }
+
+    /// Put an entry back at the front (its append met back-pressure: retried first).
+    fn push_front(&self, since: u64, hash: u64) {
+        self.0.lock().push_front((since, hash));
     }
 
     fn pop_due(&self, cutoff: u64) -> Option<u64> {
@@ -77,14 +85,22 @@ pub(crate) fn spawn(inner: &Arc<Inner>) -> std::io::Result<Option<Sweeper>> {
 
 impl Inner {
     /// Append every dirty version that became dirty at or before `cutoff` (unix ms;
-    /// `u64::MAX` = all). Returns how many were appended.
+    /// `u64::MAX` = all). A version flash refuses for back-pressure stays dirty and queued
+    /// (first in line) and the pass ends: the next one waits for room and tries again, so a
+    /// busy flash delays write-back but never drops it. Returns how many were appended.
     pub(crate) fn write_back_due(&self, cutoff: u64) -> usize {
         let Some(tier) = &self.flash_tier else {
             return 0;
         };
         let mut n = 0;
         while let Some(hash) = tier.dirty.pop_due(cutoff) {
-            n += self.append_ram_versions(hash, |h| h.dirty_since().is_some_and(|s| s <= cutoff));
+            let (appended, refused) =
+                self.append_ram_versions(hash, |h| h.dirty_since().is_some_and(|s| s <= cutoff));
+            n += appended;
+            if let Some(since) = refused {
+                tier.dirty.push_front(since, hash);
+                break;
+            }
         }
         if n > 0 {
             crate::stats::Counters::add(&tier.counters.written_back, n as u64);
@@ -92,21 +108,47 @@ impl Inner {
         n
     }
 
-    /// At a clean shutdown: append every version RAM holds whose flash copy reclaim dropped
-    /// (`ram_exclusive`) or whose append was skipped, so a warm restart finds it. Values under
-    /// the `item_size` knob stay RAM-only as always. Returns how many were appended.
+    /// At a clean shutdown: write back every dirty version, waiting out back-pressure for at
+    /// most [`CLOSE_WAIT`] in all; what is left then is logged (it is lost to a restart).
+    pub(crate) fn write_back_all(&self) -> usize {
+        let Some(tier) = &self.flash_tier else {
+            return 0;
+        };
+        let deadline = std::time::Instant::now() + CLOSE_WAIT;
+        let mut n = 0;
+        loop {
+            n += self.write_back_due(u64::MAX);
+            if tier.dirty.len() == 0 || std::time::Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let left = tier.dirty.len();
+        if left > 0 {
+            log::error!(
+                "shutdown: flash kept refusing writes for {} s; {left} dirty versions were not \
+                 written and a restart will not find them",
+                CLOSE_WAIT.as_secs()
+            );
+        }
+        n
+    }
+
+    /// At a clean shutdown: append every live version RAM holds without a flash copy — reclaim
+    /// dropped it (`ram_exclusive`), or its append was refused (back-pressure, no device
+    /// taking writes) — so a warm restart finds it. Values under the `item_size` knob stay
+    /// RAM-only as always; back-pressure is waited out within [`CLOSE_WAIT`]. Returns how
+    /// many were appended.
     pub(crate) fn write_homeless(&self) -> usize {
         let Some(tier) = &self.flash_tier else {
             return 0;
         };
         let min = tier.tiering.item_size();
         let homeless = |h: &crate::ram::record::Header| {
-            h.home_loc().is_none()
-                && h.dirty_since().is_none()
-                && h.flash_behind()
-                && u64::from(h.vlen) >= min
+            h.home_loc().is_none() && h.dirty_since().is_none() && u64::from(h.vlen) >= min
         };
-        let mut n = 0;
+        let deadline = std::time::Instant::now() + CLOSE_WAIT;
+        let (mut n, mut left) = (0, 0);
         for i in 0..self.index.shard_count() {
             let mut hashes = Vec::new();
             let mut key = Vec::new();
@@ -124,8 +166,25 @@ impl Inner {
             });
             hashes.dedup();
             for hash in hashes {
-                n += self.append_ram_versions(hash, homeless);
+                loop {
+                    let (appended, refused) = self.append_ram_versions(hash, homeless);
+                    n += appended;
+                    if refused.is_none() {
+                        break;
+                    }
+                    if std::time::Instant::now() >= deadline {
+                        left += 1;
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
             }
+        }
+        if left > 0 {
+            log::error!(
+                "shutdown: flash kept refusing writes; {left} RAM versions without a flash \
+                 copy were not written and a restart will not find them"
+            );
         }
         if n > 0 {
             crate::stats::Counters::add(&tier.counters.written_back, n as u64);
@@ -133,16 +192,17 @@ impl Inner {
         n
     }
 
-    /// Append the RAM versions of `hash` whose header passes `due` (each then has a home,
-    /// or no home but "older on flash" if flash refused it); a dead one only covers its
-    /// older flash versions with a tombstone.
+    /// Append the RAM versions of `hash` whose header passes `due` (each then has a home, or
+    /// no home but "older on flash" if flash refused it for good); a dead one only covers its
+    /// older flash versions with a tombstone. Returns how many were appended and, if flash
+    /// refused one for back-pressure, its dirty time (it and the rest are left as they were).
     fn append_ram_versions(
         &self,
         hash: u64,
         due: impl Fn(&crate::ram::record::Header) -> bool,
-    ) -> usize {
+    ) -> (usize, Option<u64>) {
         let Some(tier) = &self.flash_tier else {
-            return 0;
+            return (0, None);
         };
         if tier.pressured() {
             crate::ops::block_on(tier.writable());
@@ -179,16 +239,17 @@ impl Inner {
             }
             let value = rec.value();
             let put = Put::of(key_id, &key, &value, &h);
-            let home = match tier.append(tier.hot_stream, &KvRecord::Put(put)) {
-                Some(loc) => {
+            let home = match tier.try_append(tier.hot_stream, &KvRecord::Put(put)) {
+                Ok(loc) => {
                     n += 1;
                     home_word(loc)
                 }
-                None => no_home,
+                Err(true) => return (n, Some(h.dirty_since().unwrap_or(0))),
+                Err(false) => no_home,
             };
             rec.set_home(home);
         }
-        n
+        (n, None)
     }
 
     /// One pass of the write-back thread: versions dirty for the window or longer.
