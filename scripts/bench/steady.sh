@@ -3,7 +3,8 @@
 # server in its own memory cgroup (page cache included). Per mix and server, on a fresh server:
 #   1. fill: every key once (KEYS x VALUE, more than the flash holds), paced at FILL_RATE;
 #   2. overwrite: open loop at OW_RATE for OW_DUR with SET fraction S, zipf THETA;
-#   3. read: open loop at READ_RATE for READ_DUR, 90/10 GET/SET, same zipf.
+#   3. read: open loop at READ_RATE for READ_DUR, 90/10 GET/SET, same zipf (ASIDE=1: GETs only,
+#      each miss followed by a SET of its key, as a cache-aside client refills).
 # Reported per run (docs/benchmarks.md, "Steady state"): items on flash and live values as a
 # fraction of the flash after the overwrites, the read phase's hit ratio, flash bytes written per
 # byte SET during the overwrites (/proc/PID/io write_bytes, and the server's own counter), server
@@ -21,6 +22,8 @@
 #   seed the read phase replays the overwrite phase's key sequence (the generator's default,
 #   seed 1, for both phases until 2026-11-26), which rewards keeping what was written in the
 #   overwrite's first seconds rather than popular keys (docs/benchmarks.md, "Steady state").
+#   ASIDE [0]: 1 -> the read phase is a cache-aside client (generator `--cache-aside`,
+#   `--get-ratio 1`): what a cache's policy keeps then decides what is refilled.
 #   PRESENCE [0]: 1 -> after the read phase GET every key (scripts/bench/presence.py): items
 #   held per popularity band and the zipf mass they cover, in raw/LABEL/presence.json; every
 #   run also writes misses.md (scripts/bench/misses.py: flashtier's misses by cause)
@@ -38,7 +41,8 @@ MIXES=${MIXES:-0.1:0.9 0.5:0.9 0.1:0.99 0.5:0.99}
 FILL_RATE=${FILL_RATE:-25k} OW_RATE=${OW_RATE:-20k} OW_DUR=${OW_DUR:-30s}
 READ_RATE=${READ_RATE:-20k} READ_DUR=${READ_DUR:-15s} WARMUP=${WARMUP:-2s}
 CONNS=${CONNS:-16} DEPTH=${DEPTH:-4} SERVERS=${SERVERS:-memcached flashtier} PRESENCE=${PRESENCE:-0}
-OW_SEED=${OW_SEED:-2} READ_SEED=${READ_SEED:-3}
+OW_SEED=${OW_SEED:-2} READ_SEED=${READ_SEED:-3} ASIDE=${ASIDE:-0}
+if ((ASIDE)); then READ_MIX=(--get-ratio 1 --cache-aside); READ_WHAT="GETs, misses refilled"; else READ_MIX=(--get-ratio 0.9); READ_WHAT="90/10"; fi
 # shellcheck source=scripts/bench/lib.sh
 source "$(dirname "$0")/lib.sh"
 preflight
@@ -49,7 +53,7 @@ cat > "$OUT/config.json" <<JSON
  "mixes": "$MIXES", "fill_rate": "$FILL_RATE", "ow_rate": "$OW_RATE", "ow_dur": "$OW_DUR",
  "read_rate": "$READ_RATE", "read_dur": "$READ_DUR", "warmup": "$WARMUP", "conns": $CONNS,
  "depth": $DEPTH, "servers": "$SERVERS", "server_threads": $SERVER_THREADS,
- "flashtier_extra": "$FLASHTIER_EXTRA", "memcached_opts": "$MEMCACHED_OPTS", "quick": $QUICK}
+ "aside": $ASIDE, "flashtier_extra": "$FLASHTIER_EXTRA", "memcached_opts": "$MEMCACHED_OPTS", "quick": $QUICK}
 JSON
 log "out $OUT; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 COMMON=(-k "$KEYS" -v "$VALUE" -c "$CONNS" -d "$DEPTH" --warmup "$WARMUP")
@@ -69,8 +73,8 @@ for mem in $MEMS; do
       log "$label: overwrite $OW_DUR at $OW_RATE ops/s, ${setf} SETs, zipf $theta"
       gen overwrite load --rate "$OW_RATE" --duration "$OW_DUR" --dist "zipf:$theta" --get-ratio "$getr" --seed "$OW_SEED" "${COMMON[@]}"
       snap "$DIR/s1.json"
-      log "$label: read phase $READ_DUR at $READ_RATE ops/s, 90/10"
-      gen read load --rate "$READ_RATE" --duration "$READ_DUR" --dist "zipf:$theta" --get-ratio 0.9 --seed "$READ_SEED" "${COMMON[@]}"
+      log "$label: read phase $READ_DUR at $READ_RATE ops/s, $READ_WHAT"
+      gen read load --rate "$READ_RATE" --duration "$READ_DUR" --dist "zipf:$theta" "${READ_MIX[@]}" --seed "$READ_SEED" "${COMMON[@]}"
       snap "$DIR/s2.json"
       if ((PRESENCE)); then
         log "$label: presence of all $KEYS keys"

@@ -104,7 +104,7 @@ def steady(out):
     lines = [f"Steady state: -m {cfg.get('mems')} MiB, flash {cfg.get('flash')}, "
              f"{cfg.get('keys')} keys x {cfg.get('value')} B, cgroup {cfg.get('cg_mb')} MiB; "
              f"overwrite {cfg.get('ow_dur')} at {cfg.get('ow_rate')} ops/s, read {cfg.get('read_dur')} "
-             f"at {cfg.get('read_rate')} ops/s (90/10), {cfg.get('conns')} conns x depth {cfg.get('depth')}. "
+             f"at {cfg.get('read_rate')} ops/s ({'GETs, cache-aside refills' if cfg.get('aside') else '90/10'}), {cfg.get('conns')} conns x depth {cfg.get('depth')}. "
              f"git {mach.get('git_rev')}, {mach.get('utc')}, load avg at start {mach.get('loadavg_at_start')}.",
              "",
              "| server | -m | SETs | zipf | items on flash | live values / flash | live bytes / flash (server) "

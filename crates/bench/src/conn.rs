@@ -31,6 +31,9 @@ pub struct InFlight {
     pub measured: bool,
 }
 
+/// Refills a connection queues at most (`--cache-aside`); more misses are counted, not refilled.
+pub const REFILL_LIMIT: usize = 1024;
+
 /// A client connection.
 #[derive(Debug)]
 pub struct Conn {
@@ -44,6 +47,9 @@ pub struct Conn {
     rend: usize,
     /// Requests awaiting replies, in send order.
     pub inflight: VecDeque<InFlight>,
+    /// `--cache-aside`: keys whose GET missed, to be SET next (at most
+    /// [`REFILL_LIMIT`]).
+    pub refill: VecDeque<u64>,
     /// The connection's random stream.
     pub rng: Rng,
     /// Reusable key/value buffers.
@@ -70,6 +76,7 @@ impl Conn {
             rpos: 0,
             rend: 0,
             inflight: VecDeque::new(),
+            refill: VecDeque::new(),
             rng: Rng::new(seed),
             scratch: Scratch::default(),
             dead: false,

@@ -90,6 +90,10 @@ struct Common {
     /// Values carry a key-derived pattern; every GET hit is checked byte-exact.
     #[arg(long)]
     verify: bool,
+    /// Cache-aside client: every GET miss is followed by a SET of that key on the same
+    /// connection (counted in `cache_aside_sets`; it takes the next request slot).
+    #[arg(long)]
+    cache_aside: bool,
     /// Set every key once, sequentially, before measuring (closed loop unless --load-rate).
     #[arg(long)]
     load_phase: bool,
@@ -167,6 +171,7 @@ fn build(rates: Vec<Rate>, c: &Common, fill: bool) -> anyhow::Result<RunConfig> 
             prefix: c.key_prefix.clone(),
             protocol: c.protocol.parse::<Protocol>()?,
             verify: c.verify,
+            cache_aside: c.cache_aside,
         },
         load_phase: c.load_phase || fill,
         load_depth: c.load_depth,

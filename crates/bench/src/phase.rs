@@ -19,7 +19,7 @@ use crate::protocol::{self, OpKind, Reply};
 use crate::schedule::{Arrival, Schedule};
 use crate::serverstats;
 use crate::stats::Stats;
-use crate::workload::{OpSource, Workload};
+use crate::workload::{Op, OpSource, Workload};
 
 /// How requests are paced.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -405,9 +405,22 @@ fn generate(
             }
             ph.quota -= 1;
         }
-        let Some(op) = ph.source.next(wl, &mut c.rng) else {
-            ph.done = true;
-            break;
+        let op = match c.refill.pop_front() {
+            Some(key) => {
+                stats.c.cache_aside_sets += 1;
+                Op {
+                    kind: OpKind::Set,
+                    key,
+                    len: wl.sizes.sample(&mut c.rng),
+                }
+            }
+            None => match ph.source.next(wl, &mut c.rng) {
+                Some(op) => op,
+                None => {
+                    ph.done = true;
+                    break;
+                }
+            },
         };
         match op.kind {
             OpKind::Get => wl.encode_get(op.key, &mut c.wbuf, &mut c.scratch),
@@ -466,6 +479,13 @@ fn parse_replies(c: &mut Conn, wl: &Workload, now: u64, stats: &mut Stats) -> Re
                 Reply::ServerError => stats.c.server_errors += 1,
                 Reply::ClientError => stats.c.client_errors += 1,
                 _ => {}
+            }
+        }
+        if wl.cache_aside && front.kind == OpKind::Get && matches!(reply, Reply::Miss) {
+            if c.refill.len() < crate::conn::REFILL_LIMIT {
+                c.refill.push_back(front.key);
+            } else {
+                stats.c.cache_aside_dropped += 1;
             }
         }
         c.consume(used);

@@ -46,6 +46,12 @@ pub struct Counters {
     pub set_value_bytes: u64,
     /// Every SET sent (warm-up included): count.
     pub set_ops_sent: u64,
+    /// `--cache-aside`: SETs sent to refill a missed key (warm-up included; also in
+    /// `set_ops_sent`).
+    pub cache_aside_sets: u64,
+    /// `--cache-aside`: misses whose refill was not queued because the connection already
+    /// had `REFILL_LIMIT` waiting.
+    pub cache_aside_dropped: u64,
 }
 
 impl Counters {
@@ -65,6 +71,8 @@ impl Counters {
         self.warmup_ops += o.warmup_ops;
         self.set_value_bytes += o.set_value_bytes;
         self.set_ops_sent += o.set_ops_sent;
+        self.cache_aside_sets += o.cache_aside_sets;
+        self.cache_aside_dropped += o.cache_aside_dropped;
     }
 
     /// Errors of any kind: error replies, mismatches, timeouts, lost connections.

@@ -29,6 +29,9 @@ pub struct WorkloadSpec {
     pub protocol: Protocol,
     /// Verifiable values, checked on every GET hit.
     pub verify: bool,
+    /// Cache-aside client: every GET miss is followed, on the same connection, by a SET of
+    /// that key (the refill a real client makes after reading the source of truth).
+    pub cache_aside: bool,
 }
 
 /// The workload shared by all connections.
@@ -46,6 +49,8 @@ pub struct Workload {
     pub protocol: Protocol,
     /// Whether values carry a verifiable pattern and GET hits are checked.
     pub verify: bool,
+    /// Whether a GET miss is followed by a SET of its key (see [`WorkloadSpec::cache_aside`]).
+    pub cache_aside: bool,
     /// Hash of the prefix, for pattern seeds.
     pub prefix_hash: u64,
     /// Value bytes used when not verifying: one pattern as long as the largest value.
@@ -64,6 +69,7 @@ impl Workload {
             ref prefix,
             protocol,
             verify,
+            cache_aside,
         } = *spec;
         if !(0.0..=1.0).contains(&get_ratio) {
             return Err(crate::Error::Config("get ratio must be in [0, 1]".into()));
@@ -89,6 +95,7 @@ impl Workload {
             prefix: prefix.as_bytes().to_vec(),
             protocol,
             verify,
+            cache_aside,
             filler,
         })
     }

@@ -25,6 +25,7 @@ fn stall_shows_up_in_the_tail() {
             prefix: "co:".into(),
             protocol: Protocol::Text,
             verify: false,
+            cache_aside: false,
         },
         load_phase: false,
         load_depth: 4,

@@ -22,6 +22,7 @@ fn config(addr: &str, rates: Vec<Rate>, arrival: Arrival) -> RunConfig {
             prefix: "r:".into(),
             protocol: Protocol::Text,
             verify: false,
+            cache_aside: false,
         },
         load_phase: false,
         load_depth: 8,

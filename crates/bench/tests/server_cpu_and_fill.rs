@@ -23,6 +23,7 @@ fn config(addr: &str, rates: Vec<Rate>, load_phase: bool, pid: Option<u32>) -> R
             prefix: "c:".into(),
             protocol: Protocol::Text,
             verify: false,
+            cache_aside: false,
         },
         load_phase,
         load_depth: 4,

@@ -22,6 +22,7 @@ fn config(addr: &str) -> RunConfig {
             prefix: "v:".into(),
             protocol: Protocol::Text,
             verify: true,
+            cache_aside: false,
         },
         load_phase: true,
         load_depth: 8,

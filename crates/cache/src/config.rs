@@ -121,13 +121,19 @@ impl FlashSettings {
     /// The engine configuration in force: the kv role (a block cache device is refused),
     /// and `force_format` if asked for here.
     pub(crate) fn engine_config(&self) -> FlashConfig {
-        let mut cfg = self.engine.clone().unwrap_or_else(|| FlashConfig {
-            // Overwritten versions leave dead records spread over the log: pick old,
-            // mostly dead segments (docs/eviction.md).
-            reclaim_policy: flashtier_flash::ReclaimPolicy::CostBenefit,
+        let mut cfg = self.engine.clone().unwrap_or_else(|| {
             // 256 segments: the free reserve and watermarks keep ~2 % of the flash empty,
             // not the 8 % of 64 (docs/eviction.md, "Flash at steady state").
-            ..FlashConfig::for_capacity_with(self.capacity(), 256)
+            let base = FlashConfig::for_capacity_with(self.capacity(), 256);
+            FlashConfig {
+                // Overwritten versions leave dead records spread over the log: pick old,
+                // mostly dead segments (docs/eviction.md).
+                reclaim_policy: flashtier_flash::ReclaimPolicy::CostBenefit,
+                // Smaller chunks, as many bytes in flight per stream (4 MiB): fewer chunks
+                // in flight refused appends under a fast load.
+                max_chunks_in_flight: ((4 << 20) / base.chunk_size).clamp(4, 16) as usize,
+                ..base
+            }
         });
         cfg.role = flashtier_flash::Role::Kv;
         cfg.force_format |= self.force_format;

@@ -238,7 +238,7 @@ impl Cache {
         match &self.inner.flash_tier {
             Some(tier) if tier.closed.swap(true, Ordering::SeqCst) => Ok(()),
             Some(tier) => {
-                self.inner.write_back_due(u64::MAX, false);
+                self.inner.write_back_all();
                 self.inner.write_homeless();
                 let cas = self.inner.next_cas.load(Ordering::Relaxed);
                 tier.append(STREAM, &KvRecord::CasCheckpoint { cas });

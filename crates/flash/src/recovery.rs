@@ -238,9 +238,13 @@ fn adopt_geometry(
     if !cfg.adopt_geometry || size == cfg.segment_size {
         return;
     }
+    let chunk_size = (size / 4).min(1 << 20);
     let adopted = FlashConfig {
         segment_size: size,
-        chunk_size: (size / 4).min(1 << 20),
+        chunk_size,
+        // As many bytes in flight per stream as the default would have had.
+        max_chunks_in_flight: (cfg.max_chunks_in_flight as u64 * cfg.chunk_size / chunk_size).max(1)
+            as usize,
         ..cfg.clone()
     };
     if adopted.validate().is_err() {

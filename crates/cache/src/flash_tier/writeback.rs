@@ -4,9 +4,7 @@
 //! overwritten nonstop still reaches flash once per window) and whether an older version may
 //! be on flash (then a delete, or an expiry before write-back, appends a tombstone). The first
 //! version to turn a key dirty queues `(since, hash)`; a pass appends every RAM version of that
-//! hash still dirty since then. An append refused for back-pressure stays dirty (queued
-//! again for the next pass); one that failed otherwise clears the dirty bit (retried at
-//! eviction, or at a clean shutdown by `write_homeless`).
+//! hash still dirty since then. A failed append clears the dirty bit (retried at eviction).
 //! The crash rule: docs/eviction.md.
 //!
 //! # Threads
@@ -15,7 +13,7 @@
 //! waited out on this thread before the lock is taken, never under it.
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -23,13 +21,13 @@ use crate::engine::Inner;
 use crate::flash_tier::kv_record::{KvRecord, Put};
 use crate::flash_tier::{home_word, STREAM};
 use crate::ram::index::Tier;
-use crate::ram::record::{dirty_word, HOME_OLDER};
+use crate::ram::record::HOME_OLDER;
 use crate::ram::sweeper::Sweeper;
 
 /// How often the write-back thread looks for due versions.
 pub(crate) const PASS_EVERY: Duration = Duration::from_millis(100);
-/// How long a clean shutdown waits, in all, for flash to take the versions RAM holds
-/// without a flash copy ([`Inner::write_homeless`]) when it refuses them for back-pressure.
+/// How long a clean shutdown waits, in all, for flash to take what RAM holds unwritten when it
+/// refuses appends for back-pressure.
 pub(crate) const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// Versions waiting for write-back, oldest first: `(dirty since ms, key hash)`.
@@ -39,6 +37,11 @@ pub(crate) struct DirtyQueue(Mutex<VecDeque<(u64, u64)>>);
 impl DirtyQueue {
     pub(crate) fn push(&self, since: u64, hash: u64) {
         self.0.lock().push_back((since, hash));
+    }
+
+    /// Put an entry back at the front (its append met back-pressure: retried first).
+    fn push_front(&self, since: u64, hash: u64) {
+        self.0.lock().push_front((since, hash));
     }
 
     fn pop_due(&self, cutoff: u64) -> Option<u64> {
@@ -82,27 +85,22 @@ pub(crate) fn spawn(inner: &Arc<Inner>) -> std::io::Result<Option<Sweeper>> {
 
 impl Inner {
     /// Append every dirty version that became dirty at or before `cutoff` (unix ms;
-    /// `u64::MAX` = all). Returns how many were appended.
-    /// With `retry`, a version refused for back-pressure stays dirty and is queued again (the
-    /// next pass tries it); else it loses its dirty mark (a shutdown then hands it to
-    /// [`Self::write_homeless`]).
-    pub(crate) fn write_back_due(&self, cutoff: u64, retry: bool) -> usize {
+    /// `u64::MAX` = all). A version flash refuses for back-pressure stays dirty and queued
+    /// (first in line) and the pass ends: the next one waits for room and tries again, so a
+    /// busy flash delays write-back but never drops it. Returns how many were appended.
+    pub(crate) fn write_back_due(&self, cutoff: u64) -> usize {
         let Some(tier) = &self.flash_tier else {
             return 0;
         };
         let mut n = 0;
-        let mut again = Vec::new();
         while let Some(hash) = tier.dirty.pop_due(cutoff) {
-            let due = |h: &crate::ram::record::Header| h.dirty_since().is_some_and(|s| s <= cutoff);
-            let (appended, refused) = self.append_ram_versions(hash, due, retry);
+            let (appended, refused) =
+                self.append_ram_versions(hash, |h| h.dirty_since().is_some_and(|s| s <= cutoff));
             n += appended;
-            if refused > 0 {
-                again.push(hash);
+            if let Some(since) = refused {
+                tier.dirty.push_front(since, hash);
+                break;
             }
-        }
-        let now = self.cfg.clock.now_ms();
-        for hash in again {
-            tier.dirty.push(now, hash);
         }
         if n > 0 {
             crate::stats::Counters::add(&tier.counters.written_back, n as u64);
@@ -110,13 +108,37 @@ impl Inner {
         n
     }
 
-    /// At a clean shutdown: append every live version RAM holds without a flash copy — its
-    /// append was skipped (back-pressure, a device out) or failed, or reclaim dropped the
-    /// copy (`ram_exclusive`) — so a warm restart finds it, whether or not an older version
-    /// is on flash. Values under the `item_size` knob stay RAM-only as always. An append
-    /// refused for back-pressure is tried again once the engine has room, within
-    /// [`CLOSE_WAIT`] for the whole shutdown; what is still refused then is logged. Returns
-    /// how many were appended.
+    /// At a clean shutdown: write back every dirty version, waiting out back-pressure for at
+    /// most [`CLOSE_WAIT`] in all; what is left then is logged (it is lost to a restart).
+    pub(crate) fn write_back_all(&self) -> usize {
+        let Some(tier) = &self.flash_tier else {
+            return 0;
+        };
+        let deadline = std::time::Instant::now() + CLOSE_WAIT;
+        let mut n = 0;
+        loop {
+            n += self.write_back_due(u64::MAX);
+            if tier.dirty.len() == 0 || std::time::Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let left = tier.dirty.len();
+        if left > 0 {
+            log::error!(
+                "shutdown: flash kept refusing writes for {} s; {left} dirty versions were not \
+                 written and a restart will not find them",
+                CLOSE_WAIT.as_secs()
+            );
+        }
+        n
+    }
+
+    /// At a clean shutdown: append every live version RAM holds without a flash copy — reclaim
+    /// dropped it (`ram_exclusive`), or its append was refused (back-pressure, no device
+    /// taking writes) — so a warm restart finds it. Values under the `item_size` knob stay
+    /// RAM-only as always; back-pressure is waited out within [`CLOSE_WAIT`]. Returns how
+    /// many were appended.
     pub(crate) fn write_homeless(&self) -> usize {
         let Some(tier) = &self.flash_tier else {
             return 0;
@@ -125,13 +147,16 @@ impl Inner {
         let homeless = |h: &crate::ram::record::Header| {
             h.home_loc().is_none() && h.dirty_since().is_none() && u64::from(h.vlen) >= min
         };
-        let deadline = Instant::now() + CLOSE_WAIT;
+        let deadline = std::time::Instant::now() + CLOSE_WAIT;
         let (mut n, mut left) = (0, 0);
         for i in 0..self.index.shard_count() {
             let mut hashes = Vec::new();
             let mut key = Vec::new();
             self.index.lock_nth(i).for_each(|e| {
-                let Some(r) = self.arena.record(e.loc).filter(|_| e.tier == Tier::Ram) else {
+                if e.tier != Tier::Ram {
+                    return;
+                }
+                let Some(r) = self.arena.record(e.loc) else {
                     return;
                 };
                 if homeless(&r.header) {
@@ -142,50 +167,47 @@ impl Inner {
             hashes.dedup();
             for hash in hashes {
                 loop {
-                    let (appended, refused) = self.append_ram_versions(hash, homeless, false);
+                    let (appended, refused) = self.append_ram_versions(hash, homeless);
                     n += appended;
-                    let wait = deadline.saturating_duration_since(Instant::now());
-                    if refused == 0 || wait.is_zero() {
-                        left += refused;
+                    if refused.is_none() {
                         break;
                     }
-                    // Wait (holding no lock) until the engine takes appends again.
-                    tier.gate.pressure();
-                    crate::ops::block_on(tier.writable_for(wait));
+                    if std::time::Instant::now() >= deadline {
+                        left += 1;
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
                 }
             }
+        }
+        if left > 0 {
+            log::error!(
+                "shutdown: flash kept refusing writes; {left} RAM versions without a flash \
+                 copy were not written and a restart will not find them"
+            );
         }
         if n > 0 {
             crate::stats::Counters::add(&tier.counters.written_back, n as u64);
         }
-        if left > 0 {
-            log::warn!(
-                "flash: {left} items held only in RAM could not be written at shutdown (flash \
-                 stayed busy for {} s); they are not kept across the restart",
-                CLOSE_WAIT.as_secs()
-            );
-        }
         n
     }
 
-    /// Append the RAM versions of `hash` whose header passes `due` (each then has a home,
-    /// or no home but "older on flash" if flash refused it); a dead one only covers its
-    /// older flash versions with a tombstone. Returns the versions appended and those the
-    /// engine refused for back-pressure (`Busy`, `NoSpace`: worth trying again); with
-    /// `keep_dirty` such a version is marked dirty again (now) instead of losing its mark.
+    /// Append the RAM versions of `hash` whose header passes `due` (each then has a home, or
+    /// no home but "older on flash" if flash refused it for good); a dead one only covers its
+    /// older flash versions with a tombstone. Returns how many were appended and, if flash
+    /// refused one for back-pressure, its dirty time (it and the rest are left as they were).
     fn append_ram_versions(
         &self,
         hash: u64,
         due: impl Fn(&crate::ram::record::Header) -> bool,
-        keep_dirty: bool,
-    ) -> (usize, usize) {
+    ) -> (usize, Option<u64>) {
         let Some(tier) = &self.flash_tier else {
-            return (0, 0);
+            return (0, None);
         };
         if tier.pressured() {
             crate::ops::block_on(tier.writable());
         }
-        let (mut n, mut refused) = (0, 0);
+        let mut n = 0;
         let mut key = Vec::new();
         let mut done = Vec::new();
         let shard = self.index.lock(hash);
@@ -222,19 +244,12 @@ impl Inner {
                     n += 1;
                     home_word(loc)
                 }
-                Err(true) => {
-                    refused += 1;
-                    if keep_dirty {
-                        dirty_word(self.cfg.clock.now_ms(), h.flash_behind())
-                    } else {
-                        no_home
-                    }
-                }
+                Err(true) => return (n, Some(h.dirty_since().unwrap_or(0))),
                 Err(false) => no_home,
             };
             rec.set_home(home);
         }
-        (n, refused)
+        (n, None)
     }
 
     /// One pass of the write-back thread: versions dirty for the window or longer.
@@ -242,7 +257,7 @@ impl Inner {
         let Some(tier) = &self.flash_tier else { return };
         let window = tier.tiering.write_back_ms();
         let cutoff = self.cfg.clock.now_ms().saturating_sub(window);
-        let n = self.write_back_due(cutoff, true);
+        let n = self.write_back_due(cutoff);
         if window == 0 && n > 0 {
             // Write-through: these were refused at their store; do not let them wait
             // another `flush_interval` in a write buffer.
@@ -312,7 +327,7 @@ mod tests {
     fn delete_of_dirty_version_over_flash_version_appends_tombstone() {
         let c = open(Clock::system());
         set(&c, 1);
-        c.inner().write_back_due(u64::MAX, false);
+        c.inner().write_back_due(u64::MAX);
         assert_eq!(written(&c), 1);
         set(&c, 2);
         assert!(c.delete_now(b"k"));
