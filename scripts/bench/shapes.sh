@@ -54,7 +54,7 @@ cat > "$OUT/config.json" <<JSON
  "get_ratio": $GET_RATIO, "fill_rate": "$FILL_RATE", "warmup": "$WARMUP", "dur": "$DUR",
  "shapes": "$SHAPES", "full_shapes": "$FULL_SHAPES", "open_pcts": "$OPEN_PCTS",
  "open_fixed": "$OPEN_FIXED", "open_depth": $OPEN_DEPTH, "open_connections": 16,
- "fio_depths": "$FIO_DEPTHS", "gen_threads": $GEN_THREADS, "servers": "$SERVERS",
+ "fio_depths": "$FIO_DEPTHS", "fio_bs": "$FIO_BS", "gen_threads": $GEN_THREADS, "servers": "$SERVERS",
  "server_threads": $SERVER_THREADS, "flashtier_extra": "$FLASHTIER_EXTRA",
  "memcached_opts": "$MEMCACHED_OPTS", "quick": $QUICK}
 JSON

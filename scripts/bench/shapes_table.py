@@ -79,7 +79,7 @@ def shapes(out):
              f"GET ratio {cfg.get('get_ratio')} (flashread: uniform, GETs only), {cfg.get('dur')} per shape, "
              f"{cfg.get('server_threads')} server threads, {cfg.get('gen_threads')} generator thread(s). "
              f"git {mach.get('git_rev')}, {mach.get('utc')}, load avg at start {mach.get('loadavg_at_start')}.",
-             "", "fio 4 KiB O_DIRECT randread ceiling (IOPS by queue depth): "
+             "", f"fio {cfg.get('fio_bs', '4k')} O_DIRECT randread ceiling (IOPS by queue depth): "
              + ", ".join(f"qd{k} {v:.0f}" for k, v in ceil.items()),
              f"memcached's peak (best fresh closed-loop shape): {f(peak, '{:.0f}')} ops/s", "",
              "| server | shape | ops/s | hit | hits/s | p50 µs | p99 µs | p99.9 µs | server CPU µs/op "
