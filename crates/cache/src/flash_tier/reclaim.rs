@@ -183,10 +183,12 @@ impl Inner {
             Ref::Flash(p, e) | Ref::Ram(p, e, _) => (*p, *e),
         };
         let c = &tier.counters;
+        // One look at the free segments per record (it takes the engine's state lock).
+        let room = tier.has_room();
         if !expired
             && matches!(r, Ref::Ram(..))
             && tier.tiering.ram_exclusive()
-            && !tier.has_room()
+            && !room
             && tier.flash.taking_writes()
         {
             // RAM serves this version: free its flash copy rather than rewrite it; RAM
@@ -205,13 +207,13 @@ impl Inner {
                     ..e
                 },
             );
-            if !tier.has_room() {
+            if !room {
                 Counters::add(&c.reclaim_kept_hit, 1);
             }
             return Decision::Keep;
         }
         if !expired && !tier.tiering.drop_unread() {
-            if tier.has_room() {
+            if room {
                 return Decision::Keep;
             }
             if tier.compaction_budget() {
