@@ -240,10 +240,15 @@ impl FlashConfig {
         }
         Self {
             segment_size: seg,
-            chunk_size: (seg / 4).min(1 << 20),
+            chunk_size: Self::chunk_for(seg),
             adopt_geometry: true,
             ..Self::default()
         }
+    }
+
+    /// The chunk size the defaults pair with a segment size: a quarter of it, at most 1 MiB.
+    pub fn chunk_for(segment_size: u64) -> u64 {
+        (segment_size / 4).min(1 << 20)
     }
 
     /// Write chunk buffers the engine holds at most (see `max_chunk_buffers`): appends

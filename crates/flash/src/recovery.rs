@@ -238,7 +238,7 @@ fn adopt_geometry(
     if !cfg.adopt_geometry || size == cfg.segment_size {
         return;
     }
-    let chunk_size = (size / 4).min(1 << 20);
+    let chunk_size = FlashConfig::chunk_for(size);
     let adopted = FlashConfig {
         segment_size: size,
         chunk_size,
