@@ -238,8 +238,7 @@ impl Cache {
         match &self.inner.flash_tier {
             Some(tier) if tier.closed.swap(true, Ordering::SeqCst) => Ok(()),
             Some(tier) => {
-                self.inner.write_back_all();
-                self.inner.write_homeless();
+                self.inner.write_all_at_close();
                 let cas = self.inner.next_cas.load(Ordering::Relaxed);
                 tier.append(STREAM, &KvRecord::CasCheckpoint { cas });
                 tier.flash.close().map_err(|e| Error::Flash(e.to_string()))

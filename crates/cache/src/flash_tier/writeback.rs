@@ -13,7 +13,7 @@
 //! waited out on this thread before the lock is taken, never under it.
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -29,6 +29,20 @@ pub(crate) const PASS_EVERY: Duration = Duration::from_millis(100);
 /// How long a clean shutdown waits, in all, for flash to take what RAM holds unwritten when it
 /// refuses appends for back-pressure.
 pub(crate) const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// Run `step` until it reports done or `deadline` passes, pausing 5 ms between tries (flash
+/// back-pressure at shutdown). True if it finished.
+fn until_done(deadline: Instant, mut step: impl FnMut() -> bool) -> bool {
+    loop {
+        if step() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
 
 /// Versions waiting for write-back, oldest first: `(dirty since ms, key hash)`.
 #[derive(Debug, Default)]
@@ -108,21 +122,19 @@ impl Inner {
         n
     }
 
-    /// At a clean shutdown: write back every dirty version, waiting out back-pressure for at
-    /// most [`CLOSE_WAIT`] in all; what is left then is logged (it is lost to a restart).
-    pub(crate) fn write_back_all(&self) -> usize {
+    /// At a clean shutdown: write back every dirty version ([`Self::write_back_due`]), then
+    /// every live version RAM holds without a flash copy ([`Self::write_homeless`]), waiting
+    /// out back-pressure for at most [`CLOSE_WAIT`] in all. Returns how many were appended.
+    pub(crate) fn write_all_at_close(&self) -> usize {
         let Some(tier) = &self.flash_tier else {
             return 0;
         };
-        let deadline = std::time::Instant::now() + CLOSE_WAIT;
+        let deadline = Instant::now() + CLOSE_WAIT;
         let mut n = 0;
-        loop {
+        until_done(deadline, || {
             n += self.write_back_due(u64::MAX);
-            if tier.dirty.len() == 0 || std::time::Instant::now() >= deadline {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+            tier.dirty.len() == 0
+        });
         let left = tier.dirty.len();
         if left > 0 {
             log::error!(
@@ -131,15 +143,15 @@ impl Inner {
                 CLOSE_WAIT.as_secs()
             );
         }
-        n
+        n + self.write_homeless(deadline)
     }
 
     /// At a clean shutdown: append every live version RAM holds without a flash copy — reclaim
     /// dropped it (`ram_exclusive`), or its append was refused (back-pressure, no device
     /// taking writes) — so a warm restart finds it. Values under the `item_size` knob stay
-    /// RAM-only as always; back-pressure is waited out within [`CLOSE_WAIT`]. Returns how
-    /// many were appended.
-    pub(crate) fn write_homeless(&self) -> usize {
+    /// RAM-only as always; back-pressure is waited out until `deadline`. Returns how many
+    /// were appended.
+    fn write_homeless(&self, deadline: Instant) -> usize {
         let Some(tier) = &self.flash_tier else {
             return 0;
         };
@@ -147,7 +159,6 @@ impl Inner {
         let homeless = |h: &crate::ram::record::Header| {
             h.home_loc().is_none() && h.dirty_since().is_none() && u64::from(h.vlen) >= min
         };
-        let deadline = std::time::Instant::now() + CLOSE_WAIT;
         let (mut n, mut left) = (0, 0);
         for i in 0..self.index.shard_count() {
             let mut hashes = Vec::new();
@@ -164,20 +175,15 @@ impl Inner {
                     hashes.push(self.index.hash(&key));
                 }
             });
+            hashes.sort_unstable();
             hashes.dedup();
             for hash in hashes {
-                loop {
+                let done = until_done(deadline, || {
                     let (appended, refused) = self.append_ram_versions(hash, homeless);
                     n += appended;
-                    if refused.is_none() {
-                        break;
-                    }
-                    if std::time::Instant::now() >= deadline {
-                        left += 1;
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
+                    refused.is_none()
+                });
+                left += usize::from(!done);
             }
         }
         if left > 0 {
