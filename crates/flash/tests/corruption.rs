@@ -6,7 +6,7 @@
 //! clear error (or a documented reformat).
 mod common;
 
-use common::manual;
+use common::{manual, stat};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -132,15 +132,6 @@ fn mismatched_config_is_an_error_or_a_documented_reformat() {
     drop(f);
     let (_f, rec) = open(&dev, other).unwrap();
     assert!(rec.is_empty());
-}
-
-fn stat(f: &Flash, name: &str) -> u64 {
-    f.stats()
-        .pairs()
-        .into_iter()
-        .find(|(k, _)| *k == format!("flash_{name}"))
-        .map(|(_, v)| v)
-        .unwrap_or_else(|| panic!("no stat {name}"))
 }
 
 #[test]

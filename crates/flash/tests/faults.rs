@@ -7,10 +7,13 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
+mod common;
+
+use common::{stat, wait_until};
 use flashtier_flash::{
     kind, Decision, Device, Error, Faults, FaultyDevice, Flash, FlashConfig, FlashStats, Location,
     LostRecord, MemoryDevice, ReclaimHandler, RecordMeta, RecordWrite,
@@ -80,24 +83,6 @@ fn put(f: &Flash, i: u64) -> Result<Location, Error> {
     f.append_blocking(0, &w, Duration::from_secs(5))
 }
 
-fn stat(f: &Flash, name: &str) -> u64 {
-    f.stats()
-        .pairs()
-        .into_iter()
-        .find(|(k, _)| *k == format!("flash_{name}"))
-        .map(|(_, v)| v)
-        .unwrap_or_else(|| panic!("no stat {name}"))
-}
-
-/// Wait (bounded) until `cond` holds.
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !cond() {
-        assert!(t0.elapsed() < Duration::from_secs(10), "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// Reads back exactly `value(i)`, or fails: never other bytes.
 fn check(f: &Flash, l: Location, i: u64) -> bool {
     match f.read(l).wait() {
@@ -142,7 +127,9 @@ fn write_fault_heals(arm: impl Fn(&Faults), disarm: impl Fn(&Faults), msg: &str)
     assert_eq!(stat(&f, "devices_failing"), 1);
     assert_eq!(stat(&f, "device_failures"), 1);
     // The user hears of exactly the records of the failed chunk, with their content.
-    wait_until("lost reported", || losses.0.lock().len() == 10);
+    wait_until("lost reported", Duration::from_secs(10), || {
+        losses.0.lock().len() == 10
+    });
     assert_eq!(losses.keys(), (10..20).collect::<Vec<_>>());
     for r in losses.0.lock().iter() {
         let rec = r.record.as_ref().expect("content");
@@ -158,7 +145,9 @@ fn write_fault_heals(arm: impl Fn(&Faults), disarm: impl Fn(&Faults), msg: &str)
         assert!(check(&f, *l, i as u64));
     }
     disarm(&faults[0]);
-    wait_until("device back", || stat(&f, "device_recoveries") == 1);
+    wait_until("device back", Duration::from_secs(10), || {
+        stat(&f, "device_recoveries") == 1
+    });
     assert_eq!(stat(&f, "devices_failed"), 0);
     let again: Vec<_> = (30..40).map(|i| put(&f, i).unwrap()).collect();
     f.flush().wait().unwrap();
@@ -205,7 +194,9 @@ fn eio_on_one_device_of_two_moves_writes_to_the_other() {
         assert!(check(&f, *l, 100 + i as u64));
     }
     faults[0].write_eio.store(false, Ordering::SeqCst);
-    wait_until("device back", || stat(&f, "devices_failed") == 0);
+    wait_until("device back", Duration::from_secs(10), || {
+        stat(&f, "devices_failed") == 0
+    });
     let more: Vec<_> = (300..700).map(|i| put(&f, i).unwrap()).collect();
     f.flush().wait().unwrap();
     for (i, l) in more.iter().enumerate() {
@@ -226,7 +217,9 @@ fn device_that_keeps_failing_goes_offline_and_its_data_stays_readable() {
     faults[0].sync_eio.store(true, Ordering::SeqCst);
     put(&f, 50).unwrap();
     assert!(f.flush().wait().is_err());
-    wait_until("offline", || stat(&f, "devices_offline") == 1);
+    wait_until("offline", Duration::from_secs(10), || {
+        stat(&f, "devices_offline") == 1
+    });
     assert_eq!(stat(&f, "device_offlines"), 1);
     assert!(stat(&f, "device_probe_failures") >= 4);
     for (i, l) in ok.iter().enumerate() {
@@ -237,7 +230,9 @@ fn device_that_keeps_failing_goes_offline_and_its_data_stays_readable() {
     }
     faults[0].write_eio.store(false, Ordering::SeqCst);
     faults[0].sync_eio.store(false, Ordering::SeqCst);
-    wait_until("back", || stat(&f, "devices_failed") == 0);
+    wait_until("back", Duration::from_secs(10), || {
+        stat(&f, "devices_failed") == 0
+    });
     assert_eq!(stat(&f, "devices_offline"), 0);
     let l = put(&f, 60).unwrap();
     f.flush().wait().unwrap();
@@ -276,7 +271,9 @@ fn eio_on_sync_fails_that_flush_once() {
     f.flush().wait().unwrap();
     assert!(losses.keys().is_empty());
     faults[0].sync_eio.store(false, Ordering::SeqCst);
-    wait_until("back", || stat(&f, "devices_failed") == 0);
+    wait_until("back", Duration::from_secs(10), || {
+        stat(&f, "devices_failed") == 0
+    });
 }
 
 #[test]
@@ -351,7 +348,9 @@ fn random_write_faults_never_serve_wrong_data() {
         fl.write_eio.store(false, Ordering::SeqCst);
     }
     let _ = f.flush().wait();
-    wait_until("devices back", || stat(&f, "devices_failed") == 0);
+    wait_until("devices back", Duration::from_secs(10), || {
+        stat(&f, "devices_failed") == 0
+    });
     std::thread::sleep(Duration::from_millis(50));
     let lost: std::collections::HashSet<u64> = losses.keys().into_iter().collect();
     assert_eq!(lost.len() as u64, stat(&f, "records_lost"));

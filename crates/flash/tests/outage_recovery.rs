@@ -6,10 +6,13 @@
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
+mod common;
+
+use common::{stat, wait_until};
 use flashtier_flash::{
     kind, Decision, Device, Faults, FaultyDevice, Flash, FlashConfig, Location, LostRecord,
     MemoryDevice, ReclaimHandler, RecordMeta, RecordWrite,
@@ -46,23 +49,6 @@ fn put(f: &Flash, i: u64) -> bool {
     f.append(0, &w).is_ok()
 }
 
-fn stat(f: &Flash, name: &str) -> u64 {
-    f.stats()
-        .pairs()
-        .into_iter()
-        .find(|(k, _)| *k == format!("flash_{name}"))
-        .map(|(_, v)| v)
-        .unwrap_or_else(|| panic!("no stat {name}"))
-}
-
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !cond() {
-        assert!(t0.elapsed() < Duration::from_secs(20), "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 #[test]
 fn every_record_not_reported_lost_is_recovered_after_an_outage() {
     for round in 0..3 {
@@ -86,9 +72,13 @@ fn every_record_not_reported_lost_is_recovered_after_an_outage() {
             }
             std::thread::sleep(Duration::from_micros(20));
         }
-        wait_until("device offline", || stat(&f, "devices_offline") == 1);
+        wait_until("device offline", Duration::from_secs(20), || {
+            stat(&f, "devices_offline") == 1
+        });
         faults.write_eio.store(false, Ordering::SeqCst);
-        wait_until("device back", || stat(&f, "devices_failed") == 0);
+        wait_until("device back", Duration::from_secs(20), || {
+            stat(&f, "devices_failed") == 0
+        });
         let mut after = 0;
         for i in 2000..3000 {
             if put(&f, i) {

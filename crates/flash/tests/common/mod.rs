@@ -1,10 +1,12 @@
 //! Helpers the flash engine's integration tests share: where real files go (the engine uses
-//! O_DIRECT, which tmpfs refuses) and a file device spec.
+//! O_DIRECT, which tmpfs refuses), a file device spec, an engine stat, a bounded wait.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 
-use flashtier_flash::{DeviceSpec, FlashConfig};
+use std::time::{Duration, Instant};
+
+use flashtier_flash::{DeviceSpec, Flash, FlashConfig};
 
 /// A directory on a real filesystem: `$FLASH_TEST_DIR`, else `/var/tmp`.
 pub fn disk_dir() -> PathBuf {
@@ -35,5 +37,24 @@ pub fn manual() -> FlashConfig {
         flush_interval: None,
         background_reclaim: false,
         ..FlashConfig::small()
+    }
+}
+
+/// The engine stat `flash_<name>`; panics if there is none.
+pub fn stat(f: &Flash, name: &str) -> u64 {
+    f.stats()
+        .pairs()
+        .into_iter()
+        .find(|(k, _)| *k == format!("flash_{name}"))
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| panic!("no stat {name}"))
+}
+
+/// Wait, polling every 5 ms, until `cond` holds; fails the test after `limit`.
+pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < limit, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
