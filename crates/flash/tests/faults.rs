@@ -9,32 +9,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-
 mod common;
 
-use common::{stat, wait_until};
+use common::{stat, wait_until, Losses};
 use flashtier_flash::{
-    kind, Decision, Device, Error, Faults, FaultyDevice, Flash, FlashConfig, FlashStats, Location,
-    LostRecord, MemoryDevice, ReclaimHandler, RecordMeta, RecordWrite,
+    kind, Device, Error, Faults, FaultyDevice, Flash, FlashConfig, FlashStats, Location,
+    MemoryDevice, RecordWrite,
 };
-
-/// Records what the engine reports lost.
-#[derive(Default)]
-struct Losses(Mutex<Vec<LostRecord>>);
-
-impl ReclaimHandler for Losses {
-    fn decide(&self, _: &RecordMeta) -> Decision {
-        Decision::Drop
-    }
-    fn relocated(&self, _: &RecordMeta, _: Location) -> bool {
-        false
-    }
-    fn evicted(&self, _: &RecordMeta) {}
-    fn lost(&self, recs: &[LostRecord]) {
-        self.0.lock().extend_from_slice(recs);
-    }
-}
 
 impl Losses {
     fn keys(&self) -> Vec<u64> {

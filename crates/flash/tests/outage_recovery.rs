@@ -8,31 +8,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-
 mod common;
 
-use common::{stat, wait_until};
+use common::{stat, wait_until, Losses};
 use flashtier_flash::{
-    kind, Decision, Device, Faults, FaultyDevice, Flash, FlashConfig, Location, LostRecord,
-    MemoryDevice, ReclaimHandler, RecordMeta, RecordWrite,
+    kind, Device, Faults, FaultyDevice, Flash, FlashConfig, MemoryDevice, RecordWrite,
 };
-
-#[derive(Default)]
-struct Losses(Mutex<Vec<LostRecord>>);
-
-impl ReclaimHandler for Losses {
-    fn decide(&self, _: &RecordMeta) -> Decision {
-        Decision::Drop
-    }
-    fn relocated(&self, _: &RecordMeta, _: Location) -> bool {
-        false
-    }
-    fn evicted(&self, _: &RecordMeta) {}
-    fn lost(&self, recs: &[LostRecord]) {
-        self.0.lock().extend_from_slice(recs);
-    }
-}
 
 /// Append key `i` without waiting (as the KV face does); true if taken.
 fn put(f: &Flash, i: u64) -> bool {

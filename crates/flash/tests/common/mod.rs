@@ -1,12 +1,16 @@
 //! Helpers the flash engine's integration tests share: where real files go (the engine uses
-//! O_DIRECT, which tmpfs refuses), a file device spec, an engine stat, a bounded wait.
+//! O_DIRECT, which tmpfs refuses), a file device spec, an engine stat, a bounded wait, a handler that records losses.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 
 use std::time::{Duration, Instant};
 
-use flashtier_flash::{DeviceSpec, Flash, FlashConfig};
+use parking_lot::Mutex;
+
+use flashtier_flash::{
+    Decision, DeviceSpec, Flash, FlashConfig, Location, LostRecord, ReclaimHandler, RecordMeta,
+};
 
 /// A directory on a real filesystem: `$FLASH_TEST_DIR`, else `/var/tmp`.
 pub fn disk_dir() -> PathBuf {
@@ -56,5 +60,22 @@ pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     while !cond() {
         assert!(t0.elapsed() < limit, "timed out: {what}");
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A handler that drops everything reclaim offers and records what the engine reports lost.
+#[derive(Default)]
+pub struct Losses(pub Mutex<Vec<LostRecord>>);
+
+impl ReclaimHandler for Losses {
+    fn decide(&self, _: &RecordMeta) -> Decision {
+        Decision::Drop
+    }
+    fn relocated(&self, _: &RecordMeta, _: Location) -> bool {
+        false
+    }
+    fn evicted(&self, _: &RecordMeta) {}
+    fn lost(&self, recs: &[LostRecord]) {
+        self.0.lock().extend_from_slice(recs);
     }
 }
