@@ -534,9 +534,15 @@ impl Flash {
         state.free.total(&state.out) as u32
     }
 
-    /// True while some device takes writes (not every one failing or offline).
-    pub fn taking_writes(&self) -> bool {
-        self.inner.state.lock().out.iter().any(|out| !out)
+    /// Free segments on devices that take writes (the reclaim reserve included), or `None`
+    /// while no device takes writes (every one failing or offline): then nothing can be
+    /// appended, so there is nothing to make room for. One look at the engine state.
+    pub fn writable_free_segments(&self) -> Option<u32> {
+        let state = self.inner.state.lock();
+        if state.out.iter().all(|out| *out) {
+            return None;
+        }
+        Some(state.free.total(&state.out) as u32)
     }
 
     /// Largest value for a key of `key_len` bytes that `append` accepts.

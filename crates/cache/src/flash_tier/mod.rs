@@ -247,10 +247,15 @@ impl FlashTier {
 
     /// True while flash has room: more free segments than the engine's reserve plus
     /// `drop_under`. Reclaim then keeps every referenced record, hit or not (unless
-    /// `drop_unread`).
+    /// `drop_unread`). Also true while no device takes writes: free segments on devices that
+    /// are out do not count, so flash would look full, yet no append waits for room then —
+    /// evicting for it would only lose items (and a RAM copy freed of its home could not be
+    /// written at eviction).
     pub fn has_room(&self) -> bool {
         let floor = self.reserve.saturating_add(self.tiering.drop_under());
-        self.flash.free_segments() > floor
+        self.flash
+            .writable_free_segments()
+            .is_none_or(|free| free > floor)
     }
 
     /// The newest version handed out so far.

@@ -185,16 +185,10 @@ impl Inner {
         let c = &tier.counters;
         // One look at the free segments per record (it takes the engine's state lock).
         let room = tier.has_room();
-        if !expired
-            && matches!(r, Ref::Ram(..))
-            && tier.tiering.ram_exclusive()
-            && !room
-            && tier.flash.taking_writes()
-        {
+        if !expired && matches!(r, Ref::Ram(..)) && tier.tiering.ram_exclusive() && !room {
             // RAM serves this version: free its flash copy rather than rewrite it; RAM
-            // eviction writes it again (so not while no device takes writes: flash then
-            // looks full because its devices are out, and the eviction would lose it).
-            // RAM then adds to what the cache holds.
+            // eviction writes it again (`has_room` is true while no device takes writes, so
+            // never then). RAM then adds to what the cache holds.
             Counters::add(&c.reclaim_dropped_in_ram, 1);
             self.drop_ref(&mut shard, r, m);
             return Decision::Forget;
