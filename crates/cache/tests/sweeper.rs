@@ -1,4 +1,4 @@
-//! Expired items free their memory without any client touching them.
+//! Expired items and overwritten versions free their memory without any client touching them.
 mod common;
 
 use std::time::{Duration, Instant};
@@ -89,4 +89,55 @@ fn flush_all_space_is_freed_by_the_sweeper() {
     c.sweep();
     assert_eq!(c.stats().curr_items, 0);
     assert_eq!(c.stats().bytes, 0);
+}
+
+fn items_stat(c: &Cache, name: &str) -> u64 {
+    c.stats_section("items")
+        .unwrap()
+        .into_iter()
+        .find(|(k, _)| k == &format!("items:1:{name}"))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or_else(|| panic!("no items:1:{name}"))
+}
+
+fn overwrite_every(c: &Cache, step: u64, size: usize) {
+    for i in (0..10_000u64).step_by(step as usize) {
+        c.set_now(
+            format!("k{i}").as_bytes(),
+            ItemWrite::new(common::value(i + 1, size), 0, 0),
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn segments_a_quarter_dead_are_compacted_and_less_dead_ones_are_not() {
+    let clock = Clock::system();
+    let c = cache(&clock, None);
+    for i in 0..10_000u64 {
+        c.set_now(
+            format!("k{i}").as_bytes(),
+            ItemWrite::new(common::value(i, 200), 0, 0),
+        )
+        .unwrap();
+    }
+    // Every 5th key overwritten: its old segments are ~20 % dead, under the threshold.
+    overwrite_every(&c, 5, 200);
+    assert_eq!(c.sweep(), 0, "segments 20 % dead are left alone");
+    assert_eq!(items_stat(&c, "compacted"), 0);
+    // Every 3rd key too: the first segments are now ~47 % dead (every 5th or 3rd key).
+    overwrite_every(&c, 3, 200);
+    let swept = c.sweep();
+    assert!(swept > 0, "segments over a quarter dead are compacted");
+    let moved = items_stat(&c, "compacted");
+    assert!(moved > 0);
+    assert_eq!(c.stats().curr_items, 10_000, "compaction keeps every item");
+    for i in 0..10_000u64 {
+        let it = c
+            .get_now(format!("k{i}").as_bytes())
+            .unwrap()
+            .expect("live item kept");
+        let newest = if i % 5 == 0 || i % 3 == 0 { i + 1 } else { i };
+        assert_eq!(it.value, common::value(newest, 200), "k{i}");
+    }
 }
