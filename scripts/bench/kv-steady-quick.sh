@@ -6,7 +6,7 @@
 # the mix and read phases, flash bytes written per byte SET during the mix.
 # Usage: scripts/bench/kv-steady-quick.sh [--mixes 0.5,0.1] [--servers flashtier,memcached]
 #   env: MEM=64 FLASH_SIZE=1G KEYS=500000 VALUE=4096 THETA=0.9 DURATION=40s READ_DURATION=20s
-#        CGLIM=768 FLASHTIER_EXTRA="--knob ..." OUT=dir
+#        CGLIM=768 FLASHTIER_EXTRA="--knob ..." MC_OPTS="ext_item_size=64" OUT=dir
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -61,7 +61,7 @@ for mix in "${MLIST[@]}"; do
     mkdir "$CG"; echo $((CGLIM << 20)) > "$CG/memory.limit_in_bytes"
     flash=$FLASH_DIR/$tag.flash; rm -f "$flash"
     case $srv in
-      memcached) cmd=(/usr/bin/memcached -u root -l 127.0.0.1 -p "$port" -m "$MEM" -U 0 -t 2 -o "ext_path=$flash:$FLASH_SIZE") ;;
+      memcached) cmd=(/usr/bin/memcached -u root -l 127.0.0.1 -p "$port" -m "$MEM" -U 0 -t 2 -o "ext_path=$flash:$FLASH_SIZE${MC_OPTS:+,$MC_OPTS}") ;;
       # shellcheck disable=SC2206
       flashtier) cmd=("$FT" kv --listen "127.0.0.1:$port" -m "$MEM" --threads 2 --flash "$flash:$FLASH_SIZE" $FLASHTIER_EXTRA) ;;
     esac

@@ -17,6 +17,7 @@
 #   MIXES ["0.1:0.9 0.5:0.9 0.1:0.99 0.5:0.99" = SETfraction:zipf theta]
 #   FILL_RATE [25k]  OW_RATE [20k]  OW_DUR [30s {6s}]  READ_RATE [20k]  READ_DUR [15s {4s}]
 #   WARMUP [2s {1s}]  CONNS [16]  DEPTH [4]  SERVERS ["memcached flashtier"]
+#   SETTLE [4] seconds between the fill and the overwrite phase (the fill's last writes land)
 #   FLASHTIER_EXTRA (extra flashtier kv flags), MEMCACHED_OPTS [slab_automove=2], FLASH_DIR
 #   OW_SEED [2]  READ_SEED [3]: generator seeds of the two phases. They must differ: with one
 #   seed the read phase replays the overwrite phase's key sequence (the generator's default,
@@ -41,7 +42,7 @@ MIXES=${MIXES:-0.1:0.9 0.5:0.9 0.1:0.99 0.5:0.99}
 FILL_RATE=${FILL_RATE:-25k} OW_RATE=${OW_RATE:-20k} OW_DUR=${OW_DUR:-30s}
 READ_RATE=${READ_RATE:-20k} READ_DUR=${READ_DUR:-15s} WARMUP=${WARMUP:-2s}
 CONNS=${CONNS:-16} DEPTH=${DEPTH:-4} SERVERS=${SERVERS:-memcached flashtier} PRESENCE=${PRESENCE:-0}
-OW_SEED=${OW_SEED:-2} READ_SEED=${READ_SEED:-3} ASIDE=${ASIDE:-0}
+OW_SEED=${OW_SEED:-2} READ_SEED=${READ_SEED:-3} ASIDE=${ASIDE:-0} SETTLE=${SETTLE:-4}
 if ((ASIDE)); then READ_MIX=(--get-ratio 1 --cache-aside); READ_WHAT="GETs, misses refilled"; else READ_MIX=(--get-ratio 0.9); READ_WHAT="90/10"; fi
 # shellcheck source=scripts/bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -69,6 +70,9 @@ for mem in $MEMS; do
       echo "{\"kind\": \"$kind\", \"mem_mb\": $mem, \"cg_mb\": $cg, \"flash\": \"$FLASH\", \"set_fraction\": $setf, \"theta\": $theta}" > "$DIR/run.json"
       log "$label: fill $KEYS x $VALUE B at $FILL_RATE/s"
       gen fill fill -k "$KEYS" -v "$VALUE" -c "$CONNS" --load-rate "$FILL_RATE"
+      # The fill's last SETs reach flash after it (flashtier's write-back window, memcached's
+      # background writer): they are the fill's writes, not the overwrite phase's.
+      sleep "$SETTLE"
       snap "$DIR/s0.json"
       log "$label: overwrite $OW_DUR at $OW_RATE ops/s, ${setf} SETs, zipf $theta"
       gen overwrite load --rate "$OW_RATE" --duration "$OW_DUR" --dist "zipf:$theta" --get-ratio "$getr" --seed "$OW_SEED" "${COMMON[@]}"
