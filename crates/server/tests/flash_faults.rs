@@ -170,8 +170,14 @@ fn get(c: &mut TcpStream, key: u64) -> Got {
                 panic!("GET k{key}: {line:?}");
             }
         }
-        let n = c.read(&mut chunk).expect("read");
-        assert!(n > 0, "connection closed");
+        let n = c.read(&mut chunk).unwrap_or_else(|e| {
+            panic!(
+                "GET k{key}: read failed ({e}) with {} bytes of reply so far: {:?}",
+                buf.len(),
+                String::from_utf8_lossy(&buf[..buf.len().min(80)])
+            )
+        });
+        assert!(n > 0, "GET k{key}: connection closed");
         buf.extend_from_slice(&chunk[..n]);
     }
 }
