@@ -50,7 +50,7 @@ preflight
 rm -rf "$OUT/raw"; mkdir -p "$OUT/raw"; : > "$OUT/run.log"
 machine_json "$OUT/machine.json"
 cat > "$OUT/config.json" <<JSON
-{"mems": "$MEMS", "flash": "$FLASH", "keys": $KEYS, "value": $VALUE, "cg_mb": "${CG_MB:-2x mem}",
+{"mems": "$MEMS", "flash": "$FLASH", "keys": $KEYS, "value": "$VALUE", "cg_mb": "${CG_MB:-2x mem}",
  "mixes": "$MIXES", "fill_rate": "$FILL_RATE", "ow_rate": "$OW_RATE", "ow_dur": "$OW_DUR",
  "read_rate": "$READ_RATE", "read_dur": "$READ_DUR", "warmup": "$WARMUP", "conns": $CONNS,
  "depth": $DEPTH, "servers": "$SERVERS", "server_threads": $SERVER_THREADS,

@@ -134,6 +134,20 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // A failing test shows what the server said last (whether it was still running, and
+        // any panic or error it logged), which its assertion alone cannot.
+        if std::thread::panicking() {
+            let exited = self.child.try_wait().ok().flatten();
+            if let Ok(log) = self.log.lock() {
+                let tail = &log[log.len().saturating_sub(30)..];
+                eprintln!(
+                    "--- server {} (exit status: {exited:?}), last {} log lines:\n{}",
+                    self.addr,
+                    tail.len(),
+                    tail.join("\n")
+                );
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
