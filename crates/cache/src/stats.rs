@@ -269,6 +269,7 @@ impl crate::engine::Inner {
             ("extstore_evictions_deferred", g(&t.evictions_deferred)),
             ("extstore_reclaim_kept_hit", g(&t.reclaim_kept_hit)),
             ("extstore_reclaim_kept_unhit", g(&t.reclaim_kept_unhit)),
+            ("extstore_reclaim_kept_small", g(&t.reclaim_kept_small)),
             (
                 "extstore_reclaim_dropped_young",
                 g(&t.reclaim_dropped_young),

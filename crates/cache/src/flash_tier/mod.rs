@@ -54,6 +54,11 @@ pub const MAX_PROMOTING: u32 = 4;
 /// Reclaim compacts unhit live items (instead of dropping them) while the device bytes
 /// written stay under this many times the value bytes stored (docs/eviction.md).
 pub const WRITE_BUDGET: f64 = 1.2;
+/// Past the write budget reclaim still keeps an unhit item whose record is at most
+/// 1/`SMALL_KEEP_DIVISOR` of the mean value size appended: a GET hits one item whatever
+/// its size, so a small item is worth more per byte of flash, and such records add at most
+/// a quarter of the bytes appended (docs/eviction.md, "Small items outlive the budget").
+pub const SMALL_KEEP_DIVISOR: u64 = 4;
 
 /// Counters of the flash tier (relaxed atomics, any thread).
 #[derive(Debug, Default)]
@@ -118,6 +123,9 @@ pub struct TierCounters {
     /// Together they say whether reclaim loses recent writes or cold ones.
     pub reclaim_kept_hit: AtomicU64,
     pub reclaim_kept_unhit: AtomicU64,
+    /// Unhit items kept past the write budget because their record is small
+    /// ([`SMALL_KEEP_DIVISOR`]).
+    pub reclaim_kept_small: AtomicU64,
     pub reclaim_dropped_young: AtomicU64,
     pub reclaim_dropped_old: AtomicU64,
     /// Flash copies of items RAM holds, dropped by reclaim instead of rewritten
@@ -269,6 +277,14 @@ impl FlashTier {
         let written = flashtier_flash::FlashStats::get(&self.flash.stats().device_bytes_written);
         let stored = self.counters.bytes_stored.load(Ordering::Relaxed);
         (written as f64) <= WRITE_BUDGET * stored as f64
+    }
+
+    /// True for a record of `len` bytes small enough to keep past the write budget: at most
+    /// 1/[`SMALL_KEEP_DIVISOR`] of the mean value size appended so far.
+    pub fn small_record(&self, len: u32) -> bool {
+        let n = self.counters.objects_written.load(Ordering::Relaxed);
+        let bytes = self.counters.bytes_written.load(Ordering::Relaxed);
+        n > 0 && u64::from(len) * SMALL_KEEP_DIVISOR <= bytes / n
     }
 
     /// An item's flash record failed its checksum (or its segment was freed or retired)

@@ -4,7 +4,7 @@
 //! room; referenced live records while flash has room, else (a RAM copy's home is dropped
 //! first when `ram_exclusive`: RAM serves it and writes it again at eviction) those hit since
 //! the last pass (frequency decremented) and unhit ones within the write budget
-//! (`WRITE_BUDGET`). Otherwise
+//! (`WRITE_BUDGET`) or small ones past it (`SMALL_KEEP_DIVISOR`). Otherwise
 //! dropped: a flash slot is removed (an eviction), a RAM copy only loses its home. A relocated
 //! record moves its slot or home; a failed chunk write (`lost`) costs homes and flash-only
 //! items, and its markers are appended again. Full rules: docs/eviction.md.
@@ -212,6 +212,10 @@ impl Inner {
             }
             if tier.compaction_budget() {
                 Counters::add(&c.reclaim_kept_unhit, 1);
+                return Decision::Keep;
+            }
+            if tier.small_record(m.len) {
+                Counters::add(&c.reclaim_kept_small, 1);
                 return Decision::Keep;
             }
             Counters::add(
