@@ -55,10 +55,14 @@ pub const MAX_PROMOTING: u32 = 4;
 /// written stay under this many times the value bytes stored (docs/eviction.md).
 pub const WRITE_BUDGET: f64 = 1.2;
 /// Past the write budget reclaim still keeps an unhit item whose record is at most
-/// 1/`SMALL_KEEP_DIVISOR` of the mean value size appended: a GET hits one item whatever
-/// its size, so a small item is worth more per byte of flash, and such records add at most
-/// a quarter of the bytes appended (docs/eviction.md, "Small items outlive the budget").
+/// 1/`SMALL_KEEP_DIVISOR` of the recent mean value size appended: a GET hits one item whatever
+/// its size, so a small item is worth more per byte of flash, and such records add about a
+/// quarter of the bytes appended at most (docs/eviction.md, "Small items outlive the budget").
 pub const SMALL_KEEP_DIVISOR: u64 = 4;
+/// `value_mean` is fixed point with this many fraction bits.
+const MEAN_SHIFT: u32 = 8;
+/// `value_mean` averages over about 2^this many appends.
+const MEAN_DECAY: u32 = 12;
 
 /// Counters of the flash tier (relaxed atomics, any thread).
 #[derive(Debug, Default)]
@@ -161,6 +165,9 @@ pub struct FlashTier {
     /// Set by the first `Cache::close`.
     pub closed: std::sync::atomic::AtomicBool,
     pub counters: TierCounters,
+    /// Recent mean value size appended, fixed point (`note_value_len`); 0 until the first
+    /// append of this run. Decides which records count as small (`small_record`).
+    value_mean: AtomicU64,
     /// Versions waiting for write-back (`writeback`).
     pub(crate) dirty: crate::flash_tier::writeback::DirtyQueue,
     /// The cache's clock (write-back's dirty-since times).
@@ -246,6 +253,7 @@ impl FlashTier {
             last_marker: AtomicU64::new(0),
             last_delayed: AtomicU64::new(0),
             oldest_other: parking_lot::Mutex::new(None),
+            value_mean: AtomicU64::new(0),
             counters: TierCounters::default(),
             dirty: Default::default(),
             hot_stream: STREAM,
@@ -280,11 +288,24 @@ impl FlashTier {
     }
 
     /// True for a record of `len` bytes small enough to keep past the write budget: at most
-    /// 1/[`SMALL_KEEP_DIVISOR`] of the mean value size appended so far.
+    /// 1/[`SMALL_KEEP_DIVISOR`] of the recent mean value size appended (`value_mean`).
     pub fn small_record(&self, len: u32) -> bool {
-        let n = self.counters.objects_written.load(Ordering::Relaxed);
-        let bytes = self.counters.bytes_written.load(Ordering::Relaxed);
-        n > 0 && u64::from(len) * SMALL_KEEP_DIVISOR <= bytes / n
+        let mean = self.value_mean.load(Ordering::Relaxed);
+        mean > 0 && (u64::from(len) * SMALL_KEEP_DIVISOR) << MEAN_SHIFT <= mean
+    }
+
+    /// Fold an appended value of `len` bytes into `value_mean`: an exponential average
+    /// over about 2^[`MEAN_DECAY`] appends, so a change of workload moves it within tens of
+    /// thousands of writes. Racing updates may lose one; it is an estimate.
+    fn note_value_len(&self, len: usize) {
+        let v = (len as u64) << MEAN_SHIFT;
+        let old = self.value_mean.load(Ordering::Relaxed);
+        let new = if old == 0 {
+            v
+        } else {
+            old - (old >> MEAN_DECAY) + (v >> MEAN_DECAY)
+        };
+        self.value_mean.store(new, Ordering::Relaxed);
     }
 
     /// An item's flash record failed its checksum (or its segment was freed or retired)
@@ -401,6 +422,7 @@ impl FlashTier {
             (KvRecord::Put(p), Ok(_)) => {
                 add(&c.objects_written, 1);
                 add(&c.bytes_written, p.value.len() as u64);
+                self.note_value_len(p.value.len());
             }
             (KvRecord::Put(_), Err(_)) => add(&c.write_skipped, 1),
             (KvRecord::Tombstone { .. }, Ok(_)) => add(&c.tombstones, 1),
