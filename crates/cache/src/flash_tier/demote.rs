@@ -73,11 +73,7 @@ impl LowerTier for FlashTier {
         let no_home = if v.older_below { HOME_OLDER } else { 0 };
         let size = v.value.len() as u64;
         if self.tiering.write_back_ms() > 0 && size >= self.tiering.item_size() {
-            let since = v.dirty_since.unwrap_or_else(|| {
-                let now = self.clock.now_ms();
-                self.dirty.push(now, v.hash);
-                now
-            });
+            let since = v.dirty_since.unwrap_or_else(|| self.queue_dirty(v.hash));
             return dirty_word(since, v.older_below);
         }
         let put = Put::of(v.hash, v.key, v.value, v.header);
@@ -85,12 +81,17 @@ impl LowerTier for FlashTier {
             Ok(loc) => home_word(loc),
             // Refused for back-pressure: dirty, so the write-back pass appends it once the
             // engine has room (an acknowledged item does not wait in RAM for its eviction).
-            Err(true) => {
-                let now = self.clock.now_ms();
-                self.dirty.push(now, v.hash);
-                dirty_word(now, v.older_below)
-            }
+            Err(true) => dirty_word(self.queue_dirty(v.hash), v.older_below),
             Err(false) => no_home,
         }
+    }
+}
+
+impl FlashTier {
+    /// Queue key `hash` for the write-back pass as dirty from now; returns now (unix ms).
+    fn queue_dirty(&self, hash: u64) -> u64 {
+        let now = self.clock.now_ms();
+        self.dirty.push(now, hash);
+        now
     }
 }
