@@ -528,10 +528,10 @@ impl Flash {
             .min()
     }
 
-    /// Free segments right now (the reclaim reserve included).
+    /// Free segments right now on devices that take writes (the reclaim reserve included;
+    /// 0 while none does).
     pub fn free_segments(&self) -> u32 {
-        let state = self.inner.state.lock();
-        state.free.total(&state.out) as u32
+        self.writable_free_segments().unwrap_or(0)
     }
 
     /// Free segments on devices that take writes (the reclaim reserve included), or `None`
