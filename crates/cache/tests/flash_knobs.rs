@@ -104,23 +104,11 @@ fn ram_exclusive_frees_flash_copies_of_ram_items() {
     const HOT: u64 = 40;
     for on in [true, false] {
         let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("exclusive", 4 << 20));
-        let open = || {
-            let engine = FlashConfig {
-                io_backend: IoBackend::Psync,
-                ..FlashConfig::small()
-            };
-            let cfg = common::small_flash_config(Arc::clone(&d), engine)
-                .memory_limit(1 << 20)
-                .sweep_interval(None)
-                .build()
-                .unwrap();
-            Cache::new(cfg).unwrap()
-        };
+        // Write-through: every RAM item has a flash copy from its SET on.
+        let open = || common::write_through_cache(Arc::clone(&d));
         let c = open();
         c.set_knob("ram_exclusive", if on { "1" } else { "0" })
             .unwrap();
-        // Write-through: every RAM item has a flash copy from its SET on.
-        c.set_knob("write_back_ms", "0").unwrap();
         let hot = |i: u64| format!("hot{i}");
         for i in 0..HOT {
             let w = ItemWrite::new(common::value(i, 2000), 0, 0);

@@ -7,8 +7,8 @@ mod common;
 
 use std::sync::Arc;
 
-use flashtier_cache::flash::{Device, FlashConfig, IoBackend, MemoryDevice};
-use flashtier_cache::{Cache, ItemWrite, KvStore};
+use flashtier_cache::flash::{Device, MemoryDevice};
+use flashtier_cache::ItemWrite;
 
 use common::ext_stat as ext;
 
@@ -18,18 +18,8 @@ const LARGE: u64 = 6000;
 #[test]
 fn small_unread_items_outlive_the_write_budget() {
     let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("small-items", 4 << 20));
-    let engine = FlashConfig {
-        io_backend: IoBackend::Psync,
-        ..FlashConfig::small()
-    };
-    let cfg = common::small_flash_config(d, engine)
-        .memory_limit(1 << 20)
-        .sweep_interval(None)
-        .build()
-        .unwrap();
-    let c = Cache::new(cfg).unwrap();
     // Write-through: every item reaches flash at its SET; nothing is ever read.
-    c.set_knob("write_back_ms", "0").unwrap();
+    let c = common::write_through_cache(d);
     let small = |i: u64| format!("small{i}");
     for i in 0..SMALL {
         let w = ItemWrite::new(common::value(i, 100), 0, 0);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use flashtier_cache::flash::{Device, FlashConfig};
-use flashtier_cache::{CacheConfig, CacheConfigBuilder, FlashSettings};
+use flashtier_cache::{CacheConfig, CacheConfigBuilder, FlashSettings, KvStore};
 
 /// Run a future that completes on its first poll (every RAM-tier operation does).
 pub fn now<F: Future>(f: F) -> F::Output {
@@ -75,6 +75,24 @@ pub fn small_flash_config(dev: Arc<dyn Device>, engine: FlashConfig) -> CacheCon
         .segment_size(64 << 10)
         .max_item_size(64 << 10)
         .flash(fs)
+}
+
+/// A cache with 1 MiB of RAM over `dev` (psync, `FlashConfig::small()`, no sweeper) in
+/// write-through mode (`write_back_ms 0`: every item reaches flash at its SET), for the
+/// tests that wrap a small flash several times with items RAM cannot hold.
+pub fn write_through_cache(dev: Arc<dyn Device>) -> flashtier_cache::Cache {
+    let engine = FlashConfig {
+        io_backend: flashtier_cache::flash::IoBackend::Psync,
+        ..FlashConfig::small()
+    };
+    let cfg = small_flash_config(dev, engine)
+        .memory_limit(1 << 20)
+        .sweep_interval(None)
+        .build()
+        .unwrap();
+    let c = flashtier_cache::Cache::new(cfg).unwrap();
+    c.set_knob("write_back_ms", "0").unwrap();
+    c
 }
 
 /// A `stats extstore` value of `c`.
