@@ -144,35 +144,11 @@ fn too_large_and_bad_locations_are_errors() {
     let dev = Arc::new(MemoryDevice::new("mem0", 4 << 20));
     let (flash, _) = open(std::slice::from_ref(&dev));
     let big = vec![0u8; manual().chunk_size as usize];
-    let r = flash.append(
-        0,
-        &RecordWrite {
-            kind: kind::PUT,
-            key_id: 1,
-            version: 0,
-            flags: 0,
-            exptime: 0,
-            key: b"k",
-            value: &big,
-        },
-    );
+    let r = flash.append(0, &common::put_record(1, 0, &big));
     assert!(matches!(r, Err(Error::RecordTooLarge { .. })));
     let max = flash.max_value_len(1);
     let ok = vec![1u8; max];
-    let l = flash
-        .append(
-            0,
-            &RecordWrite {
-                kind: kind::PUT,
-                key_id: 1,
-                version: 0,
-                flags: 0,
-                exptime: 0,
-                key: b"k",
-                value: &ok,
-            },
-        )
-        .unwrap();
+    let l = flash.append(0, &common::put_record(1, 0, &ok)).unwrap();
     flash.flush().wait().unwrap();
     assert_eq!(flash.read(l).wait().unwrap().value.len(), max);
     // A location in a free segment is not served.
@@ -259,15 +235,7 @@ fn can_append_tells_back_pressure() {
     let dev = Arc::new(MemoryDevice::new("mem0", 4 << 20));
     let (flash, _) = open(std::slice::from_ref(&dev));
     let v = vec![7u8; 3000];
-    let w = |i: u64| RecordWrite {
-        kind: kind::PUT,
-        key_id: i,
-        version: i,
-        flags: 0,
-        exptime: 0,
-        key: b"k",
-        value: &v,
-    };
+    let w = |i: u64| common::put_record(i, i, &v);
     assert!(flash.can_append(0, 3100));
     let mut i = 0;
     loop {

@@ -13,8 +13,7 @@ mod common;
 
 use common::{stat, wait_until, Losses};
 use flashtier_flash::{
-    kind, Device, Error, Faults, FaultyDevice, Flash, FlashConfig, FlashStats, Location,
-    MemoryDevice, RecordWrite,
+    Device, Error, Faults, FaultyDevice, Flash, FlashConfig, FlashStats, Location, MemoryDevice,
 };
 
 impl Losses {
@@ -52,16 +51,7 @@ fn value(i: u64) -> Vec<u8> {
 
 fn put(f: &Flash, i: u64) -> Result<Location, Error> {
     let v = value(i);
-    let w = RecordWrite {
-        kind: kind::PUT,
-        key_id: i,
-        version: 0,
-        flags: 0,
-        exptime: 0,
-        key: b"k",
-        value: &v,
-    };
-    f.append_blocking(0, &w, Duration::from_secs(5))
+    f.append_blocking(0, &common::put_record(i, 0, &v), Duration::from_secs(5))
 }
 
 /// Reads back exactly `value(i)`, or fails: never other bytes.

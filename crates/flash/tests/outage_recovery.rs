@@ -11,23 +11,12 @@ use std::time::Duration;
 mod common;
 
 use common::{stat, wait_until, Losses};
-use flashtier_flash::{
-    kind, Device, Faults, FaultyDevice, Flash, FlashConfig, MemoryDevice, RecordWrite,
-};
+use flashtier_flash::{Device, Faults, FaultyDevice, Flash, FlashConfig, MemoryDevice};
 
 /// Append key `i` without waiting (as the KV face does); true if taken.
 fn put(f: &Flash, i: u64) -> bool {
     let v = vec![(i % 251) as u8; 4096];
-    let w = RecordWrite {
-        kind: kind::PUT,
-        key_id: i,
-        version: i,
-        flags: 0,
-        exptime: 0,
-        key: b"k",
-        value: &v,
-    };
-    f.append(0, &w).is_ok()
+    f.append(0, &common::put_record(i, i, &v)).is_ok()
 }
 
 #[test]

@@ -13,8 +13,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use flashtier_flash::{
-    batch_submissions, defer_submissions_on_this_thread, kind, submit_deferred, Completion,
-    DropAll, Error, Flash, FlashConfig, IoBackend, Location, ReapHandle, Record, RecordWrite,
+    batch_submissions, defer_submissions_on_this_thread, submit_deferred, Completion, DropAll,
+    Error, Flash, FlashConfig, IoBackend, Location, ReapHandle, Record,
 };
 
 fn open(name: &str) -> Option<(Flash, PathBuf)> {
@@ -40,15 +40,7 @@ fn fill(flash: &Flash, n: u64) -> Vec<(Location, Vec<u8>)> {
     let mut locs = Vec::new();
     for i in 0..n {
         let v = vec![(i % 251) as u8; 3000 + i as usize * 50];
-        let w = RecordWrite {
-            kind: kind::PUT,
-            key_id: i,
-            version: i,
-            flags: 0,
-            exptime: 0,
-            key: b"k",
-            value: &v,
-        };
+        let w = common::put_record(i, i, &v);
         let loc = flash
             .append_blocking(0, &w, Duration::from_secs(10))
             .unwrap();

@@ -1,5 +1,6 @@
 //! Helpers the flash engine's integration tests share: where real files go (the engine uses
-//! O_DIRECT, which tmpfs refuses), a file device spec, an engine stat, a bounded wait, a handler that records losses.
+//! O_DIRECT, which tmpfs refuses), a file device spec, a PUT record, an engine stat, a
+//! bounded wait, a handler that records losses.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -9,7 +10,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use flashtier_flash::{
-    Decision, DeviceSpec, Flash, FlashConfig, Location, LostRecord, ReclaimHandler, RecordMeta,
+    kind, Decision, DeviceSpec, Flash, FlashConfig, Location, LostRecord, ReclaimHandler,
+    RecordMeta, RecordWrite,
 };
 
 /// A directory on a real filesystem: `$FLASH_TEST_DIR`, else `/var/tmp`.
@@ -77,5 +79,18 @@ impl ReclaimHandler for Losses {
     fn evicted(&self, _: &RecordMeta) {}
     fn lost(&self, recs: &[LostRecord]) {
         self.0.lock().extend_from_slice(recs);
+    }
+}
+
+/// A PUT record of `key_id` at `version` with key `k`, no flags and no expiry.
+pub fn put_record(key_id: u64, version: u64, value: &[u8]) -> RecordWrite<'_> {
+    RecordWrite {
+        kind: kind::PUT,
+        key_id,
+        version,
+        flags: 0,
+        exptime: 0,
+        key: b"k",
+        value,
     }
 }
