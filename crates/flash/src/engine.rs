@@ -91,6 +91,13 @@ pub(crate) struct State {
     /// A write failed since the last `flush()` call: that flush reports it.
     pub write_error: Option<String>,
     pub next_seq: u64,
+    /// The next [`crate::segments::SegInfo::order`] stamp a seal hands out.
+    pub next_order: u64,
+    /// The background reclaimer starts no pass, and ends the one under way after its
+    /// current victim ([`Flash::pause_reclaim`]).
+    pub reclaim_paused: bool,
+    /// The background reclaimer is in a pass.
+    pub reclaim_running: bool,
     pub closed: bool,
     /// Recycled chunk buffers.
     pub pool: Vec<AlignedBuf>,
@@ -357,6 +364,9 @@ impl Flash {
                 waiters: Vec::new(),
                 write_error: None,
                 next_seq: 1,
+                next_order: 1,
+                reclaim_paused: false,
+                reclaim_running: false,
                 closed: false,
                 pool: Vec::new(),
             }),
@@ -481,6 +491,19 @@ impl Flash {
     /// With `force`, reclaim one victim even if enough segments are free.
     pub fn reclaim_now(&self, force: bool) -> Result<u32> {
         crate::reclaimer::reclaim_pass(&self.inner, force)
+    }
+
+    /// Stop background reclaim until close, waiting for the victim under way to finish:
+    /// after this returns no record is dropped or moved unless the caller runs
+    /// [`Self::reclaim_now`]. For a clean shutdown that must write what only RAM holds
+    /// without reclaim taking another record's flash copy afterwards. Appends then get
+    /// only the room already free.
+    pub fn pause_reclaim(&self) {
+        let mut state = self.inner.state.lock();
+        state.reclaim_paused = true;
+        while state.reclaim_running {
+            self.inner.wake.wait(&mut state);
+        }
     }
 
     /// Change a runtime knob (see [`crate::knobs::KNOB_NAMES`]): `flush_interval_ms` (0 =

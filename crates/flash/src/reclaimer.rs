@@ -33,13 +33,17 @@ pub(crate) fn run(inner: &Arc<Inner>) {
                 if state.closed {
                     return;
                 }
-                if inner.spare(&state) < inner.knobs.free_low() {
+                if !state.reclaim_paused && inner.spare(&state) < inner.knobs.free_low() {
                     break;
                 }
                 inner.wake.wait_for(&mut state, Duration::from_secs(1));
             }
+            state.reclaim_running = true;
         }
-        match reclaim_pass(inner, false) {
+        let res = reclaim_pass(inner, false);
+        inner.state.lock().reclaim_running = false;
+        inner.wake.notify_all();
+        match res {
             Ok(n) if n > 0 => {}
             _ => std::thread::sleep(Duration::from_millis(50)),
         }
@@ -57,7 +61,7 @@ pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool) -> Result<u32> {
                 return Err(Error::Closed);
             }
             let enough = inner.spare(&state) >= inner.knobs.free_high();
-            if enough && !(force && freed == 0) {
+            if (enough || state.reclaim_paused) && !(force && freed == 0) {
                 break;
             }
             pick_victim(inner, &mut state)
@@ -115,31 +119,31 @@ fn pick_victim(inner: &Inner, state: &mut crate::engine::State) -> Option<u32> {
     let expired = candidates
         .clone()
         .filter(|(_, s)| s.all_expired(now))
-        .min_by_key(|(_, s)| s.seq);
+        .min_by_key(|(_, s)| s.order);
     // Age bound: a segment that has outlived two turns of the whole flash goes next whatever
     // its score, so every segment is reclaimed in bounded time (tombstones and drop notes
     // are kept until every segment older than them is gone; cost-benefit alone would never
     // pick a segment that stays fully live).
-    let newest = state.segs.iter().map(|s| s.seq).max().unwrap_or(0);
+    let newest = state.segs.iter().map(|s| s.order).max().unwrap_or(0);
     let age_bound = 2 * state.segs.len() as u64;
     let aged = candidates
         .clone()
-        .filter(|(_, s)| newest.saturating_sub(s.seq) >= age_bound)
-        .min_by_key(|(_, s)| s.seq);
+        .filter(|(_, s)| newest.saturating_sub(s.order) >= age_bound)
+        .min_by_key(|(_, s)| s.order);
     let pick = expired.or(aged).or_else(|| match inner.knobs.policy() {
-        ReclaimPolicy::Fifo => candidates.min_by_key(|(_, s)| s.seq),
+        ReclaimPolicy::Fifo => candidates.min_by_key(|(_, s)| s.order),
         ReclaimPolicy::Greedy => candidates.min_by(|(_, a), (_, b)| {
             let ra = f64::from(a.dead) / f64::from(a.records.max(1));
             let rb = f64::from(b.dead) / f64::from(b.records.max(1));
-            rb.total_cmp(&ra).then(a.seq.cmp(&b.seq))
+            rb.total_cmp(&ra).then(a.order.cmp(&b.order))
         }),
         ReclaimPolicy::CostBenefit => {
             let score = |s: &crate::segments::SegInfo| {
                 let u = 1.0 - s.dead_bytes() as f64 / s.data_bytes.max(1) as f64;
-                (1.0 - u) * (newest.saturating_sub(s.seq) + 1) as f64 / (1.0 + u)
+                (1.0 - u) * (newest.saturating_sub(s.order) + 1) as f64 / (1.0 + u)
             };
             candidates
-                .max_by(|(_, a), (_, b)| score(a).total_cmp(&score(b)).then(b.seq.cmp(&a.seq)))
+                .max_by(|(_, a), (_, b)| score(a).total_cmp(&score(b)).then(b.order.cmp(&a.order)))
         }
     });
     let seg = pick.map(|(i, _)| i as u32)?;

@@ -424,6 +424,7 @@ pub(crate) fn recover(
     }
     let mut state = inner.state.lock();
     state.next_seq = max_seq + 1;
+    state.next_order = order_recovered(&mut state.segs, max_seq);
     for (i, is_live) in live.iter().enumerate() {
         if retired[i] {
             state.segs[i].state = SegState::Failed;
@@ -681,3 +682,28 @@ pub(crate) fn scan(seg: &[u8], seed: u32) -> (Vec<SummaryEntry>, u32, bool) {
 #[cfg(test)]
 #[path = "recovery_tests.rs"]
 mod tests;
+
+/// Reclaim's age order for recovered segments (see `SegInfo::order`; seal times are not on
+/// flash): each stream's newest segment — the one it was filling at shutdown, holding its
+/// latest records however long ago it was opened — ranks above every other, in seq order;
+/// the rest keep their seq. Returns the next stamp to hand out.
+fn order_recovered(segs: &mut [SegInfo], max_seq: u64) -> u64 {
+    let mut tails: Vec<(u64, usize)> = Vec::new();
+    for (i, s) in segs.iter().enumerate() {
+        if s.state != SegState::Sealed {
+            continue;
+        }
+        match tails.iter_mut().find(|t| segs[t.1].stream == s.stream) {
+            Some(t) if t.0 < s.seq => *t = (s.seq, i),
+            Some(_) => {}
+            None => tails.push((s.seq, i)),
+        }
+    }
+    tails.sort_unstable();
+    let mut next = max_seq + 1;
+    for (_, i) in tails {
+        segs[i].order = next;
+        next += 1;
+    }
+    next
+}

@@ -34,6 +34,11 @@ pub(crate) struct SegInfo {
     pub seq: u64,
     /// Checksum seed of the current life (derived from uuid and seq).
     pub seed: u32,
+    /// Reclaim's age order (smaller = older), stamped when the segment is sealed. Not the
+    /// seq: a stream that fills slowly opened its segment long before its last records
+    /// went in, and ordering by seq would reclaim those fresh records first. RAM only;
+    /// recovery derives it (`recovery::order_recovered`).
+    pub order: u64,
     /// Stream that wrote it.
     pub stream: u8,
     /// Records appended.
@@ -60,6 +65,7 @@ impl SegInfo {
             state: SegState::Free,
             seq: 0,
             seed: 0,
+            order: 0,
             stream: 0,
             records: 0,
             dead: 0,
@@ -74,6 +80,7 @@ impl SegInfo {
     /// Start a new life with `seq`.
     pub(crate) fn reset(&mut self, uuid: &[u8; 16], seq: u64, stream: u8) {
         self.seq = seq;
+        self.order = seq;
         self.seed = segment_seed(uuid, seq);
         self.stream = stream;
         self.records = 0;

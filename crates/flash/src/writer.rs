@@ -370,7 +370,10 @@ impl Inner {
         }
         state.streams[s].fill = 0;
         state.streams[s].buf_off = 0;
+        let order = state.next_order;
+        state.next_order += 1;
         let info = &mut state.segs[seg as usize];
+        info.order = order;
         let tail = tail_len(summary.len());
         let footer = Footer {
             seq: info.seq,

@@ -12,6 +12,7 @@
 //! # Threads
 //! The engine's reclaimer thread, no engine lock held; one index shard lock per call. Until
 //! the cache is built, calls wait on the gate; if it never comes up, everything is dropped.
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use flashtier_flash::{Decision, Location, LostRecord, ReclaimHandler, RecordMeta};
@@ -183,6 +184,12 @@ impl Inner {
             Ref::Flash(p, e) | Ref::Ram(p, e, _) => (*p, *e),
         };
         let c = &tier.counters;
+        if !expired && matches!(r, Ref::Ram(..)) && tier.closed.load(Ordering::SeqCst) {
+            // A clean shutdown is under way: RAM is about to go, so its flash copy is the
+            // only one a restart will have. Keep it (a relocation costs what appending it
+            // again at close would).
+            return Decision::Keep;
+        }
         // One look at the free segments per record (it takes the engine's state lock).
         let room = tier.has_room();
         if !expired && matches!(r, Ref::Ram(..)) && tier.tiering.ram_exclusive() && !room {

@@ -29,6 +29,9 @@ pub(crate) const PASS_EVERY: Duration = Duration::from_millis(100);
 /// How long a clean shutdown waits, in all, for flash to take what RAM holds unwritten when it
 /// refuses appends for back-pressure.
 pub(crate) const CLOSE_WAIT: Duration = Duration::from_secs(5);
+/// At most this many walks over the index at a clean shutdown for RAM versions without a
+/// flash copy (a walk appends them; reclaim under way may free a few more meanwhile).
+const HOMELESS_WALKS: usize = 8;
 
 /// Run `step` until it reports done or `deadline` passes, pausing 5 ms between tries (flash
 /// back-pressure at shutdown). True if it finished.
@@ -155,11 +158,53 @@ impl Inner {
         let Some(tier) = &self.flash_tier else {
             return 0;
         };
+        // Reclaim keeps flash copies of RAM items once closing starts, but it may still
+        // evict one past the engine's keep limit after a walk passed its shard. So: walk
+        // while reclaim makes room for these appends, then pause reclaim and walk again
+        // for what it took meanwhile (the room it left is enough for a few).
+        let (mut n, mut left) = self.write_homeless_walks(deadline);
+        tier.flash.pause_reclaim();
+        let (more, unwritten) = self.write_homeless_walks(deadline);
+        n += more;
+        left = left.max(unwritten);
+        if left > 0 {
+            log::error!(
+                "shutdown: flash kept refusing writes; {left} RAM versions without a flash \
+                 copy were not written and a restart will not find them"
+            );
+        }
+        if n > 0 {
+            crate::stats::Counters::add(&tier.counters.written_back, n as u64);
+        }
+        n
+    }
+
+    /// [`Self::write_homeless_walk`] until a walk finds nothing to write (at most
+    /// [`HOMELESS_WALKS`], until `deadline`): (versions appended, keys left unwritten).
+    fn write_homeless_walks(&self, deadline: Instant) -> (usize, usize) {
+        let (mut n, mut left) = (0, 0);
+        for _ in 0..HOMELESS_WALKS {
+            let (appended, found, unwritten) = self.write_homeless_walk(deadline);
+            n += appended;
+            left = unwritten;
+            if found == 0 || Instant::now() >= deadline {
+                break;
+            }
+        }
+        (n, left)
+    }
+
+    /// One walk of [`Self::write_homeless`] over every shard: (versions appended, keys found
+    /// homeless, keys left unwritten at the deadline).
+    fn write_homeless_walk(&self, deadline: Instant) -> (usize, usize, usize) {
+        let Some(tier) = &self.flash_tier else {
+            return (0, 0, 0);
+        };
         let min = tier.tiering.item_size();
         let homeless = |h: &crate::ram::record::Header| {
             h.home_loc().is_none() && h.dirty_since().is_none() && u64::from(h.vlen) >= min
         };
-        let (mut n, mut left) = (0, 0);
+        let (mut n, mut found, mut left) = (0, 0, 0);
         for i in 0..self.index.shard_count() {
             let mut hashes = Vec::new();
             let mut key = Vec::new();
@@ -177,6 +222,7 @@ impl Inner {
             });
             hashes.sort_unstable();
             hashes.dedup();
+            found += hashes.len();
             for hash in hashes {
                 let done = until_done(deadline, || {
                     let (appended, refused) = self.append_ram_versions(hash, homeless);
@@ -186,16 +232,7 @@ impl Inner {
                 left += usize::from(!done);
             }
         }
-        if left > 0 {
-            log::error!(
-                "shutdown: flash kept refusing writes; {left} RAM versions without a flash \
-                 copy were not written and a restart will not find them"
-            );
-        }
-        if n > 0 {
-            crate::stats::Counters::add(&tier.counters.written_back, n as u64);
-        }
-        n
+        (n, found, left)
     }
 
     /// Append the RAM versions of `hash` whose header passes `due` (each then has a home, or
