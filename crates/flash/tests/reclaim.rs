@@ -254,7 +254,11 @@ fn paused_reclaimer_takes_no_victim() {
         assert!(i < 100_000, "flash never filled");
     }
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(FlashStats::get(&f.stats().reclaims), 0, "paused, yet reclaimed");
+    assert_eq!(
+        FlashStats::get(&f.stats().reclaims),
+        0,
+        "paused, yet reclaimed"
+    );
     assert!(f.reclaim_now(true).unwrap() >= 1);
     f.close().unwrap();
 }
