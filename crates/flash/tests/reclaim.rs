@@ -1,6 +1,8 @@
 //! Reclaim: a user index kept consistent through keep/drop decisions and relocations while
 //! writing several times the flash capacity; expired segments dropped without value reads;
 //! the background reclaimer keeping appends going.
+mod common;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -234,16 +236,7 @@ fn paused_reclaimer_takes_no_victim() {
     let v = value(1, 1);
     let mut i = 0u64;
     loop {
-        let w = RecordWrite {
-            kind: kind::PUT,
-            key_id: i,
-            version: i,
-            flags: 0,
-            exptime: 0,
-            key: b"",
-            value: &v,
-        };
-        match f.append(0, &w) {
+        match f.append(0, &common::put_record(i, i, &v)) {
             Ok(loc) => {
                 index.map.lock().insert(i, loc);
             }
