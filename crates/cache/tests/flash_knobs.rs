@@ -146,16 +146,7 @@ fn ram_exclusive_frees_flash_copies_of_ram_items() {
         // right after the restart may evict any segment's unhit items — a separate rule.
         c.close().unwrap();
         drop(c);
-        let engine = FlashConfig {
-            io_backend: IoBackend::Psync,
-            free_low_watermark: 0,
-            ..FlashConfig::small()
-        };
-        let cfg = common::small_flash_config(Arc::clone(&d), engine)
-            .memory_limit(1 << 20)
-            .build()
-            .unwrap();
-        let c = Cache::new(cfg).unwrap();
+        let c = common::write_through_cache_with(Arc::clone(&d), |e| e.free_low_watermark = 0);
         for i in 0..HOT {
             let got = c.get_now(hot(i).as_bytes()).unwrap();
             assert_eq!(

@@ -679,10 +679,6 @@ pub(crate) fn scan(seg: &[u8], seed: u32) -> (Vec<SummaryEntry>, u32, bool) {
     (entries, (end.div_ceil(page) * page) as u32, damaged)
 }
 
-#[cfg(test)]
-#[path = "recovery_tests.rs"]
-mod tests;
-
 /// Reclaim's age order for recovered segments (see `SegInfo::order`; seal times are not on
 /// flash): each stream's newest segment — the one it was filling at shutdown, holding its
 /// latest records however long ago it was opened — ranks above every other, in seq order;
@@ -707,3 +703,7 @@ fn order_recovered(segs: &mut [SegInfo], max_seq: u64) -> u64 {
     }
     next
 }
+
+#[cfg(test)]
+#[path = "recovery_tests.rs"]
+mod tests;

@@ -162,11 +162,11 @@ impl Inner {
         // evict one past the engine's keep limit after a walk passed its shard. So: walk
         // while reclaim makes room for these appends, then pause reclaim and walk again
         // for what it took meanwhile (the room it left is enough for a few).
-        let (mut n, mut left) = self.write_homeless_walks(deadline);
+        let (mut n, _) = self.write_homeless_walks(deadline);
         tier.flash.pause_reclaim();
-        let (more, unwritten) = self.write_homeless_walks(deadline);
+        // The last walks try again whatever the first left: their count is what is lost.
+        let (more, left) = self.write_homeless_walks(deadline);
         n += more;
-        left = left.max(unwritten);
         if left > 0 {
             log::error!(
                 "shutdown: flash kept refusing writes; {left} RAM versions without a flash \

@@ -81,10 +81,19 @@ pub fn small_flash_config(dev: Arc<dyn Device>, engine: FlashConfig) -> CacheCon
 /// write-through mode (`write_back_ms 0`: every item reaches flash at its SET), for the
 /// tests that wrap a small flash several times with items RAM cannot hold.
 pub fn write_through_cache(dev: Arc<dyn Device>) -> flashtier_cache::Cache {
-    let engine = FlashConfig {
+    write_through_cache_with(dev, |_| {})
+}
+
+/// [`write_through_cache`] with `tune` applied to its engine settings first.
+pub fn write_through_cache_with(
+    dev: Arc<dyn Device>,
+    tune: impl FnOnce(&mut FlashConfig),
+) -> flashtier_cache::Cache {
+    let mut engine = FlashConfig {
         io_backend: flashtier_cache::flash::IoBackend::Psync,
         ..FlashConfig::small()
     };
+    tune(&mut engine);
     let cfg = small_flash_config(dev, engine)
         .memory_limit(1 << 20)
         .sweep_interval(None)
