@@ -72,6 +72,10 @@ pub struct FlashSettings {
     /// Format flash devices that hold other data (a file system, random bytes, a block
     /// cache) instead of refusing to start. Default: `false`.
     pub force_format: bool,
+    /// IO lanes: io_uring rings the engine opens, one per serving thread of a
+    /// thread-per-core server (`flashtier_flash::use_ring_lane`; the engine's own threads
+    /// use lane 0). At least the engine configuration's `uring_rings`. Default: `1`.
+    pub io_lanes: usize,
 }
 
 impl FlashSettings {
@@ -98,6 +102,7 @@ impl FlashSettings {
             drop_unread: false,
             ram_exclusive: true,
             force_format: false,
+            io_lanes: 1,
         }
     }
 
@@ -137,6 +142,7 @@ impl FlashSettings {
         });
         cfg.role = flashtier_flash::Role::Kv;
         cfg.force_format |= self.force_format;
+        cfg.uring_rings = cfg.uring_rings.max(self.io_lanes);
         cfg
     }
 }

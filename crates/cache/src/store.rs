@@ -129,9 +129,11 @@ pub trait KvStore: Send + Sync + 'static {
         None
     }
 
-    /// A handle for the serving event loop to reap the flash tier's IO completions on its
-    /// own threads (`flashtier_flash::ReapHandle`). Default: none (no flash, or psync).
-    fn flash_reaper(&self) -> Option<flashtier_flash::ReapHandle> {
+    /// A handle for a serving event loop to reap the completions of the flash IO its
+    /// threads submit on lane `lane` (`flashtier_flash::use_ring_lane`,
+    /// `flashtier_flash::ReapHandle`). Default: none (no flash, or psync).
+    fn flash_reaper(&self, lane: usize) -> Option<flashtier_flash::ReapHandle> {
+        let _ = lane;
         None
     }
 }
@@ -142,8 +144,8 @@ impl KvStore for Cache {
         self.flash().map(Flash::stats)
     }
 
-    fn flash_reaper(&self) -> Option<flashtier_flash::ReapHandle> {
-        self.flash().and_then(Flash::reap_handle)
+    fn flash_reaper(&self, lane: usize) -> Option<flashtier_flash::ReapHandle> {
+        self.flash().and_then(|f| f.reap_handle(lane))
     }
 
     async fn get(&self, key: &[u8]) -> Result<Option<Item>, Error> {

@@ -151,8 +151,11 @@ pub struct FlashConfig {
     pub background_reclaim: bool,
     /// Executor. Default: `Auto`.
     pub io_backend: IoBackend,
-    /// io_uring ring entries. Default: `256`.
+    /// io_uring ring entries (per ring). Default: `256`.
     pub uring_entries: u32,
+    /// io_uring rings, one per lane (`use_ring_lane`): a thread-per-core server asks for one
+    /// per event-loop thread. Default: `1`.
+    pub uring_rings: usize,
     /// psync pool threads. Default: `2`.
     pub psync_threads: usize,
     /// Open files with `O_DIRECT`. Default: `true`.
@@ -200,6 +203,7 @@ impl Default for FlashConfig {
             background_reclaim: true,
             io_backend: IoBackend::Auto,
             uring_entries: 256,
+            uring_rings: 1,
             psync_threads: 2,
             direct_io: true,
             reformat_on_mismatch: false,

@@ -457,10 +457,12 @@ impl Flash {
         self.inner.read(loc)
     }
 
-    /// A handle for an event loop to reap IO completions on its own thread (poll its fd for
-    /// readability, then call `reap`); `None` on the psync backend. See `io::uring`.
-    pub fn reap_handle(&self) -> Option<crate::ReapHandle> {
-        self.inner.exec.reap_handle()
+    /// A handle for an event loop to reap the IO completions of lane `lane` (the ring the
+    /// threads that called [`crate::use_ring_lane`] with it submit on) on its own thread
+    /// (poll its fd for readability, then call `reap`); `None` on the psync backend. See
+    /// `io::uring`.
+    pub fn reap_handle(&self, lane: usize) -> Option<crate::ReapHandle> {
+        self.inner.exec.reap_handle(lane)
     }
 
     /// Durability barrier: write every partly filled buffer (padded to its page end), wait
@@ -611,7 +613,14 @@ fn make_executor(
     stats: &Arc<FlashStats>,
 ) -> Result<Box<dyn Executor>> {
     let all_fd = devices.iter().all(|d| d.raw_fd().is_some());
-    let uring = || UringExecutor::new(devices.to_vec(), cfg.uring_entries, Arc::clone(stats));
+    let uring = || {
+        UringExecutor::new(
+            devices.to_vec(),
+            cfg.uring_entries,
+            cfg.uring_rings,
+            Arc::clone(stats),
+        )
+    };
     let psync = || PsyncExecutor::new(devices.to_vec(), cfg.psync_threads, Arc::clone(stats));
     match cfg.io_backend {
         IoBackend::Psync => Ok(Box::new(psync())),

@@ -48,7 +48,7 @@ pub use io::faulty::{Faults, FaultyDevice};
 pub use io::file::FileDevice;
 pub use io::memory::MemoryDevice;
 pub use io::plug::{batch_submissions, defer_submissions_on_this_thread, submit_deferred};
-pub use io::uring::ReapHandle;
+pub use io::uring::{use_ring_lane, ReapHandle};
 pub use io::Device;
 pub use location::Location;
 pub use stats::{FlashStats, IoLatency};

@@ -14,15 +14,20 @@ use std::time::Duration;
 
 use flashtier_flash::{
     batch_submissions, defer_submissions_on_this_thread, submit_deferred, Completion, DropAll,
-    Error, Flash, FlashConfig, IoBackend, Location, ReapHandle, Record,
+    use_ring_lane, Error, Flash, FlashConfig, IoBackend, Location, ReapHandle, Record,
 };
 
 fn open(name: &str) -> Option<(Flash, PathBuf)> {
+    open_with_rings(name, 1)
+}
+
+fn open_with_rings(name: &str, rings: usize) -> Option<(Flash, PathBuf)> {
     let p = common::disk_file(name);
     let _ = std::fs::remove_file(&p);
     let spec = common::file_spec(&p, 8 << 20);
     let cfg = FlashConfig {
         io_backend: IoBackend::Uring,
+        uring_rings: rings,
         ..common::manual()
     };
     match Flash::open_specs(&[spec], cfg, Arc::new(DropAll), |_| {}) {
@@ -83,7 +88,7 @@ fn batched_reads_reaped_by_the_callers_loop() {
         return;
     };
     let locs = fill(&flash, 48);
-    let h = flash.reap_handle().expect("io_uring gives a reap handle");
+    let h = flash.reap_handle(0).expect("io_uring gives a reap handle");
 
     // One plugged poll starts every read; they enter the kernel when the poll returns.
     let mut fut = pin!(batch_submissions(async {
@@ -112,6 +117,58 @@ fn batched_reads_reaped_by_the_callers_loop() {
     drop(h);
     let r = flash.read(locs[47].0).wait().unwrap();
     assert_eq!(&r.value[..], &locs[47].1[..]);
+    flash.close().unwrap();
+    let _ = std::fs::remove_file(&p);
+}
+
+/// True if the handle's eventfd is readable now (its ring posted a completion since the last
+/// reap cleared it).
+fn signalled(h: &ReapHandle) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd {
+        fd: h.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    #[allow(unsafe_code)]
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n == 1
+}
+
+#[test]
+fn each_lane_submits_and_signals_on_its_own_ring() {
+    let Some((flash, p)) = open_with_rings("reaper-lanes", 2) else {
+        return;
+    };
+    let locs = fill(&flash, 24);
+    let h0 = flash.reap_handle(0).expect("lane 0 handle");
+    let h1 = flash.reap_handle(1).expect("lane 1 handle");
+    h0.reap();
+    h1.reap();
+    assert!(!signalled(&h0) && !signalled(&h1));
+
+    // A thread on lane 1: its reads enter ring 1 and only ring 1's eventfd fires.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            use_ring_lane(1);
+            defer_submissions_on_this_thread();
+            let comps: Vec<_> = locs[..12].iter().map(|(l, _)| flash.read(*l)).collect();
+            submit_deferred();
+            drive(&h1, &comps);
+            check(comps, &locs[..12]);
+        });
+    });
+    assert!(!signalled(&h0), "lane 1's reads signalled lane 0's ring");
+
+    // And lane 0 (this thread's default) the other way round.
+    h1.reap();
+    let comps: Vec<_> = locs[12..].iter().map(|(l, _)| flash.read(*l)).collect();
+    drive(&h0, &comps);
+    check(comps, &locs[12..]);
+    assert!(!signalled(&h1), "lane 0's reads signalled lane 1's ring");
+
+    drop((h0, h1));
     flash.close().unwrap();
     let _ = std::fs::remove_file(&p);
 }

@@ -7,6 +7,7 @@
 //! - [`codec`] (incremental parser, check before parse) → [`request`] → [`command`] (one file
 //!   per family) → [`reply`], [`output`] (a connection's pending replies).
 //! - [`connection`]: the per-connection loop; [`server`]: accept loop, limits, shutdown;
+//!   [`workers`]: the thread-per-core serving threads connections are handed to;
 //!   [`stream`]: TCP, unix and TLS behind one interface; [`context`]: what connections share.
 //! - [`stats`], [`latency`], [`detail`]: counters and histograms; [`auth`]: ASCII auth (-Y);
 //!   [`dump`]: `lru_crawler metadump`, `stats cachedump`; [`error`].
@@ -29,11 +30,13 @@ pub mod request;
 pub mod server;
 pub mod stats;
 pub mod stream;
+pub mod workers;
 
 pub use codec::{Decoded, Decoder, Limits};
 pub use context::{Context, MemoryLimitHook, Settings};
 pub use error::Error;
 pub use request::Request;
-pub use server::serve;
+pub use server::{serve, serve_on};
 pub use stats::Stats;
 pub use stream::Listener;
+pub use workers::Workers;

@@ -1,9 +1,11 @@
 //! The accept loop: every listener (TCP, TLS, unix socket), the connection limit, one task
 //! per connection, graceful shutdown.
 //!
-//! Runs on the tokio runtime the binary builds (worker threads = `--threads`). Each accepted
-//! socket becomes a task running [`crate::connection::serve_connection`] (a TLS connection
-//! first completes its handshake there, within [`TLS_HANDSHAKE_TIMEOUT`]). Above
+//! The accept loop runs on the runtime that calls [`serve_on`]; each accepted socket becomes
+//! a task running [`crate::connection::serve_connection`] on the next of the [`Workers`]
+//! (thread-per-core, see [`crate::workers`]), or on the calling runtime when there are none
+//! ([`serve`]). A TLS connection first completes its handshake there, within
+//! [`TLS_HANDSHAKE_TIMEOUT`]. Above
 //! `max_connections` a new client gets memcached's `ERROR Too many open connections` and is
 //! closed (counted in `rejected_connections`). When the shutdown future completes — or a
 //! client sends `shutdown` where that is enabled — the listeners are closed at once, every
@@ -24,6 +26,7 @@ use crate::context::{ConnEntry, Context};
 use crate::error::Error;
 use crate::stats::Stats;
 use crate::stream::{Listener, Stream};
+use crate::workers::{reap_flash, Workers};
 
 /// How long in-flight connections get to finish after shutdown starts.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -58,6 +61,37 @@ enum Accepted {
     Unix(tokio::net::UnixStream),
 }
 
+impl Accepted {
+    /// Take the socket off the accepting runtime's reactor, so the runtime that serves it
+    /// registers it with its own (a worker's events then never pass through this thread).
+    fn detach(self) -> std::io::Result<Detached> {
+        Ok(match self {
+            Accepted::Tcp(s, a, tls) => Detached::Tcp(s.into_std()?, a, tls),
+            Accepted::Unix(s) => Detached::Unix(s.into_std()?),
+        })
+    }
+}
+
+/// An accepted socket registered with no runtime yet (see [`Accepted::detach`]).
+enum Detached {
+    Tcp(
+        std::net::TcpStream,
+        std::net::SocketAddr,
+        Option<tokio_rustls::TlsAcceptor>,
+    ),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl Detached {
+    /// Register the socket with the current runtime.
+    fn adopt(self) -> std::io::Result<Accepted> {
+        Ok(match self {
+            Detached::Tcp(s, a, tls) => Accepted::Tcp(tokio::net::TcpStream::from_std(s)?, a, tls),
+            Detached::Unix(s) => Accepted::Unix(tokio::net::UnixStream::from_std(s)?),
+        })
+    }
+}
+
 /// Accept from whichever listener is ready first: (socket, listener index).
 async fn accept_any(listeners: &[Listener]) -> (std::io::Result<Accepted>, usize) {
     std::future::poll_fn(|cx| {
@@ -80,19 +114,33 @@ async fn accept_any(listeners: &[Listener]) -> (std::io::Result<Accepted>, usize
 }
 
 /// Serve every listener until `shutdown` completes (or `shutdown` is sent by a client where
-/// enabled), then drain connections and return.
+/// enabled), then drain connections and return. Connections run on the calling runtime.
 pub async fn serve<S: KvStore>(
     listeners: Vec<Listener>,
     ctx: Arc<Context<S>>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
+    serve_on(listeners, ctx, shutdown, None).await
+}
+
+/// [`serve`], with every connection on the next of `workers` (when given).
+pub async fn serve_on<S: KvStore>(
+    listeners: Vec<Listener>,
+    ctx: Arc<Context<S>>,
+    shutdown: impl Future<Output = ()>,
+    workers: Option<&Workers>,
+) -> Result<(), Error> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
-    // Flash completions are reaped by this runtime's threads while it serves.
-    let reaper = ctx
-        .store
-        .flash_reaper()
-        .map(|h| tokio::spawn(reap_flash(h)));
+    // Flash completions are reaped by the workers (each its own lane), else by this
+    // runtime's threads while it serves.
+    let reaper = match workers {
+        Some(_) => None,
+        None => ctx
+            .store
+            .flash_reaper(0)
+            .map(|h| tokio::spawn(reap_flash(h))),
+    };
     let mut next_id: u64 = 0;
     let names: Vec<String> = listeners.iter().map(Listener::describe).collect();
     tokio::pin!(shutdown);
@@ -141,8 +189,16 @@ pub async fn serve<S: KvStore>(
                 ctx.register(id, ConnEntry { peer, listen });
                 let guard = ConnGuard { ctx: Arc::clone(&ctx), id };
                 let rx = stop_rx.clone();
-                tasks.spawn(async move {
+                let detached = accepted.detach();
+                let conn = async move {
                     let ctx = Arc::clone(&guard.ctx);
+                    let accepted = match detached.and_then(Detached::adopt) {
+                        Ok(a) => a,
+                        Err(e) => {
+                            log::warn!("<{id} cannot hand the connection to a worker: {e}");
+                            return;
+                        }
+                    };
                     let stream = match accepted {
                         Accepted::Tcp(s, _, None) => Some(Stream::Tcp(s)),
                         Accepted::Unix(s) => Some(Stream::Unix(s)),
@@ -171,7 +227,11 @@ pub async fn serve<S: KvStore>(
                     }
                     log::trace!("<{id} connection closed");
                     drop(guard);
-                });
+                };
+                match workers {
+                    Some(w) => tasks.spawn_on(conn, w.next_handle()),
+                    None => tasks.spawn(conn),
+                };
             }
         }
     }
@@ -185,30 +245,4 @@ pub async fn serve<S: KvStore>(
         r.abort();
     }
     Ok(())
-}
-
-/// Reap flash IO completions whenever the ring's eventfd turns readable, on whichever
-/// worker runs this task (the connection tasks it wakes land on that worker's queue). If the
-/// fd cannot be registered the engine's own thread keeps reaping.
-#[allow(unsafe_code)]
-async fn reap_flash(handle: flashtier_cache::flash::ReapHandle) {
-    // SAFETY: the handle owns its descriptor (a dup of the ring's eventfd) and neither
-    // closes nor replaces it while it is registered: it is only dropped with the AsyncFd.
-    let registered = unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(handle, tokio::io::Interest::READABLE)
-    };
-    let fd = match registered {
-        Ok(fd) => fd,
-        Err(e) => {
-            log::warn!("flash completions stay on the engine thread: {e}");
-            return;
-        }
-    };
-    loop {
-        let Ok(mut ready) = fd.readable().await else {
-            return;
-        };
-        fd.get_ref().reap();
-        ready.clear_ready();
-    }
 }

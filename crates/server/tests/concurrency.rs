@@ -55,3 +55,64 @@ fn concurrent_incr_and_cas_are_atomic() {
         )
     );
 }
+
+/// CPU ticks (utime + stime) of each of the server's threads named `worker-*`.
+fn worker_ticks(pid: u32) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let dir = t.unwrap().path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        let comm = comm.trim().to_string();
+        if !comm.starts_with("worker-") {
+            continue;
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        // Fields after the command's closing parenthesis: state is field 3, utime 14.
+        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+            + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        out.push((comm, ticks));
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn connections_are_spread_over_the_worker_threads() {
+    // Thread per core: `--threads 3` serves on three event-loop threads, and connections are
+    // handed out in turn, so six busy clients keep all three busy.
+    let server = Server::start(&["--threads", "3"]);
+    let pid = server.child.id();
+    let before = worker_ticks(pid);
+    let names: Vec<&str> = before.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["worker-0", "worker-1", "worker-2"]);
+    let handles: Vec<_> = (0..6)
+        .map(|id| {
+            let mut s = server.connect();
+            std::thread::spawn(move || {
+                for round in 0..50 {
+                    let mut req = Vec::new();
+                    for i in 0..1000 {
+                        req.extend_from_slice(
+                            format!("set k{id}-{i} 0 0 5\r\nv{round:04}\r\nget k{id}-{i}\r\n")
+                                .as_bytes(),
+                        );
+                    }
+                    req.extend_from_slice(b"mn\r\n");
+                    s.write_all(&req).unwrap();
+                    let out = read_until(&mut s, b"MN\r\n");
+                    let want = format!("VALUE k{id}-999 0 5\r\nv{round:04}\r\nEND\r\nMN\r\n");
+                    assert!(out.ends_with(want.as_bytes()));
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let after = worker_ticks(pid);
+    for ((name, t0), (_, t1)) in before.iter().zip(&after) {
+        assert!(t1 > t0, "{name} did no work: {before:?} -> {after:?}");
+    }
+}

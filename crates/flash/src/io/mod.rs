@@ -2,7 +2,7 @@
 //!
 //! - [`Device`]: positional, blocking IO of aligned buffers on one device: [`file`](mod@file)
 //!   (`O_DIRECT`), [`memory`] (tests, crash images), [`faulty`] (errors and torn writes).
-//! - Executors run [`IoRequest`]s and call their completion: [`uring`] (one shared ring, the
+//! - Executors run [`IoRequest`]s and call their completion: [`uring`] (a ring per lane, the
 //!   submitting thread enters the kernel, batched by [`plug`]) and [`psync`] (a thread pool).
 //!
 //! Invariants: callers never block (`submit` only enqueues); the engine bounds what it
@@ -192,8 +192,10 @@ pub trait Executor: Send + Sync {
     fn shutdown(&self);
     /// Backend name for stats (`io_uring`, `psync`).
     fn backend(&self) -> &'static str;
-    /// A handle an event loop polls to reap completions on its own thread (io_uring only).
-    fn reap_handle(&self) -> Option<uring::ReapHandle> {
+    /// A handle an event loop polls to reap the completions of lane `lane`'s IO on its own
+    /// thread (io_uring only; see [`uring::use_ring_lane`]).
+    fn reap_handle(&self, lane: usize) -> Option<uring::ReapHandle> {
+        let _ = lane;
         None
     }
 }

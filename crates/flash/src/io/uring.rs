@@ -1,10 +1,13 @@
-//! The io_uring executor: one ring shared by every thread; the submitting thread pushes its
-//! SQE and enters the kernel itself (once per batch inside [`super::plug::batch_submissions`];
-//! one thread at a time, the others leave their SQEs to it: see [`Ring::enter`]);
-//! completions are reaped by an event loop holding a [`ReapHandle`] (woken by the eventfd,
-//! so a network thread reaps its own reads), else by the ring thread — which blocks for
-//! completions while no reaper is attached (open, recovery, tests, the block face) and
-//! otherwise only reaps every [`BACKSTOP`], so no completion waits on a stopped event loop.
+//! The io_uring executor: one ring per *lane* (`FlashConfig::uring_rings`; a thread submits on
+//! the ring of the lane it chose with [`use_ring_lane`], lane 0 by default), so each serving
+//! thread of a thread-per-core server submits and reaps its own flash reads and no read hops
+//! threads. The submitting thread pushes its SQE and enters the kernel itself (once per batch
+//! inside [`super::plug::batch_submissions`]; one thread at a time per ring, the others leave
+//! their SQEs to it: see [`Ring::enter`]); completions are reaped by an event loop holding
+//! that ring's [`ReapHandle`] (woken by the ring's eventfd), else by the ring's thread —
+//! which blocks for completions while no reaper is attached (open, recovery, tests, the
+//! block face) and otherwise only reaps every [`BACKSTOP`], so no completion waits on a
+//! stopped event loop.
 //!
 //! Invariants: a request's buffer is owned by its slot in `State::slots` from SQE push until
 //! its CQE is reaped; at most `cap` requests are in flight (the rest wait in `pending`), so
@@ -15,6 +18,7 @@
 // `unsafe` is needed here for raw syscalls/io_uring; each block states its SAFETY.
 #![allow(unsafe_code)]
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read};
@@ -37,8 +41,22 @@ pub const BACKSTOP: Duration = Duration::from_millis(10);
 
 /// io_uring executor over devices that expose a file descriptor.
 pub struct UringExecutor {
-    ring: Arc<Ring>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    /// One ring per lane (at least one).
+    rings: Vec<Arc<Ring>>,
+    /// Each ring's thread (joined at shutdown).
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+thread_local! {
+    static LANE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Submit this thread's flash IO on lane `lane`'s ring (taken modulo the rings an executor
+/// has; 0, the default, is also the engine's own threads' lane). A thread-per-core server
+/// gives each event-loop thread its own lane and attaches that lane's [`ReapHandle`] to the
+/// same loop.
+pub fn use_ring_lane(lane: usize) {
+    LANE.with(|l| l.set(lane));
 }
 
 /// The ring and its bookkeeping, shared by submitters, reapers and the ring thread.
@@ -72,11 +90,13 @@ struct State {
 }
 
 impl UringExecutor {
-    /// Set up a ring of `entries` slots over `devices` (all must have a raw fd). Fails if the
-    /// kernel refuses io_uring (old kernel, seccomp, `io_uring_disabled`).
+    /// Set up `rings` rings (at least one) of `entries` slots each over `devices` (all must
+    /// have a raw fd). Fails if the kernel refuses io_uring (old kernel, seccomp,
+    /// `io_uring_disabled`).
     pub fn new(
         devices: Vec<Arc<dyn Device>>,
         entries: u32,
+        rings: usize,
         stats: Arc<FlashStats>,
     ) -> io::Result<Self> {
         let mut fds = Vec::with_capacity(devices.len());
@@ -88,6 +108,39 @@ impl UringExecutor {
                 )
             })?);
         }
+        let mut all = Vec::with_capacity(rings.max(1));
+        for _ in 0..rings.max(1) {
+            all.push(Arc::new(Ring::new(&fds, &devices, entries, &stats)?));
+        }
+        let exec = Self {
+            rings: all,
+            threads: Mutex::new(Vec::new()),
+        };
+        for (i, r) in exec.rings.iter().enumerate() {
+            let r = Arc::clone(r);
+            // On failure `exec` drops here: the rings already running are closed and joined.
+            let t = std::thread::Builder::new()
+                .name(format!("flash-uring-{i}"))
+                .spawn(move || r.run())?;
+            exec.threads.lock().push(t);
+        }
+        Ok(exec)
+    }
+
+    /// The ring of the calling thread's lane.
+    fn ring(&self) -> &Arc<Ring> {
+        let lane = LANE.with(Cell::get) % self.rings.len();
+        &self.rings[lane]
+    }
+}
+
+impl Ring {
+    fn new(
+        fds: &[i32],
+        devices: &[Arc<dyn Device>],
+        entries: u32,
+        stats: &Arc<FlashStats>,
+    ) -> io::Result<Self> {
         let ring = IoUring::new(entries.next_power_of_two())?;
         if !ring.params().is_feature_ext_arg() {
             // The ring thread's timed wait needs IORING_ENTER_EXT_ARG (Linux 5.11).
@@ -105,10 +158,10 @@ impl UringExecutor {
         // SAFETY: `efd` is a freshly created descriptor nobody else owns.
         let events = File::from(unsafe { OwnedFd::from_raw_fd(efd) });
         ring.submitter().register_eventfd(events.as_raw_fd())?;
-        let ring = Arc::new(Ring {
+        Ok(Ring {
             ring,
-            fds,
-            _devices: devices,
+            fds: fds.to_vec(),
+            _devices: devices.to_vec(),
             state: Mutex::new(State {
                 slots: Vec::new(),
                 free: Vec::new(),
@@ -121,16 +174,8 @@ impl UringExecutor {
             reapers: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
             entering: AtomicBool::new(false),
-            stats,
+            stats: Arc::clone(stats),
             cap: entries as usize,
-        });
-        let r = Arc::clone(&ring);
-        let thread = std::thread::Builder::new()
-            .name("flash-uring".into())
-            .spawn(move || r.run())?;
-        Ok(Self {
-            ring,
-            thread: Mutex::new(Some(thread)),
         })
     }
 }
@@ -145,7 +190,7 @@ impl Drop for UringExecutor {
 
 impl Executor for UringExecutor {
     fn submit(&self, req: IoRequest) {
-        let r = &self.ring;
+        let r = self.ring();
         // Only reads wait for the end of a plug: a chunk write or sync may have a thread
         // waiting on it (buffer space, a flush), so it enters at once.
         let deferrable = matches!(req.op, IoOp::Read { .. });
@@ -168,8 +213,10 @@ impl Executor for UringExecutor {
     }
 
     fn shutdown(&self) {
-        self.ring.state.lock().closed = true;
-        if let Some(h) = self.thread.lock().take() {
+        for r in &self.rings {
+            r.state.lock().closed = true;
+        }
+        for h in std::mem::take(&mut *self.threads.lock()) {
             if h.thread().id() != std::thread::current().id() {
                 h.thread().unpark();
                 let _ = h.join();
@@ -181,17 +228,18 @@ impl Executor for UringExecutor {
         "io_uring"
     }
 
-    fn reap_handle(&self) -> Option<ReapHandle> {
-        let fd = self.ring.events.try_clone().ok()?;
-        self.ring.reapers.fetch_add(1, Ordering::SeqCst);
+    fn reap_handle(&self, lane: usize) -> Option<ReapHandle> {
+        let ring = &self.rings[lane % self.rings.len()];
+        let fd = ring.events.try_clone().ok()?;
+        ring.reapers.fetch_add(1, Ordering::SeqCst);
         Some(ReapHandle {
-            ring: Arc::clone(&self.ring),
+            ring: Arc::clone(ring),
             fd,
         })
     }
 }
 
-/// Lets an event loop reap the ring's completions on its own thread: poll [`fd`](Self::fd)
+/// Lets an event loop reap one ring's completions on its own thread: poll its fd
 /// for readability and call [`reap`](Self::reap). While one is alive the ring thread only
 /// reaps as a backstop; dropping it hands reaping back to the ring thread.
 pub struct ReapHandle {

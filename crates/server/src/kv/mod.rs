@@ -60,6 +60,8 @@ fn build_store(cfg: &KvConfig, litter: &mut Litter) -> anyhow::Result<Arc<Cache>
         }
         let mut flash = FlashSettings::parse(&specs).context("--flash")?;
         flash.force_format = cfg.force_format;
+        // One io_uring per serving thread (see flashtier_memcache::Workers).
+        flash.io_lanes = cfg.threads;
         builder = builder.flash(flash);
     }
     let cache_cfg = builder.build().context("invalid cache configuration")?;
@@ -138,15 +140,10 @@ pub fn main(args: KvArgs, memcached: bool) -> anyhow::Result<()> {
     if cfg.daemon {
         daemon::daemonize().context("cannot daemonize")?;
     }
-    // Flash reads a worker starts are submitted together when it runs out of work (one
-    // io_uring_enter and one device doorbell per event-loop turn; see flash::io::plug).
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cfg.threads)
-        // Only workers park here (not blocking-pool threads), so only they get plugged.
-        .on_thread_park(|| {
-            flashtier_flash::defer_submissions_on_this_thread();
-            flashtier_flash::submit_deferred();
-        })
+    // This thread's runtime accepts connections and runs the admin endpoint and signals;
+    // connections are served by `cfg.threads` thread-per-core workers (started below, once
+    // the store is built: each reaps its own flash ring; flashtier_memcache::workers).
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
@@ -180,8 +177,20 @@ pub fn main(args: KvArgs, memcached: bool) -> anyhow::Result<()> {
     // `Cache::set_memory_limit`).
     let limit_store = Arc::clone(&store);
     let hook: MemoryLimitHook = Box::new(move |bytes| limit_store.set_memory_limit(bytes).is_ok());
+    let workers = flashtier_memcache::Workers::start(cfg.threads, "worker", &*store)
+        .context("cannot start the worker threads")?;
     litter.keep();
-    let served = runtime.block_on(run(cfg, store, sockets, acceptor, auth, Some(hook)));
+    let served = runtime.block_on(run(
+        cfg,
+        store,
+        sockets,
+        acceptor,
+        auth,
+        Some(hook),
+        &workers,
+    ));
+    // Outside the runtime: stopping joins the worker threads.
+    drop(workers);
     drop(pidfile);
     served
 }
@@ -218,6 +227,7 @@ async fn run<S: KvStore>(
     acceptor: Option<tokio_rustls::TlsAcceptor>,
     auth: Option<Arc<AuthFile>>,
     memory_limit_hook: Option<MemoryLimitHook>,
+    workers: &flashtier_memcache::Workers,
 ) -> anyhow::Result<()> {
     let mut listeners = Vec::new();
     for (l, tls) in sockets.tcp {
@@ -319,7 +329,7 @@ async fn run<S: KvStore>(
         }
     };
     daemon::ready(cfg.verbose > 0);
-    flashtier_memcache::serve(listeners, ctx, stop).await?;
+    flashtier_memcache::serve_on(listeners, ctx, stop, Some(workers)).await?;
     if let Some(p) = unix_path {
         let _ = std::fs::remove_file(p);
     }
