@@ -59,20 +59,27 @@ fn fill(flash: &Flash, n: u64) -> Vec<(Location, Vec<u8>)> {
 /// Wait on the handle's eventfd and reap until every completion is ready; returns how many
 /// completions this loop reaped (the ring thread's backstop may take some).
 fn drive(h: &ReapHandle, comps: &[Completion<Record>]) -> usize {
-    use std::os::fd::AsRawFd;
     let mut reaped = 0;
     while !comps.iter().all(Completion::is_ready) {
-        let mut pfd = libc::pollfd {
-            fd: h.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd for the duration of the call.
-        #[allow(unsafe_code)]
-        let _ = unsafe { libc::poll(&mut pfd, 1, 1000) };
+        readable(h, 1000);
         reaped += h.reap();
     }
     reaped
+}
+
+/// Wait up to `timeout_ms` for the handle's eventfd to turn readable (its ring posted a
+/// completion since the last reap cleared it); true if it did.
+fn readable(h: &ReapHandle, timeout_ms: i32) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd {
+        fd: h.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    #[allow(unsafe_code)]
+    let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    n == 1
 }
 
 fn check(comps: Vec<Completion<Record>>, want: &[(Location, Vec<u8>)]) {
@@ -121,21 +128,6 @@ fn batched_reads_reaped_by_the_callers_loop() {
     let _ = std::fs::remove_file(&p);
 }
 
-/// True if the handle's eventfd is readable now (its ring posted a completion since the last
-/// reap cleared it).
-fn signalled(h: &ReapHandle) -> bool {
-    use std::os::fd::AsRawFd;
-    let mut pfd = libc::pollfd {
-        fd: h.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd for the duration of the call.
-    #[allow(unsafe_code)]
-    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-    n == 1
-}
-
 #[test]
 fn each_lane_submits_and_signals_on_its_own_ring() {
     let Some((flash, p)) = open_with_rings("reaper-lanes", 2) else {
@@ -146,7 +138,7 @@ fn each_lane_submits_and_signals_on_its_own_ring() {
     let h1 = flash.reap_handle(1).expect("lane 1 handle");
     h0.reap();
     h1.reap();
-    assert!(!signalled(&h0) && !signalled(&h1));
+    assert!(!readable(&h0, 0) && !readable(&h1, 0));
 
     // A thread on lane 1: its reads enter ring 1 and only ring 1's eventfd fires.
     std::thread::scope(|s| {
@@ -159,14 +151,14 @@ fn each_lane_submits_and_signals_on_its_own_ring() {
             check(comps, &locs[..12]);
         });
     });
-    assert!(!signalled(&h0), "lane 1's reads signalled lane 0's ring");
+    assert!(!readable(&h0, 0), "lane 1's reads signalled lane 0's ring");
 
     // And lane 0 (this thread's default) the other way round.
     h1.reap();
     let comps: Vec<_> = locs[12..].iter().map(|(l, _)| flash.read(*l)).collect();
     drive(&h0, &comps);
     check(comps, &locs[12..]);
-    assert!(!signalled(&h1), "lane 0's reads signalled lane 1's ring");
+    assert!(!readable(&h1, 0), "lane 0's reads signalled lane 1's ring");
 
     drop((h0, h1));
     flash.close().unwrap();
