@@ -13,8 +13,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use flashtier_flash::{
-    batch_submissions, defer_submissions_on_this_thread, submit_deferred, Completion, DropAll,
-    use_ring_lane, Error, Flash, FlashConfig, IoBackend, Location, ReapHandle, Record,
+    batch_submissions, defer_submissions_on_this_thread, submit_deferred, use_ring_lane,
+    Completion, DropAll, Error, Flash, FlashConfig, IoBackend, Location, ReapHandle, Record,
 };
 
 fn open(name: &str) -> Option<(Flash, PathBuf)> {

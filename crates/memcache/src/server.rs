@@ -2,7 +2,7 @@
 //! per connection, graceful shutdown.
 //!
 //! The accept loop runs on the runtime that calls [`serve_on`]; each accepted socket becomes
-//! a task running [`crate::connection::serve_connection`] on the next of the [`Workers`]
+//! a task running [`crate::connection::serve_connection`] on the least busy of the [`Workers`]
 //! (thread-per-core, see [`crate::workers`]), or on the calling runtime when there are none
 //! ([`serve`]). A TLS connection first completes its handshake there, within
 //! [`TLS_HANDSHAKE_TIMEOUT`]. Above
@@ -123,7 +123,7 @@ pub async fn serve<S: KvStore>(
     serve_on(listeners, ctx, shutdown, None).await
 }
 
-/// [`serve`], with every connection on the next of `workers` (when given).
+/// [`serve`], with every connection on the least busy of `workers` (when given).
 pub async fn serve_on<S: KvStore>(
     listeners: Vec<Listener>,
     ctx: Arc<Context<S>>,
@@ -229,7 +229,10 @@ pub async fn serve_on<S: KvStore>(
                     drop(guard);
                 };
                 match workers {
-                    Some(w) => tasks.spawn_on(conn, w.next_handle()),
+                    Some(w) => {
+                        let (worker, conn) = w.place(conn);
+                        tasks.spawn_on(conn, worker)
+                    }
                     None => tasks.spawn(conn),
                 };
             }
