@@ -84,7 +84,15 @@ fn connections_are_spread_over_the_worker_threads() {
     // handed out in turn, so six busy clients keep all three busy.
     let server = Server::start(&["--threads", "3"]);
     let pid = server.child.id();
-    let before = worker_ticks(pid);
+    // A thread names itself once it runs: give a loaded machine a moment.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let before = loop {
+        let t = worker_ticks(pid);
+        if t.len() == 3 || std::time::Instant::now() > deadline {
+            break t;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     let names: Vec<&str> = before.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["worker-0", "worker-1", "worker-2"]);
     let handles: Vec<_> = (0..6)
