@@ -5,8 +5,8 @@
 //! `Arc`; all fields are safe to use from any worker thread.
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::stats::Stats;
@@ -123,6 +123,8 @@ pub struct Context<S> {
     /// Current RAM limit in bytes (starts at `settings.memory_limit`; `cache_memlimit`).
     memory_limit: AtomicU64,
     memory_limit_hook: Mutex<Option<MemoryLimitHook>>,
+    /// Connections each serving thread runs (set when connections go to `Workers`).
+    worker_loads: OnceLock<Arc<[AtomicUsize]>>,
 }
 
 /// Applies a new RAM limit (bytes) to the store; `false` if it cannot.
@@ -178,7 +180,20 @@ impl<S> Context<S> {
             conns: Mutex::new(BTreeMap::new()),
             memory_limit: AtomicU64::new(settings_limit),
             memory_limit_hook: Mutex::new(None),
+            worker_loads: OnceLock::new(),
         }
+    }
+
+    /// Report the serving threads' connection counts (`worker_connections_min`/`_max`).
+    pub fn set_worker_loads(&self, loads: Arc<[AtomicUsize]>) {
+        let _ = self.worker_loads.set(loads);
+    }
+
+    /// Fewest and most connections any serving thread runs; `None` without workers.
+    pub fn worker_load_range(&self) -> Option<(usize, usize)> {
+        let loads = self.worker_loads.get()?;
+        let it = loads.iter().map(|l| l.load(Ordering::Relaxed));
+        Some((it.clone().min()?, it.max()?))
     }
 
     /// Let `cache_memlimit` change the store's RAM limit through `hook`. Without a hook the

@@ -134,6 +134,9 @@ pub async fn serve_on<S: KvStore>(
     let mut tasks = JoinSet::new();
     // Flash completions are reaped by the workers (each its own lane), else by this
     // runtime's threads while it serves.
+    if let Some(w) = workers {
+        ctx.set_worker_loads(w.load_counters());
+    }
     let reaper = match workers {
         Some(_) => None,
         None => ctx

@@ -94,6 +94,11 @@ impl Workers {
         self.handles.is_empty()
     }
 
+    /// The live per-worker task counts (for stats).
+    pub fn load_counters(&self) -> Arc<[AtomicUsize]> {
+        Arc::clone(&self.load)
+    }
+
     /// Tasks (connections) each worker runs now.
     pub fn loads(&self) -> Vec<usize> {
         self.load

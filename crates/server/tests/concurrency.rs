@@ -124,3 +124,28 @@ fn connections_are_spread_over_the_worker_threads() {
         assert!(t1 > t0, "{name} did no work: {before:?} -> {after:?}");
     }
 }
+
+#[test]
+fn stats_show_the_spread_of_connections_over_workers() {
+    let server = Server::start(&["--threads", "3"]);
+    let _idle: Vec<_> = (0..5).map(|_| server.connect()).collect();
+    let mut c = server.connect();
+    // Six open connections over three workers, each placed on the least busy one: two each
+    // (a probe connection from start-up may still be closing: wait for it).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let stats = roundtrip(&mut c, b"stats\r\n", b"END\r\n");
+        let range = (
+            common::stat(&stats, "worker_connections_min"),
+            common::stat(&stats, "worker_connections_max"),
+        );
+        if range == (2, 2) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "worker connections (min, max) = {range:?}, want (2, 2)"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

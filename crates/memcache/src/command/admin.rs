@@ -175,6 +175,10 @@ pub fn general_pairs<S: KvStore>(ctx: &Context<S>) -> Vec<(String, String)> {
     add("limit_maxbytes", limit.to_string());
     add("accepting_conns", "1".into());
     add("threads", ctx.settings.threads.to_string());
+    if let Some((min, max)) = ctx.worker_load_range() {
+        add("worker_connections_min", min.to_string());
+        add("worker_connections_max", max.to_string());
+    }
     add("bytes", store.bytes.to_string());
     add("curr_items", store.curr_items.to_string());
     add("total_items", store.total_items.to_string());

@@ -109,6 +109,8 @@ fn is_gauge(name: &str) -> bool {
         "limit_maxbytes",
         "accepting_conns",
         "threads",
+        "worker_connections_min",
+        "worker_connections_max",
         "bytes",
         "curr_items",
         "ram_bytes_per_flash_item",
