@@ -7,8 +7,8 @@
 //!
 //! Why not one work-stealing runtime: a perf profile of a low-rate open loop (24k ops/s, 16
 //! connections, flash GETs) showed 7 % of the server's CPU in `futex` waits and another 5 % in
-//! wake-ups: the worker holding the IO driver woke a parked one for every event, and flash
-//! completions reaped on one worker woke connection tasks queued on the other. Here an event,
+//! wake-ups: the two workers parked on and woke each other through futexes as events came
+//! in, and flash completions reaped on one worker woke connection tasks queued on the other. Here an event,
 //! the request it carries, the flash read it starts and that read's completion all stay on
 //! one thread, as in memcached (one libevent loop per worker). The cost: a connection never
 //! moves, so a few very busy connections can load one worker more than another (memcached
