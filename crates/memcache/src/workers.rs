@@ -84,16 +84,6 @@ impl Workers {
         Ok(w)
     }
 
-    /// How many worker threads serve.
-    pub fn len(&self) -> usize {
-        self.handles.len()
-    }
-
-    /// Always false (at least one worker runs); for clippy's `len_without_is_empty`.
-    pub fn is_empty(&self) -> bool {
-        self.handles.is_empty()
-    }
-
     /// The live per-worker task counts (for stats).
     pub fn load_counters(&self) -> Arc<[AtomicUsize]> {
         Arc::clone(&self.load)

@@ -66,10 +66,7 @@ fn worker_ticks(pid: u32) -> Vec<(String, u64)> {
         if !comm.starts_with("worker-") {
             continue;
         }
-        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
-        // Fields after the command's closing parenthesis: state is field 3, utime 14.
-        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-        let f: Vec<&str> = rest.split_whitespace().collect();
+        let f = common::proc_stat_fields(dir.join("stat"));
         let ticks = f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
             + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         out.push((comm, ticks));

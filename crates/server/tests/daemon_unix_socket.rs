@@ -83,13 +83,8 @@ fn daemon_pidfile_user_and_unix_socket() {
         Some(nobody.to_string().as_str())
     );
     // Detached: its own session, parent not us.
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .expect("stat")
-        .1
-        .split_whitespace()
-        .collect();
+    let fields = common::proc_stat_fields(format!("/proc/{pid}/stat"));
+    assert!(!fields.is_empty(), "stat");
     assert_eq!(fields[3], pid.to_string(), "session leader (setsid)");
     let meta = std::fs::metadata(&sock).expect("socket");
     assert_eq!(meta.permissions().mode() & 0o777, 0o770, "-a 770");

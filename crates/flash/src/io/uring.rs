@@ -127,10 +127,14 @@ impl UringExecutor {
         Ok(exec)
     }
 
+    /// The ring of lane `lane` (modulo the rings there are).
+    fn ring_of(&self, lane: usize) -> &Arc<Ring> {
+        &self.rings[lane % self.rings.len()]
+    }
+
     /// The ring of the calling thread's lane.
     fn ring(&self) -> &Arc<Ring> {
-        let lane = LANE.with(Cell::get) % self.rings.len();
-        &self.rings[lane]
+        self.ring_of(LANE.with(Cell::get))
     }
 }
 
@@ -229,7 +233,7 @@ impl Executor for UringExecutor {
     }
 
     fn reap_handle(&self, lane: usize) -> Option<ReapHandle> {
-        let ring = &self.rings[lane % self.rings.len()];
+        let ring = self.ring_of(lane);
         let fd = ring.events.try_clone().ok()?;
         ring.reapers.fetch_add(1, Ordering::SeqCst);
         Some(ReapHandle {

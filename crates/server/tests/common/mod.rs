@@ -350,3 +350,12 @@ pub fn get_flags_value(c: &mut TcpStream, key: &str) -> Option<(u32, Vec<u8>)> {
         .expect("flags");
     Some((flags, out[head_end + 2..out.len() - 7].to_vec()))
 }
+
+/// The fields of a `/proc/.../stat` file after the command's closing parenthesis (so the
+/// state is `[0]`, the session id `[3]`, utime `[11]`, stime `[12]`); empty if unreadable.
+pub fn proc_stat_fields(path: impl AsRef<std::path::Path>) -> Vec<String> {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
+    stat.rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
+}
