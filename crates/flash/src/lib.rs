@@ -47,7 +47,9 @@ pub use health::DeviceState;
 pub use io::faulty::{Faults, FaultyDevice};
 pub use io::file::FileDevice;
 pub use io::memory::MemoryDevice;
-pub use io::plug::{batch_submissions, defer_submissions_on_this_thread, submit_deferred};
+pub use io::plug::{
+    batch_submissions, defer_submissions_on_this_thread, submit_deferred, submit_deferred_each_turn,
+};
 pub use io::uring::{use_ring_lane, ReapHandle};
 pub use io::Device;
 pub use location::Location;

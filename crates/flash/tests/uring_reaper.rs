@@ -8,13 +8,15 @@ mod common;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use flashtier_flash::{
-    batch_submissions, defer_submissions_on_this_thread, submit_deferred, use_ring_lane,
-    Completion, DropAll, Error, Flash, FlashConfig, IoBackend, Location, ReapHandle, Record,
+    batch_submissions, defer_submissions_on_this_thread, submit_deferred,
+    submit_deferred_each_turn, use_ring_lane, Completion, DropAll, Error, Flash, FlashConfig,
+    IoBackend, Location, ReapHandle, Record,
 };
 
 fn open(name: &str) -> Option<(Flash, PathBuf)> {
@@ -161,6 +163,54 @@ fn each_lane_submits_and_signals_on_its_own_ring() {
     assert!(!readable(&h1, 0), "lane 0's reads signalled lane 1's ring");
 
     drop((h0, h1));
+    flash.close().unwrap();
+    let _ = std::fs::remove_file(&p);
+}
+
+/// Counts wake-ups (stands in for the event loop that would queue the task).
+struct CountingWaker(AtomicUsize);
+
+impl Wake for CountingWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_busy_plugged_loop_enters_its_reads_at_the_end_of_the_turn() {
+    let Some((flash, p)) = open("reaper-turn") else {
+        return;
+    };
+    let locs = fill(&flash, 16);
+    let h = flash.reap_handle(0).expect("io_uring gives a reap handle");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            defer_submissions_on_this_thread();
+            let wakes = Arc::new(CountingWaker(AtomicUsize::new(0)));
+            let waker = Waker::from(Arc::clone(&wakes));
+            let mut cx = Context::from_waker(&waker);
+            let mut flusher = pin!(submit_deferred_each_turn());
+            // First poll: nothing deferred yet; the task waits for a deferral.
+            assert!(flusher.as_mut().poll(&mut cx).is_pending());
+            assert_eq!(wakes.0.load(Ordering::SeqCst), 0);
+
+            // One turn's reads wake the flusher once, at the first deferral...
+            let comps: Vec<_> = locs[..8].iter().map(|(l, _)| flash.read(*l)).collect();
+            assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
+            // ...and when the loop runs it (no park in between), they enter and complete.
+            assert!(flusher.as_mut().poll(&mut cx).is_pending());
+            drive(&h, &comps);
+            check(comps, &locs[..8]);
+
+            // The next turn wakes it again.
+            let comps: Vec<_> = locs[8..].iter().map(|(l, _)| flash.read(*l)).collect();
+            assert_eq!(wakes.0.load(Ordering::SeqCst), 2);
+            assert!(flusher.as_mut().poll(&mut cx).is_pending());
+            drive(&h, &comps);
+            check(comps, &locs[8..]);
+        });
+    });
+    drop(h);
     flash.close().unwrap();
     let _ = std::fs::remove_file(&p);
 }

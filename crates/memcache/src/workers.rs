@@ -15,7 +15,9 @@
 //! has the same trade). Numbers: docs/serving.md, "Thread per core".
 //!
 //! Invariants: flash reads a worker submits are deferred to the end of its loop's turn
-//! (`on_thread_park` → `submit_deferred`, at most `FLUSH_AT` waiting) and reaped by its own
+//! (the `submit_deferred_each_turn` task, queued behind the tasks ready when the first read
+//! was deferred; `on_thread_park` → `submit_deferred` before it sleeps; at most `FLUSH_AT`
+//! waiting) and reaped by its own
 //! reaper task; [`Workers::stop`] ends every loop (tasks still on it are dropped) and joins
 //! the threads.
 use std::future::Future;
@@ -63,11 +65,14 @@ impl Workers {
                     flashtier_cache::flash::defer_submissions_on_this_thread();
                     rt.block_on(async move {
                         let reaper = reaper.map(|h| tokio::spawn(reap_flash(h)));
+                        let flusher =
+                            tokio::spawn(flashtier_cache::flash::submit_deferred_each_turn());
                         // Ends at `stop` (or when the sender is dropped).
                         let _ = rx.await;
                         if let Some(r) = reaper {
                             r.abort();
                         }
+                        flusher.abort();
                     });
                     // Tasks still on this loop are dropped with it, on this thread.
                     drop(rt);
