@@ -69,6 +69,11 @@ pub struct FlashSettings {
     /// evicts it, so RAM adds to capacity instead of mirroring flash. Runtime knob
     /// `ram_exclusive`. Default: `true`.
     pub ram_exclusive: bool,
+    /// Reclaim compacts unhit live items (instead of dropping them) while the device bytes
+    /// written stay within this many times the value bytes stored: more keeps more items on
+    /// flash at the cost of more flash writes (docs/eviction.md). Runtime knob
+    /// `write_budget`. Default: `1.2`.
+    pub write_budget: f64,
     /// Format flash devices that hold other data (a file system, random bytes, a block
     /// cache) instead of refusing to start. Default: `false`.
     pub force_format: bool,
@@ -101,6 +106,7 @@ impl FlashSettings {
             drop_under: None,
             drop_unread: false,
             ram_exclusive: true,
+            write_budget: crate::flash_tier::WRITE_BUDGET,
             force_format: false,
             io_lanes: 1,
         }

@@ -27,6 +27,7 @@ pub const TIERING_KNOBS: &[&str] = &[
     "ram_exclusive",
     "append_wait_ms",
     "write_back_ms",
+    "write_budget",
 ];
 
 /// memcached `extstore` knobs flashtier refuses, with why.
@@ -60,7 +61,12 @@ pub struct Tiering {
     ram_exclusive: AtomicBool,
     append_wait_us: AtomicU64,
     write_back_ms: AtomicU64,
+    /// `write_budget` in millionths.
+    write_budget_ppm: AtomicU64,
 }
+
+/// The largest `write_budget` accepted.
+const WRITE_BUDGET_MAX: f64 = 10.0;
 
 impl Tiering {
     /// Initial values: from `settings`, `drop_under` = the engine's high watermark (`high`).
@@ -73,6 +79,9 @@ impl Tiering {
             ram_exclusive: AtomicBool::new(settings.ram_exclusive),
             append_wait_us: AtomicU64::new(settings.append_wait.as_micros() as u64),
             write_back_ms: AtomicU64::new(settings.write_back.as_millis() as u64),
+            write_budget_ppm: AtomicU64::new(
+                (settings.write_budget.clamp(0.0, WRITE_BUDGET_MAX) * 1e6) as u64,
+            ),
         }
     }
 
@@ -101,6 +110,11 @@ impl Tiering {
         self.write_back_ms.load(Relaxed)
     }
 
+    /// Device bytes written per value byte stored up to which reclaim compacts unhit items.
+    pub fn write_budget(&self) -> f64 {
+        self.write_budget_ppm.load(Relaxed) as f64 / 1e6
+    }
+
     /// Current values as text, in [`TIERING_KNOBS`] order.
     pub fn list(&self) -> Vec<(String, String)> {
         vec![
@@ -120,6 +134,7 @@ impl Tiering {
                 self.append_wait().as_millis().to_string(),
             ),
             ("write_back_ms".into(), self.write_back_ms().to_string()),
+            ("write_budget".into(), self.write_budget().to_string()),
         ]
     }
 
@@ -158,6 +173,13 @@ impl Tiering {
                 self.write_back_ms.store(n, Relaxed);
                 Ok(())
             }),
+            "write_budget" => match value.parse::<f64>() {
+                Ok(b) if (0.0..=WRITE_BUDGET_MAX).contains(&b) => {
+                    self.write_budget_ppm.store((b * 1e6) as u64, Relaxed);
+                    Ok(())
+                }
+                _ => Err(bad("expected a number from 0 to 10 (e.g. 1.2)")),
+            },
             _ => return None,
         };
         Some(r)
@@ -280,6 +302,9 @@ mod tests {
             .contains("unknown knob foo"));
         assert!(ok("item_age", "1").is_err());
         assert!(ok("append_wait_ms", "60001").is_err());
+        assert!(ok("write_budget", "1.3").is_ok());
+        assert!(ok("write_budget", "11").is_err());
+        assert!(ok("write_budget", "-1").is_err());
         assert!(ok("keep_limit", "2").is_err());
     }
 
@@ -300,5 +325,10 @@ mod tests {
         assert!(t.set("append_wait_ms", "99999999").unwrap().is_err());
         assert!(t.set("drop_under", "x").unwrap().is_err());
         assert!(t.set("nope", "1").is_none());
+        assert_eq!(t.write_budget(), 1.2);
+        t.set("write_budget", "1.35").unwrap().unwrap();
+        assert_eq!(t.write_budget(), 1.35);
+        assert!(t.set("write_budget", "x").unwrap().is_err());
+        assert_eq!(t.write_budget(), 1.35);
     }
 }

@@ -1,6 +1,7 @@
 //! Runtime knobs change what the flash tier does: `recache_rate 0` stops flash hits from
 //! being copied back to RAM, and `drop_unread 1` makes reclaim drop never-hit items even
-//! while flash has room (with `0` it keeps them all).
+//! while flash has room (with `0` it keeps them all); `write_budget` bounds how much
+//! reclaim compacts instead of dropping.
 mod common;
 
 use std::sync::Arc;
@@ -156,4 +157,46 @@ fn ram_exclusive_frees_flash_copies_of_ram_items() {
             );
         }
     }
+}
+
+/// `write_budget` bounds how much reclaim compacts: at `0` no unhit item is ever rewritten
+/// once flash is full (each is dropped), at `3` many are, and the cache then holds more of
+/// what was written (every item served byte-exact either way).
+#[test]
+fn write_budget_decides_how_much_reclaim_compacts() {
+    const KEYS: u64 = 6000;
+    let mut held = Vec::new();
+    for budget in ["0", "3"] {
+        let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("budget", 4 << 20));
+        // Write-through, nothing read: every item is unhit when reclaim meets it.
+        let c = common::write_through_cache(d);
+        c.set_knob("write_budget", budget).unwrap();
+        // The values wrap the 4 MiB flash about three times.
+        for i in 0..KEYS {
+            let w = ItemWrite::new(common::value(i, 2000), 0, 0);
+            c.set_now(format!("k{i}").as_bytes(), w).unwrap();
+        }
+        let kept = ext(&c, "extstore_reclaim_kept_unhit");
+        assert!(
+            ext(&c, "extstore_reclaim_dropped_old") > 0,
+            "flash never filled"
+        );
+        if budget == "0" {
+            assert_eq!(kept, 0, "an unhit item was compacted with no budget");
+        } else {
+            assert!(kept > 0, "a budget of 3 compacted nothing");
+        }
+        held.push(
+            (0..KEYS)
+                .filter(|i| {
+                    let got = c.get_now(format!("k{i}").as_bytes()).unwrap();
+                    if let Some(it) = &got {
+                        assert_eq!(it.value, common::value(*i, 2000), "k{i} wrong bytes");
+                    }
+                    got.is_some()
+                })
+                .count(),
+        );
+    }
+    assert!(held[1] > held[0], "held {held:?}: compaction kept no more");
 }

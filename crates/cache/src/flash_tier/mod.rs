@@ -51,8 +51,9 @@ pub fn hot_stream(cfg: &flashtier_flash::FlashConfig) -> u8 {
 /// segment); a repeat hit beyond this is served without promoting (`promotions_skipped`).
 /// It bounds how much of the RAM tier's allocation work flash hits can cause at a time.
 pub const MAX_PROMOTING: u32 = 4;
-/// Reclaim compacts unhit live items (instead of dropping them) while the device bytes
-/// written stay under this many times the value bytes stored (docs/eviction.md).
+/// The default of the `write_budget` knob: reclaim compacts unhit live items (instead of
+/// dropping them) while the device bytes written stay under this many times the value bytes
+/// stored (docs/eviction.md).
 pub const WRITE_BUDGET: f64 = 1.2;
 /// Past the write budget reclaim still keeps an unhit item whose record is at most
 /// 1/`SMALL_KEEP_DIVISOR` of the recent mean value size appended: a GET hits one item whatever
@@ -279,12 +280,12 @@ impl FlashTier {
         self.version.load(Ordering::Relaxed)
     }
 
-    /// True while compaction may keep unhit items: device writes within [`WRITE_BUDGET`]
-    /// of the value bytes stored.
+    /// True while compaction may keep unhit items: device writes within the `write_budget`
+    /// knob's multiple of the value bytes stored.
     pub fn compaction_budget(&self) -> bool {
         let written = flashtier_flash::FlashStats::get(&self.flash.stats().device_bytes_written);
         let stored = self.counters.bytes_stored.load(Ordering::Relaxed);
-        (written as f64) <= WRITE_BUDGET * stored as f64
+        (written as f64) <= self.tiering.write_budget() * stored as f64
     }
 
     /// True for a record of `len` bytes small enough to keep past the write budget: at most
