@@ -195,8 +195,11 @@ pub(crate) async fn reap_flash(handle: flashtier_cache::flash::ReapHandle) {
         let Ok(mut ready) = fd.readable().await else {
             return;
         };
-        fd.get_ref().reap();
+        // Clear first, then reap: a completion posted after the clear raises a new edge
+        // (tokio's readiness is edge-triggered; the eventfd is never drained, see
+        // `reap_undrained`), one posted before it is reaped now.
         ready.clear_ready();
+        fd.get_ref().reap_undrained();
     }
 }
 
