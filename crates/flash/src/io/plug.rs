@@ -9,8 +9,8 @@
 //!
 //! Why a task and not only the park hook: a busy loop does not park. tokio's current-thread
 //! scheduler polls for IO every few dozen tasks without calling `on_thread_park`, so under
-//! steady load a deferred read could wait for the first idle moment (measured: closed-loop
-//! 8×1 p99 up to 1.6 ms). The flusher task is queued behind the tasks already ready, so a
+//! steady load a deferred read could wait for the first idle moment, bounded only by the
+//! ring thread's 10 ms backstop (`uring::BACKSTOP`). The flusher task is queued behind the tasks already ready, so a
 //! read waits at most one pass over them and still shares its enter with theirs.
 //!
 //! Invariants: the plug is per thread; a deferred enter is never lost: the outermost
