@@ -179,6 +179,11 @@ pub struct FlashConfig {
     /// instead of being refused as a mismatch (set by [`FlashConfig::for_capacity`], whose
     /// sizes are a default, not a choice). Default: `false`.
     pub adopt_geometry: bool,
+    /// The crash journal (`crate::journal`): off, or global segment 0 kept as a ring that
+    /// makes header-only records survive a crash before the log's next flush (written
+    /// before the user replies, or also synced). A set formatted without it opened with it
+    /// is a mismatch. Default: `Off`.
+    pub journal: crate::journal::JournalMode,
 }
 
 impl Default for FlashConfig {
@@ -212,6 +217,7 @@ impl Default for FlashConfig {
             recovery_full_scan: false,
             device_retry_max: Duration::from_secs(10),
             adopt_geometry: false,
+            journal: crate::journal::JournalMode::Off,
         }
     }
 }

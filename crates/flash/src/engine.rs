@@ -81,6 +81,9 @@ pub(crate) struct State {
     pub health: Vec<Health>,
     /// Records of failed writes, waiting for the flusher to hand them to `lost`.
     pub lost: Vec<LostRecord>,
+    /// Records ever put in `lost` (the journal's retire waits until the user has heard of
+    /// all of them: `Inner::lost_handled`).
+    pub lost_total: u64,
     pub streams: Vec<StreamState>,
     pub inflight: Vec<InflightWrite>,
     /// Next write id (ids start at 1).
@@ -124,6 +127,10 @@ pub(crate) struct Inner {
     pub chunk_bufs: AtomicU64,
     /// Bytes of reclaim's read buffers now.
     pub reclaim_buf_bytes: AtomicU64,
+    /// The crash journal in global segment 0, when `FlashConfig::journal` is on.
+    pub journal: Option<crate::journal::Journal>,
+    /// Lost records the user's `lost` callback has returned from (see `State::lost_total`).
+    pub lost_handled: AtomicU64,
 }
 
 /// Unix seconds now.
@@ -255,6 +262,10 @@ pub struct FlashInfo {
     pub backend: &'static str,
     /// True if the devices were formatted by this open (nothing recovered).
     pub formatted: bool,
+    /// What the crash journal held, when `FlashConfig::journal` is on: the user folds its
+    /// entries into its recovery, appends to the log those it did not find there, flushes,
+    /// then calls [`crate::Journal::begin`] (via [`Flash::journal`]).
+    pub journal: Option<crate::journal::JournalRecovered>,
 }
 
 impl Flash {
@@ -338,7 +349,17 @@ impl Flash {
                 oldest: None,
             })
             .collect();
-        let nsegs = layout.segs.len() as u32;
+        let journal = (cfg.journal != crate::journal::JournalMode::Off).then(|| {
+            crate::journal::Journal::new(
+                Arc::clone(&devices[0]),
+                layout.segs[0].dev_off,
+                cfg.segment_size,
+                layout.uuid,
+                cfg.journal,
+                Arc::clone(&stats),
+            )
+        });
+        let nsegs = layout.segs.len() as u32 - u32::from(journal.is_some());
         let layout_lost = layout.superblocks_lost;
         let cfg_for_knobs = cfg.clone();
         let inner = Arc::new(Inner {
@@ -356,6 +377,7 @@ impl Flash {
                     (0..devices.len()).map(|d| Health::new(d, seed)).collect()
                 },
                 lost: Vec::new(),
+                lost_total: 0,
                 segs: layout.segs,
                 streams,
                 inflight: Vec::new(),
@@ -380,11 +402,20 @@ impl Flash {
             hash_seed: layout.hash_seed,
             handler,
             knobs: crate::knobs::Knobs::new(&cfg_for_knobs),
+            journal,
+            lost_handled: AtomicU64::new(0),
         });
         FlashStats::set(&inner.stats.segments_total, u64::from(nsegs));
         FlashStats::set(&inner.stats.work_limit_bytes, inner.cfg.work_limit());
         FlashStats::add(&inner.stats.superblocks_lost, layout_lost);
         crate::recovery::recover(&inner, layout.formatted, on_record)?;
+        let journal = match &inner.journal {
+            Some(j) => Some(
+                j.recover(layout.formatted)
+                    .map_err(|e| Error::io(inner.devices[0].name(), "read journal", e))?,
+            ),
+            None => None,
+        };
         let info = FlashInfo {
             uuid: inner.uuid,
             hash_seed: inner.hash_seed,
@@ -393,6 +424,7 @@ impl Flash {
             capacity: u64::from(nsegs) * inner.seg_size,
             backend,
             formatted: layout.formatted,
+            journal,
         };
         let mut threads = Vec::new();
         {
@@ -402,6 +434,10 @@ impl Flash {
         if inner.cfg.background_reclaim {
             let i = Arc::clone(&inner);
             threads.push(spawn("flash-reclaim", move || crate::reclaimer::run(&i))?);
+        }
+        if inner.journal.is_some() {
+            let i = Arc::clone(&inner);
+            threads.push(spawn("flash-journal", move || crate::journal::run(&i))?);
         }
         Ok((
             Self {
@@ -523,6 +559,12 @@ impl Flash {
         self.inner.knobs.list()
     }
 
+    /// The crash journal, when `FlashConfig::journal` is on (commit header-only records
+    /// with [`crate::Journal::commit`] right after appending them; see `journal`).
+    pub fn journal(&self) -> Option<&crate::journal::Journal> {
+        self.inner.journal.as_ref()
+    }
+
     /// The engine's counters.
     pub fn stats(&self) -> &FlashStats {
         &self.inner.stats
@@ -579,6 +621,9 @@ impl Flash {
     /// `Closed`. Returns the flush's outcome.
     pub fn close(&self) -> Result<()> {
         let res = self.flush().wait();
+        if let Some(j) = &self.inner.journal {
+            j.close(res.is_ok());
+        }
         {
             let mut state = self.inner.state.lock();
             state.closed = true;

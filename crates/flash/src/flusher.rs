@@ -19,6 +19,9 @@ pub(crate) fn run(inner: &Arc<Inner>) {
         if !state.lost.is_empty() {
             let lost = std::mem::take(&mut state.lost);
             MutexGuard::unlocked(&mut state, || inner.handler.lost(&lost));
+            inner
+                .lost_handled
+                .fetch_add(lost.len() as u64, std::sync::atomic::Ordering::Release);
             continue;
         }
         if state.closed {

@@ -23,6 +23,7 @@ pub mod format;
 mod handler;
 pub mod health;
 pub mod io;
+pub mod journal;
 pub mod knobs;
 pub mod location;
 pub mod probe;
@@ -52,5 +53,6 @@ pub use io::plug::{
 };
 pub use io::uring::{use_ring_lane, ReapHandle};
 pub use io::Device;
+pub use journal::{Journal, JournalMode, JournalRecovered, Ticket};
 pub use location::Location;
 pub use stats::{FlashStats, IoLatency};

@@ -54,7 +54,9 @@ impl Inner {
             return Err(Error::InvalidLocation(loc.byte_addr()));
         };
         match info.state {
-            SegState::Free => return Err(Error::InvalidLocation(loc.byte_addr())),
+            SegState::Free | SegState::Journal => {
+                return Err(Error::InvalidLocation(loc.byte_addr()))
+            }
             SegState::Failed => {
                 FlashStats::add(&self.stats.read_errors, 1);
                 return Err(Error::Corrupt("segment retired after read errors"));

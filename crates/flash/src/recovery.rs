@@ -21,6 +21,7 @@ use crate::format::segment::{
 };
 use crate::format::superblock::{Role, Superblock, SuperblockError, SUPERBLOCK_AREA};
 use crate::format::{segment_seed, FORMAT_VERSION};
+use crate::journal::JournalMode;
 use crate::io::{read_blocking, run_batch, run_one, AlignedBuf, Device, Executor, IoOp};
 use crate::location::PAGE;
 use crate::probe::Content;
@@ -70,8 +71,31 @@ pub(crate) fn open_layout(
             segs.push(SegInfo::new(d, SUPERBLOCK_AREA + i * seg_size));
         }
     }
-    cfg.validate_total(segs.len() as u64)?;
+    if cfg.journal != JournalMode::Off {
+        // Global segment 0 is the journal: never allocated, reclaimed or recovered.
+        if let Some(s) = segs.first_mut() {
+            s.state = SegState::Journal;
+        }
+        cfg.validate_total(segs.len() as u64 - 1)?;
+    } else {
+        cfg.validate_total(segs.len() as u64)?;
+    }
     let mismatch = check(&found, &plan, devices, cfg);
+    // A set this face formatted before the journal existed, otherwise matching: formatted
+    // anew (it is a cache of ours; it cannot be opened without the journal and keep its
+    // promise that a deleted or overwritten key never comes back).
+    let upgrade = cfg.journal != JournalMode::Off
+        && matches!(found.first(), Some(Ok(sb)) if sb.journal == 0)
+        && check(
+            &found,
+            &plan,
+            devices,
+            &FlashConfig {
+                journal: JournalMode::Off,
+                ..cfg.clone()
+            },
+        )
+        .is_none();
     let blank = found
         .iter()
         .all(|f| *f == Err(SuperblockError::NotFormatted));
@@ -89,7 +113,7 @@ pub(crate) fn open_layout(
                 superblocks_lost: 0,
             });
         }
-        (false, Some(why)) if !cfg.reformat_on_mismatch && !cfg.force_format => {
+        (false, Some(why)) if !cfg.reformat_on_mismatch && !cfg.force_format && !upgrade => {
             return Err(Error::Mismatch(why))
         }
         _ => {}
@@ -101,6 +125,7 @@ pub(crate) fn open_layout(
             _ if blank_dev[d] => continue,
             Err(SuperblockError::NotFormatted) => "foreign data (forced)".to_string(),
             Err(e) => format!("superblock {e:?}"),
+            Ok(_) if upgrade => "a flash format from before the crash journal".to_string(),
             Ok(_) => "a superblock of another device set or geometry".to_string(),
         };
         superblocks_lost += 1;
@@ -152,6 +177,7 @@ pub(crate) fn open_layout(
             created,
             tier: cfg.device_tiers.get(d).copied().unwrap_or(0),
             role: cfg.role.to_byte(),
+            journal: journal_byte(cfg),
         };
         let mut buf = AlignedBuf::zeroed(PAGE as usize);
         let bytes = sb.encode();
@@ -314,12 +340,27 @@ fn check(
                 sb.segments != n || sb.first_segment != start,
                 format!("had {} segments, size now gives {n}", sb.segments),
             ),
+            (
+                d == 0 && sb.journal != journal_byte(cfg),
+                if sb.journal == 0 {
+                    "was formatted without the crash journal (by a flashtier before \
+                     2026-11-27)"
+                        .to_string()
+                } else {
+                    "holds a crash journal this open does not use".to_string()
+                },
+            ),
         ];
         if let Some((_, why)) = problems.into_iter().find(|(bad, _)| *bad) {
             return Some(format!("device {name} {why}"));
         }
     }
     None
+}
+
+/// Superblock byte 74 for `cfg`: 1 when global segment 0 is the journal.
+fn journal_byte(cfg: &FlashConfig) -> u8 {
+    u8::from(cfg.journal != JournalMode::Off)
 }
 
 /// What a segment yielded.
@@ -347,6 +388,7 @@ pub(crate) fn recover(
             let state = inner.state.lock();
             state.segs.iter().map(|s| (s.dev, s.dev_off)).collect()
         };
+        let journal_seg = inner.state.lock().segs.first().map(|s| s.state) == Some(SegState::Journal);
         for (batch_start, batch) in places.chunks(64).enumerate().map(|(i, b)| (i * 64, b)) {
             let ops = batch
                 .iter()
@@ -358,6 +400,9 @@ pub(crate) fn recover(
                 .collect();
             for (i, r) in run_batch(exec, ops).into_iter().enumerate() {
                 let seg = (batch_start + i) as u32;
+                if seg == 0 && journal_seg {
+                    continue;
+                }
                 let dev = inner.dev_name(batch[i].0);
                 let buf = match r {
                     Ok(Some(b)) => b,
@@ -426,6 +471,9 @@ pub(crate) fn recover(
     state.next_seq = max_seq + 1;
     state.next_order = order_recovered(&mut state.segs, max_seq);
     for (i, is_live) in live.iter().enumerate() {
+        if state.segs[i].state == SegState::Journal {
+            continue;
+        }
         if retired[i] {
             state.segs[i].state = SegState::Failed;
         } else if !is_live {

@@ -20,6 +20,8 @@ pub(crate) enum SegState {
     Reclaiming,
     /// Retired: reclaim could not read it. Neither read, written nor reused.
     Failed,
+    /// The crash journal (`crate::journal`): never allocated, reclaimed or recovered.
+    Journal,
 }
 
 /// RAM metadata of one segment.

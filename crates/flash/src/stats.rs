@@ -133,6 +133,22 @@ stats! {
     work_bytes,
     /// Gauge: the highest `work_bytes` since start.
     work_peak_bytes,
+    /// Crash-journal entries committed (header-only records made to survive a crash before
+    /// the log's next flush).
+    journal_entries,
+    /// Journal entries whose record the log refused at first (appended again later).
+    journal_uncovered,
+    /// Group syncs of the journal (`journal_mode=sync`).
+    journal_syncs,
+    /// Flushes that retired journal entries (their records durable in the log).
+    journal_retires,
+    /// Gauge: journal entries not yet retired.
+    journal_pending,
+    /// Commits that found the journal ring full and waited for a retiring flush.
+    journal_full_waits,
+    /// Times the ring stayed full past the wait and its oldest entries were given up (the
+    /// next start is then empty).
+    journal_entries_given_up,
     /// Gauge: the bound on `work_bytes` from the configuration: the chunk buffer limit
     /// (`max_chunk_buffers`) plus reclaim's read window (one chunk), times `chunk_size`.
     work_limit_bytes,

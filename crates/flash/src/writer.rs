@@ -545,6 +545,7 @@ impl Inner {
             "flash: {n} records lost: chunk {why} (failed {WRITE_ATTEMPTS} times); the user \
              is told which"
         );
+        state.lost_total += lost.len() as u64;
         state.lost.extend(lost);
     }
 

@@ -28,6 +28,7 @@ fn golden_bytes() {
         created: 0x6000_0000,
         tier: 2,
         role: 0,
+        journal: 0,
     };
     let h = SegmentHeader {
         seq: 7,

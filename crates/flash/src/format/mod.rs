@@ -16,6 +16,7 @@
     clippy::host_endian_bytes
 )]
 
+pub mod journal;
 pub mod record;
 pub mod segment;
 pub mod superblock;

@@ -1,7 +1,8 @@
 //! The device superblock: the first 4 KiB page of every device, naming the set, the face
 //! that formatted it and the hash seed. Segment `i` of a device starts at byte
-//! `4096 + i * segment_size`. Byte 73 (the role) was reserved before it was used, so older
-//! devices read as role 0, which every face accepts. Byte table beside [`Superblock`],
+//! `4096 + i * segment_size`. Bytes 73 (the role) and 74 (the journal) were reserved before
+//! they were used, so older devices read as role 0, which every face accepts, and as having
+//! no journal. Byte table beside [`Superblock`],
 //! mirrored in `docs/format.md`.
 
 use super::{Cursor, Put, FORMAT_VERSION};
@@ -76,7 +77,8 @@ impl Role {
 ///  64    8 created (unix seconds)
 ///  72    1 tier of this device
 ///  73    1 role: which face formatted it (0 = unspecified, 1 = kv flash, 2 = block cache)
-///  74   50 reserved, 0
+///  74    1 journal: 1 if global segment 0 (device 0's first) is the crash journal, else 0
+///  75   49 reserved, 0
 /// 124    4 crc32c of bytes 0..124
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,6 +107,9 @@ pub struct Superblock {
     pub tier: u8,
     /// [`Role`] byte of the face that formatted it (0 = unspecified).
     pub role: u8,
+    /// 1 if the set's global segment 0 is the crash journal (`crate::journal`), else 0.
+    /// Zero on devices formatted before the journal existed.
+    pub journal: u8,
 }
 
 /// Why a superblock did not decode.
@@ -136,7 +141,8 @@ impl Superblock {
             .u64(self.created)
             .u8(self.tier)
             .u8(self.role)
-            .zeros(50);
+            .u8(self.journal)
+            .zeros(49);
         let crc = crc32c::crc32c(&v);
         Put(&mut v).u32(crc);
         v
@@ -163,8 +169,9 @@ impl Superblock {
             created: c.u64().ok_or(bad)?,
             tier: c.u8().ok_or(bad)?,
             role: c.u8().ok_or(bad)?,
+            journal: c.u8().ok_or(bad)?,
         };
-        c.bytes(50).ok_or(bad)?;
+        c.bytes(49).ok_or(bad)?;
         if c.u32().ok_or(bad)? != crc32c::crc32c(body) {
             return Err(bad);
         }
@@ -195,6 +202,7 @@ mod tests {
             created: 1,
             tier: 0,
             role: 2,
+            journal: 1,
         };
         let b = sb.encode();
         assert_eq!(b.len(), SUPERBLOCK_LEN);

@@ -34,6 +34,9 @@ pub struct FileDevice {
     /// This open created the file.
     created: bool,
     block_device: bool,
+    /// The same file opened without `O_DIRECT`, for the crash journal's small writes through
+    /// the page cache (opened at the first one).
+    buffered: std::sync::OnceLock<File>,
 }
 
 impl FileDevice {
@@ -111,6 +114,7 @@ impl FileDevice {
             existing,
             created,
             block_device,
+            buffered: std::sync::OnceLock::new(),
         })
     }
 
@@ -131,6 +135,15 @@ impl FileDevice {
     /// True if this open created the file.
     pub fn created(&self) -> bool {
         self.created
+    }
+
+    /// The page-cache handle of the file (see `buffered`).
+    fn buffered(&self) -> io::Result<&File> {
+        if let Some(f) = self.buffered.get() {
+            return Ok(f);
+        }
+        let f = OpenOptions::new().read(true).write(true).open(&self.path)?;
+        Ok(self.buffered.get_or_init(|| f))
     }
 }
 
@@ -264,6 +277,18 @@ impl Device for FileDevice {
 
     fn raw_fd(&self) -> Option<RawFd> {
         Some(self.file.as_raw_fd())
+    }
+
+    fn journal_write(&self, bytes: &[u8], off: u64) -> io::Result<()> {
+        self.buffered()?.write_all_at(bytes, off)
+    }
+
+    fn journal_read(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        self.buffered()?.read_exact_at(buf, off)
+    }
+
+    fn journal_sync(&self) -> io::Result<()> {
+        self.buffered()?.sync_data()
     }
 
     fn probe(&self) -> io::Result<crate::probe::Content> {

@@ -68,6 +68,38 @@ pub trait Device: Send + Sync + 'static {
             Ok(n)
         })
     }
+    /// Write `bytes` (any length) at byte `off` (any offset) so that they survive this
+    /// process without waiting for the device: the crash journal's entries (`journal`).
+    /// The default reads the aligned pages around them, patches and writes them back
+    /// (devices without a page cache: memory, test wrappers); a file device writes through
+    /// the page cache. Calls on one device are serialized by the journal.
+    fn journal_write(&self, bytes: &[u8], off: u64) -> io::Result<()> {
+        let (start, mut page) = self.aligned_around(off, bytes.len())?;
+        let at = (off - start) as usize;
+        page.as_mut_slice()[at..at + bytes.len()].copy_from_slice(bytes);
+        self.write_at(page.as_slice(), start)
+    }
+    /// Read `buf.len()` bytes at byte `off` (any length and offset), seeing every
+    /// [`journal_write`](Self::journal_write) made before.
+    fn journal_read(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        let (start, page) = self.aligned_around(off, buf.len())?;
+        let at = (off - start) as usize;
+        buf.copy_from_slice(&page.as_slice()[at..at + buf.len()]);
+        Ok(())
+    }
+    /// Make every [`journal_write`](Self::journal_write) durable (a power cut keeps it).
+    fn journal_sync(&self) -> io::Result<()> {
+        self.sync()
+    }
+    /// The 4 KiB-aligned pages covering `len` bytes at `off`, read: (their offset, bytes).
+    fn aligned_around(&self, off: u64, len: usize) -> io::Result<(u64, AlignedBuf)> {
+        let a = ALIGN as u64;
+        let start = off / a * a;
+        let end = (off + len as u64).div_ceil(a) * a;
+        let mut page = AlignedBuf::zeroed((end - start) as usize);
+        self.read_at(page.as_mut_slice(), start)?;
+        Ok((start, page))
+    }
     /// Make all of [`len`](Self::len) usable before the first write (a file device grows its
     /// file to the configured size). Called once the engine has decided to use the device.
     fn prepare(&self) -> io::Result<()> {
