@@ -81,6 +81,13 @@ pub struct FlashSettings {
     /// thread-per-core server (`flashtier_flash::use_ring_lane`; the engine's own threads
     /// use lane 0). At least the engine configuration's `uring_rings`. Default: `1`.
     pub io_lanes: usize,
+    /// The crash journal (`flashtier_flash::journal`): a delete, `flush_all` or overwrite of
+    /// an item with a flash copy is journaled before it is acknowledged, so a restart after
+    /// a crash never serves the version it replaced. `Write` survives `kill -9` (after a
+    /// power cut the flash tier restarts empty); `Sync` also syncs each group of entries
+    /// before the reply (warm after a power cut, a device flush per group); `Off` keeps the
+    /// older rule (the replaced version may come back). Default: `Write`.
+    pub journal: flashtier_flash::JournalMode,
 }
 
 impl FlashSettings {
@@ -109,6 +116,7 @@ impl FlashSettings {
             write_budget: crate::flash_tier::WRITE_BUDGET,
             force_format: false,
             io_lanes: 1,
+            journal: flashtier_flash::JournalMode::Write,
         }
     }
 
@@ -149,6 +157,7 @@ impl FlashSettings {
         cfg.role = flashtier_flash::Role::Kv;
         cfg.force_format |= self.force_format;
         cfg.uring_rings = cfg.uring_rings.max(self.io_lanes);
+        cfg.journal = self.journal;
         cfg
     }
 }

@@ -147,14 +147,28 @@ impl Cache {
                 }
             };
             seed = info.hash_seed;
-            let rebuilt = rec.finish(cfg.clock.now());
-            opened = Some((flash, info, rebuilt, tiering));
+            let journal = info.journal.clone().unwrap_or_default();
+            for e in &journal.entries {
+                rec.on_journal(e);
+            }
+            let mut rebuilt = rec.finish(cfg.clock.now());
+            let cold = info.journal.is_some() && !journal.trusted;
+            if cold {
+                log::warn!(
+                    "flash tier: starting empty: {} (the flash tier holds {} items that could \
+                     be stale)",
+                    journal.why,
+                    rebuilt.items.len()
+                );
+                rebuilt.go_cold();
+            }
+            opened = Some((flash, info, rebuilt, tiering, cold));
         }
         // Index tables start at 2 buckets per shard (staggered up to 2.5).
         let index = Index::new(cfg.index_shards, seed, 2);
         let mut next_cas = 0;
         let mut flush_at = NO_FLUSH;
-        let tier = opened.map(|(flash, info, rebuilt, tiering)| {
+        let tier = opened.map(|(flash, info, rebuilt, tiering, cold)| {
             for &(key_id, loc) in &rebuilt.items {
                 index.lock(key_id).insert(key_id, entry_of(loc, 0));
             }
@@ -179,8 +193,21 @@ impl Cache {
             tier.last_delayed
                 .store(rebuilt.last_delayed, Ordering::Relaxed);
             Counters::add(&tier.counters.recovered, rebuilt.items.len() as u64);
-            tier
+            Counters::add(&tier.counters.journal_cold_starts, u64::from(cold));
+            let replayed = crate::flash_tier::recovery::replay(&tier, &rebuilt);
+            (tier, replayed)
         });
+        let tier = match tier {
+            Some((tier, Ok(()))) => Some(tier),
+            Some((tier, Err(e))) => {
+                let _ = tier.flash.close();
+                if let Some(h) = &handler {
+                    h.close();
+                }
+                return Err(StartError::Flash(e));
+            }
+            None => None,
+        };
         let inner = Arc::new(Inner {
             index,
             arena: Arena::new(cfg.memory_limit, cfg.segment_size),
@@ -448,7 +475,18 @@ impl Inner {
         }
     }
 
+    /// `flush_all [delay]`; returns once its marker is journaled (`flash_tier::journal`),
+    /// so a restart never serves what it flushed.
     pub fn flush_all(&self, at: u32) {
+        let _ = crate::flash_tier::journal::take_owed();
+        self.flush_all_now(at);
+        let owed = crate::flash_tier::journal::take_owed();
+        if let Err(e) = crate::ops::block_on(self.settle(owed)) {
+            log::error!("flush_all: its marker could not be made durable: {e}");
+        }
+    }
+
+    fn flush_all_now(&self, at: u32) {
         let now = self.now();
         if at > now {
             self.flush_at.store(u64::from(at), Ordering::Relaxed);

@@ -37,9 +37,13 @@ fn open(path: &Path) -> Cache {
         tier: 0,
         create: true,
     };
+    // Write-through: `flush()` then covers every item stored before it (in write-back
+    // mode the versions RAM holds in their window are not in flash's buffers yet).
+    let mut flash = FlashSettings::specs(vec![spec]);
+    flash.write_back = std::time::Duration::ZERO;
     let cfg = CacheConfig::builder()
         .memory_limit(4 << 20)
-        .flash(FlashSettings::specs(vec![spec]))
+        .flash(flash)
         .build()
         .unwrap();
     Cache::new(cfg).unwrap()

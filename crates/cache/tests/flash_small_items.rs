@@ -17,7 +17,8 @@ const LARGE: u64 = 6000;
 
 #[test]
 fn small_unread_items_outlive_the_write_budget() {
-    let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("small-items", 4 << 20));
+    // 4 MiB of segments plus the crash journal's (one 256 KiB segment).
+    let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("small-items", (4 << 20) + (256 << 10)));
     // Write-through: every item reaches flash at its SET; nothing is ever read.
     let c = common::write_through_cache(d);
     let small = |i: u64| format!("small{i}");

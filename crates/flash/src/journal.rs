@@ -42,7 +42,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::format::journal::{journal_seed, Entry, RunRecord, RunState, ENTRY_LEN};
+pub use crate::format::journal::Entry;
+use crate::format::journal::{journal_seed, RunRecord, RunState, ENTRY_LEN};
 use crate::io::Device;
 use crate::location::PAGE;
 use crate::stats::FlashStats;
@@ -284,10 +285,11 @@ impl Journal {
     /// Start this run: a new epoch (every entry recovered stops verifying), the run record
     /// saying so, synced. Call it once the recovered entries that matter are durable in the
     /// log. Commits are refused before.
-    pub fn begin(&self) -> std::io::Result<()> {
+    pub fn begin(&self) -> crate::Result<()> {
         let mut r = self.ring.lock();
         let epoch = r.epoch.wrapping_add(1);
-        self.write_run(epoch, RunState::Running)?;
+        self.write_run(epoch, RunState::Running)
+            .map_err(|e| crate::Error::io(self.dev.name(), "start journal", e))?;
         r.epoch = epoch;
         r.seed = journal_seed(&self.uuid, epoch);
         r.next = 0;

@@ -20,8 +20,9 @@ pub const PACKED_BITS: u32 = ADDR_BITS + HINT_BITS;
 /// Largest byte address a location can express (exclusive).
 pub const MAX_BYTES: u64 = (1u64 << ADDR_BITS) * UNIT;
 
-/// A record's location. Cheap to copy; `pack`/`unpack` convert to the 45-bit form.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A record's location. Cheap to copy; `pack`/`unpack` convert to the 45-bit form. The
+/// default is byte 0, one page (a placeholder where no record is meant).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Location {
     /// Address in 16-byte units (< 2^40).
     units: u64,

@@ -57,9 +57,13 @@ impl LowerTier for FlashTier {
         self.append(STREAM, &KvRecord::Tombstone { key_id: hash, key });
     }
 
-    fn cover_or_stall(&self, hash: u64, key: &[u8], stall: bool) -> bool {
+    fn cover_or_stall(&self, hash: u64, key: &[u8], stall: bool) -> Option<bool> {
         let rec = KvRecord::Tombstone { key_id: hash, key };
-        !matches!(self.append_or_stall(STREAM, &rec, stall), Err(true))
+        match self.append_or_stall(STREAM, &rec, stall) {
+            Ok(_) => Some(true),
+            Err(true) if stall => None,
+            Err(_) => Some(self.journaled()),
+        }
     }
 
     fn flush(&self, at: u32) {

@@ -12,6 +12,7 @@
 //! below it) and never wait there: back-pressure is awaited before any lock (`backpressure`).
 pub(crate) mod backpressure;
 pub(crate) mod demote;
+pub(crate) mod journal;
 pub(crate) mod kv_record;
 pub(crate) mod promote;
 pub(crate) mod read;
@@ -136,6 +137,15 @@ pub struct TierCounters {
     /// Flash copies of items RAM holds, dropped by reclaim instead of rewritten
     /// (`ram_exclusive`): the item stays served from RAM.
     pub reclaim_dropped_in_ram: AtomicU64,
+    /// Tombstones and markers the crash journal could not take (the operation flushed the
+    /// log instead before its reply).
+    pub journal_errors: AtomicU64,
+    /// Journal entries recovered at open whose record the log did not hold: appended to it
+    /// again before serving.
+    pub journal_replayed: AtomicU64,
+    /// Opens that found the journal untrusted (a power cut under `journal_mode=write`) and
+    /// started the flash tier empty.
+    pub journal_cold_starts: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -417,6 +427,9 @@ impl FlashTier {
         );
         if stall && pressure {
             return Err(true);
+        }
+        if matches!(rec, KvRecord::Tombstone { .. } | KvRecord::Flush { .. }) {
+            self.journal_commit(&w, res.is_ok());
         }
         let c = &self.counters;
         match (rec, &res) {

@@ -9,19 +9,32 @@
 //! marker; items are then judged by the stored time in their value prefix on read). Expired
 //! items are skipped. The result is inserted as flash slots with frequency 0.
 //!
+//! The crash journal's entries of the last run (`flash_tier::journal`) are folded in the same
+//! way ([`Recovered::on_journal`]): each is a tombstone or flush marker whose record the log
+//! may not hold. One the log does not hold and that still decides something (the newest of
+//! its key, the newest marker) is *replayed*: appended to the log again, with its own version,
+//! and flushed before the journal starts a new epoch ([`replay`]). If the journal is
+//! untrusted (a power cut under `journal_mode=write`), nothing recovered is served: the
+//! flash tier starts empty behind a durable `flush_all` marker.
+//!
 //! Runs on the thread calling `Cache::new`, before the cache is shared.
 use std::collections::HashMap;
 
+use flashtier_flash::journal::{record_of, Entry};
 use flashtier_flash::{Location, RecordMeta};
 
-use crate::flash_tier::kv_record::KvKind;
+use crate::flash_tier::kv_record::{KvKind, KvRecord};
+use crate::flash_tier::{FlashTier, STREAM};
 
 #[derive(Clone, Copy, Debug)]
 struct Best {
     version: u64,
     kind: KvKind,
     exptime: u32,
-    loc: Location,
+    /// Where the record is; `None` for a journal entry (no record in the log).
+    loc: Option<Location>,
+    /// Known from the journal only so far.
+    journaled: Option<Entry>,
 }
 
 /// What recovery collected so far.
@@ -32,6 +45,9 @@ pub struct Recovered {
     flush_version: u64,
     /// Newest delayed flush marker (version, time).
     delayed: Option<(u64, u32)>,
+    /// The newest markers as journal entries, when the log did not hold them.
+    flush_journaled: Option<Entry>,
+    delayed_journaled: Option<Entry>,
     /// PUT records superseded by a newer version (dead on flash).
     superseded: Vec<Location>,
     max_version: u64,
@@ -52,19 +68,51 @@ pub struct Rebuilt {
     pub last_marker: u64,
     /// Version of the newest delayed flush marker.
     pub last_delayed: u64,
+    /// Journal entries whose record the log did not hold and that still decide something:
+    /// appended again before serving ([`replay`]).
+    pub replay: Vec<Entry>,
 }
 
 impl Recovered {
     /// The engine's `on_record` callback.
     pub fn on_record(&mut self, m: RecordMeta) {
+        self.fold(&m, Some(m.location), None);
+    }
+
+    /// One entry of the crash journal (after every record: the order does not matter).
+    pub fn on_journal(&mut self, e: &Entry) {
+        let m = RecordMeta {
+            location: Location::default(),
+            key_id: e.key_id,
+            version: e.version,
+            kind: e.kind,
+            exptime: e.exptime,
+            flags: e.flags,
+            len: 0,
+            seq: 0,
+        };
+        self.fold(&m, None, Some(*e));
+    }
+
+    fn fold(&mut self, m: &RecordMeta, loc: Option<Location>, journaled: Option<Entry>) {
         self.max_version = self.max_version.max(m.version);
-        let kind = KvKind::of(&m);
+        let kind = KvKind::of(m);
         match kind {
             KvKind::Flush { delayed: true } if self.delayed.is_none_or(|(v, _)| m.version >= v) => {
+                // The log's copy of the same marker wins over the journal's.
+                let same = self.delayed.is_some_and(|(v, _)| v == m.version);
+                if !(same && journaled.is_some()) {
+                    self.delayed_journaled = journaled;
+                }
                 self.delayed = Some((m.version, m.exptime));
             }
             KvKind::Flush { delayed: true } => {}
             KvKind::Flush { delayed: false } => {
+                if m.version > self.flush_version {
+                    self.flush_journaled = journaled;
+                } else if m.version == self.flush_version && journaled.is_none() {
+                    self.flush_journaled = None;
+                }
                 self.flush_version = self.flush_version.max(m.version)
             }
             KvKind::Put | KvKind::Tombstone => {
@@ -72,24 +120,27 @@ impl Recovered {
                     version: m.version,
                     kind,
                     exptime: m.exptime,
-                    loc: m.location,
+                    loc,
+                    journaled,
                 };
                 match self.best.get_mut(&m.key_id) {
                     // Older; or a drop note of the very version already found (the version
-                    // itself, being on flash, is never stale).
+                    // itself, being on flash, is never stale); or the journal's copy of a
+                    // tombstone the log holds.
                     Some(b)
                         if b.version > m.version
                             || (b.version == m.version
                                 && b.kind == KvKind::Put
-                                && kind == KvKind::Tombstone) =>
+                                && kind == KvKind::Tombstone)
+                            || (b.version == m.version && journaled.is_some()) =>
                     {
                         if kind == KvKind::Put {
-                            self.superseded.push(m.location);
+                            self.superseded.extend(loc);
                         }
                     }
                     Some(b) => {
                         if b.kind == KvKind::Put {
-                            self.superseded.push(b.loc);
+                            self.superseded.extend(b.loc);
                         }
                         *b = new;
                     }
@@ -116,18 +167,69 @@ impl Recovered {
                 out.flush_at = Some(at);
             }
         }
+        out.replay.extend(self.flush_journaled);
+        out.replay.extend(self.delayed_journaled);
         for (key_id, b) in self.best {
             if b.kind != KvKind::Put {
+                // A journaled tombstone still hides older versions only while it is newer
+                // than the newest immediate flush (which hides them anyway).
+                if b.version > self.flush_version {
+                    out.replay.extend(b.journaled);
+                }
                 continue;
             }
+            let Some(loc) = b.loc else { continue };
             let expired = b.exptime != 0 && b.exptime <= now;
             if expired || b.version < self.flush_version {
-                out.dead.push(b.loc);
+                out.dead.push(loc);
                 continue;
             }
-            out.items.push((key_id, b.loc));
+            out.items.push((key_id, loc));
         }
         out
+    }
+}
+
+impl Rebuilt {
+    /// Serve nothing recovered (the journal is untrusted): every record is dead, and a
+    /// `flush_all` marker above them all, appended by [`replay`], keeps them from coming
+    /// back at a later restart.
+    pub fn go_cold(&mut self) {
+        self.dead.extend(self.items.drain(..).map(|(_, loc)| loc));
+        self.replay.clear();
+        self.flush_at = None;
+        self.max_version += 1;
+        self.last_marker = self.max_version;
+        self.replay.push(flashtier_flash::journal::entry_of(
+            &KvRecord::Flush { at: 0 }.encode(self.max_version, &mut Vec::new()),
+        ));
+    }
+}
+
+/// Before serving: append every entry of `rebuilt.replay` to the log again (same version),
+/// flush, and start the journal's new epoch. Counts what it replayed.
+pub fn replay(tier: &FlashTier, rebuilt: &Rebuilt) -> Result<(), flashtier_flash::Error> {
+    let Some(journal) = tier.flash.journal() else {
+        return Ok(());
+    };
+    let wait = tier.tiering.append_wait().max(std::time::Duration::from_secs(5));
+    for e in &rebuilt.replay {
+        tier.flash.append_blocking(STREAM, &record_of(e), wait)?;
+    }
+    tier.flash.flush().wait()?;
+    journal.begin()?;
+    crate::stats::Counters::add(
+        &tier.counters.journal_replayed,
+        rebuilt.replay.len() as u64,
+    );
+    Ok(())
+}
+
+impl Recovered {
+    /// Whether nothing was recovered (for tests).
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.best.is_empty()
     }
 }
 

@@ -3,6 +3,7 @@
 //! true without knowing whether that item had expired (memcached would say `NOT_FOUND`).
 //! `delete_now` deletes through `update`, which reads a flash-resident item and judges it.
 use crate::engine::{Cache, Inner};
+use crate::flash_tier::journal::take_owed;
 use crate::flash_tier::read::View;
 use crate::ops::{Current, Step};
 use crate::ram::write::Existing;
@@ -33,8 +34,14 @@ impl Cache {
             inner.await_room(&mut budget).await;
             let view = inner.view(key, hash, false).await;
             let stall = inner.may_stall(&budget);
-            match inner.delete_with(key, hash, &view, stall) {
-                Ok(Step::Done(r)) => return Ok(r),
+            let _ = take_owed();
+            let step = inner.delete_with(key, hash, &view, stall);
+            let owed = take_owed();
+            match step {
+                Ok(Step::Done(r)) => {
+                    inner.settle(owed).await?;
+                    return Ok(r);
+                }
                 Ok(Step::Retry) | Err(Error::FlashBusy) => {}
                 Err(e) => return Err(e),
             }

@@ -119,6 +119,15 @@ impl Inner {
         }
     }
 
+    /// Await what a write's phase 2 owes before its reply (`flash_tier::journal`): the
+    /// sync of its journal entry, or a flush of the log. Nothing without flash.
+    pub(crate) async fn settle(&self, owed: crate::flash_tier::journal::Owed) -> Result<(), Error> {
+        match &self.flash_tier {
+            Some(tier) => tier.settle(owed).await,
+            None => Ok(()),
+        }
+    }
+
     /// True while a write may stop an eviction flash cannot take now and await room
     /// ([`Error::FlashBusy`]): flash waits are on and the request's budget is not spent.
     pub(crate) fn may_stall(&self, budget: &Budget) -> bool {
@@ -216,7 +225,7 @@ impl Inner {
     ) -> Result<(), Error> {
         // The tombstone's version is fresh, above every version of the key: appending it
         // before the slot goes (same shard lock) changes nothing a reader or a restart sees.
-        if had_flash && !self.lower().cover_or_stall(hash, key, stall) {
+        if had_flash && self.lower().cover_or_stall(hash, key, stall).is_none() {
             return Err(Error::FlashBusy);
         }
         match existing {

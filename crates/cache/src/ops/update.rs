@@ -5,6 +5,7 @@
 //! Without flash the same loop runs once: phase 1 has nothing to read and phase 2 never asks
 //! for a retry (no flash slots to change, no back-pressure to await).
 use crate::engine::{Cache, Inner};
+use crate::flash_tier::journal::take_owed;
 use crate::flash_tier::read::View;
 use crate::ops::{block_on, item_of, Budget, Current, Reserved, Step};
 use crate::ram::lower::NewVersion;
@@ -70,8 +71,14 @@ impl Cache {
             inner.await_room(&mut budget).await;
             let view = inner.view(key, hash, read).await;
             let stall = inner.may_stall(&budget);
-            match inner.update_with(key, hash, f, &view, set_mode, &mut dead_cas, stall) {
-                Ok(Step::Done(r)) => return Ok(r),
+            let _ = take_owed();
+            let step = inner.update_with(key, hash, f, &view, set_mode, &mut dead_cas, stall);
+            let owed = take_owed();
+            match step {
+                Ok(Step::Done(r)) => {
+                    inner.settle(owed).await?;
+                    return Ok(r);
+                }
                 Ok(Step::Retry) | Err(Error::FlashBusy) => {}
                 Err(e) => return Err(e),
             }
@@ -196,6 +203,19 @@ impl Inner {
                 reserved.space = Some(self.reserve_for(lg, words, stall)?);
                 continue;
             };
+            // The version replaced may be on flash: cover it (a tombstone, journaled) before
+            // the new one is published, so a crash before the new version reaches flash
+            // leaves a miss, never the old value. Covered, the new version has nothing older
+            // below it.
+            let older_below = had_flash
+                && match self.lower().cover_or_stall(hash, key, stall) {
+                    None => {
+                        drop(shard);
+                        self.abandon(Some(space));
+                        return Err(Error::FlashBusy);
+                    }
+                    Some(covered) => !covered,
+                };
             let cas = self.cas_for(w.cas, base_cas);
             let mut h = Self::new_header(&w, key.len(), now, cas);
             h.home = self.lower().home_for(&NewVersion {
@@ -203,7 +223,7 @@ impl Inner {
                 key,
                 value: &w.value,
                 header: &h,
-                older_below: had_flash,
+                older_below,
                 dirty_since: old_since,
             });
             if !self.arena.write_record(&space, &h, key, &w.value) {

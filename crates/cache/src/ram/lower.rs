@@ -49,9 +49,11 @@ pub(crate) trait LowerTier: Sync {
     /// Every older version of the key below must stay gone (delete, or death before write).
     fn cover(&self, hash: u64, key: &[u8]);
     /// [`Self::cover`], except that with `stall`, when this tier cannot take the cover now
-    /// (back-pressure), nothing is done and false is returned: the caller changes nothing,
-    /// awaits room holding no lock and tries again.
-    fn cover_or_stall(&self, hash: u64, key: &[u8], stall: bool) -> bool;
+    /// (back-pressure), nothing is done and `None` is returned: the caller changes nothing,
+    /// awaits room holding no lock and tries again. Otherwise `Some(covered)`: true when the
+    /// older versions below are covered for good (the cover was taken, or journaled to be
+    /// taken later), false when a restart could still find one.
+    fn cover_or_stall(&self, hash: u64, key: &[u8], stall: bool) -> Option<bool>;
     /// A `flush_all`: immediate (`at` = 0) or delayed to unix time `at`.
     fn flush(&self, at: u32);
     /// The home word of version `v` (its lower copy, a write-back mark, or none).
@@ -71,8 +73,8 @@ impl LowerTier for NoLower {
     fn deferred(&self) {}
     fn forget(&self, _: u64) {}
     fn cover(&self, _: u64, _: &[u8]) {}
-    fn cover_or_stall(&self, _: u64, _: &[u8], _: bool) -> bool {
-        true
+    fn cover_or_stall(&self, _: u64, _: &[u8], _: bool) -> Option<bool> {
+        Some(true)
     }
     fn flush(&self, _: u32) {}
     fn home_for(&self, _: &NewVersion<'_>) -> u64 {
