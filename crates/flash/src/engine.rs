@@ -547,9 +547,14 @@ impl Flash {
     /// Change a runtime knob (see [`crate::knobs::KNOB_NAMES`]): `flush_interval_ms` (0 =
     /// off), `max_chunks_in_flight`, `read_queue_limit`, `free_low_watermark`,
     /// `free_high_watermark`, `reclaim_policy` (`fifo`/`greedy`), `keep_limit` (0..=1),
-    /// `reclaim_rate` (bytes/s, sizes like `64M`; 0 = unlimited). Takes effect at once.
+    /// `reclaim_rate` (bytes/s, sizes like `64M`; 0 = unlimited), `journal_mode`
+    /// (`off`/`write`/`sync`, with a journal: [`crate::Journal::set_mode`]). Takes effect
+    /// at once.
     pub fn set_knob(&self, name: &str, value: &str) -> Result<()> {
         self.inner.knobs.set(name, value)?;
+        if let (Some(j), "journal_mode") = (&self.inner.journal, name) {
+            j.set_mode(self.inner.knobs.journal_mode())?;
+        }
         self.inner.wake.notify_all();
         Ok(())
     }

@@ -35,7 +35,7 @@
 //! Any thread commits (one short mutex, one `pwrite` under it); the `flash-journal` thread
 //! runs retiring flushes and, in sync mode, the group syncs. Lock order: the journal's ring
 //! lock is a leaf (never held while taking the engine's state lock).
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -60,6 +60,24 @@ pub enum JournalMode {
     /// Entries are also synced before the user replies (group commit): they survive a power
     /// cut.
     Sync,
+}
+
+impl JournalMode {
+    fn to_byte(self) -> u8 {
+        match self {
+            JournalMode::Off => 0,
+            JournalMode::Write => 1,
+            JournalMode::Sync => 2,
+        }
+    }
+
+    fn from_byte(b: u8) -> Self {
+        match b {
+            1 => JournalMode::Write,
+            2 => JournalMode::Sync,
+            _ => JournalMode::Off,
+        }
+    }
 }
 
 impl JournalMode {
@@ -131,7 +149,9 @@ pub struct Journal {
     capacity: u64,
     uuid: [u8; 16],
     boot_id: [u8; 16],
-    mode: JournalMode,
+    /// [`JournalMode`] in force (a runtime knob, [`Journal::set_mode`]); changed under the
+    /// ring lock, together with the run record's `synced` flag.
+    mode: AtomicU8,
     stats: Arc<FlashStats>,
     ring: Mutex<Ring>,
     /// Wakes the journal thread (retire asked, sync needed) and full-ring waiters.
@@ -180,7 +200,7 @@ impl Journal {
             capacity: (seg_size - PAGE) / ENTRY_LEN as u64,
             uuid,
             boot_id: boot_id(),
-            mode,
+            mode: AtomicU8::new(mode.to_byte()),
             stats,
             ring: Mutex::new(Ring {
                 epoch: 0,
@@ -206,7 +226,34 @@ impl Journal {
 
     /// The mode in force.
     pub fn mode(&self) -> JournalMode {
-        self.mode
+        JournalMode::from_byte(self.mode.load(Ordering::Acquire))
+    }
+
+    /// Change the mode while serving. To `sync`: every entry written so far is synced, then
+    /// the run record says entries are synced (so a power cut from now on keeps the cache
+    /// warm). Away from `sync`: the commits awaiting a sync are synced and released, and the
+    /// run record says entries are not synced *before* any entry is acknowledged unsynced.
+    /// `off` stops journaling (a crash may then bring back a replaced version, as before the
+    /// journal existed). Commits wait meanwhile (the ring lock).
+    pub fn set_mode(&self, mode: JournalMode) -> crate::Result<()> {
+        let r = self.ring.lock();
+        let old = self.mode();
+        if old == mode {
+            return Ok(());
+        }
+        let io = |e| crate::Error::io(self.dev.name(), "journal mode", e);
+        if old == JournalMode::Sync || mode == JournalMode::Sync {
+            self.dev.journal_sync().map_err(io)?;
+            self.synced.fetch_max(r.next, Ordering::AcqRel);
+        }
+        if r.started {
+            self.write_run_as(r.epoch, RunState::Running, mode == JournalMode::Sync)
+                .map_err(io)?;
+        }
+        self.mode.store(mode.to_byte(), Ordering::Release);
+        drop(r);
+        self.wake_synced();
+        Ok(())
     }
 
     fn entry_off(&self, seq: u64) -> u64 {
@@ -271,12 +318,16 @@ impl Journal {
     }
 
     fn write_run(&self, epoch: u64, state: RunState) -> std::io::Result<()> {
+        self.write_run_as(epoch, state, self.mode() == JournalMode::Sync)
+    }
+
+    fn write_run_as(&self, epoch: u64, state: RunState, synced: bool) -> std::io::Result<()> {
         let run = RunRecord {
             uuid: self.uuid,
             epoch,
             boot_id: self.boot_id,
             state,
-            synced: self.mode == JournalMode::Sync,
+            synced,
         };
         self.dev.journal_write(&run.encode(), self.base)?;
         self.dev.journal_sync()
@@ -309,9 +360,14 @@ impl Journal {
         if !r.started {
             return Err(std::io::Error::other("journal not started"));
         }
+        let mode = self.mode();
+        if mode == JournalMode::Off {
+            return Ok(None);
+        }
         self.make_room(&mut r);
         let seq = r.next;
-        self.dev.journal_write(&e.encode(r.seed), self.entry_off(seq))?;
+        self.dev
+            .journal_write(&e.encode(r.seed), self.entry_off(seq))?;
         r.next += 1;
         if !covered {
             r.uncovered.push((seq, e));
@@ -323,10 +379,10 @@ impl Journal {
             r.retire_asked = true;
         }
         drop(r);
-        if ask || self.mode == JournalMode::Sync {
+        if ask || mode == JournalMode::Sync {
             self.wake.notify_all();
         }
-        Ok((self.mode == JournalMode::Sync).then_some(Ticket(seq)))
+        Ok((mode == JournalMode::Sync).then_some(Ticket(seq)))
     }
 
     /// Under the ring lock: make the head slot free, waiting for a retiring flush if the
@@ -414,7 +470,7 @@ impl Journal {
     pub(crate) fn wait_work(&self, tick: Duration) -> (bool, Option<u64>) {
         let mut r = self.ring.lock();
         let owed = |r: &Ring| {
-            (self.mode == JournalMode::Sync && self.synced.load(Ordering::Acquire) < r.next)
+            (self.mode() == JournalMode::Sync && self.synced.load(Ordering::Acquire) < r.next)
                 .then_some(r.next)
         };
         if !r.retire_asked && owed(&r).is_none() && !self.closed.load(Ordering::Acquire) {
@@ -542,9 +598,8 @@ pub(crate) fn run(inner: &Arc<crate::engine::Inner>) {
             // Records of failed writes go back to the user, who appends them again; a
             // retiring flush counts only once the user has (else it could cover an entry
             // whose record is lost and not yet appended again).
-            let unheard = || {
-                inner.state.lock().lost_total > inner.lost_handled.load(Ordering::Acquire)
-            };
+            let unheard =
+                || inner.state.lock().lost_total > inner.lost_handled.load(Ordering::Acquire);
             if unheard() {
                 std::thread::sleep(Duration::from_millis(1));
                 continue;
@@ -628,7 +683,10 @@ mod tests {
         again.close(true);
         let third = journal(&dev, JournalMode::Write);
         let rec = third.recover(false).unwrap();
-        assert!(rec.trusted && rec.entries.is_empty(), "a new epoch retires them");
+        assert!(
+            rec.trusted && rec.entries.is_empty(),
+            "a new epoch retires them"
+        );
     }
 
     #[test]
@@ -654,6 +712,33 @@ mod tests {
         let mut other = journal(&dev, JournalMode::Sync);
         other.boot_id = [0xee; 16];
         assert!(other.recover(false).unwrap().trusted);
+    }
+
+    #[test]
+    fn the_mode_changes_while_serving_and_the_run_record_follows() {
+        let dev = Arc::new(MemoryDevice::new("j", PAGE + SEG));
+        let j = journal(&dev, JournalMode::Write);
+        j.begin().unwrap();
+        assert_eq!(j.commit(entry(1, 1), true).unwrap(), None);
+        j.set_mode(JournalMode::Sync).unwrap();
+        let t = j
+            .commit(entry(2, 2), true)
+            .unwrap()
+            .expect("a ticket in sync mode");
+        let run = |dev: &Arc<MemoryDevice>| {
+            let mut other = journal(dev, JournalMode::Write);
+            other.boot_id = [0xee; 16];
+            other.recover(false).unwrap().trusted
+        };
+        assert!(run(&dev), "sync mode: a reboot keeps the journal trusted");
+        // Leaving sync mode releases the commit awaiting its sync.
+        j.set_mode(JournalMode::Write).unwrap();
+        assert!(j.is_synced(t.0));
+        assert!(!run(&dev), "write mode: a reboot makes it untrusted");
+        j.set_mode(JournalMode::Off).unwrap();
+        assert_eq!(j.commit(entry(3, 3), true).unwrap(), None);
+        let rec = journal(&dev, JournalMode::Write).recover(false).unwrap();
+        assert_eq!(rec.entries.len(), 2, "off: nothing more journaled");
     }
 
     #[test]

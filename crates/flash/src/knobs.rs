@@ -6,6 +6,15 @@ use std::time::Duration;
 
 use crate::config::{parse_size, FlashConfig, ReclaimPolicy};
 use crate::error::{Error, Result};
+use crate::journal::JournalMode;
+
+fn journal_byte(m: JournalMode) -> u64 {
+    match m {
+        JournalMode::Off => 0,
+        JournalMode::Write => 1,
+        JournalMode::Sync => 2,
+    }
+}
 
 /// Names accepted by `set_knob`, in the order `knobs()` lists them.
 pub const KNOB_NAMES: &[&str] = &[
@@ -18,6 +27,7 @@ pub const KNOB_NAMES: &[&str] = &[
     "keep_limit",
     "reclaim_rate",
     "device_retry_max_ms",
+    "journal_mode",
 ];
 
 /// Check knob changes against a configuration without an engine (a `--check-config`
@@ -42,6 +52,9 @@ pub(crate) struct Knobs {
     keep_limit_ppm: AtomicU64,
     reclaim_rate: AtomicU64,
     device_retry_max_ms: AtomicU64,
+    /// The crash journal's mode (0 off, 1 write, 2 sync; `crate::journal`); applied to the
+    /// journal by `Flash::set_knob`. `None`: the engine has no journal.
+    journal_mode: Option<AtomicU64>,
 }
 
 fn rel(a: &AtomicU64) -> u64 {
@@ -67,6 +80,17 @@ impl Knobs {
             keep_limit_ppm: AtomicU64::new((cfg.keep_limit * 1e6) as u64),
             reclaim_rate: AtomicU64::new(cfg.reclaim_rate),
             device_retry_max_ms: AtomicU64::new((cfg.device_retry_max.as_millis() as u64).max(1)),
+            journal_mode: (cfg.journal != JournalMode::Off)
+                .then(|| AtomicU64::new(journal_byte(cfg.journal))),
+        }
+    }
+
+    /// The journal mode the knob holds (`Off` without a journal).
+    pub(crate) fn journal_mode(&self) -> JournalMode {
+        match self.journal_mode.as_ref().map(rel) {
+            Some(1) => JournalMode::Write,
+            Some(2) => JournalMode::Sync,
+            _ => JournalMode::Off,
         }
     }
 
@@ -133,6 +157,7 @@ impl Knobs {
                 "device_retry_max_ms",
                 rel(&self.device_retry_max_ms).to_string(),
             ),
+            ("journal_mode", self.journal_mode().name().to_string()),
         ]
     }
 
@@ -192,6 +217,14 @@ impl Knobs {
                 0 => return Err(bad("must be > 0")),
                 n => self.device_retry_max_ms.store(n, Ordering::Relaxed),
             },
+            "journal_mode" => {
+                let Some(k) = &self.journal_mode else {
+                    return Err(bad("this engine has no crash journal (block face)"));
+                };
+                let m = JournalMode::parse(value.trim())
+                    .ok_or_else(|| bad("expected off, write or sync"))?;
+                k.store(journal_byte(m), Ordering::Relaxed);
+            }
             _ => {
                 return Err(bad(&format!(
                     "unknown knob; known: {}",

@@ -21,8 +21,8 @@ use crate::format::segment::{
 };
 use crate::format::superblock::{Role, Superblock, SuperblockError, SUPERBLOCK_AREA};
 use crate::format::{segment_seed, FORMAT_VERSION};
-use crate::journal::JournalMode;
 use crate::io::{read_blocking, run_batch, run_one, AlignedBuf, Device, Executor, IoOp};
+use crate::journal::JournalMode;
 use crate::location::PAGE;
 use crate::probe::Content;
 use crate::segments::{SegInfo, SegState};
@@ -388,7 +388,8 @@ pub(crate) fn recover(
             let state = inner.state.lock();
             state.segs.iter().map(|s| (s.dev, s.dev_off)).collect()
         };
-        let journal_seg = inner.state.lock().segs.first().map(|s| s.state) == Some(SegState::Journal);
+        let journal_seg =
+            inner.state.lock().segs.first().map(|s| s.state) == Some(SegState::Journal);
         for (batch_start, batch) in places.chunks(64).enumerate().map(|(i, b)| (i * 64, b)) {
             let ops = batch
                 .iter()

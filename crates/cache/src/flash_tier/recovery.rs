@@ -212,26 +212,19 @@ pub fn replay(tier: &FlashTier, rebuilt: &Rebuilt) -> Result<(), flashtier_flash
     let Some(journal) = tier.flash.journal() else {
         return Ok(());
     };
-    let wait = tier.tiering.append_wait().max(std::time::Duration::from_secs(5));
+    let wait = tier
+        .tiering
+        .append_wait()
+        .max(std::time::Duration::from_secs(5));
     for e in &rebuilt.replay {
         tier.flash.append_blocking(STREAM, &record_of(e), wait)?;
     }
     tier.flash.flush().wait()?;
     journal.begin()?;
-    crate::stats::Counters::add(
-        &tier.counters.journal_replayed,
-        rebuilt.replay.len() as u64,
-    );
+    crate::stats::Counters::add(&tier.counters.journal_replayed, rebuilt.replay.len() as u64);
     Ok(())
 }
 
-impl Recovered {
-    /// Whether nothing was recovered (for tests).
-    #[cfg(test)]
-    fn is_empty(&self) -> bool {
-        self.best.is_empty()
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -281,6 +274,75 @@ mod tests {
         };
         assert_eq!(r2.items, vec![(1, Location::new(16, 64).unwrap())]);
         assert_eq!(r2.dead, vec![Location::new(32, 64).unwrap()]);
+    }
+
+    fn jentry(key_id: u64, version: u64, kind: u8) -> Entry {
+        Entry {
+            kind,
+            flags: 0,
+            key_id,
+            version,
+            exptime: 0,
+        }
+    }
+
+    #[test]
+    fn journal_entries_hide_older_versions_and_only_the_missing_ones_replay() {
+        let mut r = Recovered::default();
+        // Key 1: v3 on flash, overwritten (tombstone v5 only in the journal): a miss, and
+        // the tombstone is appended again.
+        r.on_record(meta(1, 3, kind::PUT, 1));
+        // Key 2: deleted, the tombstone reached the log too: nothing to replay.
+        r.on_record(meta(2, 4, kind::PUT, 2));
+        r.on_record(meta(2, 6, kind::TOMBSTONE, 3));
+        // Key 3: overwritten, then the new version reached flash: served, no replay.
+        r.on_record(meta(3, 7, kind::PUT, 4));
+        r.on_record(meta(3, 9, kind::PUT, 5));
+        for e in [
+            jentry(1, 5, kind::TOMBSTONE),
+            jentry(2, 6, kind::TOMBSTONE),
+            jentry(3, 8, kind::TOMBSTONE),
+        ] {
+            r.on_journal(&e);
+        }
+        let out = r.finish(100);
+        let ids: Vec<u64> = out.items.iter().map(|(k, _)| *k).collect();
+        assert_eq!(ids, vec![3]);
+        assert_eq!(out.replay, vec![jentry(1, 5, kind::TOMBSTONE)]);
+        assert_eq!(out.max_version, 9);
+    }
+
+    #[test]
+    fn a_journaled_flush_drops_what_it_covers_and_replays() {
+        let mut r = Recovered::default();
+        r.on_record(meta(1, 3, kind::PUT, 1));
+        r.on_record(meta(2, 9, kind::PUT, 2));
+        let marker = jentry(0, 5, flush_kind());
+        r.on_journal(&marker);
+        let out = r.finish(100);
+        let ids: Vec<u64> = out.items.iter().map(|(k, _)| *k).collect();
+        assert_eq!(ids, vec![2]);
+        assert_eq!(out.replay, vec![marker]);
+        assert_eq!(out.last_marker, 5);
+        // The same marker found in the log: nothing to replay.
+        let mut r = Recovered::default();
+        r.on_record(meta(0, 5, flush_kind(), 3));
+        r.on_journal(&marker);
+        assert!(r.finish(100).replay.is_empty());
+    }
+
+    #[test]
+    fn going_cold_serves_nothing_and_flushes_above_everything() {
+        let mut r = Recovered::default();
+        r.on_record(meta(1, 3, kind::PUT, 1));
+        r.on_record(meta(2, 4, kind::PUT, 2));
+        let mut out = r.finish(100);
+        out.go_cold();
+        assert!(out.items.is_empty());
+        assert_eq!(out.dead.len(), 2);
+        assert_eq!(out.max_version, 5);
+        assert_eq!(out.replay, vec![jentry(0, 5, flush_kind())]);
+        assert_eq!(out.last_marker, 5);
     }
 
     #[test]
