@@ -241,6 +241,9 @@ impl crate::engine::Inner {
             ("extstore_write_failed_in_ram", g(&t.write_failed_in_ram)),
             ("extstore_write_failed_lost", g(&t.write_failed_lost)),
             ("extstore_markers_rewritten", g(&t.markers_rewritten)),
+            ("extstore_journal_errors", g(&t.journal_errors)),
+            ("extstore_journal_replayed", g(&t.journal_replayed)),
+            ("extstore_journal_cold_starts", g(&t.journal_cold_starts)),
             ("extstore_bytes_used", f(&engine_stats.bytes_used)),
             ("extstore_bytes_fragmented", f(&engine_stats.bytes_dead)),
             (
