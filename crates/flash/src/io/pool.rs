@@ -42,7 +42,14 @@ impl ReadPool {
         let Some(class) = self.classes.get(pages - 1) else {
             return AlignedBuf::zeroed(len);
         };
-        let reused = class.lock().pop();
+        // A buffer goes back to the largest class its capacity serves, which is the next
+        // one up when its allocation happened to start aligned (capacity = pages + 1): look
+        // there too, or such buffers would never be found again.
+        let reused = class.lock().pop().or_else(|| {
+            self.classes
+                .get(pages)
+                .and_then(|next| next.lock().pop())
+        });
         match reused {
             Some(mut b) => {
                 b.set_len(len);
@@ -131,6 +138,13 @@ mod tests {
         assert_eq!(again.as_slice().as_ptr(), p);
         assert_eq!(again.len(), 5000);
         assert_eq!(again.as_slice()[100], 7);
+        // A buffer one page roomier than its class (an allocation that started aligned) is
+        // kept one class up and still found by a take of its own class.
+        let mut roomy = AlignedBuf::zeroed(3 * ALIGN);
+        roomy.set_len(2 * ALIGN);
+        let roomy_at = roomy.as_slice().as_ptr();
+        pool.give(roomy);
+        assert_eq!(pool.take(2 * ALIGN).as_slice().as_ptr(), roomy_at);
         // Oversized reads are not pooled.
         let big = pool.take((MAX_CLASS_PAGES + 1) * ALIGN);
         pool.give(big);
