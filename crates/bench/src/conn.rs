@@ -23,10 +23,12 @@ pub struct InFlight {
     /// Time latency is measured from: the scheduled time (open loop) or the send time
     /// (closed loop), ns since the run's base instant.
     pub t0: u64,
-    /// GET or SET.
+    /// GET, SET or DELETE.
     pub kind: OpKind,
     /// Key index (for verification).
     pub key: u64,
+    /// With a [`crate::history::KeyHistory`]: a GET's guard or a DELETE's send stamp; else 0.
+    pub stamp: u64,
     /// Whether it falls in the measured window (after warm-up).
     pub measured: bool,
 }

@@ -2,17 +2,20 @@
 //! memcached (`scripts/bench/compare.sh`, docs/benchmarks.md): text or meta protocol over N
 //! connections on M threads with a pipeline depth, open-loop at a target rate (latency from
 //! the scheduled send time: no coordinated omission) or closed-loop, reporting HDR
-//! percentiles, throughput, hit ratio and errors as JSON; pattern values verify every hit.
+//! percentiles, throughput, hit ratio and errors as JSON; pattern values verify every hit,
+//! and with deletes in the mix a hit on a deleted key must follow a later SET.
 //!
 //! # Layout
 //! - [`run`] (a whole run, its [`Report`]) → [`phase`] (per-thread event loop) → [`conn`]
 //!   (buffers, requests awaiting replies) → [`protocol`] (encoding, reply parsing).
 //! - Workload: [`workload`], [`schedule`], [`keydist`], [`valuesize`], [`pattern`], [`rng`].
-//! - Measuring: [`stats`], [`serverstats`]; [`poll`] (`ppoll`, the crate's only unsafe);
+//! - Measuring: [`stats`], [`serverstats`], [`history`] (what a GET may find after a
+//!   DELETE); [`poll`] (`ppoll`, the crate's only unsafe);
 //!   [`error`].
 
 pub mod conn;
 pub mod error;
+pub mod history;
 pub mod keydist;
 pub mod pattern;
 pub mod phase;

@@ -7,7 +7,7 @@
 //! short table goes to stdout, or to stderr when the JSON does.
 //!
 //! Exit status: 0 success; 1 errors with `--fail-on-error`; 2 configuration or connection
-//! failure; 3 a `--verify` mismatch (a GET hit returned wrong bytes), always.
+//! failure; 3 a `--verify` failure (a GET hit returned wrong bytes, or a deleted key), always.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -84,10 +84,16 @@ struct Common {
     /// Fraction of operations that are GETs.
     #[arg(long, default_value_t = 0.9)]
     get_ratio: f64,
-    /// Protocol: text (get/set) | meta (mg/ms).
+    /// Fraction of operations that are DELETEs (keys from --dist, like GETs and SETs); SETs
+    /// are what GETs and DELETEs leave, so --get-ratio + --delete-ratio must not exceed 1.
+    #[arg(long, default_value_t = 0.0)]
+    delete_ratio: f64,
+    /// Protocol: text (get/set/delete) | meta (mg/ms/md).
     #[arg(long, default_value = "text")]
     protocol: String,
-    /// Values carry a key-derived pattern; every GET hit is checked byte-exact.
+    /// Values carry a key-derived pattern; every GET hit is checked byte-exact, and with
+    /// --delete-ratio a hit on a key whose DELETE was answered before the GET was sent needs a
+    /// SET of it that may have come after (else it counts in `verify_resurrected`).
     #[arg(long)]
     verify: bool,
     /// Cache-aside client: every GET miss is followed by a SET of that key on the same
@@ -168,6 +174,7 @@ fn build(rates: Vec<Rate>, c: &Common, fill: bool) -> anyhow::Result<RunConfig> 
             scramble: !c.no_scramble,
             sizes: c.value_size.parse::<ValueSizes>()?,
             get_ratio: c.get_ratio,
+            delete_ratio: c.delete_ratio,
             prefix: c.key_prefix.clone(),
             protocol: c.protocol.parse::<Protocol>()?,
             verify: c.verify,
@@ -243,19 +250,28 @@ fn real_main() -> anyhow::Result<ExitCode> {
             .load_phase
             .as_ref()
             .map_or(0, |l| l.counters.errors());
-    let mismatches: u64 = report
+    let verify_failed =
+        |c: &flashtier_bench::stats::Counters| (c.verify_mismatches, c.verify_resurrected);
+    let (mismatches, resurrected) = report
         .rows
         .iter()
-        .map(|r| r.counters.verify_mismatches)
-        .sum::<u64>()
-        + report
-            .load_phase
-            .as_ref()
-            .map_or(0, |l| l.counters.verify_mismatches);
-    if mismatches > 0 {
-        // Serving wrong bytes is never a performance result: fail loudly (after the report
-        // is written) whatever the flags say.
-        eprintln!("flashtier-bench: {mismatches} GET hits returned wrong bytes");
+        .map(|r| verify_failed(&r.counters))
+        .chain(
+            report
+                .load_phase
+                .as_ref()
+                .map(|l| verify_failed(&l.counters)),
+        )
+        .fold((0u64, 0u64), |(m, r), (dm, dr)| (m + dm, r + dr));
+    if mismatches > 0 || resurrected > 0 {
+        // Serving wrong bytes, or a value already deleted, is never a performance result:
+        // fail loudly (after the report is written) whatever the flags say.
+        if mismatches > 0 {
+            eprintln!("flashtier-bench: {mismatches} GET hits returned wrong bytes");
+        }
+        if resurrected > 0 {
+            eprintln!("flashtier-bench: {resurrected} GET hits returned a deleted key's value");
+        }
         return Ok(ExitCode::from(3));
     }
     if common.fail_on_error && errors > 0 {

@@ -422,18 +422,31 @@ fn generate(
                 }
             },
         };
-        match op.kind {
-            OpKind::Get => wl.encode_get(op.key, &mut c.wbuf, &mut c.scratch),
+        let history = wl.history.as_ref();
+        let stamp = match op.kind {
+            OpKind::Get => {
+                wl.encode_get(op.key, &mut c.wbuf, &mut c.scratch);
+                history.map_or(0, |h| h.get_sent(op.key))
+            }
             OpKind::Set => {
                 wl.encode_set(op.key, op.len as usize, &mut c.wbuf, &mut c.scratch);
                 stats.c.set_ops_sent += 1;
                 stats.c.set_value_bytes += u64::from(op.len);
+                if let Some(h) = history {
+                    h.set_sent(op.key);
+                }
+                0
             }
-        }
+            OpKind::Delete => {
+                wl.encode_delete(op.key, &mut c.wbuf, &mut c.scratch);
+                history.map_or(0, |h| h.delete_sent())
+            }
+        };
         c.inflight.push_back(InFlight {
             t0,
             kind: op.kind,
             key: op.key,
+            stamp,
             measured,
         });
     }
@@ -456,6 +469,16 @@ fn parse_replies(c: &mut Conn, wl: &Workload, now: u64, stats: &mut Stats) -> Re
             return Ok(());
         };
         c.inflight.pop_front();
+        if let Some(h) = wl.history.as_ref() {
+            match (front.kind, &reply) {
+                // Whatever a SET's reply says, the SET may have taken effect.
+                (OpKind::Set, _) => h.set_answered(front.key),
+                (OpKind::Delete, Reply::Deleted | Reply::NotFound) => {
+                    h.delete_answered(front.key, front.stamp)
+                }
+                _ => {}
+            }
+        }
         if matches!(reply, Reply::ServerError | Reply::ClientError) && stats.first_error.is_none() {
             let text = c.unparsed().get(..used).unwrap_or(&[]);
             stats.note_error(format!(
@@ -465,7 +488,7 @@ fn parse_replies(c: &mut Conn, wl: &Workload, now: u64, stats: &mut Stats) -> Re
             ));
         }
         if front.measured {
-            stats.record(front.kind == OpKind::Get, now.saturating_sub(front.t0));
+            stats.record(front.kind, now.saturating_sub(front.t0));
             account(c, wl, &front, &reply, stats);
         } else {
             stats.c.warmup_ops += 1;
@@ -510,6 +533,14 @@ fn account(c: &mut Conn, wl: &Workload, f: &InFlight, reply: &Reply, stats: &mut
             stats.c.sets += 1;
             stats.c.sets_not_stored += 1;
         }
+        (OpKind::Delete, Reply::Deleted) => {
+            stats.c.deletes += 1;
+            stats.c.deletes_deleted += 1;
+        }
+        (OpKind::Delete, Reply::NotFound) => {
+            stats.c.deletes += 1;
+            stats.c.deletes_not_found += 1;
+        }
         (_, Reply::ServerError) => stats.c.server_errors += 1,
         (_, Reply::ClientError) => stats.c.client_errors += 1,
         // parse_reply only returns replies that fit the request kind.
@@ -538,6 +569,15 @@ fn check_value(c: &mut Conn, wl: &Workload, f: &InFlight, reply: &Reply, stats: 
             "value mismatch for key index {} ({len} bytes)",
             f.key
         ));
+    }
+    if let Some(h) = wl.history.as_ref() {
+        if !h.hit_allowed(f.key, f.stamp) {
+            stats.c.verify_resurrected += 1;
+            stats.note_error(format!(
+                "GET hit on key index {} after its DELETE was answered, with no later SET",
+                f.key
+            ));
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Request encoding and incremental reply parsing for the memcached text and meta protocols.
 //!
-//! Only what the generator sends: `get`/`set` (text) or `mg <key> v`/`ms <key> <len>` (meta).
+//! Only what the generator sends: `get`/`set`/`delete` (text) or `mg <key> v`/`ms <key> <len>`/
+//! `md <key>` (meta).
 //! Replies arrive in request order on a connection, so the parser is told which operation the
 //! next reply answers. It reads bytes from a server under test and never trusts them: no
 //! indexing or unwrapping, and a reply that does not fit the request is an error, not a panic.
@@ -15,9 +16,9 @@ use crate::error::Error;
 /// Which protocol dialect requests use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
-    /// Classic text commands: `get`, `set`.
+    /// Classic text commands: `get`, `set`, `delete`.
     Text,
-    /// Meta commands: `mg <key> v`, `ms <key> <len>`.
+    /// Meta commands: `mg <key> v`, `ms <key> <len>`, `md <key>`.
     Meta,
 }
 
@@ -48,6 +49,8 @@ pub enum OpKind {
     Get,
     /// A write.
     Set,
+    /// A removal.
+    Delete,
 }
 
 /// Appends a read request for `key`.
@@ -77,6 +80,17 @@ pub fn encode_set(out: &mut Vec<u8>, proto: Protocol, key: &[u8], value: &[u8]) 
     push_decimal(out, value.len() as u64);
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends a delete request for `key` (no flags: the reply is `DELETED`/`NOT_FOUND` or
+/// `HD`/`NF`, never suppressed).
+pub fn encode_delete(out: &mut Vec<u8>, proto: Protocol, key: &[u8]) {
+    match proto {
+        Protocol::Text => out.extend_from_slice(b"delete "),
+        Protocol::Meta => out.extend_from_slice(b"md "),
+    }
+    out.extend_from_slice(key);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -116,6 +130,10 @@ pub enum Reply {
     Stored,
     /// A write was refused without an error (`NOT_STORED`, `NS`, `EXISTS`, `NOT_FOUND`).
     NotStored,
+    /// A delete removed the key (`DELETED`, `HD`).
+    Deleted,
+    /// A delete found no key (`NOT_FOUND`, `NF`).
+    NotFound,
     /// `SERVER_ERROR ...`: the server failed (out of memory, too large, ...).
     ServerError,
     /// `CLIENT_ERROR ...` or `ERROR`: the server rejected the request.
@@ -157,6 +175,19 @@ pub fn parse_reply(
             }
             _ if line.starts_with(b"HD ") => Ok(Some((Reply::Stored, after))),
             _ if line.starts_with(b"NS ") => Ok(Some((Reply::NotStored, after))),
+            _ => Err(bad()),
+        },
+        // Strict per dialect: a text server answering `HD` to `delete` is a bug worth seeing.
+        (Protocol::Text, OpKind::Delete) => match line {
+            b"DELETED" => Ok(Some((Reply::Deleted, after))),
+            b"NOT_FOUND" => Ok(Some((Reply::NotFound, after))),
+            _ => Err(bad()),
+        },
+        (Protocol::Meta, OpKind::Delete) => match line {
+            b"HD" => Ok(Some((Reply::Deleted, after))),
+            b"NF" => Ok(Some((Reply::NotFound, after))),
+            _ if line.starts_with(b"HD ") => Ok(Some((Reply::Deleted, after))),
+            _ if line.starts_with(b"NF ") => Ok(Some((Reply::NotFound, after))),
             _ => Err(bad()),
         },
         (Protocol::Text, OpKind::Get) => {
@@ -313,5 +344,77 @@ mod tests {
         assert!(parse_reply(b"STORED\r\n", Protocol::Text, OpKind::Get).is_err());
         assert!(parse_reply(b"VALUE k 0 1\r\nab\r\nEND\r\n", Protocol::Text, OpKind::Get).is_err());
         assert!(parse_reply(b"VALUE k 0 x\r\n", Protocol::Text, OpKind::Get).is_err());
+    }
+
+    #[test]
+    fn encodes_deletes() {
+        let mut out = Vec::new();
+        encode_delete(&mut out, Protocol::Text, b"key:42");
+        encode_delete(&mut out, Protocol::Meta, b"key:42");
+        assert_eq!(out, b"delete key:42\r\nmd key:42\r\n".as_slice());
+    }
+
+    #[test]
+    fn parses_text_delete_replies() {
+        let p = |b: &[u8]| parse_reply(b, Protocol::Text, OpKind::Delete);
+        assert_eq!(p(b"DELETED\r\n").unwrap(), Some((Reply::Deleted, 9)));
+        assert_eq!(p(b"NOT_FOUND\r\n").unwrap(), Some((Reply::NotFound, 11)));
+        // Pipelined: only the first reply is consumed.
+        assert_eq!(
+            p(b"NOT_FOUND\r\nDELETED\r\n").unwrap(),
+            Some((Reply::NotFound, 11))
+        );
+        for cut in 0..9 {
+            assert_eq!(p(&b"DELETED\r\n"[..cut]).unwrap(), None, "cut {cut}");
+        }
+        assert_eq!(
+            p(b"SERVER_ERROR busy\r\n").unwrap(),
+            Some((Reply::ServerError, 19))
+        );
+        assert_eq!(p(b"ERROR\r\n").unwrap(), Some((Reply::ClientError, 7)));
+        // Another dialect's or another command's reply does not fit a text delete.
+        for bad in [
+            &b"HD\r\n"[..],
+            b"NF\r\n",
+            b"STORED\r\n",
+            b"END\r\n",
+            b"DELETED x\r\n",
+        ] {
+            assert!(p(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn parses_meta_delete_replies() {
+        let p = |b: &[u8]| parse_reply(b, Protocol::Meta, OpKind::Delete);
+        assert_eq!(p(b"HD\r\n").unwrap(), Some((Reply::Deleted, 4)));
+        assert_eq!(p(b"NF\r\n").unwrap(), Some((Reply::NotFound, 4)));
+        // Returned flags (`O`, `k`) may follow.
+        assert_eq!(p(b"HD k:key:1\r\n").unwrap(), Some((Reply::Deleted, 12)));
+        assert_eq!(p(b"NF Oabc\r\n").unwrap(), Some((Reply::NotFound, 9)));
+        for cut in 0..4 {
+            assert_eq!(p(&b"HD\r\n"[..cut]).unwrap(), None, "cut {cut}");
+        }
+        assert_eq!(
+            p(b"SERVER_ERROR out of memory\r\n").unwrap(),
+            Some((Reply::ServerError, 28))
+        );
+        assert_eq!(
+            p(b"CLIENT_ERROR bad command line format\r\n")
+                .unwrap()
+                .unwrap()
+                .0,
+            Reply::ClientError
+        );
+        // `EX` answers a CAS the generator never sends; text replies do not fit either.
+        for bad in [
+            &b"EX\r\n"[..],
+            b"DELETED\r\n",
+            b"NOT_FOUND\r\n",
+            b"EN\r\n",
+            b"HDX\r\n",
+        ] {
+            assert!(p(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
     }
 }

@@ -102,6 +102,7 @@ pub struct ConfigEcho {
     value_size: String,
     value_size_mean: f64,
     get_ratio: f64,
+    delete_ratio: f64,
     protocol: String,
     verify: bool,
     load_phase: bool,
@@ -154,6 +155,8 @@ pub struct Row {
     pub latency_get: LatencySummary,
     /// Measured SETs.
     pub latency_set: LatencySummary,
+    /// Measured DELETEs (count 0 without `--delete-ratio`).
+    pub latency_delete: LatencySummary,
     /// Open loop: scheduled-to-enqueued delay (generator wake-up + pipeline-slot wait).
     pub send_lag: LatencySummary,
     /// Errors of every kind (see [`Counters::errors`]).
@@ -193,7 +196,7 @@ pub struct Report {
 
 fn row(rate: Rate, r: &PhaseResult) -> Row {
     let c = &r.stats.c;
-    let completed = c.gets + c.sets + c.server_errors + c.client_errors;
+    let completed = c.gets + c.sets + c.deletes + c.server_errors + c.client_errors;
     let throughput = completed as f64 / r.window_s;
     let hit_ratio = (c.gets > 0).then(|| c.get_hits as f64 / c.gets as f64);
     let total_done = completed + c.warmup_ops;
@@ -218,6 +221,7 @@ fn row(rate: Rate, r: &PhaseResult) -> Row {
         latency: LatencySummary::of(&r.stats.all),
         latency_get: LatencySummary::of(&r.stats.get),
         latency_set: LatencySummary::of(&r.stats.set),
+        latency_delete: LatencySummary::of(&r.stats.delete),
         send_lag: LatencySummary::of(&r.stats.send_lag),
         errors: c.errors(),
         counters: c.clone(),
@@ -340,6 +344,7 @@ pub fn run(cfg: &RunConfig, mut progress: impl FnMut(&str)) -> Result<Report, Er
             value_size: w.sizes.to_string(),
             value_size_mean: w.sizes.mean(),
             get_ratio: w.get_ratio,
+            delete_ratio: w.delete_ratio,
             protocol: w.protocol.to_string(),
             verify: w.verify,
             load_phase: cfg.load_phase,

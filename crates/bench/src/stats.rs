@@ -9,6 +9,8 @@
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use crate::protocol::OpKind;
+
 /// Highest trackable latency: 100 s in ns.
 const MAX_NS: u64 = 100_000_000_000;
 
@@ -25,6 +27,12 @@ pub struct Counters {
     pub sets: u64,
     /// Measured writes the server refused without an error (`NOT_STORED`).
     pub sets_not_stored: u64,
+    /// Measured deletes completed (`--delete-ratio`).
+    pub deletes: u64,
+    /// Measured deletes that removed a key (`DELETED`, `HD`).
+    pub deletes_deleted: u64,
+    /// Measured deletes that found no key (`NOT_FOUND`, `NF`).
+    pub deletes_not_found: u64,
     /// `SERVER_ERROR` replies (measured operations).
     pub server_errors: u64,
     /// `CLIENT_ERROR`/`ERROR` replies (measured operations).
@@ -33,6 +41,10 @@ pub struct Counters {
     pub verify_mismatches: u64,
     /// GET hits checked against the pattern (only with `--verify`).
     pub verified: u64,
+    /// GET hits on a key whose DELETE had been answered before the GET was sent, with no SET
+    /// of it that could have come after that DELETE (only with `--verify` and deletes): the
+    /// server brought a deleted value back.
+    pub verify_resurrected: u64,
     /// Open loop: requests that came due before the end but were never sent because every
     /// pipeline slot of their connection was busy — offered load the server did not absorb.
     pub unsent: u64,
@@ -61,10 +73,14 @@ impl Counters {
         self.get_misses += o.get_misses;
         self.sets += o.sets;
         self.sets_not_stored += o.sets_not_stored;
+        self.deletes += o.deletes;
+        self.deletes_deleted += o.deletes_deleted;
+        self.deletes_not_found += o.deletes_not_found;
         self.server_errors += o.server_errors;
         self.client_errors += o.client_errors;
         self.verify_mismatches += o.verify_mismatches;
         self.verified += o.verified;
+        self.verify_resurrected += o.verify_resurrected;
         self.unsent += o.unsent;
         self.timed_out += o.timed_out;
         self.connections_lost += o.connections_lost;
@@ -75,11 +91,13 @@ impl Counters {
         self.cache_aside_dropped += o.cache_aside_dropped;
     }
 
-    /// Errors of any kind: error replies, mismatches, timeouts, lost connections.
+    /// Errors of any kind: error replies, mismatches, resurrected keys, timeouts, lost
+    /// connections.
     pub fn errors(&self) -> u64 {
         self.server_errors
             + self.client_errors
             + self.verify_mismatches
+            + self.verify_resurrected
             + self.timed_out
             + self.connections_lost
     }
@@ -94,6 +112,8 @@ pub struct Stats {
     pub get: Histogram<u64>,
     /// Latency of measured writes.
     pub set: Histogram<u64>,
+    /// Latency of measured deletes.
+    pub delete: Histogram<u64>,
     /// Open loop: how late each request was enqueued relative to its schedule: the worker's
     /// own wake-up delay plus any wait for a free pipeline slot on its connection. A large
     /// value at low load means the generator (or a CPU it shares) is the bottleneck; near
@@ -122,6 +142,7 @@ impl Default for Stats {
             all: histogram(),
             get: histogram(),
             set: histogram(),
+            delete: histogram(),
             send_lag: histogram(),
             c: Counters::default(),
             first_error: None,
@@ -136,6 +157,7 @@ impl Stats {
         let _ = self.all.add(&o.all);
         let _ = self.get.add(&o.get);
         let _ = self.set.add(&o.set);
+        let _ = self.delete.add(&o.delete);
         let _ = self.send_lag.add(&o.send_lag);
         self.c.add(&o.c);
         if self.first_error.is_none() {
@@ -144,13 +166,13 @@ impl Stats {
     }
 
     /// Records a latency in ns into `all` and the per-kind histogram.
-    pub fn record(&mut self, is_get: bool, ns: u64) {
+    pub fn record(&mut self, kind: OpKind, ns: u64) {
         let ns = ns.clamp(1, MAX_NS);
         self.all.saturating_record(ns);
-        if is_get {
-            self.get.saturating_record(ns);
-        } else {
-            self.set.saturating_record(ns);
+        match kind {
+            OpKind::Get => self.get.saturating_record(ns),
+            OpKind::Set => self.set.saturating_record(ns),
+            OpKind::Delete => self.delete.saturating_record(ns),
         }
     }
 
@@ -217,7 +239,12 @@ mod tests {
         let mut s = Stats::default();
         // 1..=10000 µs, one each.
         for i in 1..=10_000u64 {
-            s.record(i % 2 == 0, i * 1000);
+            let kind = match i % 4 {
+                0 | 2 => OpKind::Get,
+                1 => OpKind::Set,
+                _ => OpKind::Delete,
+            };
+            s.record(kind, i * 1000);
         }
         let l = LatencySummary::of(&s.all);
         assert_eq!(l.count, 10_000);
@@ -229,6 +256,10 @@ mod tests {
         assert!(close(l.max_us, 10_000.0), "{l:?}");
         assert!(close(l.mean_us, 5000.5), "{l:?}");
         assert_eq!(LatencySummary::of(&s.get).count, 5000);
+        assert_eq!(LatencySummary::of(&s.set).count, 2500);
+        let d = LatencySummary::of(&s.delete);
+        assert_eq!(d.count, 2500);
+        assert!(close(d.max_us, 9999.0), "{d:?}");
 
         let mut merged = Stats::default();
         merged.c.gets = 1;
@@ -238,10 +269,11 @@ mod tests {
         merged.merge(&other);
         merged.merge(&s);
         assert_eq!(merged.all.len(), 20_000);
+        assert_eq!(merged.delete.len(), 5000);
         assert_eq!(merged.c.gets, 3);
         assert_eq!(merged.first_error.as_deref(), Some("boom"));
         // Out-of-range values saturate instead of failing.
-        merged.record(true, u64::MAX);
+        merged.record(OpKind::Get, u64::MAX);
         assert_eq!(merged.all.len(), 20_001);
         assert!(LatencySummary::of(&Stats::default().all).count == 0);
     }

@@ -1,9 +1,10 @@
-//! What to send: the key space, key and value-size distributions, get/set mix and value
-//! contents, plus the per-connection operation sources built from them.
+//! What to send: the key space, key and value-size distributions, get/set/delete mix and
+//! value contents, plus the per-connection operation sources built from them.
 //!
-//! A [`Workload`] is immutable and shared by reference with every worker thread. An
-//! [`OpSource`] belongs to one connection for one phase.
+//! A [`Workload`] is shared by reference with every worker thread; it is immutable but for
+//! its [`KeyHistory`] (atomics). An [`OpSource`] belongs to one connection for one phase.
 
+use crate::history::KeyHistory;
 use crate::keydist::{KeyDist, KeySampler};
 use crate::pattern;
 use crate::protocol::{self, OpKind, Protocol};
@@ -23,11 +24,16 @@ pub struct WorkloadSpec {
     pub sizes: ValueSizes,
     /// Fraction of GETs, in `[0, 1]`.
     pub get_ratio: f64,
+    /// Fraction of DELETEs, in `[0, 1]`, of a key drawn from the same distribution; SETs are
+    /// the rest, so `get_ratio + delete_ratio` must not exceed 1. Default on the command
+    /// line: 0.
+    pub delete_ratio: f64,
     /// Key prefix.
     pub prefix: String,
     /// Dialect.
     pub protocol: Protocol,
-    /// Verifiable values, checked on every GET hit.
+    /// Verifiable values, checked on every GET hit; with deletes, a hit on a deleted key must
+    /// also follow a later SET of it (see [`crate::history`]).
     pub verify: bool,
     /// Cache-aside client: every GET miss is followed, on the same connection, by a SET of
     /// that key (the refill a real client makes after reading the source of truth).
@@ -35,7 +41,7 @@ pub struct WorkloadSpec {
 }
 
 /// The workload shared by all connections.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Workload {
     /// Key sampler over the key space.
     pub keys: KeySampler,
@@ -43,12 +49,16 @@ pub struct Workload {
     pub sizes: ValueSizes,
     /// Fraction of operations that are GETs, in `[0, 1]`.
     pub get_ratio: f64,
+    /// Fraction of operations that are DELETEs; `get_ratio + delete_ratio <= 1`.
+    pub delete_ratio: f64,
     /// Key prefix; key = prefix + decimal index.
     pub prefix: Vec<u8>,
     /// Dialect.
     pub protocol: Protocol,
     /// Whether values carry a verifiable pattern and GET hits are checked.
     pub verify: bool,
+    /// DELETEs and SETs per key, when verifying a workload with deletes.
+    pub history: Option<KeyHistory>,
     /// Whether a GET miss is followed by a SET of its key (see [`WorkloadSpec::cache_aside`]).
     pub cache_aside: bool,
     /// Hash of the prefix, for pattern seeds.
@@ -66,6 +76,7 @@ impl Workload {
             scramble,
             ref sizes,
             get_ratio,
+            delete_ratio,
             ref prefix,
             protocol,
             verify,
@@ -73,6 +84,16 @@ impl Workload {
         } = *spec;
         if !(0.0..=1.0).contains(&get_ratio) {
             return Err(crate::Error::Config("get ratio must be in [0, 1]".into()));
+        }
+        if !(0.0..=1.0).contains(&delete_ratio) {
+            return Err(crate::Error::Config(
+                "delete ratio must be in [0, 1]".into(),
+            ));
+        }
+        if get_ratio + delete_ratio > 1.0 {
+            return Err(crate::Error::Config(format!(
+                "get ratio {get_ratio} + delete ratio {delete_ratio} exceeds 1"
+            )));
         }
         let longest_key = prefix.len() + 20;
         if longest_key > 250 || prefix.bytes().any(|b| b <= b' ' || b == 0x7f) {
@@ -87,14 +108,17 @@ impl Workload {
         if !verify {
             pattern::fill(&mut filler, 0x5EED, sizes.max() as usize);
         }
+        let history = (verify && delete_ratio > 0.0).then(|| KeyHistory::new(keys.len()));
         Ok(Self {
             keys,
             sizes: sizes.clone(),
             get_ratio,
+            delete_ratio,
             prefix_hash: pattern::prefix_hash(prefix.as_bytes()),
             prefix: prefix.as_bytes().to_vec(),
             protocol,
             verify,
+            history,
             cache_aside,
             filler,
         })
@@ -127,6 +151,12 @@ impl Workload {
         self.key(index, &mut scratch.key);
         protocol::encode_get(wbuf, self.protocol, &scratch.key);
     }
+
+    /// Appends a DELETE of key `index` to `wbuf`.
+    pub fn encode_delete(&self, index: u64, wbuf: &mut Vec<u8>, scratch: &mut Scratch) {
+        self.key(index, &mut scratch.key);
+        protocol::encode_delete(wbuf, self.protocol, &scratch.key);
+    }
 }
 
 /// Reusable buffers of one connection.
@@ -141,11 +171,11 @@ pub struct Scratch {
 /// One operation to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Op {
-    /// GET or SET.
+    /// GET, SET or DELETE.
     pub kind: OpKind,
     /// Key index.
     pub key: u64,
-    /// Value length (SET only; 0 for GET).
+    /// Value length (SET only; 0 otherwise).
     pub len: u32,
 }
 
@@ -171,19 +201,25 @@ impl OpSource {
         match self {
             OpSource::Random => {
                 let key = wl.keys.sample(rng);
-                if wl.get_ratio >= 1.0 || rng.next_f64() < wl.get_ratio {
-                    Some(Op {
-                        kind: OpKind::Get,
-                        key,
-                        len: 0,
-                    })
+                // One draw splits [0, 1) into GET | DELETE | SET; without deletes the random
+                // stream is the one runs made before deletes existed.
+                let u = if wl.get_ratio >= 1.0 {
+                    0.0
                 } else {
-                    Some(Op {
-                        kind: OpKind::Set,
-                        key,
-                        len: wl.sizes.sample(rng),
-                    })
-                }
+                    rng.next_f64()
+                };
+                let kind = if u < wl.get_ratio || wl.get_ratio >= 1.0 {
+                    OpKind::Get
+                } else if u < wl.get_ratio + wl.delete_ratio {
+                    OpKind::Delete
+                } else {
+                    OpKind::Set
+                };
+                let len = match kind {
+                    OpKind::Set => wl.sizes.sample(rng),
+                    OpKind::Get | OpKind::Delete => 0,
+                };
+                Some(Op { kind, key, len })
             }
             OpSource::Sequential { next, stride, end } => {
                 if *next >= *end {
@@ -198,5 +234,73 @@ impl OpSource {
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(get_ratio: f64, delete_ratio: f64) -> WorkloadSpec {
+        WorkloadSpec {
+            keys: 1000,
+            dist: KeyDist::Uniform,
+            scramble: true,
+            sizes: ValueSizes::Fixed(10),
+            get_ratio,
+            delete_ratio,
+            prefix: "k:".into(),
+            protocol: Protocol::Text,
+            verify: false,
+            cache_aside: false,
+        }
+    }
+
+    fn mix(get_ratio: f64, delete_ratio: f64) -> [u64; 3] {
+        let wl = Workload::new(&spec(get_ratio, delete_ratio)).unwrap();
+        let mut rng = Rng::new(7);
+        let mut n = [0u64; 3];
+        for _ in 0..100_000 {
+            let op = OpSource::Random.next(&wl, &mut rng).unwrap();
+            let i = match op.kind {
+                OpKind::Get => 0,
+                OpKind::Delete => 1,
+                OpKind::Set => 2,
+            };
+            n[i] += 1;
+            assert_eq!(op.len > 0, op.kind == OpKind::Set);
+        }
+        n
+    }
+
+    #[test]
+    fn deletes_take_their_share_of_the_mix() {
+        let [g, d, s] = mix(0.6, 0.25);
+        let near = |got: u64, want: f64| (got as f64 - want * 1e5).abs() < 1e5 * 0.01;
+        assert!(
+            near(g, 0.6) && near(d, 0.25) && near(s, 0.15),
+            "{g} {d} {s}"
+        );
+        assert_eq!(mix(0.9, 0.0)[1], 0);
+        assert_eq!(mix(1.0, 0.0), [100_000, 0, 0]);
+        assert_eq!(mix(0.0, 1.0), [0, 100_000, 0]);
+        // Fractions that add up to 1 leave no SETs.
+        assert_eq!(mix(0.7, 0.3)[2], 0);
+        assert_eq!(mix(0.15, 0.85)[2], 0);
+    }
+
+    #[test]
+    fn ratios_are_validated() {
+        assert!(Workload::new(&spec(0.9, 0.2)).is_err());
+        assert!(Workload::new(&spec(0.5, -0.1)).is_err());
+        assert!(Workload::new(&spec(0.5, f64::NAN)).is_err());
+        assert!(Workload::new(&spec(0.9, 0.1)).is_ok());
+        // The delete history exists only when it is needed.
+        assert!(Workload::new(&spec(0.5, 0.1)).unwrap().history.is_none());
+        let mut v = spec(0.5, 0.1);
+        v.verify = true;
+        assert!(Workload::new(&v).unwrap().history.is_some());
+        v.delete_ratio = 0.0;
+        assert!(Workload::new(&v).unwrap().history.is_none());
     }
 }

@@ -20,6 +20,7 @@ fn config(addr: &str, cache_aside: bool) -> RunConfig {
             scramble: true,
             sizes: "1-300".parse::<ValueSizes>().unwrap(),
             get_ratio: 1.0,
+            delete_ratio: 0.0,
             prefix: "a:".into(),
             protocol: Protocol::Text,
             verify: true,

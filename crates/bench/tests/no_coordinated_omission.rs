@@ -22,6 +22,7 @@ fn stall_shows_up_in_the_tail() {
             scramble: false,
             sizes: ValueSizes::Fixed(16),
             get_ratio: 0.5,
+            delete_ratio: 0.0,
             prefix: "co:".into(),
             protocol: Protocol::Text,
             verify: false,

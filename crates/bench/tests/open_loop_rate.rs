@@ -19,6 +19,7 @@ fn config(addr: &str, rates: Vec<Rate>, arrival: Arrival) -> RunConfig {
             scramble: true,
             sizes: ValueSizes::Fixed(64),
             get_ratio: 0.8,
+            delete_ratio: 0.0,
             prefix: "r:".into(),
             protocol: Protocol::Text,
             verify: false,

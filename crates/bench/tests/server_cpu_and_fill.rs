@@ -20,6 +20,7 @@ fn config(addr: &str, rates: Vec<Rate>, load_phase: bool, pid: Option<u32>) -> R
             scramble: true,
             sizes: ValueSizes::Fixed(32),
             get_ratio: 0.9,
+            delete_ratio: 0.0,
             prefix: "c:".into(),
             protocol: Protocol::Text,
             verify: false,

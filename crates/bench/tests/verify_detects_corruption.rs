@@ -19,6 +19,7 @@ fn config(addr: &str) -> RunConfig {
             scramble: true,
             sizes: "1-300".parse::<ValueSizes>().unwrap(),
             get_ratio: 1.0,
+            delete_ratio: 0.0,
             prefix: "v:".into(),
             protocol: Protocol::Text,
             verify: true,
