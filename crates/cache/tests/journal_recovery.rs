@@ -105,7 +105,11 @@ fn a_power_cut_under_write_mode_starts_empty_for_good() {
     let c = open(&image);
     assert_eq!(ext_stat(&c, "extstore_journal_cold_starts"), 1);
     for i in 0..30 {
-        assert_eq!(got(&c, &format!("k{i}")), None, "k{i} served after a power cut");
+        assert_eq!(
+            got(&c, &format!("k{i}")),
+            None,
+            "k{i} served after a power cut"
+        );
     }
     put(&c, "new", 7);
     c.flash().unwrap().flush().wait().unwrap();

@@ -225,7 +225,6 @@ pub fn replay(tier: &FlashTier, rebuilt: &Rebuilt) -> Result<(), flashtier_flash
     Ok(())
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -45,11 +45,10 @@ impl ReadPool {
         // A buffer goes back to the largest class its capacity serves, which is the next
         // one up when its allocation happened to start aligned (capacity = pages + 1): look
         // there too, or such buffers would never be found again.
-        let reused = class.lock().pop().or_else(|| {
-            self.classes
-                .get(pages)
-                .and_then(|next| next.lock().pop())
-        });
+        let reused = class
+            .lock()
+            .pop()
+            .or_else(|| self.classes.get(pages).and_then(|next| next.lock().pop()));
         match reused {
             Some(mut b) => {
                 b.set_len(len);
