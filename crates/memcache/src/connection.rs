@@ -18,6 +18,7 @@ use crate::command::{execute, Flow};
 use crate::context::Context;
 use crate::dump::DumpState;
 use crate::join::{join_all, BoxFuture};
+use crate::latency::Stage;
 use crate::output::Output;
 use crate::request::{Request, StoreMode};
 use crate::stats::Stats;
@@ -313,6 +314,7 @@ pub async fn serve_connection<S: KvStore>(
 ) -> std::io::Result<()> {
     if let Stream::Tcp(s) = &stream {
         let _ = s.set_nodelay(true);
+        crate::rxstamp::enable(std::os::fd::AsRawFd::as_raw_fd(s));
     }
     let limits = Limits {
         max_item_size: ctx.settings.max_item_size.min(ctx.store.max_item_size()),
@@ -322,14 +324,22 @@ pub async fn serve_connection<S: KvStore>(
     session.id = id;
     let mut draining = false;
     let mut drained = 0usize;
+    // When the last read returned (the turnaround stage runs from it to the reply write).
+    let mut read_at = None;
     loop {
         // The flash reads this turn starts are handed to the kernel together.
         let step = flashtier_cache::flash::batch_submissions(session.pump(ctx)).await;
         if !session.output.is_empty() {
             Stats::add(&ctx.stats.bytes_written, session.output.len() as u64);
             let segments: Vec<bytes::Bytes> = session.output.drain().collect();
+            let t = std::time::Instant::now();
             stream.write_segments(&segments).await?;
             stream.flush().await?;
+            let done = std::time::Instant::now();
+            ctx.latency.stage(Stage::Write).record(done - t);
+            if let Some(r) = read_at.take() {
+                ctx.latency.stage(Stage::Turnaround).record(done - r);
+            }
             session.output.clear(IDLE_KEEP);
         }
         match step {
@@ -367,7 +377,7 @@ pub async fn serve_connection<S: KvStore>(
                 None => std::future::pending().await,
             }
         };
-        let n = tokio::select! {
+        let (n, age) = tokio::select! {
             r = stream.read_some(&mut session.input) => r?,
             _ = shutdown.changed() => {
                 draining = true;
@@ -381,6 +391,10 @@ pub async fn serve_connection<S: KvStore>(
         };
         if n == 0 {
             return Ok(());
+        }
+        read_at = Some(std::time::Instant::now());
+        if let Some(age) = age {
+            ctx.latency.stage(Stage::SocketWait).record(age);
         }
         Stats::add(&ctx.stats.bytes_read, n as u64);
         // A read that filled its chunk may have left more behind: keep reading (up to a

@@ -125,6 +125,8 @@ pub struct Context<S> {
     memory_limit_hook: Mutex<Option<MemoryLimitHook>>,
     /// Connections each serving thread runs (set when connections go to `Workers`).
     worker_loads: OnceLock<Arc<[AtomicUsize]>>,
+    /// The serving threads' kernel thread ids (`set_worker_threads`).
+    worker_tids: OnceLock<Arc<[std::sync::atomic::AtomicU64]>>,
 }
 
 /// Applies a new RAM limit (bytes) to the store; `false` if it cannot.
@@ -181,12 +183,35 @@ impl<S> Context<S> {
             memory_limit: AtomicU64::new(settings_limit),
             memory_limit_hook: Mutex::new(None),
             worker_loads: OnceLock::new(),
+            worker_tids: OnceLock::new(),
         }
     }
 
     /// Report the serving threads' connection counts (`worker_connections_min`/`_max`).
     pub fn set_worker_loads(&self, loads: Arc<[AtomicUsize]>) {
         let _ = self.worker_loads.set(loads);
+    }
+
+    /// Report the serving threads' kernel ids (`worker_*_us` from their scheduler stats).
+    pub fn set_worker_threads(&self, tids: Arc<[std::sync::atomic::AtomicU64]>) {
+        let _ = self.worker_tids.set(tids);
+    }
+
+    /// Per serving thread: (µs on a CPU, µs waiting on a run queue, times scheduled in),
+    /// from the kernel's scheduler statistics; empty without workers.
+    pub fn worker_schedstats(&self) -> Vec<(u64, u64, u64)> {
+        self.worker_tids
+            .get()
+            .map(|t| {
+                t.iter()
+                    .filter_map(|tid| {
+                        let (cpu, wait, runs) =
+                            crate::workers::schedstat(tid.load(Ordering::Relaxed))?;
+                        Some((cpu / 1000, wait / 1000, runs))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Fewest and most connections any serving thread runs; `None` without workers.

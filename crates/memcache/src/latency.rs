@@ -61,10 +61,41 @@ impl Family {
     }
 }
 
-/// One histogram per family.
+/// A stage of a request's life on the server, outside its command's own execution (which
+/// [`Family`] times): where the time between a request reaching the socket and its reply
+/// leaving goes. With the flash engine's device read time (`flash_io_duration_seconds`)
+/// they answer "is it the scheduler, the device or us" (docs/serving.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// The kernel received the bytes → the worker read them: socket queue, wake-up and run
+    /// queue (a descheduled worker shows here). TCP only ([`crate::rxstamp`]).
+    SocketWait,
+    /// The worker read the bytes → their replies were written: parse, execute (flash reads
+    /// included), reply write; one record per read burst.
+    Turnaround,
+    /// The socket write of a burst's replies.
+    Write,
+}
+
+impl Stage {
+    /// Every stage, in export order.
+    pub const ALL: [Stage; 3] = [Stage::SocketWait, Stage::Turnaround, Stage::Write];
+
+    /// The label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::SocketWait => "socket_wait",
+            Stage::Turnaround => "turnaround",
+            Stage::Write => "write",
+        }
+    }
+}
+
+/// One histogram per family, one per stage.
 #[derive(Debug, Default)]
 pub struct Latency {
     by_family: [Histogram; 7],
+    by_stage: [Histogram; 3],
 }
 
 impl Latency {
@@ -79,6 +110,20 @@ impl Latency {
         Family::ALL
             .iter()
             .map(|f| (f.name(), self.of(*f).snapshot()))
+            .collect()
+    }
+
+    /// The histogram of stage `s`.
+    pub fn stage(&self, s: Stage) -> &Histogram {
+        // One array slot per variant: the discriminant is in range.
+        &self.by_stage[s as usize]
+    }
+
+    /// `(stage name, snapshot)` for every stage.
+    pub fn stage_snapshots(&self) -> Vec<(&'static str, Snapshot)> {
+        Stage::ALL
+            .iter()
+            .map(|s| (s.name(), self.stage(*s).snapshot()))
             .collect()
     }
 }

@@ -8,7 +8,8 @@
 //!   per family) → [`reply`], [`output`] (a connection's pending replies).
 //! - [`connection`]: the per-connection loop; [`server`]: accept loop, limits, shutdown;
 //!   [`workers`]: the thread-per-core serving threads connections are handed to;
-//!   [`stream`]: TCP, unix and TLS behind one interface; [`context`]: what connections share.
+//!   [`stream`]: TCP, unix and TLS behind one interface ([`rxstamp`]: when bytes arrived);
+//!   [`context`]: what connections share.
 //! - [`stats`], [`latency`], [`detail`]: counters and histograms; [`auth`]: ASCII auth (-Y);
 //!   [`dump`]: `lru_crawler metadump`, `stats cachedump`; [`error`].
 
@@ -27,6 +28,7 @@ pub mod latency;
 pub mod output;
 pub mod reply;
 pub mod request;
+pub mod rxstamp;
 pub mod server;
 pub mod stats;
 pub mod stream;

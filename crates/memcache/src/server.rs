@@ -136,6 +136,7 @@ pub async fn serve_on<S: KvStore>(
     // runtime's threads while it serves.
     if let Some(w) = workers {
         ctx.set_worker_loads(w.load_counters());
+        ctx.set_worker_threads(w.thread_ids());
     }
     let reaper = match workers {
         Some(_) => None,

@@ -80,18 +80,33 @@ pub enum Stream {
 
 impl Stream {
     /// Wait for bytes and append some to `buf` (reserving [`READ_CHUNK`] once they are
-    /// there). `Ok(0)` is end of stream.
-    pub async fn read_some(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
+    /// there). `Ok(0)` is end of stream. On TCP, also how long ago the kernel received the
+    /// newest of them ([`crate::rxstamp`]), else `None`.
+    pub async fn read_some(
+        &mut self,
+        buf: &mut BytesMut,
+    ) -> std::io::Result<(usize, Option<std::time::Duration>)> {
         loop {
             let r = match self {
                 Stream::Tcp(s) => {
                     s.readable().await?;
                     buf.reserve(READ_CHUNK);
-                    read_clearing_when_short(
+                    let fd = std::os::fd::AsRawFd::as_raw_fd(&*s);
+                    let mut age = None;
+                    let r = read_clearing_when_short(
                         buf,
                         |f| s.try_io(Interest::READABLE, f),
-                        |b| s.try_read_buf(b),
-                    )
+                        |b| {
+                            crate::rxstamp::recv(fd, b).map(|(n, a)| {
+                                age = a;
+                                n
+                            })
+                        },
+                    );
+                    match r {
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                        other => return other.map(|n| (n, age)),
+                    }
                 }
                 Stream::Unix(s) => {
                     s.readable().await?;
@@ -104,12 +119,12 @@ impl Stream {
                 }
                 Stream::Tls(s) => {
                     buf.reserve(READ_CHUNK);
-                    return s.read_buf(buf).await;
+                    return s.read_buf(buf).await.map(|n| (n, None));
                 }
             };
             match r {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                other => return other,
+                other => return other.map(|n| (n, None)),
             }
         }
     }
@@ -235,7 +250,8 @@ mod tests {
                         let n = tokio::time::timeout(Duration::from_secs(5), s.read_some(&mut buf))
                             .await
                             .unwrap_or_else(|_| panic!("message {i} never read: a lost wake-up"))
-                            .expect("read");
+                            .expect("read")
+                            .0;
                         assert!(n > 0, "early end of stream");
                     }
                     assert_eq!(&buf.split_to(want.len())[..], want.as_bytes());

@@ -21,7 +21,7 @@
 //! reaper task; [`Workers::stop`] ends every loop (tasks still on it are dropped) and joins
 //! the threads.
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -34,6 +34,9 @@ pub struct Workers {
     handles: Vec<Handle>,
     /// Tasks each worker runs for [`Workers::spawn`] (connections), as they start and end.
     load: Arc<[AtomicUsize]>,
+    /// Each worker thread's kernel thread id, once it runs (0 before): its scheduler
+    /// statistics ([`schedstat`]) say how long it waited on the run queue.
+    tids: Arc<[AtomicU64]>,
     stops: Vec<oneshot::Sender<()>>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -45,6 +48,7 @@ impl Workers {
         let mut w = Workers {
             handles: Vec::new(),
             load: (0..n.max(1)).map(|_| AtomicUsize::new(0)).collect(),
+            tids: (0..n.max(1)).map(|_| AtomicU64::new(0)).collect(),
             stops: Vec::new(),
             threads: Vec::new(),
         };
@@ -58,9 +62,13 @@ impl Workers {
             let reaper = store.flash_reaper(i);
             let (tx, rx) = oneshot::channel::<()>();
             w.stops.push(tx);
+            let tids = Arc::clone(&w.tids);
             let spawned = std::thread::Builder::new()
                 .name(format!("{name}-{i}"))
                 .spawn(move || {
+                    if let Some(slot) = tids.get(i) {
+                        slot.store(thread_id(), Ordering::Relaxed);
+                    }
                     flashtier_cache::flash::use_ring_lane(i);
                     flashtier_cache::flash::defer_submissions_on_this_thread();
                     rt.block_on(async move {
@@ -92,6 +100,11 @@ impl Workers {
     /// The live per-worker task counts (for stats).
     pub fn load_counters(&self) -> Arc<[AtomicUsize]> {
         Arc::clone(&self.load)
+    }
+
+    /// The worker threads' kernel thread ids (0 until a thread runs), for [`schedstat`].
+    pub fn thread_ids(&self) -> Arc<[AtomicU64]> {
+        Arc::clone(&self.tids)
     }
 
     /// Tasks (connections) each worker runs now.
@@ -201,6 +214,23 @@ pub(crate) async fn reap_flash(handle: flashtier_cache::flash::ReapHandle) {
         ready.clear_ready();
         fd.get_ref().reap_undrained();
     }
+}
+
+/// The calling thread's kernel thread id, from `/proc/thread-self` (0 if unreadable).
+fn thread_id() -> u64 {
+    std::fs::read_link("/proc/thread-self")
+        .ok()
+        .and_then(|p| p.file_name()?.to_str()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A thread's scheduler statistics (`/proc/self/task/TID/schedstat`): nanoseconds on a CPU,
+/// nanoseconds runnable but waiting on a run queue, and times it was scheduled in. `None`
+/// for an unknown thread or a kernel without schedstats.
+pub fn schedstat(tid: u64) -> Option<(u64, u64, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    let mut it = s.split_whitespace().map(|f| f.parse::<u64>().ok());
+    Some((it.next()??, it.next()??, it.next()??))
 }
 
 #[cfg(test)]

@@ -179,6 +179,13 @@ pub fn general_pairs<S: KvStore>(ctx: &Context<S>) -> Vec<(String, String)> {
         add("worker_connections_min", min.to_string());
         add("worker_connections_max", max.to_string());
     }
+    let sched = ctx.worker_schedstats();
+    if !sched.is_empty() {
+        let sum = |f: fn(&(u64, u64, u64)) -> u64| sched.iter().map(f).sum::<u64>();
+        add("worker_cpu_us", sum(|s| s.0).to_string());
+        add("worker_runqueue_wait_us", sum(|s| s.1).to_string());
+        add("worker_runs", sum(|s| s.2).to_string());
+    }
     add("bytes", store.bytes.to_string());
     add("curr_items", store.curr_items.to_string());
     add("total_items", store.total_items.to_string());

@@ -5,7 +5,10 @@
 //! - `settings`: memcached's names and value formats (every value one token);
 //! - `items`, `slabs`: the store's sections (one class per tier, see `flashtier_cache`);
 //! - `conns`, `detail on|off|dump`, `cachedump`, `reset`, `sizes`, and any further section
-//!   the store has (`extstore`). Unknown sections answer `ERROR`, as memcached does.
+//!   the store has (`extstore`). Unknown sections answer `ERROR`, as memcached does;
+//! - `latency` (flashtier's own): per command family and per request stage
+//!   ([`crate::latency`]), and the flash device's reads and writes: count, mean and
+//!   percentiles (the upper bound of the histogram bucket holding them), in microseconds.
 use flashtier_cache::KvStore;
 
 use super::admin::general_pairs;
@@ -64,6 +67,7 @@ pub fn run<S: KvStore>(ctx: &Context<S>, arg: StatsArg, out: &mut Output) -> Flo
             b"settings" => settings(ctx, out),
             b"conns" => conns(ctx, out),
             b"sizes" => reply::stat(out, "sizes_status", "disabled"),
+            b"latency" => latency(ctx, out),
             other => {
                 let name = String::from_utf8_lossy(other);
                 match ctx.store.stats_section(&name) {
@@ -205,6 +209,55 @@ fn conns<S>(ctx: &Context<S>, out: &mut Output) {
         reply::stat(out, &format!("{id}:addr"), &entry.peer);
         reply::stat(out, &format!("{id}:listen_addr"), &entry.listen);
         reply::stat(out, &format!("{id}:state"), "conn_parse_cmd");
+    }
+}
+
+/// `stats latency`: `latency_<name>_{count,mean_us,p50_us,p90_us,p99_us,p999_us}` for every
+/// command family (`get`, `set`, ...), request stage (`stage_socket_wait`, ...) and, with
+/// flash, device IO (`flash_read`, `flash_write`). Percentiles are bucket upper bounds.
+fn latency<S: KvStore>(ctx: &Context<S>, out: &mut Output) {
+    let mut series: Vec<(String, flashtier_metrics::Snapshot)> = ctx
+        .latency
+        .snapshots()
+        .into_iter()
+        .map(|(n, s)| (n.to_string(), s))
+        .collect();
+    series.extend(
+        ctx.latency
+            .stage_snapshots()
+            .into_iter()
+            .map(|(n, s)| (format!("stage_{n}"), s)),
+    );
+    if let Some(fs) = ctx.store.flash_stats() {
+        series.push(("flash_read".into(), fs.latency.read.snapshot()));
+        series.push(("flash_write".into(), fs.latency.write.snapshot()));
+    }
+    for (i, (cpu, wait, runs)) in ctx.worker_schedstats().into_iter().enumerate() {
+        reply::stat(out, &format!("worker_{i}_cpu_us"), cpu);
+        reply::stat(out, &format!("worker_{i}_runqueue_wait_us"), wait);
+        reply::stat(out, &format!("worker_{i}_runs"), runs);
+    }
+    for (name, snap) in series {
+        let n = snap.count();
+        reply::stat(out, &format!("latency_{name}_count"), n);
+        let mean = if n == 0 {
+            0.0
+        } else {
+            snap.sum_seconds() * 1e6 / n as f64
+        };
+        reply::stat(
+            out,
+            &format!("latency_{name}_mean_us"),
+            format!("{mean:.1}"),
+        );
+        for (q, label) in [(0.5, "p50"), (0.9, "p90"), (0.99, "p99"), (0.999, "p999")] {
+            let us = snap.quantile_bound(q).map_or(0.0, |s| s * 1e6);
+            reply::stat(
+                out,
+                &format!("latency_{name}_{label}_us"),
+                format!("{us:.0}"),
+            );
+        }
     }
 }
 

@@ -149,7 +149,8 @@ fn kind_of(stat: &str) -> (Kind, String) {
 }
 
 /// The `/metrics` text: every numeric stat through the naming rule, text stats as labels
-/// of `flashtier_info`, request latency per command family, flash IO latency, process.
+/// of `flashtier_info`, request latency per command family and per stage, flash IO latency,
+/// process.
 pub fn metrics<S: KvStore>(ctx: &Context<S>) -> String {
     let mut e = Exposition::new("flashtier_");
     let mut info = Vec::new();
@@ -171,6 +172,14 @@ pub fn metrics<S: KvStore>(ctx: &Context<S>) -> String {
          memcached command family (get, set, delete, arith, touch, flush, other).",
         "command",
         &ctx.latency.snapshots(),
+    );
+    e.histogram(
+        "request_stage_duration_seconds",
+        "Where a request's time goes outside its command: socket_wait (the kernel received \
+         the bytes until the serving thread read them: socket queue, wake-up, run queue), \
+         turnaround (read until the replies were written), write (the socket write).",
+        "stage",
+        &ctx.latency.stage_snapshots(),
     );
     if let Some(fs) = ctx.store.flash_stats() {
         e.flash_io(fs);
