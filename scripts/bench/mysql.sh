@@ -49,6 +49,7 @@ OUT=$(cd "$OUT" && pwd)
 [ "$(id -u)" = 0 ] || { echo "mysql.sh needs root (loop devices, mounts, cgroups)" >&2; exit 1; }
 [ -d /sys/fs/cgroup/memory ] || { echo "no cgroup v1 memory controller at /sys/fs/cgroup/memory" >&2; exit 1; }
 [ -x "$FT" ] || { echo "no flashtier binary at $FT (cargo build --release)" >&2; exit 1; }
+rm -f "$OUT/raw.tar.xz"   # an earlier committed run's raw outputs (docs/benchmarks.md, "Results layout")
 need=()
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
 command -v sysbench >/dev/null 2>&1 || need+=(sysbench)

@@ -47,7 +47,7 @@ source "$(dirname "$0")/lib.sh"
 [ "${SERVERS%% *}" = memcached ] || { echo "shapes.sh: SERVERS must start with memcached (its peak sets the open-loop rates)" >&2; exit 2; }
 command -v fio > /dev/null || { echo "shapes.sh: fio not found (scripts/install-deps.sh)" >&2; exit 2; }
 preflight
-rm -rf "$OUT/raw"; mkdir -p "$OUT/raw"; : > "$OUT/run.log"
+rm -rf "$OUT/raw" "$OUT/raw.tar.xz"; mkdir -p "$OUT/raw"; : > "$OUT/run.log"  # raw.tar.xz: an earlier committed run's archive
 machine_json "$OUT/machine.json"
 cat > "$OUT/config.json" <<JSON
 {"mem": $MEM, "flash": "$FLASH", "cg_mb": $CG_MB, "keys": $KEYS, "value": $VALUE, "dist": "$DIST",

@@ -47,7 +47,7 @@ if ((ASIDE)); then READ_MIX=(--get-ratio 1 --cache-aside); READ_WHAT="GETs, miss
 # shellcheck source=scripts/bench/lib.sh
 source "$(dirname "$0")/lib.sh"
 preflight
-rm -rf "$OUT/raw"; mkdir -p "$OUT/raw"; : > "$OUT/run.log"
+rm -rf "$OUT/raw" "$OUT/raw.tar.xz"; mkdir -p "$OUT/raw"; : > "$OUT/run.log"  # raw.tar.xz: an earlier committed run's archive
 machine_json "$OUT/machine.json"
 cat > "$OUT/config.json" <<JSON
 {"mems": "$MEMS", "flash": "$FLASH", "keys": $KEYS, "value": "$VALUE", "cg_mb": "${CG_MB:-2x mem}",
