@@ -130,7 +130,8 @@ pub struct FlashConfig {
     /// At least `streams + 1` is used. Bounds the engine's working memory
     /// ([`FlashConfig::work_limit`]). Default: `0`.
     pub max_chunk_buffers: usize,
-    /// Reads queued or in flight before `read` returns `Busy`. Default: `1024`.
+    /// Record reads at the device at once; more wait in the engine, in arrival order, and
+    /// start as earlier ones finish (never refused). Default: `1024`.
     pub read_queue_limit: usize,
     /// Segments kept free for the reclaim stream only. Default: `2`.
     pub reserve_segments: u32,

@@ -123,6 +123,8 @@ pub(crate) struct Inner {
     pub knobs: crate::knobs::Knobs,
     /// Recycled device-read buffers (see `io::pool`).
     pub read_pool: Arc<crate::io::pool::ReadPool>,
+    /// Record reads at the device (at most `read_queue_limit`) and those waiting for a slot.
+    pub reads: crate::read_queue::ReadQueue<crate::reader::PendingRead>,
     /// Write chunk buffers allocated (open, in flight, pooled); changed under `state`.
     pub chunk_bufs: AtomicU64,
     /// Bytes of reclaim's read buffers now.
@@ -364,6 +366,7 @@ impl Flash {
         let cfg_for_knobs = cfg.clone();
         let inner = Arc::new(Inner {
             read_pool: Arc::default(),
+            reads: crate::read_queue::ReadQueue::new(Arc::clone(&stats)),
             chunk_bufs: AtomicU64::new(0),
             reclaim_buf_bytes: AtomicU64::new(0),
             seg_size: cfg.segment_size,
@@ -487,8 +490,9 @@ impl Flash {
     /// is a location whose segment is free (`InvalidLocation`) or was reused while the read
     /// was in flight. A location the user kept *after* reclaim dropped or relocated it may,
     /// once its segment is reused, hold a newer record: compare `key_id` (and the key).
-    /// Errors also: `Busy` (read queue full), `Io` (device read failed). Data on a failing
-    /// or offline device stays readable.
+    /// Errors also: `Io` (device read failed), `Closed`. Data on a failing or offline device
+    /// stays readable. Past `read_queue_limit` device reads in flight a read waits for a slot
+    /// (in arrival order; `flash_reads_waited`), it is never refused.
     pub fn read(&self, loc: Location) -> Completion<Record> {
         self.inner.read(loc)
     }
@@ -623,7 +627,8 @@ impl Flash {
     }
 
     /// Flush, stop the background threads and the executor. Further calls fail with
-    /// `Closed`. Returns the flush's outcome.
+    /// `Closed`, and so do reads still waiting for a device read slot. Returns the flush's
+    /// outcome.
     pub fn close(&self) -> Result<()> {
         let res = self.flush().wait();
         if let Some(j) = &self.inner.journal {
@@ -633,6 +638,7 @@ impl Flash {
             let mut state = self.inner.state.lock();
             state.closed = true;
         }
+        self.inner.close_reads();
         self.inner.wake.notify_all();
         for h in std::mem::take(&mut *self.threads.lock()) {
             let _ = h.join();

@@ -50,7 +50,8 @@ pub enum Error {
     DeviceFailed(String),
     /// No free segment is available for this stream right now (reclaim is running).
     NoSpace,
-    /// A bounded queue is full (read queue, write buffers in flight); retry later.
+    /// A bounded queue is full (write buffers in flight); retry later. Reads never return it:
+    /// past `read_queue_limit` they wait.
     Busy(&'static str),
     /// The record does not fit in one write chunk.
     RecordTooLarge {

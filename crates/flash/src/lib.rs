@@ -5,6 +5,7 @@
 //! # Layout
 //! - [`engine`]: [`Flash`], record types, [`ReclaimHandler`], the shared state (one mutex).
 //! - `writer` (append, chunk writes, seal, flush), `reader` (checksum-verified reads),
+//!   `read_queue` (device reads in flight bounded by `read_queue_limit`; the rest wait),
 //!   `reclaimer` (victims, keep/drop), `recovery` (superblocks, segment table at open),
 //!   `flusher` (old chunks, lost records, due probes), `segments` (table, free lists).
 //! - [`probe`] (a device before formatting), [`health`] (device states, syncs),
@@ -27,6 +28,7 @@ pub mod journal;
 pub mod knobs;
 pub mod location;
 pub mod probe;
+mod read_queue;
 mod reader;
 mod reclaimer;
 mod recovery;

@@ -2,9 +2,16 @@
 //! device read of the pages the location's size hint names (two reads when the hint says
 //! "more than 31 pages"), verifying the checksum with the seed captured at submit time.
 //!
+//! Device reads go through the engine's [`ReadQueue`](crate::read_queue): past
+//! `read_queue_limit` reads at the device, a read waits there (in order) instead of failing,
+//! and starts on the thread that completes an earlier one. The seed is captured at lookup, so
+//! a segment reused while the read waited fails the checksum (`Corrupt`), as one reused while
+//! it was at the device does.
+//!
 //! Runs on the caller's thread (lookup, submit) and on whichever thread reaps the IO
-//! (decode, complete): an event loop holding a `ReapHandle`, or an executor thread. Never
-//! blocks the caller. Read buffers come from `io::pool` and go back when the record drops.
+//! (decode, complete, start the next waiting read): an event loop holding a `ReapHandle`, or
+//! an executor thread. Never blocks the caller. Read buffers come from `io::pool` when the
+//! read starts (a waiting read holds none) and go back when the record drops.
 use std::io;
 use std::sync::Arc;
 
@@ -17,6 +24,26 @@ use crate::io::{AlignedBuf, IoOp, IoRequest};
 use crate::location::{Location, PAGE};
 use crate::segments::SegState;
 use crate::stats::FlashStats;
+
+/// A device read admitted to the [`ReadQueue`](crate::read_queue::ReadQueue), started or
+/// waiting for a slot: what to read and who wants it.
+pub(crate) struct PendingRead {
+    target: Target,
+    /// Segment offset of the first page to read.
+    page0: u64,
+    /// Bytes to read (whole pages).
+    len: u64,
+    promise: Promise<Record>,
+}
+
+/// What a device read's completion leads to.
+enum Step {
+    /// The record is longer than the first read: read this many bytes from `page0` (the
+    /// read keeps its queue slot).
+    Longer(u64),
+    /// The read is over.
+    Done(Result<Record>),
+}
 
 /// Where a device read goes and how to check it.
 struct Target {
@@ -42,8 +69,29 @@ impl Inner {
             n => u64::from(n),
         };
         let len = (pages * PAGE).min(self.seg_size - page0);
-        self.submit_read(target, page0, len, true, promise);
+        let read = PendingRead {
+            target,
+            page0,
+            len,
+            promise,
+        };
+        let limit = self.knobs.read_queue_limit();
+        if let Err(read) = self.reads.submit(read, limit, |r| self.start_read(r)) {
+            read.promise.complete(Err(Error::Closed));
+        }
         completion
+    }
+
+    /// Hand an admitted read to the executor (it holds a queue slot from here on).
+    fn start_read(self: &Arc<Self>, r: PendingRead) {
+        self.submit_read(r.target, r.page0, r.len, true, r.promise);
+    }
+
+    /// Fail every read still waiting for a slot with `Closed` (the engine is closing).
+    pub(crate) fn close_reads(&self) {
+        for r in self.reads.close() {
+            r.promise.complete(Err(Error::Closed));
+        }
     }
 
     /// Under the lock: the record from a RAM buffer, or where to read it.
@@ -87,10 +135,6 @@ impl Inner {
         }
         if off >= info.data_end {
             return Err(Error::InvalidLocation(loc.byte_addr()));
-        }
-        if FlashStats::get(&self.stats.io_queue_depth) >= self.knobs.read_queue_limit() {
-            FlashStats::add(&self.stats.read_queue_full, 1);
-            return Err(Error::Busy("read"));
         }
         Ok(Err(Target {
             dev: info.dev,
@@ -159,16 +203,32 @@ impl Inner {
         res: io::Result<Option<AlignedBuf>>,
         promise: Promise<Record>,
     ) {
+        match self.decode_read(&t, page0, first, res) {
+            Step::Longer(want) => self.submit_read(t, page0, want, false, promise),
+            Step::Done(out) => {
+                // The slot goes to the next waiting read before this one's waiter wakes: the
+                // device is refilled first.
+                let limit = self.knobs.read_queue_limit();
+                self.reads.finish(limit, |r| self.start_read(r));
+                promise.complete(out);
+            }
+        }
+    }
+
+    /// The record a completed device read holds, or how much more to read.
+    fn decode_read(
+        &self,
+        t: &Target,
+        page0: u64,
+        first: bool,
+        res: io::Result<Option<AlignedBuf>>,
+    ) -> Step {
         let buf = match res {
             Ok(Some(b)) => b,
-            Ok(None) => {
-                promise.complete(Err(Error::Corrupt("read returned no buffer")));
-                return;
-            }
+            Ok(None) => return Step::Done(Err(Error::Corrupt("read returned no buffer"))),
             Err(e) => {
                 FlashStats::add(&self.stats.read_errors, 1);
-                promise.complete(Err(Error::io(self.dev_name(t.dev), "read", e)));
-                return;
+                return Step::Done(Err(Error::io(self.dev_name(t.dev), "read", e)));
             }
         };
         FlashStats::add(&self.stats.device_bytes_read, buf.len() as u64);
@@ -179,8 +239,7 @@ impl Inner {
                 let have = buf.len() as u64;
                 if want > have && page0 + want <= self.seg_size {
                     self.read_pool.give(buf);
-                    self.submit_read(t, page0, want, false, promise);
-                    return;
+                    return Step::Longer(want);
                 }
             }
         }
@@ -193,6 +252,6 @@ impl Inner {
         if let Ok(r) = &out {
             self.count_read(r);
         }
-        promise.complete(out);
+        Step::Done(out)
     }
 }

@@ -4,7 +4,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 macro_rules! stats {
-    ($( $(#[doc = $doc:literal])* $name:ident ),* $(,)?) => {
+    (
+        $( $(#[doc = $doc:literal])* $name:ident ),* $(,)?
+        ; aliases: $( $(#[doc = $adoc:literal])* $alias:ident = $target:ident ),* $(,)?
+    ) => {
         /// Flash engine statistics. Counters only grow; gauges are marked as such.
         #[derive(Debug, Default)]
         pub struct FlashStats {
@@ -14,15 +17,22 @@ macro_rules! stats {
         }
 
         impl FlashStats {
-            /// Every counter as `("flash_<name>", value)`, in declaration order.
+            /// Every counter as `("flash_<name>", value)`, in declaration order, then each old
+            /// name with its counter's value (so dashboards built on old names keep working).
             pub fn pairs(&self) -> Vec<(&'static str, u64)> {
-                vec![ $( (concat!("flash_", stringify!($name)), self.$name.load(Ordering::Relaxed)), )* ]
+                vec![
+                    $( (concat!("flash_", stringify!($name)), self.$name.load(Ordering::Relaxed)), )*
+                    $( (concat!("flash_", stringify!($alias)), self.$target.load(Ordering::Relaxed)), )*
+                ]
             }
 
             /// Every counter's name (as [`Self::pairs`] gives it) and its doc text; a text
             /// starting `Gauge` marks a level rather than a running total.
             pub fn describe() -> Vec<(&'static str, &'static str)> {
-                vec![ $( (concat!("flash_", stringify!($name)), concat!($($doc),*).trim_ascii()), )* ]
+                vec![
+                    $( (concat!("flash_", stringify!($name)), concat!($($doc),*).trim_ascii()), )*
+                    $( (concat!("flash_", stringify!($alias)), concat!($($adoc),*).trim_ascii()), )*
+                ]
             }
         }
     };
@@ -67,8 +77,13 @@ stats! {
     checksum_failures,
     /// Gauge: IO requests queued or in flight in the executor.
     io_queue_depth,
-    /// Reads refused because the read queue was full.
-    read_queue_full,
+    /// Reads that had to wait for a device read slot (`read_queue_limit` reads were in flight,
+    /// or others were already waiting); they start, in arrival order, as earlier reads finish.
+    reads_waited,
+    /// Gauge: reads waiting for a device read slot now.
+    reads_waiting,
+    /// Gauge: record reads at the device now (at most `read_queue_limit`).
+    reads_in_flight,
     /// Appends refused because no segment was free (or the write buffers were full).
     append_rejected,
     /// Failed device writes (every try; a chunk is tried up to 3 times).
@@ -152,6 +167,10 @@ stats! {
     /// Gauge: the bound on `work_bytes` from the configuration: the chunk buffer limit
     /// (`max_chunk_buffers`) plus reclaim's read window (one chunk), times `chunk_size`.
     work_limit_bytes,
+    ; aliases:
+    /// Old name of `reads_waited`, same value: reads over `read_queue_limit` were once refused
+    /// (and counted here); they now wait.
+    read_queue_full = reads_waited,
 }
 
 /// Device IO latency histograms of one engine.

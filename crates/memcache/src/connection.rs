@@ -17,8 +17,12 @@ use crate::codec::{CloseReason, Decoded, Decoder, Limits};
 use crate::command::{execute, Flow};
 use crate::context::Context;
 use crate::dump::DumpState;
+<<<<<<< HEAD
 use crate::join::{join_all, BoxFuture};
 use crate::latency::Stage;
+=======
+use crate::join::{join_window, BoxFuture};
+>>>>>>> mget
 use crate::output::Output;
 use crate::request::{Request, StoreMode};
 use crate::stats::Stats;
@@ -42,7 +46,8 @@ const LOG_LINE_MAX: usize = 200;
 /// flash keeps several device reads in flight, as memcached's extstore does when it queues
 /// the IO of a whole read buffer. Every other request runs alone, after everything before it,
 /// so a read after a write in the same pipeline sees the write. A multi-key get also awaits
-/// its keys' reads together (see `command::retrieval`).
+/// its keys' reads together, at most `FETCH_WINDOW` at a time (see `command::retrieval`): a
+/// connection keeps at most `READ_BATCH` × `FETCH_WINDOW` flash reads outstanding.
 pub const READ_BATCH: usize = 16;
 
 /// True for requests whose execution changes nothing another request can observe (beyond
@@ -270,17 +275,14 @@ impl Session {
             return;
         }
         Stats::incr(&ctx.stats.pipelined_read_batches);
-        let runs = batch
-            .into_iter()
-            .map(|request| -> BoxFuture<'_, Output> {
-                Box::pin(async move {
-                    let mut out = Output::new();
-                    let _ = execute(ctx, request, &mut out).await;
-                    out
-                })
+        let runs = batch.into_iter().map(|request| -> BoxFuture<'_, Output> {
+            Box::pin(async move {
+                let mut out = Output::new();
+                let _ = execute(ctx, request, &mut out).await;
+                out
             })
-            .collect();
-        for out in join_all(runs).await {
+        });
+        for out in join_window(Box::new(runs), READ_BATCH).await {
             self.output.append(out);
         }
     }

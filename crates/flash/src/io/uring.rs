@@ -119,9 +119,14 @@ impl UringExecutor {
         for (i, r) in exec.rings.iter().enumerate() {
             let r = Arc::clone(r);
             // On failure `exec` drops here: the rings already running are closed and joined.
+            // The ring thread submits on its own ring: a completion it reaps may start a
+            // waiting read (`read_queue`), whose completion then comes back to this lane.
             let t = std::thread::Builder::new()
                 .name(format!("flash-uring-{i}"))
-                .spawn(move || r.run())?;
+                .spawn(move || {
+                    use_ring_lane(i);
+                    r.run()
+                })?;
             exec.threads.lock().push(t);
         }
         Ok(exec)

@@ -1,33 +1,44 @@
 //! `get gets gat gats`: one `VALUE` block per hit, then `END`.
 //!
-//! A multi-key get is where flash reads are batched: [`fetch_all`] starts every lookup before
-//! awaiting any, so reads that go to the device overlap; replies are still written in request
-//! order.
+//! A multi-key get is where flash reads are batched: [`fetch_all`] keeps up to
+//! [`FETCH_WINDOW`] lookups running at once, so reads that go to the device overlap; replies
+//! are still written in request order.
+//!
+//! The bound on flash reads a connection keeps outstanding: a connection runs at most
+//! [`READ_BATCH`](crate::connection::READ_BATCH) pipelined reads together, each a multi-get of
+//! at most `FETCH_WINDOW` lookups at a time, so at most 16 × 64 = 1,024 of its reads are at the
+//! device or waiting in the engine's read queue (which makes them wait, in arrival order, past
+//! `read_queue_limit`: a lookup never fails because that queue is full).
 use bytes::Bytes;
 use flashtier_cache::{CasMode, Item, ItemWrite, KvStore, Update};
 
 use super::exptime;
 use crate::context::Context;
-use crate::join::{join_all, BoxFuture};
+use crate::join::{join_window, BoxFuture};
 use crate::output::Output;
 use crate::reply;
 use crate::request::Retrieval;
 use crate::stats::Stats;
 
-/// Read every key (recording the accesses), polling all lookups together so that the ones
-/// waiting on flash overlap. Errors read as a miss: a retrieval has no way to report a
-/// per-key failure in the text protocol.
+/// Most lookups of one multi-key get running at once. Each lookup of a flash item holds a
+/// device read, or waits for one in the engine's read queue (past `read_queue_limit`, in
+/// arrival order): the window keeps one client's 10,000-key get from parking 10,000 reads
+/// ahead of every other client's, and bounds a connection's share of that queue to
+/// `READ_BATCH` × this. 64 reads in flight still keep a flash device busy for one request.
+pub const FETCH_WINDOW: usize = 64;
+
+/// Read every key (recording the accesses), at most [`FETCH_WINDOW`] lookups at a time, so
+/// that the ones waiting on flash overlap. Errors read as a miss: a retrieval has no way to
+/// report a per-key failure in the text protocol (the flash engine makes an over-full read
+/// queue wait, not fail, so a miss here means the item is gone or unreadable).
 async fn fetch_all<S: KvStore>(ctx: &Context<S>, keys: &[Bytes]) -> Vec<Option<Item>> {
     if let [key] = keys {
         return vec![ctx.store.get(key).await.ok().flatten()];
     }
-    let lookups = keys
-        .iter()
-        .map(|k| -> BoxFuture<'_, Option<Item>> {
-            Box::pin(async move { ctx.store.get(k).await.ok().flatten() })
-        })
-        .collect();
-    join_all(lookups).await
+    let lookups = keys.iter().map(|k| -> BoxFuture<'_, Option<Item>> {
+        Box::pin(async move { ctx.store.get(k).await.ok().flatten() })
+    });
+    join_window(Box::new(lookups), FETCH_WINDOW).await
 }
 
 /// Set a new exptime on `key` if it exists, keeping its value, flags, CAS and meta bits
@@ -279,5 +290,38 @@ mod tests {
             4,
             "all four reads overlapped"
         );
+    }
+
+    #[tokio::test]
+    async fn a_large_multi_get_keeps_a_window_of_lookups() {
+        let store = Arc::new(SlowStore {
+            inner: flashtier_cache::ModelStore::new(flashtier_cache::Clock::system(), 1 << 20),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+        });
+        let ctx = Context::new(Arc::clone(&store), Settings::default());
+        let n = FETCH_WINDOW * 5 + 3;
+        let mut expect = Vec::new();
+        let mut keys = Vec::new();
+        for i in 0..n {
+            let (k, v) = (format!("k{i}"), format!("v{i}"));
+            if i % 7 != 3 {
+                let w = ItemWrite::new(Bytes::copy_from_slice(v.as_bytes()), 0, 0);
+                store.set(k.as_bytes(), w).await.unwrap();
+                expect.extend_from_slice(format!("VALUE {k} 0 {}\r\n{v}\r\n", v.len()).as_bytes());
+            }
+            keys.push(Bytes::from(k));
+        }
+        expect.extend_from_slice(b"END\r\n");
+        let req = Retrieval {
+            keys,
+            with_cas: false,
+            touch: None,
+            key_too_long: false,
+        };
+        let mut out = Output::new();
+        run(&ctx, req, &mut out).await;
+        assert!(out.to_vec() == expect, "every present key, in key order");
+        assert_eq!(store.max_in_flight.load(Ordering::SeqCst), FETCH_WINDOW);
     }
 }
