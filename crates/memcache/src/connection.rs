@@ -17,12 +17,8 @@ use crate::codec::{CloseReason, Decoded, Decoder, Limits};
 use crate::command::{execute, Flow};
 use crate::context::Context;
 use crate::dump::DumpState;
-<<<<<<< HEAD
-use crate::join::{join_all, BoxFuture};
-use crate::latency::Stage;
-=======
 use crate::join::{join_window, BoxFuture};
->>>>>>> mget
+use crate::latency::Stage;
 use crate::output::Output;
 use crate::request::{Request, StoreMode};
 use crate::stats::Stats;
