@@ -39,9 +39,10 @@ pub fn enable(fd: RawFd) {
 #[repr(C, align(8))]
 struct Control([u8; 64]);
 
-/// Receive into `buf`'s spare capacity (the caller reserved room): the byte count, and how
-/// long ago the kernel received the newest of those bytes (`None` without a stamp). A
-/// non-blocking socket returns `WouldBlock` when empty.
+/// Receive into `buf`'s spare capacity (the caller reserved room) without blocking
+/// (`MSG_DONTWAIT`, any stream socket): the byte count, and how long ago the kernel received
+/// the newest of those bytes (`None` without a stamp: not enabled, or a unix socket).
+/// `WouldBlock` when nothing is there.
 pub fn recv(fd: RawFd, buf: &mut BytesMut) -> std::io::Result<(usize, Option<Duration>)> {
     let spare = buf.spare_capacity_mut();
     let mut iov = libc::iovec {

@@ -130,15 +130,22 @@ impl Stream {
     }
 
     /// Read more without waiting, if bytes are already there (plain sockets only): lets a
-    /// pipeline sent in one burst be answered with one write. `None`: nothing more now.
+    /// pipeline sent in one burst be answered with one write, and a shutting-down connection
+    /// answer what the client already sent. `None`: nothing more now. Reads the socket
+    /// itself (`MSG_DONTWAIT`), not through tokio's readiness, which a short read cleared: a
+    /// readiness-gated read would see nothing although bytes arrived since, and a closing
+    /// connection would then reset its client with requests unanswered.
     pub fn read_ready(&mut self, buf: &mut BytesMut) -> Option<usize> {
         buf.reserve(READ_CHUNK);
-        let r = match self {
-            Stream::Tcp(s) => s.try_read_buf(buf),
-            Stream::Unix(s) => s.try_read_buf(buf),
+        let fd = match self {
+            Stream::Tcp(s) => std::os::fd::AsRawFd::as_raw_fd(s),
+            Stream::Unix(s) => std::os::fd::AsRawFd::as_raw_fd(s),
             Stream::Tls(_) => return None,
         };
-        r.ok().filter(|&n| n > 0)
+        crate::rxstamp::recv(fd, buf)
+            .ok()
+            .map(|(n, _)| n)
+            .filter(|&n| n > 0)
     }
 
     /// Write all of `bytes`.
