@@ -237,14 +237,6 @@ impl Executor for UringExecutor {
                 let _ = h.join();
             }
         }
-        // A registered file keeps its open file description (and so the device's lock)
-        // alive until the ring lets it go, which the kernel does lazily after the ring is
-        // closed: let go now, so the device can be opened again at once.
-        for r in &self.rings {
-            if r.fixed {
-                let _ = r.ring.submitter().unregister_files();
-            }
-        }
     }
 
     fn backend(&self) -> &'static str {
