@@ -62,8 +62,6 @@ pub fn use_ring_lane(lane: usize) {
 /// The ring and its bookkeeping, shared by submitters, reapers and the ring thread.
 pub(crate) struct Ring {
     ring: IoUring,
-    /// `fds` are registered with the ring (SQEs name them by index).
-    fixed: bool,
     fds: Vec<i32>,
     /// Keeps the descriptors in `fds` open.
     _devices: Vec<Arc<dyn Device>>,
@@ -169,12 +167,8 @@ impl Ring {
         // SAFETY: `efd` is a freshly created descriptor nobody else owns.
         let events = File::from(unsafe { OwnedFd::from_raw_fd(efd) });
         ring.submitter().register_eventfd(events.as_raw_fd())?;
-        // Registered files: each SQE names its device by index, so the kernel takes no
-        // reference on the file per IO. Where the kernel refuses, plain descriptors.
-        let fixed = ring.submitter().register_files(fds).is_ok();
         Ok(Ring {
             ring,
-            fixed,
             fds: fds.to_vec(),
             _devices: devices.to_vec(),
             state: Mutex::new(State {
@@ -392,13 +386,10 @@ impl Ring {
                     let fd = self.fds.get(*dev).copied();
                     let len = buf.len();
                     let p = buf.as_mut_slice().as_mut_ptr();
-                    let e = fd.map(|fd| match self.fixed {
-                        true => opcode::Read::new(types::Fixed(*dev as u32), p, len as u32)
+                    let e = fd.map(|fd| {
+                        opcode::Read::new(types::Fd(fd), p, len as u32)
                             .offset(*off)
-                            .build(),
-                        false => opcode::Read::new(types::Fd(fd), p, len as u32)
-                            .offset(*off)
-                            .build(),
+                            .build()
                     });
                     (fd, e, len)
                 }
@@ -406,25 +397,19 @@ impl Ring {
                     let fd = self.fds.get(*dev).copied();
                     let len = buf.len();
                     let p = buf.as_slice().as_ptr();
-                    let e = fd.map(|fd| match self.fixed {
-                        true => opcode::Write::new(types::Fixed(*dev as u32), p, len as u32)
+                    let e = fd.map(|fd| {
+                        opcode::Write::new(types::Fd(fd), p, len as u32)
                             .offset(*off)
-                            .build(),
-                        false => opcode::Write::new(types::Fd(fd), p, len as u32)
-                            .offset(*off)
-                            .build(),
+                            .build()
                     });
                     (fd, e, len)
                 }
                 IoOp::Sync { dev } => {
                     let fd = self.fds.get(*dev).copied();
-                    let e = fd.map(|fd| match self.fixed {
-                        true => opcode::Fsync::new(types::Fixed(*dev as u32))
+                    let e = fd.map(|fd| {
+                        opcode::Fsync::new(types::Fd(fd))
                             .flags(types::FsyncFlags::DATASYNC)
-                            .build(),
-                        false => opcode::Fsync::new(types::Fd(fd))
-                            .flags(types::FsyncFlags::DATASYNC)
-                            .build(),
+                            .build()
                     });
                     (fd, e, 0)
                 }
