@@ -107,14 +107,24 @@ mod tests {
         let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (s, _) = l.accept().unwrap();
         enable(s.as_raw_fd());
-        c.write_all(b"get k\r\n").unwrap();
-        std::thread::sleep(Duration::from_millis(30));
-        let mut buf = BytesMut::with_capacity(64);
-        let (n, age) = recv(s.as_raw_fd(), &mut buf).unwrap();
-        assert_eq!(&buf[..n], b"get k\r\n");
-        let age = age.expect("a receive timestamp");
+        // The kernel turns receive timestamps on lazily (a deferred static key): the first
+        // segments after the first socket asks may carry none.
+        let mut stamped = None;
+        for _ in 0..20 {
+            c.write_all(b"get k\r\n").unwrap();
+            std::thread::sleep(Duration::from_millis(30));
+            let mut buf = BytesMut::with_capacity(64);
+            let (n, age) = recv(s.as_raw_fd(), &mut buf).unwrap();
+            assert_eq!(&buf[..n], b"get k\r\n");
+            if age.is_some() {
+                stamped = age;
+                break;
+            }
+        }
+        let age = stamped.expect("a receive timestamp within 20 reads");
         assert!(age >= Duration::from_millis(25), "{age:?}");
         assert!(age < Duration::from_secs(5), "{age:?}");
+        let mut buf = BytesMut::with_capacity(64);
         s.set_nonblocking(true).unwrap();
         let e = recv(s.as_raw_fd(), &mut buf).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
