@@ -87,9 +87,10 @@ fn main() -> std::process::ExitCode {
                 if memcached { "memcached" } else { "flashtier" },
                 logging::error_chain(&e)
             );
-            // A daemon's parent prints it; otherwise log it here.
+            // A daemon's parent prints it; otherwise it is the last line logged here, with
+            // its own line breaks (a TOML error's source line and caret).
             if !daemon::fail(&line, code) {
-                log::error!("{}", logging::error_chain(&e));
+                logging::fatal(&logging::error_chain(&e));
             }
             std::process::ExitCode::from(code)
         }

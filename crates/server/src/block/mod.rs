@@ -33,7 +33,9 @@ mod config;
 pub use crate::cli::BlockArgs;
 pub use config::BlockConfig;
 pub fn main(args: BlockArgs) -> anyhow::Result<()> {
-    let cfg = BlockConfig::from_args(&args)?;
+    // Every refusal here is of a flag or a --config key: a usage error (exit 64).
+    let cfg = BlockConfig::from_args(&args)
+        .map_err(|e| anyhow::Error::new(crate::cli::Usage(crate::logging::error_chain(&e))))?;
     let threads = cfg.threads;
     if args.check_config {
         cfg.check_paths()?;
