@@ -128,7 +128,8 @@ pub struct KvArgs {
     )]
     pub conn_limit: Option<usize>,
 
-    /// Flash tier device or file as PATH:SIZE (e.g. data/flash.bin:2GiB); repeat for JBOD.
+    /// Flash tier device or file as PATH:SIZE (e.g. data/flash.bin:2GiB; SIZE 0 = the whole
+    /// existing file or device); repeat for JBOD.
     /// memcached's `-o ext_path=PATH:SIZE` is the same. Default: data/flash.bin:1GiB under
     /// the current directory (created), unless --ram-only (as `memcached`: RAM only unless
     /// -o ext_path).
@@ -316,7 +317,8 @@ pub struct BlockArgs {
     #[arg(long, value_name = "PATH|URI")]
     pub backing: Option<String>,
 
-    /// The cache device, PATH:SIZE (created and sized if missing), e.g. /var/cache/ft.img:4G.
+    /// The cache device, PATH:SIZE (created and sized if missing; SIZE 0 = the whole
+    /// existing file or device), e.g. /var/cache/ft.img:4G.
     #[arg(long, value_name = "PATH:SIZE")]
     pub cache: Option<String>,
 

@@ -97,6 +97,39 @@ pub fn explain(e: anyhow::Error) -> anyhow::Error {
     }
 }
 
+/// The bytes `PATH:0` means on either face (`kv --flash`, `block --cache`): the whole
+/// existing file or block device. A missing or empty file is refused (a usage error: give a
+/// size to create it), in the same words on both faces. `flag` and `text` name the flag and
+/// its value in the message.
+pub fn whole_size(path: &Path, flag: &str, text: &str) -> anyhow::Result<u64> {
+    use std::io::Seek as _;
+    let shown = path.display();
+    let Ok(meta) = std::fs::metadata(path) else {
+        crate::usage!(
+            "{flag} {text}: size 0 means \"the whole existing file or device\", and {shown} does \
+             not exist; give a size to create it (e.g. {shown}:1GiB)"
+        );
+    };
+    if meta.is_dir() {
+        crate::usage!("{flag} {text}: {shown} is a directory");
+    }
+    // A block device reports length 0 in its metadata: its size is where its end is.
+    let len = if std::os::unix::fs::FileTypeExt::is_block_device(&meta.file_type()) {
+        std::fs::File::open(path)
+            .and_then(|mut f| f.seek(std::io::SeekFrom::End(0)))
+            .with_context(|| format!("{flag} {text}: cannot read the size of {shown}"))?
+    } else {
+        meta.len()
+    };
+    if len == 0 {
+        crate::usage!(
+            "{flag} {text}: size 0 means \"the whole existing file or device\", and {shown} is \
+             empty; give a size (e.g. {shown}:1GiB)"
+        );
+    }
+    Ok(len)
+}
+
 /// What a start's format check would find on an existing device, read-only: a foreign file
 /// system or other data is refused (as the start would refuse it) unless `force_format`.
 pub fn check_contents(path: &Path, what: &str, force_format: bool) -> anyhow::Result<()> {

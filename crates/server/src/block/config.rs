@@ -123,10 +123,11 @@ impl BlockConfig {
         let listen: ListenAddr = listen_text
             .parse()
             .with_context(|| format!("--listen {listen_text:?}"))?;
-        let cache =
+        let mut cache =
             DeviceSpec::parse(&cache_text).with_context(|| format!("--cache {cache_text:?}"))?;
+        // As on the kv face: 0 = the whole existing file or device.
         if cache.size == 0 {
-            bail!("--cache {cache_text:?}: give a size, e.g. PATH:4G");
+            cache.size = crate::startup::whole_size(&cache.path, "--cache", &cache_text)?;
         }
         let block_size = args.block_size.unwrap_or(4096);
         if !block_size.is_power_of_two() || !(512..=1 << 20).contains(&block_size) {

@@ -46,22 +46,13 @@ fn check_device(text: &str, spec: &DeviceSpec) -> anyhow::Result<()> {
     let path = &spec.path;
     match std::fs::metadata(path) {
         Ok(m) if m.is_dir() => bail!("--flash {text}: {} is a directory", path.display()),
-        Ok(_) => rustix::fs::access(
-            path,
-            rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK,
-        )
-        .with_context(|| {
-            format!(
-                "--flash {text}: {} cannot be read and written",
-                path.display()
-            )
-        }),
-        Err(_) if spec.size == 0 => bail!(
-            "--flash {text}: size 0 means \"the whole existing file or device\", and {} does not \
-             exist; give a size to create it (e.g. {}:1GiB)",
-            path.display(),
-            path.display()
-        ),
+        Ok(_) => {
+            if spec.size == 0 {
+                crate::startup::whole_size(path, "--flash", text)?;
+            }
+            readable_writable(text, path)
+        }
+        Err(_) if spec.size == 0 => crate::startup::whole_size(path, "--flash", text).map(drop),
         Err(_) => {
             // Created at start, with the directories above it.
             let parent = path
@@ -88,6 +79,19 @@ fn check_device(text: &str, spec: &DeviceSpec) -> anyhow::Result<()> {
             })
         }
     }
+}
+
+fn readable_writable(text: &str, path: &Path) -> anyhow::Result<()> {
+    rustix::fs::access(
+        path,
+        rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK,
+    )
+    .with_context(|| {
+        format!(
+            "--flash {text}: {} cannot be read and written",
+            path.display()
+        )
+    })
 }
 
 /// The ports: bound and released at once.
