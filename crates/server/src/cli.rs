@@ -84,6 +84,30 @@ macro_rules! usage {
     };
 }
 
+/// The configuration does not fit the machine as it is: a flash or cache device formatted
+/// for another size or set, or holding other data; a flash or cache directory that does not
+/// exist. Exit status 78 (`EX_CONFIG`): as after a usage error, starting again unchanged
+/// cannot succeed, so the packaged units do not restart on either
+/// (`RestartPreventExitStatus=64 78`). The message says what to change.
+#[derive(Debug)]
+pub struct Conflict(pub String);
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Conflict {}
+
+/// `anyhow::bail!` for [`Conflict`]s.
+#[macro_export]
+macro_rules! conflict {
+    ($($t:tt)*) => {
+        return Err(anyhow::Error::new($crate::cli::Conflict(format!($($t)*))))
+    };
+}
+
 #[derive(Clone, Debug, Default, Args)]
 pub struct KvArgs {
     /// TOML configuration file (keys: listen, memory, max_item_size, threads,
@@ -129,10 +153,10 @@ pub struct KvArgs {
     pub conn_limit: Option<usize>,
 
     /// Flash tier device or file as PATH:SIZE (e.g. data/flash.bin:2GiB; SIZE 0 = the whole
-    /// existing file or device); repeat for JBOD.
-    /// memcached's `-o ext_path=PATH:SIZE` is the same. Default: data/flash.bin:1GiB under
-    /// the current directory (created), unless --ram-only (as `memcached`: RAM only unless
-    /// -o ext_path).
+    /// existing file or device); repeat for JBOD. A missing file is created, a missing
+    /// directory is refused. memcached's `-o ext_path=PATH:SIZE` is the same. Default:
+    /// data/flash.bin:1GiB under the current directory (created, `data/` too), unless
+    /// --ram-only (as `memcached`: RAM only unless -o ext_path).
     #[arg(long, value_name = "PATH:SIZE", action = ArgAction::Append)]
     pub flash: Vec<String>,
 
@@ -317,8 +341,8 @@ pub struct BlockArgs {
     #[arg(long, value_name = "PATH|URI")]
     pub backing: Option<String>,
 
-    /// The cache device, PATH:SIZE (created and sized if missing; SIZE 0 = the whole
-    /// existing file or device), e.g. /var/cache/ft.img:4G.
+    /// The cache device, PATH:SIZE (created and sized if missing, in a directory that must
+    /// exist; SIZE 0 = the whole existing file or device), e.g. /var/cache/ft.img:4G.
     #[arg(long, value_name = "PATH:SIZE")]
     pub cache: Option<String>,
 

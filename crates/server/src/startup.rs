@@ -130,6 +130,33 @@ pub fn whole_size(path: &Path, flag: &str, text: &str) -> anyhow::Result<u64> {
     Ok(len)
 }
 
+/// The directory a flash or cache file is created in must exist: flashtier creates the
+/// file, never the directories above it, so a mistyped path (`/mnt/nvme0/typo/flash.bin`)
+/// is refused, naming the missing directory, instead of filling the disk under `/mnt`. The
+/// one exception is the kv face's built-in default, `data/flash.bin`, whose `data/` a first
+/// `flashtier kv` in a fresh checkout creates (the caller does not ask then).
+pub fn check_parent(path: &Path, flag: &str, text: &str) -> anyhow::Result<()> {
+    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if dir.exists() {
+        crate::conflict!("{flag} {text}: {} is not a directory", dir.display());
+    }
+    let existing = dir
+        .ancestors()
+        .skip(1)
+        .find(|a| !a.as_os_str().is_empty() && a.exists());
+    let nearest = existing.map_or_else(String::new, |a| format!(" ({} does)", a.display()));
+    crate::conflict!(
+        "{flag} {text}: directory {} does not exist{nearest}; flashtier creates the file but \
+         not its directory: check the path for a typo, or create the directory first",
+        dir.display()
+    )
+}
+
 /// What a start's format check would find on an existing device, read-only: a foreign file
 /// system or other data is refused (as the start would refuse it) unless `force_format`.
 pub fn check_contents(path: &Path, what: &str, force_format: bool) -> anyhow::Result<()> {

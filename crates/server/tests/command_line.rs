@@ -35,7 +35,7 @@ fn check_config() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("UDP is not supported"));
     let bad = flashtier(&["kv", "-o", "frobnicate", "--check-config"]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("-o frobnicate: unknown option"));
-    // The flash file's directory is created when missing; one under a regular file cannot be.
+    // A flash file's directory must exist (flash_directory.rs); a regular file is none.
     let flash = flashtier(&["kv", "-o", "ext_path=/proc/version/flash:1G"]);
     assert!(!flash.status.success());
     let err = String::from_utf8_lossy(&flash.stderr);

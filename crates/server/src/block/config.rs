@@ -206,6 +206,15 @@ impl BlockConfig {
         Ok(())
     }
 
+    /// A cache file to create goes in an existing directory (`startup::check_parent`):
+    /// checked before anything is created, the run dir included.
+    pub fn check_cache_dir(&self) -> anyhow::Result<()> {
+        if self.cache.path.exists() {
+            return Ok(());
+        }
+        crate::startup::check_parent(&self.cache.path, "--cache", &self.cache_text)
+    }
+
     pub fn check_paths(&self) -> anyhow::Result<()> {
         if !flashtier_nbd::is_nbd_uri(&self.backing) {
             let m = std::fs::metadata(&self.backing)
@@ -220,8 +229,11 @@ impl BlockConfig {
         match std::fs::metadata(cache) {
             Ok(m) if m.is_dir() => bail!("--cache {}: is a directory", cache.display()),
             Ok(_) => {}
-            Err(_) => writable_dir(parent_of(cache))
-                .with_context(|| format!("--cache {}: cannot be created", cache.display()))?,
+            Err(_) => {
+                self.check_cache_dir()?;
+                writable_dir(parent_of(cache))
+                    .with_context(|| format!("--cache {}: cannot be created", cache.display()))?
+            }
         }
         writable_dir(existing_ancestor(&self.run_dir))
             .with_context(|| format!("--run-dir {}", self.run_dir.display()))?;

@@ -60,6 +60,7 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
     let mut litter = Litter::default();
     // A cache that is the backing is a typo that would wipe the disk: refused before anything.
     cfg.check_cache_is_not_backing()?;
+    cfg.check_cache_dir()?;
     // The run dir next: a busy or unwritable one fails before anything is opened.
     litter
         .create_dir_all(&cfg.run_dir)

@@ -27,7 +27,7 @@ pub fn check(cfg: &KvConfig) -> anyhow::Result<()> {
     }
     for text in &cfg.flash {
         let spec = DeviceSpec::parse(text).with_context(|| format!("--flash {text}"))?;
-        check_device(text, &spec)?;
+        check_device(text, &spec, cfg.default_flash)?;
     }
     Ok(())
 }
@@ -42,7 +42,10 @@ pub fn check_more(cfg: &KvConfig) -> anyhow::Result<()> {
     check_ports(cfg)
 }
 
-fn check_device(text: &str, spec: &DeviceSpec) -> anyhow::Result<()> {
+/// An existing file or device that can be read and written, or a file to create: in an
+/// existing directory (`startup::check_parent`), or, for the built-in default
+/// (`default_flash`), under the nearest existing ancestor, where `data/` is created.
+fn check_device(text: &str, spec: &DeviceSpec, default_flash: bool) -> anyhow::Result<()> {
     let path = &spec.path;
     match std::fs::metadata(path) {
         Ok(m) if m.is_dir() => bail!("--flash {text}: {} is a directory", path.display()),
@@ -53,8 +56,26 @@ fn check_device(text: &str, spec: &DeviceSpec) -> anyhow::Result<()> {
             readable_writable(text, path)
         }
         Err(_) if spec.size == 0 => crate::startup::whole_size(path, "--flash", text).map(drop),
+        Err(_) if !default_flash => {
+            crate::startup::check_parent(path, "--flash", text)?;
+            let parent = path
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            rustix::fs::access(
+                parent,
+                rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+            )
+            .with_context(|| {
+                format!(
+                    "--flash {text}: cannot create {} ({} is not writable)",
+                    path.display(),
+                    parent.display()
+                )
+            })
+        }
         Err(_) => {
-            // Created at start, with the directories above it.
+            // The default: created at start, with `data/` above it.
             let parent = path
                 .parent()
                 .filter(|d| !d.as_os_str().is_empty())
@@ -153,7 +174,18 @@ mod tests {
     fn finds_what_a_start_would() {
         let dir = std::env::temp_dir().join(format!("ft-kvcheck-{}", std::process::id()));
         let f = format!("{}/sub/f.bin:64MiB", dir.display());
+        // A flash file in a directory that does not exist is refused, naming the directory.
+        let e = check(&cfg(&[&f], &[])).unwrap_err();
+        assert!(e.is::<crate::cli::Conflict>(), "{e}");
+        assert!(
+            e.to_string()
+                .contains(&format!("directory {}/sub does not exist", dir.display())),
+            "{e}"
+        );
+        assert!(!dir.exists());
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
         assert!(check(&cfg(&[&f], &[("item_size", "512")])).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
         let e = check(&cfg(&[&f], &[("foo", "1")])).unwrap_err();
         assert!(format!("{e:#}").contains("unknown knob foo"), "{e:#}");
         let e = check(&cfg(&[], &[("item_size", "1")])).unwrap_err();

@@ -66,6 +66,9 @@ pub struct KvConfig {
     /// Flash tier devices (`--flash`, `-o ext_path`), validated `PATH:SIZE[:TIER]` specs;
     /// empty = RAM only (`--ram-only`). Default: [`DEFAULT_FLASH`] (memcached: none).
     pub flash: Vec<String>,
+    /// `flash` is the built-in [`DEFAULT_FLASH`] (no flash flag, file key or `--ram-only`):
+    /// the only flash file whose missing directory (`data/`) a start creates.
+    pub default_flash: bool,
     /// Admin HTTP endpoint (`--admin`). Default: none.
     pub admin: Option<SocketAddr>,
     /// Runtime knobs to set at startup, in order (`--knob NAME=VALUE`, memcached's
@@ -202,6 +205,7 @@ impl KvConfig {
         let mut cfg = Self::from_flags(&a, memcached)?;
         if cfg.flash.is_empty() && !ram_only && file_flash.is_none() && !memcached {
             cfg.flash = vec![DEFAULT_FLASH.to_string()];
+            cfg.default_flash = true;
         }
         Ok(cfg)
     }
@@ -392,6 +396,7 @@ impl KvConfig {
             max_connections,
             verbose: a.verbose,
             flash,
+            default_flash: false,
             admin,
             knobs,
             force_format: a.force_format,

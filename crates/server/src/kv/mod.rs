@@ -47,13 +47,16 @@ fn build_store(cfg: &KvConfig, litter: &mut Litter) -> anyhow::Result<Arc<Cache>
         .evict_to_free(cfg.evictions);
     if !cfg.flash.is_empty() {
         let specs = flash_specs(cfg)?;
-        // A flash file under a data directory that does not exist yet: create the directory.
         for spec in &specs {
             let path = &spec.path;
+            // Only the built-in default creates its directory (`data/`); any other flash
+            // file's directory must exist (checked before: `check::check`).
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                litter
-                    .create_dir_all(dir)
-                    .with_context(|| format!("cannot create flash directory {}", dir.display()))?;
+                if cfg.default_flash {
+                    litter.create_dir_all(dir).with_context(|| {
+                        format!("cannot create flash directory {}", dir.display())
+                    })?;
+                }
             }
             litter.note_file(path);
         }
