@@ -111,7 +111,8 @@ macro_rules! conflict {
 #[derive(Clone, Debug, Default, Args)]
 pub struct KvArgs {
     /// TOML configuration file (keys: listen, memory, max_item_size, threads,
-    /// max_connections, flash, ram_only, admin, and a [knobs] table). Flags override it.
+    /// max_connections, flash, ram_only, reformat_on_mismatch, admin, and a [knobs] table).
+    /// Flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<std::path::PathBuf>,
 
@@ -184,6 +185,13 @@ pub struct KvArgs {
     /// lost. Default: off (only all-zero devices and flashtier's own kv flash are used).
     #[arg(long)]
     pub force_format: bool,
+
+    /// Start on a kv flash file or device formatted for another size or set (after
+    /// --flash PATH:SIZE changed) by formatting it as configured: the flash tier starts
+    /// empty. Also `reformat_on_mismatch = true` in --config. Default: off (the start is
+    /// refused, exit 78, naming the size that keeps the cached items).
+    #[arg(long)]
+    pub reformat_on_mismatch: bool,
 
     /// Verbosity: -v errors and warnings, -vv also every command and reply (debug),
     /// -vvv also connection state (trace). memcached -v.
@@ -417,8 +425,18 @@ pub struct BlockArgs {
     #[arg(long)]
     pub force_format: bool,
 
+    /// Start on a cache device formatted for another size (after --cache PATH:SIZE
+    /// changed): first open it at the size it was formatted for and write every dirty block
+    /// back to the backing, then format it empty at the new size. Refused (nothing
+    /// formatted) if a dirty block cannot be written back. Also `reformat_on_mismatch =
+    /// true` in --config. Default: off (the start is refused, exit 78, naming the size that
+    /// keeps the cache).
+    #[arg(long)]
+    pub reformat_on_mismatch: bool,
+
     /// TOML configuration file: the flags' names as keys (backing, cache, mode, listen,
-    /// export, admin, run_dir, block_size, no_direct_io, threads, dirty_high_pct, ...) and a
+    /// export, admin, run_dir, block_size, no_direct_io, threads, reformat_on_mismatch,
+    /// dirty_high_pct, ...) and a
     /// [set] table of tunables (`"flash.reclaim_policy" = "greedy"`). Flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<std::path::PathBuf>,

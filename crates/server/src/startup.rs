@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 
 /// What a failing start must undo.
 ///
@@ -82,19 +82,112 @@ impl Drop for Litter {
     }
 }
 
-/// Rewrite a refusal to format (anywhere in `e`'s chain) as one line naming what was found
-/// and `--force-format`; other errors pass through.
-pub fn explain(e: anyhow::Error) -> anyhow::Error {
-    let refused = e
-        .chain()
-        .find_map(|c| c.downcast_ref::<flashtier_flash::Error>());
-    match refused {
-        Some(flashtier_flash::Error::NotBlank { device, found }) => anyhow::anyhow!(
+/// Which face a start message speaks for: the flag that names the device, and what a
+/// reformat would lose (cached items; a block cache's dirty blocks too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Face {
+    Kv,
+    Block,
+}
+
+/// Rewrite a refusal to format or to open (anywhere in `e`'s chain) as one line that names
+/// what was found and what to do, as a [`crate::cli::Conflict`] (exit 78): other data on
+/// the device (`--force-format`), a device formatted for another size (keep the old size,
+/// or `--reformat-on-mismatch`), another format mismatch, one storage named twice. Other
+/// errors pass through.
+pub fn explain(e: anyhow::Error, face: Face) -> anyhow::Error {
+    use flashtier_flash::Error as F;
+    let Some(found) = e.chain().find_map(|c| c.downcast_ref::<F>()) else {
+        return e;
+    };
+    let text = match found {
+        F::NotBlank { device, found } => format!(
             "refusing to format {device}: it holds {found}; flashtier formats only all-zero \
              devices and its own. Pass --force-format to overwrite it (what it holds is lost)"
         ),
-        _ => e,
+        F::Resized {
+            device,
+            formatted,
+            requested,
+        } => resized(face, device, *formatted, *requested),
+        F::SameStorage(_) => found.to_string(),
+        F::Mismatch(_) => match face {
+            Face::Kv => format!(
+                "{found}. To keep the cached items, start with the devices and sizes it was \
+                 formatted with; to format it empty as configured, pass --reformat-on-mismatch"
+            ),
+            Face::Block => format!(
+                "{found}. To keep the cache and its dirty blocks, start with the device as it \
+                 was formatted; --force-format formats it as configured, and the dirty blocks \
+                 it holds (not yet written back) are lost"
+            ),
+        },
+        _ => return e,
+    };
+    anyhow::Error::new(crate::cli::Conflict(text))
+}
+
+/// What to do about a device formatted for `formatted` bytes and now configured for
+/// `requested`: keep the old size (the data stays), or reformat at the new size. On the
+/// block face the reformat writes the dirty blocks back first (`block::reformat`).
+pub fn resized(face: Face, device: &str, formatted: u64, requested: u64) -> String {
+    let new = flashtier_flash::format_size(requested);
+    let reformat = match face {
+        Face::Kv => format!("to start empty at {new}"),
+        Face::Block => {
+            format!("to write its dirty blocks back to the backing and start empty at {new}")
+        }
+    };
+    format!(
+        "{}; {reformat}, pass --reformat-on-mismatch (or reformat_on_mismatch = true in \
+         --config)",
+        resized_keep(face, device, formatted, requested)
+    )
+}
+
+/// The first half of [`resized`]: what was found, and the size that keeps the data.
+pub fn resized_keep(face: Face, device: &str, formatted: u64, requested: u64) -> String {
+    use flashtier_flash::format_size as human;
+    let (old, new) = (human(formatted), human(requested));
+    match face {
+        Face::Kv => format!(
+            "--flash {device}: formatted for {old}, now {new} is asked, and a flash tier cannot \
+             change size in place. To keep the cached items, start with --flash {device}:{old}"
+        ),
+        Face::Block => format!(
+            "--cache {device}: formatted for {old}, now {new} is asked, and a cache cannot \
+             change size in place. To keep the cache and its dirty blocks, start with --cache \
+             {device}:{old}"
+        ),
     }
+}
+
+/// What a start would find on an existing flashtier device at `size` bytes, read-only: one
+/// formatted for a size that gives another segment count is refused as the start would
+/// refuse it ([`resized`]), unless `reformat` (`--reformat-on-mismatch`, `--force-format`).
+pub fn check_formatted_size(
+    path: &Path,
+    size: u64,
+    face: Face,
+    reformat: bool,
+) -> anyhow::Result<()> {
+    use flashtier_flash::format::superblock::Superblock;
+    use std::io::Read as _;
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return Ok(());
+    };
+    let mut page = vec![0u8; 4096];
+    if file.read_exact(&mut page).is_err() {
+        return Ok(());
+    }
+    let Ok(sb) = Superblock::decode(&page) else {
+        return Ok(());
+    };
+    if reformat || sb.segments_for(size) == u64::from(sb.segments) {
+        return Ok(());
+    }
+    let text = resized(face, &path.display().to_string(), sb.device_size, size);
+    Err(anyhow::Error::new(crate::cli::Conflict(text)))
 }
 
 /// The bytes `PATH:0` means on either face (`kv --flash`, `block --cache`): the whole
@@ -179,7 +272,7 @@ pub fn check_contents(path: &Path, what: &str, force_format: bool) -> anyhow::Re
         .with_context(|| format!("{what} {}: cannot read it", path.display()))?;
     if let flashtier_flash::probe::Content::Foreign(found) = found {
         if !force_format {
-            bail!(
+            crate::conflict!(
                 "{what} {}: refusing to format it: it holds {found}; flashtier formats only \
                  all-zero devices and its own. Pass --force-format to overwrite it",
                 path.display()

@@ -1,6 +1,6 @@
 //! flashtier never formats what the user did not give it: `kv --flash` and `block --cache`
 //! refuse a file holding a real file system, partition table, volume signature or random
-//! data (one line naming what was found and `--force-format`, exit status 1, the file byte
+//! data (one line naming what was found and `--force-format`, exit status 78, the file byte
 //! for byte as it was); `--force-format` overrides; a cache that is the backing (same path,
 //! symlink, hard link) or a flash file given twice is refused; the backing is locked while
 //! served; and a start that fails leaves no file it created, and no file it grew, behind (a
@@ -87,10 +87,11 @@ fn snapshot(p: &Path) -> (u64, String) {
     (std::fs::metadata(p).expect("stat").len(), sha256(p))
 }
 
-/// A refused start: exit status 1, one line on stderr that names `what` and the override.
+/// A refused start: exit status 78 (`EX_CONFIG`), one line on stderr that names `what` and
+/// the override.
 fn assert_refused(out: &Output, what: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "exit status; stderr: {err}");
+    assert_eq!(out.status.code(), Some(78), "exit status; stderr: {err}");
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "one line: {err}");
     assert!(lines[0].contains(what), "{err:?} should name {what:?}");

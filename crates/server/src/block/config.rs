@@ -24,6 +24,8 @@ pub struct BlockFile {
     pub no_direct_io: Option<bool>,
     pub threads: Option<usize>,
     pub trace: Option<PathBuf>,
+    /// `--reformat-on-mismatch`.
+    pub reformat_on_mismatch: Option<bool>,
     /// Tunables as `--set` takes them (`flash.*` included); `--set` flags come after.
     pub set: Option<std::collections::BTreeMap<String, toml::Value>>,
 }
@@ -61,6 +63,7 @@ fn merged(args: &BlockArgs) -> anyhow::Result<BlockArgs> {
         trace
     );
     a.no_direct_io |= f.no_direct_io.unwrap_or(false);
+    a.reformat_on_mismatch |= f.reformat_on_mismatch.unwrap_or(false);
     if let Some(table) = &f.set {
         let mut set: Vec<String> = table
             .iter()
@@ -92,6 +95,9 @@ pub struct BlockConfig {
     pub direct_io: bool,
     /// `--force-format` (a flag only, never from the config file).
     pub force_format: bool,
+    /// `--reformat-on-mismatch`: a cache formatted for another size is written back, then
+    /// formatted at the new size (`block::reformat`).
+    pub reformat_on_mismatch: bool,
     pub threads: Option<usize>,
     /// `--trace FILE`: record every NBD request into FILE (`None`: off).
     pub trace: Option<PathBuf>,
@@ -178,6 +184,7 @@ impl BlockConfig {
             block_size,
             direct_io: !args.no_direct_io,
             force_format: args.force_format,
+            reformat_on_mismatch: args.reformat_on_mismatch,
             threads: args.threads,
             trace: args.trace.clone(),
             tunables: tun,
@@ -198,7 +205,7 @@ impl BlockConfig {
         let same = flashtier_flash::probe::same_storage(Path::new(&self.backing), cache)
             .with_context(|| format!("--backing {}", self.backing))?;
         if let Some(why) = same {
-            bail!(
+            crate::conflict!(
                 "--cache {} is the backing: {why}; the cache must be another device",
                 cache.display()
             );
@@ -226,6 +233,12 @@ impl BlockConfig {
         let cache = &self.cache.path;
         self.check_cache_is_not_backing()?;
         crate::startup::check_contents(cache, "--cache", self.force_format)?;
+        crate::startup::check_formatted_size(
+            cache,
+            self.cache.size,
+            crate::startup::Face::Block,
+            self.force_format || self.reformat_on_mismatch,
+        )?;
         match std::fs::metadata(cache) {
             Ok(m) if m.is_dir() => bail!("--cache {}: is a directory", cache.display()),
             Ok(_) => {}
@@ -262,7 +275,7 @@ impl BlockConfig {
     pub fn describe(&self) -> String {
         let mut s = format!(
             "backing={}\ncache={}\ncache_size={}\nlisten={}\nexport={}\nadmin={}\nrun_dir={}\n\
-             block_size={}\ndirect_io={}\n",
+             block_size={}\ndirect_io={}\nreformat_on_mismatch={}\n",
             self.backing,
             self.cache.path.display(),
             self.cache.size,
@@ -271,7 +284,8 @@ impl BlockConfig {
             self.admin.map_or("none".to_string(), |a| a.to_string()),
             self.run_dir.display(),
             self.block_size,
-            self.direct_io
+            self.direct_io,
+            self.reformat_on_mismatch
         );
         if let Some(t) = &self.trace {
             s.push_str(&format!("trace={}\n", t.display()));

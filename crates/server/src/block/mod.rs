@@ -1,7 +1,8 @@
 //! `flashtier block`: validate the configuration ([`BlockConfig`], also all that
 //! `--check-config` does), lock the run dir, open the backing (file, block device or NBD
-//! URI) and the flash cache, recover dirty blocks, bind the NBD and admin listeners, and only
-//! then announce that it serves. Until SIGTERM/SIGINT or `ctl detach` it rewrites the
+//! URI) and the flash cache ([`reformat`]: a cache formatted for another size is refused, or
+//! with `--reformat-on-mismatch` written back at its old size and then formatted), recover
+//! dirty blocks, bind the NBD and admin listeners, and only then announce that it serves. Until SIGTERM/SIGINT or `ctl detach` it rewrites the
 //! `<export>.stats` file every second and samples counters for per-window rates; at exit the
 //! file is rewritten once more with the final state (`state=stopped`).
 //!
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use flashtier_backend::{BlockBackend, Traced, Tracer};
-use flashtier_blockcache::{BlockCache, BlockCacheConfig, Mode, Tunables};
+use flashtier_blockcache::{Mode, Tunables};
 use flashtier_flash::{DeviceSpec, FlashConfig};
 use flashtier_nbd::{open_backend, Export, ListenAddr, Server, ServerConfig};
 
@@ -29,6 +30,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
 
 mod admin;
 mod config;
+mod reformat;
 
 pub use crate::cli::BlockArgs;
 pub use config::BlockConfig;
@@ -89,23 +91,36 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
         })?),
         None => None,
     };
-    let flash = FlashConfig {
-        direct_io: cfg.direct_io,
-        force_format: cfg.force_format,
-        ..FlashConfig::for_capacity(cfg.cache.size)
-    };
-    let bc = BlockCacheConfig {
-        block_size: cfg.block_size,
-        flash: Some(flash),
-        tunables: cfg.tunables.clone(),
-    };
     litter.note_file(&cfg.cache.path);
-    let spec = cfg.cache.clone();
-    let cache = tokio::task::spawn_blocking(move || BlockCache::open_specs(&[spec], backing, bc))
-        .await
-        .context("open task")?
+    let opened = reformat::open(
+        &cfg,
+        cfg.cache.clone(),
+        &backing,
+        cfg.tunables.clone(),
+        false,
+    )
+    .await
+    .context("open task")?;
+    let opened = match reformat::resized(&opened) {
+        // Formatted for another size: --reformat-on-mismatch writes its dirty blocks back
+        // at the old size, then formats it at the new one.
+        Some(formatted) if cfg.reformat_on_mismatch && !cfg.force_format => {
+            reformat::write_back_at(&cfg, formatted, &backing).await?;
+            reformat::open(
+                &cfg,
+                cfg.cache.clone(),
+                &backing,
+                cfg.tunables.clone(),
+                true,
+            )
+            .await
+            .context("open task")?
+        }
+        _ => opened,
+    };
+    let cache = opened
         .with_context(|| format!("cannot open the block cache on {}", cfg.cache_text))
-        .map_err(crate::startup::explain)?;
+        .map_err(|e| crate::startup::explain(e, crate::startup::Face::Block))?;
     for (k, v) in &cfg.flash_knobs {
         cache
             .set_tunable(k, v)

@@ -12,7 +12,7 @@ use flashtier_cache::flash::DeviceSpec;
 use flashtier_cache::FlashSettings;
 
 use crate::kv::KvConfig;
-use crate::startup::check_contents;
+use crate::startup::{check_contents, Face};
 
 /// Knobs and flash paths: what a start checks first.
 pub fn check(cfg: &KvConfig) -> anyhow::Result<()> {
@@ -36,8 +36,13 @@ pub fn check(cfg: &KvConfig) -> anyhow::Result<()> {
 /// contents of existing flash files, and the ports.
 pub fn check_more(cfg: &KvConfig) -> anyhow::Result<()> {
     for text in &cfg.flash {
-        let spec = DeviceSpec::parse(text).with_context(|| format!("--flash {text}"))?;
+        let mut spec = DeviceSpec::parse(text).with_context(|| format!("--flash {text}"))?;
         check_contents(&spec.path, "--flash", cfg.force_format)?;
+        if spec.size == 0 {
+            spec.size = crate::startup::whole_size(&spec.path, "--flash", text)?;
+        }
+        let keep = cfg.force_format || cfg.reformat_on_mismatch;
+        crate::startup::check_formatted_size(&spec.path, spec.size, Face::Kv, keep)?;
     }
     check_ports(cfg)
 }
@@ -139,6 +144,9 @@ pub fn describe(cfg: &KvConfig) -> String {
     let flash: Vec<String> = cfg.flash.iter().map(|f| q(f)).collect();
     let _ = writeln!(s, "flash = [{}]", flash.join(", "));
     let _ = writeln!(s, "ram_only = {}", cfg.flash.is_empty());
+    if cfg.reformat_on_mismatch {
+        let _ = writeln!(s, "reformat_on_mismatch = true");
+    }
     if let Some(a) = cfg.admin {
         let _ = writeln!(s, "admin = {}", q(&a.to_string()));
     }

@@ -76,6 +76,9 @@ pub struct KvConfig {
     pub knobs: Vec<(String, String)>,
     /// Format flash devices that hold other data (`--force-format`). Default: false.
     pub force_format: bool,
+    /// Format flash devices whose format does not match (another size or set) instead of
+    /// refusing to start (`--reformat-on-mismatch`, `reformat_on_mismatch`). Default: false.
+    pub reformat_on_mismatch: bool,
     /// Daemonize (-d).
     pub daemon: bool,
     /// Pid file (-P).
@@ -132,6 +135,9 @@ pub struct KvFile {
     pub flash: Option<Vec<String>>,
     /// No flash tier. Default: false.
     pub ram_only: Option<bool>,
+    /// Format flash formatted for another size or set as configured (empty) instead of
+    /// refusing to start. Default: false.
+    pub reformat_on_mismatch: Option<bool>,
     /// Admin endpoint HOST:PORT. Default: none.
     pub admin: Option<String>,
     /// Runtime knobs set at startup (`[knobs]` table, e.g. `item_size = 512`); `--knob`
@@ -176,6 +182,7 @@ impl KvConfig {
         if a.admin.is_none() {
             a.admin = file.admin;
         }
+        a.reformat_on_mismatch |= file.reformat_on_mismatch == Some(true);
         if let Some(table) = &file.knobs {
             let mut from_file: Vec<String> = table
                 .iter()
@@ -400,6 +407,7 @@ impl KvConfig {
             admin,
             knobs,
             force_format: a.force_format,
+            reformat_on_mismatch: a.reformat_on_mismatch,
             daemon: a.daemon,
             pidfile: a.pidfile.clone(),
             user: a.user.clone(),

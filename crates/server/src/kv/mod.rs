@@ -62,6 +62,7 @@ fn build_store(cfg: &KvConfig, litter: &mut Litter) -> anyhow::Result<Arc<Cache>
         }
         let mut flash = FlashSettings::specs(specs);
         flash.force_format = cfg.force_format;
+        flash.reformat_on_mismatch = cfg.reformat_on_mismatch;
         // One io_uring per serving thread (see flashtier_memcache::Workers).
         flash.io_lanes = cfg.threads;
         builder = builder.flash(flash);
@@ -164,7 +165,8 @@ pub fn main(args: KvArgs, memcached: bool) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let store = build_store(&cfg, &mut litter).map_err(crate::startup::explain)?;
+    let store = build_store(&cfg, &mut litter)
+        .map_err(|e| crate::startup::explain(e, crate::startup::Face::Kv))?;
     for (name, value) in &cfg.knobs {
         store
             .set_knob(name, value)
