@@ -297,7 +297,7 @@ pub struct KvArgs {
     pub disable_watch: bool,
 
     /// ASCII authentication from FILE of `user:password` lines (memcached -Y); SIGHUP
-    /// reloads it.
+    /// reloads it (after -u, through the descriptor opened as root: edit it in place).
     #[arg(short = 'Y', long = "auth-file", value_name = "FILE")]
     pub auth_file: Option<std::path::PathBuf>,
 

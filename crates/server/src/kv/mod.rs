@@ -363,7 +363,12 @@ async fn reload_on_hangup(auth: Option<Arc<AuthFile>>) {
     while hup.recv().await.is_some() {
         if let Some(a) = &auth {
             match a.reload() {
-                Ok(n) => log::info!("SIGHUP: auth file reloaded ({n} entries)"),
+                Ok(r) if r.through_descriptor => log::info!(
+                    "SIGHUP: auth file reloaded ({} entries) through the descriptor opened at \
+                     start (this user may not open it: root was dropped with -u)",
+                    r.entries
+                ),
+                Ok(r) => log::info!("SIGHUP: auth file reloaded ({} entries)", r.entries),
                 Err(e) => log::warn!("SIGHUP: {e}; keeping the previous entries"),
             }
         }
