@@ -354,7 +354,9 @@ pub struct BlockArgs {
     #[arg(long, value_name = "PATH:SIZE")]
     pub cache: Option<String>,
 
-    /// writeback | writethrough | writearound. Default: writeback.
+    /// writeback | writethrough | writearound. Given (or `mode` in --config), it wins at
+    /// start and forgets the mode set at run time; not given, a restart keeps the mode last
+    /// set at run time (`ctl set mode=`, kept in <run-dir>/<export>.mode). Default: writeback.
     #[arg(long, value_name = "MODE")]
     pub mode: Option<String>,
 

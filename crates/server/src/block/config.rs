@@ -106,6 +106,11 @@ pub struct BlockConfig {
     pub flash_knobs: Vec<(String, String)>,
     /// Every tunable's effective value (defaults with the changes applied).
     pub effective: Vec<(String, String)>,
+    /// The mode is given at start (`--mode`, `mode` in --config, `--set mode=`, `[set]
+    /// mode`): it wins over the mode last set at run time, which the start forgets.
+    pub mode_explicit: bool,
+    /// Where the mode in force comes from, for `--check-config` and the start log.
+    pub mode_source: String,
 }
 
 impl BlockConfig {
@@ -169,6 +174,7 @@ impl BlockConfig {
             .map(|(k, v)| (k.to_string(), v))
             .collect();
         effective.extend(flash_knobs.iter().cloned());
+        let mode_explicit = tun.iter().any(|(k, _)| k == "mode");
         Ok(Self {
             backing,
             cache_text,
@@ -190,7 +196,27 @@ impl BlockConfig {
             tunables: tun,
             flash_knobs,
             effective,
+            mode_explicit,
+            mode_source: if mode_explicit { "start" } else { "default" }.to_string(),
         })
+    }
+
+    /// Start in the mode last set at run time (`saved`), as the first tunable (so `--set`
+    /// keys after it are checked against it), unless a mode is given at start.
+    pub fn use_saved_mode(&mut self, saved: &crate::rundir::SavedMode) {
+        if self.mode_explicit {
+            return;
+        }
+        self.tunables
+            .insert(0, ("mode".to_string(), saved.mode.clone()));
+        if let Some((_, v)) = self.effective.iter_mut().find(|(k, _)| k == "mode") {
+            v.clone_from(&saved.mode);
+        }
+        self.mode_source = format!(
+            "set at run time {} ({})",
+            saved.set_at,
+            saved.path.display()
+        );
     }
 
     /// What `--check-config` adds to [`Self::from_args`]: the paths a start would use, read
@@ -290,6 +316,7 @@ impl BlockConfig {
         if let Some(t) = &self.trace {
             s.push_str(&format!("trace={}\n", t.display()));
         }
+        s.push_str(&format!("mode_source={}\n", self.mode_source));
         for (k, v) in &self.effective {
             s.push_str(&format!("{k}={v}\n"));
         }

@@ -20,7 +20,7 @@ use flashtier_blockcache::{Mode, Tunables};
 use flashtier_flash::{DeviceSpec, FlashConfig};
 use flashtier_nbd::{open_backend, Export, ListenAddr, Server, ServerConfig};
 
-use crate::rundir::{Header, RunDir};
+use crate::rundir::{Header, RunDir, SavedMode};
 use crate::startup::Litter;
 
 /// The admin endpoint's default address, the one `flashtier ctl` talks to by default.
@@ -36,10 +36,13 @@ pub use crate::cli::BlockArgs;
 pub use config::BlockConfig;
 pub fn main(args: BlockArgs) -> anyhow::Result<()> {
     // Every refusal here is of a flag or a --config key: a usage error (exit 64).
-    let cfg = BlockConfig::from_args(&args)
+    let mut cfg = BlockConfig::from_args(&args)
         .map_err(|e| anyhow::Error::new(crate::cli::Usage(crate::logging::error_chain(&e))))?;
     let threads = cfg.threads;
     if args.check_config {
+        if let Ok(Some(saved)) = SavedMode::read(&cfg.run_dir, &cfg.export) {
+            cfg.use_saved_mode(&saved);
+        }
         cfg.check_paths()?;
         print!("{}", cfg.describe());
         println!("configuration ok");
@@ -56,7 +59,7 @@ pub fn main(args: BlockArgs) -> anyhow::Result<()> {
     runtime.block_on(run(cfg))
 }
 
-async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
+async fn run(mut cfg: BlockConfig) -> anyhow::Result<()> {
     // Declared first, dropped last: if the start fails, the cache is closed and the run-dir
     // lock released before what this start created is removed.
     let mut litter = Litter::default();
@@ -69,6 +72,7 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
         .with_context(|| format!("--run-dir {}: cannot create it", cfg.run_dir.display()))?;
     litter.note_file(&cfg.run_dir.join(format!("{}.lock", cfg.export)));
     let run_dir = RunDir::lock(&cfg.run_dir, &cfg.export)?;
+    saved_mode(&mut cfg, &run_dir);
     // The backing path is locked for as long as it is served (another flashtier using it as
     // backing or cache is refused).
     let _backing_lock = lock_backing(&cfg.backing)?;
@@ -165,10 +169,12 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_else(|_| cfg.listen_text.clone());
+    let run_dir = Arc::new(run_dir);
     let ctx = Arc::new(admin::AdminCtx::new(
         Arc::clone(&cache),
         server.shutdown_handle(),
         server.stats(),
+        Arc::clone(&run_dir),
     ));
     let admin_bound = match &admin {
         Some(l) => l
@@ -176,7 +182,6 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
             .map_or_else(|_| "?".to_string(), |a| a.to_string()),
         None => "none".to_string(),
     };
-    let run_dir = Arc::new(run_dir);
     let write = {
         let (export, listen, admin) =
             (cfg.export.clone(), listen_addr.clone(), admin_bound.clone());
@@ -279,6 +284,47 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
     );
     served?;
     Ok(())
+}
+
+/// The mode to start in: one given at start wins, and the mode last set at run time
+/// (`<run-dir>/<export>.mode`) is forgotten; else that saved mode; else the default
+/// (writeback). Logged when the saved mode is used or overridden.
+fn saved_mode(cfg: &mut BlockConfig, run_dir: &RunDir) {
+    let saved = match SavedMode::read(&cfg.run_dir, &cfg.export) {
+        Ok(s) => s,
+        Err(e) => {
+            log::warn!("ignoring the mode set at run time: {e}");
+            None
+        }
+    };
+    let Some(saved) = saved else { return };
+    if !cfg.mode_explicit {
+        log::info!(
+            "mode {}: set at run time {}, kept across the restart ({}; --mode or mode in \
+             --config overrides it)",
+            saved.mode,
+            saved.set_at,
+            saved.path.display()
+        );
+        cfg.use_saved_mode(&saved);
+        return;
+    }
+    let given = cfg
+        .tunables
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "mode")
+        .map_or("", |(_, v)| v.as_str());
+    if Mode::parse(given).map(Mode::name) != Some(saved.mode.as_str()) {
+        log::info!(
+            "mode {given} given at start overrides the mode {} set at run time {}",
+            saved.mode,
+            saved.set_at
+        );
+    }
+    if let Err(e) = run_dir.forget_mode() {
+        log::warn!("cannot remove {}: {e}", saved.path.display());
+    }
 }
 
 /// Lock the backing path (if it is a path, not an
