@@ -1,5 +1,8 @@
-//! Start-up rules `kv` and `block` share: a start that fails leaves nothing behind, and a
-//! refusal to format says what was found and how to override it.
+//! Start-up rules `kv` and `block` share: a start that fails leaves nothing behind; a
+//! refusal to format or open a device says what was found and what to do, and exits 78
+//! ([`explain`], [`check_contents`], [`check_formatted_size`] for `--check-config`); a flash
+//! or cache file is created only in a directory that exists ([`check_parent`]); `PATH:0`
+//! means the whole existing file or device on both faces ([`whole_size`]).
 //!
 //! [`Litter`] records, before a start touches the file system, what it may create or grow and
 //! undoes it if the start fails (dropped without [`Litter::keep`]). Declare the guard before

@@ -197,7 +197,12 @@ impl BlockConfig {
             flash_knobs,
             effective,
             mode_explicit,
-            mode_source: if mode_explicit { "start" } else { "default" }.to_string(),
+            mode_source: if mode_explicit {
+                "given at start"
+            } else {
+                "default"
+            }
+            .to_string(),
         })
     }
 

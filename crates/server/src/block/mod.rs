@@ -2,9 +2,11 @@
 //! `--check-config` does), lock the run dir, open the backing (file, block device or NBD
 //! URI) and the flash cache ([`reformat`]: a cache formatted for another size is refused, or
 //! with `--reformat-on-mismatch` written back at its old size and then formatted), recover
-//! dirty blocks, bind the NBD and admin listeners, and only then announce that it serves. Until SIGTERM/SIGINT or `ctl detach` it rewrites the
-//! `<export>.stats` file every second and samples counters for per-window rates; at exit the
-//! file is rewritten once more with the final state (`state=stopped`).
+//! dirty blocks, bind the NBD and admin listeners, and only then announce that it serves.
+//! The mode is the one given at start, else the one last set at run time ([`saved_mode`]).
+//! Until SIGTERM/SIGINT or `ctl detach` it rewrites the `<export>.stats` file every second
+//! and samples counters for per-window rates; at exit the file is rewritten once more with
+//! the final state (`state=stopped`).
 //!
 //! Threads: the tokio runtime's workers run the NBD server, the admin endpoint, the
 //! writeback task, the stats writer and the rate sampler; the flash engine runs its own IO
@@ -72,7 +74,7 @@ async fn run(mut cfg: BlockConfig) -> anyhow::Result<()> {
         .with_context(|| format!("--run-dir {}: cannot create it", cfg.run_dir.display()))?;
     litter.note_file(&cfg.run_dir.join(format!("{}.lock", cfg.export)));
     let run_dir = RunDir::lock(&cfg.run_dir, &cfg.export)?;
-    saved_mode(&mut cfg, &run_dir);
+    let overridden = saved_mode(&mut cfg);
     // The backing path is locked for as long as it is served (another flashtier using it as
     // backing or cache is refused).
     let _backing_lock = lock_backing(&cfg.backing)?;
@@ -208,6 +210,13 @@ async fn run(mut cfg: BlockConfig) -> anyhow::Result<()> {
     })?;
     // Nothing below fails the start: keep what it created, then serve.
     litter.keep();
+    if let Some(saved) = overridden {
+        // A mode given at start replaced the one set at run time: forget that one now that
+        // the start succeeded, so a later start without a mode does not bring it back.
+        if let Err(e) = run_dir.forget_mode() {
+            log::warn!("cannot remove {}: {e}", saved.path.display());
+        }
+    }
     let writeback = cache.start();
     if let Some(l) = admin {
         log::info!("admin on http://{admin_bound}");
@@ -286,10 +295,11 @@ async fn run(mut cfg: BlockConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The mode to start in: one given at start wins, and the mode last set at run time
-/// (`<run-dir>/<export>.mode`) is forgotten; else that saved mode; else the default
-/// (writeback). Logged when the saved mode is used or overridden.
-fn saved_mode(cfg: &mut BlockConfig, run_dir: &RunDir) {
+/// The mode to start in: one given at start wins (the mode last set at run time,
+/// `<run-dir>/<export>.mode`, is returned, to be forgotten once the start succeeds); else
+/// that saved mode; else the default (writeback). Logged when the saved mode is used or
+/// overridden.
+fn saved_mode(cfg: &mut BlockConfig) -> Option<SavedMode> {
     let saved = match SavedMode::read(&cfg.run_dir, &cfg.export) {
         Ok(s) => s,
         Err(e) => {
@@ -297,7 +307,7 @@ fn saved_mode(cfg: &mut BlockConfig, run_dir: &RunDir) {
             None
         }
     };
-    let Some(saved) = saved else { return };
+    let saved = saved?;
     if !cfg.mode_explicit {
         log::info!(
             "mode {}: set at run time {}, kept across the restart ({}; --mode or mode in \
@@ -307,7 +317,7 @@ fn saved_mode(cfg: &mut BlockConfig, run_dir: &RunDir) {
             saved.path.display()
         );
         cfg.use_saved_mode(&saved);
-        return;
+        return None;
     }
     let given = cfg
         .tunables
@@ -322,9 +332,7 @@ fn saved_mode(cfg: &mut BlockConfig, run_dir: &RunDir) {
             saved.set_at
         );
     }
-    if let Err(e) = run_dir.forget_mode() {
-        log::warn!("cannot remove {}: {e}", saved.path.display());
-    }
+    Some(saved)
 }
 
 /// Lock the backing path (if it is a path, not an
