@@ -77,6 +77,10 @@ pub struct FlashSettings {
     /// Format flash devices that hold other data (a file system, random bytes, a block
     /// cache) instead of refusing to start. Default: `false`.
     pub force_format: bool,
+    /// Format flash devices whose flashtier format does not match the configuration (most
+    /// often: formatted for another size) instead of refusing to start; the flash tier then
+    /// starts empty. Default: `false`.
+    pub reformat_on_mismatch: bool,
     /// IO lanes: io_uring rings the engine opens, one per serving thread of a
     /// thread-per-core server (`flashtier_flash::use_ring_lane`; the engine's own threads
     /// use lane 0). At least the engine configuration's `uring_rings`. Default: `1`.
@@ -115,6 +119,7 @@ impl FlashSettings {
             ram_exclusive: true,
             write_budget: crate::flash_tier::WRITE_BUDGET,
             force_format: false,
+            reformat_on_mismatch: false,
             io_lanes: 1,
             journal: flashtier_flash::JournalMode::Write,
         }
@@ -138,7 +143,7 @@ impl FlashSettings {
     }
 
     /// The engine configuration in force: the kv role (a block cache device is refused),
-    /// and `force_format` if asked for here.
+    /// and `force_format` and `reformat_on_mismatch` if asked for here.
     pub(crate) fn engine_config(&self) -> FlashConfig {
         let mut cfg = self.engine.clone().unwrap_or_else(|| {
             // 256 segments: the free reserve and watermarks keep ~2 % of the flash empty,
@@ -156,6 +161,7 @@ impl FlashSettings {
         });
         cfg.role = flashtier_flash::Role::Kv;
         cfg.force_format |= self.force_format;
+        cfg.reformat_on_mismatch |= self.reformat_on_mismatch;
         cfg.uring_rings = cfg.uring_rings.max(self.io_lanes);
         cfg.journal = self.journal;
         cfg

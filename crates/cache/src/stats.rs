@@ -211,11 +211,8 @@ impl crate::engine::Inner {
         let f = flashtier_flash::FlashStats::get;
         let items = self.index.len();
         let index_bytes = self.index.memory_bytes();
-        let per_item = if items == 0 {
-            0.0
-        } else {
-            index_bytes as f64 / items as f64
-        };
+        // Not the fixed tables over a handful of items: see `Index::bytes_per_entry`.
+        let per_item = self.index.bytes_per_entry();
         let dead = f(&engine_stats.bytes_dead);
         let live = f(&engine_stats.bytes_used).saturating_sub(dead);
         let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };

@@ -76,6 +76,23 @@ pub fn parse_size(s: &str) -> Result<u64> {
         .ok_or_else(|| Error::Spec(format!("{s:?}: too large")))
 }
 
+/// A byte count as [`parse_size`] reads it back, exactly, in the largest unit that divides
+/// it: `64MiB`, `1536MiB`, `4KiB`, `1000` (for messages that suggest a flag value).
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ];
+    for (unit, name) in UNITS {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
+            return format!("{}{name}", bytes / unit);
+        }
+    }
+    bytes.to_string()
+}
+
 /// Which IO executor to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IoBackend {
@@ -381,6 +398,17 @@ mod tests {
         assert!(parse_size("-1").is_err());
         assert!(parse_size("99999999999T").is_err());
         assert!(parse_size("").is_err());
+        for (n, text) in [
+            (64 << 20, "64MiB"),
+            (1536 << 20, "1536MiB"),
+            (2 << 30, "2GiB"),
+            (4096, "4KiB"),
+            (1000, "1000"),
+            (0, "0"),
+        ] {
+            assert_eq!(format_size(n), text);
+            assert_eq!(parse_size(text).unwrap(), n, "{text} reads back");
+        }
         let d = DeviceSpec::parse("/var/tmp/f:2GiB").unwrap();
         assert_eq!(
             (d.path.to_str().unwrap(), d.size, d.tier),

@@ -24,6 +24,18 @@ pub enum Error {
     /// The devices hold a flashtier format that does not match the configuration (or each
     /// other); the message says what differs. Open with `reformat_on_mismatch` to wipe.
     Mismatch(String),
+    /// A device was formatted for another size than the one configured now (so its segments
+    /// would not line up): the one mismatch a user makes by editing a size. Nothing was
+    /// written; opening at `formatted` bytes finds what it held, `reformat_on_mismatch`
+    /// wipes it.
+    Resized {
+        /// Device name (path or label).
+        device: String,
+        /// Bytes the device was formatted for (its superblock's device size).
+        formatted: u64,
+        /// Bytes configured now.
+        requested: u64,
+    },
     /// A device holds data that is not flashtier's of this role (a file system, a partition
     /// table, another face's device, any non-zero bytes): the engine formats only blank
     /// devices unless `FlashConfig::force_format` is set. Nothing was written to it.
@@ -105,6 +117,17 @@ impl fmt::Display for Error {
                 p.display()
             ),
             Error::Mismatch(m) => write!(f, "flash format mismatch: {m}"),
+            Error::Resized {
+                device,
+                formatted,
+                requested,
+            } => write!(
+                f,
+                "flash format mismatch: device {device} was formatted for {}, now {} is \
+                 configured",
+                crate::config::format_size(*formatted),
+                crate::config::format_size(*requested)
+            ),
             Error::NotBlank { device, found } => write!(
                 f,
                 "refusing to format {device}: it holds {found}; flashtier formats only \

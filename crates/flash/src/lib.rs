@@ -37,7 +37,7 @@ pub mod stats;
 mod writer;
 
 pub use completion::Completion;
-pub use config::{parse_size, DeviceSpec, FlashConfig, IoBackend, ReclaimPolicy};
+pub use config::{format_size, parse_size, DeviceSpec, FlashConfig, IoBackend, ReclaimPolicy};
 pub use engine::{
     Decision, DropAll, Flash, FlashInfo, LostRecord, ReclaimHandler, RecordMeta, RecordWrite,
     StreamId,

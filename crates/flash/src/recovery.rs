@@ -52,35 +52,26 @@ pub(crate) fn open_layout(
     exec: &dyn Executor,
 ) -> Result<Layout> {
     let (found, blank_dev) = superblocks(devices, cfg, exec)?;
-    adopt_geometry(devices, cfg, &found);
-    let cfg = &*cfg;
-    let seg_size = cfg.segment_size;
-    let mut segs = Vec::new();
-    let mut plan = Vec::new(); // (segments, first) per device
-    for (d, dev) in devices.iter().enumerate() {
-        let len = dev.len();
-        let n = len.saturating_sub(SUPERBLOCK_AREA) / seg_size;
-        if n == 0 {
-            return Err(Error::Config(format!(
-                "device {} ({len} bytes) holds no {seg_size}-byte segment",
-                dev.name()
-            )));
-        }
-        plan.push((n as u32, segs.len() as u32));
-        for i in 0..n {
-            segs.push(SegInfo::new(d, SUPERBLOCK_AREA + i * seg_size));
-        }
-    }
-    if cfg.journal != JournalMode::Off {
-        // Global segment 0 is the journal: never allocated, reclaimed or recovered.
-        if let Some(s) = segs.first_mut() {
-            s.state = SegState::Journal;
-        }
-        cfg.validate_total(segs.len() as u64 - 1)?;
-    } else {
-        cfg.validate_total(segs.len() as u64)?;
-    }
+    let chosen = cfg.clone();
+    adopt_geometry(cfg, &found);
+    let (mut segs, mut plan) = lay_out(devices, cfg)?;
     let mismatch = check(&found, &plan, devices, cfg);
+    if cfg.segment_size != chosen.segment_size {
+        if mismatch.is_some() {
+            // A set formatted afresh (the mismatch is refused below unless a reformat is
+            // asked for) gets the sizes chosen for its capacity, not the old format's.
+            *cfg = chosen;
+            (segs, plan) = lay_out(devices, cfg)?;
+        } else {
+            log::info!(
+                "flash {}: formatted with {}-byte segments; keeping them (a new format would \
+                 use {})",
+                devices[0].name(),
+                cfg.segment_size,
+                chosen.segment_size
+            );
+        }
+    }
     // A set this face formatted before the journal existed, otherwise matching: formatted
     // anew (it is a cache of ours; it cannot be opened without the journal and keep its
     // promise that a deleted or overwritten key never comes back).
@@ -96,10 +87,12 @@ pub(crate) fn open_layout(
             },
         )
         .is_none();
+    let cfg = &*cfg;
+    let seg_size = cfg.segment_size;
     let blank = found
         .iter()
         .all(|f| *f == Err(SuperblockError::NotFormatted));
-    match (blank, mismatch) {
+    match (blank, &mismatch) {
         (false, None) => {
             let Some(Ok(sb)) = found.first() else {
                 return Err(Error::Mismatch("no superblock".into()));
@@ -114,7 +107,7 @@ pub(crate) fn open_layout(
             });
         }
         (false, Some(why)) if !cfg.reformat_on_mismatch && !cfg.force_format && !upgrade => {
-            return Err(Error::Mismatch(why))
+            return Err(why.to_error())
         }
         _ => {}
     }
@@ -126,10 +119,20 @@ pub(crate) fn open_layout(
             Err(SuperblockError::NotFormatted) => "foreign data (forced)".to_string(),
             Err(e) => format!("superblock {e:?}"),
             Ok(_) if upgrade => "a flash format from before the crash journal".to_string(),
-            Ok(_) => "a superblock of another device set or geometry".to_string(),
+            Ok(_) => match &mismatch {
+                Some(why) => format!("a superblock that does not match ({})", why.to_error()),
+                None => "a superblock of another device set or geometry".to_string(),
+            },
         };
         superblocks_lost += 1;
-        log::error!(
+        // Asked for (`reformat_on_mismatch` over a format of this face): a warning.
+        let asked = cfg.reformat_on_mismatch && found[d].is_ok();
+        log::log!(
+            if asked {
+                log::Level::Warn
+            } else {
+                log::Level::Error
+            },
             "flash device {}: {what} at its start; formatting it: the cache starts empty \
              (whatever it held is lost)",
             dev.name()
@@ -202,6 +205,43 @@ pub(crate) fn open_layout(
     })
 }
 
+/// Per device: its segment count and the global index of its first segment.
+type Plan = Vec<(u32, u32)>;
+
+/// The segment table skeleton for `cfg`'s segment size, and the [`Plan`] it follows.
+fn lay_out(
+    devices: &[std::sync::Arc<dyn Device>],
+    cfg: &FlashConfig,
+) -> Result<(Vec<SegInfo>, Plan)> {
+    let seg_size = cfg.segment_size;
+    let mut segs = Vec::new();
+    let mut plan = Vec::new();
+    for (d, dev) in devices.iter().enumerate() {
+        let len = dev.len();
+        let n = len.saturating_sub(SUPERBLOCK_AREA) / seg_size;
+        if n == 0 {
+            return Err(Error::Config(format!(
+                "device {} ({len} bytes) holds no {seg_size}-byte segment",
+                dev.name()
+            )));
+        }
+        plan.push((n as u32, segs.len() as u32));
+        for i in 0..n {
+            segs.push(SegInfo::new(d, SUPERBLOCK_AREA + i * seg_size));
+        }
+    }
+    if cfg.journal != JournalMode::Off {
+        // Global segment 0 is the journal: never allocated, reclaimed or recovered.
+        if let Some(s) = segs.first_mut() {
+            s.state = SegState::Journal;
+        }
+        cfg.validate_total(segs.len() as u64 - 1)?;
+    } else {
+        cfg.validate_total(segs.len() as u64)?;
+    }
+    Ok((segs, plan))
+}
+
 /// A device's superblock, or why it has none.
 type SuperblockFound = Result<Superblock, SuperblockError>;
 
@@ -254,11 +294,7 @@ fn superblocks(
 /// A set formatted with other segment and chunk sizes than the ones chosen for its capacity
 /// (`adopt_geometry`, set by `FlashConfig::for_capacity`) keeps its own, so a default that
 /// changes between releases never refuses or wipes a warm cache.
-fn adopt_geometry(
-    devices: &[std::sync::Arc<dyn Device>],
-    cfg: &mut FlashConfig,
-    found: &[SuperblockFound],
-) {
+fn adopt_geometry(cfg: &mut FlashConfig, found: &[SuperblockFound]) {
     let Some(Ok(sb)) = found.first() else { return };
     let size = u64::from(sb.segment_size);
     if !cfg.adopt_geometry || size == cfg.segment_size {
@@ -276,11 +312,6 @@ fn adopt_geometry(
     if adopted.validate().is_err() {
         return;
     }
-    log::info!(
-        "flash {}: formatted with {size}-byte segments; keeping them (a new format would use {})",
-        devices[0].name(),
-        cfg.segment_size
-    );
     *cfg = adopted;
 }
 
@@ -294,22 +325,53 @@ fn prepare(devices: &[std::sync::Arc<dyn Device>]) -> Result<()> {
     Ok(())
 }
 
+/// Why a device set does not match the configuration.
+#[derive(Clone, Debug)]
+enum Mismatch {
+    /// A device's size gives another segment count than it was formatted with.
+    Resized {
+        device: String,
+        formatted: u64,
+        requested: u64,
+    },
+    /// Anything else, described.
+    Other(String),
+}
+
+impl Mismatch {
+    fn to_error(&self) -> Error {
+        match self.clone() {
+            Mismatch::Resized {
+                device,
+                formatted,
+                requested,
+            } => Error::Resized {
+                device,
+                formatted,
+                requested,
+            },
+            Mismatch::Other(why) => Error::Mismatch(why),
+        }
+    }
+}
+
 fn check(
     found: &[Result<Superblock, SuperblockError>],
     plan: &[(u32, u32)],
     devices: &[std::sync::Arc<dyn Device>],
     cfg: &FlashConfig,
-) -> Option<String> {
+) -> Option<Mismatch> {
+    let other = |why: String| Some(Mismatch::Other(why));
     let first = match found.first() {
         Some(Ok(sb)) => *sb,
-        Some(Err(e)) => return Some(format!("device {}: superblock {e:?}", devices[0].name())),
-        None => return Some("no devices".into()),
+        Some(Err(e)) => return other(format!("device {}: superblock {e:?}", devices[0].name())),
+        None => return other("no devices".into()),
     };
     for (d, f) in found.iter().enumerate() {
         let name = devices[d].name();
         let sb = match f {
             Ok(sb) => sb,
-            Err(e) => return Some(format!("device {name}: superblock {e:?}")),
+            Err(e) => return other(format!("device {name}: superblock {e:?}")),
         };
         let (n, start) = plan[d];
         let problems = [
@@ -337,10 +399,6 @@ fn check(
                 ),
             ),
             (
-                sb.segments != n || sb.first_segment != start,
-                format!("had {} segments, size now gives {n}", sb.segments),
-            ),
-            (
                 d == 0 && sb.journal != journal_byte(cfg),
                 if sb.journal == 0 {
                     "was formatted without the crash journal (by a flashtier before \
@@ -352,7 +410,20 @@ fn check(
             ),
         ];
         if let Some((_, why)) = problems.into_iter().find(|(bad, _)| *bad) {
-            return Some(format!("device {name} {why}"));
+            return other(format!("device {name} {why}"));
+        }
+        if sb.segments != n {
+            return Some(Mismatch::Resized {
+                device: name.to_string(),
+                formatted: sb.device_size,
+                requested: devices[d].len(),
+            });
+        }
+        if sb.first_segment != start {
+            return other(format!(
+                "device {name} starts at segment {}, the sizes before it now give {start}",
+                sb.first_segment
+            ));
         }
     }
     None

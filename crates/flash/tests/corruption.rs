@@ -3,7 +3,7 @@
 //! counted; a segment overwritten with garbage, a header page that cannot be read and a
 //! superblock that is neither blank nor valid are counted as losses; reclaim counts the
 //! records it cannot read and tells the user; a config that does not match the format is a
-//! clear error (or a documented reformat).
+//! clear error (or a documented reformat), a device opened at another size names both.
 mod common;
 
 use common::{manual, stat};
@@ -132,6 +132,45 @@ fn mismatched_config_is_an_error_or_a_documented_reformat() {
     drop(f);
     let (_f, rec) = open(&dev, other).unwrap();
     assert!(rec.is_empty());
+}
+
+#[test]
+fn a_resized_device_names_both_sizes_and_keeps_its_records_at_the_old_one() {
+    let dev = Arc::new(MemoryDevice::new("m", 4 << 20));
+    fill(&dev);
+    let mut image = dev.image();
+    image.resize(8 << 20, 0);
+    let grown = Arc::new(MemoryDevice::from_image("m", image));
+    match open(&grown, manual()) {
+        Err(Error::Resized {
+            device,
+            formatted,
+            requested,
+        }) => assert_eq!(
+            (device.as_str(), formatted, requested),
+            ("m", 4 << 20, 8 << 20)
+        ),
+        Err(e) => panic!("unexpected {e}"),
+        Ok(_) => panic!("opened at another size"),
+    }
+    let e = open(&grown, manual()).err().expect("refused");
+    assert!(
+        e.to_string().contains("formatted for 4MiB, now 8MiB"),
+        "{e}"
+    );
+    // Nothing was written: at its old size the device still holds every record.
+    let (_f, rec) = open(&dev, manual()).unwrap();
+    assert_eq!(rec.len(), 600);
+    let (f, rec) = open(
+        &grown,
+        FlashConfig {
+            reformat_on_mismatch: true,
+            ..manual()
+        },
+    )
+    .unwrap();
+    assert!(rec.is_empty(), "reformat starts empty");
+    assert_eq!(FlashStats::get(&f.stats().superblocks_lost), 1);
 }
 
 #[test]

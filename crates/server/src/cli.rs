@@ -84,10 +84,35 @@ macro_rules! usage {
     };
 }
 
+/// The configuration does not fit the machine as it is: a flash or cache device formatted
+/// for another size or set, or holding other data; a flash or cache directory that does not
+/// exist. Exit status 78 (`EX_CONFIG`): as after a usage error, starting again unchanged
+/// cannot succeed, so the packaged units do not restart on either
+/// (`RestartPreventExitStatus=64 78`). The message says what to change.
+#[derive(Debug)]
+pub struct Conflict(pub String);
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Conflict {}
+
+/// `anyhow::bail!` for [`Conflict`]s.
+#[macro_export]
+macro_rules! conflict {
+    ($($t:tt)*) => {
+        return Err(anyhow::Error::new($crate::cli::Conflict(format!($($t)*))))
+    };
+}
+
 #[derive(Clone, Debug, Default, Args)]
 pub struct KvArgs {
     /// TOML configuration file (keys: listen, memory, max_item_size, threads,
-    /// max_connections, flash, ram_only, admin, and a [knobs] table). Flags override it.
+    /// max_connections, flash, ram_only, reformat_on_mismatch, admin, and a [knobs] table).
+    /// Flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<std::path::PathBuf>,
 
@@ -128,10 +153,11 @@ pub struct KvArgs {
     )]
     pub conn_limit: Option<usize>,
 
-    /// Flash tier device or file as PATH:SIZE (e.g. data/flash.bin:2GiB); repeat for JBOD.
-    /// memcached's `-o ext_path=PATH:SIZE` is the same. Default: data/flash.bin:1GiB under
-    /// the current directory (created), unless --ram-only (as `memcached`: RAM only unless
-    /// -o ext_path).
+    /// Flash tier device or file as PATH:SIZE (e.g. data/flash.bin:2GiB; SIZE 0 = the whole
+    /// existing file or device); repeat for JBOD. A missing file is created, a missing
+    /// directory is refused. memcached's `-o ext_path=PATH:SIZE` is the same. Default:
+    /// data/flash.bin:1GiB under the current directory (created, `data/` too), unless
+    /// --ram-only (as `memcached`: RAM only unless -o ext_path).
     #[arg(long, value_name = "PATH:SIZE", action = ArgAction::Append)]
     pub flash: Vec<String>,
 
@@ -159,6 +185,13 @@ pub struct KvArgs {
     /// lost. Default: off (only all-zero devices and flashtier's own kv flash are used).
     #[arg(long)]
     pub force_format: bool,
+
+    /// Start on a kv flash file or device formatted for another size or set (after
+    /// --flash PATH:SIZE changed) by formatting it as configured: the flash tier starts
+    /// empty. Also `reformat_on_mismatch = true` in --config. Default: off (the start is
+    /// refused, exit 78, naming the size that keeps the cached items).
+    #[arg(long)]
+    pub reformat_on_mismatch: bool,
 
     /// Verbosity: -v errors and warnings, -vv also every command and reply (debug),
     /// -vvv also connection state (trace). memcached -v.
@@ -264,7 +297,7 @@ pub struct KvArgs {
     pub disable_watch: bool,
 
     /// ASCII authentication from FILE of `user:password` lines (memcached -Y); SIGHUP
-    /// reloads it.
+    /// reloads it (after -u, through the descriptor opened as root: edit it in place).
     #[arg(short = 'Y', long = "auth-file", value_name = "FILE")]
     pub auth_file: Option<std::path::PathBuf>,
 
@@ -316,11 +349,14 @@ pub struct BlockArgs {
     #[arg(long, value_name = "PATH|URI")]
     pub backing: Option<String>,
 
-    /// The cache device, PATH:SIZE (created and sized if missing), e.g. /var/cache/ft.img:4G.
+    /// The cache device, PATH:SIZE (created and sized if missing, in a directory that must
+    /// exist; SIZE 0 = the whole existing file or device), e.g. /var/cache/ft.img:4G.
     #[arg(long, value_name = "PATH:SIZE")]
     pub cache: Option<String>,
 
-    /// writeback | writethrough | writearound. Default: writeback.
+    /// writeback | writethrough | writearound. Given (or `mode` in --config), it wins at
+    /// start and forgets the mode set at run time; not given, a restart keeps the mode last
+    /// set at run time (`ctl set mode=`, kept in <run-dir>/<export>.mode). Default: writeback.
     #[arg(long, value_name = "MODE")]
     pub mode: Option<String>,
 
@@ -391,8 +427,18 @@ pub struct BlockArgs {
     #[arg(long)]
     pub force_format: bool,
 
+    /// Start on a cache device formatted for another size (after --cache PATH:SIZE
+    /// changed): first open it at the size it was formatted for and write every dirty block
+    /// back to the backing, then format it empty at the new size. Refused (nothing
+    /// formatted) if a dirty block cannot be written back. Also `reformat_on_mismatch =
+    /// true` in --config. Default: off (the start is refused, exit 78, naming the size that
+    /// keeps the cache).
+    #[arg(long)]
+    pub reformat_on_mismatch: bool,
+
     /// TOML configuration file: the flags' names as keys (backing, cache, mode, listen,
-    /// export, admin, run_dir, block_size, no_direct_io, threads, dirty_high_pct, ...) and a
+    /// export, admin, run_dir, block_size, no_direct_io, threads, reformat_on_mismatch,
+    /// dirty_high_pct, ...) and a
     /// [set] table of tunables (`"flash.reclaim_policy" = "greedy"`). Flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<std::path::PathBuf>,

@@ -9,7 +9,9 @@
 //! `/dev/null` (kept with -v, as memcached).
 //!
 //! Privileges are dropped after every socket and flash file is open, with glibc's
-//! `setgid`/`setuid`, which apply to every thread of the process.
+//! `setgid`/`setuid`, which apply to every thread of the process. The `-Y` auth file's
+//! descriptor, opened as root, stays open so SIGHUP can read it again after the drop
+//! (`flashtier_memcache::auth`).
 // `unsafe` is needed for fork, setsid, dup2, set*id, getpwnam_r, setrlimit and mlockall;
 // each block states its SAFETY.
 #![allow(unsafe_code)]

@@ -69,8 +69,9 @@ fn short_target(target: &str) -> &str {
     t.split("::").next().unwrap_or(t)
 }
 
-/// One formatted line (newline included).
-fn line(level: Level, target: &str, msg: &str) -> String {
+/// One formatted line (newline included). In text format a message's line breaks are
+/// escaped (as `\n`) unless `breaks`: see [`fatal`].
+fn line(level: Level, target: &str, msg: &str, breaks: bool) -> String {
     let short = short_target(target);
     if JSON.load(Ordering::Relaxed) {
         return format!(
@@ -89,11 +90,21 @@ fn line(level: Level, target: &str, msg: &str) -> String {
         Level::Trace => "TRACE",
     };
     // One event, one line: a message with line breaks keeps them escaped.
-    format!(
-        "{} {level} {short}: {}\n",
-        timestamp(),
+    let msg = if breaks {
+        msg.trim_end().to_string()
+    } else {
         msg.replace('\n', "\\n")
-    )
+    };
+    format!("{} {level} {short}: {msg}\n", timestamp())
+}
+
+/// Print the error a start (or a subcommand) failed with, the last line the process
+/// writes: in text format with its own line breaks, so a message that is a block of text
+/// (a TOML parse error with its source line and caret) reads as one; in JSON, one object as
+/// every other line.
+pub fn fatal(msg: &str) {
+    let text = line(Level::Error, "flashtier", msg, true);
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
 /// Change the level of the installed logger.
@@ -110,7 +121,7 @@ impl Log for StderrLogger {
         if !self.enabled(r.metadata()) {
             return;
         }
-        let text = line(r.level(), r.target(), &r.args().to_string());
+        let text = line(r.level(), r.target(), &r.args().to_string(), false);
         let _ = std::io::stderr().lock().write_all(text.as_bytes());
     }
 
@@ -173,18 +184,25 @@ mod tests {
 
     #[test]
     fn lines_and_json() {
-        let t = line(Level::Warn, "flashtier_flash::engine", "a\nb \"q\"");
+        let t = line(Level::Warn, "flashtier_flash::engine", "a\nb \"q\"", false);
         assert!(t.ends_with(" WARN  flash: a\\nb \"q\"\n"), "{t}");
         assert_eq!(short_target("flashtier::block"), "block");
         assert_eq!(short_target("tokio::net"), "tokio");
         set_format(LogFormat::Json);
-        let j = line(Level::Info, "flashtier::kv", "x\t\u{1}\"");
+        let j = line(Level::Info, "flashtier::kv", "x\t\u{1}\"", false);
         set_format(LogFormat::Text);
         assert!(
             j.ends_with(",\"level\":\"info\",\"target\":\"kv\",\"msg\":\"x\\t\\u0001\\\"\"}\n"),
             "{j}"
         );
         assert!(j.starts_with("{\"ts\":\"20"), "{j}");
+        // A fatal error keeps its line breaks in text, not in JSON.
+        let f = line(Level::Error, "flashtier", "bad:\n  |\n1 | x\n", true);
+        assert!(f.ends_with(" ERROR flashtier: bad:\n  |\n1 | x\n"), "{f}");
+        set_format(LogFormat::Json);
+        let j = line(Level::Error, "flashtier", "bad:\n  |", true);
+        set_format(LogFormat::Text);
+        assert!(j.ends_with("\"msg\":\"bad:\\n  |\"}\n"), "{j}");
     }
 
     #[test]

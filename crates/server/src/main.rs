@@ -37,8 +37,10 @@ use clap::Parser as _;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// memcached's (and sysexits') exit status for a bad command line.
+/// memcached's (and sysexits') exit status for a bad command line ([`cli::Usage`]).
 const EX_USAGE: u8 = 64;
+/// sysexits' status for a configuration that does not fit the machine ([`cli::Conflict`]).
+const EX_CONFIG: u8 = 78;
 
 fn main() -> std::process::ExitCode {
     alloc::tune();
@@ -81,15 +83,24 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             let usage =
                 e.downcast_ref::<cli::Usage>().is_some() || e.chain().any(|c| c.is::<cli::Usage>());
-            let code = if usage { EX_USAGE } else { 1 };
+            let conflict = e.downcast_ref::<cli::Conflict>().is_some()
+                || e.chain().any(|c| c.is::<cli::Conflict>());
+            let code = if usage {
+                EX_USAGE
+            } else if conflict {
+                EX_CONFIG
+            } else {
+                1
+            };
             let line = format!(
                 "{}: {}",
                 if memcached { "memcached" } else { "flashtier" },
                 logging::error_chain(&e)
             );
-            // A daemon's parent prints it; otherwise log it here.
+            // A daemon's parent prints it; otherwise it is the last line logged here, with
+            // its own line breaks (a TOML error's source line and caret).
             if !daemon::fail(&line, code) {
-                log::error!("{}", logging::error_chain(&e));
+                logging::fatal(&logging::error_chain(&e));
             }
             std::process::ExitCode::from(code)
         }

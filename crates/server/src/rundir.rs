@@ -1,11 +1,14 @@
 //! The block face's run directory: `<export>.lock` (an exclusive `flock` held for the life
 //! of the process, so two instances never serve — or write the stats of — the same export
-//! from one directory) and `<export>.stats` (`key=value` lines rewritten atomically: a
-//! header — pid, state, time, addresses — then every statistic). `ctl list` reads the
-//! stats files of a directory.
+//! from one directory), `<export>.stats` (`key=value` lines rewritten atomically: a
+//! header — pid, state, time, addresses — then every statistic) and `<export>.mode` (the
+//! mode last set at run time, [`SavedMode`]: a restart without an explicit mode keeps it).
+//! `ctl list` reads the stats files of a directory.
 //!
 //! Order at start: lock, then write the first stats file, both before the server announces
 //! it serves, so an unwritable or busy run dir fails the start instead of a later write.
+//! The mode file is read after the lock (and by `--check-config`, without it) and written by
+//! admin requests, one at a time.
 use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -16,8 +19,58 @@ use anyhow::{bail, Context as _};
 /// A locked run directory entry for one export.
 pub struct RunDir {
     stats_path: PathBuf,
+    mode_path: PathBuf,
+    /// Serializes writers of the mode file (they share its temporary name).
+    mode_writer: std::sync::Mutex<()>,
     /// Holds the lock until dropped (process exit).
     _lock: File,
+}
+
+/// The mode last set at run time (`ctl set mode=…`, `POST /mode`), as `<export>.mode` keeps
+/// it: `mode=NAME` and `set_at=TIME` lines.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SavedMode {
+    pub mode: String,
+    /// When it was set (RFC 3339, UTC).
+    pub set_at: String,
+    /// The file it was read from.
+    pub path: PathBuf,
+}
+
+/// `<export>.mode` in `dir`.
+fn mode_path(dir: &Path, export: &str) -> PathBuf {
+    dir.join(format!("{export}.mode"))
+}
+
+impl SavedMode {
+    /// The mode saved in `dir` for `export`, if a valid one is. A file that does not parse
+    /// is reported as an error (the caller warns and ignores it).
+    pub fn read(dir: &Path, export: &str) -> Result<Option<SavedMode>, String> {
+        let path = mode_path(dir, export);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        let field = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
+                .map(|v| v.trim().to_string())
+        };
+        match field("mode") {
+            Some(mode) if flashtier_blockcache::Mode::parse(&mode).is_some() => {
+                Ok(Some(SavedMode {
+                    mode,
+                    set_at: field("set_at").unwrap_or_default(),
+                    path,
+                }))
+            }
+            other => Err(format!(
+                "{}: no valid mode=writeback|writethrough|writearound line (found {other:?})",
+                path.display()
+            )),
+        }
+    }
 }
 
 /// What the stats file says about the instance besides its statistics.
@@ -78,8 +131,32 @@ impl RunDir {
             })?;
         Ok(RunDir {
             stats_path: dir.join(format!("{export}.stats")),
+            mode_path: mode_path(dir, export),
+            mode_writer: std::sync::Mutex::new(()),
             _lock: file,
         })
+    }
+
+    /// Keep `mode` (set at run time) for the next start (temp file + rename).
+    pub fn save_mode(&self, mode: &str) -> std::io::Result<()> {
+        let _one = self.mode_writer.lock().unwrap_or_else(|p| p.into_inner());
+        let text = format!(
+            "# The block mode last set at run time (flashtier ctl set mode=..., POST /mode).\n\
+             # A start without --mode (or mode in --config) uses it; one with them removes it.\n\
+             mode={mode}\nset_at={}\n",
+            crate::logging::timestamp()
+        );
+        let tmp = self.mode_path.with_extension("mode.tmp");
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, &self.mode_path)
+    }
+
+    /// Forget the mode set at run time (a start gave one explicitly).
+    pub fn forget_mode(&self) -> std::io::Result<()> {
+        match std::fs::remove_file(&self.mode_path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
     }
 
     /// Rewrite the stats file atomically (temp file + rename).
@@ -199,6 +276,19 @@ mod tests {
         assert_eq!(l.len(), 2);
         assert!(l[0].running && !l[1].running);
         assert_eq!(l[0].get("dirty_blocks"), "3");
+        // The mode set at run time: saved, read back (also without the lock), forgotten.
+        assert_eq!(SavedMode::read(&dir, "a"), Ok(None));
+        rd.save_mode("writethrough").unwrap();
+        let saved = SavedMode::read(&dir, "a").unwrap().unwrap();
+        assert_eq!(saved.mode, "writethrough");
+        assert!(saved.set_at.starts_with("20"), "{saved:?}");
+        assert_eq!(SavedMode::read(&dir, "b"), Ok(None));
+        rd.forget_mode().unwrap();
+        rd.forget_mode().unwrap();
+        assert_eq!(SavedMode::read(&dir, "a"), Ok(None));
+        std::fs::write(dir.join("a.mode"), "mode=fast\n").unwrap();
+        assert!(SavedMode::read(&dir, "a").is_err());
+        assert_eq!(list(&dir).unwrap().len(), 2, "ctl list ignores mode files");
         drop(rd);
         assert!(RunDir::lock(&dir, "a").is_ok());
         std::fs::remove_dir_all(&dir).unwrap();

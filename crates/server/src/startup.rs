@@ -1,5 +1,8 @@
-//! Start-up rules `kv` and `block` share: a start that fails leaves nothing behind, and a
-//! refusal to format says what was found and how to override it.
+//! Start-up rules `kv` and `block` share: a start that fails leaves nothing behind; a
+//! refusal to format or open a device says what was found and what to do, and exits 78
+//! ([`explain`], [`check_contents`], [`check_formatted_size`] for `--check-config`); a flash
+//! or cache file is created only in a directory that exists ([`check_parent`]); `PATH:0`
+//! means the whole existing file or device on both faces ([`whole_size`]).
 //!
 //! [`Litter`] records, before a start touches the file system, what it may create or grow and
 //! undoes it if the start fails (dropped without [`Litter::keep`]). Declare the guard before
@@ -9,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 
 /// What a failing start must undo.
 ///
@@ -82,19 +85,172 @@ impl Drop for Litter {
     }
 }
 
-/// Rewrite a refusal to format (anywhere in `e`'s chain) as one line naming what was found
-/// and `--force-format`; other errors pass through.
-pub fn explain(e: anyhow::Error) -> anyhow::Error {
-    let refused = e
-        .chain()
-        .find_map(|c| c.downcast_ref::<flashtier_flash::Error>());
-    match refused {
-        Some(flashtier_flash::Error::NotBlank { device, found }) => anyhow::anyhow!(
+/// Which face a start message speaks for: the flag that names the device, and what a
+/// reformat would lose (cached items; a block cache's dirty blocks too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Face {
+    Kv,
+    Block,
+}
+
+/// Rewrite a refusal to format or to open (anywhere in `e`'s chain) as one line that names
+/// what was found and what to do, as a [`crate::cli::Conflict`] (exit 78): other data on
+/// the device (`--force-format`), a device formatted for another size (keep the old size,
+/// or `--reformat-on-mismatch`), another format mismatch, one storage named twice. Other
+/// errors pass through.
+pub fn explain(e: anyhow::Error, face: Face) -> anyhow::Error {
+    use flashtier_flash::Error as F;
+    let Some(found) = e.chain().find_map(|c| c.downcast_ref::<F>()) else {
+        return e;
+    };
+    let text = match found {
+        F::NotBlank { device, found } => format!(
             "refusing to format {device}: it holds {found}; flashtier formats only all-zero \
              devices and its own. Pass --force-format to overwrite it (what it holds is lost)"
         ),
-        _ => e,
+        F::Resized {
+            device,
+            formatted,
+            requested,
+        } => resized(face, device, *formatted, *requested),
+        F::SameStorage(_) => found.to_string(),
+        F::Mismatch(_) => match face {
+            Face::Kv => format!(
+                "{found}. To keep the cached items, start with the devices and sizes it was \
+                 formatted with; to format it empty as configured, pass --reformat-on-mismatch"
+            ),
+            Face::Block => format!(
+                "{found}. To keep the cache and its dirty blocks, start with the device as it \
+                 was formatted; --force-format formats it as configured, and the dirty blocks \
+                 it holds (not yet written back) are lost"
+            ),
+        },
+        _ => return e,
+    };
+    anyhow::Error::new(crate::cli::Conflict(text))
+}
+
+/// What to do about a device formatted for `formatted` bytes and now configured for
+/// `requested`: keep the old size (the data stays), or reformat at the new size. On the
+/// block face the reformat writes the dirty blocks back first (`block::reformat`).
+pub fn resized(face: Face, device: &str, formatted: u64, requested: u64) -> String {
+    let new = flashtier_flash::format_size(requested);
+    let reformat = match face {
+        Face::Kv => format!("to start empty at {new}"),
+        Face::Block => {
+            format!("to write its dirty blocks back to the backing and start empty at {new}")
+        }
+    };
+    format!(
+        "{}; {reformat}, pass --reformat-on-mismatch (or reformat_on_mismatch = true in \
+         --config)",
+        resized_keep(face, device, formatted, requested)
+    )
+}
+
+/// The first half of [`resized`]: what was found, and the size that keeps the data.
+pub fn resized_keep(face: Face, device: &str, formatted: u64, requested: u64) -> String {
+    use flashtier_flash::format_size as human;
+    let (old, new) = (human(formatted), human(requested));
+    match face {
+        Face::Kv => format!(
+            "--flash {device}: formatted for {old}, now {new} is asked, and a flash tier cannot \
+             change size in place. To keep the cached items, start with --flash {device}:{old}"
+        ),
+        Face::Block => format!(
+            "--cache {device}: formatted for {old}, now {new} is asked, and a cache cannot \
+             change size in place. To keep the cache and its dirty blocks, start with --cache \
+             {device}:{old}"
+        ),
     }
+}
+
+/// What a start would find on an existing flashtier device at `size` bytes, read-only: one
+/// formatted for a size that gives another segment count is refused as the start would
+/// refuse it ([`resized`]), unless `reformat` (`--reformat-on-mismatch`, `--force-format`).
+pub fn check_formatted_size(
+    path: &Path,
+    size: u64,
+    face: Face,
+    reformat: bool,
+) -> anyhow::Result<()> {
+    use flashtier_flash::format::superblock::Superblock;
+    use std::io::Read as _;
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return Ok(());
+    };
+    let mut page = vec![0u8; 4096];
+    if file.read_exact(&mut page).is_err() {
+        return Ok(());
+    }
+    let Ok(sb) = Superblock::decode(&page) else {
+        return Ok(());
+    };
+    if reformat || sb.segments_for(size) == u64::from(sb.segments) {
+        return Ok(());
+    }
+    let text = resized(face, &path.display().to_string(), sb.device_size, size);
+    Err(anyhow::Error::new(crate::cli::Conflict(text)))
+}
+
+/// The bytes `PATH:0` means on either face (`kv --flash`, `block --cache`): the whole
+/// existing file or block device. A missing or empty file is refused (a usage error: give a
+/// size to create it), in the same words on both faces. `flag` and `text` name the flag and
+/// its value in the message.
+pub fn whole_size(path: &Path, flag: &str, text: &str) -> anyhow::Result<u64> {
+    use std::io::Seek as _;
+    let shown = path.display();
+    let Ok(meta) = std::fs::metadata(path) else {
+        crate::usage!(
+            "{flag} {text}: size 0 means \"the whole existing file or device\", and {shown} does \
+             not exist; give a size to create it (e.g. {shown}:1GiB)"
+        );
+    };
+    if meta.is_dir() {
+        crate::usage!("{flag} {text}: {shown} is a directory");
+    }
+    // A block device reports length 0 in its metadata: its size is where its end is.
+    let len = if std::os::unix::fs::FileTypeExt::is_block_device(&meta.file_type()) {
+        std::fs::File::open(path)
+            .and_then(|mut f| f.seek(std::io::SeekFrom::End(0)))
+            .with_context(|| format!("{flag} {text}: cannot read the size of {shown}"))?
+    } else {
+        meta.len()
+    };
+    if len == 0 {
+        crate::usage!(
+            "{flag} {text}: size 0 means \"the whole existing file or device\", and {shown} is \
+             empty; give a size (e.g. {shown}:1GiB)"
+        );
+    }
+    Ok(len)
+}
+
+/// The directory a flash or cache file is created in must exist: flashtier creates the
+/// file, never the directories above it, so a mistyped path (`/mnt/nvme0/typo/flash.bin`)
+/// is refused, naming the missing directory, instead of filling the disk under `/mnt`. The
+/// one exception is the kv face's built-in default, `data/flash.bin`, whose `data/` a first
+/// `flashtier kv` in a fresh checkout creates (the caller does not ask then).
+pub fn check_parent(path: &Path, flag: &str, text: &str) -> anyhow::Result<()> {
+    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if dir.exists() {
+        crate::conflict!("{flag} {text}: {} is not a directory", dir.display());
+    }
+    let existing = dir
+        .ancestors()
+        .skip(1)
+        .find(|a| !a.as_os_str().is_empty() && a.exists());
+    let nearest = existing.map_or_else(String::new, |a| format!(" ({} does)", a.display()));
+    crate::conflict!(
+        "{flag} {text}: directory {} does not exist{nearest}; flashtier creates the file but \
+         not its directory: check the path for a typo, or create the directory first",
+        dir.display()
+    )
 }
 
 /// What a start's format check would find on an existing device, read-only: a foreign file
@@ -119,7 +275,7 @@ pub fn check_contents(path: &Path, what: &str, force_format: bool) -> anyhow::Re
         .with_context(|| format!("{what} {}: cannot read it", path.display()))?;
     if let flashtier_flash::probe::Content::Foreign(found) = found {
         if !force_format {
-            bail!(
+            crate::conflict!(
                 "{what} {}: refusing to format it: it holds {found}; flashtier formats only \
                  all-zero devices and its own. Pass --force-format to overwrite it",
                 path.display()

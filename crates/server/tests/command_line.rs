@@ -35,7 +35,7 @@ fn check_config() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("UDP is not supported"));
     let bad = flashtier(&["kv", "-o", "frobnicate", "--check-config"]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("-o frobnicate: unknown option"));
-    // The flash file's directory is created when missing; one under a regular file cannot be.
+    // A flash file's directory must exist (flash_directory.rs); a regular file is none.
     let flash = flashtier(&["kv", "-o", "ext_path=/proc/version/flash:1G"]);
     assert!(!flash.status.success());
     let err = String::from_utf8_lossy(&flash.stderr);
@@ -99,4 +99,26 @@ fn check_config() {
         err.contains("knob item_size=1") && err.contains("no flash tier"),
         "{err}"
     );
+}
+
+#[test]
+fn a_config_file_error_is_printed_with_its_line_breaks() {
+    let dir = common::scratch_dir("badtoml");
+    let config = dir.join("bad.toml");
+    std::fs::write(&config, "memory = 64M\n").expect("write config");
+    let config = config.to_str().expect("utf-8 path");
+    for face in ["kv", "block"] {
+        let out = flashtier(&[face, "--config", config]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        // A usage error on both faces; TOML's source line and caret on lines of their own.
+        assert_eq!(out.status.code(), Some(64), "{face}: {err}");
+        assert!(!err.contains("\\n"), "{face}: escaped line breaks: {err}");
+        assert!(err.contains("TOML parse error at line 1"), "{face}: {err}");
+        assert!(err.contains("\n1 | memory = 64M\n"), "{face}: {err}");
+        let lines: Vec<&str> = err.lines().collect();
+        let caret = lines.iter().position(|l| l.trim_end().ends_with('^'));
+        let source = lines.iter().position(|l| l.starts_with("1 | "));
+        assert_eq!(caret, source.map(|s| s + 1), "{face}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).expect("cleanup");
 }

@@ -159,7 +159,7 @@ fn a_daemon_that_cannot_start_fails_in_the_foreground() {
         .output()
         .expect("run");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(out.status.code(), Some(78), "{err}");
     assert!(
         err.contains("refusing to format") && err.contains("--force-format"),
         "{err}"

@@ -1,10 +1,10 @@
 //! flashtier never formats what the user did not give it: `kv --flash` and `block --cache`
 //! refuse a file holding a real file system, partition table, volume signature or random
-//! data (one line naming what was found and `--force-format`, exit status 1, the file byte
+//! data (one line naming what was found and `--force-format`, exit status 78, the file byte
 //! for byte as it was); `--force-format` overrides; a cache that is the backing (same path,
 //! symlink, hard link) or a flash file given twice is refused; the backing is locked while
-//! served; and a start that fails leaves no file or directory it created, and no file it
-//! grew, behind (a 64 MiB loop-mounted ext4 asked for a 1 GiB flash file).
+//! served; and a start that fails leaves no file it created, and no file it grew, behind (a
+//! 64 MiB loop-mounted ext4 asked for a 1 GiB flash file).
 #[path = "block_common/mod.rs"]
 mod block_common;
 mod common;
@@ -87,10 +87,11 @@ fn snapshot(p: &Path) -> (u64, String) {
     (std::fs::metadata(p).expect("stat").len(), sha256(p))
 }
 
-/// A refused start: exit status 1, one line on stderr that names `what` and the override.
+/// A refused start: exit status 78 (`EX_CONFIG`), one line on stderr that names `what` and
+/// the override.
 fn assert_refused(out: &Output, what: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "exit status; stderr: {err}");
+    assert_eq!(out.status.code(), Some(78), "exit status; stderr: {err}");
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "one line: {err}");
     assert!(lines[0].contains(what), "{err:?} should name {what:?}");
@@ -311,17 +312,14 @@ fn the_backing_is_locked_while_served() {
 #[test]
 fn a_start_that_fails_before_serving_creates_nothing() {
     let dir = scratch_dir("nolitter");
-    // The port is taken: the flash file (and its new directory) must not appear.
+    // The port is taken: the flash file must not appear (the default flash's `data/`
+    // directory, the one a start creates, is checked in flash_directory.rs).
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = taken.local_addr().expect("addr").to_string();
-    let spec = format!("{}:64M", dir.join("new/sub/f.bin").display());
+    let spec = format!("{}:64M", dir.join("f.bin").display());
     let out = flashtier(&["kv", "--listen", &port, "--flash", &spec]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        !dir.join("new").exists(),
-        "left {}",
-        dir.join("new").display()
-    );
+    assert!(!dir.join("f.bin").exists(), "left f.bin");
     let backing = dir.join("b.img");
     sh(&format!("truncate -s 16M {}", backing.display()));
     let cache = format!("{}:16M", dir.join("c.img").display());
@@ -406,8 +404,8 @@ fn a_filesystem_too_small_for_size_keeps_nothing() {
     let used = fs.used();
     let names = fs.entries();
     let m = fs.mnt.display();
-    // kv: a new file, in new directories.
-    let spec = format!("{m}/a/b/flash.bin:1G");
+    // kv: a new file.
+    let spec = format!("{m}/flash.bin:1G");
     let out = flashtier(&["kv", "--listen", "127.0.0.1:0", "--flash", &spec]);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(1), "{err}");

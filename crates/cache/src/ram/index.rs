@@ -25,6 +25,10 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 pub const SLOTS: usize = 6;
 /// Load factor above which a table grows.
 const MAX_LOAD: f64 = 0.9;
+/// How much a table grows (its buckets × 1.25, at least one more).
+const GROWTH: f64 = 1.25;
+/// The load of a table right after it grew: the lowest a grown table has.
+const GROWN_LOAD: f64 = MAX_LOAD / GROWTH;
 /// Location bits in a slot.
 pub const LOC_BITS: u32 = 40;
 /// Largest encodable location.
@@ -226,7 +230,7 @@ impl Table {
         if (self.len + 1) as f64 > cap as f64 * MAX_LOAD {
             let before = self.memory_bytes() as isize;
             let n = self.buckets.len();
-            self.regrow((n + n / 4).max(n + 1));
+            self.regrow(((n as f64 * GROWTH) as usize).max(n + 1));
             delta = self.memory_bytes() as isize - before;
         }
         let (w, ext) = encode(tag_of(hash), e);
@@ -320,7 +324,7 @@ impl Index {
         let base = base_buckets.max(1) as f64;
         let tables: Vec<Mutex<Table>> = (0..n)
             .map(|i| {
-                let b = (base * 1.25f64.powf(i as f64 / n as f64)).ceil() as usize;
+                let b = (base * GROWTH.powf(i as f64 / n as f64)).ceil() as usize;
                 Mutex::new(Table::with_buckets(b))
             })
             .collect();
@@ -371,6 +375,20 @@ impl Index {
     pub fn memory_bytes(&self) -> u64 {
         self.table_bytes.load(Ordering::Relaxed).max(0) as u64
             + (self.shards.len() * std::mem::size_of::<Mutex<Table>>()) as u64
+    }
+
+    /// RAM the index spends per entry ([`Self::memory_bytes`] ÷ entries), with the entries
+    /// counted as at least [`GROWN_LOAD`] of the slots: the tables start at a fixed size
+    /// (shards × `base_buckets`) and never shrink, so a new index holding a few entries, or
+    /// one emptied by `flush_all`, would otherwise report its fixed tables divided by a
+    /// handful of entries (237504 bytes for one). With the floor it reports what an entry
+    /// costs at the load a table works at; once the tables have grown with the entries it is
+    /// plainly bytes ÷ entries.
+    pub fn bytes_per_entry(&self) -> f64 {
+        let table_bytes = self.table_bytes.load(Ordering::Relaxed).max(0) as u64;
+        let slots = table_bytes / std::mem::size_of::<Bucket>() as u64 * SLOTS as u64;
+        let counted = (self.len() as f64).max(slots as f64 * GROWN_LOAD).max(1.0);
+        self.memory_bytes() as f64 / counted
     }
 }
 
@@ -504,10 +522,42 @@ mod tests {
             let bpe = idx.memory_bytes() as f64 / n as f64;
             report.push((n, bpe));
             assert!(bpe <= 16.0, "{n} entries: {bpe:.2} bytes/entry");
+            // Grown with its entries: the reported cost is plainly bytes ÷ entries.
+            assert!((idx.bytes_per_entry() - bpe).abs() < 1e-9, "{n} entries");
         }
         for (n, bpe) in report {
             println!("index: {n:>9} entries  {bpe:5.2} bytes/entry");
         }
+    }
+
+    #[test]
+    fn a_young_or_emptied_index_reports_a_working_cost_per_entry() {
+        let idx = Index::new(1024, 7, 2);
+        // Empty, then one entry: the fixed tables are not charged to one entry.
+        let empty = idx.bytes_per_entry();
+        assert!(empty > 10.0 && empty < 32.0, "{empty}");
+        let h = idx.hash(b"one");
+        idx.lock(h).insert(h, ram(1));
+        assert_eq!(idx.bytes_per_entry(), empty);
+        assert!(
+            idx.memory_bytes() > 200_000,
+            "the tables are there all the same"
+        );
+        // Grown, then emptied (tables never shrink): at most a grown table's cost.
+        for n in 0..200_000u64 {
+            let h = idx.hash(&n.to_le_bytes());
+            idx.lock(h).insert(h, ram(n));
+        }
+        let grown = idx.bytes_per_entry();
+        for n in 0..200_000u64 {
+            let h = idx.hash(&n.to_le_bytes());
+            let mut shard = idx.lock(h);
+            let (pos, _) = shard.find(h, |e| e.loc == n).expect("present");
+            shard.remove(pos);
+        }
+        let emptied = idx.bytes_per_entry();
+        assert!(emptied <= grown * GROWTH + 1e-9, "{emptied} vs {grown}");
+        assert!(emptied < 16.0, "{emptied}");
     }
 
     #[derive(Clone, Debug)]

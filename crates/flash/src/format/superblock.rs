@@ -124,6 +124,12 @@ pub enum SuperblockError {
 }
 
 impl Superblock {
+    /// Segments of this superblock's size that `len` device bytes hold: a device opened at
+    /// another length than it was formatted for matches only if this equals `segments`.
+    pub fn segments_for(&self, len: u64) -> u64 {
+        len.saturating_sub(SUPERBLOCK_AREA) / u64::from(self.segment_size.max(1))
+    }
+
     /// Encode to [`SUPERBLOCK_LEN`] bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(SUPERBLOCK_LEN);

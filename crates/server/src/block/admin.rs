@@ -21,6 +21,7 @@ use tokio::net::TcpListener;
 use crate::http::{self, Request, Response};
 use crate::metrics::{parse_number, Exposition, Kind};
 use crate::rates::Rates;
+use crate::rundir::RunDir;
 
 /// What the endpoint serves.
 pub struct AdminCtx {
@@ -28,6 +29,8 @@ pub struct AdminCtx {
     pub stop: ShutdownHandle,
     pub nbd: Arc<ServerStats>,
     pub rates: Rates,
+    /// Where a mode set at run time is kept for the next start.
+    run_dir: Arc<RunDir>,
     /// Counter values at the last `reset-stats` and when it was (unix seconds; 0 = never).
     baseline: Mutex<(u64, HashMap<String, u64>)>,
 }
@@ -156,13 +159,32 @@ fn unix_now() -> u64 {
 }
 
 impl AdminCtx {
-    pub fn new(cache: Arc<BlockCache>, stop: ShutdownHandle, nbd: Arc<ServerStats>) -> Self {
+    pub fn new(
+        cache: Arc<BlockCache>,
+        stop: ShutdownHandle,
+        nbd: Arc<ServerStats>,
+        run_dir: Arc<RunDir>,
+    ) -> Self {
         Self {
             cache,
             stop,
             nbd,
             rates: Rates::default(),
+            run_dir,
             baseline: Mutex::new((0, HashMap::new())),
+        }
+    }
+
+    /// The mode was set at run time: keep the mode now in force for the next start (one
+    /// without `--mode`). A failure is logged; the mode itself is set either way.
+    fn mode_set(&self) {
+        let mode = self.cache.tunables().mode().name();
+        match self.run_dir.save_mode(mode) {
+            Ok(()) => log::info!("mode {mode} set at run time; a restart without --mode keeps it"),
+            Err(e) => log::warn!(
+                "mode {mode} set, but it cannot be kept for the next start (the run dir's mode \
+                 file: {e}); a restart starts in the mode its configuration gives"
+            ),
         }
     }
 
@@ -422,6 +444,9 @@ async fn route(req: &Request, ctx: &AdminCtx) -> (u16, String) {
                 if let Err(e) = cache.set_tunable(k, v) {
                     return (400, format!("{e}\n"));
                 }
+                if k == "mode" {
+                    ctx.mode_set();
+                }
                 out.push_str(&format!(
                     "{k}={}\n",
                     cache.get_tunable(k).unwrap_or_default()
@@ -460,7 +485,9 @@ async fn route(req: &Request, ctx: &AdminCtx) -> (u16, String) {
                     "usage: /mode?writeback|writethrough|writearound[&wait]\n".into(),
                 );
             };
-            let Some(sw) = cache.set_mode(mode) else {
+            let switch = cache.set_mode(mode);
+            ctx.mode_set();
+            let Some(sw) = switch else {
                 return (200, format!("mode={}\n", mode.name()));
             };
             if !wait || sw.phase != SwitchPhase::Running {

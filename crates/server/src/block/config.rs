@@ -24,6 +24,8 @@ pub struct BlockFile {
     pub no_direct_io: Option<bool>,
     pub threads: Option<usize>,
     pub trace: Option<PathBuf>,
+    /// `--reformat-on-mismatch`.
+    pub reformat_on_mismatch: Option<bool>,
     /// Tunables as `--set` takes them (`flash.*` included); `--set` flags come after.
     pub set: Option<std::collections::BTreeMap<String, toml::Value>>,
 }
@@ -61,6 +63,7 @@ fn merged(args: &BlockArgs) -> anyhow::Result<BlockArgs> {
         trace
     );
     a.no_direct_io |= f.no_direct_io.unwrap_or(false);
+    a.reformat_on_mismatch |= f.reformat_on_mismatch.unwrap_or(false);
     if let Some(table) = &f.set {
         let mut set: Vec<String> = table
             .iter()
@@ -92,6 +95,9 @@ pub struct BlockConfig {
     pub direct_io: bool,
     /// `--force-format` (a flag only, never from the config file).
     pub force_format: bool,
+    /// `--reformat-on-mismatch`: a cache formatted for another size is written back, then
+    /// formatted at the new size (`block::reformat`).
+    pub reformat_on_mismatch: bool,
     pub threads: Option<usize>,
     /// `--trace FILE`: record every NBD request into FILE (`None`: off).
     pub trace: Option<PathBuf>,
@@ -100,6 +106,11 @@ pub struct BlockConfig {
     pub flash_knobs: Vec<(String, String)>,
     /// Every tunable's effective value (defaults with the changes applied).
     pub effective: Vec<(String, String)>,
+    /// The mode is given at start (`--mode`, `mode` in --config, `--set mode=`, `[set]
+    /// mode`): it wins over the mode last set at run time, which the start forgets.
+    pub mode_explicit: bool,
+    /// Where the mode in force comes from, for `--check-config` and the start log.
+    pub mode_source: String,
 }
 
 impl BlockConfig {
@@ -123,10 +134,11 @@ impl BlockConfig {
         let listen: ListenAddr = listen_text
             .parse()
             .with_context(|| format!("--listen {listen_text:?}"))?;
-        let cache =
+        let mut cache =
             DeviceSpec::parse(&cache_text).with_context(|| format!("--cache {cache_text:?}"))?;
+        // As on the kv face: 0 = the whole existing file or device.
         if cache.size == 0 {
-            bail!("--cache {cache_text:?}: give a size, e.g. PATH:4G");
+            cache.size = crate::startup::whole_size(&cache.path, "--cache", &cache_text)?;
         }
         let block_size = args.block_size.unwrap_or(4096);
         if !block_size.is_power_of_two() || !(512..=1 << 20).contains(&block_size) {
@@ -162,6 +174,7 @@ impl BlockConfig {
             .map(|(k, v)| (k.to_string(), v))
             .collect();
         effective.extend(flash_knobs.iter().cloned());
+        let mode_explicit = tun.iter().any(|(k, _)| k == "mode");
         Ok(Self {
             backing,
             cache_text,
@@ -177,12 +190,38 @@ impl BlockConfig {
             block_size,
             direct_io: !args.no_direct_io,
             force_format: args.force_format,
+            reformat_on_mismatch: args.reformat_on_mismatch,
             threads: args.threads,
             trace: args.trace.clone(),
             tunables: tun,
             flash_knobs,
             effective,
+            mode_explicit,
+            mode_source: if mode_explicit {
+                "given at start"
+            } else {
+                "default"
+            }
+            .to_string(),
         })
+    }
+
+    /// Start in the mode last set at run time (`saved`), as the first tunable (so `--set`
+    /// keys after it are checked against it), unless a mode is given at start.
+    pub fn use_saved_mode(&mut self, saved: &crate::rundir::SavedMode) {
+        if self.mode_explicit {
+            return;
+        }
+        self.tunables
+            .insert(0, ("mode".to_string(), saved.mode.clone()));
+        if let Some((_, v)) = self.effective.iter_mut().find(|(k, _)| k == "mode") {
+            v.clone_from(&saved.mode);
+        }
+        self.mode_source = format!(
+            "set at run time {} ({})",
+            saved.set_at,
+            saved.path.display()
+        );
     }
 
     /// What `--check-config` adds to [`Self::from_args`]: the paths a start would use, read
@@ -197,12 +236,21 @@ impl BlockConfig {
         let same = flashtier_flash::probe::same_storage(Path::new(&self.backing), cache)
             .with_context(|| format!("--backing {}", self.backing))?;
         if let Some(why) = same {
-            bail!(
+            crate::conflict!(
                 "--cache {} is the backing: {why}; the cache must be another device",
                 cache.display()
             );
         }
         Ok(())
+    }
+
+    /// A cache file to create goes in an existing directory (`startup::check_parent`):
+    /// checked before anything is created, the run dir included.
+    pub fn check_cache_dir(&self) -> anyhow::Result<()> {
+        if self.cache.path.exists() {
+            return Ok(());
+        }
+        crate::startup::check_parent(&self.cache.path, "--cache", &self.cache_text)
     }
 
     pub fn check_paths(&self) -> anyhow::Result<()> {
@@ -216,11 +264,20 @@ impl BlockConfig {
         let cache = &self.cache.path;
         self.check_cache_is_not_backing()?;
         crate::startup::check_contents(cache, "--cache", self.force_format)?;
+        crate::startup::check_formatted_size(
+            cache,
+            self.cache.size,
+            crate::startup::Face::Block,
+            self.force_format || self.reformat_on_mismatch,
+        )?;
         match std::fs::metadata(cache) {
             Ok(m) if m.is_dir() => bail!("--cache {}: is a directory", cache.display()),
             Ok(_) => {}
-            Err(_) => writable_dir(parent_of(cache))
-                .with_context(|| format!("--cache {}: cannot be created", cache.display()))?,
+            Err(_) => {
+                self.check_cache_dir()?;
+                writable_dir(parent_of(cache))
+                    .with_context(|| format!("--cache {}: cannot be created", cache.display()))?
+            }
         }
         writable_dir(existing_ancestor(&self.run_dir))
             .with_context(|| format!("--run-dir {}", self.run_dir.display()))?;
@@ -249,7 +306,7 @@ impl BlockConfig {
     pub fn describe(&self) -> String {
         let mut s = format!(
             "backing={}\ncache={}\ncache_size={}\nlisten={}\nexport={}\nadmin={}\nrun_dir={}\n\
-             block_size={}\ndirect_io={}\n",
+             block_size={}\ndirect_io={}\nreformat_on_mismatch={}\n",
             self.backing,
             self.cache.path.display(),
             self.cache.size,
@@ -258,11 +315,13 @@ impl BlockConfig {
             self.admin.map_or("none".to_string(), |a| a.to_string()),
             self.run_dir.display(),
             self.block_size,
-            self.direct_io
+            self.direct_io,
+            self.reformat_on_mismatch
         );
         if let Some(t) = &self.trace {
             s.push_str(&format!("trace={}\n", t.display()));
         }
+        s.push_str(&format!("mode_source={}\n", self.mode_source));
         for (k, v) in &self.effective {
             s.push_str(&format!("{k}={v}\n"));
         }

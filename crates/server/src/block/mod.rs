@@ -1,9 +1,12 @@
 //! `flashtier block`: validate the configuration ([`BlockConfig`], also all that
 //! `--check-config` does), lock the run dir, open the backing (file, block device or NBD
-//! URI) and the flash cache, recover dirty blocks, bind the NBD and admin listeners, and only
-//! then announce that it serves. Until SIGTERM/SIGINT or `ctl detach` it rewrites the
-//! `<export>.stats` file every second and samples counters for per-window rates; at exit the
-//! file is rewritten once more with the final state (`state=stopped`).
+//! URI) and the flash cache ([`reformat`]: a cache formatted for another size is refused, or
+//! with `--reformat-on-mismatch` written back at its old size and then formatted), recover
+//! dirty blocks, bind the NBD and admin listeners, and only then announce that it serves.
+//! The mode is the one given at start, else the one last set at run time ([`saved_mode`]).
+//! Until SIGTERM/SIGINT or `ctl detach` it rewrites the `<export>.stats` file every second
+//! and samples counters for per-window rates; at exit the file is rewritten once more with
+//! the final state (`state=stopped`).
 //!
 //! Threads: the tokio runtime's workers run the NBD server, the admin endpoint, the
 //! writeback task, the stats writer and the rate sampler; the flash engine runs its own IO
@@ -15,11 +18,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use flashtier_backend::{BlockBackend, Traced, Tracer};
-use flashtier_blockcache::{BlockCache, BlockCacheConfig, Mode, Tunables};
+use flashtier_blockcache::{Mode, Tunables};
 use flashtier_flash::{DeviceSpec, FlashConfig};
 use flashtier_nbd::{open_backend, Export, ListenAddr, Server, ServerConfig};
 
-use crate::rundir::{Header, RunDir};
+use crate::rundir::{Header, RunDir, SavedMode};
 use crate::startup::Litter;
 
 /// The admin endpoint's default address, the one `flashtier ctl` talks to by default.
@@ -29,13 +32,19 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
 
 mod admin;
 mod config;
+mod reformat;
 
 pub use crate::cli::BlockArgs;
 pub use config::BlockConfig;
 pub fn main(args: BlockArgs) -> anyhow::Result<()> {
-    let cfg = BlockConfig::from_args(&args)?;
+    // Every refusal here is of a flag or a --config key: a usage error (exit 64).
+    let mut cfg = BlockConfig::from_args(&args)
+        .map_err(|e| anyhow::Error::new(crate::cli::Usage(crate::logging::error_chain(&e))))?;
     let threads = cfg.threads;
     if args.check_config {
+        if let Ok(Some(saved)) = SavedMode::read(&cfg.run_dir, &cfg.export) {
+            cfg.use_saved_mode(&saved);
+        }
         cfg.check_paths()?;
         print!("{}", cfg.describe());
         println!("configuration ok");
@@ -52,18 +61,20 @@ pub fn main(args: BlockArgs) -> anyhow::Result<()> {
     runtime.block_on(run(cfg))
 }
 
-async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
+async fn run(mut cfg: BlockConfig) -> anyhow::Result<()> {
     // Declared first, dropped last: if the start fails, the cache is closed and the run-dir
     // lock released before what this start created is removed.
     let mut litter = Litter::default();
     // A cache that is the backing is a typo that would wipe the disk: refused before anything.
     cfg.check_cache_is_not_backing()?;
+    cfg.check_cache_dir()?;
     // The run dir next: a busy or unwritable one fails before anything is opened.
     litter
         .create_dir_all(&cfg.run_dir)
         .with_context(|| format!("--run-dir {}: cannot create it", cfg.run_dir.display()))?;
     litter.note_file(&cfg.run_dir.join(format!("{}.lock", cfg.export)));
     let run_dir = RunDir::lock(&cfg.run_dir, &cfg.export)?;
+    let overridden = saved_mode(&mut cfg);
     // The backing path is locked for as long as it is served (another flashtier using it as
     // backing or cache is refused).
     let _backing_lock = lock_backing(&cfg.backing)?;
@@ -86,23 +97,36 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
         })?),
         None => None,
     };
-    let flash = FlashConfig {
-        direct_io: cfg.direct_io,
-        force_format: cfg.force_format,
-        ..FlashConfig::for_capacity(cfg.cache.size)
-    };
-    let bc = BlockCacheConfig {
-        block_size: cfg.block_size,
-        flash: Some(flash),
-        tunables: cfg.tunables.clone(),
-    };
     litter.note_file(&cfg.cache.path);
-    let spec = cfg.cache.clone();
-    let cache = tokio::task::spawn_blocking(move || BlockCache::open_specs(&[spec], backing, bc))
-        .await
-        .context("open task")?
+    let opened = reformat::open(
+        &cfg,
+        cfg.cache.clone(),
+        &backing,
+        cfg.tunables.clone(),
+        false,
+    )
+    .await
+    .context("open task")?;
+    let opened = match reformat::resized(&opened) {
+        // Formatted for another size: --reformat-on-mismatch writes its dirty blocks back
+        // at the old size, then formats it at the new one.
+        Some(formatted) if cfg.reformat_on_mismatch && !cfg.force_format => {
+            reformat::write_back_at(&cfg, formatted, &backing).await?;
+            reformat::open(
+                &cfg,
+                cfg.cache.clone(),
+                &backing,
+                cfg.tunables.clone(),
+                true,
+            )
+            .await
+            .context("open task")?
+        }
+        _ => opened,
+    };
+    let cache = opened
         .with_context(|| format!("cannot open the block cache on {}", cfg.cache_text))
-        .map_err(crate::startup::explain)?;
+        .map_err(|e| crate::startup::explain(e, crate::startup::Face::Block))?;
     for (k, v) in &cfg.flash_knobs {
         cache
             .set_tunable(k, v)
@@ -147,10 +171,12 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_else(|_| cfg.listen_text.clone());
+    let run_dir = Arc::new(run_dir);
     let ctx = Arc::new(admin::AdminCtx::new(
         Arc::clone(&cache),
         server.shutdown_handle(),
         server.stats(),
+        Arc::clone(&run_dir),
     ));
     let admin_bound = match &admin {
         Some(l) => l
@@ -158,7 +184,6 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
             .map_or_else(|_| "?".to_string(), |a| a.to_string()),
         None => "none".to_string(),
     };
-    let run_dir = Arc::new(run_dir);
     let write = {
         let (export, listen, admin) =
             (cfg.export.clone(), listen_addr.clone(), admin_bound.clone());
@@ -185,6 +210,13 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
     })?;
     // Nothing below fails the start: keep what it created, then serve.
     litter.keep();
+    if let Some(saved) = overridden {
+        // A mode given at start replaced the one set at run time: forget that one now that
+        // the start succeeded, so a later start without a mode does not bring it back.
+        if let Err(e) = run_dir.forget_mode() {
+            log::warn!("cannot remove {}: {e}", saved.path.display());
+        }
+    }
     let writeback = cache.start();
     if let Some(l) = admin {
         log::info!("admin on http://{admin_bound}");
@@ -261,6 +293,46 @@ async fn run(cfg: BlockConfig) -> anyhow::Result<()> {
     );
     served?;
     Ok(())
+}
+
+/// The mode to start in: one given at start wins (the mode last set at run time,
+/// `<run-dir>/<export>.mode`, is returned, to be forgotten once the start succeeds); else
+/// that saved mode; else the default (writeback). Logged when the saved mode is used or
+/// overridden.
+fn saved_mode(cfg: &mut BlockConfig) -> Option<SavedMode> {
+    let saved = match SavedMode::read(&cfg.run_dir, &cfg.export) {
+        Ok(s) => s,
+        Err(e) => {
+            log::warn!("ignoring the mode set at run time: {e}");
+            None
+        }
+    };
+    let saved = saved?;
+    if !cfg.mode_explicit {
+        log::info!(
+            "mode {}: set at run time {}, kept across the restart ({}; --mode or mode in \
+             --config overrides it)",
+            saved.mode,
+            saved.set_at,
+            saved.path.display()
+        );
+        cfg.use_saved_mode(&saved);
+        return None;
+    }
+    let given = cfg
+        .tunables
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "mode")
+        .map_or("", |(_, v)| v.as_str());
+    if Mode::parse(given).map(Mode::name) != Some(saved.mode.as_str()) {
+        log::info!(
+            "mode {given} given at start overrides the mode {} set at run time {}",
+            saved.mode,
+            saved.set_at
+        );
+    }
+    Some(saved)
 }
 
 /// Lock the backing path (if it is a path, not an

@@ -12,7 +12,7 @@ use flashtier_cache::flash::DeviceSpec;
 use flashtier_cache::FlashSettings;
 
 use crate::kv::KvConfig;
-use crate::startup::check_contents;
+use crate::startup::{check_contents, Face};
 
 /// Knobs and flash paths: what a start checks first.
 pub fn check(cfg: &KvConfig) -> anyhow::Result<()> {
@@ -27,7 +27,7 @@ pub fn check(cfg: &KvConfig) -> anyhow::Result<()> {
     }
     for text in &cfg.flash {
         let spec = DeviceSpec::parse(text).with_context(|| format!("--flash {text}"))?;
-        check_device(text, &spec)?;
+        check_device(text, &spec, cfg.default_flash)?;
     }
     Ok(())
 }
@@ -36,34 +36,51 @@ pub fn check(cfg: &KvConfig) -> anyhow::Result<()> {
 /// contents of existing flash files, and the ports.
 pub fn check_more(cfg: &KvConfig) -> anyhow::Result<()> {
     for text in &cfg.flash {
-        let spec = DeviceSpec::parse(text).with_context(|| format!("--flash {text}"))?;
+        let mut spec = DeviceSpec::parse(text).with_context(|| format!("--flash {text}"))?;
         check_contents(&spec.path, "--flash", cfg.force_format)?;
+        if spec.size == 0 {
+            spec.size = crate::startup::whole_size(&spec.path, "--flash", text)?;
+        }
+        let keep = cfg.force_format || cfg.reformat_on_mismatch;
+        crate::startup::check_formatted_size(&spec.path, spec.size, Face::Kv, keep)?;
     }
     check_ports(cfg)
 }
 
-fn check_device(text: &str, spec: &DeviceSpec) -> anyhow::Result<()> {
+/// An existing file or device that can be read and written, or a file to create: in an
+/// existing directory (`startup::check_parent`), or, for the built-in default
+/// (`default_flash`), under the nearest existing ancestor, where `data/` is created.
+fn check_device(text: &str, spec: &DeviceSpec, default_flash: bool) -> anyhow::Result<()> {
     let path = &spec.path;
     match std::fs::metadata(path) {
         Ok(m) if m.is_dir() => bail!("--flash {text}: {} is a directory", path.display()),
-        Ok(_) => rustix::fs::access(
-            path,
-            rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK,
-        )
-        .with_context(|| {
-            format!(
-                "--flash {text}: {} cannot be read and written",
-                path.display()
+        Ok(_) => {
+            if spec.size == 0 {
+                crate::startup::whole_size(path, "--flash", text)?;
+            }
+            readable_writable(text, path)
+        }
+        Err(_) if spec.size == 0 => crate::startup::whole_size(path, "--flash", text).map(drop),
+        Err(_) if !default_flash => {
+            crate::startup::check_parent(path, "--flash", text)?;
+            let parent = path
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            rustix::fs::access(
+                parent,
+                rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
             )
-        }),
-        Err(_) if spec.size == 0 => bail!(
-            "--flash {text}: size 0 means \"the whole existing file or device\", and {} does not \
-             exist; give a size to create it (e.g. {}:1GiB)",
-            path.display(),
-            path.display()
-        ),
+            .with_context(|| {
+                format!(
+                    "--flash {text}: cannot create {} ({} is not writable)",
+                    path.display(),
+                    parent.display()
+                )
+            })
+        }
         Err(_) => {
-            // Created at start, with the directories above it.
+            // The default: created at start, with `data/` above it.
             let parent = path
                 .parent()
                 .filter(|d| !d.as_os_str().is_empty())
@@ -90,6 +107,19 @@ fn check_device(text: &str, spec: &DeviceSpec) -> anyhow::Result<()> {
     }
 }
 
+fn readable_writable(text: &str, path: &Path) -> anyhow::Result<()> {
+    rustix::fs::access(
+        path,
+        rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK,
+    )
+    .with_context(|| {
+        format!(
+            "--flash {text}: {} cannot be read and written",
+            path.display()
+        )
+    })
+}
+
 /// The ports: bound and released at once.
 fn check_ports(cfg: &KvConfig) -> anyhow::Result<()> {
     for l in &cfg.listen {
@@ -114,6 +144,9 @@ pub fn describe(cfg: &KvConfig) -> String {
     let flash: Vec<String> = cfg.flash.iter().map(|f| q(f)).collect();
     let _ = writeln!(s, "flash = [{}]", flash.join(", "));
     let _ = writeln!(s, "ram_only = {}", cfg.flash.is_empty());
+    if cfg.reformat_on_mismatch {
+        let _ = writeln!(s, "reformat_on_mismatch = true");
+    }
     if let Some(a) = cfg.admin {
         let _ = writeln!(s, "admin = {}", q(&a.to_string()));
     }
@@ -149,7 +182,18 @@ mod tests {
     fn finds_what_a_start_would() {
         let dir = std::env::temp_dir().join(format!("ft-kvcheck-{}", std::process::id()));
         let f = format!("{}/sub/f.bin:64MiB", dir.display());
+        // A flash file in a directory that does not exist is refused, naming the directory.
+        let e = check(&cfg(&[&f], &[])).unwrap_err();
+        assert!(e.is::<crate::cli::Conflict>(), "{e}");
+        assert!(
+            e.to_string()
+                .contains(&format!("directory {}/sub does not exist", dir.display())),
+            "{e}"
+        );
+        assert!(!dir.exists());
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
         assert!(check(&cfg(&[&f], &[("item_size", "512")])).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
         let e = check(&cfg(&[&f], &[("foo", "1")])).unwrap_err();
         assert!(format!("{e:#}").contains("unknown knob foo"), "{e:#}");
         let e = check(&cfg(&[], &[("item_size", "1")])).unwrap_err();

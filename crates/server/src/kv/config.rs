@@ -66,6 +66,9 @@ pub struct KvConfig {
     /// Flash tier devices (`--flash`, `-o ext_path`), validated `PATH:SIZE[:TIER]` specs;
     /// empty = RAM only (`--ram-only`). Default: [`DEFAULT_FLASH`] (memcached: none).
     pub flash: Vec<String>,
+    /// `flash` is the built-in [`DEFAULT_FLASH`] (no flash flag, file key or `--ram-only`):
+    /// the only flash file whose missing directory (`data/`) a start creates.
+    pub default_flash: bool,
     /// Admin HTTP endpoint (`--admin`). Default: none.
     pub admin: Option<SocketAddr>,
     /// Runtime knobs to set at startup, in order (`--knob NAME=VALUE`, memcached's
@@ -73,6 +76,9 @@ pub struct KvConfig {
     pub knobs: Vec<(String, String)>,
     /// Format flash devices that hold other data (`--force-format`). Default: false.
     pub force_format: bool,
+    /// Format flash devices whose format does not match (another size or set) instead of
+    /// refusing to start (`--reformat-on-mismatch`, `reformat_on_mismatch`). Default: false.
+    pub reformat_on_mismatch: bool,
     /// Daemonize (-d).
     pub daemon: bool,
     /// Pid file (-P).
@@ -129,6 +135,9 @@ pub struct KvFile {
     pub flash: Option<Vec<String>>,
     /// No flash tier. Default: false.
     pub ram_only: Option<bool>,
+    /// Format flash formatted for another size or set as configured (empty) instead of
+    /// refusing to start. Default: false.
+    pub reformat_on_mismatch: Option<bool>,
     /// Admin endpoint HOST:PORT. Default: none.
     pub admin: Option<String>,
     /// Runtime knobs set at startup (`[knobs]` table, e.g. `item_size = 512`); `--knob`
@@ -173,6 +182,7 @@ impl KvConfig {
         if a.admin.is_none() {
             a.admin = file.admin;
         }
+        a.reformat_on_mismatch |= file.reformat_on_mismatch == Some(true);
         if let Some(table) = &file.knobs {
             let mut from_file: Vec<String> = table
                 .iter()
@@ -202,6 +212,7 @@ impl KvConfig {
         let mut cfg = Self::from_flags(&a, memcached)?;
         if cfg.flash.is_empty() && !ram_only && file_flash.is_none() && !memcached {
             cfg.flash = vec![DEFAULT_FLASH.to_string()];
+            cfg.default_flash = true;
         }
         Ok(cfg)
     }
@@ -392,9 +403,11 @@ impl KvConfig {
             max_connections,
             verbose: a.verbose,
             flash,
+            default_flash: false,
             admin,
             knobs,
             force_format: a.force_format,
+            reformat_on_mismatch: a.reformat_on_mismatch,
             daemon: a.daemon,
             pidfile: a.pidfile.clone(),
             user: a.user.clone(),

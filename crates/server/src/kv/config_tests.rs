@@ -268,6 +268,15 @@ fn config_file_with_flag_overrides() {
     );
     std::fs::write(&path, "bogus = 1\n").unwrap();
     assert!(parse(&["--config", p]).is_err());
+    // --reformat-on-mismatch: a flag or a key, off unless one says so.
+    std::fs::write(&path, "reformat_on_mismatch = true\n").unwrap();
+    assert!(parse(&["--config", p]).unwrap().reformat_on_mismatch);
+    assert!(
+        parse(&["--reformat-on-mismatch"])
+            .unwrap()
+            .reformat_on_mismatch
+    );
+    assert!(!parse(&[]).unwrap().reformat_on_mismatch);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

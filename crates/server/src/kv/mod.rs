@@ -22,6 +22,7 @@ mod tls;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use flashtier_cache::flash::DeviceSpec;
 use flashtier_cache::{Cache, CacheConfig, FlashSettings, KvStore};
 use flashtier_memcache::{auth::AuthFile, Context, Listener, MemoryLimitHook, Settings};
 
@@ -45,21 +46,23 @@ fn build_store(cfg: &KvConfig, litter: &mut Litter) -> anyhow::Result<Arc<Cache>
         .max_item_size(cfg.max_item_size as usize)
         .evict_to_free(cfg.evictions);
     if !cfg.flash.is_empty() {
-        let specs: Vec<&str> = cfg.flash.iter().map(String::as_str).collect();
-        // A flash file under a data directory that does not exist yet: create the directory.
+        let specs = flash_specs(cfg)?;
         for spec in &specs {
-            let path = flashtier_cache::flash::DeviceSpec::parse(spec)
-                .context("--flash")?
-                .path;
+            let path = &spec.path;
+            // Only the built-in default creates its directory (`data/`); any other flash
+            // file's directory must exist (checked before: `check::check`).
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                litter
-                    .create_dir_all(dir)
-                    .with_context(|| format!("cannot create flash directory {}", dir.display()))?;
+                if cfg.default_flash {
+                    litter.create_dir_all(dir).with_context(|| {
+                        format!("cannot create flash directory {}", dir.display())
+                    })?;
+                }
             }
-            litter.note_file(&path);
+            litter.note_file(path);
         }
-        let mut flash = FlashSettings::parse(&specs).context("--flash")?;
+        let mut flash = FlashSettings::specs(specs);
         flash.force_format = cfg.force_format;
+        flash.reformat_on_mismatch = cfg.reformat_on_mismatch;
         // One io_uring per serving thread (see flashtier_memcache::Workers).
         flash.io_lanes = cfg.threads;
         builder = builder.flash(flash);
@@ -68,6 +71,21 @@ fn build_store(cfg: &KvConfig, litter: &mut Litter) -> anyhow::Result<Arc<Cache>
     Ok(Arc::new(
         Cache::new(cache_cfg).context("cannot start the cache")?,
     ))
+}
+
+/// The flash devices to open, `PATH:0` resolved to the whole existing file or device (so the
+/// engine's segment size follows the real capacity, and the start line names it).
+fn flash_specs(cfg: &KvConfig) -> anyhow::Result<Vec<DeviceSpec>> {
+    cfg.flash
+        .iter()
+        .map(|text| {
+            let mut spec = DeviceSpec::parse(text).with_context(|| format!("--flash {text}"))?;
+            if spec.size == 0 {
+                spec.size = crate::startup::whole_size(&spec.path, "--flash", text)?;
+            }
+            Ok(spec)
+        })
+        .collect()
 }
 
 /// `flashtier kv`; `memcached`: started under that name.
@@ -147,7 +165,8 @@ pub fn main(args: KvArgs, memcached: bool) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let store = build_store(&cfg, &mut litter).map_err(crate::startup::explain)?;
+    let store = build_store(&cfg, &mut litter)
+        .map_err(|e| crate::startup::explain(e, crate::startup::Face::Kv))?;
     for (name, value) in &cfg.knobs {
         store
             .set_knob(name, value)
@@ -202,10 +221,9 @@ fn log_flash(cfg: &KvConfig, store: &Cache) {
         return;
     }
     let cwd = std::env::current_dir().unwrap_or_default();
-    let devices: Vec<String> = cfg
-        .flash
+    let devices: Vec<String> = flash_specs(cfg)
+        .unwrap_or_default()
         .iter()
-        .filter_map(|s| flashtier_cache::flash::DeviceSpec::parse(s).ok())
         .map(|d| format!("{} ({} bytes)", cwd.join(&d.path).display(), d.size))
         .collect();
     let recovered = store
@@ -345,7 +363,12 @@ async fn reload_on_hangup(auth: Option<Arc<AuthFile>>) {
     while hup.recv().await.is_some() {
         if let Some(a) = &auth {
             match a.reload() {
-                Ok(n) => log::info!("SIGHUP: auth file reloaded ({n} entries)"),
+                Ok(r) if r.through_descriptor => log::info!(
+                    "SIGHUP: auth file reloaded ({} entries) through the descriptor opened at \
+                     start (this user may not open it: root was dropped with -u)",
+                    r.entries
+                ),
+                Ok(r) => log::info!("SIGHUP: auth file reloaded ({} entries)", r.entries),
                 Err(e) => log::warn!("SIGHUP: {e}; keeping the previous entries"),
             }
         }
