@@ -2,7 +2,9 @@
 //!
 //! Invariant: `inflight` holds exactly the requests written (or queued in `wbuf`) whose
 //! replies have not been parsed yet, in send order, which is the order replies arrive in.
-//! A connection is moved into one worker thread per phase and touched only by it.
+//! A connection is moved into one worker thread per phase and touched only by it (with the
+//! thread client, into the connection's receiving thread; its sender writes on a clone of the
+//! socket and never touches this struct).
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -70,7 +72,12 @@ impl Conn {
         let stream = TcpStream::connect(addr).map_err(connect_err)?;
         stream.set_nodelay(true).map_err(connect_err)?;
         stream.set_nonblocking(true).map_err(connect_err)?;
-        Ok(Self {
+        Ok(Self::from_stream(stream, seed))
+    }
+
+    /// Wraps a connected socket as it is (blocking or not).
+    pub fn from_stream(stream: TcpStream, seed: u64) -> Self {
+        Self {
             stream,
             wbuf: Vec::with_capacity(64 * 1024),
             wpos: 0,
@@ -82,7 +89,7 @@ impl Conn {
             rng: Rng::new(seed),
             scratch: Scratch::default(),
             dead: false,
-        })
+        }
     }
 
     /// The socket descriptor, for polling.
@@ -142,6 +149,42 @@ impl Conn {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// One `read` into the buffer, compacting or growing it first if it is full: for a
+    /// blocking socket, where a second read would wait for more bytes. A read that timed out
+    /// (`SO_RCVTIMEO`) or was interrupted reads nothing and returns `Ok(true)`; `Ok(false)`
+    /// means EOF.
+    pub fn read_once(&mut self) -> io::Result<bool> {
+        if self.rend == self.rbuf.len() {
+            if self.rpos > 0 {
+                self.rbuf.copy_within(self.rpos..self.rend, 0);
+                self.rend -= self.rpos;
+                self.rpos = 0;
+            } else {
+                let new_len = self.rbuf.len() * 2;
+                self.rbuf.resize(new_len, 0);
+            }
+        }
+        let spare = self.rbuf.get_mut(self.rend..).unwrap_or(&mut []);
+        match self.stream.read(spare) {
+            Ok(0) => Ok(false),
+            Ok(n) => {
+                self.rend += n;
+                Ok(true)
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(true)
+            }
+            Err(e) => Err(e),
         }
     }
 

@@ -4,7 +4,8 @@
 //! sets every key once;
 //! `sweep --rates max,20k,40k` runs one phase per rate on the same connections and writes one
 //! JSON report with a row per rate. `--json PATH` (or `-` for stdout) writes the report; a
-//! short table goes to stdout, or to stderr when the JSON does.
+//! short table goes to stdout, or to stderr when the JSON does. `--client threads` drives
+//! each connection with its own sending and receiving thread instead of the event loops.
 //!
 //! Exit status: 0 success; 1 errors with `--fail-on-error`; 2 configuration or connection
 //! failure; 3 a `--verify` failure (a GET hit returned wrong bytes, or a deleted key), always.
@@ -16,7 +17,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use flashtier_bench::{
-    run, table, Arrival, KeyDist, Protocol, Rate, RunConfig, ValueSizes, WorkloadSpec,
+    run_with, table, Arrival, Client, KeyDist, Protocol, Rate, RunConfig, ValueSizes, WorkloadSpec,
 };
 
 #[derive(Parser)]
@@ -60,7 +61,15 @@ struct Common {
     /// Connections in total.
     #[arg(long, short = 'c', default_value_t = 8)]
     connections: usize,
-    /// Worker threads (connections are dealt round-robin).
+    /// Client: async (event loops over non-blocking sockets, -t threads) | threads (a
+    /// sending and a receiving thread per connection, blocking sockets; -t is ignored).
+    #[arg(long, default_value = "async")]
+    client: String,
+    /// Thread client, open loop: most unanswered requests per connection; a request due
+    /// beyond it waits for a reply (counted in `sends_waited`). Closed loop uses --depth.
+    #[arg(long, default_value_t = flashtier_bench::thread_client::DEFAULT_MAX_OUTSTANDING)]
+    max_outstanding: usize,
+    /// Worker threads of the async client (connections are dealt round-robin).
     #[arg(long, short = 't', default_value_t = 1)]
     threads: usize,
     /// Requests in flight per connection (pipeline depth).
@@ -230,7 +239,13 @@ fn real_main() -> anyhow::Result<ExitCode> {
         ),
     };
     let cfg = build(rates, common, fill)?;
-    let report = run(&cfg, |msg| eprintln!("flashtier-bench: {msg}"))?;
+    let client = match common.client.parse::<Client>()? {
+        Client::Threads { .. } => Client::Threads {
+            max_outstanding: common.max_outstanding,
+        },
+        c => c,
+    };
+    let report = run_with(&cfg, client, |msg| eprintln!("flashtier-bench: {msg}"))?;
     let json = serde_json::to_string_pretty(&report)?;
     let human = table(&report);
     match common.json.as_deref() {

@@ -19,7 +19,7 @@ use crate::protocol::{self, OpKind, Reply};
 use crate::schedule::{Arrival, Schedule};
 use crate::serverstats;
 use crate::stats::Stats;
-use crate::workload::{Op, OpSource, Workload};
+use crate::workload::{Op, OpSource, Scratch, Workload};
 
 /// How requests are paced.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -145,58 +145,27 @@ pub fn run_phase(
         }
     }
 
-    let stats_timeout = Duration::from_secs(5);
-    let (results, snap0): (Vec<(Stats, u64)>, Option<TimedSnapshot>) = std::thread::scope(|s| {
-        let want = spec.server_stats.is_some() || spec.server_pid.is_some();
-        let snap = want.then(|| {
-            s.spawn(move || {
-                std::thread::sleep(spec.warmup);
-                let at = Instant::now();
-                let cpu = spec.server_pid.and_then(pid_cpu_s);
-                let stats = spec
-                    .server_stats
-                    .as_deref()
-                    .and_then(|addr| serverstats::fetch(addr, stats_timeout).ok());
-                (at, stats, cpu)
-            })
-        });
-        let handles: Vec<_> = per_thread
-            .into_iter()
-            .map(|mut bucket| {
-                s.spawn(move || worker(&mut bucket, wl, spec, base, warm_ns, gen_end_ns))
-            })
-            .collect();
-        let results = handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    let mut stats = Stats::default();
-                    stats.note_error("worker thread panicked".into());
-                    stats.c.connections_lost += 1;
-                    (stats, 0)
+    let (results, server) = around_window(spec, || {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = per_thread
+                .into_iter()
+                .map(|mut bucket| {
+                    s.spawn(move || worker(&mut bucket, wl, spec, base, warm_ns, gen_end_ns))
                 })
-            })
-            .collect();
-        let snap0 = snap.and_then(|h| h.join().ok());
-        (results, snap0)
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        let mut stats = Stats::default();
+                        stats.note_error("worker thread panicked".into());
+                        stats.c.connections_lost += 1;
+                        (stats, 0)
+                    })
+                })
+                .collect::<Vec<(Stats, u64)>>()
+        })
     });
-    // CPU first: the stats request below costs the server a little CPU of its own.
-    let server_cpu_s = match (&snap0, spec.server_pid) {
-        (Some((_, _, Some(c0))), Some(pid)) => pid_cpu_s(pid).map(|c1| c1 - c0),
-        _ => None,
-    };
-    let (server_stats_delta, server_stats_window_s) = match (snap0, spec.server_stats.as_deref()) {
-        (Some((at, Some(before), _)), Some(addr)) => {
-            match serverstats::fetch(addr, stats_timeout) {
-                Ok(after) => (
-                    Some(serverstats::delta(&before, &after)),
-                    Some(at.elapsed().as_secs_f64()),
-                ),
-                Err(_) => (None, None),
-            }
-        }
-        _ => (None, None),
-    };
 
     let mut stats = Stats::default();
     let mut last_done = 0u64;
@@ -219,16 +188,67 @@ pub fn run_phase(
         stats,
         window_s: window_ns.max(1) as f64 / 1e9,
         cpu_s: process_cpu_s() - cpu0,
-        server_stats_delta,
-        server_stats_window_s,
-        server_cpu_s,
+        server_stats_delta: server.stats_delta,
+        server_stats_window_s: server.stats_window_s,
+        server_cpu_s: server.cpu_s,
     })
+}
+
+/// What the server did over a measured window (see [`around_window`]).
+#[derive(Debug, Default)]
+pub(crate) struct ServerWindow {
+    /// Its numeric `stats` at the end minus at the start, if requested and reachable.
+    pub stats_delta: Option<serverstats::Snapshot>,
+    /// Seconds between the two stats snapshots.
+    pub stats_window_s: Option<f64>,
+    /// Its CPU seconds (utime + stime) between the two instants, if a pid was given.
+    pub cpu_s: Option<f64>,
+}
+
+/// Runs `body` (a phase's load, on the caller's thread) while a helper thread takes the
+/// server's stats and CPU `spec.warmup` after the call starts, then takes them again when
+/// `body` returns: the server's side of the measured window, for every client.
+pub(crate) fn around_window<R>(spec: &PhaseSpec, body: impl FnOnce() -> R) -> (R, ServerWindow) {
+    let stats_timeout = Duration::from_secs(5);
+    let (r, snap0): (R, Option<TimedSnapshot>) = std::thread::scope(|s| {
+        let want = spec.server_stats.is_some() || spec.server_pid.is_some();
+        let snap = want.then(|| {
+            s.spawn(move || {
+                std::thread::sleep(spec.warmup);
+                let at = Instant::now();
+                let cpu = spec.server_pid.and_then(pid_cpu_s);
+                let stats = spec
+                    .server_stats
+                    .as_deref()
+                    .and_then(|addr| serverstats::fetch(addr, stats_timeout).ok());
+                (at, stats, cpu)
+            })
+        });
+        let r = body();
+        (r, snap.and_then(|h| h.join().ok()))
+    });
+    // CPU first: the stats request below costs the server a little CPU of its own.
+    let cpu_s = match (&snap0, spec.server_pid) {
+        (Some((_, _, Some(c0))), Some(pid)) => pid_cpu_s(pid).map(|c1| c1 - c0),
+        _ => None,
+    };
+    let mut w = ServerWindow {
+        cpu_s,
+        ..ServerWindow::default()
+    };
+    if let (Some((at, Some(before), _)), Some(addr)) = (snap0, spec.server_stats.as_deref()) {
+        if let Ok(after) = serverstats::fetch(addr, stats_timeout) {
+            w.stats_delta = Some(serverstats::delta(&before, &after));
+            w.stats_window_s = Some(at.elapsed().as_secs_f64());
+        }
+    }
+    (r, w)
 }
 
 /// When the end-of-warm-up snapshot was taken, the server's stats then, its CPU seconds then.
 type TimedSnapshot = (Instant, Option<serverstats::Snapshot>, Option<f64>);
 
-fn now_ns(base: Instant) -> u64 {
+pub(crate) fn now_ns(base: Instant) -> u64 {
     base.elapsed().as_nanos() as u64
 }
 
@@ -422,26 +442,7 @@ fn generate(
                 }
             },
         };
-        let history = wl.history.as_ref();
-        let stamp = match op.kind {
-            OpKind::Get => {
-                wl.encode_get(op.key, &mut c.wbuf, &mut c.scratch);
-                history.map_or(0, |h| h.get_sent(op.key))
-            }
-            OpKind::Set => {
-                wl.encode_set(op.key, op.len as usize, &mut c.wbuf, &mut c.scratch);
-                stats.c.set_ops_sent += 1;
-                stats.c.set_value_bytes += u64::from(op.len);
-                if let Some(h) = history {
-                    h.set_sent(op.key);
-                }
-                0
-            }
-            OpKind::Delete => {
-                wl.encode_delete(op.key, &mut c.wbuf, &mut c.scratch);
-                history.map_or(0, |h| h.delete_sent())
-            }
-        };
+        let stamp = encode_op(wl, &op, &mut c.wbuf, &mut c.scratch, stats);
         c.inflight.push_back(InFlight {
             t0,
             kind: op.kind,
@@ -452,8 +453,45 @@ fn generate(
     }
 }
 
-/// Parses every complete reply in the connection's buffer and records it.
-fn parse_replies(c: &mut Conn, wl: &Workload, now: u64, stats: &mut Stats) -> Result<(), Error> {
+/// Appends `op` to `wbuf`, counts what a SET sends, and returns the stamp its [`InFlight`]
+/// carries (the delete history's clock, stamped before the bytes are written; else 0).
+pub(crate) fn encode_op(
+    wl: &Workload,
+    op: &Op,
+    wbuf: &mut Vec<u8>,
+    scratch: &mut Scratch,
+    stats: &mut Stats,
+) -> u64 {
+    let history = wl.history.as_ref();
+    match op.kind {
+        OpKind::Get => {
+            wl.encode_get(op.key, wbuf, scratch);
+            history.map_or(0, |h| h.get_sent(op.key))
+        }
+        OpKind::Set => {
+            wl.encode_set(op.key, op.len as usize, wbuf, scratch);
+            stats.c.set_ops_sent += 1;
+            stats.c.set_value_bytes += u64::from(op.len);
+            if let Some(h) = history {
+                h.set_sent(op.key);
+            }
+            0
+        }
+        OpKind::Delete => {
+            wl.encode_delete(op.key, wbuf, scratch);
+            history.map_or(0, |h| h.delete_sent())
+        }
+    }
+}
+
+/// Parses every complete reply in the connection's buffer and records it, latency up to
+/// `now`; `c.inflight` must hold the requests of every reply already read.
+pub(crate) fn parse_replies(
+    c: &mut Conn,
+    wl: &Workload,
+    now: u64,
+    stats: &mut Stats,
+) -> Result<(), Error> {
     loop {
         let Some(front) = c.inflight.front().copied() else {
             if !c.unparsed().is_empty() {

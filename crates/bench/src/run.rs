@@ -3,7 +3,10 @@
 //!
 //! The report is one object: `config`, `load_phase` (or null) and `rows`, one row per rate in
 //! the order given. Every number the side-by-side runner uses is a row field documented on
-//! [`Row`]. Runs on the caller's thread; phases spawn their own worker threads.
+//! [`Row`]. Runs on the caller's thread; phases spawn their own worker threads. Which client
+//! drives the connections ([`Client`]: the event loop of [`crate::phase`] or the
+//! thread-per-connection one of [`crate::thread_client`]) changes nothing in the report but
+//! `config.client` and `config.max_outstanding`.
 
 use std::time::Duration;
 
@@ -14,7 +17,90 @@ use crate::error::Error;
 use crate::phase::{run_phase, Pacing, PhaseResult, PhaseSpec};
 use crate::schedule::Arrival;
 use crate::stats::{Counters, LatencySummary};
+use crate::thread_client::{self, ThreadConn};
 use crate::workload::{Workload, WorkloadSpec};
+
+/// Which client drives the connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Client {
+    /// `--threads` event loops (`ppoll`) over non-blocking sockets, pipelining up to
+    /// `--depth` per connection. The default.
+    Async,
+    /// A sending and a receiving thread per connection on a blocking socket; open loop keeps
+    /// at most `max_outstanding` requests unanswered per connection, closed loop `--depth`.
+    Threads {
+        /// Most unanswered requests per connection in open loop. Default:
+        /// [`thread_client::DEFAULT_MAX_OUTSTANDING`].
+        max_outstanding: usize,
+    },
+}
+
+impl std::fmt::Display for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Client::Async => "async",
+            Client::Threads { .. } => "threads",
+        })
+    }
+}
+
+impl std::str::FromStr for Client {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s {
+            "async" => Ok(Client::Async),
+            "threads" => Ok(Client::Threads {
+                max_outstanding: thread_client::DEFAULT_MAX_OUTSTANDING,
+            }),
+            _ => Err(Error::Config(format!(
+                "unknown client {s:?} (async|threads)"
+            ))),
+        }
+    }
+}
+
+/// The connections of a run, as the chosen client holds them.
+enum Conns {
+    Async(Vec<Conn>),
+    Threads {
+        conns: Vec<ThreadConn>,
+        max_outstanding: usize,
+    },
+}
+
+impl Conns {
+    fn connect(cfg: &RunConfig, client: Client) -> Result<Self, Error> {
+        let seed = |i: usize| cfg.seed ^ ((i as u64 + 1) << 32);
+        Ok(match client {
+            Client::Async => Conns::Async(
+                (0..cfg.connections)
+                    .map(|i| Conn::connect(&cfg.server, seed(i)))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Client::Threads { max_outstanding } => Conns::Threads {
+                conns: (0..cfg.connections)
+                    .map(|i| ThreadConn::connect(&cfg.server, seed(i), cfg.drain_timeout))
+                    .collect::<Result<_, _>>()?,
+                max_outstanding,
+            },
+        })
+    }
+
+    fn phase(
+        &mut self,
+        threads: usize,
+        wl: &Workload,
+        spec: &PhaseSpec,
+    ) -> Result<PhaseResult, Error> {
+        match self {
+            Conns::Async(conns) => run_phase(conns, threads, wl, spec),
+            Conns::Threads {
+                conns,
+                max_outstanding,
+            } => thread_client::run_phase(conns, wl, spec, *max_outstanding),
+        }
+    }
+}
 
 /// Offered load of one measured phase.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -113,6 +199,9 @@ pub struct ConfigEcho {
     arrival: String,
     seed: u64,
     server_pid: Option<u32>,
+    client: String,
+    /// Thread client only: most unanswered requests per connection in open loop.
+    max_outstanding: Option<usize>,
 }
 
 /// The load phase's outcome.
@@ -242,9 +331,18 @@ fn row(rate: Rate, r: &PhaseResult) -> Row {
     }
 }
 
-/// Runs the whole configuration. `progress` is called with a one-line message before each
-/// phase (the binary prints it to stderr).
-pub fn run(cfg: &RunConfig, mut progress: impl FnMut(&str)) -> Result<Report, Error> {
+/// Runs the whole configuration with the event-loop client. `progress` is called with a
+/// one-line message before each phase (the binary prints it to stderr).
+pub fn run(cfg: &RunConfig, progress: impl FnMut(&str)) -> Result<Report, Error> {
+    run_with(cfg, Client::Async, progress)
+}
+
+/// Runs the whole configuration with the given client.
+pub fn run_with(
+    cfg: &RunConfig,
+    client: Client,
+    mut progress: impl FnMut(&str),
+) -> Result<Report, Error> {
     if cfg.connections == 0 || cfg.depth == 0 || cfg.threads == 0 {
         return Err(Error::Config(
             "connections, depth and threads must be at least 1".into(),
@@ -253,10 +351,20 @@ pub fn run(cfg: &RunConfig, mut progress: impl FnMut(&str)) -> Result<Report, Er
     if cfg.rates.is_empty() && !cfg.load_phase {
         return Err(Error::Config("no rate given".into()));
     }
+    if let Client::Threads { max_outstanding } = client {
+        if max_outstanding == 0 {
+            return Err(Error::Config("max outstanding must be at least 1".into()));
+        }
+        if cfg.workload.cache_aside {
+            return Err(Error::Config(
+                "--cache-aside needs the async client (the thread client's sender never sees \
+                 the replies)"
+                    .into(),
+            ));
+        }
+    }
     let wl = Workload::new(&cfg.workload)?;
-    let mut conns = (0..cfg.connections)
-        .map(|i| Conn::connect(&cfg.server, cfg.seed ^ ((i as u64 + 1) << 32)))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut conns = Conns::connect(cfg, client)?;
     let forever = Duration::from_secs(365 * 24 * 3600);
 
     let load_phase = if cfg.load_phase {
@@ -278,7 +386,7 @@ pub fn run(cfg: &RunConfig, mut progress: impl FnMut(&str)) -> Result<Report, Er
             server_stats: None,
             server_pid: None,
         };
-        let r = run_phase(&mut conns, cfg.threads, &wl, &spec)?;
+        let r = conns.phase(cfg.threads, &wl, &spec)?;
         Some(LoadReport {
             sets: r.stats.c.sets,
             seconds: r.window_s,
@@ -325,7 +433,7 @@ pub fn run(cfg: &RunConfig, mut progress: impl FnMut(&str)) -> Result<Report, Er
             server_stats: cfg.server_stats.then(|| cfg.server.clone()),
             server_pid: cfg.server_pid,
         };
-        let r = run_phase(&mut conns, cfg.threads, &wl, &spec)?;
+        let r = conns.phase(cfg.threads, &wl, &spec)?;
         rows.push(row(rate, &r));
     }
 
@@ -355,6 +463,11 @@ pub fn run(cfg: &RunConfig, mut progress: impl FnMut(&str)) -> Result<Report, Er
             arrival: cfg.arrival.to_string(),
             seed: cfg.seed,
             server_pid: cfg.server_pid,
+            client: client.to_string(),
+            max_outstanding: match client {
+                Client::Async => None,
+                Client::Threads { max_outstanding } => Some(max_outstanding),
+            },
         },
         load_phase,
         rows,

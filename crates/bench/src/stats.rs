@@ -48,6 +48,10 @@ pub struct Counters {
     /// Open loop: requests that came due before the end but were never sent because every
     /// pipeline slot of their connection was busy — offered load the server did not absorb.
     pub unsent: u64,
+    /// Thread client, open loop: requests that came due while their connection's sender was
+    /// waiting for a reply because `--max-outstanding` were unanswered; they were sent late
+    /// (their latency still counts from the scheduled time).
+    pub sends_waited: u64,
     /// Requests sent but unanswered when the drain timeout expired.
     pub timed_out: u64,
     /// Connections lost (EOF, socket error or unparsable reply) during the phase.
@@ -82,6 +86,7 @@ impl Counters {
         self.verified += o.verified;
         self.verify_resurrected += o.verify_resurrected;
         self.unsent += o.unsent;
+        self.sends_waited += o.sends_waited;
         self.timed_out += o.timed_out;
         self.connections_lost += o.connections_lost;
         self.warmup_ops += o.warmup_ops;
