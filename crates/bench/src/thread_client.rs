@@ -14,14 +14,15 @@
 //!
 //! Invariants: a request's [`InFlight`] record is queued to the receiver before its bytes are
 //! written, and the receiver drains the queue after each read, so every reply it parses has
-//! its record. `outstanding` = records queued − replies parsed ≤ `limit`. The two threads share
-//! only the queue, the [`Shared`] counter and flags; each fills its own [`Stats`], merged after
-//! the join.
+//! its record; it blocks only in `read`, never on the queue, so a request costs the two
+//! threads one wake-up each. `outstanding` = records queued − replies parsed ≤ `limit`. The two
+//! threads share only the queue, the [`Shared`] slot count and flags; each fills its own
+//! [`Stats`], merged after the join.
 
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -83,11 +84,21 @@ impl ThreadConn {
     }
 }
 
+/// The slot count a connection's two threads share.
+#[derive(Default)]
+struct Slots {
+    /// Requests queued to the receiver and not yet answered.
+    outstanding: usize,
+    /// The sender is waiting for a slot: only then does a reply signal it (a signal costs a
+    /// system call per reply otherwise).
+    sender_waiting: bool,
+}
+
 /// What a connection's two threads share during one phase.
 struct Shared {
-    /// Requests queued to the receiver and not yet answered.
-    outstanding: Mutex<usize>,
-    /// Signalled by the receiver when replies free slots, and when the connection dies.
+    slots: Mutex<Slots>,
+    /// Signalled by the receiver when replies free slots the sender waits for, and when the
+    /// connection dies.
     slot_freed: Condvar,
     /// The connection failed; both threads stop.
     dead: AtomicBool,
@@ -98,10 +109,8 @@ struct Shared {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, usize> {
-        self.outstanding
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, Slots> {
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Marks the connection lost (counted once, by whichever thread sees it first) and wakes
@@ -119,30 +128,36 @@ impl Shared {
     /// Takes a slot, waiting while `limit` are taken. `Some(waited)`, or `None` if the
     /// connection died or `until_ns` passed first.
     fn acquire(&self, limit: usize, base: Instant, until_ns: u64) -> Option<bool> {
-        let mut n = self.lock();
+        let mut slots = self.lock();
         let mut waited = false;
-        while *n >= limit {
+        while slots.outstanding >= limit {
             waited = true;
             let now = now_ns(base);
             if self.dead.load(Ordering::SeqCst) || now >= until_ns {
+                slots.sender_waiting = false;
                 return None;
             }
             let wait = Duration::from_nanos(until_ns - now).min(TICK);
-            n = self
+            slots.sender_waiting = true;
+            slots = self
                 .slot_freed
-                .wait_timeout(n, wait)
+                .wait_timeout(slots, wait)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
-        *n += 1;
+        slots.sender_waiting = false;
+        slots.outstanding += 1;
         Some(waited)
     }
 
     fn release(&self, k: usize) {
-        let mut n = self.lock();
-        *n = n.saturating_sub(k);
-        drop(n);
-        self.slot_freed.notify_one();
+        let mut slots = self.lock();
+        slots.outstanding = slots.outstanding.saturating_sub(k);
+        let wake = slots.sender_waiting;
+        drop(slots);
+        if wake {
+            self.slot_freed.notify_one();
+        }
     }
 }
 
@@ -210,7 +225,7 @@ pub fn run_phase(
             Pacing::Closed => None,
         };
         let shared = Shared {
-            outstanding: Mutex::new(0),
+            slots: Mutex::new(Slots::default()),
             slot_freed: Condvar::new(),
             dead: AtomicBool::new(false),
             sender_done_ns: AtomicU64::new(u64::MAX),
@@ -417,11 +432,13 @@ fn receiver(
             break;
         }
         if c.inflight.is_empty() {
-            match rx.recv_timeout(TICK) {
+            match rx.try_recv() {
                 Ok(f) => c.inflight.push_back(f),
-                Err(RecvTimeoutError::Timeout) => continue,
+                // Nothing owed: wait in `read` below like any blocking client (the reply to
+                // a request sent meanwhile wakes it; its record is queued by then).
+                Err(TryRecvError::Empty) => {}
                 // The sender is done and every request it sent is answered.
-                Err(RecvTimeoutError::Disconnected) => break,
+                Err(TryRecvError::Disconnected) => break,
             }
         }
         let done_at = shared.sender_done_ns.load(Ordering::SeqCst);
@@ -429,12 +446,14 @@ fn receiver(
             while let Ok(f) = rx.try_recv() {
                 c.inflight.push_back(f);
             }
-            stats.c.timed_out += c.inflight.iter().filter(|f| f.measured).count() as u64;
-            // Replies still owed would desynchronise the next phase.
-            shared.lose(
-                &mut stats,
-                "replies not received before the drain timeout".into(),
-            );
+            if !c.inflight.is_empty() {
+                stats.c.timed_out += c.inflight.iter().filter(|f| f.measured).count() as u64;
+                // Replies still owed would desynchronise the next phase.
+                shared.lose(
+                    &mut stats,
+                    "replies not received before the drain timeout".into(),
+                );
+            }
             break;
         }
         match c.read_once() {
