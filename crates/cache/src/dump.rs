@@ -23,25 +23,25 @@ const READ_BATCH: usize = 64;
 impl Cache {
     /// The live items of index shard `shard` (see the module docs).
     pub(crate) async fn dump_shard(&self, shard: usize) -> Vec<ItemInfo> {
-        let inner: &crate::engine::Inner = &self.inner;
-        if shard >= inner.index.shard_count() {
+        let core: &crate::engine::Core = &self.core;
+        if shard >= core.index.shard_count() {
             return Vec::new();
         }
-        let now = inner.cfg.clock.now();
+        let now = core.cfg.clock.now();
         let mut items = Vec::new();
         let mut on_flash: Vec<(u64, u8)> = Vec::new();
         {
-            let table = inner.index.lock_nth(shard);
+            let table = core.index.lock_nth(shard);
             table.for_each(|e| {
                 if e.tier == Tier::Flash {
                     on_flash.push((e.loc, e.freq));
                     return;
                 }
-                let Some(rec) = inner.arena.record(e.loc) else {
+                let Some(rec) = core.arena.record(e.loc) else {
                     return;
                 };
                 let h = rec.header;
-                if inner.dead(&h, now) {
+                if core.dead(&h, now) {
                     return;
                 }
                 let mut key = Vec::with_capacity(usize::from(h.klen));
@@ -58,7 +58,7 @@ impl Cache {
                 });
             });
         }
-        let Some(tier) = inner.flash_tier.as_ref() else {
+        let Some(tier) = core.flash_tier.as_ref() else {
             return items;
         };
         // Reads are issued in batches so they overlap on the device, within the engine's
@@ -71,7 +71,7 @@ impl Cache {
             }
             for (read, freq) in reads.drain(..) {
                 if let Ok(rec) = read.await {
-                    if let Some(info) = flash_info(inner, &rec, freq, now) {
+                    if let Some(info) = flash_info(core, &rec, freq, now) {
                         items.push(info);
                     }
                 }
@@ -83,13 +83,13 @@ impl Cache {
 
 /// The dump line of a flash record, if it is a live item.
 fn flash_info(
-    inner: &crate::engine::Inner,
+    core: &crate::engine::Core,
     rec: &flashtier_flash::Record,
     freq: u8,
     now: u32,
 ) -> Option<ItemInfo> {
     let item = FlashItem::decode(rec)?;
-    if inner.dead_at(item.exptime, item.stored, now) {
+    if core.meta.dead_at(item.exptime, item.stored, now) {
         return None;
     }
     let value_len = item.value.len() as u32;

@@ -1,4 +1,4 @@
-//! [`Cache`], the real store's handle, and `Inner`, the state its components share: the
+//! [`Cache`], the real store's handle, and `Core`, the state its components share: the
 //! index, the RAM arena and ghost set, the flash tier when configured, the CAS counter and a
 //! pending delayed `flush_all`. Opening recovers the flash tier into the index before the
 //! cache is shared. What lives here is what every component needs: liveness (expiry and
@@ -6,11 +6,11 @@
 //! `ops`, the RAM tier in `ram`, the flash tier in `flash_tier`.
 //!
 //! # Threads
-//! Any number of callers; the sweeper and write-back threads hold an `Arc<Inner>` and are
+//! Any number of callers; the sweeper and write-back threads hold an `Arc<Core>` and are
 //! stopped when the `Cache` is dropped, the engine's reclaimer reaches it through a `Weak`
 //! behind the reclaim handler's gate. Lock order: `AllocState` → index shard → arena head;
 //! the flash engine's locks are leaves.
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use flashtier_flash::Flash;
@@ -21,32 +21,26 @@ use crate::flash_tier::reclaim::Handler;
 use crate::flash_tier::recovery::Recovered;
 use crate::flash_tier::{entry_of, FlashTier, STREAM};
 use crate::knobs::Tiering;
-use crate::ledger::{Cause, Ledger};
+use crate::ledger::Cause;
+use crate::meta::{Counters, Meta};
 use crate::ram::arena::Arena;
 use crate::ram::ghost::Ghost;
 use crate::ram::index::{Entry, Index, Pos, Shard, Tier};
 use crate::ram::lower::{LowerTier, NoLower};
 use crate::ram::record::{Header, F_FETCHED};
 use crate::ram::sweeper::Sweeper;
-use crate::stats::Counters;
 use crate::Error;
 
-const NO_FLUSH: u64 = u64::MAX;
-
 /// State shared by callers and the sweeper.
-pub(crate) struct Inner {
+pub(crate) struct Core {
     pub cfg: CacheConfig,
     pub index: Index,
     pub arena: Arena,
     pub ghost: Ghost,
-    /// How keys last left, for classifying GET misses (`get_misses_*`).
-    pub ledger: Ledger,
-    pub counters: Counters,
+    /// CAS, flush time, departure ledger, counters.
+    pub meta: Meta,
     /// The flash tier, if configured.
     pub flash_tier: Option<FlashTier>,
-    pub(crate) next_cas: AtomicU64,
-    /// Time of the last delayed `flush_all`, or `NO_FLUSH`.
-    flush_at: AtomicU64,
 }
 
 /// The real store: the RAM tier, and the flash tier under it when `CacheConfig::flash` is
@@ -81,7 +75,7 @@ pub(crate) struct Inner {
 /// `get_now`/`set_now`/`update_now`/`delete_now` are the same operations without `async`.
 /// `stats_section` answers `items`, `slabs` (segments) and `settings`.
 pub struct Cache {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) core: Arc<Core>,
     sweeper: Option<Sweeper>,
     /// The write-back thread (`writeback`), with flash.
     writeback: Option<Sweeper>,
@@ -92,7 +86,7 @@ pub struct Cache {
 
 impl Drop for Cache {
     fn drop(&mut self) {
-        // Stop the sweeper, then the flash engine's threads, while `inner` is still alive:
+        // Stop the sweeper, then the flash engine's threads, while `core` is still alive:
         // the reclaimer must never hold the last reference to it.
         drop(self.sweeper.take());
         drop(self.writeback.take());
@@ -108,9 +102,9 @@ impl Drop for Cache {
 impl std::fmt::Debug for Cache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cache")
-            .field("memory_limit", &self.inner.cfg.memory_limit)
-            .field("segment_bytes", &self.inner.arena.mem_used())
-            .field("items", &self.inner.index.len())
+            .field("memory_limit", &self.core.cfg.memory_limit)
+            .field("segment_bytes", &self.core.arena.mem_used())
+            .field("items", &self.core.index.len())
             .finish_non_exhaustive()
     }
 }
@@ -167,7 +161,7 @@ impl Cache {
         // Index tables start at 2 buckets per shard (staggered up to 2.5).
         let index = Index::new(cfg.index_shards, seed, 2);
         let mut next_cas = 0;
-        let mut flush_at = NO_FLUSH;
+        let mut flush_at = None;
         let tier = opened.map(|(flash, info, rebuilt, tiering, cold)| {
             for &(key_id, loc) in &rebuilt.items {
                 index.lock(key_id).insert(key_id, entry_of(loc, 0));
@@ -176,9 +170,7 @@ impl Cache {
                 flash.mark_dead(loc);
             }
             next_cas = rebuilt.max_version;
-            if let Some(at) = rebuilt.flush_at {
-                flush_at = u64::from(at);
-            }
+            flush_at = rebuilt.flush_at;
             let mut tier = FlashTier::new(
                 flash,
                 info,
@@ -208,25 +200,22 @@ impl Cache {
             }
             None => None,
         };
-        let inner = Arc::new(Inner {
+        let core = Arc::new(Core {
             index,
             arena: Arena::new(cfg.memory_limit, cfg.segment_size),
             ghost: Ghost::new(cfg.ghost_len()),
-            ledger: Ledger::new(2 * cfg.ghost_len()),
-            counters: Counters::default(),
+            meta: Meta::new(cfg.clock.clone(), 2 * cfg.ghost_len(), next_cas, flush_at),
             flash_tier: tier,
-            next_cas: AtomicU64::new(next_cas),
-            flush_at: AtomicU64::new(flush_at),
             cfg,
         });
         if let Some(h) = &handler {
-            h.ready(Arc::downgrade(&inner));
+            h.ready(Arc::downgrade(&core));
         }
-        let sweeper = match inner.cfg.sweep_interval {
-            Some(every) => match Sweeper::spawn(inner.clone(), every) {
+        let sweeper = match core.cfg.sweep_interval {
+            Some(every) => match Sweeper::spawn(core.clone(), every) {
                 Ok(s) => Some(s),
                 Err(e) => {
-                    if let Some(tier) = &inner.flash_tier {
+                    if let Some(tier) = &core.flash_tier {
                         let _ = tier.flash.close();
                     }
                     return Err(StartError::Sweeper(e));
@@ -234,11 +223,11 @@ impl Cache {
             },
             None => None,
         };
-        let writeback = crate::flash_tier::writeback::spawn(&inner).map_err(StartError::Sweeper)?;
-        let gate = crate::flash_tier::backpressure::GateThread::spawn(&inner)
+        let writeback = crate::flash_tier::writeback::spawn(&core).map_err(StartError::Sweeper)?;
+        let gate = crate::flash_tier::backpressure::GateThread::spawn(&core)
             .map_err(StartError::Sweeper)?;
         Ok(Self {
-            inner,
+            core,
             sweeper,
             writeback,
             gate,
@@ -248,25 +237,25 @@ impl Cache {
 
     /// The shared state, for unit tests that drive a request's phases by hand.
     #[cfg(test)]
-    pub(crate) fn inner(&self) -> &Inner {
-        &self.inner
+    pub(crate) fn core(&self) -> &Core {
+        &self.core
     }
 
     /// The flash engine, when flash is configured (knobs: `flash().set_knob(..)`; durability
     /// barrier: `flash().flush()`; reclaim by hand: `flash().reclaim_now(..)`).
     pub fn flash(&self) -> Option<&Flash> {
-        self.inner.flash_tier.as_ref().map(|tier| &tier.flash)
+        self.core.flash_tier.as_ref().map(|tier| &tier.flash)
     }
 
     /// Record the CAS counter on flash, flush flash and stop its threads (a clean shutdown).
     /// Idempotent. Later writes fail with
     /// `Error::Flash`. Without flash, does nothing.
     pub fn close(&self) -> Result<(), Error> {
-        match &self.inner.flash_tier {
+        match &self.core.flash_tier {
             Some(tier) if tier.closed.swap(true, Ordering::SeqCst) => Ok(()),
             Some(tier) => {
-                self.inner.write_all_at_close();
-                let cas = self.inner.next_cas.load(Ordering::Relaxed);
+                self.core.write_all_at_close();
+                let cas = self.core.meta.last_cas();
                 tier.append(STREAM, &KvRecord::CasCheckpoint { cas });
                 tier.flash.close().map_err(|e| Error::Flash(e.to_string()))
             }
@@ -277,32 +266,32 @@ impl Cache {
     /// The last CAS value handed out (new items get larger ones). After a warm restart it is
     /// the largest version recovered from flash.
     pub fn last_cas(&self) -> u64 {
-        self.inner.next_cas.load(Ordering::Relaxed)
+        self.core.meta.last_cas()
     }
 
     /// Items whose only copy is on flash right now (walks the index; for tests and tools).
     pub fn flash_items(&self) -> u64 {
         let mut n = 0;
-        for i in 0..self.inner.index.shard_count() {
-            n += self.inner.index.lock_nth(i).count_tier(Tier::Flash) as u64;
+        for i in 0..self.core.index.shard_count() {
+            n += self.core.index.lock_nth(i).count_tier(Tier::Flash) as u64;
         }
         n
     }
 
     /// The configuration in force.
     pub fn config(&self) -> &CacheConfig {
-        &self.inner.cfg
+        &self.core.cfg
     }
 
     /// Run one sweeper pass now: free or compact segments that are mostly expired or dead.
     /// Returns how many segments were swept.
     pub fn sweep(&self) -> usize {
-        self.inner.sweep()
+        self.core.sweep()
     }
 
     /// Bytes of RAM the index tables occupy.
     pub fn index_bytes(&self) -> u64 {
-        self.inner.index.memory_bytes()
+        self.core.index.memory_bytes()
     }
 
     /// Change the RAM limit at run time (memcached's `cache_memlimit`), in bytes, rounded down
@@ -312,7 +301,7 @@ impl Cache {
     /// Fails, changing nothing, below two segments or above the larger of the start limit and
     /// `arena::MAX_LIMIT` (1 TiB).
     pub fn set_memory_limit(&self, bytes: u64) -> Result<(), Error> {
-        let arena = &self.inner.arena;
+        let arena = &self.core.arena;
         if arena.set_limit(bytes) {
             Ok(())
         } else {
@@ -326,38 +315,23 @@ impl Cache {
 
     /// The RAM limit in force, in bytes (whole segments).
     pub fn memory_limit(&self) -> u64 {
-        self.inner.arena.limit()
+        self.core.arena.limit()
     }
 
     /// Bytes of segment memory allocated (the quantity the memory limit bounds).
     pub fn segment_bytes(&self) -> u64 {
-        self.inner.arena.mem_used()
+        self.core.arena.mem_used()
     }
 }
 
-impl Inner {
+impl Core {
     pub fn now(&self) -> u32 {
-        self.cfg.clock.now()
-    }
-
-    pub(crate) fn flushed(&self, stored: u32, now: u32) -> bool {
-        let f = self.flush_at.load(Ordering::Relaxed);
-        f != NO_FLUSH && f as u32 <= now && stored <= f as u32
+        self.meta.now()
     }
 
     /// True when the record can no longer be seen: expired or flushed.
     pub fn dead(&self, h: &Header, now: u32) -> bool {
-        self.dead_at(h.exptime, h.stored, now)
-    }
-
-    /// True when an item with this expiry and store time can no longer be seen.
-    pub fn dead_at(&self, exptime: u32, stored: u32, now: u32) -> bool {
-        (exptime != 0 && exptime <= now) || self.flushed(stored, now)
-    }
-
-    /// True when a segment's newest record is covered by a passed `flush_all`.
-    pub fn seg_flushed(&self, max_stored: u32, now: u32) -> bool {
-        max_stored != 0 && self.flushed(max_stored, now)
+        self.meta.dead_at(h.exptime, h.stored, now)
     }
 
     pub(crate) fn find_key(
@@ -417,11 +391,7 @@ impl Inner {
         shard.remove(pos);
         self.lower().forget(e.lower_loc());
         self.flushed_gone(exptime, hash);
-        self.ledger.departed(hash, Cause::Expired);
-        Counters::add(&self.counters.reclaimed, 1);
-        if e.freq == 0 {
-            Counters::add(&self.counters.expired_unfetched, 1);
-        }
+        self.meta.departed(hash, Cause::Expired, e.freq > 0);
     }
 
     /// Account for a record the index stops pointing at.
@@ -431,7 +401,7 @@ impl Inner {
             .slot(seg)
             .live
             .fetch_sub(words as u64, Ordering::Relaxed);
-        Counters::sub(&self.counters.live_bytes, (words * 8) as u64);
+        Counters::sub(&self.meta.counters.live_bytes, (words * 8) as u64);
     }
 
     /// Account for a RAM record the index stops pointing at because the item is gone
@@ -468,11 +438,8 @@ impl Inner {
         } else if h.flash_behind() {
             self.flushed_gone(h.exptime, hash);
         }
-        self.ledger.departed(hash, Cause::Expired);
-        Counters::add(&self.counters.reclaimed, 1);
-        if h.rflags & F_FETCHED == 0 {
-            Counters::add(&self.counters.expired_unfetched, 1);
-        }
+        self.meta
+            .departed(hash, Cause::Expired, h.rflags & F_FETCHED != 0);
     }
 
     /// `flush_all [delay]`; returns once its marker is journaled (`flash_tier::journal`),
@@ -489,11 +456,11 @@ impl Inner {
     fn flush_all_now(&self, at: u32) {
         let now = self.now();
         if at > now {
-            self.flush_at.store(u64::from(at), Ordering::Relaxed);
+            self.meta.flush_later(at);
             self.lower().flush(at);
             return;
         }
-        self.flush_at.store(NO_FLUSH, Ordering::Relaxed);
+        self.meta.flush_now();
         for i in 0..self.index.shard_count() {
             let mut shard = self.index.lock_nth(i);
             shard.drain(|e| match e.tier {

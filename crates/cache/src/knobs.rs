@@ -226,7 +226,7 @@ pub fn validate_knobs(settings: &FlashSettings, changes: &[(String, String)]) ->
     Ok(())
 }
 
-impl crate::engine::Inner {
+impl crate::engine::Core {
     /// Every knob with its current value: the tiering knobs, then the engine's. Empty
     /// without flash.
     pub(crate) fn knobs(&self) -> Vec<(String, String)> {

@@ -20,6 +20,7 @@ mod flash_tier;
 pub mod item;
 pub mod knobs;
 mod ledger;
+mod meta;
 pub mod model;
 mod ops;
 mod ram;

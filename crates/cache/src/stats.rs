@@ -2,43 +2,15 @@
 //! memcached's `stats` sections: general, `settings`, `slabs` and `items` (memcached's shape,
 //! which memcached-tool and memcached_exporter read, with one class per tier: 1 = RAM
 //! segments, 2 = flash segments) and `extstore`. Every name and what it counts: docs/stats.md.
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
 use crate::config::EvictionPolicy;
+use crate::meta::Counters;
 use crate::StoreStats;
 
-/// The RAM tier's event counters.
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub total_items: AtomicU64,
-    pub live_bytes: AtomicU64,
-    pub evictions: AtomicU64,
-    pub evicted_unfetched: AtomicU64,
-    pub reclaimed: AtomicU64,
-    pub expired_unfetched: AtomicU64,
-    pub moves_to_main: AtomicU64,
-    pub reinserted: AtomicU64,
-    pub compacted: AtomicU64,
-    pub segments_swept: AtomicU64,
-}
-
-impl Counters {
-    pub fn add(c: &AtomicU64, n: u64) {
-        c.fetch_add(n, Relaxed);
-    }
-
-    pub fn sub(c: &AtomicU64, n: u64) {
-        c.fetch_sub(n, Relaxed);
-    }
-
-    pub fn get(c: &AtomicU64) -> u64 {
-        c.load(Relaxed)
-    }
-}
-
-impl crate::engine::Inner {
+impl crate::engine::Core {
     pub(crate) fn stats(&self) -> StoreStats {
-        let c = &self.counters;
+        let c = &self.meta.counters;
         StoreStats {
             curr_items: self.index.len(),
             total_items: Counters::get(&c.total_items),
@@ -120,7 +92,10 @@ impl crate::engine::Inner {
         add("1:used_chunks", pages.saturating_sub(free));
         add("1:free_chunks", free);
         add("1:free_chunks_end", limit_pages.saturating_sub(pages));
-        add("1:mem_requested", Counters::get(&self.counters.live_bytes));
+        add(
+            "1:mem_requested",
+            Counters::get(&self.meta.counters.live_bytes),
+        );
         let mut active = 1;
         if let Some(tier) = &self.flash_tier {
             let engine_stats = tier.flash.stats();
@@ -146,7 +121,7 @@ impl crate::engine::Inner {
         add("segments_large", large as u64);
         add("index_bytes", self.index.memory_bytes());
         add("ghost_bytes", self.ghost.memory_bytes() as u64);
-        add("ledger_bytes", self.ledger.memory_bytes() as u64);
+        add("ledger_bytes", self.meta.ledger.memory_bytes() as u64);
         v
     }
 
@@ -154,7 +129,7 @@ impl crate::engine::Inner {
     pub(crate) fn items_stats(&self) -> Vec<(String, String)> {
         use crate::ram::arena::Log;
         use crate::ram::index::Tier;
-        let c = &self.counters;
+        let c = &self.meta.counters;
         let g = Counters::get;
         let now = self.now();
         let oldest = {
@@ -294,7 +269,7 @@ impl crate::engine::Inner {
             ),
         ]
         .into_iter()
-        .chain(self.ledger.counts())
+        .chain(self.meta.ledger.counts())
         .map(|(k, n)| (k.to_string(), n.to_string()))
         .collect();
         v.push(("ram_bytes_per_flash_item".into(), format!("{per_item:.2}")));

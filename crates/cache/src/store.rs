@@ -165,35 +165,35 @@ impl KvStore for Cache {
     }
 
     fn flush_all(&self, at: u32) {
-        self.inner.flush_all(at)
+        self.core.flush_all(at)
     }
 
     fn max_item_size(&self) -> usize {
-        self.inner.cfg.max_item_size
+        self.core.cfg.max_item_size
     }
 
     fn clock(&self) -> &Clock {
-        &self.inner.cfg.clock
+        &self.core.cfg.clock
     }
 
     fn stats(&self) -> StoreStats {
-        self.inner.stats()
+        self.core.stats()
     }
 
     fn stats_section(&self, section: &str) -> Option<Vec<(String, String)>> {
-        self.inner.stats_section(section)
+        self.core.stats_section(section)
     }
 
     fn knobs(&self) -> Vec<(String, String)> {
-        self.inner.knobs()
+        self.core.knobs()
     }
 
     fn set_knob(&self, name: &str, value: &str) -> Result<(), Error> {
-        self.inner.set_knob(name, value)
+        self.core.set_knob(name, value)
     }
 
     fn dump_parts(&self) -> usize {
-        self.inner.index.shard_count()
+        self.core.index.shard_count()
     }
 
     async fn dump_part(&self, part: usize) -> Vec<crate::store::ItemInfo> {

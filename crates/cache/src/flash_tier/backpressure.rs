@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::engine::Inner;
+use crate::engine::Core;
 use crate::flash_tier::STREAM;
 
 /// How often the gate thread asks the engine for room while someone waits.
@@ -156,24 +156,24 @@ impl Future for Writable<'_> {
 
 /// Handle of the gate thread; dropping it stops and joins the thread (waiters are let go).
 pub(crate) struct GateThread {
-    inner: Arc<Inner>,
+    core: Arc<Core>,
     handle: Option<JoinHandle<()>>,
 }
 
 impl GateThread {
     /// Start the gate thread (with flash only).
-    pub(crate) fn spawn(inner: &Arc<Inner>) -> std::io::Result<Option<Self>> {
-        let Some(tier) = &inner.flash_tier else {
+    pub(crate) fn spawn(core: &Arc<Core>) -> std::io::Result<Option<Self>> {
+        let Some(tier) = &core.flash_tier else {
             return Ok(None);
         };
         tier.gate.running.store(true, Ordering::Relaxed);
-        let i = inner.clone();
+        let i = core.clone();
         let handle = std::thread::Builder::new()
             .name("flashtier-appendwait".into())
             .spawn(move || run(&i));
         match handle {
             Ok(h) => Ok(Some(Self {
-                inner: inner.clone(),
+                core: core.clone(),
                 handle: Some(h),
             })),
             Err(e) => {
@@ -186,7 +186,7 @@ impl GateThread {
 
 impl Drop for GateThread {
     fn drop(&mut self) {
-        if let Some(tier) = &self.inner.flash_tier {
+        if let Some(tier) = &self.core.flash_tier {
             tier.gate.stop();
         }
         if let Some(h) = self.handle.take() {
@@ -195,8 +195,8 @@ impl Drop for GateThread {
     }
 }
 
-fn run(inner: &Inner) {
-    let Some(tier) = &inner.flash_tier else {
+fn run(core: &Core) {
+    let Some(tier) = &core.flash_tier else {
         return;
     };
     let gate = &tier.gate;
@@ -271,7 +271,7 @@ mod tests {
     /// SETs until flash (no background reclaim) has no segment left beyond its reserve and
     /// refuses appends of any size even with no write in flight.
     fn fill(c: &Cache) -> u32 {
-        let t = c.inner().flash_tier.as_ref().unwrap();
+        let t = c.core().flash_tier.as_ref().unwrap();
         let reserve = FlashConfig::small().reserve_segments;
         let full = || {
             t.flash.free_segments() <= reserve
@@ -293,7 +293,7 @@ mod tests {
 
     /// A key other than `not` whose hash falls in the same index shard as `of`'s.
     fn same_shard(c: &Cache, of: &[u8], prefix: &str) -> Vec<u8> {
-        let idx = &c.inner().index;
+        let idx = &c.core().index;
         let mask = idx.shard_count() as u64 - 1;
         let want = idx.hash(of) & mask;
         (0..1_000_000)
@@ -345,7 +345,7 @@ mod tests {
         c.set_knob("write_back_ms", "600000").unwrap();
         std::thread::sleep(crate::flash_tier::writeback::PASS_EVERY * 3);
         c.set_knob("append_wait_ms", "60000").unwrap();
-        let tier = || c.inner().flash_tier.as_ref().unwrap();
+        let tier = || c.core().flash_tier.as_ref().unwrap();
         tier().gate.pressure();
         let w = c.clone();
         let key = writer_key.clone();
@@ -375,7 +375,7 @@ mod tests {
     fn eviction_flash_refuses_waits_outside_every_lock() {
         let c = Arc::new(open(Duration::from_secs(600)));
         let n = fill(&c);
-        let tier = || c.inner().flash_tier.as_ref().unwrap();
+        let tier = || c.core().flash_tier.as_ref().unwrap();
         c.set_knob("append_wait_ms", "60000").unwrap();
         let evictions = c.stats().evictions;
         // Every RAM item is dirty (write-back window 600 s): evicting one needs an append,

@@ -13,10 +13,10 @@ use flashtier_flash::Location;
 
 use crate::flash_tier::kv_record::{KvRecord, Put};
 use crate::flash_tier::{entry_of, home_word, FlashTier, STREAM};
+use crate::meta::Counters;
 use crate::ram::arena::RecordRef;
 use crate::ram::lower::{LowerTier, NewVersion, Taken};
 use crate::ram::record::{dirty_word, F_FETCHED, HOME_OLDER};
-use crate::stats::Counters;
 
 /// The frequency a demoted record's flash slot starts with: 1 if it was fetched in RAM.
 fn demoted_freq(rflags: u8) -> u8 {

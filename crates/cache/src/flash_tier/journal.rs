@@ -22,7 +22,7 @@ use std::cell::Cell;
 use flashtier_flash::{RecordWrite, Ticket};
 
 use crate::flash_tier::{flash_err, FlashTier};
-use crate::stats::Counters;
+use crate::meta::Counters;
 use crate::Error;
 
 /// What the operation running on this thread must await before it replies.

@@ -7,13 +7,13 @@
 //! log: docs/eviction.md.
 use flashtier_flash::Location;
 
-use crate::engine::Inner;
+use crate::engine::Core;
 use crate::flash_tier::kv_record::FlashItem;
 use crate::flash_tier::{home_word, FlashTier};
+use crate::meta::Counters;
 use crate::ram::arena::{Log, Space};
 use crate::ram::index::{self, Entry, Pos, Shard, Tier};
 use crate::ram::record::{self, Header, F_FETCHED, F_STALE, F_WIN};
-use crate::stats::Counters;
 
 /// The log promoted copies go to, with frequency 0: S3-FIFO's probation queue. A copy hit
 /// again before its segment is evicted moves on to the main log; one that is not is evicted
@@ -66,7 +66,7 @@ impl FlashTier {
     }
 }
 
-impl Inner {
+impl Core {
     /// A GET hit on flash item `item` in slot `pos` (shard locked): count it; on a repeat hit
     /// (frequency ≥ 1, every `recache_rate`-th) copy it back to RAM now if the small log's
     /// open segment has room, else return the promotion to finish with no lock held
@@ -149,7 +149,7 @@ impl Inner {
         self.arena
             .slot(space.seg)
             .note_publish(space.words, h.exptime, h.stored);
-        Counters::add(&self.counters.live_bytes, (space.words * 8) as u64);
+        Counters::add(&self.meta.counters.live_bytes, (space.words * 8) as u64);
         tier.count_promotion(true);
     }
 
@@ -224,15 +224,15 @@ mod tests {
 
     /// Phase 1 of a GET of `key` (on flash): the slot read and the item.
     fn read(c: &Cache, key: &[u8]) -> (u64, Promotion) {
-        let inner = c.inner();
-        let hash = inner.index.hash(key);
-        let view = block_on(inner.view(key, hash, true));
+        let core = c.core();
+        let hash = core.index.hash(key);
+        let view = block_on(core.view(key, hash, true));
         let (loc, item) = view.found.expect("key not on flash");
         (hash, Promotion { loc, item })
     }
 
     fn counts(c: &Cache) -> (u64, u64) {
-        let t = &c.inner().flash_tier.as_ref().unwrap().counters;
+        let t = &c.core().flash_tier.as_ref().unwrap().counters;
         (
             t.promoted.load(Ordering::Relaxed),
             t.promotions_abandoned.load(Ordering::Relaxed),
@@ -243,9 +243,9 @@ mod tests {
     fn unchanged_slot_is_promoted() {
         let c = open();
         let (hash, p) = read(&c, b"k0");
-        c.inner().promote_later(b"k0", hash, p);
+        c.core().promote_later(b"k0", hash, p);
         assert_eq!(counts(&c), (1, 0));
-        let t = &c.inner().flash_tier.as_ref().unwrap().counters;
+        let t = &c.core().flash_tier.as_ref().unwrap().counters;
         let reads = t.objects_read.load(Ordering::Relaxed);
         let it = c.get_now(b"k0").unwrap().unwrap();
         assert_eq!(it.value, Bytes::from(vec![0u8; 2000]));
@@ -262,13 +262,13 @@ mod tests {
         let (hash, p) = read(&c, b"k0");
         let new = Bytes::from_static(b"new");
         c.set_now(b"k0", ItemWrite::new(new.clone(), 0, 0)).unwrap();
-        c.inner().promote_later(b"k0", hash, p);
+        c.core().promote_later(b"k0", hash, p);
         assert_eq!(counts(&c), (0, 1));
         assert_eq!(c.get_now(b"k0").unwrap().unwrap().value, new);
 
         let (hash, p) = read(&c, b"k1");
         assert!(c.delete_now(b"k1"));
-        c.inner().promote_later(b"k1", hash, p);
+        c.core().promote_later(b"k1", hash, p);
         assert_eq!(counts(&c), (0, 2));
         assert!(c.get_now(b"k1").unwrap().is_none());
     }

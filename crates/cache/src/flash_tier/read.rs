@@ -11,10 +11,10 @@
 //! Any caller; the shard lock is held only to collect the candidates, never across a read.
 use flashtier_flash::{Location, Record};
 
-use crate::engine::Inner;
+use crate::engine::Core;
 use crate::flash_tier::kv_record::FlashItem;
 use crate::flash_tier::FlashTier;
-use crate::stats::Counters;
+use crate::meta::Counters;
 
 /// What phase 1 saw and read.
 #[derive(Debug, Default)]
@@ -29,7 +29,7 @@ pub(crate) struct View {
     pub(crate) blind: bool,
 }
 
-impl Inner {
+impl Core {
     /// Phase 1: see the module docs. `read` false gives a blind view.
     pub(crate) async fn view(&self, key: &[u8], hash: u64, read: bool) -> View {
         let Some(tier) = &self.flash_tier else {

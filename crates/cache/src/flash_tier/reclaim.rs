@@ -18,17 +18,17 @@ use std::sync::{Arc, Weak};
 use flashtier_flash::{Decision, Location, LostRecord, ReclaimHandler, RecordMeta};
 use parking_lot::{Condvar, Mutex};
 
-use crate::engine::Inner;
+use crate::engine::Core;
 use crate::flash_tier::kv_record::KvKind;
 use crate::flash_tier::{entry_of, home_word, FlashTier};
 use crate::ledger::Cause;
+use crate::meta::Counters;
 use crate::ram::index::{Pos, Shard, Tier};
 use crate::ram::record::HOME_OLDER;
-use crate::stats::Counters;
 
 enum Gate {
     Waiting,
-    Ready(Weak<Inner>),
+    Ready(Weak<Core>),
     Closed,
 }
 
@@ -47,8 +47,8 @@ impl Handler {
     }
 
     /// The cache is built: start answering.
-    pub fn ready(&self, inner: Weak<Inner>) {
-        *self.gate.lock() = Gate::Ready(inner);
+    pub fn ready(&self, core: Weak<Core>) {
+        *self.gate.lock() = Gate::Ready(core);
         self.cv.notify_all();
     }
 
@@ -58,7 +58,7 @@ impl Handler {
         self.cv.notify_all();
     }
 
-    fn inner(&self) -> Option<Arc<Inner>> {
+    fn core(&self) -> Option<Arc<Core>> {
         let mut g = self.gate.lock();
         loop {
             match &*g {
@@ -76,7 +76,7 @@ enum Ref {
     Ram(Pos, crate::ram::index::Entry, u64),
 }
 
-impl Inner {
+impl Core {
     fn find_ref(&self, shard: &Shard<'_>, m: &RecordMeta) -> Option<Ref> {
         let packed = m.location.pack();
         let home = home_word(m.location);
@@ -134,17 +134,8 @@ impl Inner {
                 } else {
                     Cause::ReclaimOld
                 };
-                self.ledger.departed(m.key_id, cause);
-                if expired {
-                    Counters::add(&self.counters.reclaimed, 1);
-                    if e.freq == 0 {
-                        Counters::add(&self.counters.expired_unfetched, 1);
-                    }
-                } else {
-                    Counters::add(&self.counters.evictions, 1);
-                    if e.freq == 0 {
-                        Counters::add(&self.counters.evicted_unfetched, 1);
-                    }
+                self.meta.departed(m.key_id, cause, e.freq > 0);
+                if !expired {
                     Counters::add(&tier.counters.evicted, 1);
                 }
             }
@@ -292,7 +283,7 @@ impl Inner {
                 }
                 Some(Ref::Flash(pos, _)) => {
                     shard.remove(pos);
-                    self.ledger.departed(m.key_id, Cause::Lost);
+                    self.meta.departed(m.key_id, Cause::Lost, false);
                     lost += 1;
                 }
                 None => {}
@@ -318,18 +309,18 @@ impl Inner {
 
 impl ReclaimHandler for Handler {
     fn decide(&self, rec: &RecordMeta) -> Decision {
-        match self.inner() {
+        match self.core() {
             Some(i) => i.reclaim_decide(rec),
             None => Decision::Drop,
         }
     }
 
     fn relocated(&self, rec: &RecordMeta, new: Location) -> bool {
-        self.inner().is_some_and(|i| i.reclaim_relocated(rec, new))
+        self.core().is_some_and(|i| i.reclaim_relocated(rec, new))
     }
 
     fn evicted(&self, rec: &RecordMeta) {
-        if let Some(i) = self.inner() {
+        if let Some(i) = self.core() {
             i.reclaim_evicted(rec);
         }
     }
@@ -339,7 +330,7 @@ impl ReclaimHandler for Handler {
     }
 
     fn lost(&self, recs: &[LostRecord]) {
-        if let Some(i) = self.inner() {
+        if let Some(i) = self.core() {
             i.write_lost(recs);
         }
     }

@@ -221,7 +221,7 @@ pub fn replay(tier: &FlashTier, rebuilt: &Rebuilt) -> Result<(), flashtier_flash
     }
     tier.flash.flush().wait()?;
     journal.begin()?;
-    crate::stats::Counters::add(&tier.counters.journal_replayed, rebuilt.replay.len() as u64);
+    crate::meta::Counters::add(&tier.counters.journal_replayed, rebuilt.replay.len() as u64);
     Ok(())
 }
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::engine::Inner;
+use crate::engine::Core;
 use crate::flash_tier::kv_record::{KvRecord, Put};
 use crate::flash_tier::{home_word, STREAM};
 use crate::ram::index::Tier;
@@ -89,18 +89,18 @@ impl DirtyQueue {
 }
 
 /// Start the write-back thread (with flash only).
-pub(crate) fn spawn(inner: &Arc<Inner>) -> std::io::Result<Option<Sweeper>> {
-    if inner.flash_tier.is_none() {
+pub(crate) fn spawn(core: &Arc<Core>) -> std::io::Result<Option<Sweeper>> {
+    if core.flash_tier.is_none() {
         return Ok(None);
     }
-    let i = inner.clone();
+    let i = core.clone();
     Sweeper::spawn_fn("flashtier-writeback", PASS_EVERY, move || {
         i.write_back_pass()
     })
     .map(Some)
 }
 
-impl Inner {
+impl Core {
     /// Append every dirty version that became dirty at or before `cutoff` (unix ms;
     /// `u64::MAX` = all). A version flash refuses for back-pressure stays dirty and queued
     /// (first in line) and the pass ends: the next one waits for room and tries again, so a
@@ -120,7 +120,7 @@ impl Inner {
             }
         }
         if n > 0 {
-            crate::stats::Counters::add(&tier.counters.written_back, n as u64);
+            crate::meta::Counters::add(&tier.counters.written_back, n as u64);
         }
         n
     }
@@ -174,7 +174,7 @@ impl Inner {
             );
         }
         if n > 0 {
-            crate::stats::Counters::add(&tier.counters.written_back, n as u64);
+            crate::meta::Counters::add(&tier.counters.written_back, n as u64);
         }
         n
     }
@@ -337,7 +337,7 @@ mod tests {
     }
 
     fn written(c: &Cache) -> u64 {
-        c.inner()
+        c.core()
             .flash_tier
             .as_ref()
             .unwrap()
@@ -353,16 +353,16 @@ mod tests {
         for v in 0..5 {
             set(&c, v);
         }
-        c.inner().write_back_pass();
+        c.core().write_back_pass();
         assert_eq!(written(&c), 0, "nothing written inside the window");
         clock.advance(1);
         set(&c, 9);
         clock.advance(2);
         // 3 s after the first unwritten version: due although the last SET is 2 s old.
-        c.inner().write_back_pass();
+        c.core().write_back_pass();
         assert_eq!(written(&c), 1);
         assert_eq!(c.get_now(b"k").unwrap().unwrap().value[0], 9);
-        c.inner().write_back_pass();
+        c.core().write_back_pass();
         assert_eq!(written(&c), 1, "a written version is not written again");
     }
 
@@ -370,11 +370,11 @@ mod tests {
     fn delete_of_dirty_version_over_flash_version_appends_tombstone() {
         let c = open(Clock::system());
         set(&c, 1);
-        c.inner().write_back_due(u64::MAX);
+        c.core().write_back_due(u64::MAX);
         assert_eq!(written(&c), 1);
         set(&c, 2);
         assert!(c.delete_now(b"k"));
-        let t = &c.inner().flash_tier.as_ref().unwrap().counters;
+        let t = &c.core().flash_tier.as_ref().unwrap().counters;
         assert_eq!(
             t.tombstones.load(Relaxed),
             1,

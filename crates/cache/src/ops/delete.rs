@@ -2,7 +2,7 @@
 //! tag-matching flash slots are removed, marked dead and covered by a tombstone, answering
 //! true without knowing whether that item had expired (memcached would say `NOT_FOUND`).
 //! `delete_now` deletes through `update`, which reads a flash-resident item and judges it.
-use crate::engine::{Cache, Inner};
+use crate::engine::{Cache, Core};
 use crate::flash_tier::journal::take_owed;
 use crate::flash_tier::read::View;
 use crate::ops::{Current, Step};
@@ -27,19 +27,19 @@ impl Cache {
     /// flash-resident one), an *expired* flash-resident item counts as removed (true): its
     /// expiry is on flash. A RAM item is judged exactly. Without flash, same as `delete_now`.
     pub async fn delete(&self, key: &[u8]) -> Result<bool, Error> {
-        let inner = &*self.inner;
-        let hash = inner.index.hash(key);
+        let core = &*self.core;
+        let hash = core.index.hash(key);
         let mut budget = crate::ops::Budget::default();
         loop {
-            inner.await_room(&mut budget).await;
-            let view = inner.view(key, hash, false).await;
-            let stall = inner.may_stall(&budget);
+            core.await_room(&mut budget).await;
+            let view = core.view(key, hash, false).await;
+            let stall = core.may_stall(&budget);
             let _ = take_owed();
-            let step = inner.delete_with(key, hash, &view, stall);
+            let step = core.delete_with(key, hash, &view, stall);
             let owed = take_owed();
             match step {
                 Ok(Step::Done(r)) => {
-                    inner.settle(owed).await?;
+                    core.settle(owed).await?;
                     return Ok(r);
                 }
                 Ok(Step::Retry) | Err(Error::FlashBusy) => {}
@@ -49,7 +49,7 @@ impl Cache {
     }
 }
 
-impl Inner {
+impl Core {
     /// Phase 2 of a delete that never reads flash (`view` blind): a RAM item is removed as
     /// usual (false if it was dead); flash slots whose tag matches are removed, marked dead
     /// and covered by a tombstone, and the answer is true without knowing whether the item

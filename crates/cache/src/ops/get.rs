@@ -3,7 +3,7 @@
 //! the key's; a repeat flash hit is copied back to RAM (`flash_tier::promote`). An expired or
 //! flushed item found on the way is removed. `get_now` drives the same future on the calling
 //! thread; without flash, phase 1 has nothing to read and returns at once.
-use crate::engine::{Cache, Inner};
+use crate::engine::{Cache, Core};
 use crate::flash_tier::promote::Promotion;
 use crate::flash_tier::read::View;
 use crate::ops::{block_on, item_of, Current, Step};
@@ -16,14 +16,14 @@ impl Cache {
     }
 
     pub(crate) async fn get_two_phase(&self, key: &[u8]) -> Result<Option<Item>, Error> {
-        let inner = &*self.inner;
-        let hash = inner.index.hash(key);
+        let core = &*self.core;
+        let hash = core.index.hash(key);
         let mut later = None;
         loop {
-            let view = inner.view(key, hash, true).await;
-            if let Step::Done(r) = inner.get_with(key, hash, &view, &mut later)? {
+            let view = core.view(key, hash, true).await;
+            if let Step::Done(r) = core.get_with(key, hash, &view, &mut later)? {
                 if let Some(p) = later {
-                    inner.promote_later(key, hash, p);
+                    core.promote_later(key, hash, p);
                 }
                 return Ok(r);
             }
@@ -31,7 +31,7 @@ impl Cache {
     }
 }
 
-impl Inner {
+impl Core {
     /// Phase 2 of a GET. A repeat hit on a flash item that should be promoted but finds no
     /// room in the small log's open segment is left in `later` for `promote_later`, to be
     /// run once this returns (no lock held).
@@ -47,7 +47,7 @@ impl Inner {
         match self.current(&mut shard, hash, key, view, now)? {
             Current::Retry => Ok(Step::Retry),
             Current::Absent | Current::Gone(_) | Current::Blind(_) => {
-                self.ledger.missed(hash);
+                self.meta.ledger.missed(hash);
                 Ok(Step::Done(None))
             }
             Current::Ram { pos, rec, .. } => {

@@ -14,22 +14,22 @@ use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
-use crate::engine::Inner;
+use crate::engine::Core;
 use crate::flash_tier::kv_record::FlashItem;
 use crate::flash_tier::read::View;
 use crate::flash_tier::{flash_err, is_corrupt};
+use crate::meta::Counters;
 use crate::ram::arena::{RecordRef, Space};
 use crate::ram::index::{Entry, Pos, Shard, Tier};
 use crate::ram::record::{Header, F_FETCHED, F_STALE, F_WIN};
 use crate::ram::write::Existing;
-use crate::stats::Counters;
 use crate::{Error, Item, ItemMeta};
 
 mod delete;
 mod get;
 mod update;
 
-/// How long one request may still wait for flash back-pressure (`Inner::await_room`).
+/// How long one request may still wait for flash back-pressure (`Core::await_room`).
 #[derive(Default)]
 pub(crate) struct Budget {
     until: Option<std::time::Instant>,
@@ -43,13 +43,13 @@ pub(crate) enum Step<T> {
 
 /// A reservation abandoned when dropped unused.
 pub(crate) struct Reserved<'a> {
-    pub inner: &'a Inner,
+    pub core: &'a Core,
     pub space: Option<Space>,
 }
 
 impl Drop for Reserved<'_> {
     fn drop(&mut self) {
-        self.inner.abandon(self.space.take());
+        self.core.abandon(self.space.take());
     }
 }
 
@@ -99,7 +99,7 @@ pub(crate) enum Current<'a> {
     Blind(Vec<u64>),
 }
 
-impl Inner {
+impl Core {
     /// Before a write's phase 2 (holding no lock): if the flash engine has been refusing
     /// appends for back-pressure, await room (`flash_tier::backpressure`) within the
     /// request's budget of `append_wait_ms` (`budget`, shared by every wait of the request);
@@ -200,7 +200,7 @@ impl Inner {
         else {
             return Ok(Current::Retry);
         };
-        if self.dead_at(item.exptime, item.stored, now) {
+        if self.meta.dead_at(item.exptime, item.stored, now) {
             self.drop_dead_flash(shard, hash, pos, &e, item.exptime);
             return Ok(Current::Gone(item.cas));
         }

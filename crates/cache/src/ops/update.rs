@@ -4,7 +4,7 @@
 //! whatever is stored, live or not, and reads no flash (a blind view, see `flash_tier::read`).
 //! Without flash the same loop runs once: phase 1 has nothing to read and phase 2 never asks
 //! for a retry (no flash slots to change, no back-pressure to await).
-use crate::engine::{Cache, Inner};
+use crate::engine::{Cache, Core};
 use crate::flash_tier::journal::take_owed;
 use crate::flash_tier::read::View;
 use crate::ops::{block_on, item_of, Budget, Current, Reserved, Step};
@@ -28,9 +28,9 @@ impl Cache {
     }
 
     pub(crate) async fn set_two_phase(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
-        let inner = &*self.inner;
-        inner.check_size(key, &w.value)?;
-        let hash = inner.index.hash(key);
+        let core = &*self.core;
+        core.check_size(key, &w.value)?;
+        let hash = core.index.hash(key);
         let read = w.cas == CasMode::Keep;
         let mut f = |_: Option<&Item>| (Update::Put(w.clone()), ());
         let (_, cas) = self.two_phase(key, hash, read, true, &mut f).await?;
@@ -45,8 +45,8 @@ impl Cache {
     where
         F: FnMut(Option<&Item>) -> (Update, R),
     {
-        let inner = &*self.inner;
-        let hash = inner.index.hash(key);
+        let core = &*self.core;
+        let hash = core.index.hash(key);
         self.two_phase(key, hash, true, false, &mut f).await
     }
 
@@ -64,19 +64,19 @@ impl Cache {
     where
         F: FnMut(Option<&Item>) -> (Update, R),
     {
-        let inner = &*self.inner;
+        let core = &*self.core;
         let mut dead_cas = None;
         let mut budget = Budget::default();
         loop {
-            inner.await_room(&mut budget).await;
-            let view = inner.view(key, hash, read).await;
-            let stall = inner.may_stall(&budget);
+            core.await_room(&mut budget).await;
+            let view = core.view(key, hash, read).await;
+            let stall = core.may_stall(&budget);
             let _ = take_owed();
-            let step = inner.update_with(key, hash, f, &view, set_mode, &mut dead_cas, stall);
+            let step = core.update_with(key, hash, f, &view, set_mode, &mut dead_cas, stall);
             let owed = take_owed();
             match step {
                 Ok(Step::Done(r)) => {
-                    inner.settle(owed).await?;
+                    core.settle(owed).await?;
                     return Ok(r);
                 }
                 Ok(Step::Retry) | Err(Error::FlashBusy) => {}
@@ -86,7 +86,7 @@ impl Cache {
     }
 }
 
-impl Inner {
+impl Core {
     /// Phase 2 of an UPDATE (and of a SET when `set_mode`: `CasMode::Keep` then takes the
     /// CAS of whatever is stored, live or not, like the model, and the closure, which always
     /// puts, is shown no item, so the old value is not copied; `dead_cas` keeps the
@@ -111,7 +111,7 @@ impl Inner {
         // Space reserved on a slow-path retry. Held in a guard so that a panicking closure
         // cannot leave a segment's `pending` count raised (eviction would wait on it forever).
         let mut reserved = Reserved {
-            inner: self,
+            core: self,
             space: None,
         };
         loop {
@@ -180,7 +180,7 @@ impl Inner {
                 return Err(err);
             }
             if w.exptime != 0 && w.exptime <= now {
-                let cas = self.cas_for(w.cas, base_cas);
+                let cas = self.meta.cas_for(w.cas, base_cas);
                 self.remove_existing(&mut shard, hash, key, existing, had_flash, stall)?;
                 drop(shard);
                 self.abandon(reserved.space.take());
@@ -216,7 +216,7 @@ impl Inner {
                     }
                     Some(covered) => !covered,
                 };
-            let cas = self.cas_for(w.cas, base_cas);
+            let cas = self.meta.cas_for(w.cas, base_cas);
             let mut h = Self::new_header(&w, key.len(), now, cas);
             h.home = self.lower().home_for(&NewVersion {
                 hash,

@@ -15,12 +15,12 @@
 use std::sync::atomic::Ordering;
 
 use crate::config::EvictionPolicy;
-use crate::engine::Inner;
+use crate::engine::Core;
+use crate::meta::Counters;
 use crate::ram::arena::{AllocState, Log, RecordRef, Space};
 use crate::ram::index::{Entry, Tier};
 use crate::ram::lower::Taken;
 use crate::ram::record::{self, Header, F_FETCHED, F_FILLER};
-use crate::stats::Counters;
 use crate::Error;
 
 /// A drain stopped at a record the tier below could not take now (see `drain_until`).
@@ -38,7 +38,7 @@ pub(crate) enum Mode {
     Compact(Log),
 }
 
-impl Inner {
+impl Core {
     fn soft_tries(&self) -> usize {
         2 * (self.cfg.memory_limit / self.cfg.segment_size) + 8
     }
@@ -250,9 +250,9 @@ impl Inner {
                 Mode::Compact(log) => Some((log, e.freq)),
             };
             let counter = match mode {
-                Mode::Evict(Log::Small) => &self.counters.moves_to_main,
-                Mode::Compact(_) => &self.counters.compacted,
-                _ => &self.counters.reinserted,
+                Mode::Evict(Log::Small) => &self.meta.counters.moves_to_main,
+                Mode::Compact(_) => &self.meta.counters.compacted,
+                _ => &self.meta.counters.reinserted,
             };
             match target {
                 Some((log, freq)) if large => {
@@ -371,11 +371,9 @@ impl Inner {
             Taken::Later | Taken::Drop => {}
         }
         self.unlink(shard, pos, h);
-        self.ledger.departed(hash, crate::ledger::Cause::RamEvicted);
-        Counters::add(&self.counters.evictions, 1);
-        if h.rflags & F_FETCHED == 0 {
-            Counters::add(&self.counters.evicted_unfetched, 1);
-        }
+        let fetched = h.rflags & F_FETCHED != 0;
+        self.meta
+            .departed(hash, crate::ledger::Cause::RamEvicted, fetched);
         if mode == Mode::Evict(Log::Small) {
             self.ghost.insert(hash);
         }

@@ -17,11 +17,11 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::engine::Inner;
+use crate::engine::Core;
+use crate::meta::Counters;
 use crate::ram::arena::{AllocState, Log};
 use crate::ram::evict::Mode;
 use crate::ram::record::F_FILLER;
-use crate::stats::Counters;
 
 /// A sealed segment with at least this share of its bytes dead is compacted. Under
 /// overwrites RAM holds dead versions until their segment is evicted or compacted: at 50 %
@@ -37,9 +37,9 @@ pub(crate) struct Sweeper {
 }
 
 impl Sweeper {
-    pub fn spawn(inner: Arc<Inner>, every: Duration) -> std::io::Result<Self> {
+    pub fn spawn(core: Arc<Core>, every: Duration) -> std::io::Result<Self> {
         Self::spawn_fn("flashtier-sweeper", every, move || {
-            inner.sweep();
+            core.sweep();
         })
     }
 
@@ -86,7 +86,7 @@ impl Drop for Sweeper {
     }
 }
 
-impl Inner {
+impl Core {
     /// One sweeper pass; returns the number of segments freed or compacted.
     pub(crate) fn sweep(&self) -> usize {
         let ids: Vec<u32> = {
@@ -110,7 +110,9 @@ impl Inner {
             let max_exp = slot.max_exp.load(Ordering::Relaxed);
             let all_dead = live == 0
                 || (max_exp != 0 && max_exp != u32::MAX && max_exp <= now)
-                || self.seg_flushed(slot.max_stored.load(Ordering::Relaxed), now);
+                || self
+                    .meta
+                    .seg_flushed(slot.max_stored.load(Ordering::Relaxed), now);
             let mut dead = end.saturating_sub(live);
             let compactable = |dead: u64| dead * 100 >= end * COMPACT_DEAD_PERCENT;
             if !all_dead
@@ -131,7 +133,7 @@ impl Inner {
             }
             let kept = self.drain(&mut alloc, seg, Mode::Compact(log));
             self.retire(&mut alloc, seg, kept);
-            Counters::add(&self.counters.segments_swept, 1);
+            Counters::add(&self.meta.counters.segments_swept, 1);
             swept += 1;
         }
         swept
@@ -158,7 +160,9 @@ impl Inner {
             let stale = live == 0
                 || (off as u64).saturating_sub(live) * 2 >= off as u64
                 || slot.min_exp.load(Ordering::Relaxed) <= now
-                || self.seg_flushed(slot.max_stored.load(Ordering::Relaxed), now);
+                || self
+                    .meta
+                    .seg_flushed(slot.max_stored.load(Ordering::Relaxed), now);
             if stale {
                 self.arena.seal_head(alloc, log, Some(seg));
             }

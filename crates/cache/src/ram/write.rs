@@ -4,16 +4,15 @@
 //! under the key's shard lock: SET, UPDATE (phase 2 decides there) and a promotion at hit time
 //! bump and write under that lock, SET and UPDATE reserving the slow way (which may evict)
 //! with no lock; a deferred promotion reserves and writes with no lock.
-use std::sync::atomic::Ordering;
 
 use crate::ram::arena::{Log, Space};
 
 use crate::config::EvictionPolicy;
-use crate::engine::Inner;
+use crate::engine::Core;
+use crate::meta::Counters;
 use crate::ram::index::{self, Entry, Pos, Shard, Tier};
 use crate::ram::record::{self, Header, F_STALE, F_WIN};
-use crate::stats::Counters;
-use crate::{CasMode, Error, ItemWrite};
+use crate::{Error, ItemWrite};
 
 /// The slot a write replaces.
 pub(crate) enum Existing {
@@ -26,15 +25,7 @@ pub(crate) enum Existing {
     Blind(Vec<u64>),
 }
 
-impl Inner {
-    pub(crate) fn cas_for(&self, mode: CasMode, old: Option<u64>) -> u64 {
-        match (mode, old) {
-            (CasMode::Explicit(c), _) => c,
-            (CasMode::Keep, Some(c)) => c,
-            _ => self.next_cas.fetch_add(1, Ordering::Relaxed) + 1,
-        }
-    }
-
+impl Core {
     pub(crate) fn check_size(&self, key: &[u8], value: &[u8]) -> Result<(), Error> {
         if value.len() > self.cfg.max_item_size {
             return Err(Error::TooLarge {
@@ -158,8 +149,8 @@ impl Inner {
         self.arena
             .slot(space.seg)
             .note_publish(space.words, h.exptime, h.stored);
-        Counters::add(&self.counters.live_bytes, (space.words * 8) as u64);
-        Counters::add(&self.counters.total_items, 1);
+        Counters::add(&self.meta.counters.live_bytes, (space.words * 8) as u64);
+        Counters::add(&self.meta.counters.total_items, 1);
     }
 
     /// After publishing (shard lock released): queue a large segment, end the reservation.
