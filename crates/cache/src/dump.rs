@@ -24,20 +24,20 @@ impl Cache {
     /// The live items of index shard `shard` (see the module docs).
     pub(crate) async fn dump_shard(&self, shard: usize) -> Vec<ItemInfo> {
         let core: &crate::engine::Core = &self.core;
-        if shard >= core.index.shard_count() {
+        if shard >= core.slots.shard_count() {
             return Vec::new();
         }
         let now = core.cfg.clock.now();
         let mut items = Vec::new();
         let mut on_flash: Vec<(u64, u8)> = Vec::new();
         {
-            let table = core.index.lock_nth(shard);
+            let table = core.slots.lock_nth(shard);
             table.for_each(|e| {
                 if e.tier == Tier::Flash {
                     on_flash.push((e.loc, e.freq));
                     return;
                 }
-                let Some(rec) = core.arena.record(e.loc) else {
+                let Some(rec) = core.ram.record(e.loc) else {
                     return;
                 };
                 let h = rec.header;

@@ -23,20 +23,20 @@ use crate::flash_tier::{entry_of, FlashTier, STREAM};
 use crate::knobs::Tiering;
 use crate::ledger::Cause;
 use crate::meta::{Counters, Meta};
-use crate::ram::arena::Arena;
-use crate::ram::ghost::Ghost;
 use crate::ram::index::{Entry, Index, Pos, Shard, Tier};
 use crate::ram::lower::{LowerTier, NoLower};
-use crate::ram::record::{Header, F_FETCHED};
+use crate::ram::record::Header;
 use crate::ram::sweeper::Sweeper;
+use crate::ram::tier::{Env, RamTier};
 use crate::Error;
 
 /// State shared by callers and the sweeper.
 pub(crate) struct Core {
     pub cfg: CacheConfig,
-    pub index: Index,
-    pub arena: Arena,
-    pub ghost: Ghost,
+    /// The one index of both tiers: a key's slot names its tier.
+    pub slots: Index,
+    /// The RAM tier: arena, ghost set, eviction policy, sweeper pass.
+    pub ram: RamTier,
     /// CAS, flush time, departure ledger, counters.
     pub meta: Meta,
     /// The flash tier, if configured.
@@ -103,8 +103,8 @@ impl std::fmt::Debug for Cache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cache")
             .field("memory_limit", &self.core.cfg.memory_limit)
-            .field("segment_bytes", &self.core.arena.mem_used())
-            .field("items", &self.core.index.len())
+            .field("segment_bytes", &self.core.ram.mem_used())
+            .field("items", &self.core.slots.len())
             .finish_non_exhaustive()
     }
 }
@@ -201,9 +201,8 @@ impl Cache {
             None => None,
         };
         let core = Arc::new(Core {
-            index,
-            arena: Arena::new(cfg.memory_limit, cfg.segment_size),
-            ghost: Ghost::new(cfg.ghost_len()),
+            slots: index,
+            ram: RamTier::new(&cfg),
             meta: Meta::new(cfg.clock.clone(), 2 * cfg.ghost_len(), next_cas, flush_at),
             flash_tier: tier,
             cfg,
@@ -212,7 +211,12 @@ impl Cache {
             h.ready(Arc::downgrade(&core));
         }
         let sweeper = match core.cfg.sweep_interval {
-            Some(every) => match Sweeper::spawn(core.clone(), every) {
+            Some(every) => match Sweeper::spawn_fn("flashtier-sweeper", every, {
+                let core = core.clone();
+                move || {
+                    core.sweep();
+                }
+            }) {
                 Ok(s) => Some(s),
                 Err(e) => {
                     if let Some(tier) = &core.flash_tier {
@@ -272,8 +276,8 @@ impl Cache {
     /// Items whose only copy is on flash right now (walks the index; for tests and tools).
     pub fn flash_items(&self) -> u64 {
         let mut n = 0;
-        for i in 0..self.core.index.shard_count() {
-            n += self.core.index.lock_nth(i).count_tier(Tier::Flash) as u64;
+        for i in 0..self.core.slots.shard_count() {
+            n += self.core.slots.lock_nth(i).count_tier(Tier::Flash) as u64;
         }
         n
     }
@@ -291,7 +295,7 @@ impl Cache {
 
     /// Bytes of RAM the index tables occupy.
     pub fn index_bytes(&self) -> u64 {
-        self.core.index.memory_bytes()
+        self.core.slots.memory_bytes()
     }
 
     /// Change the RAM limit at run time (memcached's `cache_memlimit`), in bytes, rounded down
@@ -301,32 +305,37 @@ impl Cache {
     /// Fails, changing nothing, below two segments or above the larger of the start limit and
     /// `arena::MAX_LIMIT` (1 TiB).
     pub fn set_memory_limit(&self, bytes: u64) -> Result<(), Error> {
-        let arena = &self.core.arena;
-        if arena.set_limit(bytes) {
-            Ok(())
-        } else {
-            Err(Error::MemoryLimit {
-                requested: bytes,
-                min: 2 * (arena.seg_words as u64 * 8),
-                max: arena.max_limit(),
-            })
-        }
+        self.core.ram.set_limit(bytes)
     }
 
     /// The RAM limit in force, in bytes (whole segments).
     pub fn memory_limit(&self) -> u64 {
-        self.core.arena.limit()
+        self.core.ram.limit()
     }
 
     /// Bytes of segment memory allocated (the quantity the memory limit bounds).
     pub fn segment_bytes(&self) -> u64 {
-        self.core.arena.mem_used()
+        self.core.ram.mem_used()
     }
 }
 
 impl Core {
     pub fn now(&self) -> u32 {
         self.meta.now()
+    }
+
+    /// What the RAM tier works with: the index, the metadata and the tier below.
+    pub(crate) fn env(&self) -> Env<'_, dyn LowerTier + '_> {
+        Env {
+            slots: &self.slots,
+            meta: &self.meta,
+            lower: self.lower(),
+        }
+    }
+
+    /// One sweeper pass over the RAM tier (see `ram::sweeper`).
+    pub(crate) fn sweep(&self) -> usize {
+        self.ram.sweep(&self.env())
     }
 
     /// True when the record can no longer be seen: expired or flushed.
@@ -340,35 +349,7 @@ impl Core {
         hash: u64,
         key: &[u8],
     ) -> Option<(Pos, Entry)> {
-        shard.find(hash, |e| {
-            if e.tier != Tier::Ram {
-                return false;
-            }
-            self.arena.record(e.loc).is_some_and(|r| r.key_eq(key))
-        })
-    }
-
-    /// Packed locations of the flash slots whose tag matches `hash`.
-    pub(crate) fn flash_cands(&self, shard: &Shard<'_>, hash: u64) -> Vec<u64> {
-        let mut v = Vec::new();
-        shard.find(hash, |e| {
-            if e.tier == Tier::Flash {
-                v.push(e.lower_loc());
-            }
-            false
-        });
-        v
-    }
-
-    /// Remove the flash slot at packed `loc` for `hash`; true if there was one.
-    pub(crate) fn remove_flash_loc(&self, shard: &mut Shard<'_>, hash: u64, loc: u64) -> bool {
-        match shard.find(hash, |e| e.tier == Tier::Flash && e.lower_loc() == loc) {
-            Some((pos, _)) => {
-                shard.remove(pos);
-                true
-            }
-            None => false,
-        }
+        self.ram.find_key(shard, hash, key)
     }
 
     /// The tier below RAM: the flash tier, or one that does nothing.
@@ -390,56 +371,8 @@ impl Core {
     ) {
         shard.remove(pos);
         self.lower().forget(e.lower_loc());
-        self.flushed_gone(exptime, hash);
+        self.lower().cover_if_flushed(hash, exptime, self.now());
         self.meta.departed(hash, Cause::Expired, e.freq > 0);
-    }
-
-    /// Account for a record the index stops pointing at.
-    pub fn release(&self, loc: u64, words: usize) {
-        let (seg, _) = self.arena.split(loc);
-        self.arena
-            .slot(seg)
-            .live
-            .fetch_sub(words as u64, Ordering::Relaxed);
-        Counters::sub(&self.meta.counters.live_bytes, (words * 8) as u64);
-    }
-
-    /// Account for a RAM record the index stops pointing at because the item is gone
-    /// (overwritten, deleted, expired): its flash home, if any, is dead too.
-    pub fn release_rec(&self, loc: u64, h: &Header) {
-        self.release(loc, h.words());
-        if let Some(home) = h.home_loc() {
-            self.lower().forget(home);
-        }
-    }
-
-    /// A dead item with a flash copy was removed: if it died by `flush_all` rather than by
-    /// expiry, append a tombstone, or a restart could bring it back (a later delayed
-    /// `flush_all` re-arms the flush time; recovery cannot see store times).
-    pub(crate) fn flushed_gone(&self, exptime: u32, hash: u64) {
-        let expired = exptime != 0 && exptime <= self.now();
-        if !expired {
-            self.lower().cover(hash, &[]);
-        }
-    }
-
-    /// Remove the slot at `pos` whose record header is `h`.
-    pub fn unlink(&self, shard: &mut Shard<'_>, pos: Pos, h: &Header) {
-        let e = shard.remove(pos);
-        self.release_rec(e.loc, h);
-    }
-
-    /// Remove a dead (expired or flushed) item.
-    pub fn reclaim(&self, shard: &mut Shard<'_>, pos: Pos, h: &Header, hash: u64) {
-        self.unlink(shard, pos, h);
-        if h.home_loc().is_none() && h.flash_behind() {
-            // Died before reaching flash over an older flash version: cover that one.
-            self.lower().cover(hash, &[]);
-        } else if h.flash_behind() {
-            self.flushed_gone(h.exptime, hash);
-        }
-        self.meta
-            .departed(hash, Cause::Expired, h.rflags & F_FETCHED != 0);
     }
 
     /// `flush_all [delay]`; returns once its marker is journaled (`flash_tier::journal`),
@@ -448,7 +381,7 @@ impl Core {
         let _ = crate::flash_tier::journal::take_owed();
         self.flush_all_now(at);
         let owed = crate::flash_tier::journal::take_owed();
-        if let Err(e) = crate::ops::block_on(self.settle(owed)) {
+        if let Err(e) = crate::block::block_on(self.settle(owed)) {
             log::error!("flush_all: its marker could not be made durable: {e}");
         }
     }
@@ -461,14 +394,11 @@ impl Core {
             return;
         }
         self.meta.flush_now();
-        for i in 0..self.index.shard_count() {
-            let mut shard = self.index.lock_nth(i);
+        let env = self.env();
+        for i in 0..self.slots.shard_count() {
+            let mut shard = self.slots.lock_nth(i);
             shard.drain(|e| match e.tier {
-                Tier::Ram => {
-                    if let Some(r) = self.arena.record(e.loc) {
-                        self.release_rec(e.loc, &r.header);
-                    }
-                }
+                Tier::Ram => self.ram.forget_slot(&env, e.loc),
                 Tier::Flash => self.lower().forget(e.lower_loc()),
             });
         }

@@ -11,6 +11,7 @@
 //! keeps items, honours expiry, assigns CAS values and enforces memory limits.
 #![deny(unsafe_code)]
 
+mod block;
 pub mod clock;
 pub mod config;
 mod dump;

@@ -2,7 +2,6 @@
 //! memcached's `stats` sections: general, `settings`, `slabs` and `items` (memcached's shape,
 //! which memcached-tool and memcached_exporter read, with one class per tier: 1 = RAM
 //! segments, 2 = flash segments) and `extstore`. Every name and what it counts: docs/stats.md.
-use std::sync::atomic::Ordering::Relaxed;
 
 use crate::config::EvictionPolicy;
 use crate::meta::Counters;
@@ -12,10 +11,10 @@ impl crate::engine::Core {
     pub(crate) fn stats(&self) -> StoreStats {
         let c = &self.meta.counters;
         StoreStats {
-            curr_items: self.index.len(),
+            curr_items: self.slots.len(),
             total_items: Counters::get(&c.total_items),
             bytes: Counters::get(&c.live_bytes),
-            limit_maxbytes: self.arena.limit(),
+            limit_maxbytes: self.ram.limit(),
             evictions: Counters::get(&c.evictions),
             reclaimed: Counters::get(&c.reclaimed),
             expired_unfetched: Counters::get(&c.expired_unfetched),
@@ -60,29 +59,19 @@ impl crate::engine::Core {
 
     /// Index entries of `tier` (walks every shard).
     fn count_tier(&self, tier: crate::ram::index::Tier) -> u64 {
-        (0..self.index.shard_count())
-            .map(|i| self.index.lock_nth(i).count_tier(tier) as u64)
+        (0..self.slots.shard_count())
+            .map(|i| self.slots.lock_nth(i).count_tier(tier) as u64)
             .sum()
     }
 
     /// `stats slabs` in memcached's shape (see the module docs).
     pub(crate) fn slabs_stats(&self) -> Vec<(String, String)> {
-        use crate::ram::arena::Log;
         let seg = self.cfg.segment_size as u64;
-        let alloc = self.arena.state.lock();
-        let large = alloc
-            .queues
-            .iter()
-            .flatten()
-            .filter(|&&s| self.arena.slot(s).is_large())
-            .count();
-        let small = alloc.queues[Log::Small as usize].len();
-        let main = alloc.queues[Log::Main as usize].len();
-        let free = self.arena.free_count(&alloc) as u64;
-        drop(alloc);
-        let malloced = self.arena.mem_used();
+        let counts = self.ram.segment_counts();
+        let (small, main, free, large) = (counts.small, counts.main, counts.free, counts.large);
+        let malloced = self.ram.mem_used();
         let pages = malloced / seg;
-        let limit_pages = self.arena.limit() / seg;
+        let limit_pages = self.ram.limit() / seg;
         let mut v: Vec<(String, String)> = Vec::new();
         let mut add = |k: &str, n: u64| v.push((k.to_string(), n.to_string()));
         add("1:chunk_size", seg);
@@ -115,32 +104,23 @@ impl crate::engine::Core {
         add("active_slabs", active);
         add("total_malloced", malloced);
         add("segment_size", seg);
-        add("segments_small", small as u64);
-        add("segments_main", main as u64);
+        add("segments_small", small);
+        add("segments_main", main);
         add("segments_free", free);
-        add("segments_large", large as u64);
-        add("index_bytes", self.index.memory_bytes());
-        add("ghost_bytes", self.ghost.memory_bytes() as u64);
+        add("segments_large", large);
+        add("index_bytes", self.slots.memory_bytes());
+        add("ghost_bytes", self.ram.ghost_bytes() as u64);
         add("ledger_bytes", self.meta.ledger.memory_bytes() as u64);
         v
     }
 
     /// `stats items` in memcached's shape (see the module docs).
     pub(crate) fn items_stats(&self) -> Vec<(String, String)> {
-        use crate::ram::arena::Log;
         use crate::ram::index::Tier;
         let c = &self.meta.counters;
         let g = Counters::get;
         let now = self.now();
-        let oldest = {
-            let alloc = self.arena.state.lock();
-            [Log::Small, Log::Main]
-                .iter()
-                .filter_map(|&l| alloc.queues[l as usize].front().copied())
-                .map(|s| self.arena.slot(s).max_stored.load(Relaxed))
-                .filter(|&t| t != 0)
-                .min()
-        };
+        let oldest = self.ram.oldest_stored();
         let age = oldest.map_or(0, |t| u64::from(now.saturating_sub(t)));
         // Items dropped (not moved) are counted in the class whose policy drops them.
         let lossy = if self.flash_tier.is_some() { 2 } else { 1 };
@@ -184,8 +164,8 @@ impl crate::engine::Core {
         let engine_stats = tier.flash.stats();
         let g = Counters::get;
         let f = flashtier_flash::FlashStats::get;
-        let items = self.index.len();
-        let index_bytes = self.index.memory_bytes();
+        let items = self.slots.len();
+        let index_bytes = self.slots.memory_bytes();
         let per_item = if items == 0 {
             0.0
         } else {

@@ -193,7 +193,7 @@ impl KvStore for Cache {
     }
 
     fn dump_parts(&self) -> usize {
-        self.core.index.shard_count()
+        self.core.slots.shard_count()
     }
 
     async fn dump_part(&self, part: usize) -> Vec<crate::store::ItemInfo> {

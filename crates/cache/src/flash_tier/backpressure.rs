@@ -293,7 +293,7 @@ mod tests {
 
     /// A key other than `not` whose hash falls in the same index shard as `of`'s.
     fn same_shard(c: &Cache, of: &[u8], prefix: &str) -> Vec<u8> {
-        let idx = &c.core().index;
+        let idx = &c.core().slots;
         let mask = idx.shard_count() as u64 - 1;
         let want = idx.hash(of) & mask;
         (0..1_000_000)

@@ -11,14 +11,9 @@ use crate::engine::Core;
 use crate::flash_tier::kv_record::FlashItem;
 use crate::flash_tier::{home_word, FlashTier};
 use crate::meta::Counters;
-use crate::ram::arena::{Log, Space};
-use crate::ram::index::{self, Entry, Pos, Shard, Tier};
+use crate::ram::index::{Entry, Pos, Shard};
 use crate::ram::record::{self, Header, F_FETCHED, F_STALE, F_WIN};
-
-/// The log promoted copies go to, with frequency 0: S3-FIFO's probation queue. A copy hit
-/// again before its segment is evicted moves on to the main log; one that is not is evicted
-/// cheaply (its slot turns back into the flash slot).
-const PROMOTE_LOG: Log = Log::Small;
+use crate::ram::tier::CopyUp;
 
 /// A promotion decided in `get_with` and finished by `promote_later` without the shard
 /// lock: the packed location of the flash slot the item was read from, and the item.
@@ -86,71 +81,26 @@ impl Core {
         };
         Counters::add(&tier.counters.hits, 1);
         let recache = e.freq > 0
-            && record::rec_words(key.len(), item.value.len()) <= self.arena.large_threshold()
+            && record::rec_words(key.len(), item.value.len()) <= self.ram.large_threshold()
             && tier.should_recache();
-        if recache && self.promote_in_place(tier, shard, pos, e, key, &item, now) {
-            return None;
+        if recache {
+            let h = promoted_header(e.lower_loc(), key, &item, now);
+            match self
+                .ram
+                .copy_up_now(&self.env(), shard, pos, key, &h, &item.value)
+            {
+                CopyUp::NoRoom => {}
+                done => {
+                    tier.count_promotion(done == CopyUp::Done);
+                    return None;
+                }
+            }
         }
         shard.touch(pos);
         recache.then(|| Promotion {
             loc: e.lower_loc(),
             item,
         })
-    }
-
-    /// Copy a flash item back into RAM (repeat hit) if the small log's open segment has room;
-    /// the shard lock is held, so nothing is allocated or evicted here. False if there was
-    /// no room (the caller may then `promote_later`).
-    #[allow(clippy::too_many_arguments)]
-    fn promote_in_place(
-        &self,
-        tier: &FlashTier,
-        shard: &mut Shard<'_>,
-        pos: Pos,
-        e: Entry,
-        key: &[u8],
-        f: &FlashItem,
-        now: u32,
-    ) -> bool {
-        let words = record::rec_words(key.len(), f.value.len());
-        let Some(space) = self.arena.try_bump(PROMOTE_LOG, words) else {
-            return false;
-        };
-        let h = promoted_header(e.lower_loc(), key, f, now);
-        if !self.arena.write_record(&space, &h, key, &f.value) {
-            self.abandon_space(space);
-            tier.count_promotion(false);
-            return true;
-        }
-        self.publish_promoted(tier, shard, pos, &space, &h);
-        self.finish(space);
-        true
-    }
-
-    /// Point the flash slot at `pos` at the promoted record written in `space`, with
-    /// frequency 0 (see `PROMOTE_LOG`). Shard lock held; the caller then `finish`es the space.
-    fn publish_promoted(
-        &self,
-        tier: &FlashTier,
-        shard: &mut Shard<'_>,
-        pos: Pos,
-        space: &Space,
-        h: &Header,
-    ) {
-        shard.set(
-            pos,
-            Entry {
-                tier: Tier::Ram,
-                freq: 0,
-                size_hint: index::size_hint(space.words * 8),
-                loc: self.arena.loc(space.seg, space.off),
-            },
-        );
-        self.arena
-            .slot(space.seg)
-            .note_publish(space.words, h.exptime, h.stored);
-        Counters::add(&self.meta.counters.live_bytes, (space.words * 8) as u64);
-        tier.count_promotion(true);
     }
 
     /// Finish a promotion `get_with` could not do under the shard lock (the small log's open
@@ -165,32 +115,11 @@ impl Core {
         let Some(_turn) = tier.promotion_turn() else {
             return;
         };
-        let words = record::rec_words(key.len(), p.item.value.len());
-        let Ok(space) = self.reserve(PROMOTE_LOG, words) else {
-            tier.count_promotion(false);
-            return;
-        };
         let h = promoted_header(p.loc, key, &p.item, self.now());
-        if !self.arena.write_record(&space, &h, key, &p.item.value) {
-            self.abandon_space(space);
-            tier.count_promotion(false);
-            return;
-        }
-        let mut shard = self.index.lock(hash);
-        let Some((pos, _)) = shard.find(hash, |e| e.tier == Tier::Flash && e.lower_loc() == p.loc)
-        else {
-            drop(shard);
-            self.abandon_space(space);
-            tier.count_promotion(false);
-            return;
-        };
-        self.publish_promoted(tier, &mut shard, pos, &space, &h);
-        drop(shard);
-        self.finish(space);
-    }
-
-    fn abandon_space(&self, space: Space) {
-        self.abandon(Some(space));
+        let done = self
+            .ram
+            .copy_up_later(&self.env(), hash, p.loc, key, &h, &p.item.value);
+        tier.count_promotion(done == CopyUp::Done);
     }
 }
 
@@ -202,8 +131,8 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
+    use crate::block::block_on;
     use crate::flash::{FlashConfig, IoBackend};
-    use crate::ops::block_on;
     use crate::{Cache, ItemWrite};
 
     fn open() -> Cache {
@@ -225,7 +154,7 @@ mod tests {
     /// Phase 1 of a GET of `key` (on flash): the slot read and the item.
     fn read(c: &Cache, key: &[u8]) -> (u64, Promotion) {
         let core = c.core();
-        let hash = core.index.hash(key);
+        let hash = core.slots.hash(key);
         let view = block_on(core.view(key, hash, true));
         let (loc, item) = view.found.expect("key not on flash");
         (hash, Promotion { loc, item })

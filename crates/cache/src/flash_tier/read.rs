@@ -36,11 +36,11 @@ impl Core {
             return View::default();
         };
         let cands = {
-            let shard = self.index.lock(hash);
+            let shard = self.slots.lock(hash);
             if self.find_key(&shard, hash, key).is_some() {
                 return View::default();
             }
-            self.flash_cands(&shard, hash)
+            shard.lower_locs(hash)
         };
         let mut v = View {
             cands,

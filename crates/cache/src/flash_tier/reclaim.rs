@@ -85,7 +85,7 @@ impl Core {
             Tier::Flash => e.lower_loc() == packed,
             Tier::Ram => {
                 let hit = self
-                    .arena
+                    .ram
                     .record(e.loc)
                     .is_some_and(|r| r.header.home == home);
                 if hit {
@@ -107,7 +107,7 @@ impl Core {
             .find(key_id, |e| {
                 e.tier == Tier::Ram
                     && self
-                        .arena
+                        .ram
                         .record(e.loc)
                         .is_some_and(|r| r.header.home_loc().is_none() && r.header.flash_behind())
             })
@@ -115,7 +115,7 @@ impl Core {
     }
 
     fn set_ram_home(&self, loc: u64, home: u64) {
-        if let Some(r) = self.arena.record(loc) {
+        if let Some(r) = self.ram.record(loc) {
             r.set_home(home);
         }
     }
@@ -147,7 +147,7 @@ impl Core {
     /// (half a turnover; a FIFO would drop at about one): how the stats tell a recent write
     /// dropped from a cold item dropped.
     fn recently_appended(&self, tier: &FlashTier, m: &RecordMeta) -> bool {
-        tier.current_version().saturating_sub(m.version) < self.index.len() / 2
+        tier.current_version().saturating_sub(m.version) < self.slots.len() / 2
     }
 
     fn reclaim_decide(&self, m: &RecordMeta) -> Decision {
@@ -160,7 +160,7 @@ impl Core {
             KvKind::Tombstone if tier.tombstone_needed(m) => return Decision::Keep,
             _ => return Decision::Drop,
         }
-        let mut shard = self.index.lock(m.key_id);
+        let mut shard = self.slots.lock(m.key_id);
         let Some(r) = self.find_ref(&shard, m) else {
             // Superseded. If the newest version is only in RAM (not yet written back), this
             // record still hides older ones from recovery: leave a note in its place.
@@ -236,7 +236,7 @@ impl Core {
             // A kept marker or tombstone: nothing points at it; its new copy is live.
             return true;
         }
-        let mut shard = self.index.lock(m.key_id);
+        let mut shard = self.slots.lock(m.key_id);
         let moved = match self.find_ref(&shard, m) {
             Some(Ref::Flash(pos, e)) => {
                 shard.set(pos, entry_of(new, e.freq));
@@ -255,7 +255,7 @@ impl Core {
     }
 
     fn reclaim_evicted(&self, m: &RecordMeta) {
-        let mut shard = self.index.lock(m.key_id);
+        let mut shard = self.slots.lock(m.key_id);
         if let Some(r) = self.find_ref(&shard, m) {
             self.drop_ref(&mut shard, r, m);
         }
@@ -275,7 +275,7 @@ impl Core {
                 }
                 continue;
             }
-            let mut shard = self.index.lock(m.key_id);
+            let mut shard = self.slots.lock(m.key_id);
             match self.find_ref(&shard, m) {
                 Some(Ref::Ram(_, _, loc)) => {
                     self.set_ram_home(loc, HOME_OLDER);

@@ -205,19 +205,19 @@ impl Core {
             h.home_loc().is_none() && h.dirty_since().is_none() && u64::from(h.vlen) >= min
         };
         let (mut n, mut found, mut left) = (0, 0, 0);
-        for i in 0..self.index.shard_count() {
+        for i in 0..self.slots.shard_count() {
             let mut hashes = Vec::new();
             let mut key = Vec::new();
-            self.index.lock_nth(i).for_each(|e| {
+            self.slots.lock_nth(i).for_each(|e| {
                 if e.tier != Tier::Ram {
                     return;
                 }
-                let Some(r) = self.arena.record(e.loc) else {
+                let Some(r) = self.ram.record(e.loc) else {
                     return;
                 };
                 if homeless(&r.header) {
                     r.read_key(&mut key);
-                    hashes.push(self.index.hash(&key));
+                    hashes.push(self.slots.hash(&key));
                 }
             });
             hashes.sort_unstable();
@@ -248,28 +248,28 @@ impl Core {
             return (0, None);
         };
         if tier.pressured() {
-            crate::ops::block_on(tier.writable());
+            crate::block::block_on(tier.writable());
         }
         let mut n = 0;
         let mut key = Vec::new();
         let mut done = Vec::new();
-        let shard = self.index.lock(hash);
+        let shard = self.slots.lock(hash);
         let now = self.now();
         loop {
             let found = shard.find(hash, |e| {
                 e.tier == Tier::Ram
                     && !done.contains(&e.loc)
-                    && self.arena.record(e.loc).is_some_and(|r| due(&r.header))
+                    && self.ram.record(e.loc).is_some_and(|r| due(&r.header))
             });
             let Some((_, e)) = found else { break };
             done.push(e.loc);
-            let Some(rec) = self.arena.record(e.loc) else {
+            let Some(rec) = self.ram.record(e.loc) else {
                 break;
             };
             let h = rec.header;
             let no_home = if h.flash_behind() { HOME_OLDER } else { 0 };
             rec.read_key(&mut key);
-            let key_id = self.index.hash(&key);
+            let key_id = self.slots.hash(&key);
             if self.dead(&h, now) {
                 // Expired or flushed before reaching flash: an older flash version must
                 // not outlive it (after a restart it would be served).

@@ -6,7 +6,7 @@ use crate::engine::{Cache, Core};
 use crate::flash_tier::journal::take_owed;
 use crate::flash_tier::read::View;
 use crate::ops::{Current, Step};
-use crate::ram::write::Existing;
+use crate::ram::tier::Existing;
 use crate::{Error, Update};
 
 impl Cache {
@@ -28,7 +28,7 @@ impl Cache {
     /// expiry is on flash. A RAM item is judged exactly. Without flash, same as `delete_now`.
     pub async fn delete(&self, key: &[u8]) -> Result<bool, Error> {
         let core = &*self.core;
-        let hash = core.index.hash(key);
+        let hash = core.slots.hash(key);
         let mut budget = crate::ops::Budget::default();
         loop {
             core.await_room(&mut budget).await;
@@ -62,7 +62,7 @@ impl Core {
         stall: bool,
     ) -> Result<Step<bool>, Error> {
         let now = self.now();
-        let mut shard = self.index.lock(hash);
+        let mut shard = self.slots.lock(hash);
         let (existing, had_flash) = match self.current(&mut shard, hash, key, view, now)? {
             Current::Retry => return Ok(Step::Retry),
             Current::Ram { pos, e, rec } => (Existing::Ram(pos, e), rec.header.flash_behind()),

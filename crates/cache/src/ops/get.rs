@@ -3,10 +3,11 @@
 //! the key's; a repeat flash hit is copied back to RAM (`flash_tier::promote`). An expired or
 //! flushed item found on the way is removed. `get_now` drives the same future on the calling
 //! thread; without flash, phase 1 has nothing to read and returns at once.
+use crate::block::block_on;
 use crate::engine::{Cache, Core};
 use crate::flash_tier::promote::Promotion;
 use crate::flash_tier::read::View;
-use crate::ops::{block_on, item_of, Current, Step};
+use crate::ops::{item_of, Current, Step};
 use crate::{Error, Item};
 
 impl Cache {
@@ -17,7 +18,7 @@ impl Cache {
 
     pub(crate) async fn get_two_phase(&self, key: &[u8]) -> Result<Option<Item>, Error> {
         let core = &*self.core;
-        let hash = core.index.hash(key);
+        let hash = core.slots.hash(key);
         let mut later = None;
         loop {
             let view = core.view(key, hash, true).await;
@@ -43,7 +44,7 @@ impl Core {
         later: &mut Option<Promotion>,
     ) -> Result<Step<Option<Item>>, Error> {
         let now = self.now();
-        let mut shard = self.index.lock(hash);
+        let mut shard = self.slots.lock(hash);
         match self.current(&mut shard, hash, key, view, now)? {
             Current::Retry => Ok(Step::Retry),
             Current::Absent | Current::Gone(_) | Current::Blind(_) => {

@@ -10,10 +10,6 @@
 //! Any caller; each phase holds one shard lock (arena head locks are taken under it) and none
 //! across an await. A write first awaits flash back-pressure, if any, holding nothing. A write that cannot reserve space without blocking drops the lock,
 //! reserves the slow way (which may evict) and runs phase 2 again.
-use std::future::Future;
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
-
 use crate::engine::Core;
 use crate::flash_tier::kv_record::FlashItem;
 use crate::flash_tier::read::View;
@@ -22,7 +18,7 @@ use crate::meta::Counters;
 use crate::ram::arena::{RecordRef, Space};
 use crate::ram::index::{Entry, Pos, Shard, Tier};
 use crate::ram::record::{Header, F_FETCHED, F_STALE, F_WIN};
-use crate::ram::write::Existing;
+use crate::ram::tier::Existing;
 use crate::{Error, Item, ItemMeta};
 
 mod delete;
@@ -49,7 +45,7 @@ pub(crate) struct Reserved<'a> {
 
 impl Drop for Reserved<'_> {
     fn drop(&mut self) {
-        self.core.abandon(self.space.take());
+        self.core.ram.abandon(self.space.take());
     }
 }
 
@@ -137,6 +133,24 @@ impl Core {
             && budget.until.is_none_or(|d| std::time::Instant::now() < d)
     }
 
+    /// Check a write's sizes: the value within `max_item_size`, the key within the record
+    /// format's limit.
+    pub(crate) fn check_size(&self, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        if value.len() > self.cfg.max_item_size {
+            return Err(Error::TooLarge {
+                size: value.len(),
+                max: self.cfg.max_item_size,
+            });
+        }
+        if key.len() > crate::ram::record::MAX_KEY {
+            return Err(Error::TooLarge {
+                size: key.len(),
+                max: crate::ram::record::MAX_KEY,
+            });
+        }
+        Ok(())
+    }
+
     /// The item a RAM record holds.
     pub(crate) fn item_at(&self, rec: &RecordRef<'_>) -> Item {
         let h = &rec.header;
@@ -164,11 +178,11 @@ impl Core {
     ) -> Result<Current<'_>, Error> {
         if let Some((pos, e)) = self.find_key(shard, hash, key) {
             let rec = self
-                .arena
+                .ram
                 .record(e.loc)
                 .ok_or(Error::Internal("indexed segment lost"))?;
             if self.dead(&rec.header, now) {
-                self.reclaim(shard, pos, &rec.header, hash);
+                self.ram.reclaim(&self.env(), shard, pos, &rec.header, hash);
                 return Ok(Current::Gone(rec.header.cas));
             }
             return Ok(Current::Ram { pos, e, rec });
@@ -176,7 +190,7 @@ impl Core {
         let Some(tier) = &self.flash_tier else {
             return Ok(Current::Absent);
         };
-        let cands = self.flash_cands(shard, hash);
+        let cands = shard.lower_locs(hash);
         if cands != view.cands {
             return Ok(Current::Retry);
         }
@@ -185,7 +199,7 @@ impl Core {
         }
         for (loc, err) in &view.failed {
             if is_corrupt(err) {
-                if self.remove_flash_loc(shard, hash, *loc) {
+                if shard.remove_lower(hash, *loc) {
                     tier.unreadable_item(err);
                 }
             } else if view.found.is_none() {
@@ -230,8 +244,8 @@ impl Core {
         }
         match existing {
             Some(Existing::Ram(pos, e)) => {
-                if let Some(r) = self.arena.record(e.loc) {
-                    self.unlink(shard, pos, &r.header);
+                if let Some(r) = self.ram.record(e.loc) {
+                    self.ram.unlink(&self.env(), shard, pos, &r.header);
                 }
             }
             Some(Existing::Lower(pos, e)) => {
@@ -240,7 +254,7 @@ impl Core {
             }
             Some(Existing::Blind(locs)) => {
                 for loc in locs {
-                    if self.remove_flash_loc(shard, hash, loc) {
+                    if shard.remove_lower(hash, loc) {
                         self.lower().forget(loc);
                     }
                 }
@@ -249,31 +263,4 @@ impl Core {
         }
         Ok(())
     }
-}
-
-/// Drive a future to completion on this thread (the `*_now` methods).
-pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-        fn wake_by_ref(self: &Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    thread_local! {
-        // One waker per thread, so a RAM hit (ready at the first poll) allocates nothing.
-        static WAKER: Waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    }
-    WAKER.with(|waker| {
-        let mut cx = Context::from_waker(waker);
-        let mut f = std::pin::pin!(f);
-        loop {
-            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-                return v;
-            }
-            std::thread::park();
-        }
-    })
 }

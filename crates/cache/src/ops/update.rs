@@ -4,13 +4,14 @@
 //! whatever is stored, live or not, and reads no flash (a blind view, see `flash_tier::read`).
 //! Without flash the same loop runs once: phase 1 has nothing to read and phase 2 never asks
 //! for a retry (no flash slots to change, no back-pressure to await).
+use crate::block::block_on;
 use crate::engine::{Cache, Core};
 use crate::flash_tier::journal::take_owed;
 use crate::flash_tier::read::View;
-use crate::ops::{block_on, item_of, Budget, Current, Reserved, Step};
+use crate::ops::{item_of, Budget, Current, Reserved, Step};
 use crate::ram::lower::NewVersion;
 use crate::ram::record;
-use crate::ram::write::Existing;
+use crate::ram::tier::{new_header, Existing};
 use crate::{CasMode, Error, Item, ItemWrite, Update};
 
 impl Cache {
@@ -30,7 +31,7 @@ impl Cache {
     pub(crate) async fn set_two_phase(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
         let core = &*self.core;
         core.check_size(key, &w.value)?;
-        let hash = core.index.hash(key);
+        let hash = core.slots.hash(key);
         let read = w.cas == CasMode::Keep;
         let mut f = |_: Option<&Item>| (Update::Put(w.clone()), ());
         let (_, cas) = self.two_phase(key, hash, read, true, &mut f).await?;
@@ -46,7 +47,7 @@ impl Cache {
         F: FnMut(Option<&Item>) -> (Update, R),
     {
         let core = &*self.core;
-        let hash = core.index.hash(key);
+        let hash = core.slots.hash(key);
         self.two_phase(key, hash, true, false, &mut f).await
     }
 
@@ -116,7 +117,7 @@ impl Core {
         };
         loop {
             let now = self.now();
-            let mut shard = self.index.lock(hash);
+            let mut shard = self.slots.lock(hash);
             let mut existing = None;
             let mut current = None;
             let mut stored_cas = None;
@@ -163,44 +164,44 @@ impl Core {
             let w = match decision {
                 Update::Keep => {
                     drop(shard);
-                    self.abandon(reserved.space.take());
+                    self.ram.abandon(reserved.space.take());
                     return Ok(Step::Done((r, None)));
                 }
                 Update::Delete => {
                     self.remove_existing(&mut shard, hash, key, existing, had_flash, stall)?;
                     drop(shard);
-                    self.abandon(reserved.space.take());
+                    self.ram.abandon(reserved.space.take());
                     return Ok(Step::Done((r, None)));
                 }
                 Update::Put(w) => w,
             };
             if let Err(err) = self.check_size(key, &w.value) {
                 drop(shard);
-                self.abandon(reserved.space.take());
+                self.ram.abandon(reserved.space.take());
                 return Err(err);
             }
             if w.exptime != 0 && w.exptime <= now {
                 let cas = self.meta.cas_for(w.cas, base_cas);
                 self.remove_existing(&mut shard, hash, key, existing, had_flash, stall)?;
                 drop(shard);
-                self.abandon(reserved.space.take());
+                self.ram.abandon(reserved.space.take());
                 return Ok(Step::Done((r, Some(cas))));
             }
             let words = record::rec_words(key.len(), w.value.len());
-            let lg = *log.get_or_insert_with(|| self.target_log(hash));
+            let lg = *log.get_or_insert_with(|| self.ram.target_log(hash));
             let space = match reserved.space.take() {
                 Some(s) if s.words == words => Some(s),
                 Some(s) => {
                     drop(shard);
-                    self.abandon(Some(s));
+                    self.ram.abandon(Some(s));
                     continue;
                 }
-                None if words > self.arena.large_threshold() => None,
-                None => self.arena.try_bump(lg, words),
+                None if words > self.ram.large_threshold() => None,
+                None => self.ram.try_bump(lg, words),
             };
             let Some(space) = space else {
                 drop(shard);
-                reserved.space = Some(self.reserve_for(lg, words, stall)?);
+                reserved.space = Some(self.ram.reserve(&self.env(), lg, words, stall)?);
                 continue;
             };
             // The version replaced may be on flash: cover it (a tombstone, journaled) before
@@ -211,13 +212,13 @@ impl Core {
                 && match self.lower().cover_or_stall(hash, key, stall) {
                     None => {
                         drop(shard);
-                        self.abandon(Some(space));
+                        self.ram.abandon(Some(space));
                         return Err(Error::FlashBusy);
                     }
                     Some(covered) => !covered,
                 };
             let cas = self.meta.cas_for(w.cas, base_cas);
-            let mut h = Self::new_header(&w, key.len(), now, cas);
+            let mut h = new_header(&w, key.len(), now, cas);
             h.home = self.lower().home_for(&NewVersion {
                 hash,
                 key,
@@ -226,14 +227,15 @@ impl Core {
                 older_below,
                 dirty_since: old_since,
             });
-            if !self.arena.write_record(&space, &h, key, &w.value) {
+            if !self.ram.write_record(&space, &h, key, &w.value) {
                 drop(shard);
-                self.abandon(Some(space));
+                self.ram.abandon(Some(space));
                 return Err(Error::Internal("reserved space cannot hold the record"));
             }
-            self.publish(&mut shard, hash, existing, &space, &h);
+            self.ram
+                .publish(&self.env(), &mut shard, hash, existing, &space, &h);
             drop(shard);
-            self.finish(space);
+            self.ram.finish(space);
             return Ok(Step::Done((r, Some(cas))));
         }
     }

@@ -15,12 +15,12 @@
 use std::sync::atomic::Ordering;
 
 use crate::config::EvictionPolicy;
-use crate::engine::Core;
 use crate::meta::Counters;
 use crate::ram::arena::{AllocState, Log, RecordRef, Space};
-use crate::ram::index::{Entry, Tier};
-use crate::ram::lower::Taken;
+use crate::ram::index::{Entry, Pos, Shard, Tier};
+use crate::ram::lower::{LowerTier, Taken};
 use crate::ram::record::{self, Header, F_FETCHED, F_FILLER};
+use crate::ram::tier::{Env, RamTier};
 use crate::Error;
 
 /// A drain stopped at a record the tier below could not take now (see `drain_until`).
@@ -38,16 +38,18 @@ pub(crate) enum Mode {
     Compact(Log),
 }
 
-impl Core {
-    fn soft_tries(&self) -> usize {
-        2 * (self.cfg.memory_limit / self.cfg.segment_size) + 8
-    }
-
+impl RamTier {
     /// Seal `log`'s head if `words` no longer fit, then install a fresh segment (evicting to
     /// get one). Called by writers holding no lock. With `stall`, an eviction the tier below
     /// cannot take now (back-pressure) stops with [`Error::FlashBusy`]: the writer awaits room
     /// holding nothing and tries again.
-    pub(crate) fn advance(&self, log: Log, words: usize, stall: bool) -> Result<(), Error> {
+    pub(super) fn advance<L: LowerTier + ?Sized>(
+        &self,
+        env: &Env<'_, L>,
+        log: Log,
+        words: usize,
+        stall: bool,
+    ) -> Result<(), Error> {
         let mut alloc = self.arena.state.lock();
         if let Some((seg, off)) = self.arena.head(log) {
             if off + words <= self.arena.seg_words {
@@ -55,7 +57,7 @@ impl Core {
             }
             self.arena.seal_head(&mut alloc, log, Some(seg));
         }
-        let seg = self.obtain_normal(&mut alloc, stall)?;
+        let seg = self.obtain_normal(env, &mut alloc, stall)?;
         if let Err(seg) = self.arena.install_head(log, seg) {
             self.arena.release_normal(&mut alloc, seg);
         }
@@ -64,14 +66,19 @@ impl Core {
 
     /// An empty normal segment for a writer, evicting as needed; keeps one in reserve for
     /// eviction's copies while it can.
-    fn obtain_normal(&self, alloc: &mut AllocState, stall: bool) -> Result<u32, Error> {
+    fn obtain_normal<L: LowerTier + ?Sized>(
+        &self,
+        env: &Env<'_, L>,
+        alloc: &mut AllocState,
+        stall: bool,
+    ) -> Result<u32, Error> {
         let mut tries = 0;
         loop {
             if let Some(s) = self.arena.take_normal(alloc, 1) {
                 return Ok(s);
             }
             tries += 1;
-            if self.evict_one(alloc, tries > self.soft_tries(), stall)? {
+            if self.evict_one(env, alloc, tries > self.policy.soft_tries, stall)? {
                 continue;
             }
             if self.arena.seal_head(alloc, Log::Main, None)
@@ -86,7 +93,13 @@ impl Core {
     /// A large single-record segment of `words` (as many chunks as it needs), evicting as
     /// needed. A record larger than the whole limit (a value of nearly `memory_limit` bytes)
     /// may use the one spare chunk beyond the limit, once everything else is gone.
-    pub(crate) fn obtain_large(&self, words: usize, log: Log, stall: bool) -> Result<Space, Error> {
+    pub(super) fn obtain_large<L: LowerTier + ?Sized>(
+        &self,
+        env: &Env<'_, L>,
+        words: usize,
+        log: Log,
+        stall: bool,
+    ) -> Result<Space, Error> {
         let k = self.arena.chunks_for(words);
         let spare = k > self.arena.max_chunks();
         if k > self.arena.max_chunks() + 1 {
@@ -102,7 +115,7 @@ impl Core {
                     .ok_or(Error::OutOfMemory);
             }
             tries += 1;
-            if self.evict_one(&mut alloc, tries > self.soft_tries(), stall)? {
+            if self.evict_one(env, &mut alloc, tries > self.policy.soft_tries, stall)? {
                 continue;
             }
             if self.arena.seal_head(&mut alloc, Log::Main, None)
@@ -116,18 +129,19 @@ impl Core {
 
     /// Evict one segment. False when there is nothing to evict; `Error::FlashBusy` when it
     /// stalled (`stall`, see [`Self::advance`]): the victim goes back to its queue's front.
-    pub(crate) fn evict_one(
+    pub(super) fn evict_one<L: LowerTier + ?Sized>(
         &self,
+        env: &Env<'_, L>,
         alloc: &mut AllocState,
         force: bool,
         stall: bool,
     ) -> Result<bool, Error> {
         let small = Log::Small as usize;
         let main = Log::Main as usize;
-        let s3 = self.cfg.eviction == EvictionPolicy::S3Fifo;
+        let s3 = self.policy.eviction == EvictionPolicy::S3Fifo;
         let total = alloc.queue_bytes[small] + alloc.queue_bytes[main];
         let small_over =
-            alloc.queue_bytes[small] * 100 >= total * u64::from(self.cfg.small_percent);
+            alloc.queue_bytes[small] * 100 >= total * u64::from(self.policy.small_percent);
         let log = if !alloc.queues[small].is_empty()
             && (!s3 || small_over || alloc.queues[main].is_empty())
         {
@@ -139,7 +153,7 @@ impl Core {
         };
         // memcached -M: never drop a live item to make room (with flash, eviction only
         // moves items to flash, so it goes on).
-        if !self.cfg.evict_to_free && !self.lower().takes_evictions() {
+        if !self.policy.evict_to_free && !env.lower.takes_evictions() {
             let victim = alloc.queues[log as usize].front().copied();
             if victim.is_some_and(|v| self.arena.slot(v).live.load(Ordering::Relaxed) > 0) {
                 return Ok(false);
@@ -154,7 +168,7 @@ impl Core {
         } else {
             Mode::Evict(log)
         };
-        let Ok(kept) = self.drain_until(alloc, seg, mode, stall) else {
+        let Ok(kept) = self.drain_until(env, alloc, seg, mode, stall) else {
             self.arena.requeue_front(alloc, log, seg);
             return Err(Error::FlashBusy);
         };
@@ -163,7 +177,7 @@ impl Core {
     }
 
     /// After a drain: requeue a kept large segment, free a dropped one, recycle a normal one.
-    pub(crate) fn retire(&self, alloc: &mut AllocState, seg: u32, kept: Option<Log>) {
+    pub(super) fn retire(&self, alloc: &mut AllocState, seg: u32, kept: Option<Log>) {
         if self.arena.slot(seg).is_large() {
             match kept {
                 Some(log) => self.arena.enqueue_large(alloc, seg, log),
@@ -191,22 +205,29 @@ impl Core {
 
     /// Walk segment `seg` (taken off its queue, quiet) and dispose of every record per
     /// `mode`. Returns the log a large segment should be requeued on, if it is kept.
-    pub(crate) fn drain(&self, alloc: &mut AllocState, seg: u32, mode: Mode) -> Option<Log> {
-        self.drain_until(alloc, seg, mode, false)
+    pub(super) fn drain<L: LowerTier + ?Sized>(
+        &self,
+        env: &Env<'_, L>,
+        alloc: &mut AllocState,
+        seg: u32,
+        mode: Mode,
+    ) -> Option<Log> {
+        self.drain_until(env, alloc, seg, mode, false)
             .unwrap_or_default()
     }
 
     /// [`Self::drain`]; with `stall`, stops at the first live record the tier below cannot
     /// take now (`Err`): the records before it are disposed of, it and those after are intact
     /// (the segment must go back on its queue).
-    fn drain_until(
+    fn drain_until<L: LowerTier + ?Sized>(
         &self,
+        env: &Env<'_, L>,
         alloc: &mut AllocState,
         seg: u32,
         mode: Mode,
         stall: bool,
     ) -> Result<Option<Log>, Stalled> {
-        let now = self.now();
+        let now = env.meta.now();
         let slot = self.arena.slot(seg);
         let end = slot.end.load(Ordering::Relaxed) as usize;
         let large = slot.is_large();
@@ -230,15 +251,15 @@ impl Core {
                 continue;
             }
             rec.read_key(&mut key);
-            let hash = self.index.hash(&key);
+            let hash = env.slots.hash(&key);
             let loc = self.arena.loc(seg, off);
-            let mut shard = self.index.lock(hash);
+            let mut shard = env.slots.lock(hash);
             let Some((pos, e)) = shard.find(hash, |e| e.tier == Tier::Ram && e.loc == loc) else {
                 off += n;
                 continue;
             };
-            if self.dead(&h, now) {
-                self.reclaim(&mut shard, pos, &h, hash);
+            if env.meta.dead_at(h.exptime, h.stored, now) {
+                self.reclaim(env, &mut shard, pos, &h, hash);
                 off += n;
                 continue;
             }
@@ -250,9 +271,9 @@ impl Core {
                 Mode::Compact(log) => Some((log, e.freq)),
             };
             let counter = match mode {
-                Mode::Evict(Log::Small) => &self.meta.counters.moves_to_main,
-                Mode::Compact(_) => &self.meta.counters.compacted,
-                _ => &self.meta.counters.reinserted,
+                Mode::Evict(Log::Small) => &env.meta.counters.moves_to_main,
+                Mode::Compact(_) => &env.meta.counters.compacted,
+                _ => &env.meta.counters.reinserted,
             };
             match target {
                 Some((log, freq)) if large => {
@@ -263,15 +284,15 @@ impl Core {
                 Some((log, freq)) => {
                     if self.copy_live(alloc, &mut shard, pos, e, (m, off, &h), log, freq) {
                         Counters::add(counter, 1);
-                    } else if let Some(l) =
-                        self.evict_record(alloc, &mut shard, pos, &rec, hash, mode, &key, stall)?
+                    } else if let Some(l) = self
+                        .evict_record(env, alloc, &mut shard, pos, &rec, hash, mode, &key, stall)?
                     {
                         kept = Some(l);
                     }
                 }
                 None => {
-                    if let Some(l) =
-                        self.evict_record(alloc, &mut shard, pos, &rec, hash, mode, &key, stall)?
+                    if let Some(l) = self
+                        .evict_record(env, alloc, &mut shard, pos, &rec, hash, mode, &key, stall)?
                     {
                         kept = Some(l);
                     }
@@ -289,8 +310,8 @@ impl Core {
     fn copy_live(
         &self,
         alloc: &mut AllocState,
-        shard: &mut crate::ram::index::Shard<'_>,
-        pos: crate::ram::index::Pos,
+        shard: &mut Shard<'_>,
+        pos: Pos,
         e: Entry,
         src: (&[std::sync::atomic::AtomicU64], usize, &Header),
         log: Log,
@@ -334,11 +355,12 @@ impl Core {
     /// segment is kept whole instead: the log to requeue it on is returned. With `stall` the
     /// refusal stops the drain instead (`Stalled`; nothing changed).
     #[allow(clippy::too_many_arguments)]
-    fn evict_record(
+    fn evict_record<L: LowerTier + ?Sized>(
         &self,
+        env: &Env<'_, L>,
         alloc: &mut AllocState,
-        shard: &mut crate::ram::index::Shard<'_>,
-        pos: crate::ram::index::Pos,
+        shard: &mut Shard<'_>,
+        pos: Pos,
         rec: &RecordRef<'_>,
         hash: u64,
         mode: Mode,
@@ -346,10 +368,10 @@ impl Core {
         stall: bool,
     ) -> Result<Option<Log>, Stalled> {
         let h = &rec.header;
-        match self.lower().take_evicted(rec, hash, key) {
+        match env.lower.take_evicted(rec, hash, key) {
             Taken::Slot(slot) => {
                 let e = shard.get(pos);
-                self.release(e.loc, h.words());
+                self.release(env.meta, e.loc, h.words());
                 shard.set(pos, slot);
                 return Ok(None);
             }
@@ -358,21 +380,21 @@ impl Core {
                 let e = shard.get(pos);
                 let (seg, off) = self.arena.split(e.loc);
                 if self.arena.slot(seg).is_large() {
-                    self.lower().deferred();
+                    env.lower.deferred();
                     return Ok(Some(Log::Main));
                 }
                 if let Some(m) = self.arena.mem(seg) {
                     if self.copy_live(alloc, shard, pos, e, (m, off, h), Log::Main, e.freq) {
-                        self.lower().deferred();
+                        env.lower.deferred();
                         return Ok(None);
                     }
                 }
             }
             Taken::Later | Taken::Drop => {}
         }
-        self.unlink(shard, pos, h);
+        self.unlink(env, shard, pos, h);
         let fetched = h.rflags & F_FETCHED != 0;
-        self.meta
+        env.meta
             .departed(hash, crate::ledger::Cause::RamEvicted, fetched);
         if mode == Mode::Evict(Log::Small) {
             self.ghost.insert(hash);

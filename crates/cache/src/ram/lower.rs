@@ -48,6 +48,16 @@ pub(crate) trait LowerTier: Sync {
     fn forget(&self, loc: u64);
     /// Every older version of the key below must stay gone (delete, or death before write).
     fn cover(&self, hash: u64, key: &[u8]);
+    /// A dead item with a copy here was removed: if it died by `flush_all` rather than by
+    /// expiry (`exptime` not passed at `now`), [`Self::cover`] it, or a restart could bring
+    /// it back (a later delayed `flush_all` re-arms the flush time; recovery cannot see
+    /// store times).
+    fn cover_if_flushed(&self, hash: u64, exptime: u32, now: u32) {
+        let expired = exptime != 0 && exptime <= now;
+        if !expired {
+            self.cover(hash, &[]);
+        }
+    }
     /// [`Self::cover`], except that with `stall`, when this tier cannot take the cover now
     /// (back-pressure), nothing is done and `None` is returned: the caller changes nothing,
     /// awaits room holding no lock and tries again. Otherwise `Some(covered)`: true when the

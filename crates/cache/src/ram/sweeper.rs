@@ -17,11 +17,12 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::engine::Core;
-use crate::meta::Counters;
+use crate::meta::{Counters, Meta};
 use crate::ram::arena::{AllocState, Log};
 use crate::ram::evict::Mode;
+use crate::ram::lower::LowerTier;
 use crate::ram::record::F_FILLER;
+use crate::ram::tier::{Env, RamTier};
 
 /// A sealed segment with at least this share of its bytes dead is compacted. Under
 /// overwrites RAM holds dead versions until their segment is evicted or compacted: at 50 %
@@ -37,12 +38,6 @@ pub(crate) struct Sweeper {
 }
 
 impl Sweeper {
-    pub fn spawn(core: Arc<Core>, every: Duration) -> std::io::Result<Self> {
-        Self::spawn_fn("flashtier-sweeper", every, move || {
-            core.sweep();
-        })
-    }
-
     /// A thread named `name` running `pass` every `every` until the handle is dropped.
     pub fn spawn_fn(
         name: &str,
@@ -86,18 +81,18 @@ impl Drop for Sweeper {
     }
 }
 
-impl Core {
+impl RamTier {
     /// One sweeper pass; returns the number of segments freed or compacted.
-    pub(crate) fn sweep(&self) -> usize {
+    pub(crate) fn sweep<L: LowerTier + ?Sized>(&self, env: &Env<'_, L>) -> usize {
         let ids: Vec<u32> = {
             let mut alloc = self.arena.state.lock();
-            self.seal_stale_heads(&mut alloc);
+            self.seal_stale_heads(env.meta, &mut alloc);
             alloc.queues.iter().flatten().copied().collect()
         };
         let mut swept = 0;
         for seg in ids {
             let mut alloc = self.arena.state.lock();
-            let now = self.now();
+            let now = env.meta.now();
             let Some(log) = self.arena.queued_on(seg) else {
                 continue;
             };
@@ -110,7 +105,7 @@ impl Core {
             let max_exp = slot.max_exp.load(Ordering::Relaxed);
             let all_dead = live == 0
                 || (max_exp != 0 && max_exp != u32::MAX && max_exp <= now)
-                || self
+                || env
                     .meta
                     .seg_flushed(slot.max_stored.load(Ordering::Relaxed), now);
             let mut dead = end.saturating_sub(live);
@@ -131,9 +126,9 @@ impl Core {
             if !self.arena.unqueue(&mut alloc, seg) {
                 continue;
             }
-            let kept = self.drain(&mut alloc, seg, Mode::Compact(log));
+            let kept = self.drain(env, &mut alloc, seg, Mode::Compact(log));
             self.retire(&mut alloc, seg, kept);
-            Counters::add(&self.meta.counters.segments_swept, 1);
+            Counters::add(&env.meta.counters.segments_swept, 1);
             swept += 1;
         }
         swept
@@ -142,8 +137,8 @@ impl Core {
     /// Seal a head segment that holds something expired, flushed or dead, so this pass can
     /// free or compact it: a head that stops receiving writes would otherwise keep its
     /// expired items forever. Sealing costs at most the unused tail of that segment.
-    fn seal_stale_heads(&self, alloc: &mut AllocState) {
-        let now = self.now();
+    fn seal_stale_heads(&self, meta: &Meta, alloc: &mut AllocState) {
+        let now = meta.now();
         for log in [Log::Small, Log::Main] {
             let Some((seg, off)) = self.arena.head(log) else {
                 continue;
@@ -160,9 +155,7 @@ impl Core {
             let stale = live == 0
                 || (off as u64).saturating_sub(live) * 2 >= off as u64
                 || slot.min_exp.load(Ordering::Relaxed) <= now
-                || self
-                    .meta
-                    .seg_flushed(slot.max_stored.load(Ordering::Relaxed), now);
+                || meta.seg_flushed(slot.max_stored.load(Ordering::Relaxed), now);
             if stale {
                 self.arena.seal_head(alloc, log, Some(seg));
             }
