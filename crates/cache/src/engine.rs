@@ -1,46 +1,47 @@
-//! [`Cache`], the real store's handle, and `Core`, the state its components share: the
-//! index, the RAM arena and ghost set, the flash tier when configured, the CAS counter and a
-//! pending delayed `flush_all`. Opening recovers the flash tier into the index before the
-//! cache is shared. What lives here is what every component needs: liveness (expiry and
-//! `flush_all`), removing an item's slot, and `flush_all` itself. The operations are in
-//! `ops`, the RAM tier in `ram`, the flash tier in `flash_tier`.
+//! [`Cache`], the real store's handle (its threads), and `Core`, the composition every
+//! request runs on: the one index of both tiers (`slots`), the RAM tier (`ram::tier::RamTier`),
+//! the tier below (`lower::Lower`: none or the flash tier) and the cache's metadata
+//! (`meta::Meta`: CAS, flush time, ledger, counters). Each part owns its state; the core lends
+//! RAM what it does not own (`ram::tier::Env`) and lets the flash tier reach RAM through
+//! `flash_tier::RamAccess`, which it implements here. Opening recovers the flash tier into the
+//! index before the cache is shared (`flash_tier::recovery::open`). What else lives here:
+//! `flush_all`, and starting and stopping the threads. The operations are in `ops`.
 //!
 //! # Threads
-//! Any number of callers; the sweeper and write-back threads hold an `Arc<Core>` and are
-//! stopped when the `Cache` is dropped, the engine's reclaimer reaches it through a `Weak`
+//! Any number of callers; the sweeper, write-back and gate threads hold an `Arc<Core>` and
+//! are stopped when the `Cache` is dropped, the engine's reclaimer reaches it through a `Weak`
 //! behind the reclaim handler's gate. Lock order: `AllocState` → index shard → arena head;
 //! the flash engine's locks are leaves.
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use flashtier_flash::Flash;
 
-use crate::config::{CacheConfig, FlashDevices, StartError};
-use crate::flash_tier::kv_record::KvRecord;
+use crate::config::{CacheConfig, StartError};
+use crate::flash_tier::backpressure::GateThread;
 use crate::flash_tier::reclaim::Handler;
-use crate::flash_tier::recovery::Recovered;
-use crate::flash_tier::{entry_of, FlashTier, STREAM};
-use crate::knobs::Tiering;
-use crate::ledger::Cause;
-use crate::meta::{Counters, Meta};
+use crate::flash_tier::tier::{FlashTier, Host};
+use crate::flash_tier::{recovery, CopyAt, RamAccess};
+use crate::lower::Lower;
+use crate::meta::Meta;
+use crate::ram::arena::RecordRef;
 use crate::ram::index::{Entry, Index, Pos, Shard, Tier};
-use crate::ram::lower::{LowerTier, NoLower};
+use crate::ram::lower::{CopyUp, LowerTier};
 use crate::ram::record::Header;
 use crate::ram::sweeper::Sweeper;
 use crate::ram::tier::{Env, RamTier};
 use crate::Error;
 
-/// State shared by callers and the sweeper.
+/// The composition every request runs on (see the module docs).
 pub(crate) struct Core {
     pub cfg: CacheConfig,
     /// The one index of both tiers: a key's slot names its tier.
     pub slots: Index,
     /// The RAM tier: arena, ghost set, eviction policy, sweeper pass.
     pub ram: RamTier,
+    /// The tier below RAM: none, or the flash tier.
+    pub lower: Lower,
     /// CAS, flush time, departure ledger, counters.
     pub meta: Meta,
-    /// The flash tier, if configured.
-    pub flash_tier: Option<FlashTier>,
 }
 
 /// The real store: the RAM tier, and the flash tier under it when `CacheConfig::flash` is
@@ -80,8 +81,8 @@ pub struct Cache {
     /// The write-back thread (`writeback`), with flash.
     writeback: Option<Sweeper>,
     /// The back-pressure gate's thread (`flash_tier::backpressure`), with flash.
-    gate: Option<crate::flash_tier::backpressure::GateThread>,
-    handler: Option<Arc<Handler>>,
+    gate: Option<GateThread>,
+    handler: Option<Arc<Handler<Core>>>,
 }
 
 impl Drop for Cache {
@@ -113,98 +114,31 @@ impl Cache {
     /// A cache with `cfg` (validated here); starts the sweeper thread if configured.
     pub fn new(cfg: CacheConfig) -> Result<Self, StartError> {
         cfg.validate().map_err(StartError::Config)?;
-        let mut seed = cfg.hash_seed;
-        let mut opened = None;
-        let mut engine_reserve = 0;
-        let mut hot_stream = crate::flash_tier::STREAM;
         let handler = cfg.flash.as_ref().map(|_| Arc::new(Handler::new()));
-        if let (Some(settings), Some(handler)) = (&cfg.flash, &handler) {
-            let mut rec = Recovered::default();
-            let engine = settings.engine_config();
-            engine_reserve = engine.reserve_segments;
-            hot_stream = crate::flash_tier::hot_stream(&engine);
-            let tiering = Tiering::new(settings, engine.free_high_watermark);
-            let h: Arc<dyn flashtier_flash::ReclaimHandler> = handler.clone();
-            let res = match &settings.devices {
-                FlashDevices::Specs(specs) => {
-                    Flash::open_specs(specs, engine, h, |m| rec.on_record(m))
+        let (slots, lower, last_cas, flush_at) = match (&cfg.flash, &handler) {
+            (Some(settings), Some(handler)) => {
+                let h: Arc<dyn flashtier_flash::ReclaimHandler> = handler.clone();
+                match recovery::open(settings, cfg.index_shards, &cfg.clock, h) {
+                    Ok(o) => (o.slots, Lower::Flash(o.tier), o.last_cas, o.flush_at),
+                    Err(e) => {
+                        handler.close();
+                        return Err(StartError::Flash(e));
+                    }
                 }
-                FlashDevices::Devices(devs) => {
-                    Flash::open(devs.clone(), engine, h, |m| rec.on_record(m))
-                }
-            };
-            let (flash, info) = match res {
-                Ok(v) => v,
-                Err(e) => {
-                    handler.close();
-                    return Err(StartError::Flash(e));
-                }
-            };
-            seed = info.hash_seed;
-            let journal = info.journal.clone().unwrap_or_default();
-            for e in &journal.entries {
-                rec.on_journal(e);
             }
-            let mut rebuilt = rec.finish(cfg.clock.now());
-            let cold = info.journal.is_some() && !journal.trusted;
-            if cold {
-                log::warn!(
-                    "flash tier: starting empty: {} (the flash tier holds {} items that could \
-                     be stale)",
-                    journal.why,
-                    rebuilt.items.len()
-                );
-                rebuilt.go_cold();
-            }
-            opened = Some((flash, info, rebuilt, tiering, cold));
-        }
-        // Index tables start at 2 buckets per shard (staggered up to 2.5).
-        let index = Index::new(cfg.index_shards, seed, 2);
-        let mut next_cas = 0;
-        let mut flush_at = None;
-        let tier = opened.map(|(flash, info, rebuilt, tiering, cold)| {
-            for &(key_id, loc) in &rebuilt.items {
-                index.lock(key_id).insert(key_id, entry_of(loc, 0));
-            }
-            for &loc in &rebuilt.dead {
-                flash.mark_dead(loc);
-            }
-            next_cas = rebuilt.max_version;
-            flush_at = rebuilt.flush_at;
-            let mut tier = FlashTier::new(
-                flash,
-                info,
-                rebuilt.max_version,
-                tiering,
-                engine_reserve,
-                cfg.clock.clone(),
-            );
-            tier.hot_stream = hot_stream;
-            tier.last_marker
-                .store(rebuilt.last_marker, Ordering::Relaxed);
-            tier.last_delayed
-                .store(rebuilt.last_delayed, Ordering::Relaxed);
-            Counters::add(&tier.counters.recovered, rebuilt.items.len() as u64);
-            Counters::add(&tier.counters.journal_cold_starts, u64::from(cold));
-            let replayed = crate::flash_tier::recovery::replay(&tier, &rebuilt);
-            (tier, replayed)
-        });
-        let tier = match tier {
-            Some((tier, Ok(()))) => Some(tier),
-            Some((tier, Err(e))) => {
-                let _ = tier.flash.close();
-                if let Some(h) = &handler {
-                    h.close();
-                }
-                return Err(StartError::Flash(e));
-            }
-            None => None,
+            // Index tables start at 2 buckets per shard (staggered up to 2.5).
+            _ => (
+                Index::new(cfg.index_shards, cfg.hash_seed, 2),
+                Lower::None,
+                0,
+                None,
+            ),
         };
         let core = Arc::new(Core {
-            slots: index,
+            slots,
             ram: RamTier::new(&cfg),
-            meta: Meta::new(cfg.clock.clone(), 2 * cfg.ghost_len(), next_cas, flush_at),
-            flash_tier: tier,
+            lower,
+            meta: Meta::new(cfg.clock.clone(), 2 * cfg.ghost_len(), last_cas, flush_at),
             cfg,
         });
         if let Some(h) = &handler {
@@ -219,8 +153,8 @@ impl Cache {
             }) {
                 Ok(s) => Some(s),
                 Err(e) => {
-                    if let Some(tier) = &core.flash_tier {
-                        let _ = tier.flash.close();
+                    if let Some(tier) = core.lower.flash() {
+                        let _ = tier.engine().close();
                     }
                     return Err(StartError::Sweeper(e));
                 }
@@ -228,8 +162,14 @@ impl Cache {
             None => None,
         };
         let writeback = crate::flash_tier::writeback::spawn(&core).map_err(StartError::Sweeper)?;
-        let gate = crate::flash_tier::backpressure::GateThread::spawn(&core)
-            .map_err(StartError::Sweeper)?;
+        let gate = match core.lower.flash() {
+            Some(tier) => {
+                let c = core.clone();
+                let probe = move || c.parts().is_none_or(|(t, _)| t.takes_appends());
+                Some(GateThread::spawn(tier.gate().clone(), probe).map_err(StartError::Sweeper)?)
+            }
+            None => None,
+        };
         Ok(Self {
             core,
             sweeper,
@@ -245,26 +185,23 @@ impl Cache {
         &self.core
     }
 
+    /// The flash tier, for unit tests (panics without flash).
+    #[cfg(test)]
+    pub(crate) fn tier(&self) -> &FlashTier {
+        self.core.lower.flash().expect("a cache with flash")
+    }
+
     /// The flash engine, when flash is configured (knobs: `flash().set_knob(..)`; durability
     /// barrier: `flash().flush()`; reclaim by hand: `flash().reclaim_now(..)`).
     pub fn flash(&self) -> Option<&Flash> {
-        self.core.flash_tier.as_ref().map(|tier| &tier.flash)
+        self.core.lower.flash().map(FlashTier::engine)
     }
 
     /// Record the CAS counter on flash, flush flash and stop its threads (a clean shutdown).
     /// Idempotent. Later writes fail with
     /// `Error::Flash`. Without flash, does nothing.
     pub fn close(&self) -> Result<(), Error> {
-        match &self.core.flash_tier {
-            Some(tier) if tier.closed.swap(true, Ordering::SeqCst) => Ok(()),
-            Some(tier) => {
-                self.core.write_all_at_close();
-                let cas = self.core.meta.last_cas();
-                tier.append(STREAM, &KvRecord::CasCheckpoint { cas });
-                tier.flash.close().map_err(|e| Error::Flash(e.to_string()))
-            }
-            None => Ok(()),
-        }
+        self.core.lower.close(&*self.core)
     }
 
     /// The last CAS value handed out (new items get larger ones). After a warm restart it is
@@ -324,12 +261,13 @@ impl Core {
         self.meta.now()
     }
 
-    /// What the RAM tier works with: the index, the metadata and the tier below.
-    pub(crate) fn env(&self) -> Env<'_, dyn LowerTier + '_> {
+    /// What the RAM tier works with but does not own: the index, the metadata and the tier
+    /// below.
+    pub(crate) fn env(&self) -> Env<'_, Lower> {
         Env {
             slots: &self.slots,
             meta: &self.meta,
-            lower: self.lower(),
+            lower: &self.lower,
         }
     }
 
@@ -338,50 +276,13 @@ impl Core {
         self.ram.sweep(&self.env())
     }
 
-    /// True when the record can no longer be seen: expired or flushed.
-    pub fn dead(&self, h: &Header, now: u32) -> bool {
-        self.meta.dead_at(h.exptime, h.stored, now)
-    }
-
-    pub(crate) fn find_key(
-        &self,
-        shard: &Shard<'_>,
-        hash: u64,
-        key: &[u8],
-    ) -> Option<(Pos, Entry)> {
-        self.ram.find_key(shard, hash, key)
-    }
-
-    /// The tier below RAM: the flash tier, or one that does nothing.
-    pub(crate) fn lower(&self) -> &dyn LowerTier {
-        match &self.flash_tier {
-            Some(tier) => tier,
-            None => &NoLower,
-        }
-    }
-
-    /// Remove a dead (expired or flushed) flash item's slot.
-    pub(crate) fn drop_dead_flash(
-        &self,
-        shard: &mut Shard<'_>,
-        hash: u64,
-        pos: Pos,
-        e: &Entry,
-        exptime: u32,
-    ) {
-        shard.remove(pos);
-        self.lower().forget(e.lower_loc());
-        self.lower().cover_if_flushed(hash, exptime, self.now());
-        self.meta.departed(hash, Cause::Expired, e.freq > 0);
-    }
-
     /// `flush_all [delay]`; returns once its marker is journaled (`flash_tier::journal`),
     /// so a restart never serves what it flushed.
     pub fn flush_all(&self, at: u32) {
         let _ = crate::flash_tier::journal::take_owed();
         self.flush_all_now(at);
         let owed = crate::flash_tier::journal::take_owed();
-        if let Err(e) = crate::block::block_on(self.settle(owed)) {
+        if let Err(e) = crate::block::block_on(self.lower.settle(owed)) {
             log::error!("flush_all: its marker could not be made durable: {e}");
         }
     }
@@ -390,7 +291,7 @@ impl Core {
         let now = self.now();
         if at > now {
             self.meta.flush_later(at);
-            self.lower().flush(at);
+            self.lower.flush(at);
             return;
         }
         self.meta.flush_now();
@@ -399,9 +300,50 @@ impl Core {
             let mut shard = self.slots.lock_nth(i);
             shard.drain(|e| match e.tier {
                 Tier::Ram => self.ram.forget_slot(&env, e.loc),
-                Tier::Flash => self.lower().forget(e.lower_loc()),
+                Tier::Flash => self.lower.forget(e.lower_loc()),
             });
         }
-        self.lower().flush(0);
+        self.lower.flush(0);
+    }
+}
+
+/// The flash tier reaches RAM and the shared state through the core.
+impl RamAccess for Core {
+    fn slots(&self) -> &Index {
+        &self.slots
+    }
+
+    fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    fn record(&self, loc: u64) -> Option<RecordRef<'_>> {
+        self.ram.record(loc)
+    }
+
+    fn find_key(&self, shard: &Shard<'_>, hash: u64, key: &[u8]) -> Option<(Pos, Entry)> {
+        self.ram.find_key(shard, hash, key)
+    }
+
+    fn copy_fits(&self, words: usize) -> bool {
+        words <= self.ram.large_threshold()
+    }
+
+    fn copy_up(&self, at: CopyAt<'_, '_>, key: &[u8], h: &Header, value: &[u8]) -> CopyUp {
+        let env = self.env();
+        match at {
+            CopyAt::Now(shard, pos) => self.ram.copy_up_now(&env, shard, pos, key, h, value),
+            CopyAt::Later { hash, loc } => self.ram.copy_up_later(&env, hash, loc, key, h, value),
+        }
+    }
+}
+
+/// The flash tier's background work (reclaim handler, write-back and gate threads) holds the
+/// core.
+impl Host for Core {
+    type Ram = Core;
+
+    fn parts(&self) -> Option<(&FlashTier, &Core)> {
+        self.lower.flash().map(|t| (t, self))
     }
 }

@@ -19,18 +19,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::engine::Core;
-use crate::flash_tier::STREAM;
-
 /// How often the gate thread asks the engine for room while someone waits.
 pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(1);
-/// The record size the probe asks room for: the largest the engine takes, so that room
-/// means any append would be taken now (a smaller probe could let a waiter with a large
-/// value go, be refused again, and spin until its budget is spent).
-fn probe_len(tier: &crate::flash_tier::FlashTier) -> usize {
-    tier.flash.max_value_len(0)
-}
-
 const PENDING: u8 = 0;
 const ROOM: u8 = 1;
 const EXPIRED: u8 = 2;
@@ -52,6 +42,27 @@ impl Slot {
         if let Some(w) = w {
             w.wake();
         }
+    }
+}
+
+/// How long one request may still wait for back-pressure (`FlashTier::await_room`): the
+/// budget of `append_wait_ms` starts at its first wait and is shared by all its waits.
+#[derive(Debug, Default)]
+pub(crate) struct Budget {
+    until: Option<Instant>,
+}
+
+impl Budget {
+    /// The wait left, starting a budget of `wait` at the first call.
+    pub(crate) fn left(&mut self, wait: Duration) -> Duration {
+        let now = Instant::now();
+        let until = *self.until.get_or_insert_with(|| now + wait);
+        until.saturating_duration_since(now)
+    }
+
+    /// True once the budget started and ran out.
+    pub(crate) fn spent(&self) -> bool {
+        self.until.is_some_and(|d| Instant::now() >= d)
     }
 }
 
@@ -156,28 +167,29 @@ impl Future for Writable<'_> {
 
 /// Handle of the gate thread; dropping it stops and joins the thread (waiters are let go).
 pub(crate) struct GateThread {
-    core: Arc<Core>,
+    gate: Arc<Gate>,
     handle: Option<JoinHandle<()>>,
 }
 
 impl GateThread {
-    /// Start the gate thread (with flash only).
-    pub(crate) fn spawn(core: &Arc<Core>) -> std::io::Result<Option<Self>> {
-        let Some(tier) = &core.flash_tier else {
-            return Ok(None);
-        };
-        tier.gate.running.store(true, Ordering::Relaxed);
-        let i = core.clone();
+    /// Start the thread of `gate` (with flash only); `probe` answers whether the engine takes
+    /// appends again (`FlashTier::takes_appends`).
+    pub(crate) fn spawn(
+        gate: Arc<Gate>,
+        probe: impl FnMut() -> bool + Send + 'static,
+    ) -> std::io::Result<Self> {
+        gate.running.store(true, Ordering::Relaxed);
+        let g = gate.clone();
         let handle = std::thread::Builder::new()
             .name("flashtier-appendwait".into())
-            .spawn(move || run(&i));
+            .spawn(move || run(&g, probe));
         match handle {
-            Ok(h) => Ok(Some(Self {
-                core: core.clone(),
+            Ok(h) => Ok(Self {
+                gate,
                 handle: Some(h),
-            })),
+            }),
             Err(e) => {
-                tier.gate.running.store(false, Ordering::Relaxed);
+                gate.running.store(false, Ordering::Relaxed);
                 Err(e)
             }
         }
@@ -186,20 +198,14 @@ impl GateThread {
 
 impl Drop for GateThread {
     fn drop(&mut self) {
-        if let Some(tier) = &self.core.flash_tier {
-            tier.gate.stop();
-        }
+        self.gate.stop();
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
     }
 }
 
-fn run(core: &Core) {
-    let Some(tier) = &core.flash_tier else {
-        return;
-    };
-    let gate = &tier.gate;
+fn run(gate: &Gate, mut probe: impl FnMut() -> bool) {
     loop {
         {
             let mut w = gate.waiters.lock();
@@ -214,7 +220,7 @@ fn run(core: &Core) {
                 return;
             }
         }
-        let room = tier.flash.can_append(STREAM, probe_len(tier));
+        let room = probe();
         if room {
             gate.pressured.store(false, Ordering::Relaxed);
         }
@@ -271,12 +277,12 @@ mod tests {
     /// SETs until flash (no background reclaim) has no segment left beyond its reserve and
     /// refuses appends of any size even with no write in flight.
     fn fill(c: &Cache) -> u32 {
-        let t = c.core().flash_tier.as_ref().unwrap();
+        let t = c.tier();
         let reserve = FlashConfig::small().reserve_segments;
         let full = || {
             t.flash.free_segments() <= reserve
                 && t.flash.flush().wait().is_ok()
-                && !t.flash.can_append(super::STREAM, 1)
+                && !t.flash.can_append(crate::flash_tier::STREAM, 1)
         };
         let mut i = 0;
         while !full() {
@@ -305,7 +311,7 @@ mod tests {
     /// Reclaim until the waiting writer has stored what it waits with (room one reclaim frees
     /// may go to the writer's own evictions or to drop notes first).
     fn free_until_done<'a>(
-        tier: impl Fn() -> &'a crate::flash_tier::FlashTier,
+        tier: impl Fn() -> &'a crate::flash_tier::tier::FlashTier,
         writer: &std::thread::JoinHandle<()>,
     ) {
         let t = Instant::now();
@@ -345,7 +351,7 @@ mod tests {
         c.set_knob("write_back_ms", "600000").unwrap();
         std::thread::sleep(crate::flash_tier::writeback::PASS_EVERY * 3);
         c.set_knob("append_wait_ms", "60000").unwrap();
-        let tier = || c.core().flash_tier.as_ref().unwrap();
+        let tier = || c.tier();
         tier().gate.pressure();
         let w = c.clone();
         let key = writer_key.clone();
@@ -375,7 +381,7 @@ mod tests {
     fn eviction_flash_refuses_waits_outside_every_lock() {
         let c = Arc::new(open(Duration::from_secs(600)));
         let n = fill(&c);
-        let tier = || c.core().flash_tier.as_ref().unwrap();
+        let tier = || c.tier();
         c.set_knob("append_wait_ms", "60000").unwrap();
         let evictions = c.stats().evictions;
         // Every RAM item is dirty (write-back window 600 s): evicting one needs an append,

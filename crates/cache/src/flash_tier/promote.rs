@@ -3,23 +3,42 @@
 //! its home, nothing is written to flash. Under the GET's shard lock if the small log's open
 //! segment has room; otherwise after the GET answers, with no lock held, reserving space the
 //! way a SET does and publishing only if the key's slot is still the flash slot that was read
-//! (else the space is abandoned). At most `MAX_PROMOTING` of those run at once. Why the small
+//! (else the space is abandoned). At most [`MAX_PROMOTING`] of those run at once. Why the small
 //! log: docs/eviction.md.
+//!
+//! The policy (which hits promote, how many at once, what the copy's header says, the
+//! counts) is here; the copy itself is RAM's ([`RamAccess::copy_up`]).
+//!
+//! # Threads
+//! The GET's task: [`FlashTier::flash_hit`] under the key's shard lock,
+//! [`FlashTier::promote_later`] after the reply with no lock held.
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use flashtier_flash::Location;
 
-use crate::engine::Core;
 use crate::flash_tier::kv_record::FlashItem;
-use crate::flash_tier::{home_word, FlashTier};
+use crate::flash_tier::tier::FlashTier;
+use crate::flash_tier::{home_word, CopyAt, RamAccess, MAX_PROMOTING};
 use crate::meta::Counters;
 use crate::ram::index::{Entry, Pos, Shard};
+use crate::ram::lower::CopyUp;
 use crate::ram::record::{self, Header, F_FETCHED, F_STALE, F_WIN};
-use crate::ram::tier::CopyUp;
 
-/// A promotion decided in `get_with` and finished by `promote_later` without the shard
-/// lock: the packed location of the flash slot the item was read from, and the item.
+/// A promotion decided in a GET's phase 2 and finished by [`FlashTier::promote_later`]
+/// without the shard lock: the packed location of the flash slot the item was read from,
+/// and the item.
 pub(crate) struct Promotion {
     pub(crate) loc: u64,
     pub(crate) item: FlashItem,
+}
+
+/// One running promotion (see [`FlashTier::promotion_turn`]).
+pub(crate) struct PromotionTurn<'a>(&'a AtomicU32);
+
+impl Drop for PromotionTurn<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The header of a RAM copy of flash item `f` (at packed `loc`, its home) promoted at `now`.
@@ -46,7 +65,7 @@ impl FlashTier {
             1 => true,
             n => self
                 .repeat_hits
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                .fetch_add(1, Ordering::Relaxed)
                 .is_multiple_of(n),
         }
     }
@@ -59,15 +78,31 @@ impl FlashTier {
         };
         Counters::add(c, 1);
     }
-}
 
-impl Core {
+    /// A turn to run a promotion outside the shard lock, or `None` (counted as skipped) if
+    /// [`MAX_PROMOTING`] are under way. The turn ends when the guard is dropped.
+    fn promotion_turn(&self) -> Option<PromotionTurn<'_>> {
+        let ok = self
+            .promoting
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < MAX_PROMOTING).then_some(n + 1)
+            })
+            .is_ok();
+        if !ok {
+            Counters::add(&self.counters.promotions_skipped, 1);
+            return None;
+        }
+        Some(PromotionTurn(&self.promoting))
+    }
+
     /// A GET hit on flash item `item` in slot `pos` (shard locked): count it; on a repeat hit
     /// (frequency ≥ 1, every `recache_rate`-th) copy it back to RAM now if the small log's
     /// open segment has room, else return the promotion to finish with no lock held
-    /// (`promote_later`). A hit not promoted now raises the slot's frequency.
-    pub(crate) fn flash_hit(
+    /// ([`Self::promote_later`]). A hit not promoted now raises the slot's frequency.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn flash_hit<R: RamAccess>(
         &self,
+        ram: &R,
         shard: &mut Shard<'_>,
         pos: Pos,
         e: Entry,
@@ -75,23 +110,16 @@ impl Core {
         item: FlashItem,
         now: u32,
     ) -> Option<Promotion> {
-        let Some(tier) = &self.flash_tier else {
-            shard.touch(pos);
-            return None;
-        };
-        Counters::add(&tier.counters.hits, 1);
+        Counters::add(&self.counters.hits, 1);
         let recache = e.freq > 0
-            && record::rec_words(key.len(), item.value.len()) <= self.ram.large_threshold()
-            && tier.should_recache();
+            && ram.copy_fits(record::rec_words(key.len(), item.value.len()))
+            && self.should_recache();
         if recache {
             let h = promoted_header(e.lower_loc(), key, &item, now);
-            match self
-                .ram
-                .copy_up_now(&self.env(), shard, pos, key, &h, &item.value)
-            {
+            match ram.copy_up(CopyAt::Now(shard, pos), key, &h, &item.value) {
                 CopyUp::NoRoom => {}
                 done => {
-                    tier.count_promotion(done == CopyUp::Done);
+                    self.count_promotion(done == CopyUp::Done);
                     return None;
                 }
             }
@@ -103,23 +131,21 @@ impl Core {
         })
     }
 
-    /// Finish a promotion `get_with` could not do under the shard lock (the small log's open
-    /// segment was full). No lock is held on entry: space is reserved the way a SET reserves
-    /// it (which may seal the head and evict; an evicted RAM copy whose item is on flash only
-    /// becomes a flash slot), the record is written, and the shard is locked again to publish
-    /// only if the key's slot is still the flash slot the item was read from — a SET,
+    /// Finish a promotion [`Self::flash_hit`] could not do under the shard lock (the small
+    /// log's open segment was full). No lock is held on entry: RAM reserves space the way a
+    /// SET reserves it (which may seal the head and evict; an evicted RAM copy whose item is
+    /// on flash only becomes a flash slot), writes the record, and locks the shard again to
+    /// publish only if the key's slot is still the flash slot the item was read from — a SET,
     /// DELETE, reclaim relocation or another promotion meanwhile changed or removed it, and
-    /// then the space is abandoned. At most `MAX_PROMOTING` run at once (more are skipped).
-    pub(crate) fn promote_later(&self, key: &[u8], hash: u64, p: Promotion) {
-        let Some(tier) = &self.flash_tier else { return };
-        let Some(_turn) = tier.promotion_turn() else {
+    /// then the space is abandoned. At most [`MAX_PROMOTING`] run at once (more are skipped).
+    pub(crate) fn promote_later<R: RamAccess>(&self, ram: &R, key: &[u8], hash: u64, p: Promotion) {
+        let Some(_turn) = self.promotion_turn() else {
             return;
         };
-        let h = promoted_header(p.loc, key, &p.item, self.now());
-        let done = self
-            .ram
-            .copy_up_later(&self.env(), hash, p.loc, key, &h, &p.item.value);
-        tier.count_promotion(done == CopyUp::Done);
+        let h = promoted_header(p.loc, key, &p.item, ram.meta().now());
+        let at = CopyAt::Later { hash, loc: p.loc };
+        let done = ram.copy_up(at, key, &h, &p.item.value);
+        self.count_promotion(done == CopyUp::Done);
     }
 }
 
@@ -155,13 +181,13 @@ mod tests {
     fn read(c: &Cache, key: &[u8]) -> (u64, Promotion) {
         let core = c.core();
         let hash = core.slots.hash(key);
-        let view = block_on(core.view(key, hash, true));
+        let view = block_on(c.tier().view(core, key, hash, true));
         let (loc, item) = view.found.expect("key not on flash");
         (hash, Promotion { loc, item })
     }
 
     fn counts(c: &Cache) -> (u64, u64) {
-        let t = &c.core().flash_tier.as_ref().unwrap().counters;
+        let t = &c.tier().counters;
         (
             t.promoted.load(Ordering::Relaxed),
             t.promotions_abandoned.load(Ordering::Relaxed),
@@ -172,9 +198,9 @@ mod tests {
     fn unchanged_slot_is_promoted() {
         let c = open();
         let (hash, p) = read(&c, b"k0");
-        c.core().promote_later(b"k0", hash, p);
+        c.tier().promote_later(c.core(), b"k0", hash, p);
         assert_eq!(counts(&c), (1, 0));
-        let t = &c.core().flash_tier.as_ref().unwrap().counters;
+        let t = &c.tier().counters;
         let reads = t.objects_read.load(Ordering::Relaxed);
         let it = c.get_now(b"k0").unwrap().unwrap();
         assert_eq!(it.value, Bytes::from(vec![0u8; 2000]));
@@ -191,13 +217,13 @@ mod tests {
         let (hash, p) = read(&c, b"k0");
         let new = Bytes::from_static(b"new");
         c.set_now(b"k0", ItemWrite::new(new.clone(), 0, 0)).unwrap();
-        c.core().promote_later(b"k0", hash, p);
+        c.tier().promote_later(c.core(), b"k0", hash, p);
         assert_eq!(counts(&c), (0, 1));
         assert_eq!(c.get_now(b"k0").unwrap().unwrap().value, new);
 
         let (hash, p) = read(&c, b"k1");
         assert!(c.delete_now(b"k1"));
-        c.core().promote_later(b"k1", hash, p);
+        c.tier().promote_later(c.core(), b"k1", hash, p);
         assert_eq!(counts(&c), (0, 2));
         assert!(c.get_now(b"k1").unwrap().is_none());
     }

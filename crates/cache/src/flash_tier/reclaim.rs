@@ -9,6 +9,9 @@
 //! record moves its slot or home; a failed chunk write (`lost`) costs homes and flash-only
 //! items, and its markers are appended again. Full rules: docs/eviction.md.
 //!
+//! [`Reclaim`] is the policy, over the tier and the RAM it reaches ([`RamAccess`]); [`Handler`]
+//! is what the engine holds, and reaches the cache (its [`Host`]) once it is built.
+//!
 //! # Threads
 //! The engine's reclaimer thread, no engine lock held; one index shard lock per call. Until
 //! the cache is built, calls wait on the gate; if it never comes up, everything is dropped.
@@ -18,27 +21,28 @@ use std::sync::{Arc, Weak};
 use flashtier_flash::{Decision, Location, LostRecord, ReclaimHandler, RecordMeta};
 use parking_lot::{Condvar, Mutex};
 
-use crate::engine::Core;
 use crate::flash_tier::kv_record::KvKind;
-use crate::flash_tier::{entry_of, home_word, FlashTier};
+use crate::flash_tier::tier::{FlashTier, Host};
+use crate::flash_tier::{entry_of, home_word, RamAccess};
 use crate::ledger::Cause;
 use crate::meta::Counters;
-use crate::ram::index::{Pos, Shard, Tier};
+use crate::ram::index::{Entry, Pos, Shard, Tier};
 use crate::ram::record::HOME_OLDER;
 
-enum Gate {
+enum Gate<H> {
     Waiting,
-    Ready(Weak<Core>),
+    Ready(Weak<H>),
     Closed,
 }
 
-/// The handler given to the engine at open.
-pub(crate) struct Handler {
-    gate: Mutex<Gate>,
+/// The handler given to the engine at open; answers through `H` (the cache) once it is
+/// built ([`Handler::ready`]).
+pub(crate) struct Handler<H> {
+    gate: Mutex<Gate<H>>,
     cv: Condvar,
 }
 
-impl Handler {
+impl<H: Host> Handler<H> {
     pub fn new() -> Self {
         Self {
             gate: Mutex::new(Gate::Waiting),
@@ -47,8 +51,8 @@ impl Handler {
     }
 
     /// The cache is built: start answering.
-    pub fn ready(&self, core: Weak<Core>) {
-        *self.gate.lock() = Gate::Ready(core);
+    pub fn ready(&self, host: Weak<H>) {
+        *self.gate.lock() = Gate::Ready(host);
         self.cv.notify_all();
     }
 
@@ -58,7 +62,7 @@ impl Handler {
         self.cv.notify_all();
     }
 
-    fn core(&self) -> Option<Arc<Core>> {
+    fn host(&self) -> Option<Arc<H>> {
         let mut g = self.gate.lock();
         loop {
             match &*g {
@@ -68,15 +72,55 @@ impl Handler {
             }
         }
     }
+
+    /// Run `f` with the reclaim policy over the cache's flash tier, once the cache is built;
+    /// `None` if it never comes up or is gone.
+    fn with<T>(&self, f: impl FnOnce(Reclaim<'_, H::Ram>) -> T) -> Option<T> {
+        let host = self.host()?;
+        let (tier, ram) = host.parts()?;
+        Some(f(Reclaim::new(tier, ram)))
+    }
+}
+
+impl<H: Host> ReclaimHandler for Handler<H> {
+    fn decide(&self, rec: &RecordMeta) -> Decision {
+        self.with(|r| r.decide(rec)).unwrap_or(Decision::Drop)
+    }
+
+    fn relocated(&self, rec: &RecordMeta, new: Location) -> bool {
+        self.with(|r| r.relocated(rec, new)).unwrap_or(false)
+    }
+
+    fn evicted(&self, rec: &RecordMeta) {
+        self.with(|r| r.evicted(rec));
+    }
+
+    fn notes_on_eviction(&self) -> bool {
+        true
+    }
+
+    fn lost(&self, recs: &[LostRecord]) {
+        self.with(|r| r.lost(recs));
+    }
 }
 
 /// Where a record is referenced from.
 enum Ref {
-    Flash(Pos, crate::ram::index::Entry),
-    Ram(Pos, crate::ram::index::Entry, u64),
+    Flash(Pos, Entry),
+    Ram(Pos, Entry, u64),
 }
 
-impl Core {
+/// Reclaim's rules over `tier` and the RAM it reaches (see the module docs).
+pub(crate) struct Reclaim<'a, R> {
+    tier: &'a FlashTier,
+    ram: &'a R,
+}
+
+impl<'a, R: RamAccess> Reclaim<'a, R> {
+    pub(crate) fn new(tier: &'a FlashTier, ram: &'a R) -> Self {
+        Self { tier, ram }
+    }
+
     fn find_ref(&self, shard: &Shard<'_>, m: &RecordMeta) -> Option<Ref> {
         let packed = m.location.pack();
         let home = home_word(m.location);
@@ -120,23 +164,26 @@ impl Core {
         }
     }
 
+    fn expired(&self, m: &RecordMeta) -> bool {
+        m.exptime != 0 && m.exptime <= self.tier.clock.now()
+    }
+
     /// Forget the record `m` refers to: remove a flash slot, or clear a RAM copy's home.
     fn drop_ref(&self, shard: &mut Shard<'_>, r: Ref, m: &RecordMeta) {
-        let Some(tier) = &self.flash_tier else { return };
         match r {
             Ref::Flash(pos, e) => {
                 shard.remove(pos);
-                let expired = m.exptime != 0 && m.exptime <= self.now();
+                let expired = self.expired(m);
                 let cause = if expired {
                     Cause::Expired
-                } else if self.recently_appended(tier, m) {
+                } else if self.recently_appended(m) {
                     Cause::ReclaimYoung
                 } else {
                     Cause::ReclaimOld
                 };
-                self.meta.departed(m.key_id, cause, e.freq > 0);
+                self.ram.meta().departed(m.key_id, cause, e.freq > 0);
                 if !expired {
-                    Counters::add(&tier.counters.evicted, 1);
+                    Counters::add(&self.tier.counters.evicted, 1);
                 }
             }
             Ref::Ram(_, _, loc) => self.set_ram_home(loc, HOME_OLDER),
@@ -146,21 +193,20 @@ impl Core {
     /// True when fewer versions were appended since `m` than half the items the cache holds
     /// (half a turnover; a FIFO would drop at about one): how the stats tell a recent write
     /// dropped from a cold item dropped.
-    fn recently_appended(&self, tier: &FlashTier, m: &RecordMeta) -> bool {
-        tier.current_version().saturating_sub(m.version) < self.slots.len() / 2
+    fn recently_appended(&self, m: &RecordMeta) -> bool {
+        self.tier.current_version().saturating_sub(m.version) < self.ram.slots().len() / 2
     }
 
-    fn reclaim_decide(&self, m: &RecordMeta) -> Decision {
-        let Some(tier) = &self.flash_tier else {
-            return Decision::Drop;
-        };
+    /// The engine's `decide`: keep, drop or forget record `m` of a victim segment.
+    pub(crate) fn decide(&self, m: &RecordMeta) -> Decision {
+        let tier = self.tier;
         match KvKind::of(m) {
             KvKind::Put => {}
             KvKind::Flush { .. } if tier.is_current_marker(m) => return Decision::Keep,
             KvKind::Tombstone if tier.tombstone_needed(m) => return Decision::Keep,
             _ => return Decision::Drop,
         }
-        let mut shard = self.slots.lock(m.key_id);
+        let mut shard = self.ram.slots().lock(m.key_id);
         let Some(r) = self.find_ref(&shard, m) else {
             // Superseded. If the newest version is only in RAM (not yet written back), this
             // record still hides older ones from recovery: leave a note in its place.
@@ -170,7 +216,7 @@ impl Core {
                 Decision::Drop
             };
         };
-        let expired = m.exptime != 0 && m.exptime <= self.now();
+        let expired = self.expired(m);
         let (pos, e) = match &r {
             Ref::Flash(p, e) | Ref::Ram(p, e, _) => (*p, *e),
         };
@@ -194,7 +240,7 @@ impl Core {
         if !expired && e.freq > 0 {
             shard.set(
                 pos,
-                crate::ram::index::Entry {
+                Entry {
                     freq: e.freq - 1,
                     ..e
                 },
@@ -217,7 +263,7 @@ impl Core {
                 return Decision::Keep;
             }
             Counters::add(
-                if self.recently_appended(tier, m) {
+                if self.recently_appended(m) {
                     &c.reclaim_dropped_young
                 } else {
                     &c.reclaim_dropped_old
@@ -231,12 +277,14 @@ impl Core {
         Decision::Forget
     }
 
-    fn reclaim_relocated(&self, m: &RecordMeta, new: Location) -> bool {
+    /// The engine's `relocated`: record `m` was rewritten at `new`; true if its slot or
+    /// home followed.
+    pub(crate) fn relocated(&self, m: &RecordMeta, new: Location) -> bool {
         if KvKind::of(m) != KvKind::Put {
             // A kept marker or tombstone: nothing points at it; its new copy is live.
             return true;
         }
-        let mut shard = self.slots.lock(m.key_id);
+        let mut shard = self.ram.slots().lock(m.key_id);
         let moved = match self.find_ref(&shard, m) {
             Some(Ref::Flash(pos, e)) => {
                 shard.set(pos, entry_of(new, e.freq));
@@ -248,22 +296,23 @@ impl Core {
             }
             None => false,
         };
-        if let (true, Some(tier)) = (moved, &self.flash_tier) {
-            Counters::add(&tier.counters.relocated, 1);
+        if moved {
+            Counters::add(&self.tier.counters.relocated, 1);
         }
         moved
     }
 
-    fn reclaim_evicted(&self, m: &RecordMeta) {
-        let mut shard = self.slots.lock(m.key_id);
+    /// The engine's `evicted`: record `m` was dropped with its segment.
+    pub(crate) fn evicted(&self, m: &RecordMeta) {
+        let mut shard = self.ram.slots().lock(m.key_id);
         if let Some(r) = self.find_ref(&shard, m) {
             self.drop_ref(&mut shard, r, m);
         }
     }
 
     /// The engine could not write these records (see the module docs).
-    pub(crate) fn write_lost(&self, recs: &[LostRecord]) {
-        let Some(tier) = &self.flash_tier else { return };
+    pub(crate) fn lost(&self, recs: &[LostRecord]) {
+        let tier = self.tier;
         let (mut in_ram, mut lost, mut again, mut failed) = (0u64, 0u64, 0u64, 0u64);
         for r in recs {
             let m = &r.meta;
@@ -275,7 +324,7 @@ impl Core {
                 }
                 continue;
             }
-            let mut shard = self.slots.lock(m.key_id);
+            let mut shard = self.ram.slots().lock(m.key_id);
             match self.find_ref(&shard, m) {
                 Some(Ref::Ram(_, _, loc)) => {
                     self.set_ram_home(loc, HOME_OLDER);
@@ -283,7 +332,7 @@ impl Core {
                 }
                 Some(Ref::Flash(pos, _)) => {
                     shard.remove(pos);
-                    self.meta.departed(m.key_id, Cause::Lost, false);
+                    self.ram.meta().departed(m.key_id, Cause::Lost, false);
                     lost += 1;
                 }
                 None => {}
@@ -303,35 +352,6 @@ impl Core {
             log::error!("{msg}");
         } else {
             log::warn!("{msg}");
-        }
-    }
-}
-
-impl ReclaimHandler for Handler {
-    fn decide(&self, rec: &RecordMeta) -> Decision {
-        match self.core() {
-            Some(i) => i.reclaim_decide(rec),
-            None => Decision::Drop,
-        }
-    }
-
-    fn relocated(&self, rec: &RecordMeta, new: Location) -> bool {
-        self.core().is_some_and(|i| i.reclaim_relocated(rec, new))
-    }
-
-    fn evicted(&self, rec: &RecordMeta) {
-        if let Some(i) = self.core() {
-            i.reclaim_evicted(rec);
-        }
-    }
-
-    fn notes_on_eviction(&self) -> bool {
-        true
-    }
-
-    fn lost(&self, recs: &[LostRecord]) {
-        if let Some(i) = self.core() {
-            i.write_lost(recs);
         }
     }
 }

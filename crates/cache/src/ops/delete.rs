@@ -29,17 +29,17 @@ impl Cache {
     pub async fn delete(&self, key: &[u8]) -> Result<bool, Error> {
         let core = &*self.core;
         let hash = core.slots.hash(key);
-        let mut budget = crate::ops::Budget::default();
+        let mut budget = crate::flash_tier::backpressure::Budget::default();
         loop {
-            core.await_room(&mut budget).await;
-            let view = core.view(key, hash, false).await;
-            let stall = core.may_stall(&budget);
+            core.lower.await_room(&mut budget).await;
+            let view = core.lower.view(core, key, hash, false).await;
+            let stall = core.lower.may_stall(&budget);
             let _ = take_owed();
             let step = core.delete_with(key, hash, &view, stall);
             let owed = take_owed();
             match step {
                 Ok(Step::Done(r)) => {
-                    core.settle(owed).await?;
+                    core.lower.settle(owed).await?;
                     return Ok(r);
                 }
                 Ok(Step::Retry) | Err(Error::FlashBusy) => {}

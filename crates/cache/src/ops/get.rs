@@ -21,10 +21,10 @@ impl Cache {
         let hash = core.slots.hash(key);
         let mut later = None;
         loop {
-            let view = core.view(key, hash, true).await;
+            let view = core.lower.view(core, key, hash, true).await;
             if let Step::Done(r) = core.get_with(key, hash, &view, &mut later)? {
                 if let Some(p) = later {
-                    core.promote_later(key, hash, p);
+                    core.lower.promote_later(core, key, hash, p);
                 }
                 return Ok(r);
             }
@@ -59,7 +59,9 @@ impl Core {
             }
             Current::Flash { pos, e, item } => {
                 let it = item_of(&item, e.freq);
-                *later = self.flash_hit(&mut shard, pos, e, key, item, now);
+                *later = self
+                    .lower
+                    .flash_hit(self, &mut shard, pos, e, key, item, now);
                 Ok(Step::Done(Some(it)))
             }
         }

@@ -12,11 +12,11 @@
 //! reserves the slow way (which may evict) and runs phase 2 again.
 use crate::engine::Core;
 use crate::flash_tier::kv_record::FlashItem;
-use crate::flash_tier::read::View;
-use crate::flash_tier::{flash_err, is_corrupt};
-use crate::meta::Counters;
+use crate::flash_tier::read::{Recheck, View};
+use crate::ledger::Cause;
 use crate::ram::arena::{RecordRef, Space};
-use crate::ram::index::{Entry, Pos, Shard, Tier};
+use crate::ram::index::{Entry, Pos, Shard};
+use crate::ram::lower::LowerTier;
 use crate::ram::record::{Header, F_FETCHED, F_STALE, F_WIN};
 use crate::ram::tier::Existing;
 use crate::{Error, Item, ItemMeta};
@@ -24,12 +24,6 @@ use crate::{Error, Item, ItemMeta};
 mod delete;
 mod get;
 mod update;
-
-/// How long one request may still wait for flash back-pressure (`Core::await_room`).
-#[derive(Default)]
-pub(crate) struct Budget {
-    until: Option<std::time::Instant>,
-}
 
 /// Phase 2's outcome.
 pub(crate) enum Step<T> {
@@ -96,43 +90,6 @@ pub(crate) enum Current<'a> {
 }
 
 impl Core {
-    /// Before a write's phase 2 (holding no lock): if the flash engine has been refusing
-    /// appends for back-pressure, await room (`flash_tier::backpressure`) within the
-    /// request's budget of `append_wait_ms` (`budget`, shared by every wait of the request);
-    /// the appends made under the lock never wait.
-    pub(crate) async fn await_room(&self, budget: &mut Budget) {
-        let Some(tier) = &self.flash_tier else { return };
-        if !tier.pressured() || tier.tiering.append_wait().is_zero() {
-            return;
-        }
-        let now = std::time::Instant::now();
-        let until = *budget
-            .until
-            .get_or_insert_with(|| now + tier.tiering.append_wait());
-        let left = until.saturating_duration_since(now);
-        if !left.is_zero() {
-            tier.writable_for(left).await;
-        }
-    }
-
-    /// Await what a write's phase 2 owes before its reply (`flash_tier::journal`): the
-    /// sync of its journal entry, or a flush of the log. Nothing without flash.
-    pub(crate) async fn settle(&self, owed: crate::flash_tier::journal::Owed) -> Result<(), Error> {
-        match &self.flash_tier {
-            Some(tier) => tier.settle(owed).await,
-            None => Ok(()),
-        }
-    }
-
-    /// True while a write may stop an eviction flash cannot take now and await room
-    /// ([`Error::FlashBusy`]): flash waits are on and the request's budget is not spent.
-    pub(crate) fn may_stall(&self, budget: &Budget) -> bool {
-        self.flash_tier
-            .as_ref()
-            .is_some_and(|t| !t.tiering.append_wait().is_zero())
-            && budget.until.is_none_or(|d| std::time::Instant::now() < d)
-    }
-
     /// Check a write's sizes: the value within `max_item_size`, the key within the record
     /// format's limit.
     pub(crate) fn check_size(&self, key: &[u8], value: &[u8]) -> Result<(), Error> {
@@ -176,53 +133,40 @@ impl Core {
         view: &View,
         now: u32,
     ) -> Result<Current<'_>, Error> {
-        if let Some((pos, e)) = self.find_key(shard, hash, key) {
+        if let Some((pos, e)) = self.ram.find_key(shard, hash, key) {
             let rec = self
                 .ram
                 .record(e.loc)
                 .ok_or(Error::Internal("indexed segment lost"))?;
-            if self.dead(&rec.header, now) {
+            if self
+                .meta
+                .dead_at(rec.header.exptime, rec.header.stored, now)
+            {
                 self.ram.reclaim(&self.env(), shard, pos, &rec.header, hash);
                 return Ok(Current::Gone(rec.header.cas));
             }
             return Ok(Current::Ram { pos, e, rec });
         }
-        let Some(tier) = &self.flash_tier else {
-            return Ok(Current::Absent);
-        };
-        let cands = shard.lower_locs(hash);
-        if cands != view.cands {
-            return Ok(Current::Retry);
-        }
-        if view.blind {
-            return Ok(Current::Blind(cands));
-        }
-        for (loc, err) in &view.failed {
-            if is_corrupt(err) {
-                if shard.remove_lower(hash, *loc) {
-                    tier.unreadable_item(err);
+        match self.lower.recheck(shard, hash, view)? {
+            Recheck::Retry => Ok(Current::Retry),
+            Recheck::Absent => Ok(Current::Absent),
+            Recheck::Blind(cands) => Ok(Current::Blind(cands)),
+            Recheck::Found { pos, e, item } => {
+                if self.meta.dead_at(item.exptime, item.stored, now) {
+                    self.drop_dead_flash(shard, hash, pos, &e, item.exptime);
+                    return Ok(Current::Gone(item.cas));
                 }
-            } else if view.found.is_none() {
-                Counters::add(&tier.counters.errors, 1);
-                return Err(flash_err(err));
+                Ok(Current::Flash { pos, e, item })
             }
         }
-        let Some((loc, item)) = &view.found else {
-            return Ok(Current::Absent);
-        };
-        let Some((pos, e)) = shard.find(hash, |e| e.tier == Tier::Flash && e.lower_loc() == *loc)
-        else {
-            return Ok(Current::Retry);
-        };
-        if self.meta.dead_at(item.exptime, item.stored, now) {
-            self.drop_dead_flash(shard, hash, pos, &e, item.exptime);
-            return Ok(Current::Gone(item.cas));
-        }
-        Ok(Current::Flash {
-            pos,
-            e,
-            item: item.clone(),
-        })
+    }
+
+    /// Remove a dead (expired or flushed) flash item's slot.
+    fn drop_dead_flash(&self, shard: &mut Shard<'_>, hash: u64, pos: Pos, e: &Entry, exptime: u32) {
+        shard.remove(pos);
+        self.lower.forget(e.lower_loc());
+        self.lower.cover_if_flushed(hash, exptime, self.now());
+        self.meta.departed(hash, Cause::Expired, e.freq > 0);
     }
 
     /// Remove the key's current slot (delete, or a write that is already expired); append a
@@ -239,7 +183,7 @@ impl Core {
     ) -> Result<(), Error> {
         // The tombstone's version is fresh, above every version of the key: appending it
         // before the slot goes (same shard lock) changes nothing a reader or a restart sees.
-        if had_flash && self.lower().cover_or_stall(hash, key, stall).is_none() {
+        if had_flash && self.lower.cover_or_stall(hash, key, stall).is_none() {
             return Err(Error::FlashBusy);
         }
         match existing {
@@ -250,12 +194,12 @@ impl Core {
             }
             Some(Existing::Lower(pos, e)) => {
                 shard.remove(pos);
-                self.lower().forget(e.lower_loc());
+                self.lower.forget(e.lower_loc());
             }
             Some(Existing::Blind(locs)) => {
                 for loc in locs {
                     if shard.remove_lower(hash, loc) {
-                        self.lower().forget(loc);
+                        self.lower.forget(loc);
                     }
                 }
             }

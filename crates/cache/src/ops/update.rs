@@ -6,9 +6,11 @@
 //! for a retry (no flash slots to change, no back-pressure to await).
 use crate::block::block_on;
 use crate::engine::{Cache, Core};
+use crate::flash_tier::backpressure::Budget;
 use crate::flash_tier::journal::take_owed;
 use crate::flash_tier::read::View;
-use crate::ops::{item_of, Budget, Current, Reserved, Step};
+use crate::ops::{item_of, Current, Reserved, Step};
+use crate::ram::lower::LowerTier;
 use crate::ram::lower::NewVersion;
 use crate::ram::record;
 use crate::ram::tier::{new_header, Existing};
@@ -69,15 +71,15 @@ impl Cache {
         let mut dead_cas = None;
         let mut budget = Budget::default();
         loop {
-            core.await_room(&mut budget).await;
-            let view = core.view(key, hash, read).await;
-            let stall = core.may_stall(&budget);
+            core.lower.await_room(&mut budget).await;
+            let view = core.lower.view(core, key, hash, read).await;
+            let stall = core.lower.may_stall(&budget);
             let _ = take_owed();
             let step = core.update_with(key, hash, f, &view, set_mode, &mut dead_cas, stall);
             let owed = take_owed();
             match step {
                 Ok(Step::Done(r)) => {
-                    core.settle(owed).await?;
+                    core.lower.settle(owed).await?;
                     return Ok(r);
                 }
                 Ok(Step::Retry) | Err(Error::FlashBusy) => {}
@@ -209,7 +211,7 @@ impl Core {
             // leaves a miss, never the old value. Covered, the new version has nothing older
             // below it.
             let older_below = had_flash
-                && match self.lower().cover_or_stall(hash, key, stall) {
+                && match self.lower.cover_or_stall(hash, key, stall) {
                     None => {
                         drop(shard);
                         self.ram.abandon(Some(space));
@@ -219,7 +221,7 @@ impl Core {
                 };
             let cas = self.meta.cas_for(w.cas, base_cas);
             let mut h = new_header(&w, key.len(), now, cas);
-            h.home = self.lower().home_for(&NewVersion {
+            h.home = self.lower.home_for(&NewVersion {
                 hash,
                 key,
                 value: &w.value,

@@ -34,6 +34,18 @@ pub(crate) enum Taken {
     Drop,
 }
 
+/// How a copy of an item from the tier below into RAM went (`RamTier::copy_up_now`,
+/// `RamTier::copy_up_later`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CopyUp {
+    /// Published in RAM over the lower slot.
+    Done,
+    /// No room in the small log's open segment (only at once, under the lock): nothing done.
+    NoRoom,
+    /// Given up: space could not be had or written, or the lower slot changed meanwhile.
+    Abandoned,
+}
+
 /// The tier under RAM. Every method is best effort: it never fails a request.
 pub(crate) trait LowerTier: Sync {
     /// True when evicted items go somewhere (then eviction never counts as losing data, and

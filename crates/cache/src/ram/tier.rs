@@ -18,7 +18,7 @@ use crate::meta::{Counters, Meta};
 use crate::ram::arena::{Arena, Log, RecordRef, Space};
 use crate::ram::ghost::Ghost;
 use crate::ram::index::{self, Entry, Index, Pos, Shard, Tier};
-use crate::ram::lower::LowerTier;
+use crate::ram::lower::{CopyUp, LowerTier};
 use crate::ram::record::{self, Header, F_FETCHED, F_STALE, F_WIN};
 use crate::{Error, ItemWrite};
 
@@ -64,17 +64,6 @@ pub(crate) enum Existing {
     /// Lower-tier slots taken as the key's without reading them (their packed locations; see
     /// `flash_tier::read` on blind views).
     Blind(Vec<u64>),
-}
-
-/// How a copy from the tier below went ([`RamTier::copy_up_now`], [`RamTier::copy_up_later`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CopyUp {
-    /// Published in RAM over the lower slot.
-    Done,
-    /// No room in the small log's open segment (only at once, under the lock): nothing done.
-    NoRoom,
-    /// Given up: space could not be had or written, or the lower slot changed meanwhile.
-    Abandoned,
 }
 
 /// The header of a new version written by `w` for a key of `klen` bytes at `now`.
