@@ -1,16 +1,25 @@
-//! The operations, one file each: `get`, `update` (SET is an update whose closure always
-//! puts) and `delete`. Each runs in two phases because a flash read cannot happen under a
-//! shard lock: phase 1 (`flash_tier::read`, async) notes the key's tag-matching flash slots
-//! and reads them; phase 2 (sync) locks the key's shard again and commits only if those slots
-//! are unchanged, else it answers [`Step::Retry`] and phase 1 runs again. So an update commits
-//! only if the slot still points at the record its closure saw. A key in RAM is found by key
-//! compare in phase 2 whatever phase 1 saw (a key has at most one slot, RAM or flash).
+//! The operations: `get`, `update` (SET is an update whose closure always puts) and
+//! `delete`, each a phase 2 ([`Op`]) that [`Core::run`], the one two-phase driver, runs. Two
+//! phases because a flash read cannot happen under a shard lock: phase 1 (`Lower::view`,
+//! async) notes the key's tag-matching flash slots and reads them; phase 2 (sync) locks the
+//! key's shard again and commits only if those slots are unchanged, else it answers
+//! [`Step::Retry`] and phase 1 runs again. So an update commits only if the slot still points
+//! at the record its closure saw. A key in RAM is found by key compare in phase 2 whatever
+//! phase 1 saw (a key has at most one slot, RAM or flash). A write also awaits flash room
+//! before phase 1 and settles what its phase 2 owes the crash journal before it returns
+//! (`flash_tier::journal`: taken right before and right after phase 2, no await between).
+//! `Cache`'s entry points (`get_now`, `set_now`, ...) are here; `current` is phase 2's view
+//! of the key's slot, `remove_existing` the removal every write path shares.
 //!
 //! # Threads
 //! Any caller; each phase holds one shard lock (arena head locks are taken under it) and none
-//! across an await. A write first awaits flash back-pressure, if any, holding nothing. A write that cannot reserve space without blocking drops the lock,
-//! reserves the slow way (which may evict) and runs phase 2 again.
-use crate::engine::Core;
+//! across an await. A write first awaits flash back-pressure, if any, holding nothing. A
+//! write that cannot reserve space without blocking drops the lock, reserves the slow way
+//! (which may evict) and runs phase 2 again.
+use crate::block::block_on;
+use crate::engine::{Cache, Core};
+use crate::flash_tier::backpressure::Budget;
+use crate::flash_tier::journal::take_owed;
 use crate::flash_tier::kv_record::FlashItem;
 use crate::flash_tier::read::{Recheck, View};
 use crate::ledger::Cause;
@@ -19,7 +28,7 @@ use crate::ram::index::{Entry, Pos, Shard};
 use crate::ram::lower::LowerTier;
 use crate::ram::record::{Header, F_FETCHED, F_STALE, F_WIN};
 use crate::ram::tier::Existing;
-use crate::{Error, Item, ItemMeta};
+use crate::{CasMode, Error, Item, ItemMeta, ItemWrite, Update};
 
 mod delete;
 mod get;
@@ -29,6 +38,102 @@ mod update;
 pub(crate) enum Step<T> {
     Done(T),
     Retry,
+}
+
+/// One operation as [`Core::run`] drives it: its phase 2, and what follows a commit.
+pub(crate) trait Op {
+    type Out;
+    /// A write: awaits flash room before phase 1, may stall an eviction flash cannot take
+    /// (`Error::FlashBusy`, then it runs again), and settles what phase 2 owes the crash
+    /// journal before returning. A read does none of that.
+    const WRITE: bool;
+    /// Phase 1 reads the key's flash items (false: a blind view, see `flash_tier::read`).
+    fn reads(&self) -> bool;
+    /// Phase 2, under the key's shard lock: commit, or ask for phase 1 again.
+    fn phase2(
+        &mut self,
+        core: &Core,
+        key: &[u8],
+        hash: u64,
+        view: &View,
+        stall: bool,
+    ) -> Result<Step<Self::Out>, Error>;
+    /// After the commit, holding no lock (a GET's deferred promotion).
+    fn after(&mut self, core: &Core, key: &[u8], hash: u64) {
+        let _ = (core, key, hash);
+    }
+}
+
+impl Cache {
+    /// Synchronous GET (blocks the thread on a flash read).
+    pub fn get_now(&self, key: &[u8]) -> Result<Option<Item>, Error> {
+        block_on(self.get_two_phase(key))
+    }
+
+    /// Synchronous SET.
+    pub fn set_now(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
+        block_on(self.set_two_phase(key, w))
+    }
+
+    /// Synchronous read-modify-write (see [`KvStore::update`](crate::KvStore::update)).
+    pub fn update_now<R, F>(&self, key: &[u8], f: F) -> Result<(R, Option<u64>), Error>
+    where
+        F: FnMut(Option<&Item>) -> (Update, R),
+    {
+        block_on(self.update_two_phase(key, f))
+    }
+
+    /// Synchronous delete; true when a live item was removed.
+    pub fn delete_now(&self, key: &[u8]) -> bool {
+        matches!(
+            self.update_now(key, |cur| match cur {
+                Some(_) => (Update::Delete, true),
+                None => (Update::Keep, false),
+            }),
+            Ok((true, _))
+        )
+    }
+
+    /// Delete without reading flash (deletes never touch flash): the slot goes, a
+    /// tombstone is appended if a flash copy existed. True when an item was removed. Unlike
+    /// a delete through [`KvStore::update`](crate::KvStore::update) (which shows the closure
+    /// the item, so it reads a flash-resident one), an *expired* flash-resident item counts
+    /// as removed (true): its expiry is on flash. A RAM item is judged exactly. Without
+    /// flash, same as `delete_now`.
+    pub async fn delete(&self, key: &[u8]) -> Result<bool, Error> {
+        let core = &*self.core;
+        let hash = core.slots.hash(key);
+        core.run(key, hash, delete::Delete).await
+    }
+
+    pub(crate) async fn get_two_phase(&self, key: &[u8]) -> Result<Option<Item>, Error> {
+        let core = &*self.core;
+        let hash = core.slots.hash(key);
+        core.run(key, hash, get::Get::default()).await
+    }
+
+    pub(crate) async fn set_two_phase(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
+        let core = &*self.core;
+        core.check_size(key, &w.value)?;
+        let hash = core.slots.hash(key);
+        let read = w.cas == CasMode::Keep;
+        let f = |_: Option<&Item>| (Update::Put(w.clone()), ());
+        let (_, cas) = core.run(key, hash, update::UpdateOp::set(f, read)).await?;
+        cas.ok_or(Error::Internal("a put returned no CAS"))
+    }
+
+    pub(crate) async fn update_two_phase<R, F>(
+        &self,
+        key: &[u8],
+        f: F,
+    ) -> Result<(R, Option<u64>), Error>
+    where
+        F: FnMut(Option<&Item>) -> (Update, R),
+    {
+        let core = &*self.core;
+        let hash = core.slots.hash(key);
+        core.run(key, hash, update::UpdateOp::update(f)).await
+    }
 }
 
 /// A reservation abandoned when dropped unused.
@@ -57,6 +162,18 @@ pub(crate) fn item_of(f: &FlashItem, freq: u8) -> Item {
             fetched: freq > 0,
             last_access: f.stored,
         },
+    }
+}
+
+/// The item a RAM record holds.
+pub(crate) fn item_at(rec: &RecordRef<'_>) -> Item {
+    let h = &rec.header;
+    Item {
+        value: rec.value(),
+        flags: h.flags,
+        exptime: h.exptime,
+        cas: h.cas,
+        meta: meta_of(h),
     }
 }
 
@@ -90,6 +207,42 @@ pub(crate) enum Current<'a> {
 }
 
 impl Core {
+    /// The one two-phase driver every operation runs on (see the module docs and [`Op`]).
+    pub(crate) async fn run<O: Op>(
+        &self,
+        key: &[u8],
+        hash: u64,
+        mut op: O,
+    ) -> Result<O::Out, Error> {
+        let mut budget = Budget::default();
+        loop {
+            if O::WRITE {
+                self.lower.await_room(&mut budget).await;
+            }
+            let view = self.lower.view(self, key, hash, op.reads()).await;
+            let step = if O::WRITE {
+                let stall = self.lower.may_stall(&budget);
+                let _ = take_owed();
+                let step = op.phase2(self, key, hash, &view, stall);
+                let owed = take_owed();
+                if let Ok(Step::Done(_)) = step {
+                    self.lower.settle(owed).await?;
+                }
+                step
+            } else {
+                op.phase2(self, key, hash, &view, false)
+            };
+            match step {
+                Ok(Step::Done(r)) => {
+                    op.after(self, key, hash);
+                    return Ok(r);
+                }
+                Ok(Step::Retry) | Err(Error::FlashBusy) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Check a write's sizes: the value within `max_item_size`, the key within the record
     /// format's limit.
     pub(crate) fn check_size(&self, key: &[u8], value: &[u8]) -> Result<(), Error> {
@@ -106,18 +259,6 @@ impl Core {
             });
         }
         Ok(())
-    }
-
-    /// The item a RAM record holds.
-    pub(crate) fn item_at(&self, rec: &RecordRef<'_>) -> Item {
-        let h = &rec.header;
-        Item {
-            value: rec.value(),
-            flags: h.flags,
-            exptime: h.exptime,
-            cas: h.cas,
-            meta: meta_of(h),
-        }
     }
 
     /// The key's slot now (shard locked): its RAM record by key compare, else the flash slot
