@@ -31,6 +31,8 @@ mod ops;
 mod ram;
 mod stats;
 pub mod store;
+#[cfg(test)]
+mod tests;
 
 pub use clock::Clock;
 pub use config::{

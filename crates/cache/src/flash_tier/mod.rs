@@ -30,6 +30,8 @@ pub(crate) mod read;
 pub(crate) mod reclaim;
 pub(crate) mod recovery;
 pub(crate) mod stats;
+#[cfg(test)]
+pub(crate) mod testing;
 pub(crate) mod tier;
 pub(crate) mod writeback;
 

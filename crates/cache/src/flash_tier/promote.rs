@@ -149,82 +149,126 @@ impl FlashTier {
     }
 }
 
-/// `promote_later` publishes only over the flash slot the item was read from.
+/// Promotion's policy on a flash tier alone, over a fake RAM that records the copies asked.
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::Ordering;
-
-    use bytes::Bytes;
-
     use super::*;
-    use crate::block::block_on;
-    use crate::flash::{FlashConfig, IoBackend};
-    use crate::{Cache, ItemWrite};
+    use crate::flash_tier::testing::{open, put_flash, read_item, FakeRam};
 
-    fn open() -> Cache {
-        let engine = FlashConfig {
-            io_backend: IoBackend::Psync,
-            ..FlashConfig::small()
-        };
-        let (settings, builder) = crate::config::test_flash("promote", 256 << 10, engine);
-        let cfg = builder.flash(settings).build().unwrap();
-        let c = Cache::new(cfg).unwrap();
-        for i in 0..400u32 {
-            let v = Bytes::from(vec![i as u8; 2000]);
-            c.set_now(format!("k{i}").as_bytes(), ItemWrite::new(v, 0, 0))
-                .unwrap();
-        }
-        c
+    const VALUE: [u8; 3000] = [4; 3000];
+
+    /// A GET hit on `key` in phase 2, as `ops::get` makes it: the flash slot is locked.
+    fn hit(tier: &FlashTier, ram: &FakeRam, key: &[u8]) -> Option<Promotion> {
+        let (loc, item) = read_item(tier, ram, key);
+        let hash = ram.slots.hash(key);
+        let mut shard = ram.slots.lock(hash);
+        let (pos, e) = shard.find(hash, |e| e.lower_loc() == loc).unwrap();
+        tier.flash_hit(ram, &mut shard, pos, e, key, item, ram.meta.now())
     }
 
-    /// Phase 1 of a GET of `key` (on flash): the slot read and the item.
-    fn read(c: &Cache, key: &[u8]) -> (u64, Promotion) {
-        let core = c.core();
-        let hash = core.slots.hash(key);
-        let view = block_on(c.tier().view(core, key, hash, true));
-        let (loc, item) = view.found.expect("key not on flash");
-        (hash, Promotion { loc, item })
+    fn freq(ram: &FakeRam, key: &[u8]) -> u8 {
+        ram.slot(ram.slots.hash(key)).unwrap().freq
     }
 
-    fn counts(c: &Cache) -> (u64, u64) {
-        let t = &c.tier().counters;
-        (
-            t.promoted.load(Ordering::Relaxed),
-            t.promotions_abandoned.load(Ordering::Relaxed),
-        )
+    fn count(c: &std::sync::atomic::AtomicU64) -> u64 {
+        Counters::get(c)
     }
 
     #[test]
-    fn unchanged_slot_is_promoted() {
-        let c = open();
-        let (hash, p) = read(&c, b"k0");
-        c.tier().promote_later(c.core(), b"k0", hash, p);
-        assert_eq!(counts(&c), (1, 0));
-        let t = &c.tier().counters;
-        let reads = t.objects_read.load(Ordering::Relaxed);
-        let it = c.get_now(b"k0").unwrap().unwrap();
-        assert_eq!(it.value, Bytes::from(vec![0u8; 2000]));
+    fn a_first_hit_raises_the_frequency_a_repeat_hit_copies_the_item_up() {
+        let (tier, ram) = open("promote-repeat", |_| {});
+        let (loc, _) = put_flash(&tier, &ram, b"k", &VALUE, 0);
+        assert!(hit(&tier, &ram, b"k").is_none());
+        assert!(ram.copies.lock().is_empty(), "a first hit copies nothing");
+        assert_eq!(freq(&ram, b"k"), 1);
+        assert!(hit(&tier, &ram, b"k").is_none());
+        let copies = ram.copies.lock().clone();
+        assert_eq!(copies.len(), 1);
+        let c = &copies[0];
+        assert!(c.later.is_none(), "copied under the lock");
+        assert_eq!((&c.key[..], &c.value[..]), (&b"k"[..], &VALUE[..]));
         assert_eq!(
-            t.objects_read.load(Ordering::Relaxed),
-            reads,
-            "read flash again"
+            c.header.home,
+            home_word(loc),
+            "the flash record stays its home"
         );
+        assert_ne!(c.header.rflags & F_FETCHED, 0);
+        assert_eq!((c.header.cas, c.header.stored), (1, 1));
+        assert_eq!(count(&tier.counters.hits), 2);
+        assert_eq!(count(&tier.counters.promoted), 1);
     }
 
     #[test]
-    fn set_or_delete_in_between_wins() {
-        let c = open();
-        let (hash, p) = read(&c, b"k0");
-        let new = Bytes::from_static(b"new");
-        c.set_now(b"k0", ItemWrite::new(new.clone(), 0, 0)).unwrap();
-        c.tier().promote_later(c.core(), b"k0", hash, p);
-        assert_eq!(counts(&c), (0, 1));
-        assert_eq!(c.get_now(b"k0").unwrap().unwrap().value, new);
+    fn no_room_under_the_lock_defers_the_copy_until_after_the_reply() {
+        let (tier, ram) = open("promote-later", |_| {});
+        let (loc, _) = put_flash(&tier, &ram, b"k", &VALUE, 1);
+        *ram.answer.lock() = CopyUp::NoRoom;
+        let p = hit(&tier, &ram, b"k").expect("deferred");
+        assert_eq!(p.loc, loc.pack());
+        assert_eq!(freq(&ram, b"k"), 2, "a hit not promoted now still counts");
+        *ram.answer.lock() = CopyUp::Done;
+        let hash = ram.slots.hash(b"k");
+        tier.promote_later(&ram, b"k", hash, p);
+        let copies = ram.copies.lock().clone();
+        assert_eq!(copies.len(), 2);
+        assert_eq!(copies[1].later, Some((hash, loc.pack())));
+        assert_eq!(count(&tier.counters.promoted), 1);
+        assert_eq!(count(&tier.counters.promotions_abandoned), 0);
+    }
 
-        let (hash, p) = read(&c, b"k1");
-        assert!(c.delete_now(b"k1"));
-        c.tier().promote_later(c.core(), b"k1", hash, p);
-        assert_eq!(counts(&c), (0, 2));
-        assert!(c.get_now(b"k1").unwrap().is_none());
+    #[test]
+    fn copies_given_up_or_too_large_are_not_promoted() {
+        let (tier, ram) = open("promote-abandon", |_| {});
+        put_flash(&tier, &ram, b"k", &VALUE, 1);
+        *ram.answer.lock() = CopyUp::Abandoned;
+        assert!(hit(&tier, &ram, b"k").is_none());
+        assert_eq!(count(&tier.counters.promotions_abandoned), 1);
+        ram.fits.store(false, std::sync::atomic::Ordering::Relaxed);
+        assert!(hit(&tier, &ram, b"k").is_none());
+        assert_eq!(
+            ram.copies.lock().len(),
+            1,
+            "a record too large for RAM is not copied"
+        );
+        assert_eq!(freq(&ram, b"k"), 2);
+        assert_eq!(count(&tier.counters.promoted), 0);
+    }
+
+    #[test]
+    fn recache_rate_samples_repeat_hits() {
+        let (tier, ram) = open("promote-rate", |s| s.recache_rate = 3);
+        put_flash(&tier, &ram, b"k", &VALUE, 1);
+        for _ in 0..6 {
+            hit(&tier, &ram, b"k");
+        }
+        assert_eq!(ram.copies.lock().len(), 2, "every third repeat hit");
+        let (tier, ram) = open("promote-never", |s| s.recache_rate = 0);
+        put_flash(&tier, &ram, b"k", &VALUE, 1);
+        for _ in 0..3 {
+            hit(&tier, &ram, b"k");
+        }
+        assert!(ram.copies.lock().is_empty(), "0 = never");
+    }
+
+    #[test]
+    fn at_most_max_promoting_run_outside_the_lock() {
+        let (tier, ram) = open("promote-turns", |_| {});
+        let (loc, _) = put_flash(&tier, &ram, b"k", &VALUE, 1);
+        let turns: Vec<_> = (0..MAX_PROMOTING)
+            .map(|_| tier.promotion_turn().unwrap())
+            .collect();
+        let (_, item) = read_item(&tier, &ram, b"k");
+        let p = Promotion {
+            loc: loc.pack(),
+            item,
+        };
+        tier.promote_later(&ram, b"k", ram.slots.hash(b"k"), p);
+        assert!(ram.copies.lock().is_empty());
+        assert_eq!(count(&tier.counters.promotions_skipped), 1);
+        drop(turns);
+        assert!(
+            tier.promotion_turn().is_some(),
+            "turns end with their guards"
+        );
     }
 }

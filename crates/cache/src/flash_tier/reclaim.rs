@@ -355,3 +355,175 @@ impl<'a, R: RamAccess> Reclaim<'a, R> {
         }
     }
 }
+
+/// Reclaim's rules on a flash tier alone, over a fake RAM.
+#[cfg(test)]
+mod tests {
+    use flashtier_flash::{kind, Record};
+
+    use super::*;
+    use crate::flash_tier::kv_record::KvRecord;
+    use crate::flash_tier::testing::{append_put, meta_of, open, put_flash, FakeRam};
+    use crate::flash_tier::STREAM;
+    use crate::ledger::MISS_NAMES;
+    use crate::ram::record::HOME_VALID;
+
+    const VALUE: [u8; 2000] = [9; 2000];
+
+    /// Flash past what the tier counts as room, writes past any budget: reclaim drops unhit
+    /// items from here on.
+    fn no_room_no_budget(tier: &FlashTier) {
+        crate::knobs::set(&tier.tiering, &tier.flash, "drop_under", "100000").unwrap();
+        crate::knobs::set(&tier.tiering, &tier.flash, "write_budget", "0").unwrap();
+        append_put(tier, 1, b"written", &VALUE);
+        tier.flash.flush().wait().unwrap();
+        assert!(!tier.has_room() && !tier.compaction_budget());
+    }
+
+    fn misses(ram: &FakeRam, key_id: u64) -> &'static str {
+        ram.meta.ledger.missed(key_id);
+        let counts = ram.meta.ledger.counts();
+        let (name, _) = counts.iter().find(|(_, n)| *n == 1).unwrap();
+        MISS_NAMES.iter().find(|n| *n == name).unwrap()
+    }
+
+    #[test]
+    fn an_unhit_flash_item_is_kept_while_flash_has_room_then_dropped() {
+        let (tier, ram) = open("reclaim-unhit", |_| {});
+        let (_, m) = put_flash(&tier, &ram, b"k", &VALUE, 0);
+        let r = Reclaim::new(&tier, &ram);
+        assert_eq!(r.decide(&m), Decision::Keep);
+        assert!(ram.slot(m.key_id).is_some());
+        no_room_no_budget(&tier);
+        assert_eq!(
+            r.decide(&m),
+            Decision::Forget,
+            "a drop note hides older versions"
+        );
+        assert!(ram.slot(m.key_id).is_none(), "an eviction");
+        let c = &ram.meta.counters;
+        assert_eq!(Counters::get(&c.evictions), 1);
+        assert_eq!(Counters::get(&c.evicted_unfetched), 1);
+        assert_eq!(Counters::get(&tier.counters.evicted), 1);
+        assert_eq!(Counters::get(&tier.counters.reclaim_dropped_old), 1);
+        assert_eq!(misses(&ram, m.key_id), "get_misses_reclaimed_old");
+    }
+
+    #[test]
+    fn a_hit_item_is_kept_and_its_hit_count_lowered() {
+        let (tier, ram) = open("reclaim-hit", |_| {});
+        no_room_no_budget(&tier);
+        let (_, m) = put_flash(&tier, &ram, b"k", &VALUE, 2);
+        let r = Reclaim::new(&tier, &ram);
+        assert_eq!(r.decide(&m), Decision::Keep);
+        assert_eq!(ram.slot(m.key_id).unwrap().freq, 1);
+        assert_eq!(r.decide(&m), Decision::Keep);
+        assert_eq!(r.decide(&m), Decision::Forget, "no hits left");
+        assert_eq!(Counters::get(&tier.counters.reclaim_kept_hit), 2);
+    }
+
+    #[test]
+    fn a_ram_copys_flash_copy_is_freed_when_ram_exclusive_and_kept_at_close() {
+        let (tier, ram) = open("reclaim-ram", |_| {});
+        no_room_no_budget(&tier);
+        let key_id = ram.slots.hash(b"k");
+        let loc = append_put(&tier, key_id, b"k", &VALUE);
+        let m = meta_of(&tier, key_id, loc, VALUE.len());
+        let at = ram.put_ram(key_id, b"k", &VALUE, home_word(loc));
+        let r = Reclaim::new(&tier, &ram);
+        assert_eq!(r.decide(&m), Decision::Forget);
+        assert_eq!(ram.record(at).unwrap().header.home, HOME_OLDER);
+        assert_eq!(Counters::get(&tier.counters.reclaim_dropped_in_ram), 1);
+        assert_eq!(
+            Counters::get(&ram.meta.counters.evictions),
+            0,
+            "RAM still serves it"
+        );
+        // A clean shutdown under way: RAM is about to go, its flash copy is kept.
+        ram.record(at).unwrap().set_home(home_word(loc));
+        assert!(tier.begin_close());
+        assert_eq!(r.decide(&m), Decision::Keep);
+    }
+
+    #[test]
+    fn a_superseded_record_leaves_a_note_only_while_the_newest_is_in_ram_alone() {
+        let (tier, ram) = open("reclaim-superseded", |_| {});
+        let key_id = ram.slots.hash(b"k");
+        let loc = append_put(&tier, key_id, b"k", &VALUE);
+        let m = meta_of(&tier, key_id, loc, VALUE.len());
+        let r = Reclaim::new(&tier, &ram);
+        assert_eq!(r.decide(&m), Decision::Drop, "nothing refers to it");
+        let at = ram.put_ram(key_id, b"k", b"new", HOME_OLDER);
+        assert_eq!(r.decide(&m), Decision::Forget, "the newest is in RAM only");
+        ram.record(at).unwrap().set_home(HOME_VALID | 1);
+        assert_eq!(r.decide(&m), Decision::Drop, "the newest is on flash");
+    }
+
+    #[test]
+    fn markers_and_tombstones_follow_their_own_rules() {
+        let (tier, ram) = open("reclaim-markers", |_| {});
+        let r = Reclaim::new(&tier, &ram);
+        let loc = tier.append(STREAM, &KvRecord::Flush { at: 0 }).unwrap();
+        let mut marker = meta_of(&tier, 0, loc, 0);
+        marker.kind = KvRecord::Flush { at: 0 }.encode(0, &mut Vec::new()).kind;
+        assert_eq!(r.decide(&marker), Decision::Keep, "the newest marker");
+        tier.append(STREAM, &KvRecord::Flush { at: 0 }).unwrap();
+        assert_eq!(r.decide(&marker), Decision::Drop, "an older marker");
+        let loc = tier
+            .append(
+                STREAM,
+                &KvRecord::Tombstone {
+                    key_id: 3,
+                    key: b"t",
+                },
+            )
+            .unwrap();
+        let mut tomb = meta_of(&tier, 3, loc, 0);
+        tomb.kind = kind::TOMBSTONE;
+        assert_eq!(r.decide(&tomb), Decision::Keep, "while flash has room");
+        no_room_no_budget(&tier);
+        assert_eq!(r.decide(&tomb), Decision::Drop, "no horizon, no room");
+    }
+
+    #[test]
+    fn a_relocation_moves_the_slot_or_the_home_that_refers_to_the_record() {
+        let (tier, ram) = open("reclaim-relocate", |_| {});
+        let r = Reclaim::new(&tier, &ram);
+        let (_, m) = put_flash(&tier, &ram, b"f", &VALUE, 1);
+        let new = append_put(&tier, m.key_id, b"f", &VALUE);
+        assert!(r.relocated(&m, new));
+        assert_eq!(ram.slot(m.key_id), Some(entry_of(new, 1)));
+        assert!(
+            !r.relocated(&m, new),
+            "the old location is no one's any more"
+        );
+        let key_id = ram.slots.hash(b"r");
+        let loc = append_put(&tier, key_id, b"r", &VALUE);
+        let at = ram.put_ram(key_id, b"r", &VALUE, home_word(loc));
+        let new = append_put(&tier, key_id, b"r", &VALUE);
+        assert!(r.relocated(&meta_of(&tier, key_id, loc, VALUE.len()), new));
+        assert_eq!(ram.record(at).unwrap().header.home, home_word(new));
+        assert_eq!(Counters::get(&tier.counters.relocated), 2);
+    }
+
+    #[test]
+    fn a_lost_write_costs_flash_only_items_and_ram_copies_their_home() {
+        let (tier, ram) = open("reclaim-lost", |_| {});
+        let r = Reclaim::new(&tier, &ram);
+        let (_, flash_only) = put_flash(&tier, &ram, b"f", &VALUE, 0);
+        let key_id = ram.slots.hash(b"r");
+        let loc = append_put(&tier, key_id, b"r", &VALUE);
+        let at = ram.put_ram(key_id, b"r", &VALUE, home_word(loc));
+        let in_ram = meta_of(&tier, key_id, loc, VALUE.len());
+        let lost = |meta: RecordMeta| LostRecord {
+            meta,
+            record: None::<Record>,
+        };
+        r.lost(&[lost(flash_only), lost(in_ram)]);
+        assert!(ram.slot(flash_only.key_id).is_none());
+        assert_eq!(ram.record(at).unwrap().header.home, HOME_OLDER);
+        assert_eq!(Counters::get(&tier.counters.write_failed_lost), 1);
+        assert_eq!(Counters::get(&tier.counters.write_failed_in_ram), 1);
+        assert_eq!(misses(&ram, flash_only.key_id), "get_misses_lost");
+    }
+}

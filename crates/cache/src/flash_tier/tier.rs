@@ -508,6 +508,12 @@ impl FlashTier {
         self.flash.can_append(STREAM, self.flash.max_value_len(0))
     }
 
+    /// The tier's counters, for the whole-cache unit tests (`crate::tests`).
+    #[cfg(test)]
+    pub(crate) fn counters(&self) -> &TierCounters {
+        &self.counters
+    }
+
     /// The back-pressure gate (its thread holds it too).
     pub(crate) fn gate(&self) -> &Arc<Gate> {
         &self.gate

@@ -402,3 +402,169 @@ impl RamTier {
         Ok(None)
     }
 }
+
+/// S3-FIFO on a RAM tier alone, over a fake tier below.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ram::testing::{key, Answer, FakeLower, Rig, SEG};
+
+    const VALUE: [u8; 1000] = [7; 1000];
+
+    /// Items of `VALUE` one segment holds.
+    fn per_segment() -> usize {
+        SEG / 8 / record::rec_words(key(0).len(), VALUE.len())
+    }
+
+    #[test]
+    fn unhit_items_leave_the_small_log_first_in_first_out_into_the_ghost_set() {
+        let rig = Rig::with(4, FakeLower::new(false, Answer::Drop), |b| {
+            b.ghost_entries(1 << 16)
+        });
+        let n = 8 * per_segment();
+        for i in 0..n {
+            rig.set(&key(i), &VALUE, 0);
+        }
+        let evicted = rig.count(|c| &c.evictions) as usize;
+        assert!(evicted > 0 && evicted < n);
+        assert_eq!(rig.count(|c| &c.evicted_unfetched) as usize, evicted);
+        assert_eq!(
+            rig.lower.offered.lock().len(),
+            evicted,
+            "each offered below first"
+        );
+        assert!(
+            (0..evicted).all(|i| rig.get(&key(i)).is_none()),
+            "oldest first"
+        );
+        assert!((evicted..n).all(|i| rig.get(&key(i)).is_some()));
+        assert_eq!(rig.slots.len() as usize, n - evicted);
+        // Stored again, a ghost goes straight to the main log (the set forgets it then).
+        let ghosts = (0..evicted)
+            .filter(|&i| rig.ram.target_log(rig.slots.hash(&key(i))) == Log::Main)
+            .count();
+        assert!(
+            ghosts * 10 >= evicted * 9,
+            "{ghosts} of {evicted} remembered"
+        );
+    }
+
+    #[test]
+    fn a_hit_item_moves_to_the_main_log_and_outlives_a_cold_stream() {
+        let rig = Rig::new(8, FakeLower::new(false, Answer::Drop));
+        let hot = 40;
+        for i in 0..hot {
+            rig.set(&key(i), &VALUE, 0);
+            rig.hit(&key(i));
+        }
+        for i in hot..16 * per_segment() {
+            rig.set(&key(i), &VALUE, 0);
+        }
+        assert!(rig.count(|c| &c.evictions) > 0);
+        assert!(
+            (0..hot).all(|i| rig.get(&key(i)).is_some()),
+            "a hot item was evicted"
+        );
+        assert_eq!(rig.count(|c| &c.moves_to_main), hot as u64);
+    }
+
+    #[test]
+    fn items_the_tier_below_takes_become_its_slots_and_are_not_lost() {
+        let rig = Rig::new(4, FakeLower::new(true, Answer::Slot));
+        let n = 8 * per_segment();
+        for i in 0..n {
+            rig.set(&key(i), &VALUE, 0);
+        }
+        let taken = rig.lower.offered.lock().len();
+        assert!(taken > 0);
+        assert_eq!(rig.count(|c| &c.evictions), 0, "nothing dropped");
+        assert_eq!(rig.slots.len() as usize, n, "every key keeps a slot");
+        assert_eq!(rig.slot(&key(0)).unwrap().tier, Tier::Flash);
+        assert_eq!(rig.slot(&key(n - 1)).unwrap().tier, Tier::Ram);
+    }
+
+    #[test]
+    fn without_a_tier_below_and_with_evictions_off_no_live_item_is_dropped() {
+        let rig = Rig::with(4, FakeLower::new(false, Answer::Drop), |b| {
+            b.evict_to_free(false)
+        });
+        let env = rig.env();
+        let words = record::rec_words(key(0).len(), VALUE.len());
+        let mut stored = 0;
+        loop {
+            match rig.ram.reserve(&env, Log::Small, words, false) {
+                Ok(space) => {
+                    rig.ram.abandon(Some(space));
+                    rig.set(&key(stored), &VALUE, 0);
+                    stored += 1;
+                }
+                Err(Error::OutOfMemory) => break,
+                Err(e) => panic!("{e}"),
+            }
+            assert!(stored < 10 * per_segment(), "RAM never filled");
+        }
+        assert_eq!(rig.count(|c| &c.evictions), 0);
+        assert!((0..stored).all(|i| rig.get(&key(i)).is_some()));
+    }
+
+    #[test]
+    fn an_eviction_the_tier_below_cannot_take_now_stalls_or_stays_in_ram() {
+        let rig = Rig::new(4, FakeLower::new(true, Answer::Slot));
+        let mut i = 0;
+        while rig.lower.offered.lock().is_empty() {
+            rig.set(&key(i), &VALUE, 0);
+            i += 1;
+        }
+        // RAM is full: from here every new segment needs an eviction, which the tier below
+        // refuses for back-pressure.
+        *rig.lower.answer.lock() = Answer::Later;
+        let env = rig.env();
+        let before = rig.slots.len();
+        let in_ram = |k: usize| rig.slot(&key(k)).is_some_and(|e| e.tier == Tier::Ram);
+        let ram_items = (0..i).filter(|&k| in_ram(k)).count();
+        let offered = rig.lower.offered.lock().len();
+        let mut stalled = false;
+        for _ in 0..4 * per_segment() {
+            match rig.ram.reserve(&env, Log::Small, 100, true) {
+                Ok(space) => rig.ram.abandon(Some(space)),
+                Err(Error::FlashBusy) => {
+                    stalled = true;
+                    break;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(stalled, "a stalling writer never met the refusal");
+        assert_eq!(rig.lower.offered.lock().len(), offered + 1);
+        assert_eq!(rig.slots.len(), before);
+        assert_eq!(
+            (0..i).filter(|&k| in_ram(k)).count(),
+            ram_items,
+            "nothing evicted: the victim is back at its queue's front"
+        );
+        assert_eq!(rig.count(|c| &c.evictions), 0);
+        assert_eq!(
+            rig.lower
+                .deferred
+                .load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+        // Without stalling an item stays in RAM, copied to the main log (deferred), while
+        // there is room for the copy; one without room is dropped and counted.
+        rig.ram
+            .reserve(&env, Log::Small, 100, false)
+            .map(|s| rig.ram.abandon(Some(s)))
+            .unwrap();
+        assert!(
+            rig.lower
+                .deferred
+                .load(std::sync::atomic::Ordering::Relaxed)
+                > 0
+        );
+        assert_eq!(
+            rig.slots.len() + rig.count(|c| &c.evictions),
+            before,
+            "every item still has a slot or is counted as evicted"
+        );
+    }
+}

@@ -19,4 +19,6 @@ pub(crate) mod index;
 pub(crate) mod lower;
 pub(crate) mod record;
 pub(crate) mod sweeper;
+#[cfg(test)]
+pub(crate) mod testing;
 pub(crate) mod tier;

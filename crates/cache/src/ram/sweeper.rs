@@ -190,3 +190,73 @@ impl RamTier {
         expired
     }
 }
+
+/// Sweeper passes on a RAM tier alone.
+#[cfg(test)]
+mod tests {
+    use crate::ram::record::rec_words;
+    use crate::ram::testing::{key, Answer, FakeLower, Rig, SEG};
+
+    const VALUE: [u8; 1000] = [3; 1000];
+
+    fn per_segment() -> usize {
+        SEG / 8 / rec_words(key(0).len(), VALUE.len())
+    }
+
+    #[test]
+    fn a_pass_frees_segments_whose_items_expired_the_open_one_too() {
+        let rig = Rig::new(4, FakeLower::new(false, Answer::Drop));
+        let now = rig.meta.now();
+        let n = per_segment() * 3 / 2;
+        for i in 0..n {
+            rig.set(&key(i), &VALUE, now + 1);
+        }
+        assert_eq!(rig.ram.sweep(&rig.env()), 0, "nothing expired yet");
+        rig.clock.advance(2);
+        let swept = rig.ram.sweep(&rig.env());
+        assert_eq!(swept, 2, "the sealed segment and the stale head");
+        assert_eq!(rig.count(|c| &c.segments_swept), 2);
+        assert_eq!(rig.slots.len(), 0, "no client touched them");
+        assert_eq!(rig.count(|c| &c.reclaimed) as usize, n);
+        assert_eq!(rig.count(|c| &c.live_bytes), 0);
+        assert_eq!(rig.ram.segment_counts().free, 2);
+    }
+
+    #[test]
+    fn a_pass_compacts_a_mostly_overwritten_segment() {
+        let rig = Rig::new(8, FakeLower::new(false, Answer::Drop));
+        let n = 2 * per_segment();
+        for i in 0..n {
+            rig.set(&key(i), &VALUE, 0);
+        }
+        // Overwrite two thirds of the first segment's items: it is mostly dead.
+        let dead = per_segment() * 2 / 3;
+        for i in 0..dead {
+            rig.set(&key(i), &VALUE, 0);
+        }
+        let swept = rig.ram.sweep(&rig.env());
+        assert!(swept >= 1);
+        let compacted = rig.count(|c| &c.compacted) as usize;
+        assert!(
+            compacted >= per_segment() - dead,
+            "{compacted} live records moved"
+        );
+        assert_eq!(rig.slots.len() as usize, n);
+        assert!((0..n).all(|i| rig.get(&key(i)).as_deref() == Some(&VALUE[..])));
+        assert_eq!(rig.count(|c| &c.evictions), 0);
+    }
+
+    #[test]
+    fn a_pass_leaves_live_segments_alone() {
+        let rig = Rig::new(8, FakeLower::new(false, Answer::Drop));
+        let n = 2 * per_segment();
+        for i in 0..n {
+            rig.set(&key(i), &VALUE, 0);
+        }
+        let used = rig.ram.mem_used();
+        assert_eq!(rig.ram.sweep(&rig.env()), 0);
+        assert_eq!(rig.count(|c| &c.compacted), 0);
+        assert_eq!(rig.ram.mem_used(), used);
+        assert_eq!(rig.slots.len() as usize, n);
+    }
+}

@@ -443,3 +443,8 @@ pub(crate) struct SegmentCounts {
     pub free: u64,
     pub large: u64,
 }
+
+/// The write path, the removals and the copies from below, on a RAM tier alone.
+#[cfg(test)]
+#[path = "tier_tests.rs"]
+mod tests;
