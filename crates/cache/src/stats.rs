@@ -1,7 +1,8 @@
-//! Counters of the RAM tier (relaxed atomics, bumped by any thread) and how the store answers
-//! memcached's `stats` sections: general, `settings`, `slabs` and `items` (memcached's shape,
-//! which memcached-tool and memcached_exporter read, with one class per tier: 1 = RAM
-//! segments, 2 = flash segments) and `extstore`. Every name and what it counts: docs/stats.md.
+//! How the store answers memcached's `stats` sections from its components' counters (`meta`,
+//! the RAM tier's segments, the flash engine's): general, `settings`, `slabs` and `items`
+//! (memcached's shape, which memcached-tool and memcached_exporter read, with one class per
+//! tier: 1 = RAM segments, 2 = flash segments) and `extstore` (`flash_tier::stats`). Every
+//! name and what it counts: docs/stats.md.
 
 use crate::config::EvictionPolicy;
 use crate::meta::Counters;
@@ -126,7 +127,8 @@ impl crate::engine::Core {
         let oldest = self.ram.oldest_stored();
         let age = oldest.map_or(0, |t| u64::from(now.saturating_sub(t)));
         // Items dropped (not moved) are counted in the class whose policy drops them.
-        let lossy = if self.lower.flash().is_some() { 2 } else { 1 };
+        let flash = self.lower.flash();
+        let lossy = if flash.is_some() { 2 } else { 1 };
         let mut v: Vec<(String, String)> = Vec::new();
         let mut add = |class: u32, k: &str, n: u64| {
             v.push((format!("items:{class}:{k}"), n.to_string()));
@@ -138,7 +140,7 @@ impl crate::engine::Core {
         for class in 1..=lossy {
             if class == 2 {
                 add(2, "number", self.count_tier(Tier::Flash));
-                if let Some(tier) = self.lower.flash() {
+                if let Some(tier) = flash {
                     add(
                         2,
                         "mem_requested",

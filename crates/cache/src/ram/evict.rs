@@ -1,5 +1,5 @@
-//! Eviction: S3-FIFO at segment granularity (rules and measurements: docs/eviction.md), and
-//! the segment drain shared with the sweeper. A victim segment is walked record by record:
+//! Eviction, `RamTier`'s: S3-FIFO at segment granularity (rules and measurements:
+//! docs/eviction.md), and the segment drain shared with the sweeper. A victim segment is walked record by record:
 //! records no slot points at are skipped, dead ones reclaimed, live ones copied to a log head
 //! (a second chance) or evicted — handed to the tier below first (`lower`), which keeps them
 //! as flash slots when there is flash; one it cannot take now (back-pressure) stops a

@@ -43,7 +43,7 @@ pub enum Tier {
     Ram,
     /// Location on flash: bits 0–39 of the slot are the flash address in 16-byte units and
     /// the size-hint bits are the engine's page hint, together a packed
-    /// `flashtier_flash::Location` (see `flash_tier`).
+    /// flash `Location` (see `flash_tier`).
     Flash,
 }
 

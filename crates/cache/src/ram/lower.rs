@@ -1,8 +1,11 @@
 //! [`LowerTier`]: everything the RAM tier hands to the tier below it — an evicted live item,
 //! a lower-tier copy that stopped being any key's, a key whose older versions below must stay
 //! gone, a `flush_all`, and where a new version's lower copy lives (its home word). The flash
-//! tier implements it (`flash_tier::demote`); without flash, [`NoLower`] does nothing, so the
-//! RAM tier and the removal paths never ask whether flash is configured.
+//! tier implements it (`flash_tier::demote`); without flash, [`NoLower`] does nothing (the
+//! core's `Lower::None` answers with it), so the RAM tier and the removal paths never ask
+//! whether flash is configured. The other way, [`CopyUp`] is how RAM answers a copy of a
+//! lower item into RAM (a promotion, `RamTier::copy_up_now`/`copy_up_later`). This is RAM's
+//! whole seam with the tier below, as foyer's `Pipe` is its memory cache's.
 //!
 //! # Threads
 //! Called by whichever thread writes, evicts or removes, holding the key's shard lock (and

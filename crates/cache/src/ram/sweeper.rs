@@ -1,15 +1,16 @@
 //! The sweeper: frees memory held by expired and dead records without any client touching
-//! them. A pass looks at every sealed, quiet segment, one at a time under `AllocState`: one
-//! with nothing live, everything expired, or covered by a passed `flush_all` is drained and
-//! freed; one at least [`COMPACT_DEAD_PERCENT`] dead (overwritten, deleted, expired) has its
-//! live records compacted into the same log's head, if a free segment is available. A head holding
-//! anything stale is sealed first, so expired items are found even when writes stop. A scan
-//! raises the segment's `min_exp` hint, so it is rescanned only once something in it expired.
+//! them (`RamTier::sweep`; the thread is [`Sweeper`]). A pass looks at every sealed, quiet
+//! segment, one at a time under `AllocState`: one with nothing live, everything expired, or
+//! covered by a passed `flush_all` is drained and freed; one at least [`COMPACT_DEAD_PERCENT`]
+//! dead (overwritten, deleted, expired) has its live records compacted into the same log's
+//! head, if a free segment is available. A head holding anything stale is sealed first, so
+//! expired items are found even when writes stop. A scan raises the segment's `min_exp`
+//! hint, so it is rescanned only once something in it expired.
 //!
 //! # Threads
 //! One thread per `Cache` (`flashtier-sweeper`), woken every `sweep_interval`, stopped when
 //! the `Cache` is dropped; `Cache::sweep` runs a pass on the caller's thread. The write-back
-//! thread runs on the same loop (`Sweeper::spawn_fn`).
+//! thread runs on the same loop (`Sweeper::spawn_fn`, which knows nothing of what it runs).
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
