@@ -55,6 +55,8 @@ impl BlockCache {
         })
     }
 
+    // Longer than clippy.toml's 120 lines; left as is by issue 29 (cache crate only).
+    #[allow(clippy::too_many_lines)]
     fn open_with(
         cap: u64,
         backing: Arc<dyn BlockBackend>,

@@ -7,89 +7,68 @@
 //!
 //! Threads: the caller's task; takes one shard lock at a time and never holds it across IO.
 use bytes::Bytes;
-use flashtier_flash::Location;
 
-use crate::engine::Cache;
+use crate::engine::Core;
 use crate::flash_tier::kv_record::FlashItem;
+use crate::item::ItemInfo;
+use crate::meta::Meta;
 use crate::ram::index::Tier;
 use crate::ram::record::F_FETCHED;
-use crate::store::ItemInfo;
 
 /// Record header bytes counted in an item's size.
 const HEADER: u32 = 40;
-/// Flash reads in flight at once while dumping one shard.
-const READ_BATCH: usize = 64;
-
-impl Cache {
-    /// The live items of index shard `shard` (see the module docs).
-    pub(crate) async fn dump_shard(&self, shard: usize) -> Vec<ItemInfo> {
-        let inner: &crate::engine::Inner = &self.inner;
-        if shard >= inner.index.shard_count() {
-            return Vec::new();
-        }
-        let now = inner.cfg.clock.now();
-        let mut items = Vec::new();
-        let mut on_flash: Vec<(u64, u8)> = Vec::new();
-        {
-            let table = inner.index.lock_nth(shard);
-            table.for_each(|e| {
-                if e.tier == Tier::Flash {
-                    on_flash.push((e.loc, e.freq));
-                    return;
-                }
-                let Some(rec) = inner.arena.record(e.loc) else {
-                    return;
-                };
-                let h = rec.header;
-                if inner.dead(&h, now) {
-                    return;
-                }
-                let mut key = Vec::with_capacity(usize::from(h.klen));
-                rec.read_key(&mut key);
-                items.push(ItemInfo {
-                    key: Bytes::from(key),
-                    exptime: h.exptime,
-                    last_access: h.last_access,
-                    cas: h.cas,
-                    fetched: h.rflags & F_FETCHED != 0,
-                    value_len: h.vlen,
-                    size: HEADER + u32::from(h.klen) + h.vlen,
-                    flash_only: false,
-                });
-            });
-        }
-        let Some(tier) = inner.flash_tier.as_ref() else {
-            return items;
-        };
-        // Reads are issued in batches so they overlap on the device, within the engine's
-        // read queue bound.
-        let mut reads = Vec::with_capacity(READ_BATCH);
-        for chunk in on_flash.chunks(READ_BATCH) {
-            reads.clear();
-            for &(packed, freq) in chunk {
-                reads.push((tier.flash.read(Location::unpack(packed)), freq));
-            }
-            for (read, freq) in reads.drain(..) {
-                if let Ok(rec) = read.await {
-                    if let Some(info) = flash_info(inner, &rec, freq, now) {
-                        items.push(info);
-                    }
-                }
-            }
-        }
-        items
+/// The live items of index shard `shard` of `core` (see the module docs).
+pub(crate) async fn shard(core: &Core, shard: usize) -> Vec<ItemInfo> {
+    if shard >= core.slots.shard_count() {
+        return Vec::new();
     }
+    let now = core.cfg.clock.now();
+    let mut items = Vec::new();
+    let mut on_flash: Vec<(u64, u8)> = Vec::new();
+    {
+        let table = core.slots.lock_nth(shard);
+        table.for_each(|e| {
+            if e.tier == Tier::Flash {
+                on_flash.push((e.loc, e.freq));
+                return;
+            }
+            let Some(rec) = core.ram.record(e.loc) else {
+                return;
+            };
+            let h = rec.header;
+            if core.meta.dead_at(h.exptime, h.stored, now) {
+                return;
+            }
+            let mut key = Vec::with_capacity(usize::from(h.klen));
+            rec.read_key(&mut key);
+            items.push(ItemInfo {
+                key: Bytes::from(key),
+                exptime: h.exptime,
+                last_access: h.last_access,
+                cas: h.cas,
+                fetched: h.rflags & F_FETCHED != 0,
+                value_len: h.vlen,
+                size: HEADER + u32::from(h.klen) + h.vlen,
+                flash_only: false,
+            });
+        });
+    }
+    // Reads are issued in batches so they overlap on the device, within the engine's read
+    // queue bound.
+    core.lower
+        .read_batch(&on_flash, |rec, freq| {
+            if let Some(info) = flash_info(&core.meta, rec, freq, now) {
+                items.push(info);
+            }
+        })
+        .await;
+    items
 }
 
 /// The dump line of a flash record, if it is a live item.
-fn flash_info(
-    inner: &crate::engine::Inner,
-    rec: &flashtier_flash::Record,
-    freq: u8,
-    now: u32,
-) -> Option<ItemInfo> {
+fn flash_info(meta: &Meta, rec: &flashtier_flash::Record, freq: u8, now: u32) -> Option<ItemInfo> {
     let item = FlashItem::decode(rec)?;
-    if inner.dead_at(item.exptime, item.stored, now) {
+    if meta.dead_at(item.exptime, item.stored, now) {
         return None;
     }
     let value_len = item.value.len() as u32;

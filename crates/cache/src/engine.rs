@@ -1,52 +1,47 @@
-//! [`Cache`], the real store's handle, and `Inner`, the state its components share: the
-//! index, the RAM arena and ghost set, the flash tier when configured, the CAS counter and a
-//! pending delayed `flush_all`. Opening recovers the flash tier into the index before the
-//! cache is shared. What lives here is what every component needs: liveness (expiry and
-//! `flush_all`), removing an item's slot, and `flush_all` itself. The operations are in
-//! `ops`, the RAM tier in `ram`, the flash tier in `flash_tier`.
+//! [`Cache`], the real store's handle (its threads), and `Core`, the composition every
+//! request runs on: the one index of both tiers (`slots`), the RAM tier (`ram::tier::RamTier`),
+//! the tier below (`lower::Lower`: none or the flash tier) and the cache's metadata
+//! (`meta::Meta`: CAS, flush time, ledger, counters). Each part owns its state; the core lends
+//! RAM what it does not own (`ram::tier::Env`) and lets the flash tier reach RAM through
+//! `flash_tier::RamAccess`, which it implements here. Opening recovers the flash tier into the
+//! index before the cache is shared (`flash_tier::recovery::open`). What else lives here:
+//! `flush_all`, and starting and stopping the threads. The operations are in `ops`.
 //!
 //! # Threads
-//! Any number of callers; the sweeper and write-back threads hold an `Arc<Inner>` and are
-//! stopped when the `Cache` is dropped, the engine's reclaimer reaches it through a `Weak`
+//! Any number of callers; the sweeper, write-back and gate threads hold an `Arc<Core>` and
+//! are stopped when the `Cache` is dropped, the engine's reclaimer reaches it through a `Weak`
 //! behind the reclaim handler's gate. Lock order: `AllocState` → index shard → arena head;
 //! the flash engine's locks are leaves.
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use flashtier_flash::Flash;
 
-use crate::config::{CacheConfig, FlashDevices, StartError};
-use crate::flash_tier::kv_record::KvRecord;
+use crate::config::{CacheConfig, StartError};
+use crate::flash_tier::backpressure::GateThread;
 use crate::flash_tier::reclaim::Handler;
-use crate::flash_tier::recovery::Recovered;
-use crate::flash_tier::{entry_of, FlashTier, STREAM};
-use crate::knobs::Tiering;
-use crate::ledger::{Cause, Ledger};
-use crate::ram::arena::Arena;
-use crate::ram::ghost::Ghost;
+use crate::flash_tier::tier::{FlashTier, Host};
+use crate::flash_tier::{recovery, CopyAt, RamAccess};
+use crate::lower::Lower;
+use crate::meta::Meta;
+use crate::ram::arena::RecordRef;
 use crate::ram::index::{Entry, Index, Pos, Shard, Tier};
-use crate::ram::lower::{LowerTier, NoLower};
-use crate::ram::record::{Header, F_FETCHED};
+use crate::ram::lower::{CopyUp, LowerTier};
+use crate::ram::record::Header;
 use crate::ram::sweeper::Sweeper;
-use crate::stats::Counters;
+use crate::ram::tier::{Env, RamTier};
 use crate::Error;
 
-const NO_FLUSH: u64 = u64::MAX;
-
-/// State shared by callers and the sweeper.
-pub(crate) struct Inner {
+/// The composition every request runs on (see the module docs).
+pub(crate) struct Core {
     pub cfg: CacheConfig,
-    pub index: Index,
-    pub arena: Arena,
-    pub ghost: Ghost,
-    /// How keys last left, for classifying GET misses (`get_misses_*`).
-    pub ledger: Ledger,
-    pub counters: Counters,
-    /// The flash tier, if configured.
-    pub flash_tier: Option<FlashTier>,
-    pub(crate) next_cas: AtomicU64,
-    /// Time of the last delayed `flush_all`, or `NO_FLUSH`.
-    flush_at: AtomicU64,
+    /// The one index of both tiers: a key's slot names its tier.
+    pub slots: Index,
+    /// The RAM tier: arena, ghost set, eviction policy, sweeper pass.
+    pub ram: RamTier,
+    /// The tier below RAM: none, or the flash tier.
+    pub lower: Lower,
+    /// CAS, flush time, departure ledger, counters.
+    pub meta: Meta,
 }
 
 /// The real store: the RAM tier, and the flash tier under it when `CacheConfig::flash` is
@@ -81,18 +76,18 @@ pub(crate) struct Inner {
 /// `get_now`/`set_now`/`update_now`/`delete_now` are the same operations without `async`.
 /// `stats_section` answers `items`, `slabs` (segments) and `settings`.
 pub struct Cache {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) core: Arc<Core>,
     sweeper: Option<Sweeper>,
     /// The write-back thread (`writeback`), with flash.
     writeback: Option<Sweeper>,
     /// The back-pressure gate's thread (`flash_tier::backpressure`), with flash.
-    gate: Option<crate::flash_tier::backpressure::GateThread>,
-    handler: Option<Arc<Handler>>,
+    gate: Option<GateThread>,
+    handler: Option<Arc<Handler<Core>>>,
 }
 
 impl Drop for Cache {
     fn drop(&mut self) {
-        // Stop the sweeper, then the flash engine's threads, while `inner` is still alive:
+        // Stop the sweeper, then the flash engine's threads, while `core` is still alive:
         // the reclaimer must never hold the last reference to it.
         drop(self.sweeper.take());
         drop(self.writeback.take());
@@ -108,9 +103,9 @@ impl Drop for Cache {
 impl std::fmt::Debug for Cache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cache")
-            .field("memory_limit", &self.inner.cfg.memory_limit)
-            .field("segment_bytes", &self.inner.arena.mem_used())
-            .field("items", &self.inner.index.len())
+            .field("memory_limit", &self.core.cfg.memory_limit)
+            .field("segment_bytes", &self.core.ram.mem_used())
+            .field("items", &self.core.slots.len())
             .finish_non_exhaustive()
     }
 }
@@ -119,126 +114,64 @@ impl Cache {
     /// A cache with `cfg` (validated here); starts the sweeper thread if configured.
     pub fn new(cfg: CacheConfig) -> Result<Self, StartError> {
         cfg.validate().map_err(StartError::Config)?;
-        let mut seed = cfg.hash_seed;
-        let mut opened = None;
-        let mut engine_reserve = 0;
-        let mut hot_stream = crate::flash_tier::STREAM;
         let handler = cfg.flash.as_ref().map(|_| Arc::new(Handler::new()));
-        if let (Some(settings), Some(handler)) = (&cfg.flash, &handler) {
-            let mut rec = Recovered::default();
-            let engine = settings.engine_config();
-            engine_reserve = engine.reserve_segments;
-            hot_stream = crate::flash_tier::hot_stream(&engine);
-            let tiering = Tiering::new(settings, engine.free_high_watermark);
-            let h: Arc<dyn flashtier_flash::ReclaimHandler> = handler.clone();
-            let res = match &settings.devices {
-                FlashDevices::Specs(specs) => {
-                    Flash::open_specs(specs, engine, h, |m| rec.on_record(m))
+        let (slots, lower, last_cas, flush_at) = match (&cfg.flash, &handler) {
+            (Some(settings), Some(handler)) => {
+                let h: Arc<dyn flashtier_flash::ReclaimHandler> = handler.clone();
+                match recovery::open(settings, cfg.index_shards, &cfg.clock, h) {
+                    Ok(o) => (o.slots, Lower::Flash(o.tier), o.last_cas, o.flush_at),
+                    Err(e) => {
+                        handler.close();
+                        return Err(StartError::Flash(e));
+                    }
                 }
-                FlashDevices::Devices(devs) => {
-                    Flash::open(devs.clone(), engine, h, |m| rec.on_record(m))
-                }
-            };
-            let (flash, info) = match res {
-                Ok(v) => v,
-                Err(e) => {
-                    handler.close();
-                    return Err(StartError::Flash(e));
-                }
-            };
-            seed = info.hash_seed;
-            let journal = info.journal.clone().unwrap_or_default();
-            for e in &journal.entries {
-                rec.on_journal(e);
             }
-            let mut rebuilt = rec.finish(cfg.clock.now());
-            let cold = info.journal.is_some() && !journal.trusted;
-            if cold {
-                log::warn!(
-                    "flash tier: starting empty: {} (the flash tier holds {} items that could \
-                     be stale)",
-                    journal.why,
-                    rebuilt.items.len()
-                );
-                rebuilt.go_cold();
-            }
-            opened = Some((flash, info, rebuilt, tiering, cold));
-        }
-        // Index tables start at 2 buckets per shard (staggered up to 2.5).
-        let index = Index::new(cfg.index_shards, seed, 2);
-        let mut next_cas = 0;
-        let mut flush_at = NO_FLUSH;
-        let tier = opened.map(|(flash, info, rebuilt, tiering, cold)| {
-            for &(key_id, loc) in &rebuilt.items {
-                index.lock(key_id).insert(key_id, entry_of(loc, 0));
-            }
-            for &loc in &rebuilt.dead {
-                flash.mark_dead(loc);
-            }
-            next_cas = rebuilt.max_version;
-            if let Some(at) = rebuilt.flush_at {
-                flush_at = u64::from(at);
-            }
-            let mut tier = FlashTier::new(
-                flash,
-                info,
-                rebuilt.max_version,
-                tiering,
-                engine_reserve,
-                cfg.clock.clone(),
-            );
-            tier.hot_stream = hot_stream;
-            tier.last_marker
-                .store(rebuilt.last_marker, Ordering::Relaxed);
-            tier.last_delayed
-                .store(rebuilt.last_delayed, Ordering::Relaxed);
-            Counters::add(&tier.counters.recovered, rebuilt.items.len() as u64);
-            Counters::add(&tier.counters.journal_cold_starts, u64::from(cold));
-            let replayed = crate::flash_tier::recovery::replay(&tier, &rebuilt);
-            (tier, replayed)
-        });
-        let tier = match tier {
-            Some((tier, Ok(()))) => Some(tier),
-            Some((tier, Err(e))) => {
-                let _ = tier.flash.close();
-                if let Some(h) = &handler {
-                    h.close();
-                }
-                return Err(StartError::Flash(e));
-            }
-            None => None,
+            // Index tables start at 2 buckets per shard (staggered up to 2.5).
+            _ => (
+                Index::new(cfg.index_shards, cfg.hash_seed, 2),
+                Lower::None,
+                0,
+                None,
+            ),
         };
-        let inner = Arc::new(Inner {
-            index,
-            arena: Arena::new(cfg.memory_limit, cfg.segment_size),
-            ghost: Ghost::new(cfg.ghost_len()),
-            ledger: Ledger::new(2 * cfg.ghost_len()),
-            counters: Counters::default(),
-            flash_tier: tier,
-            next_cas: AtomicU64::new(next_cas),
-            flush_at: AtomicU64::new(flush_at),
+        let core = Arc::new(Core {
+            slots,
+            ram: RamTier::new(&cfg),
+            lower,
+            meta: Meta::new(cfg.clock.clone(), 2 * cfg.ghost_len(), last_cas, flush_at),
             cfg,
         });
         if let Some(h) = &handler {
-            h.ready(Arc::downgrade(&inner));
+            h.ready(Arc::downgrade(&core));
         }
-        let sweeper = match inner.cfg.sweep_interval {
-            Some(every) => match Sweeper::spawn(inner.clone(), every) {
+        let sweeper = match core.cfg.sweep_interval {
+            Some(every) => match Sweeper::spawn_fn("flashtier-sweeper", every, {
+                let core = core.clone();
+                move || {
+                    core.sweep();
+                }
+            }) {
                 Ok(s) => Some(s),
                 Err(e) => {
-                    if let Some(tier) = &inner.flash_tier {
-                        let _ = tier.flash.close();
+                    if let Some(tier) = core.lower.flash() {
+                        let _ = tier.engine().close();
                     }
                     return Err(StartError::Sweeper(e));
                 }
             },
             None => None,
         };
-        let writeback = crate::flash_tier::writeback::spawn(&inner).map_err(StartError::Sweeper)?;
-        let gate = crate::flash_tier::backpressure::GateThread::spawn(&inner)
-            .map_err(StartError::Sweeper)?;
+        let writeback = crate::flash_tier::writeback::spawn(&core).map_err(StartError::Sweeper)?;
+        let gate = match core.lower.flash() {
+            Some(tier) => {
+                let c = core.clone();
+                let probe = move || c.parts().is_none_or(|(t, _)| t.takes_appends());
+                Some(GateThread::spawn(tier.gate().clone(), probe).map_err(StartError::Sweeper)?)
+            }
+            None => None,
+        };
         Ok(Self {
-            inner,
+            core,
             sweeper,
             writeback,
             gate,
@@ -248,61 +181,58 @@ impl Cache {
 
     /// The shared state, for unit tests that drive a request's phases by hand.
     #[cfg(test)]
-    pub(crate) fn inner(&self) -> &Inner {
-        &self.inner
+    pub(crate) fn core(&self) -> &Core {
+        &self.core
+    }
+
+    /// The flash tier, for unit tests (panics without flash).
+    #[cfg(test)]
+    pub(crate) fn tier(&self) -> &FlashTier {
+        self.core.lower.flash().expect("a cache with flash")
     }
 
     /// The flash engine, when flash is configured (knobs: `flash().set_knob(..)`; durability
     /// barrier: `flash().flush()`; reclaim by hand: `flash().reclaim_now(..)`).
     pub fn flash(&self) -> Option<&Flash> {
-        self.inner.flash_tier.as_ref().map(|tier| &tier.flash)
+        self.core.lower.flash().map(FlashTier::engine)
     }
 
     /// Record the CAS counter on flash, flush flash and stop its threads (a clean shutdown).
     /// Idempotent. Later writes fail with
     /// `Error::Flash`. Without flash, does nothing.
     pub fn close(&self) -> Result<(), Error> {
-        match &self.inner.flash_tier {
-            Some(tier) if tier.closed.swap(true, Ordering::SeqCst) => Ok(()),
-            Some(tier) => {
-                self.inner.write_all_at_close();
-                let cas = self.inner.next_cas.load(Ordering::Relaxed);
-                tier.append(STREAM, &KvRecord::CasCheckpoint { cas });
-                tier.flash.close().map_err(|e| Error::Flash(e.to_string()))
-            }
-            None => Ok(()),
-        }
+        self.core.lower.close(&*self.core)
     }
 
     /// The last CAS value handed out (new items get larger ones). After a warm restart it is
     /// the largest version recovered from flash.
     pub fn last_cas(&self) -> u64 {
-        self.inner.next_cas.load(Ordering::Relaxed)
+        self.core.meta.last_cas()
     }
 
     /// Items whose only copy is on flash right now (walks the index; for tests and tools).
     pub fn flash_items(&self) -> u64 {
         let mut n = 0;
-        for i in 0..self.inner.index.shard_count() {
-            n += self.inner.index.lock_nth(i).count_tier(Tier::Flash) as u64;
+        for i in 0..self.core.slots.shard_count() {
+            n += self.core.slots.lock_nth(i).count_tier(Tier::Flash) as u64;
         }
         n
     }
 
     /// The configuration in force.
     pub fn config(&self) -> &CacheConfig {
-        &self.inner.cfg
+        &self.core.cfg
     }
 
     /// Run one sweeper pass now: free or compact segments that are mostly expired or dead.
     /// Returns how many segments were swept.
     pub fn sweep(&self) -> usize {
-        self.inner.sweep()
+        self.core.sweep()
     }
 
     /// Bytes of RAM the index tables occupy.
     pub fn index_bytes(&self) -> u64 {
-        self.inner.index.memory_bytes()
+        self.core.slots.memory_bytes()
     }
 
     /// Change the RAM limit at run time (memcached's `cache_memlimit`), in bytes, rounded down
@@ -312,167 +242,38 @@ impl Cache {
     /// Fails, changing nothing, below two segments or above the larger of the start limit and
     /// `arena::MAX_LIMIT` (1 TiB).
     pub fn set_memory_limit(&self, bytes: u64) -> Result<(), Error> {
-        let arena = &self.inner.arena;
-        if arena.set_limit(bytes) {
-            Ok(())
-        } else {
-            Err(Error::MemoryLimit {
-                requested: bytes,
-                min: 2 * (arena.seg_words as u64 * 8),
-                max: arena.max_limit(),
-            })
-        }
+        self.core.ram.set_limit(bytes)
     }
 
     /// The RAM limit in force, in bytes (whole segments).
     pub fn memory_limit(&self) -> u64 {
-        self.inner.arena.limit()
+        self.core.ram.limit()
     }
 
     /// Bytes of segment memory allocated (the quantity the memory limit bounds).
     pub fn segment_bytes(&self) -> u64 {
-        self.inner.arena.mem_used()
+        self.core.ram.mem_used()
     }
 }
 
-impl Inner {
+impl Core {
     pub fn now(&self) -> u32 {
-        self.cfg.clock.now()
+        self.meta.now()
     }
 
-    pub(crate) fn flushed(&self, stored: u32, now: u32) -> bool {
-        let f = self.flush_at.load(Ordering::Relaxed);
-        f != NO_FLUSH && f as u32 <= now && stored <= f as u32
-    }
-
-    /// True when the record can no longer be seen: expired or flushed.
-    pub fn dead(&self, h: &Header, now: u32) -> bool {
-        self.dead_at(h.exptime, h.stored, now)
-    }
-
-    /// True when an item with this expiry and store time can no longer be seen.
-    pub fn dead_at(&self, exptime: u32, stored: u32, now: u32) -> bool {
-        (exptime != 0 && exptime <= now) || self.flushed(stored, now)
-    }
-
-    /// True when a segment's newest record is covered by a passed `flush_all`.
-    pub fn seg_flushed(&self, max_stored: u32, now: u32) -> bool {
-        max_stored != 0 && self.flushed(max_stored, now)
-    }
-
-    pub(crate) fn find_key(
-        &self,
-        shard: &Shard<'_>,
-        hash: u64,
-        key: &[u8],
-    ) -> Option<(Pos, Entry)> {
-        shard.find(hash, |e| {
-            if e.tier != Tier::Ram {
-                return false;
-            }
-            self.arena.record(e.loc).is_some_and(|r| r.key_eq(key))
-        })
-    }
-
-    /// Packed locations of the flash slots whose tag matches `hash`.
-    pub(crate) fn flash_cands(&self, shard: &Shard<'_>, hash: u64) -> Vec<u64> {
-        let mut v = Vec::new();
-        shard.find(hash, |e| {
-            if e.tier == Tier::Flash {
-                v.push(e.lower_loc());
-            }
-            false
-        });
-        v
-    }
-
-    /// Remove the flash slot at packed `loc` for `hash`; true if there was one.
-    pub(crate) fn remove_flash_loc(&self, shard: &mut Shard<'_>, hash: u64, loc: u64) -> bool {
-        match shard.find(hash, |e| e.tier == Tier::Flash && e.lower_loc() == loc) {
-            Some((pos, _)) => {
-                shard.remove(pos);
-                true
-            }
-            None => false,
+    /// What the RAM tier works with but does not own: the index, the metadata and the tier
+    /// below.
+    pub(crate) fn env(&self) -> Env<'_, Lower> {
+        Env {
+            slots: &self.slots,
+            meta: &self.meta,
+            lower: &self.lower,
         }
     }
 
-    /// The tier below RAM: the flash tier, or one that does nothing.
-    pub(crate) fn lower(&self) -> &dyn LowerTier {
-        match &self.flash_tier {
-            Some(tier) => tier,
-            None => &NoLower,
-        }
-    }
-
-    /// Remove a dead (expired or flushed) flash item's slot.
-    pub(crate) fn drop_dead_flash(
-        &self,
-        shard: &mut Shard<'_>,
-        hash: u64,
-        pos: Pos,
-        e: &Entry,
-        exptime: u32,
-    ) {
-        shard.remove(pos);
-        self.lower().forget(e.lower_loc());
-        self.flushed_gone(exptime, hash);
-        self.ledger.departed(hash, Cause::Expired);
-        Counters::add(&self.counters.reclaimed, 1);
-        if e.freq == 0 {
-            Counters::add(&self.counters.expired_unfetched, 1);
-        }
-    }
-
-    /// Account for a record the index stops pointing at.
-    pub fn release(&self, loc: u64, words: usize) {
-        let (seg, _) = self.arena.split(loc);
-        self.arena
-            .slot(seg)
-            .live
-            .fetch_sub(words as u64, Ordering::Relaxed);
-        Counters::sub(&self.counters.live_bytes, (words * 8) as u64);
-    }
-
-    /// Account for a RAM record the index stops pointing at because the item is gone
-    /// (overwritten, deleted, expired): its flash home, if any, is dead too.
-    pub fn release_rec(&self, loc: u64, h: &Header) {
-        self.release(loc, h.words());
-        if let Some(home) = h.home_loc() {
-            self.lower().forget(home);
-        }
-    }
-
-    /// A dead item with a flash copy was removed: if it died by `flush_all` rather than by
-    /// expiry, append a tombstone, or a restart could bring it back (a later delayed
-    /// `flush_all` re-arms the flush time; recovery cannot see store times).
-    pub(crate) fn flushed_gone(&self, exptime: u32, hash: u64) {
-        let expired = exptime != 0 && exptime <= self.now();
-        if !expired {
-            self.lower().cover(hash, &[]);
-        }
-    }
-
-    /// Remove the slot at `pos` whose record header is `h`.
-    pub fn unlink(&self, shard: &mut Shard<'_>, pos: Pos, h: &Header) {
-        let e = shard.remove(pos);
-        self.release_rec(e.loc, h);
-    }
-
-    /// Remove a dead (expired or flushed) item.
-    pub fn reclaim(&self, shard: &mut Shard<'_>, pos: Pos, h: &Header, hash: u64) {
-        self.unlink(shard, pos, h);
-        if h.home_loc().is_none() && h.flash_behind() {
-            // Died before reaching flash over an older flash version: cover that one.
-            self.lower().cover(hash, &[]);
-        } else if h.flash_behind() {
-            self.flushed_gone(h.exptime, hash);
-        }
-        self.ledger.departed(hash, Cause::Expired);
-        Counters::add(&self.counters.reclaimed, 1);
-        if h.rflags & F_FETCHED == 0 {
-            Counters::add(&self.counters.expired_unfetched, 1);
-        }
+    /// One sweeper pass over the RAM tier (see `ram::sweeper`).
+    pub(crate) fn sweep(&self) -> usize {
+        self.ram.sweep(&self.env())
     }
 
     /// `flush_all [delay]`; returns once its marker is journaled (`flash_tier::journal`),
@@ -481,7 +282,7 @@ impl Inner {
         let _ = crate::flash_tier::journal::take_owed();
         self.flush_all_now(at);
         let owed = crate::flash_tier::journal::take_owed();
-        if let Err(e) = crate::ops::block_on(self.settle(owed)) {
+        if let Err(e) = crate::block::block_on(self.lower.settle(owed)) {
             log::error!("flush_all: its marker could not be made durable: {e}");
         }
     }
@@ -489,22 +290,60 @@ impl Inner {
     fn flush_all_now(&self, at: u32) {
         let now = self.now();
         if at > now {
-            self.flush_at.store(u64::from(at), Ordering::Relaxed);
-            self.lower().flush(at);
+            self.meta.flush_later(at);
+            self.lower.flush(at);
             return;
         }
-        self.flush_at.store(NO_FLUSH, Ordering::Relaxed);
-        for i in 0..self.index.shard_count() {
-            let mut shard = self.index.lock_nth(i);
+        self.meta.flush_now();
+        let env = self.env();
+        for i in 0..self.slots.shard_count() {
+            let mut shard = self.slots.lock_nth(i);
             shard.drain(|e| match e.tier {
-                Tier::Ram => {
-                    if let Some(r) = self.arena.record(e.loc) {
-                        self.release_rec(e.loc, &r.header);
-                    }
-                }
-                Tier::Flash => self.lower().forget(e.lower_loc()),
+                Tier::Ram => self.ram.forget_slot(&env, e.loc),
+                Tier::Flash => self.lower.forget(e.lower_loc()),
             });
         }
-        self.lower().flush(0);
+        self.lower.flush(0);
+    }
+}
+
+/// The flash tier reaches RAM and the shared state through the core.
+impl RamAccess for Core {
+    fn slots(&self) -> &Index {
+        &self.slots
+    }
+
+    fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    fn record(&self, loc: u64) -> Option<RecordRef<'_>> {
+        self.ram.record(loc)
+    }
+
+    fn find_key(&self, shard: &Shard<'_>, hash: u64, key: &[u8]) -> Option<(Pos, Entry)> {
+        self.ram.find_key(shard, hash, key)
+    }
+
+    fn copy_fits(&self, words: usize) -> bool {
+        words <= self.ram.large_threshold()
+    }
+
+    fn copy_up(&self, at: CopyAt<'_, '_>, key: &[u8], h: &Header, value: &[u8]) -> CopyUp {
+        let env = self.env();
+        match at {
+            CopyAt::Now(shard, pos) => self.ram.copy_up_now(&env, shard, pos, key, h, value),
+            CopyAt::Later { hash, loc } => self.ram.copy_up_later(&env, hash, loc, key, h, value),
+        }
+    }
+}
+
+/// The flash tier's background work (reclaim handler, write-back and gate threads) holds the
+/// core.
+impl Host for Core {
+    type Ram = Core;
+
+    fn parts(&self) -> Option<(&FlashTier, &Core)> {
+        self.lower.flash().map(|t| (t, self))
     }
 }

@@ -1,4 +1,5 @@
-//! The item model: what a stored value carries, and how a read-modify-write changes it.
+//! The item model: what a stored value carries, how a read-modify-write changes it, and how
+//! the dump commands list a live item ([`ItemInfo`]).
 use bytes::Bytes;
 
 /// Per-item bookkeeping the meta protocol exposes (`mg` flags `h`, `l`, `W`, `X`, `Z`).
@@ -74,4 +75,22 @@ pub enum Update {
     Put(ItemWrite),
     /// Remove the item.
     Delete,
+}
+
+/// One live item as the dump commands (`lru_crawler metadump`, `stats cachedump`) list it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ItemInfo {
+    pub key: bytes::Bytes,
+    /// Absolute unix seconds; 0 = never.
+    pub exptime: u32,
+    /// Unix seconds of the last access (a flash item: when it was stored).
+    pub last_access: u32,
+    pub cas: u64,
+    pub fetched: bool,
+    /// Value bytes.
+    pub value_len: u32,
+    /// Bytes the item takes in its record (header, key, value).
+    pub size: u32,
+    /// The item is only on flash right now (its RAM copy was evicted).
+    pub flash_only: bool,
 }

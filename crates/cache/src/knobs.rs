@@ -226,58 +226,52 @@ pub fn validate_knobs(settings: &FlashSettings, changes: &[(String, String)]) ->
     Ok(())
 }
 
-impl crate::engine::Inner {
-    /// Every knob with its current value: the tiering knobs, then the engine's. Empty
-    /// without flash.
-    pub(crate) fn knobs(&self) -> Vec<(String, String)> {
-        let Some(tier) = &self.flash_tier else {
-            return Vec::new();
-        };
-        let mut v = tier.tiering.list();
-        v.extend(
-            tier.flash
-                .knobs()
-                .into_iter()
-                .map(|(k, val)| (k.to_string(), val)),
-        );
-        v
-    }
+/// Every knob with its current value: the tiering knobs, then the engine's (`flash`).
+pub(crate) fn list(tiering: &Tiering, flash: &flashtier_flash::Flash) -> Vec<(String, String)> {
+    let mut v = tiering.list();
+    v.extend(
+        flash
+            .knobs()
+            .into_iter()
+            .map(|(k, val)| (k.to_string(), val)),
+    );
+    v
+}
 
-    /// Change one knob by name (see the module docs).
-    pub(crate) fn set_knob(&self, name: &str, value: &str) -> Result<(), Error> {
-        let Some(tier) = &self.flash_tier else {
-            return Err(Error::Knob(
-                "no flash tier configured: there are no knobs to change".into(),
-            ));
-        };
-        let value = value.trim();
-        if let Some(r) = tier.tiering.set(name, value) {
-            return r;
-        }
-        if let Some((_, why)) = NO_MEANING.iter().find(|(n, _)| *n == name) {
-            return Err(Error::Knob(format!("{name} is not supported: {why}")));
-        }
-        let engine_name = if name == "compact_under" {
-            "free_low_watermark"
-        } else {
-            name
-        };
-        if flashtier_flash::knobs::KNOB_NAMES.contains(&engine_name) {
-            return tier.flash.set_knob(engine_name, value).map_err(|e| {
-                let text = e.to_string();
-                // The engine says "invalid configuration: knob ...": keep the knob part.
-                let text = text
-                    .split_once("knob ")
-                    .map_or(text.as_str(), |(_, rest)| rest);
-                Error::Knob(text.to_string())
-            });
-        }
-        Err(Error::Knob(format!(
-            "unknown knob {name}; known: {}, {}, compact_under",
-            TIERING_KNOBS.join(", "),
-            flashtier_flash::knobs::KNOB_NAMES.join(", ")
-        )))
+/// Change one knob by name (see the module docs): a tiering knob, or the engine's (`flash`).
+pub(crate) fn set(
+    tiering: &Tiering,
+    flash: &flashtier_flash::Flash,
+    name: &str,
+    value: &str,
+) -> Result<(), Error> {
+    let value = value.trim();
+    if let Some(r) = tiering.set(name, value) {
+        return r;
     }
+    if let Some((_, why)) = NO_MEANING.iter().find(|(n, _)| *n == name) {
+        return Err(Error::Knob(format!("{name} is not supported: {why}")));
+    }
+    let engine_name = if name == "compact_under" {
+        "free_low_watermark"
+    } else {
+        name
+    };
+    if flashtier_flash::knobs::KNOB_NAMES.contains(&engine_name) {
+        return flash.set_knob(engine_name, value).map_err(|e| {
+            let text = e.to_string();
+            // The engine says "invalid configuration: knob ...": keep the knob part.
+            let text = text
+                .split_once("knob ")
+                .map_or(text.as_str(), |(_, rest)| rest);
+            Error::Knob(text.to_string())
+        });
+    }
+    Err(Error::Knob(format!(
+        "unknown knob {name}; known: {}, {}, compact_under",
+        TIERING_KNOBS.join(", "),
+        flashtier_flash::knobs::KNOB_NAMES.join(", ")
+    )))
 }
 
 #[cfg(test)]

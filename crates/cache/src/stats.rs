@@ -1,49 +1,21 @@
-//! Counters of the RAM tier (relaxed atomics, bumped by any thread) and how the store answers
-//! memcached's `stats` sections: general, `settings`, `slabs` and `items` (memcached's shape,
-//! which memcached-tool and memcached_exporter read, with one class per tier: 1 = RAM
-//! segments, 2 = flash segments) and `extstore`. Every name and what it counts: docs/stats.md.
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+//! How the store answers memcached's `stats` sections from its components' counters (`meta`,
+//! the RAM tier's segments, the flash engine's): general, `settings`, `slabs` and `items`
+//! (memcached's shape, which memcached-tool and memcached_exporter read, with one class per
+//! tier: 1 = RAM segments, 2 = flash segments) and `extstore` (`flash_tier::stats`). Every
+//! name and what it counts: docs/stats.md.
 
 use crate::config::EvictionPolicy;
+use crate::meta::Counters;
 use crate::StoreStats;
 
-/// The RAM tier's event counters.
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub total_items: AtomicU64,
-    pub live_bytes: AtomicU64,
-    pub evictions: AtomicU64,
-    pub evicted_unfetched: AtomicU64,
-    pub reclaimed: AtomicU64,
-    pub expired_unfetched: AtomicU64,
-    pub moves_to_main: AtomicU64,
-    pub reinserted: AtomicU64,
-    pub compacted: AtomicU64,
-    pub segments_swept: AtomicU64,
-}
-
-impl Counters {
-    pub fn add(c: &AtomicU64, n: u64) {
-        c.fetch_add(n, Relaxed);
-    }
-
-    pub fn sub(c: &AtomicU64, n: u64) {
-        c.fetch_sub(n, Relaxed);
-    }
-
-    pub fn get(c: &AtomicU64) -> u64 {
-        c.load(Relaxed)
-    }
-}
-
-impl crate::engine::Inner {
+impl crate::engine::Core {
     pub(crate) fn stats(&self) -> StoreStats {
-        let c = &self.counters;
+        let c = &self.meta.counters;
         StoreStats {
-            curr_items: self.index.len(),
+            curr_items: self.slots.len(),
             total_items: Counters::get(&c.total_items),
             bytes: Counters::get(&c.live_bytes),
-            limit_maxbytes: self.arena.limit(),
+            limit_maxbytes: self.ram.limit(),
             evictions: Counters::get(&c.evictions),
             reclaimed: Counters::get(&c.reclaimed),
             expired_unfetched: Counters::get(&c.expired_unfetched),
@@ -81,36 +53,29 @@ impl crate::engine::Inner {
             ]),
             "slabs" => Some(self.slabs_stats()),
             "items" => Some(self.items_stats()),
-            "extstore" => self.extstore_stats(),
+            "extstore" => self
+                .lower
+                .flash()
+                .map(|t| crate::flash_tier::stats::extstore(t, &self.slots, &self.meta.ledger)),
             _ => None,
         }
     }
 
     /// Index entries of `tier` (walks every shard).
     fn count_tier(&self, tier: crate::ram::index::Tier) -> u64 {
-        (0..self.index.shard_count())
-            .map(|i| self.index.lock_nth(i).count_tier(tier) as u64)
+        (0..self.slots.shard_count())
+            .map(|i| self.slots.lock_nth(i).count_tier(tier) as u64)
             .sum()
     }
 
     /// `stats slabs` in memcached's shape (see the module docs).
     pub(crate) fn slabs_stats(&self) -> Vec<(String, String)> {
-        use crate::ram::arena::Log;
         let seg = self.cfg.segment_size as u64;
-        let alloc = self.arena.state.lock();
-        let large = alloc
-            .queues
-            .iter()
-            .flatten()
-            .filter(|&&s| self.arena.slot(s).is_large())
-            .count();
-        let small = alloc.queues[Log::Small as usize].len();
-        let main = alloc.queues[Log::Main as usize].len();
-        let free = self.arena.free_count(&alloc) as u64;
-        drop(alloc);
-        let malloced = self.arena.mem_used();
+        let counts = self.ram.segment_counts();
+        let (small, main, free, large) = (counts.small, counts.main, counts.free, counts.large);
+        let malloced = self.ram.mem_used();
         let pages = malloced / seg;
-        let limit_pages = self.arena.limit() / seg;
+        let limit_pages = self.ram.limit() / seg;
         let mut v: Vec<(String, String)> = Vec::new();
         let mut add = |k: &str, n: u64| v.push((k.to_string(), n.to_string()));
         add("1:chunk_size", seg);
@@ -120,14 +85,17 @@ impl crate::engine::Inner {
         add("1:used_chunks", pages.saturating_sub(free));
         add("1:free_chunks", free);
         add("1:free_chunks_end", limit_pages.saturating_sub(pages));
-        add("1:mem_requested", Counters::get(&self.counters.live_bytes));
+        add(
+            "1:mem_requested",
+            Counters::get(&self.meta.counters.live_bytes),
+        );
         let mut active = 1;
-        if let Some(tier) = &self.flash_tier {
-            let engine_stats = tier.flash.stats();
+        if let Some(tier) = self.lower.flash() {
+            let engine_stats = tier.engine().stats();
             let f = flashtier_flash::FlashStats::get;
             let total = f(&engine_stats.segments_total);
             let free = f(&engine_stats.segments_free);
-            add("2:chunk_size", tier.info.segment_size);
+            add("2:chunk_size", tier.info().segment_size);
             add("2:chunks_per_page", 1);
             add("2:total_pages", total);
             add("2:total_chunks", total);
@@ -140,35 +108,27 @@ impl crate::engine::Inner {
         add("active_slabs", active);
         add("total_malloced", malloced);
         add("segment_size", seg);
-        add("segments_small", small as u64);
-        add("segments_main", main as u64);
+        add("segments_small", small);
+        add("segments_main", main);
         add("segments_free", free);
-        add("segments_large", large as u64);
-        add("index_bytes", self.index.memory_bytes());
-        add("ghost_bytes", self.ghost.memory_bytes() as u64);
-        add("ledger_bytes", self.ledger.memory_bytes() as u64);
+        add("segments_large", large);
+        add("index_bytes", self.slots.memory_bytes());
+        add("ghost_bytes", self.ram.ghost_bytes() as u64);
+        add("ledger_bytes", self.meta.ledger.memory_bytes() as u64);
         v
     }
 
     /// `stats items` in memcached's shape (see the module docs).
     pub(crate) fn items_stats(&self) -> Vec<(String, String)> {
-        use crate::ram::arena::Log;
         use crate::ram::index::Tier;
-        let c = &self.counters;
+        let c = &self.meta.counters;
         let g = Counters::get;
         let now = self.now();
-        let oldest = {
-            let alloc = self.arena.state.lock();
-            [Log::Small, Log::Main]
-                .iter()
-                .filter_map(|&l| alloc.queues[l as usize].front().copied())
-                .map(|s| self.arena.slot(s).max_stored.load(Relaxed))
-                .filter(|&t| t != 0)
-                .min()
-        };
+        let oldest = self.ram.oldest_stored();
         let age = oldest.map_or(0, |t| u64::from(now.saturating_sub(t)));
         // Items dropped (not moved) are counted in the class whose policy drops them.
-        let lossy = if self.flash_tier.is_some() { 2 } else { 1 };
+        let flash = self.lower.flash();
+        let lossy = if flash.is_some() { 2 } else { 1 };
         let mut v: Vec<(String, String)> = Vec::new();
         let mut add = |class: u32, k: &str, n: u64| {
             v.push((format!("items:{class}:{k}"), n.to_string()));
@@ -180,11 +140,11 @@ impl crate::engine::Inner {
         for class in 1..=lossy {
             if class == 2 {
                 add(2, "number", self.count_tier(Tier::Flash));
-                if let Some(tier) = &self.flash_tier {
+                if let Some(tier) = flash {
                     add(
                         2,
                         "mem_requested",
-                        flashtier_flash::FlashStats::get(&tier.flash.stats().bytes_used),
+                        flashtier_flash::FlashStats::get(&tier.engine().stats().bytes_used),
                     );
                 }
             }
@@ -199,125 +159,5 @@ impl crate::engine::Inner {
         add(1, "compacted", g(&c.compacted));
         add(1, "segments_swept", g(&c.segments_swept));
         v
-    }
-
-    /// `stats extstore`: memcached extstore-like names where they fit, the engine's `flash_*`
-    /// pairs, and the RAM the index spends per item. `None` without flash.
-    pub(crate) fn extstore_stats(&self) -> Option<Vec<(String, String)>> {
-        let tier = self.flash_tier.as_ref()?;
-        let t = &tier.counters;
-        let engine_stats = tier.flash.stats();
-        let g = Counters::get;
-        let f = flashtier_flash::FlashStats::get;
-        let items = self.index.len();
-        let index_bytes = self.index.memory_bytes();
-        // Not the fixed tables over a handful of items: see `Index::bytes_per_entry`.
-        let per_item = self.index.bytes_per_entry();
-        let dead = f(&engine_stats.bytes_dead);
-        let live = f(&engine_stats.bytes_used).saturating_sub(dead);
-        let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
-        let mut v: Vec<(String, String)> = vec![
-            ("extstore_objects_written", g(&t.objects_written)),
-            ("extstore_bytes_written", g(&t.bytes_written)),
-            ("extstore_objects_read", g(&t.objects_read)),
-            ("extstore_bytes_read", g(&t.bytes_read)),
-            ("extstore_hits", g(&t.hits)),
-            ("extstore_tag_collisions", g(&t.collisions)),
-            ("extstore_objects_promoted", g(&t.promoted)),
-            ("extstore_promotions_abandoned", g(&t.promotions_abandoned)),
-            ("extstore_promotions_skipped", g(&t.promotions_skipped)),
-            ("extstore_objects_demoted", g(&t.demoted)),
-            ("extstore_objects_evicted", g(&t.evicted)),
-            ("extstore_objects_relocated", g(&t.relocated)),
-            ("extstore_objects_recovered", g(&t.recovered)),
-            ("extstore_write_skipped", g(&t.write_skipped)),
-            ("extstore_errors", g(&t.errors)),
-            ("extstore_checksum_failures", g(&t.checksum_failures)),
-            ("extstore_tombstones", g(&t.tombstones)),
-            ("extstore_marker_failures", g(&t.marker_failures)),
-            ("extstore_write_failed_in_ram", g(&t.write_failed_in_ram)),
-            ("extstore_write_failed_lost", g(&t.write_failed_lost)),
-            ("extstore_markers_rewritten", g(&t.markers_rewritten)),
-            ("extstore_journal_errors", g(&t.journal_errors)),
-            ("extstore_journal_replayed", g(&t.journal_replayed)),
-            ("extstore_journal_cold_starts", g(&t.journal_cold_starts)),
-            ("extstore_bytes_used", f(&engine_stats.bytes_used)),
-            ("extstore_bytes_fragmented", f(&engine_stats.bytes_dead)),
-            (
-                "extstore_segments_used",
-                f(&engine_stats.segments_total).saturating_sub(f(&engine_stats.segments_free)),
-            ),
-            ("extstore_segments_free", f(&engine_stats.segments_free)),
-            ("extstore_compactions", f(&engine_stats.reclaims)),
-            ("extstore_io_queue", f(&engine_stats.io_queue_depth)),
-            (
-                "extstore_flash_checksum_failures",
-                f(&engine_stats.checksum_failures),
-            ),
-            ("extstore_index_items", items),
-            ("extstore_index_bytes", index_bytes),
-            ("extstore_written_back", g(&t.written_back)),
-            ("extstore_write_back_queue", tier.dirty.len() as u64),
-            (
-                "extstore_write_back_lag_ms",
-                tier.dirty
-                    .lag_ms(tier.clock.now_ms(), tier.tiering.write_back_ms()),
-            ),
-            ("extstore_append_waits", g(&tier.gate.waits)),
-            ("extstore_append_wait_us", g(&tier.gate.wait_us)),
-            ("extstore_append_wait_timeouts", g(&tier.gate.wait_timeouts)),
-            ("extstore_evictions_deferred", g(&t.evictions_deferred)),
-            ("extstore_reclaim_kept_hit", g(&t.reclaim_kept_hit)),
-            ("extstore_reclaim_kept_unhit", g(&t.reclaim_kept_unhit)),
-            ("extstore_reclaim_kept_small", g(&t.reclaim_kept_small)),
-            (
-                "extstore_reclaim_dropped_young",
-                g(&t.reclaim_dropped_young),
-            ),
-            ("extstore_reclaim_dropped_old", g(&t.reclaim_dropped_old)),
-            (
-                "extstore_reclaim_dropped_in_ram",
-                g(&t.reclaim_dropped_in_ram),
-            ),
-            ("extstore_live_bytes", live),
-            ("extstore_dead_bytes", dead),
-            (
-                "extstore_compaction_bytes_read",
-                f(&engine_stats.reclaim_bytes_read),
-            ),
-            (
-                "extstore_compaction_bytes_written",
-                f(&engine_stats.bytes_rewritten),
-            ),
-        ]
-        .into_iter()
-        .chain(self.ledger.counts())
-        .map(|(k, n)| (k.to_string(), n.to_string()))
-        .collect();
-        v.push(("ram_bytes_per_flash_item".into(), format!("{per_item:.2}")));
-        let live_pct = 100.0 * ratio(live, tier.info.capacity);
-        v.push(("extstore_live_percent".into(), format!("{live_pct:.2}")));
-        let wa = ratio(f(&engine_stats.device_bytes_written), g(&t.bytes_stored));
-        v.push((
-            "extstore_device_bytes_per_byte_stored".into(),
-            format!("{wa:.3}"),
-        ));
-        v.push(("extstore_backend".into(), tier.info.backend.to_string()));
-        v.push(("extstore_capacity".into(), tier.info.capacity.to_string()));
-        v.push((
-            "extstore_limit_maxbytes".into(),
-            tier.info.capacity.to_string(),
-        ));
-        v.push((
-            "extstore_segment_size".into(),
-            tier.info.segment_size.to_string(),
-        ));
-        for (k, n) in engine_stats.pairs() {
-            v.push((k.to_string(), n.to_string()));
-        }
-        for (k, val) in self.knobs() {
-            v.push((format!("extstore_knob_{k}"), val));
-        }
-        Some(v)
     }
 }

@@ -10,6 +10,7 @@ use flashtier_flash::Flash;
 
 use crate::clock::Clock;
 use crate::engine::Cache;
+pub use crate::item::ItemInfo;
 use crate::{Error, Item, ItemWrite, Update};
 
 /// Counters a store exposes through `stats` (general section). Other sections come from the
@@ -32,24 +33,6 @@ pub struct StoreStats {
     pub expired_unfetched: u64,
     /// Items evicted without ever having been fetched.
     pub evicted_unfetched: u64,
-}
-
-/// One live item as the dump commands (`lru_crawler metadump`, `stats cachedump`) list it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ItemInfo {
-    pub key: bytes::Bytes,
-    /// Absolute unix seconds; 0 = never.
-    pub exptime: u32,
-    /// Unix seconds of the last access (a flash item: when it was stored).
-    pub last_access: u32,
-    pub cas: u64,
-    pub fetched: bool,
-    /// Value bytes.
-    pub value_len: u32,
-    /// Bytes the item takes in its record (header, key, value).
-    pub size: u32,
-    /// The item is only on flash right now (its RAM copy was evicted).
-    pub flash_only: bool,
 }
 
 /// A key-value store with memcached's item model.
@@ -165,38 +148,38 @@ impl KvStore for Cache {
     }
 
     fn flush_all(&self, at: u32) {
-        self.inner.flush_all(at)
+        self.core.flush_all(at)
     }
 
     fn max_item_size(&self) -> usize {
-        self.inner.cfg.max_item_size
+        self.core.cfg.max_item_size
     }
 
     fn clock(&self) -> &Clock {
-        &self.inner.cfg.clock
+        &self.core.cfg.clock
     }
 
     fn stats(&self) -> StoreStats {
-        self.inner.stats()
+        self.core.stats()
     }
 
     fn stats_section(&self, section: &str) -> Option<Vec<(String, String)>> {
-        self.inner.stats_section(section)
+        self.core.stats_section(section)
     }
 
     fn knobs(&self) -> Vec<(String, String)> {
-        self.inner.knobs()
+        self.core.lower.knobs()
     }
 
     fn set_knob(&self, name: &str, value: &str) -> Result<(), Error> {
-        self.inner.set_knob(name, value)
+        self.core.lower.set_knob(name, value)
     }
 
     fn dump_parts(&self) -> usize {
-        self.inner.index.shard_count()
+        self.core.slots.shard_count()
     }
 
-    async fn dump_part(&self, part: usize) -> Vec<crate::store::ItemInfo> {
-        self.dump_shard(part).await
+    async fn dump_part(&self, part: usize) -> Vec<ItemInfo> {
+        crate::dump::shard(&self.core, part).await
     }
 }

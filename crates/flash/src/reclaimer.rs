@@ -151,6 +151,8 @@ fn pick_victim(inner: &Inner, state: &mut crate::engine::State) -> Option<u32> {
     Some(seg)
 }
 
+// Longer than clippy.toml's 120 lines; left as is by issue 29 (cache crate only).
+#[allow(clippy::too_many_lines)]
 fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
     let (dev, dev_off, seed, has_summary, records, data_end, data_bytes, all_expired, seg_seq) = {
         let state = inner.state.lock();

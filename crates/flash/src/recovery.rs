@@ -46,6 +46,8 @@ fn all_zero(b: &[u8]) -> bool {
 }
 
 /// Check or write the superblocks; return the segment table skeleton.
+// Longer than clippy.toml's 120 lines; left as is by issue 29 (cache crate only).
+#[allow(clippy::too_many_lines)]
 pub(crate) fn open_layout(
     devices: &[std::sync::Arc<dyn Device>],
     cfg: &mut FlashConfig,
@@ -611,6 +613,8 @@ impl Losses {
 /// sealed (and full scan is off), else by scanning. IO is issued in batches so the device
 /// sees many reads in flight: footers, then summaries, then segments to scan. `None` for a
 /// segment that could not be read at all (logged, counted; the caller retires it).
+// Longer than clippy.toml's 120 lines; left as is by issue 29 (cache crate only).
+#[allow(clippy::too_many_lines)]
 fn read_segments(
     inner: &Inner,
     headers: &[(u64, u32, u8)],

@@ -7,6 +7,8 @@ use crate::request::Command;
 
 impl Generator {
     /// `set add replace append prepend`.
+    // Longer than clippy.toml's 120 lines; left as is by issue 29 (cache crate only).
+    #[allow(clippy::too_many_lines)]
     pub(crate) fn text_storage(&mut self, cmd: &'static str) -> Command {
         let mut key = self.text_key();
         let cmd: &'static str = if (cmd == "append" || cmd == "prepend") && self.is_arith(&key) {

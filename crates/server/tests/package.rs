@@ -36,6 +36,8 @@ fn build_id(elf: &Path) -> String {
 }
 
 #[test]
+// Longer than clippy.toml's 120 lines; left as is by issue 29 (cache crate only).
+#[allow(clippy::too_many_lines)]
 fn deb_installs_verifies_and_runs() {
     let repo = repo();
     let built = PathBuf::from(env!("CARGO_BIN_EXE_flashtier"));

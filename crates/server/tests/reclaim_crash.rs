@@ -74,6 +74,8 @@ struct History {
     deleted: HashMap<u32, Instant>,
 }
 
+// Longer than clippy.toml's 120 lines; left as is by issue 29 (cache crate only).
+#[allow(clippy::too_many_lines)]
 fn trial(kill: bool, seed: u64) {
     let dir = scratch_dir(if kill { "reclaim-kill" } else { "reclaim-term" });
     let spec = format!("{}:64MiB", dir.join("flash.bin").display());

@@ -170,6 +170,8 @@ fn float(m: &BTreeMap<String, String>, k: &str) -> Result<(), String> {
 }
 
 #[test]
+// Longer than clippy.toml's 120 lines; left as is by issue 29 (cache crate only).
+#[allow(clippy::too_many_lines)]
 fn memcached_exporter_parses_every_section() {
     let dir = scratch_dir("exporter");
     for flash in [true, false] {

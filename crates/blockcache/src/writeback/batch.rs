@@ -18,6 +18,8 @@ use crate::tunables::Tunables;
 
 impl Writeback {
     /// Write `picks` back; returns blocks made clean.
+    // Longer than clippy.toml's 120 lines; left as is by issue 29 (cache crate only).
+    #[allow(clippy::too_many_lines)]
     pub(super) async fn write_back(
         &self,
         io: &BlockIo,

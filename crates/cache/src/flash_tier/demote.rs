@@ -12,11 +12,12 @@
 use flashtier_flash::Location;
 
 use crate::flash_tier::kv_record::{KvRecord, Put};
-use crate::flash_tier::{entry_of, home_word, FlashTier, STREAM};
+use crate::flash_tier::tier::FlashTier;
+use crate::flash_tier::{entry_of, home_word, STREAM};
+use crate::meta::Counters;
 use crate::ram::arena::RecordRef;
 use crate::ram::lower::{LowerTier, NewVersion, Taken};
 use crate::ram::record::{dirty_word, F_FETCHED, HOME_OLDER};
-use crate::stats::Counters;
 
 /// The frequency a demoted record's flash slot starts with: 1 if it was fetched in RAM.
 fn demoted_freq(rflags: u8) -> u8 {
@@ -77,7 +78,9 @@ impl LowerTier for FlashTier {
         let no_home = if v.older_below { HOME_OLDER } else { 0 };
         let size = v.value.len() as u64;
         if self.tiering.write_back_ms() > 0 && size >= self.tiering.item_size() {
-            let since = v.dirty_since.unwrap_or_else(|| self.queue_dirty(v.hash));
+            let since = v
+                .dirty_since
+                .unwrap_or_else(|| self.dirty.push_now(&self.clock, v.hash));
             return dirty_word(since, v.older_below);
         }
         let put = Put::of(v.hash, v.key, v.value, v.header);
@@ -85,17 +88,8 @@ impl LowerTier for FlashTier {
             Ok(loc) => home_word(loc),
             // Refused for back-pressure: dirty, so the write-back pass appends it once the
             // engine has room (an acknowledged item does not wait in RAM for its eviction).
-            Err(true) => dirty_word(self.queue_dirty(v.hash), v.older_below),
+            Err(true) => dirty_word(self.dirty.push_now(&self.clock, v.hash), v.older_below),
             Err(false) => no_home,
         }
-    }
-}
-
-impl FlashTier {
-    /// Queue key `hash` for the write-back pass as dirty from now; returns now (unix ms).
-    fn queue_dirty(&self, hash: u64) -> u64 {
-        let now = self.clock.now_ms();
-        self.dirty.push(now, hash);
-        now
     }
 }

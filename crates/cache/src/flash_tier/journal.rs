@@ -19,11 +19,8 @@
 //! The thread running the operation; the journal's own locks are leaves.
 use std::cell::Cell;
 
-use flashtier_flash::{RecordWrite, Ticket};
-
-use crate::flash_tier::{flash_err, FlashTier};
-use crate::stats::Counters;
-use crate::Error;
+use flashtier_flash::journal::Journal;
+use flashtier_flash::{Flash, RecordWrite, Ticket};
 
 /// What the operation running on this thread must await before it replies.
 #[derive(Clone, Copy, Debug, Default)]
@@ -38,8 +35,9 @@ thread_local! {
     static OWED: Cell<Owed> = const { Cell::new(Owed { ticket: None, flush: false }) };
 }
 
-/// Take (and clear) what this thread's operation owes. Call it right after phase 2, before
-/// any await; [`FlashTier::settle`] it before replying.
+/// Take (and clear) what this thread's operation owes. Call it right before phase 2 (to drop
+/// what an earlier operation left) and right after it, before any await; settle it
+/// (`FlashTier::settle`) before replying.
 pub(crate) fn take_owed() -> Owed {
     OWED.with(Cell::take)
 }
@@ -52,42 +50,29 @@ fn owe(f: impl FnOnce(&mut Owed)) {
     });
 }
 
-impl FlashTier {
-    /// Commit header-only record `w` — just appended to the log (`covered`), or refused by
-    /// it (the engine appends it again) — to the crash journal, noting what the operation
-    /// owes. Without a journal, does nothing.
-    pub(crate) fn journal_commit(&self, w: &RecordWrite<'_>, covered: bool) {
-        let Some(j) = self.flash.journal() else {
-            return;
-        };
-        match j.commit(flashtier_flash::journal::entry_of(w), covered) {
-            Ok(Some(t)) => owe(|o| o.ticket = Some(t)),
-            Ok(None) => {}
-            Err(e) => {
-                Counters::add(&self.counters.journal_errors, 1);
-                log::warn!("flash journal: entry not written ({e}); flushing the log instead");
-                owe(|o| o.flush = true);
-            }
+/// Commit header-only record `w` — just appended to the log (`covered`), or refused by it
+/// (the engine appends it again) — to `journal`, noting what the operation owes. False (the
+/// operation will flush the log instead) when the journal could not take it.
+pub(crate) fn commit(journal: &Journal, w: &RecordWrite<'_>, covered: bool) -> bool {
+    match journal.commit(flashtier_flash::journal::entry_of(w), covered) {
+        Ok(Some(t)) => owe(|o| o.ticket = Some(t)),
+        Ok(None) => {}
+        Err(e) => {
+            log::warn!("flash journal: entry not written ({e}); flushing the log instead");
+            owe(|o| o.flush = true);
+            return false;
         }
     }
+    true
+}
 
-    /// True when a header-only record that could not go to the log still holds: the
-    /// journal took it and appends it to the log again.
-    pub(crate) fn journaled(&self) -> bool {
-        self.flash.journal().is_some()
+/// Await what `owed` names: the sync of its journal entry, or a flush of the log.
+pub(crate) async fn settle(flash: &Flash, owed: Owed) -> Result<(), flashtier_flash::Error> {
+    if let (Some(t), Some(j)) = (owed.ticket, flash.journal()) {
+        j.synced(t).await;
     }
-
-    /// Await what `owed` names: the sync of its journal entry, or a flush of the log.
-    pub(crate) async fn settle(&self, owed: Owed) -> Result<(), Error> {
-        if let (Some(t), Some(j)) = (owed.ticket, self.flash.journal()) {
-            j.synced(t).await;
-        }
-        if owed.flush {
-            self.flash.flush().await.map_err(|e| {
-                Counters::add(&self.counters.errors, 1);
-                flash_err(&e)
-            })?;
-        }
-        Ok(())
+    if owed.flush {
+        flash.flush().await?;
     }
+    Ok(())
 }

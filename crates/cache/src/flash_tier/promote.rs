@@ -3,28 +3,42 @@
 //! its home, nothing is written to flash. Under the GET's shard lock if the small log's open
 //! segment has room; otherwise after the GET answers, with no lock held, reserving space the
 //! way a SET does and publishing only if the key's slot is still the flash slot that was read
-//! (else the space is abandoned). At most `MAX_PROMOTING` of those run at once. Why the small
+//! (else the space is abandoned). At most [`MAX_PROMOTING`] of those run at once. Why the small
 //! log: docs/eviction.md.
+//!
+//! The policy (which hits promote, how many at once, what the copy's header says, the
+//! counts) is here; the copy itself is RAM's ([`RamAccess::copy_up`]).
+//!
+//! # Threads
+//! The GET's task: [`FlashTier::flash_hit`] under the key's shard lock,
+//! [`FlashTier::promote_later`] after the reply with no lock held.
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use flashtier_flash::Location;
 
-use crate::engine::Inner;
 use crate::flash_tier::kv_record::FlashItem;
-use crate::flash_tier::{home_word, FlashTier};
-use crate::ram::arena::{Log, Space};
-use crate::ram::index::{self, Entry, Pos, Shard, Tier};
+use crate::flash_tier::tier::FlashTier;
+use crate::flash_tier::{home_word, CopyAt, RamAccess, MAX_PROMOTING};
+use crate::meta::Counters;
+use crate::ram::index::{Entry, Pos, Shard};
+use crate::ram::lower::CopyUp;
 use crate::ram::record::{self, Header, F_FETCHED, F_STALE, F_WIN};
-use crate::stats::Counters;
 
-/// The log promoted copies go to, with frequency 0: S3-FIFO's probation queue. A copy hit
-/// again before its segment is evicted moves on to the main log; one that is not is evicted
-/// cheaply (its slot turns back into the flash slot).
-const PROMOTE_LOG: Log = Log::Small;
-
-/// A promotion decided in `get_with` and finished by `promote_later` without the shard
-/// lock: the packed location of the flash slot the item was read from, and the item.
+/// A promotion decided in a GET's phase 2 and finished by [`FlashTier::promote_later`]
+/// without the shard lock: the packed location of the flash slot the item was read from,
+/// and the item.
 pub(crate) struct Promotion {
     pub(crate) loc: u64,
     pub(crate) item: FlashItem,
+}
+
+/// One running promotion (see [`FlashTier::promotion_turn`]).
+pub(crate) struct PromotionTurn<'a>(&'a AtomicU32);
+
+impl Drop for PromotionTurn<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The header of a RAM copy of flash item `f` (at packed `loc`, its home) promoted at `now`.
@@ -51,7 +65,7 @@ impl FlashTier {
             1 => true,
             n => self
                 .repeat_hits
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                .fetch_add(1, Ordering::Relaxed)
                 .is_multiple_of(n),
         }
     }
@@ -64,15 +78,31 @@ impl FlashTier {
         };
         Counters::add(c, 1);
     }
-}
 
-impl Inner {
+    /// A turn to run a promotion outside the shard lock, or `None` (counted as skipped) if
+    /// [`MAX_PROMOTING`] are under way. The turn ends when the guard is dropped.
+    fn promotion_turn(&self) -> Option<PromotionTurn<'_>> {
+        let ok = self
+            .promoting
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < MAX_PROMOTING).then_some(n + 1)
+            })
+            .is_ok();
+        if !ok {
+            Counters::add(&self.counters.promotions_skipped, 1);
+            return None;
+        }
+        Some(PromotionTurn(&self.promoting))
+    }
+
     /// A GET hit on flash item `item` in slot `pos` (shard locked): count it; on a repeat hit
     /// (frequency ≥ 1, every `recache_rate`-th) copy it back to RAM now if the small log's
     /// open segment has room, else return the promotion to finish with no lock held
-    /// (`promote_later`). A hit not promoted now raises the slot's frequency.
-    pub(crate) fn flash_hit(
+    /// ([`Self::promote_later`]). A hit not promoted now raises the slot's frequency.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn flash_hit<R: RamAccess>(
         &self,
+        ram: &R,
         shard: &mut Shard<'_>,
         pos: Pos,
         e: Entry,
@@ -80,16 +110,19 @@ impl Inner {
         item: FlashItem,
         now: u32,
     ) -> Option<Promotion> {
-        let Some(tier) = &self.flash_tier else {
-            shard.touch(pos);
-            return None;
-        };
-        Counters::add(&tier.counters.hits, 1);
+        Counters::add(&self.counters.hits, 1);
         let recache = e.freq > 0
-            && record::rec_words(key.len(), item.value.len()) <= self.arena.large_threshold()
-            && tier.should_recache();
-        if recache && self.promote_in_place(tier, shard, pos, e, key, &item, now) {
-            return None;
+            && ram.copy_fits(record::rec_words(key.len(), item.value.len()))
+            && self.should_recache();
+        if recache {
+            let h = promoted_header(e.lower_loc(), key, &item, now);
+            match ram.copy_up(CopyAt::Now(shard, pos), key, &h, &item.value) {
+                CopyUp::NoRoom => {}
+                done => {
+                    self.count_promotion(done == CopyUp::Done);
+                    return None;
+                }
+            }
         }
         shard.touch(pos);
         recache.then(|| Promotion {
@@ -98,178 +131,144 @@ impl Inner {
         })
     }
 
-    /// Copy a flash item back into RAM (repeat hit) if the small log's open segment has room;
-    /// the shard lock is held, so nothing is allocated or evicted here. False if there was
-    /// no room (the caller may then `promote_later`).
-    #[allow(clippy::too_many_arguments)]
-    fn promote_in_place(
-        &self,
-        tier: &FlashTier,
-        shard: &mut Shard<'_>,
-        pos: Pos,
-        e: Entry,
-        key: &[u8],
-        f: &FlashItem,
-        now: u32,
-    ) -> bool {
-        let words = record::rec_words(key.len(), f.value.len());
-        let Some(space) = self.arena.try_bump(PROMOTE_LOG, words) else {
-            return false;
-        };
-        let h = promoted_header(e.lower_loc(), key, f, now);
-        if !self.arena.write_record(&space, &h, key, &f.value) {
-            self.abandon_space(space);
-            tier.count_promotion(false);
-            return true;
-        }
-        self.publish_promoted(tier, shard, pos, &space, &h);
-        self.finish(space);
-        true
-    }
-
-    /// Point the flash slot at `pos` at the promoted record written in `space`, with
-    /// frequency 0 (see `PROMOTE_LOG`). Shard lock held; the caller then `finish`es the space.
-    fn publish_promoted(
-        &self,
-        tier: &FlashTier,
-        shard: &mut Shard<'_>,
-        pos: Pos,
-        space: &Space,
-        h: &Header,
-    ) {
-        shard.set(
-            pos,
-            Entry {
-                tier: Tier::Ram,
-                freq: 0,
-                size_hint: index::size_hint(space.words * 8),
-                loc: self.arena.loc(space.seg, space.off),
-            },
-        );
-        self.arena
-            .slot(space.seg)
-            .note_publish(space.words, h.exptime, h.stored);
-        Counters::add(&self.counters.live_bytes, (space.words * 8) as u64);
-        tier.count_promotion(true);
-    }
-
-    /// Finish a promotion `get_with` could not do under the shard lock (the small log's open
-    /// segment was full). No lock is held on entry: space is reserved the way a SET reserves
-    /// it (which may seal the head and evict; an evicted RAM copy whose item is on flash only
-    /// becomes a flash slot), the record is written, and the shard is locked again to publish
-    /// only if the key's slot is still the flash slot the item was read from — a SET,
+    /// Finish a promotion [`Self::flash_hit`] could not do under the shard lock (the small
+    /// log's open segment was full). No lock is held on entry: RAM reserves space the way a
+    /// SET reserves it (which may seal the head and evict; an evicted RAM copy whose item is
+    /// on flash only becomes a flash slot), writes the record, and locks the shard again to
+    /// publish only if the key's slot is still the flash slot the item was read from — a SET,
     /// DELETE, reclaim relocation or another promotion meanwhile changed or removed it, and
-    /// then the space is abandoned. At most `MAX_PROMOTING` run at once (more are skipped).
-    pub(crate) fn promote_later(&self, key: &[u8], hash: u64, p: Promotion) {
-        let Some(tier) = &self.flash_tier else { return };
-        let Some(_turn) = tier.promotion_turn() else {
+    /// then the space is abandoned. At most [`MAX_PROMOTING`] run at once (more are skipped).
+    pub(crate) fn promote_later<R: RamAccess>(&self, ram: &R, key: &[u8], hash: u64, p: Promotion) {
+        let Some(_turn) = self.promotion_turn() else {
             return;
         };
-        let words = record::rec_words(key.len(), p.item.value.len());
-        let Ok(space) = self.reserve(PROMOTE_LOG, words) else {
-            tier.count_promotion(false);
-            return;
-        };
-        let h = promoted_header(p.loc, key, &p.item, self.now());
-        if !self.arena.write_record(&space, &h, key, &p.item.value) {
-            self.abandon_space(space);
-            tier.count_promotion(false);
-            return;
-        }
-        let mut shard = self.index.lock(hash);
-        let Some((pos, _)) = shard.find(hash, |e| e.tier == Tier::Flash && e.lower_loc() == p.loc)
-        else {
-            drop(shard);
-            self.abandon_space(space);
-            tier.count_promotion(false);
-            return;
-        };
-        self.publish_promoted(tier, &mut shard, pos, &space, &h);
-        drop(shard);
-        self.finish(space);
-    }
-
-    fn abandon_space(&self, space: Space) {
-        self.abandon(Some(space));
+        let h = promoted_header(p.loc, key, &p.item, ram.meta().now());
+        let at = CopyAt::Later { hash, loc: p.loc };
+        let done = ram.copy_up(at, key, &h, &p.item.value);
+        self.count_promotion(done == CopyUp::Done);
     }
 }
 
-/// `promote_later` publishes only over the flash slot the item was read from.
+/// Promotion's policy on a flash tier alone, over a fake RAM that records the copies asked.
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::Ordering;
-
-    use bytes::Bytes;
-
     use super::*;
-    use crate::flash::{FlashConfig, IoBackend};
-    use crate::ops::block_on;
-    use crate::{Cache, ItemWrite};
+    use crate::flash_tier::testing::{open, put_flash, read_item, FakeRam};
 
-    fn open() -> Cache {
-        let engine = FlashConfig {
-            io_backend: IoBackend::Psync,
-            ..FlashConfig::small()
-        };
-        let (settings, builder) = crate::config::test_flash("promote", 256 << 10, engine);
-        let cfg = builder.flash(settings).build().unwrap();
-        let c = Cache::new(cfg).unwrap();
-        for i in 0..400u32 {
-            let v = Bytes::from(vec![i as u8; 2000]);
-            c.set_now(format!("k{i}").as_bytes(), ItemWrite::new(v, 0, 0))
-                .unwrap();
-        }
-        c
+    const VALUE: [u8; 3000] = [4; 3000];
+
+    /// A GET hit on `key` in phase 2, as `ops::get` makes it: the flash slot is locked.
+    fn hit(tier: &FlashTier, ram: &FakeRam, key: &[u8]) -> Option<Promotion> {
+        let (loc, item) = read_item(tier, ram, key);
+        let hash = ram.slots.hash(key);
+        let mut shard = ram.slots.lock(hash);
+        let (pos, e) = shard.find(hash, |e| e.lower_loc() == loc).unwrap();
+        tier.flash_hit(ram, &mut shard, pos, e, key, item, ram.meta.now())
     }
 
-    /// Phase 1 of a GET of `key` (on flash): the slot read and the item.
-    fn read(c: &Cache, key: &[u8]) -> (u64, Promotion) {
-        let inner = c.inner();
-        let hash = inner.index.hash(key);
-        let view = block_on(inner.view(key, hash, true));
-        let (loc, item) = view.found.expect("key not on flash");
-        (hash, Promotion { loc, item })
+    fn freq(ram: &FakeRam, key: &[u8]) -> u8 {
+        ram.slot(ram.slots.hash(key)).unwrap().freq
     }
 
-    fn counts(c: &Cache) -> (u64, u64) {
-        let t = &c.inner().flash_tier.as_ref().unwrap().counters;
-        (
-            t.promoted.load(Ordering::Relaxed),
-            t.promotions_abandoned.load(Ordering::Relaxed),
-        )
+    fn count(c: &std::sync::atomic::AtomicU64) -> u64 {
+        Counters::get(c)
     }
 
     #[test]
-    fn unchanged_slot_is_promoted() {
-        let c = open();
-        let (hash, p) = read(&c, b"k0");
-        c.inner().promote_later(b"k0", hash, p);
-        assert_eq!(counts(&c), (1, 0));
-        let t = &c.inner().flash_tier.as_ref().unwrap().counters;
-        let reads = t.objects_read.load(Ordering::Relaxed);
-        let it = c.get_now(b"k0").unwrap().unwrap();
-        assert_eq!(it.value, Bytes::from(vec![0u8; 2000]));
+    fn a_first_hit_raises_the_frequency_a_repeat_hit_copies_the_item_up() {
+        let (tier, ram) = open("promote-repeat", |_| {});
+        let (loc, _) = put_flash(&tier, &ram, b"k", &VALUE, 0);
+        assert!(hit(&tier, &ram, b"k").is_none());
+        assert!(ram.copies.lock().is_empty(), "a first hit copies nothing");
+        assert_eq!(freq(&ram, b"k"), 1);
+        assert!(hit(&tier, &ram, b"k").is_none());
+        let copies = ram.copies.lock().clone();
+        assert_eq!(copies.len(), 1);
+        let c = &copies[0];
+        assert!(c.later.is_none(), "copied under the lock");
+        assert_eq!((&c.key[..], &c.value[..]), (&b"k"[..], &VALUE[..]));
         assert_eq!(
-            t.objects_read.load(Ordering::Relaxed),
-            reads,
-            "read flash again"
+            c.header.home,
+            home_word(loc),
+            "the flash record stays its home"
         );
+        assert_ne!(c.header.rflags & F_FETCHED, 0);
+        assert_eq!((c.header.cas, c.header.stored), (1, 1));
+        assert_eq!(count(&tier.counters.hits), 2);
+        assert_eq!(count(&tier.counters.promoted), 1);
     }
 
     #[test]
-    fn set_or_delete_in_between_wins() {
-        let c = open();
-        let (hash, p) = read(&c, b"k0");
-        let new = Bytes::from_static(b"new");
-        c.set_now(b"k0", ItemWrite::new(new.clone(), 0, 0)).unwrap();
-        c.inner().promote_later(b"k0", hash, p);
-        assert_eq!(counts(&c), (0, 1));
-        assert_eq!(c.get_now(b"k0").unwrap().unwrap().value, new);
+    fn no_room_under_the_lock_defers_the_copy_until_after_the_reply() {
+        let (tier, ram) = open("promote-later", |_| {});
+        let (loc, _) = put_flash(&tier, &ram, b"k", &VALUE, 1);
+        *ram.answer.lock() = CopyUp::NoRoom;
+        let p = hit(&tier, &ram, b"k").expect("deferred");
+        assert_eq!(p.loc, loc.pack());
+        assert_eq!(freq(&ram, b"k"), 2, "a hit not promoted now still counts");
+        *ram.answer.lock() = CopyUp::Done;
+        let hash = ram.slots.hash(b"k");
+        tier.promote_later(&ram, b"k", hash, p);
+        let copies = ram.copies.lock().clone();
+        assert_eq!(copies.len(), 2);
+        assert_eq!(copies[1].later, Some((hash, loc.pack())));
+        assert_eq!(count(&tier.counters.promoted), 1);
+        assert_eq!(count(&tier.counters.promotions_abandoned), 0);
+    }
 
-        let (hash, p) = read(&c, b"k1");
-        assert!(c.delete_now(b"k1"));
-        c.inner().promote_later(b"k1", hash, p);
-        assert_eq!(counts(&c), (0, 2));
-        assert!(c.get_now(b"k1").unwrap().is_none());
+    #[test]
+    fn copies_given_up_or_too_large_are_not_promoted() {
+        let (tier, ram) = open("promote-abandon", |_| {});
+        put_flash(&tier, &ram, b"k", &VALUE, 1);
+        *ram.answer.lock() = CopyUp::Abandoned;
+        assert!(hit(&tier, &ram, b"k").is_none());
+        assert_eq!(count(&tier.counters.promotions_abandoned), 1);
+        ram.fits.store(false, std::sync::atomic::Ordering::Relaxed);
+        assert!(hit(&tier, &ram, b"k").is_none());
+        assert_eq!(
+            ram.copies.lock().len(),
+            1,
+            "a record too large for RAM is not copied"
+        );
+        assert_eq!(freq(&ram, b"k"), 2);
+        assert_eq!(count(&tier.counters.promoted), 0);
+    }
+
+    #[test]
+    fn recache_rate_samples_repeat_hits() {
+        let (tier, ram) = open("promote-rate", |s| s.recache_rate = 3);
+        put_flash(&tier, &ram, b"k", &VALUE, 1);
+        for _ in 0..6 {
+            hit(&tier, &ram, b"k");
+        }
+        assert_eq!(ram.copies.lock().len(), 2, "every third repeat hit");
+        let (tier, ram) = open("promote-never", |s| s.recache_rate = 0);
+        put_flash(&tier, &ram, b"k", &VALUE, 1);
+        for _ in 0..3 {
+            hit(&tier, &ram, b"k");
+        }
+        assert!(ram.copies.lock().is_empty(), "0 = never");
+    }
+
+    #[test]
+    fn at_most_max_promoting_run_outside_the_lock() {
+        let (tier, ram) = open("promote-turns", |_| {});
+        let (loc, _) = put_flash(&tier, &ram, b"k", &VALUE, 1);
+        let turns: Vec<_> = (0..MAX_PROMOTING)
+            .map(|_| tier.promotion_turn().unwrap())
+            .collect();
+        let (_, item) = read_item(&tier, &ram, b"k");
+        let p = Promotion {
+            loc: loc.pack(),
+            item,
+        };
+        tier.promote_later(&ram, b"k", ram.slots.hash(b"k"), p);
+        assert!(ram.copies.lock().is_empty());
+        assert_eq!(count(&tier.counters.promotions_skipped), 1);
+        drop(turns);
+        assert!(
+            tier.promotion_turn().is_some(),
+            "turns end with their guards"
+        );
     }
 }

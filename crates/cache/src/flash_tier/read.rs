@@ -1,20 +1,25 @@
 //! Phase 1 of every operation: note the key's tag-matching flash slots (the *candidates*)
 //! under its shard lock, unlock, and read them until one holds the key. A record of another
-//! key (a tag collision) is skipped; failed reads are kept for phase 2 (`ops::current`), which
-//! drops a slot whose record is gone for good (checksum, freed segment) and fails the request
-//! on any other error. A key found in RAM reads nothing. A *blind* view (a SET that needs no
-//! old CAS, a delete) reads nothing and takes every candidate as the key's: another key's item
-//! is then lost (about once per 2^31 keys per shard, with 41 bits of hash in shard + tag),
-//! never served.
+//! key (a tag collision) is skipped; failed reads are kept for phase 2's re-check
+//! ([`FlashTier::recheck`]), which drops a slot whose record is gone for good (checksum, freed
+//! segment) and fails the request on any other error. A key found in RAM reads nothing. A
+//! *blind* view (a SET that needs no old CAS, a delete) reads nothing and takes every
+//! candidate as the key's: another key's item is then lost (about once per 2^31 keys per
+//! shard, with 41 bits of hash in shard + tag), never served.
 //!
 //! # Threads
 //! Any caller; the shard lock is held only to collect the candidates, never across a read.
 use flashtier_flash::{Location, Record};
 
-use crate::engine::Inner;
 use crate::flash_tier::kv_record::FlashItem;
-use crate::flash_tier::FlashTier;
-use crate::stats::Counters;
+use crate::flash_tier::tier::FlashTier;
+use crate::flash_tier::{flash_err, is_corrupt, RamAccess};
+use crate::meta::Counters;
+use crate::ram::index::{Entry, Pos, Shard, Tier};
+use crate::Error;
+
+/// Flash reads in flight at once in [`FlashTier::read_batch`].
+const READ_BATCH: usize = 64;
 
 /// What phase 1 saw and read.
 #[derive(Debug, Default)]
@@ -29,18 +34,33 @@ pub(crate) struct View {
     pub(crate) blind: bool,
 }
 
-impl Inner {
+/// The key's flash slot in phase 2, as [`FlashTier::recheck`] finds it (shard locked).
+pub(crate) enum Recheck {
+    /// The flash slots changed since phase 1: run it again.
+    Retry,
+    /// No flash slot holds the key.
+    Absent,
+    /// Flash slots taken as the key's without reading them (a blind view); may be empty.
+    Blind(Vec<u64>),
+    /// The flash slot phase 1 read the item from, unchanged.
+    Found { pos: Pos, e: Entry, item: FlashItem },
+}
+
+impl FlashTier {
     /// Phase 1: see the module docs. `read` false gives a blind view.
-    pub(crate) async fn view(&self, key: &[u8], hash: u64, read: bool) -> View {
-        let Some(tier) = &self.flash_tier else {
-            return View::default();
-        };
+    pub(crate) async fn view<R: RamAccess>(
+        &self,
+        ram: &R,
+        key: &[u8],
+        hash: u64,
+        read: bool,
+    ) -> View {
         let cands = {
-            let shard = self.index.lock(hash);
-            if self.find_key(&shard, hash, key).is_some() {
+            let shard = ram.slots().lock(hash);
+            if ram.find_key(&shard, hash, key).is_some() {
                 return View::default();
             }
-            self.flash_cands(&shard, hash)
+            shard.lower_locs(hash)
         };
         let mut v = View {
             cands,
@@ -51,9 +71,9 @@ impl Inner {
             return v;
         }
         for loc in v.cands.clone() {
-            match tier.flash.read(Location::unpack(loc)).await {
+            match self.flash.read(Location::unpack(loc)).await {
                 Ok(rec) => {
-                    if let Some(item) = tier.decode(&rec, hash, key) {
+                    if let Some(item) = self.decode(&rec, hash, key) {
                         v.found = Some((loc, item));
                         break;
                     }
@@ -63,9 +83,67 @@ impl Inner {
         }
         v
     }
-}
 
-impl FlashTier {
+    /// Phase 2's re-check of `view` (shard of `hash` locked, the key not in RAM): the flash
+    /// slot it read, if the tag-matching flash slots are still exactly those phase 1 saw. A
+    /// failed candidate read is dropped from the index if the record is gone for good
+    /// (checksum, freed segment), else it fails the request unless another candidate held
+    /// the key.
+    pub(crate) fn recheck(
+        &self,
+        shard: &mut Shard<'_>,
+        hash: u64,
+        view: &View,
+    ) -> Result<Recheck, Error> {
+        let cands = shard.lower_locs(hash);
+        if cands != view.cands {
+            return Ok(Recheck::Retry);
+        }
+        if view.blind {
+            return Ok(Recheck::Blind(cands));
+        }
+        for (loc, err) in &view.failed {
+            if is_corrupt(err) {
+                if shard.remove_lower(hash, *loc) {
+                    self.unreadable_item(err);
+                }
+            } else if view.found.is_none() {
+                Counters::add(&self.counters.errors, 1);
+                return Err(flash_err(err));
+            }
+        }
+        let Some((loc, item)) = &view.found else {
+            return Ok(Recheck::Absent);
+        };
+        let Some((pos, e)) = shard.find(hash, |e| e.tier == Tier::Flash && e.lower_loc() == *loc)
+        else {
+            return Ok(Recheck::Retry);
+        };
+        Ok(Recheck::Found {
+            pos,
+            e,
+            item: item.clone(),
+        })
+    }
+
+    /// Read the records at packed `locs` (each with a value passed through to `each`), at
+    /// most [`READ_BATCH`] in flight at once (within the engine's read queue bound); a
+    /// record that cannot be read is skipped. For the dump commands.
+    pub(crate) async fn read_batch(&self, locs: &[(u64, u8)], mut each: impl FnMut(&Record, u8)) {
+        let mut reads = Vec::with_capacity(READ_BATCH);
+        for chunk in locs.chunks(READ_BATCH) {
+            reads.clear();
+            for &(packed, freq) in chunk {
+                reads.push((self.flash.read(Location::unpack(packed)), freq));
+            }
+            for (read, freq) in reads.drain(..) {
+                if let Ok(rec) = read.await {
+                    each(&rec, freq);
+                }
+            }
+        }
+    }
+
     /// The item a record read for `key` (hash `key_id`) holds: `None` if it is another
     /// key's (a tag collision, counted).
     fn decode(&self, rec: &Record, key_id: u64, key: &[u8]) -> Option<FlashItem> {

@@ -17,14 +17,26 @@
 //! untrusted (a power cut under `journal_mode=write`), nothing recovered is served: the
 //! flash tier starts empty behind a durable `flush_all` marker.
 //!
+//! [`open`] does it all: opens the engine (formatting a blank device or recovering what is on
+//! it), folds records and journal entries, rebuilds the index under the seed stored on flash,
+//! builds the [`FlashTier`] and replays.
+//!
 //! Runs on the thread calling `Cache::new`, before the cache is shared.
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use flashtier_flash::journal::{record_of, Entry};
-use flashtier_flash::{Location, RecordMeta};
+use flashtier_flash::{Flash, Location, ReclaimHandler, RecordMeta};
 
+use crate::clock::Clock;
+use crate::config::{FlashDevices, FlashSettings};
 use crate::flash_tier::kv_record::{KvKind, KvRecord};
-use crate::flash_tier::{FlashTier, STREAM};
+use crate::flash_tier::tier::FlashTier;
+use crate::flash_tier::{entry_of, hot_stream, STREAM};
+use crate::knobs::Tiering;
+use crate::meta::Counters;
+use crate::ram::index::Index;
 
 #[derive(Clone, Copy, Debug)]
 struct Best {
@@ -206,9 +218,91 @@ impl Rebuilt {
     }
 }
 
+/// The flash tier opened and recovered, and the index rebuilt from it.
+pub(crate) struct Opened {
+    pub tier: FlashTier,
+    pub slots: Index,
+    /// CAS values continue above this (the largest version recovered).
+    pub last_cas: u64,
+    /// A delayed `flush_all` still pending.
+    pub flush_at: Option<u32>,
+}
+
+/// Open the flash tier `settings` describe and rebuild an index of `shards` shards from it
+/// (see the module docs); the engine's reclaimer asks `handler`, which answers once the
+/// cache is built. If the replay fails the engine is closed again.
+pub(crate) fn open(
+    settings: &FlashSettings,
+    shards: usize,
+    clock: &Clock,
+    handler: Arc<dyn ReclaimHandler>,
+) -> Result<Opened, flashtier_flash::Error> {
+    let mut rec = Recovered::default();
+    let engine = settings.engine_config();
+    let reserve = engine.reserve_segments;
+    let hot = hot_stream(&engine);
+    let tiering = Tiering::new(settings, engine.free_high_watermark);
+    let (flash, info) = match &settings.devices {
+        FlashDevices::Specs(specs) => {
+            Flash::open_specs(specs, engine, handler, |m| rec.on_record(m))
+        }
+        FlashDevices::Devices(devs) => {
+            Flash::open(devs.clone(), engine, handler, |m| rec.on_record(m))
+        }
+    }?;
+    let journal = info.journal.clone().unwrap_or_default();
+    for e in &journal.entries {
+        rec.on_journal(e);
+    }
+    let mut rebuilt = rec.finish(clock.now());
+    let cold = info.journal.is_some() && !journal.trusted;
+    if cold {
+        log::warn!(
+            "flash tier: starting empty: {} (the flash tier holds {} items that could \
+             be stale)",
+            journal.why,
+            rebuilt.items.len()
+        );
+        rebuilt.go_cold();
+    }
+    // Index tables start at 2 buckets per shard (staggered up to 2.5).
+    let slots = Index::new(shards, info.hash_seed, 2);
+    for &(key_id, loc) in &rebuilt.items {
+        slots.lock(key_id).insert(key_id, entry_of(loc, 0));
+    }
+    for &loc in &rebuilt.dead {
+        flash.mark_dead(loc);
+    }
+    let mut tier = FlashTier::new(
+        flash,
+        info,
+        rebuilt.max_version,
+        tiering,
+        reserve,
+        clock.clone(),
+    );
+    tier.hot_stream = hot;
+    tier.last_marker
+        .store(rebuilt.last_marker, Ordering::Relaxed);
+    tier.last_delayed
+        .store(rebuilt.last_delayed, Ordering::Relaxed);
+    Counters::add(&tier.counters.recovered, rebuilt.items.len() as u64);
+    Counters::add(&tier.counters.journal_cold_starts, u64::from(cold));
+    if let Err(e) = replay(&tier, &rebuilt) {
+        let _ = tier.flash.close();
+        return Err(e);
+    }
+    Ok(Opened {
+        tier,
+        slots,
+        last_cas: rebuilt.max_version,
+        flush_at: rebuilt.flush_at,
+    })
+}
+
 /// Before serving: append every entry of `rebuilt.replay` to the log again (same version),
 /// flush, and start the journal's new epoch. Counts what it replayed.
-pub fn replay(tier: &FlashTier, rebuilt: &Rebuilt) -> Result<(), flashtier_flash::Error> {
+fn replay(tier: &FlashTier, rebuilt: &Rebuilt) -> Result<(), flashtier_flash::Error> {
     let Some(journal) = tier.flash.journal() else {
         return Ok(());
     };
@@ -221,7 +315,7 @@ pub fn replay(tier: &FlashTier, rebuilt: &Rebuilt) -> Result<(), flashtier_flash
     }
     tier.flash.flush().wait()?;
     journal.begin()?;
-    crate::stats::Counters::add(&tier.counters.journal_replayed, rebuilt.replay.len() as u64);
+    Counters::add(&tier.counters.journal_replayed, rebuilt.replay.len() as u64);
     Ok(())
 }
 

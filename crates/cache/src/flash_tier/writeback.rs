@@ -1,27 +1,29 @@
-//! Write-back: a stored version reaches flash when RAM evicts it or when it has been dirty for
-//! the `write_back_ms` window, whichever comes first (0 = write-through at SET). A dirty
+//! [`WriteBack`]: a stored version reaches flash when RAM evicts it or when it has been dirty
+//! for the `write_back_ms` window, whichever comes first (0 = write-through at SET). A dirty
 //! version's home word holds the time it became dirty (kept across overwrites, so a key
 //! overwritten nonstop still reaches flash once per window) and whether an older version may
 //! be on flash (then a delete, or an expiry before write-back, appends a tombstone). The first
-//! version to turn a key dirty queues `(since, hash)`; a pass appends every RAM version of that
-//! hash still dirty since then. A failed append clears the dirty bit (retried at eviction).
+//! version to turn a key dirty queues `(since, hash)` (`dirty`); a pass appends every RAM
+//! version of that hash still dirty since then. A failed append clears the dirty bit (retried
+//! at eviction). At a clean shutdown it also appends every RAM version without a flash copy.
 //! The crash rule: docs/eviction.md.
+//!
+//! A component over the tier and the RAM it reaches ([`RamAccess`]): it reads RAM records
+//! and rewrites their home words, nothing else of RAM.
 //!
 //! # Threads
 //! The `flashtier-writeback` thread (every [`PASS_EVERY`]) and `Cache::close`; one shard lock
 //! at a time, as a SET appends, the flash engine's lock a leaf below it. Back-pressure is
 //! waited out on this thread before the lock is taken, never under it.
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-
-use crate::engine::Inner;
 use crate::flash_tier::kv_record::{KvRecord, Put};
-use crate::flash_tier::{home_word, STREAM};
+use crate::flash_tier::tier::{FlashTier, Host};
+use crate::flash_tier::{home_word, RamAccess, STREAM};
+use crate::meta::Counters;
 use crate::ram::index::Tier;
-use crate::ram::record::HOME_OLDER;
+use crate::ram::record::{Header, HOME_OLDER};
 use crate::ram::sweeper::Sweeper;
 
 /// How often the write-back thread looks for due versions.
@@ -47,68 +49,37 @@ fn until_done(deadline: Instant, mut step: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// Versions waiting for write-back, oldest first: `(dirty since ms, key hash)`.
-#[derive(Debug, Default)]
-pub(crate) struct DirtyQueue(Mutex<VecDeque<(u64, u64)>>);
-
-impl DirtyQueue {
-    pub(crate) fn push(&self, since: u64, hash: u64) {
-        self.0.lock().push_back((since, hash));
-    }
-
-    /// Put an entry back at the front (its append met back-pressure: retried first).
-    fn push_front(&self, since: u64, hash: u64) {
-        self.0.lock().push_front((since, hash));
-    }
-
-    fn pop_due(&self, cutoff: u64) -> Option<u64> {
-        let mut q = self.0.lock();
-        match q.front() {
-            Some(&(since, hash)) if since <= cutoff => {
-                q.pop_front();
-                Some(hash)
-            }
-            _ => None,
-        }
-    }
-
-    /// Entries queued (some may name versions already written or gone).
-    pub(crate) fn len(&self) -> usize {
-        self.0.lock().len()
-    }
-
-    /// How long the oldest queued entry has been dirty beyond `window_ms`, at `now_ms`: 0
-    /// while write-back keeps up (the entry may name a version already written or gone, so
-    /// this bounds the true lag from above).
-    pub(crate) fn lag_ms(&self, now_ms: u64, window_ms: u64) -> u64 {
-        self.0
-            .lock()
-            .front()
-            .map_or(0, |&(since, _)| now_ms.saturating_sub(since + window_ms))
-    }
-}
-
-/// Start the write-back thread (with flash only).
-pub(crate) fn spawn(inner: &Arc<Inner>) -> std::io::Result<Option<Sweeper>> {
-    if inner.flash_tier.is_none() {
+/// Start the write-back thread of `host`'s flash tier (with flash only).
+pub(crate) fn spawn<H: Host>(host: &Arc<H>) -> std::io::Result<Option<Sweeper>> {
+    if host.parts().is_none() {
         return Ok(None);
     }
-    let i = inner.clone();
+    let h = host.clone();
     Sweeper::spawn_fn("flashtier-writeback", PASS_EVERY, move || {
-        i.write_back_pass()
+        if let Some((tier, ram)) = h.parts() {
+            WriteBack::new(tier, ram).pass();
+        }
     })
     .map(Some)
 }
 
-impl Inner {
+/// Write-back over `tier` and the RAM it reaches (see the module docs).
+pub(crate) struct WriteBack<'a, R> {
+    tier: &'a FlashTier,
+    ram: &'a R,
+}
+
+impl<'a, R: RamAccess> WriteBack<'a, R> {
+    pub(crate) fn new(tier: &'a FlashTier, ram: &'a R) -> Self {
+        Self { tier, ram }
+    }
+
     /// Append every dirty version that became dirty at or before `cutoff` (unix ms;
     /// `u64::MAX` = all). A version flash refuses for back-pressure stays dirty and queued
     /// (first in line) and the pass ends: the next one waits for room and tries again, so a
     /// busy flash delays write-back but never drops it. Returns how many were appended.
-    pub(crate) fn write_back_due(&self, cutoff: u64) -> usize {
-        let Some(tier) = &self.flash_tier else {
-            return 0;
-        };
+    pub(crate) fn due(&self, cutoff: u64) -> usize {
+        let tier = self.tier;
         let mut n = 0;
         while let Some(hash) = tier.dirty.pop_due(cutoff) {
             let (appended, refused) =
@@ -120,22 +91,20 @@ impl Inner {
             }
         }
         if n > 0 {
-            crate::stats::Counters::add(&tier.counters.written_back, n as u64);
+            Counters::add(&tier.counters.written_back, n as u64);
         }
         n
     }
 
-    /// At a clean shutdown: write back every dirty version ([`Self::write_back_due`]), then
-    /// every live version RAM holds without a flash copy ([`Self::write_homeless`]), waiting
-    /// out back-pressure for at most [`CLOSE_WAIT`] in all. Returns how many were appended.
-    pub(crate) fn write_all_at_close(&self) -> usize {
-        let Some(tier) = &self.flash_tier else {
-            return 0;
-        };
+    /// At a clean shutdown: write back every dirty version ([`Self::due`]), then every live
+    /// version RAM holds without a flash copy ([`Self::homeless`]), waiting out
+    /// back-pressure for at most [`CLOSE_WAIT`] in all. Returns how many were appended.
+    pub(crate) fn all_at_close(&self) -> usize {
+        let tier = self.tier;
         let deadline = Instant::now() + CLOSE_WAIT;
         let mut n = 0;
         until_done(deadline, || {
-            n += self.write_back_due(u64::MAX);
+            n += self.due(u64::MAX);
             tier.dirty.len() == 0
         });
         let left = tier.dirty.len();
@@ -146,7 +115,7 @@ impl Inner {
                 CLOSE_WAIT.as_secs()
             );
         }
-        n + self.write_homeless(deadline)
+        n + self.homeless(deadline)
     }
 
     /// At a clean shutdown: append every live version RAM holds without a flash copy — reclaim
@@ -154,18 +123,16 @@ impl Inner {
     /// taking writes) — so a warm restart finds it. Values under the `item_size` knob stay
     /// RAM-only as always; back-pressure is waited out until `deadline`. Returns how many
     /// were appended.
-    fn write_homeless(&self, deadline: Instant) -> usize {
-        let Some(tier) = &self.flash_tier else {
-            return 0;
-        };
+    fn homeless(&self, deadline: Instant) -> usize {
+        let tier = self.tier;
         // Reclaim keeps flash copies of RAM items once closing starts, but it may still
         // evict one past the engine's keep limit after a walk passed its shard. So: walk
         // while reclaim makes room for these appends, then pause reclaim and walk again
         // for what it took meanwhile (the room it left is enough for a few).
-        let (mut n, _) = self.write_homeless_walks(deadline);
+        let (mut n, _) = self.homeless_walks(deadline);
         tier.flash.pause_reclaim();
         // The last walks try again whatever the first left: their count is what is lost.
-        let (more, left) = self.write_homeless_walks(deadline);
+        let (more, left) = self.homeless_walks(deadline);
         n += more;
         if left > 0 {
             log::error!(
@@ -174,17 +141,17 @@ impl Inner {
             );
         }
         if n > 0 {
-            crate::stats::Counters::add(&tier.counters.written_back, n as u64);
+            Counters::add(&tier.counters.written_back, n as u64);
         }
         n
     }
 
-    /// [`Self::write_homeless_walk`] until a walk finds nothing to write (at most
+    /// [`Self::homeless_walk`] until a walk finds nothing to write (at most
     /// [`HOMELESS_WALKS`], until `deadline`): (versions appended, keys left unwritten).
-    fn write_homeless_walks(&self, deadline: Instant) -> (usize, usize) {
+    fn homeless_walks(&self, deadline: Instant) -> (usize, usize) {
         let (mut n, mut left) = (0, 0);
         for _ in 0..HOMELESS_WALKS {
-            let (appended, found, unwritten) = self.write_homeless_walk(deadline);
+            let (appended, found, unwritten) = self.homeless_walk(deadline);
             n += appended;
             left = unwritten;
             if found == 0 || Instant::now() >= deadline {
@@ -194,30 +161,28 @@ impl Inner {
         (n, left)
     }
 
-    /// One walk of [`Self::write_homeless`] over every shard: (versions appended, keys found
+    /// One walk of [`Self::homeless`] over every shard: (versions appended, keys found
     /// homeless, keys left unwritten at the deadline).
-    fn write_homeless_walk(&self, deadline: Instant) -> (usize, usize, usize) {
-        let Some(tier) = &self.flash_tier else {
-            return (0, 0, 0);
-        };
-        let min = tier.tiering.item_size();
-        let homeless = |h: &crate::ram::record::Header| {
+    fn homeless_walk(&self, deadline: Instant) -> (usize, usize, usize) {
+        let slots = self.ram.slots();
+        let min = self.tier.tiering.item_size();
+        let homeless = |h: &Header| {
             h.home_loc().is_none() && h.dirty_since().is_none() && u64::from(h.vlen) >= min
         };
         let (mut n, mut found, mut left) = (0, 0, 0);
-        for i in 0..self.index.shard_count() {
+        for i in 0..slots.shard_count() {
             let mut hashes = Vec::new();
             let mut key = Vec::new();
-            self.index.lock_nth(i).for_each(|e| {
+            slots.lock_nth(i).for_each(|e| {
                 if e.tier != Tier::Ram {
                     return;
                 }
-                let Some(r) = self.arena.record(e.loc) else {
+                let Some(r) = self.ram.record(e.loc) else {
                     return;
                 };
                 if homeless(&r.header) {
                     r.read_key(&mut key);
-                    hashes.push(self.index.hash(&key));
+                    hashes.push(slots.hash(&key));
                 }
             });
             hashes.sort_unstable();
@@ -242,35 +207,34 @@ impl Inner {
     fn append_ram_versions(
         &self,
         hash: u64,
-        due: impl Fn(&crate::ram::record::Header) -> bool,
+        due: impl Fn(&Header) -> bool,
     ) -> (usize, Option<u64>) {
-        let Some(tier) = &self.flash_tier else {
-            return (0, None);
-        };
+        let tier = self.tier;
         if tier.pressured() {
-            crate::ops::block_on(tier.writable());
+            crate::block::block_on(tier.writable());
         }
+        let slots = self.ram.slots();
         let mut n = 0;
         let mut key = Vec::new();
         let mut done = Vec::new();
-        let shard = self.index.lock(hash);
-        let now = self.now();
+        let shard = slots.lock(hash);
+        let now = tier.clock.now();
         loop {
             let found = shard.find(hash, |e| {
                 e.tier == Tier::Ram
                     && !done.contains(&e.loc)
-                    && self.arena.record(e.loc).is_some_and(|r| due(&r.header))
+                    && self.ram.record(e.loc).is_some_and(|r| due(&r.header))
             });
             let Some((_, e)) = found else { break };
             done.push(e.loc);
-            let Some(rec) = self.arena.record(e.loc) else {
+            let Some(rec) = self.ram.record(e.loc) else {
                 break;
             };
             let h = rec.header;
             let no_home = if h.flash_behind() { HOME_OLDER } else { 0 };
             rec.read_key(&mut key);
-            let key_id = self.index.hash(&key);
-            if self.dead(&h, now) {
+            let key_id = slots.hash(&key);
+            if self.ram.meta().dead_at(h.exptime, h.stored, now) {
                 // Expired or flushed before reaching flash: an older flash version must
                 // not outlive it (after a restart it would be served).
                 if h.flash_behind() {
@@ -296,94 +260,15 @@ impl Inner {
     }
 
     /// One pass of the write-back thread: versions dirty for the window or longer.
-    pub(crate) fn write_back_pass(&self) {
-        let Some(tier) = &self.flash_tier else { return };
+    pub(crate) fn pass(&self) {
+        let tier = self.tier;
         let window = tier.tiering.write_back_ms();
-        let cutoff = self.cfg.clock.now_ms().saturating_sub(window);
-        let n = self.write_back_due(cutoff);
+        let cutoff = tier.clock.now_ms().saturating_sub(window);
+        let n = self.due(cutoff);
         if window == 0 && n > 0 {
             // Write-through: these were refused at their store; do not let them wait
             // another `flush_interval` in a write buffer.
             tier.flash.write_buffers();
         }
-    }
-}
-
-/// The window delays appends, overwrites keep the first dirty time, and a delete of a dirty
-/// version over an older flash version appends a tombstone.
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::Ordering::Relaxed;
-
-    use bytes::Bytes;
-
-    use crate::clock::Clock;
-    use crate::flash::{FlashConfig, IoBackend};
-    use crate::{Cache, ItemWrite};
-
-    fn open(clock: Clock) -> Cache {
-        let engine = FlashConfig {
-            io_backend: IoBackend::Psync,
-            ..FlashConfig::small()
-        };
-        let (settings, builder) = crate::config::test_flash("wb", 4 << 20, engine);
-        let cfg = builder.clock(clock).flash(settings).build().unwrap();
-        Cache::new(cfg).unwrap()
-    }
-
-    fn set(c: &Cache, v: u8) {
-        c.set_now(b"k", ItemWrite::new(Bytes::from(vec![v; 1000]), 0, 0))
-            .unwrap();
-    }
-
-    fn written(c: &Cache) -> u64 {
-        c.inner()
-            .flash_tier
-            .as_ref()
-            .unwrap()
-            .counters
-            .objects_written
-            .load(Relaxed)
-    }
-
-    #[test]
-    fn window_absorbs_overwrites_and_keeps_first_dirty_time() {
-        let clock = Clock::system();
-        let c = open(clock.clone());
-        for v in 0..5 {
-            set(&c, v);
-        }
-        c.inner().write_back_pass();
-        assert_eq!(written(&c), 0, "nothing written inside the window");
-        clock.advance(1);
-        set(&c, 9);
-        clock.advance(2);
-        // 3 s after the first unwritten version: due although the last SET is 2 s old.
-        c.inner().write_back_pass();
-        assert_eq!(written(&c), 1);
-        assert_eq!(c.get_now(b"k").unwrap().unwrap().value[0], 9);
-        c.inner().write_back_pass();
-        assert_eq!(written(&c), 1, "a written version is not written again");
-    }
-
-    #[test]
-    fn delete_of_dirty_version_over_flash_version_appends_tombstone() {
-        let c = open(Clock::system());
-        set(&c, 1);
-        c.inner().write_back_due(u64::MAX);
-        assert_eq!(written(&c), 1);
-        set(&c, 2);
-        assert!(c.delete_now(b"k"));
-        let t = &c.inner().flash_tier.as_ref().unwrap().counters;
-        assert_eq!(
-            t.tombstones.load(Relaxed),
-            1,
-            "the older flash version is covered"
-        );
-        // A key never on flash needs none.
-        c.set_now(b"j", ItemWrite::new(Bytes::from_static(b"x"), 0, 0))
-            .unwrap();
-        assert!(c.delete_now(b"j"));
-        assert_eq!(t.tombstones.load(Relaxed), 1);
     }
 }

@@ -1,39 +1,38 @@
-//! The operations, one file each: `get`, `update` (SET is an update whose closure always
-//! puts) and `delete`. Each runs in two phases because a flash read cannot happen under a
-//! shard lock: phase 1 (`flash_tier::read`, async) notes the key's tag-matching flash slots
-//! and reads them; phase 2 (sync) locks the key's shard again and commits only if those slots
-//! are unchanged, else it answers [`Step::Retry`] and phase 1 runs again. So an update commits
-//! only if the slot still points at the record its closure saw. A key in RAM is found by key
-//! compare in phase 2 whatever phase 1 saw (a key has at most one slot, RAM or flash).
+//! The operations: `get`, `update` (SET is an update whose closure always puts) and
+//! `delete`, each a phase 2 ([`Op`]) that [`Core::run`], the one two-phase driver, runs. Two
+//! phases because a flash read cannot happen under a shard lock: phase 1 (`Lower::view`,
+//! async) notes the key's tag-matching flash slots and reads them; phase 2 (sync) locks the
+//! key's shard again and commits only if those slots are unchanged, else it answers
+//! [`Step::Retry`] and phase 1 runs again. So an update commits only if the slot still points
+//! at the record its closure saw. A key in RAM is found by key compare in phase 2 whatever
+//! phase 1 saw (a key has at most one slot, RAM or flash). A write also awaits flash room
+//! before phase 1 and settles what its phase 2 owes the crash journal before it returns
+//! (`flash_tier::journal`: taken right before and right after phase 2, no await between).
+//! `Cache`'s entry points (`get_now`, `set_now`, ...) are here; `current` is phase 2's view
+//! of the key's slot, `remove_existing` the removal every write path shares.
 //!
 //! # Threads
 //! Any caller; each phase holds one shard lock (arena head locks are taken under it) and none
-//! across an await. A write first awaits flash back-pressure, if any, holding nothing. A write that cannot reserve space without blocking drops the lock,
-//! reserves the slow way (which may evict) and runs phase 2 again.
-use std::future::Future;
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
-
-use crate::engine::Inner;
+//! across an await. A write first awaits flash back-pressure, if any, holding nothing. A
+//! write that cannot reserve space without blocking drops the lock, reserves the slow way
+//! (which may evict) and runs phase 2 again.
+use crate::block::block_on;
+use crate::engine::{Cache, Core};
+use crate::flash_tier::backpressure::Budget;
+use crate::flash_tier::journal::take_owed;
 use crate::flash_tier::kv_record::FlashItem;
-use crate::flash_tier::read::View;
-use crate::flash_tier::{flash_err, is_corrupt};
+use crate::flash_tier::read::{Recheck, View};
+use crate::ledger::Cause;
 use crate::ram::arena::{RecordRef, Space};
-use crate::ram::index::{Entry, Pos, Shard, Tier};
+use crate::ram::index::{Entry, Pos, Shard};
+use crate::ram::lower::LowerTier;
 use crate::ram::record::{Header, F_FETCHED, F_STALE, F_WIN};
-use crate::ram::write::Existing;
-use crate::stats::Counters;
-use crate::{Error, Item, ItemMeta};
+use crate::ram::tier::Existing;
+use crate::{CasMode, Error, Item, ItemMeta, ItemWrite, Update};
 
 mod delete;
 mod get;
 mod update;
-
-/// How long one request may still wait for flash back-pressure (`Inner::await_room`).
-#[derive(Default)]
-pub(crate) struct Budget {
-    until: Option<std::time::Instant>,
-}
 
 /// Phase 2's outcome.
 pub(crate) enum Step<T> {
@@ -41,15 +40,111 @@ pub(crate) enum Step<T> {
     Retry,
 }
 
+/// One operation as [`Core::run`] drives it: its phase 2, and what follows a commit.
+pub(crate) trait Op {
+    type Out;
+    /// A write: awaits flash room before phase 1, may stall an eviction flash cannot take
+    /// (`Error::FlashBusy`, then it runs again), and settles what phase 2 owes the crash
+    /// journal before returning. A read does none of that.
+    const WRITE: bool;
+    /// Phase 1 reads the key's flash items (false: a blind view, see `flash_tier::read`).
+    fn reads(&self) -> bool;
+    /// Phase 2, under the key's shard lock: commit, or ask for phase 1 again.
+    fn phase2(
+        &mut self,
+        core: &Core,
+        key: &[u8],
+        hash: u64,
+        view: &View,
+        stall: bool,
+    ) -> Result<Step<Self::Out>, Error>;
+    /// After the commit, holding no lock (a GET's deferred promotion).
+    fn after(&mut self, core: &Core, key: &[u8], hash: u64) {
+        let _ = (core, key, hash);
+    }
+}
+
+impl Cache {
+    /// Synchronous GET (blocks the thread on a flash read).
+    pub fn get_now(&self, key: &[u8]) -> Result<Option<Item>, Error> {
+        block_on(self.get_two_phase(key))
+    }
+
+    /// Synchronous SET.
+    pub fn set_now(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
+        block_on(self.set_two_phase(key, w))
+    }
+
+    /// Synchronous read-modify-write (see [`KvStore::update`](crate::KvStore::update)).
+    pub fn update_now<R, F>(&self, key: &[u8], f: F) -> Result<(R, Option<u64>), Error>
+    where
+        F: FnMut(Option<&Item>) -> (Update, R),
+    {
+        block_on(self.update_two_phase(key, f))
+    }
+
+    /// Synchronous delete; true when a live item was removed.
+    pub fn delete_now(&self, key: &[u8]) -> bool {
+        matches!(
+            self.update_now(key, |cur| match cur {
+                Some(_) => (Update::Delete, true),
+                None => (Update::Keep, false),
+            }),
+            Ok((true, _))
+        )
+    }
+
+    /// Delete without reading flash (deletes never touch flash): the slot goes, a
+    /// tombstone is appended if a flash copy existed. True when an item was removed. Unlike
+    /// a delete through [`KvStore::update`](crate::KvStore::update) (which shows the closure
+    /// the item, so it reads a flash-resident one), an *expired* flash-resident item counts
+    /// as removed (true): its expiry is on flash. A RAM item is judged exactly. Without
+    /// flash, same as `delete_now`.
+    pub async fn delete(&self, key: &[u8]) -> Result<bool, Error> {
+        let core = &*self.core;
+        let hash = core.slots.hash(key);
+        core.run(key, hash, delete::Delete).await
+    }
+
+    pub(crate) async fn get_two_phase(&self, key: &[u8]) -> Result<Option<Item>, Error> {
+        let core = &*self.core;
+        let hash = core.slots.hash(key);
+        core.run(key, hash, get::Get::default()).await
+    }
+
+    pub(crate) async fn set_two_phase(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
+        let core = &*self.core;
+        core.check_size(key, &w.value)?;
+        let hash = core.slots.hash(key);
+        let read = w.cas == CasMode::Keep;
+        let f = |_: Option<&Item>| (Update::Put(w.clone()), ());
+        let (_, cas) = core.run(key, hash, update::UpdateOp::set(f, read)).await?;
+        cas.ok_or(Error::Internal("a put returned no CAS"))
+    }
+
+    pub(crate) async fn update_two_phase<R, F>(
+        &self,
+        key: &[u8],
+        f: F,
+    ) -> Result<(R, Option<u64>), Error>
+    where
+        F: FnMut(Option<&Item>) -> (Update, R),
+    {
+        let core = &*self.core;
+        let hash = core.slots.hash(key);
+        core.run(key, hash, update::UpdateOp::update(f)).await
+    }
+}
+
 /// A reservation abandoned when dropped unused.
 pub(crate) struct Reserved<'a> {
-    pub inner: &'a Inner,
+    pub core: &'a Core,
     pub space: Option<Space>,
 }
 
 impl Drop for Reserved<'_> {
     fn drop(&mut self) {
-        self.inner.abandon(self.space.take());
+        self.core.ram.abandon(self.space.take());
     }
 }
 
@@ -67,6 +162,18 @@ pub(crate) fn item_of(f: &FlashItem, freq: u8) -> Item {
             fetched: freq > 0,
             last_access: f.stored,
         },
+    }
+}
+
+/// The item a RAM record holds.
+pub(crate) fn item_at(rec: &RecordRef<'_>) -> Item {
+    let h = &rec.header;
+    Item {
+        value: rec.value(),
+        flags: h.flags,
+        exptime: h.exptime,
+        cas: h.cas,
+        meta: meta_of(h),
     }
 }
 
@@ -99,54 +206,59 @@ pub(crate) enum Current<'a> {
     Blind(Vec<u64>),
 }
 
-impl Inner {
-    /// Before a write's phase 2 (holding no lock): if the flash engine has been refusing
-    /// appends for back-pressure, await room (`flash_tier::backpressure`) within the
-    /// request's budget of `append_wait_ms` (`budget`, shared by every wait of the request);
-    /// the appends made under the lock never wait.
-    pub(crate) async fn await_room(&self, budget: &mut Budget) {
-        let Some(tier) = &self.flash_tier else { return };
-        if !tier.pressured() || tier.tiering.append_wait().is_zero() {
-            return;
-        }
-        let now = std::time::Instant::now();
-        let until = *budget
-            .until
-            .get_or_insert_with(|| now + tier.tiering.append_wait());
-        let left = until.saturating_duration_since(now);
-        if !left.is_zero() {
-            tier.writable_for(left).await;
+impl Core {
+    /// The one two-phase driver every operation runs on (see the module docs and [`Op`]).
+    pub(crate) async fn run<O: Op>(
+        &self,
+        key: &[u8],
+        hash: u64,
+        mut op: O,
+    ) -> Result<O::Out, Error> {
+        let mut budget = Budget::default();
+        loop {
+            if O::WRITE {
+                self.lower.await_room(&mut budget).await;
+            }
+            let view = self.lower.view(self, key, hash, op.reads()).await;
+            let step = if O::WRITE {
+                let stall = self.lower.may_stall(&budget);
+                let _ = take_owed();
+                let step = op.phase2(self, key, hash, &view, stall);
+                let owed = take_owed();
+                if let Ok(Step::Done(_)) = step {
+                    self.lower.settle(owed).await?;
+                }
+                step
+            } else {
+                op.phase2(self, key, hash, &view, false)
+            };
+            match step {
+                Ok(Step::Done(r)) => {
+                    op.after(self, key, hash);
+                    return Ok(r);
+                }
+                Ok(Step::Retry) | Err(Error::FlashBusy) => {}
+                Err(e) => return Err(e),
+            }
         }
     }
 
-    /// Await what a write's phase 2 owes before its reply (`flash_tier::journal`): the
-    /// sync of its journal entry, or a flush of the log. Nothing without flash.
-    pub(crate) async fn settle(&self, owed: crate::flash_tier::journal::Owed) -> Result<(), Error> {
-        match &self.flash_tier {
-            Some(tier) => tier.settle(owed).await,
-            None => Ok(()),
+    /// Check a write's sizes: the value within `max_item_size`, the key within the record
+    /// format's limit.
+    pub(crate) fn check_size(&self, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        if value.len() > self.cfg.max_item_size {
+            return Err(Error::TooLarge {
+                size: value.len(),
+                max: self.cfg.max_item_size,
+            });
         }
-    }
-
-    /// True while a write may stop an eviction flash cannot take now and await room
-    /// ([`Error::FlashBusy`]): flash waits are on and the request's budget is not spent.
-    pub(crate) fn may_stall(&self, budget: &Budget) -> bool {
-        self.flash_tier
-            .as_ref()
-            .is_some_and(|t| !t.tiering.append_wait().is_zero())
-            && budget.until.is_none_or(|d| std::time::Instant::now() < d)
-    }
-
-    /// The item a RAM record holds.
-    pub(crate) fn item_at(&self, rec: &RecordRef<'_>) -> Item {
-        let h = &rec.header;
-        Item {
-            value: rec.value(),
-            flags: h.flags,
-            exptime: h.exptime,
-            cas: h.cas,
-            meta: meta_of(h),
+        if key.len() > crate::ram::record::MAX_KEY {
+            return Err(Error::TooLarge {
+                size: key.len(),
+                max: crate::ram::record::MAX_KEY,
+            });
         }
+        Ok(())
     }
 
     /// The key's slot now (shard locked): its RAM record by key compare, else the flash slot
@@ -162,53 +274,40 @@ impl Inner {
         view: &View,
         now: u32,
     ) -> Result<Current<'_>, Error> {
-        if let Some((pos, e)) = self.find_key(shard, hash, key) {
+        if let Some((pos, e)) = self.ram.find_key(shard, hash, key) {
             let rec = self
-                .arena
+                .ram
                 .record(e.loc)
                 .ok_or(Error::Internal("indexed segment lost"))?;
-            if self.dead(&rec.header, now) {
-                self.reclaim(shard, pos, &rec.header, hash);
+            if self
+                .meta
+                .dead_at(rec.header.exptime, rec.header.stored, now)
+            {
+                self.ram.reclaim(&self.env(), shard, pos, &rec.header, hash);
                 return Ok(Current::Gone(rec.header.cas));
             }
             return Ok(Current::Ram { pos, e, rec });
         }
-        let Some(tier) = &self.flash_tier else {
-            return Ok(Current::Absent);
-        };
-        let cands = self.flash_cands(shard, hash);
-        if cands != view.cands {
-            return Ok(Current::Retry);
-        }
-        if view.blind {
-            return Ok(Current::Blind(cands));
-        }
-        for (loc, err) in &view.failed {
-            if is_corrupt(err) {
-                if self.remove_flash_loc(shard, hash, *loc) {
-                    tier.unreadable_item(err);
+        match self.lower.recheck(shard, hash, view)? {
+            Recheck::Retry => Ok(Current::Retry),
+            Recheck::Absent => Ok(Current::Absent),
+            Recheck::Blind(cands) => Ok(Current::Blind(cands)),
+            Recheck::Found { pos, e, item } => {
+                if self.meta.dead_at(item.exptime, item.stored, now) {
+                    self.drop_dead_flash(shard, hash, pos, &e, item.exptime);
+                    return Ok(Current::Gone(item.cas));
                 }
-            } else if view.found.is_none() {
-                Counters::add(&tier.counters.errors, 1);
-                return Err(flash_err(err));
+                Ok(Current::Flash { pos, e, item })
             }
         }
-        let Some((loc, item)) = &view.found else {
-            return Ok(Current::Absent);
-        };
-        let Some((pos, e)) = shard.find(hash, |e| e.tier == Tier::Flash && e.lower_loc() == *loc)
-        else {
-            return Ok(Current::Retry);
-        };
-        if self.dead_at(item.exptime, item.stored, now) {
-            self.drop_dead_flash(shard, hash, pos, &e, item.exptime);
-            return Ok(Current::Gone(item.cas));
-        }
-        Ok(Current::Flash {
-            pos,
-            e,
-            item: item.clone(),
-        })
+    }
+
+    /// Remove a dead (expired or flushed) flash item's slot.
+    fn drop_dead_flash(&self, shard: &mut Shard<'_>, hash: u64, pos: Pos, e: &Entry, exptime: u32) {
+        shard.remove(pos);
+        self.lower.forget(e.lower_loc());
+        self.lower.cover_if_flushed(hash, exptime, self.now());
+        self.meta.departed(hash, Cause::Expired, e.freq > 0);
     }
 
     /// Remove the key's current slot (delete, or a write that is already expired); append a
@@ -225,23 +324,23 @@ impl Inner {
     ) -> Result<(), Error> {
         // The tombstone's version is fresh, above every version of the key: appending it
         // before the slot goes (same shard lock) changes nothing a reader or a restart sees.
-        if had_flash && self.lower().cover_or_stall(hash, key, stall).is_none() {
+        if had_flash && self.lower.cover_or_stall(hash, key, stall).is_none() {
             return Err(Error::FlashBusy);
         }
         match existing {
             Some(Existing::Ram(pos, e)) => {
-                if let Some(r) = self.arena.record(e.loc) {
-                    self.unlink(shard, pos, &r.header);
+                if let Some(r) = self.ram.record(e.loc) {
+                    self.ram.unlink(&self.env(), shard, pos, &r.header);
                 }
             }
             Some(Existing::Lower(pos, e)) => {
                 shard.remove(pos);
-                self.lower().forget(e.lower_loc());
+                self.lower.forget(e.lower_loc());
             }
             Some(Existing::Blind(locs)) => {
                 for loc in locs {
-                    if self.remove_flash_loc(shard, hash, loc) {
-                        self.lower().forget(loc);
+                    if shard.remove_lower(hash, loc) {
+                        self.lower.forget(loc);
                     }
                 }
             }
@@ -249,31 +348,4 @@ impl Inner {
         }
         Ok(())
     }
-}
-
-/// Drive a future to completion on this thread (the `*_now` methods).
-pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-        fn wake_by_ref(self: &Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    thread_local! {
-        // One waker per thread, so a RAM hit (ready at the first poll) allocates nothing.
-        static WAKER: Waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    }
-    WAKER.with(|waker| {
-        let mut cx = Context::from_waker(waker);
-        let mut f = std::pin::pin!(f);
-        loop {
-            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-                return v;
-            }
-            std::thread::park();
-        }
-    })
 }

@@ -4,238 +4,272 @@
 //! whatever is stored, live or not, and reads no flash (a blind view, see `flash_tier::read`).
 //! Without flash the same loop runs once: phase 1 has nothing to read and phase 2 never asks
 //! for a retry (no flash slots to change, no back-pressure to await).
-use crate::engine::{Cache, Inner};
-use crate::flash_tier::journal::take_owed;
+use std::marker::PhantomData;
+
+use crate::engine::Core;
 use crate::flash_tier::read::View;
-use crate::ops::{block_on, item_of, Budget, Current, Reserved, Step};
-use crate::ram::lower::NewVersion;
+use crate::ops::{item_at, item_of, Current, Op, Reserved, Step};
+use crate::ram::arena::Space;
+use crate::ram::index::Shard;
+use crate::ram::lower::{LowerTier, NewVersion};
 use crate::ram::record;
-use crate::ram::write::Existing;
-use crate::{CasMode, Error, Item, ItemWrite, Update};
+use crate::ram::tier::{new_header, Existing};
+use crate::{Error, Item, ItemWrite, Update};
 
-impl Cache {
-    /// Synchronous SET.
-    pub fn set_now(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
-        block_on(self.set_two_phase(key, w))
+/// An UPDATE, or a SET (`set_mode`), with its closure `f` returning `R`.
+pub(crate) struct UpdateOp<F, R> {
+    f: F,
+    /// Phase 1 reads flash items (false for a SET that needs no old CAS: a blind view).
+    read: bool,
+    /// A SET: `CasMode::Keep` takes the CAS of whatever is stored, live or not, like the
+    /// model, and the closure, which always puts, is shown no item (the old value is not
+    /// copied).
+    set_mode: bool,
+    /// The CAS of a dead item removed by an earlier attempt of the same request.
+    dead_cas: Option<u64>,
+    out: PhantomData<fn() -> R>,
+}
+
+impl<F, R> UpdateOp<F, R>
+where
+    F: FnMut(Option<&Item>) -> (Update, R),
+{
+    /// A SET whose closure always puts; `read` when it needs the old CAS.
+    pub(crate) fn set(f: F, read: bool) -> Self {
+        Self {
+            f,
+            read,
+            set_mode: true,
+            dead_cas: None,
+            out: PhantomData,
+        }
     }
 
-    /// Synchronous read-modify-write (see [`KvStore::update`](crate::KvStore::update)).
-    pub fn update_now<R, F>(&self, key: &[u8], f: F) -> Result<(R, Option<u64>), Error>
-    where
-        F: FnMut(Option<&Item>) -> (Update, R),
-    {
-        block_on(self.update_two_phase(key, f))
-    }
-
-    pub(crate) async fn set_two_phase(&self, key: &[u8], w: ItemWrite) -> Result<u64, Error> {
-        let inner = &*self.inner;
-        inner.check_size(key, &w.value)?;
-        let hash = inner.index.hash(key);
-        let read = w.cas == CasMode::Keep;
-        let mut f = |_: Option<&Item>| (Update::Put(w.clone()), ());
-        let (_, cas) = self.two_phase(key, hash, read, true, &mut f).await?;
-        cas.ok_or(Error::Internal("a put returned no CAS"))
-    }
-
-    pub(crate) async fn update_two_phase<R, F>(
-        &self,
-        key: &[u8],
-        mut f: F,
-    ) -> Result<(R, Option<u64>), Error>
-    where
-        F: FnMut(Option<&Item>) -> (Update, R),
-    {
-        let inner = &*self.inner;
-        let hash = inner.index.hash(key);
-        self.two_phase(key, hash, true, false, &mut f).await
-    }
-
-    /// The two-phase loop every write shares: wait for flash room holding nothing, read the
-    /// key's view (`read`: flash items too), decide and commit under the shard lock, and
-    /// start again when phase 2 finds the slot changed or flash busy.
-    async fn two_phase<R, F>(
-        &self,
-        key: &[u8],
-        hash: u64,
-        read: bool,
-        set_mode: bool,
-        f: &mut F,
-    ) -> Result<(R, Option<u64>), Error>
-    where
-        F: FnMut(Option<&Item>) -> (Update, R),
-    {
-        let inner = &*self.inner;
-        let mut dead_cas = None;
-        let mut budget = Budget::default();
-        loop {
-            inner.await_room(&mut budget).await;
-            let view = inner.view(key, hash, read).await;
-            let stall = inner.may_stall(&budget);
-            let _ = take_owed();
-            let step = inner.update_with(key, hash, f, &view, set_mode, &mut dead_cas, stall);
-            let owed = take_owed();
-            match step {
-                Ok(Step::Done(r)) => {
-                    inner.settle(owed).await?;
-                    return Ok(r);
-                }
-                Ok(Step::Retry) | Err(Error::FlashBusy) => {}
-                Err(e) => return Err(e),
-            }
+    /// A read-modify-write.
+    pub(crate) fn update(f: F) -> Self {
+        Self {
+            f,
+            read: true,
+            set_mode: false,
+            dead_cas: None,
+            out: PhantomData,
         }
     }
 }
 
-impl Inner {
-    /// Phase 2 of an UPDATE (and of a SET when `set_mode`: `CasMode::Keep` then takes the
-    /// CAS of whatever is stored, live or not, like the model, and the closure, which always
-    /// puts, is shown no item, so the old value is not copied; `dead_cas` keeps the
-    /// CAS of a dead item removed by an earlier attempt of the same request). With `stall`,
-    /// space that could only be had by evicting an item flash cannot take now is not taken:
-    /// `Error::FlashBusy`, nothing changed (the caller awaits room and runs again).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn update_with<R, F>(
-        &self,
+/// What phase 2 found for the key, as a write sees it.
+struct Seen {
+    /// The slot the write replaces.
+    existing: Option<Existing>,
+    /// The live item the closure is shown (never in `set_mode`).
+    current: Option<Item>,
+    /// The CAS of what is stored, live or dead.
+    stored_cas: Option<u64>,
+    /// Some version of the key may be on flash.
+    had_flash: bool,
+    /// The replaced version's dirty-since time, if it waits for write-back.
+    old_since: Option<u64>,
+}
+
+impl Seen {
+    /// `None` when phase 1 must run again.
+    fn of(cur: Current<'_>, set_mode: bool, dead_cas: &mut Option<u64>) -> Option<Self> {
+        let mut seen = Seen {
+            existing: None,
+            current: None,
+            stored_cas: None,
+            had_flash: false,
+            old_since: None,
+        };
+        match cur {
+            Current::Retry => return None,
+            Current::Absent => {}
+            Current::Gone(cas) => {
+                seen.stored_cas = Some(cas);
+                *dead_cas = Some(cas);
+            }
+            Current::Ram { pos, e, rec } => {
+                let h = rec.header;
+                seen.stored_cas = Some(h.cas);
+                seen.had_flash = h.flash_behind();
+                seen.old_since = h.dirty_since();
+                if !set_mode {
+                    seen.current = Some(item_at(&rec));
+                }
+                seen.existing = Some(Existing::Ram(pos, e));
+            }
+            Current::Flash { pos, e, item } => {
+                seen.stored_cas = Some(item.cas);
+                if !set_mode {
+                    seen.current = Some(item_of(&item, e.freq));
+                }
+                seen.existing = Some(Existing::Lower(pos, e));
+                seen.had_flash = true;
+            }
+            Current::Blind(locs) => {
+                if !locs.is_empty() {
+                    seen.had_flash = true;
+                    seen.existing = Some(Existing::Blind(locs));
+                }
+            }
+        }
+        Some(seen)
+    }
+}
+
+impl<F, R> Op for UpdateOp<F, R>
+where
+    F: FnMut(Option<&Item>) -> (Update, R),
+{
+    type Out = (R, Option<u64>);
+    const WRITE: bool = true;
+
+    fn reads(&self) -> bool {
+        self.read
+    }
+
+    /// Phase 2 of an UPDATE or SET. With `stall`, space that could only be had by evicting
+    /// an item flash cannot take now is not taken: `Error::FlashBusy`, nothing changed (the
+    /// driver awaits room and runs again).
+    fn phase2(
+        &mut self,
+        core: &Core,
         key: &[u8],
         hash: u64,
-        f: &mut F,
         view: &View,
-        set_mode: bool,
-        dead_cas: &mut Option<u64>,
         stall: bool,
-    ) -> Result<Step<(R, Option<u64>)>, Error>
-    where
-        F: FnMut(Option<&Item>) -> (Update, R),
-    {
+    ) -> Result<Step<(R, Option<u64>)>, Error> {
         let mut log = None;
         // Space reserved on a slow-path retry. Held in a guard so that a panicking closure
         // cannot leave a segment's `pending` count raised (eviction would wait on it forever).
-        let mut reserved = Reserved {
-            inner: self,
-            space: None,
-        };
+        let mut reserved = Reserved { core, space: None };
         loop {
-            let now = self.now();
-            let mut shard = self.index.lock(hash);
-            let mut existing = None;
-            let mut current = None;
-            let mut stored_cas = None;
-            let mut had_flash = false;
-            let mut old_since = None;
-            match self.current(&mut shard, hash, key, view, now)? {
-                Current::Retry => return Ok(Step::Retry),
-                Current::Absent => {}
-                Current::Gone(cas) => {
-                    stored_cas = Some(cas);
-                    *dead_cas = Some(cas);
-                }
-                Current::Ram { pos, e, rec } => {
-                    let h = rec.header;
-                    stored_cas = Some(h.cas);
-                    had_flash = h.flash_behind();
-                    old_since = h.dirty_since();
-                    if !set_mode {
-                        current = Some(self.item_at(&rec));
-                    }
-                    existing = Some(Existing::Ram(pos, e));
-                }
-                Current::Flash { pos, e, item } => {
-                    stored_cas = Some(item.cas);
-                    if !set_mode {
-                        current = Some(item_of(&item, e.freq));
-                    }
-                    existing = Some(Existing::Lower(pos, e));
-                    had_flash = true;
-                }
-                Current::Blind(locs) => {
-                    if !locs.is_empty() {
-                        had_flash = true;
-                        existing = Some(Existing::Blind(locs));
-                    }
-                }
-            }
-            let (decision, r) = f(current.as_ref());
-            let base_cas = if set_mode {
-                stored_cas.or(*dead_cas)
+            let now = core.now();
+            let mut shard = core.slots.lock(hash);
+            let cur = core.current(&mut shard, hash, key, view, now)?;
+            let Some(seen) = Seen::of(cur, self.set_mode, &mut self.dead_cas) else {
+                return Ok(Step::Retry);
+            };
+            let (decision, r) = (self.f)(seen.current.as_ref());
+            let base_cas = if self.set_mode {
+                seen.stored_cas.or(self.dead_cas)
             } else {
-                current.as_ref().map(|i| i.cas)
+                seen.current.as_ref().map(|i| i.cas)
             };
             let w = match decision {
                 Update::Keep => {
                     drop(shard);
-                    self.abandon(reserved.space.take());
+                    core.ram.abandon(reserved.space.take());
                     return Ok(Step::Done((r, None)));
                 }
                 Update::Delete => {
-                    self.remove_existing(&mut shard, hash, key, existing, had_flash, stall)?;
+                    let (existing, had_flash) = (seen.existing, seen.had_flash);
+                    core.remove_existing(&mut shard, hash, key, existing, had_flash, stall)?;
                     drop(shard);
-                    self.abandon(reserved.space.take());
+                    core.ram.abandon(reserved.space.take());
                     return Ok(Step::Done((r, None)));
                 }
                 Update::Put(w) => w,
             };
-            if let Err(err) = self.check_size(key, &w.value) {
+            if let Err(err) = core.check_size(key, &w.value) {
                 drop(shard);
-                self.abandon(reserved.space.take());
+                core.ram.abandon(reserved.space.take());
                 return Err(err);
             }
             if w.exptime != 0 && w.exptime <= now {
-                let cas = self.cas_for(w.cas, base_cas);
-                self.remove_existing(&mut shard, hash, key, existing, had_flash, stall)?;
+                let cas = core.meta.cas_for(w.cas, base_cas);
+                let (existing, had_flash) = (seen.existing, seen.had_flash);
+                core.remove_existing(&mut shard, hash, key, existing, had_flash, stall)?;
                 drop(shard);
-                self.abandon(reserved.space.take());
+                core.ram.abandon(reserved.space.take());
                 return Ok(Step::Done((r, Some(cas))));
             }
             let words = record::rec_words(key.len(), w.value.len());
-            let lg = *log.get_or_insert_with(|| self.target_log(hash));
+            let lg = *log.get_or_insert_with(|| core.ram.target_log(hash));
             let space = match reserved.space.take() {
                 Some(s) if s.words == words => Some(s),
                 Some(s) => {
                     drop(shard);
-                    self.abandon(Some(s));
+                    core.ram.abandon(Some(s));
                     continue;
                 }
-                None if words > self.arena.large_threshold() => None,
-                None => self.arena.try_bump(lg, words),
+                None if words > core.ram.large_threshold() => None,
+                None => core.ram.try_bump(lg, words),
             };
             let Some(space) = space else {
                 drop(shard);
-                reserved.space = Some(self.reserve_for(lg, words, stall)?);
+                reserved.space = Some(core.ram.reserve(&core.env(), lg, words, stall)?);
                 continue;
             };
-            // The version replaced may be on flash: cover it (a tombstone, journaled) before
-            // the new one is published, so a crash before the new version reaches flash
-            // leaves a miss, never the old value. Covered, the new version has nothing older
-            // below it.
-            let older_below = had_flash
-                && match self.lower().cover_or_stall(hash, key, stall) {
-                    None => {
-                        drop(shard);
-                        self.abandon(Some(space));
-                        return Err(Error::FlashBusy);
-                    }
-                    Some(covered) => !covered,
-                };
-            let cas = self.cas_for(w.cas, base_cas);
-            let mut h = Self::new_header(&w, key.len(), now, cas);
-            h.home = self.lower().home_for(&NewVersion {
-                hash,
+            let put = Commit {
                 key,
-                value: &w.value,
-                header: &h,
-                older_below,
-                dirty_since: old_since,
-            });
-            if !self.arena.write_record(&space, &h, key, &w.value) {
-                drop(shard);
-                self.abandon(Some(space));
-                return Err(Error::Internal("reserved space cannot hold the record"));
-            }
-            self.publish(&mut shard, hash, existing, &space, &h);
-            drop(shard);
-            self.finish(space);
+                hash,
+                w: &w,
+                base_cas,
+                now,
+            };
+            let cas = put.commit(core, shard, seen, space, stall)?;
             return Ok(Step::Done((r, Some(cas))));
         }
+    }
+}
+
+/// A new version about to be written in reserved space (phase 2, shard locked).
+struct Commit<'a> {
+    key: &'a [u8],
+    hash: u64,
+    w: &'a ItemWrite,
+    base_cas: Option<u64>,
+    now: u32,
+}
+
+impl Commit<'_> {
+    /// Cover the replaced version below, pick the CAS and home word, write the record into
+    /// `space` and publish it over `seen.existing`; returns the new CAS. With `stall`, a
+    /// cover flash cannot take now changes nothing: `Error::FlashBusy`.
+    fn commit(
+        &self,
+        core: &Core,
+        mut shard: Shard<'_>,
+        seen: Seen,
+        space: Space,
+        stall: bool,
+    ) -> Result<u64, Error> {
+        let (key, hash, w) = (self.key, self.hash, self.w);
+        // The version replaced may be on flash: cover it (a tombstone, journaled) before
+        // the new one is published, so a crash before the new version reaches flash
+        // leaves a miss, never the old value. Covered, the new version has nothing older
+        // below it.
+        let older_below = seen.had_flash
+            && match core.lower.cover_or_stall(hash, key, stall) {
+                None => {
+                    drop(shard);
+                    core.ram.abandon(Some(space));
+                    return Err(Error::FlashBusy);
+                }
+                Some(covered) => !covered,
+            };
+        let cas = core.meta.cas_for(w.cas, self.base_cas);
+        let mut h = new_header(w, key.len(), self.now, cas);
+        h.home = core.lower.home_for(&NewVersion {
+            hash,
+            key,
+            value: &w.value,
+            header: &h,
+            older_below,
+            dirty_since: seen.old_since,
+        });
+        if !core.ram.write_record(&space, &h, key, &w.value) {
+            drop(shard);
+            core.ram.abandon(Some(space));
+            return Err(Error::Internal("reserved space cannot hold the record"));
+        }
+        let env = core.env();
+        core.ram
+            .publish(&env, &mut shard, hash, seen.existing, &space, &h);
+        drop(shard);
+        core.ram.finish(space);
+        Ok(cas)
     }
 }
 

@@ -1,5 +1,5 @@
-//! Eviction: S3-FIFO at segment granularity (rules and measurements: docs/eviction.md), and
-//! the segment drain shared with the sweeper. A victim segment is walked record by record:
+//! Eviction, `RamTier`'s: S3-FIFO at segment granularity (rules and measurements:
+//! docs/eviction.md), and the segment drain shared with the sweeper. A victim segment is walked record by record:
 //! records no slot points at are skipped, dead ones reclaimed, live ones copied to a log head
 //! (a second chance) or evicted — handed to the tier below first (`lower`), which keeps them
 //! as flash slots when there is flash; one it cannot take now (back-pressure) stops a
@@ -15,12 +15,12 @@
 use std::sync::atomic::Ordering;
 
 use crate::config::EvictionPolicy;
-use crate::engine::Inner;
+use crate::meta::Counters;
 use crate::ram::arena::{AllocState, Log, RecordRef, Space};
-use crate::ram::index::{Entry, Tier};
-use crate::ram::lower::Taken;
+use crate::ram::index::{Entry, Pos, Shard, Tier};
+use crate::ram::lower::{LowerTier, Taken};
 use crate::ram::record::{self, Header, F_FETCHED, F_FILLER};
-use crate::stats::Counters;
+use crate::ram::tier::{Env, RamTier};
 use crate::Error;
 
 /// A drain stopped at a record the tier below could not take now (see `drain_until`).
@@ -38,16 +38,18 @@ pub(crate) enum Mode {
     Compact(Log),
 }
 
-impl Inner {
-    fn soft_tries(&self) -> usize {
-        2 * (self.cfg.memory_limit / self.cfg.segment_size) + 8
-    }
-
+impl RamTier {
     /// Seal `log`'s head if `words` no longer fit, then install a fresh segment (evicting to
     /// get one). Called by writers holding no lock. With `stall`, an eviction the tier below
     /// cannot take now (back-pressure) stops with [`Error::FlashBusy`]: the writer awaits room
     /// holding nothing and tries again.
-    pub(crate) fn advance(&self, log: Log, words: usize, stall: bool) -> Result<(), Error> {
+    pub(super) fn advance<L: LowerTier + ?Sized>(
+        &self,
+        env: &Env<'_, L>,
+        log: Log,
+        words: usize,
+        stall: bool,
+    ) -> Result<(), Error> {
         let mut alloc = self.arena.state.lock();
         if let Some((seg, off)) = self.arena.head(log) {
             if off + words <= self.arena.seg_words {
@@ -55,7 +57,7 @@ impl Inner {
             }
             self.arena.seal_head(&mut alloc, log, Some(seg));
         }
-        let seg = self.obtain_normal(&mut alloc, stall)?;
+        let seg = self.obtain_normal(env, &mut alloc, stall)?;
         if let Err(seg) = self.arena.install_head(log, seg) {
             self.arena.release_normal(&mut alloc, seg);
         }
@@ -64,14 +66,19 @@ impl Inner {
 
     /// An empty normal segment for a writer, evicting as needed; keeps one in reserve for
     /// eviction's copies while it can.
-    fn obtain_normal(&self, alloc: &mut AllocState, stall: bool) -> Result<u32, Error> {
+    fn obtain_normal<L: LowerTier + ?Sized>(
+        &self,
+        env: &Env<'_, L>,
+        alloc: &mut AllocState,
+        stall: bool,
+    ) -> Result<u32, Error> {
         let mut tries = 0;
         loop {
             if let Some(s) = self.arena.take_normal(alloc, 1) {
                 return Ok(s);
             }
             tries += 1;
-            if self.evict_one(alloc, tries > self.soft_tries(), stall)? {
+            if self.evict_one(env, alloc, tries > self.policy.soft_tries, stall)? {
                 continue;
             }
             if self.arena.seal_head(alloc, Log::Main, None)
@@ -86,7 +93,13 @@ impl Inner {
     /// A large single-record segment of `words` (as many chunks as it needs), evicting as
     /// needed. A record larger than the whole limit (a value of nearly `memory_limit` bytes)
     /// may use the one spare chunk beyond the limit, once everything else is gone.
-    pub(crate) fn obtain_large(&self, words: usize, log: Log, stall: bool) -> Result<Space, Error> {
+    pub(super) fn obtain_large<L: LowerTier + ?Sized>(
+        &self,
+        env: &Env<'_, L>,
+        words: usize,
+        log: Log,
+        stall: bool,
+    ) -> Result<Space, Error> {
         let k = self.arena.chunks_for(words);
         let spare = k > self.arena.max_chunks();
         if k > self.arena.max_chunks() + 1 {
@@ -102,7 +115,7 @@ impl Inner {
                     .ok_or(Error::OutOfMemory);
             }
             tries += 1;
-            if self.evict_one(&mut alloc, tries > self.soft_tries(), stall)? {
+            if self.evict_one(env, &mut alloc, tries > self.policy.soft_tries, stall)? {
                 continue;
             }
             if self.arena.seal_head(&mut alloc, Log::Main, None)
@@ -116,18 +129,19 @@ impl Inner {
 
     /// Evict one segment. False when there is nothing to evict; `Error::FlashBusy` when it
     /// stalled (`stall`, see [`Self::advance`]): the victim goes back to its queue's front.
-    pub(crate) fn evict_one(
+    pub(super) fn evict_one<L: LowerTier + ?Sized>(
         &self,
+        env: &Env<'_, L>,
         alloc: &mut AllocState,
         force: bool,
         stall: bool,
     ) -> Result<bool, Error> {
         let small = Log::Small as usize;
         let main = Log::Main as usize;
-        let s3 = self.cfg.eviction == EvictionPolicy::S3Fifo;
+        let s3 = self.policy.eviction == EvictionPolicy::S3Fifo;
         let total = alloc.queue_bytes[small] + alloc.queue_bytes[main];
         let small_over =
-            alloc.queue_bytes[small] * 100 >= total * u64::from(self.cfg.small_percent);
+            alloc.queue_bytes[small] * 100 >= total * u64::from(self.policy.small_percent);
         let log = if !alloc.queues[small].is_empty()
             && (!s3 || small_over || alloc.queues[main].is_empty())
         {
@@ -139,7 +153,7 @@ impl Inner {
         };
         // memcached -M: never drop a live item to make room (with flash, eviction only
         // moves items to flash, so it goes on).
-        if !self.cfg.evict_to_free && !self.lower().takes_evictions() {
+        if !self.policy.evict_to_free && !env.lower.takes_evictions() {
             let victim = alloc.queues[log as usize].front().copied();
             if victim.is_some_and(|v| self.arena.slot(v).live.load(Ordering::Relaxed) > 0) {
                 return Ok(false);
@@ -154,7 +168,7 @@ impl Inner {
         } else {
             Mode::Evict(log)
         };
-        let Ok(kept) = self.drain_until(alloc, seg, mode, stall) else {
+        let Ok(kept) = self.drain_until(env, alloc, seg, mode, stall) else {
             self.arena.requeue_front(alloc, log, seg);
             return Err(Error::FlashBusy);
         };
@@ -163,7 +177,7 @@ impl Inner {
     }
 
     /// After a drain: requeue a kept large segment, free a dropped one, recycle a normal one.
-    pub(crate) fn retire(&self, alloc: &mut AllocState, seg: u32, kept: Option<Log>) {
+    pub(super) fn retire(&self, alloc: &mut AllocState, seg: u32, kept: Option<Log>) {
         if self.arena.slot(seg).is_large() {
             match kept {
                 Some(log) => self.arena.enqueue_large(alloc, seg, log),
@@ -191,22 +205,29 @@ impl Inner {
 
     /// Walk segment `seg` (taken off its queue, quiet) and dispose of every record per
     /// `mode`. Returns the log a large segment should be requeued on, if it is kept.
-    pub(crate) fn drain(&self, alloc: &mut AllocState, seg: u32, mode: Mode) -> Option<Log> {
-        self.drain_until(alloc, seg, mode, false)
+    pub(super) fn drain<L: LowerTier + ?Sized>(
+        &self,
+        env: &Env<'_, L>,
+        alloc: &mut AllocState,
+        seg: u32,
+        mode: Mode,
+    ) -> Option<Log> {
+        self.drain_until(env, alloc, seg, mode, false)
             .unwrap_or_default()
     }
 
     /// [`Self::drain`]; with `stall`, stops at the first live record the tier below cannot
     /// take now (`Err`): the records before it are disposed of, it and those after are intact
     /// (the segment must go back on its queue).
-    fn drain_until(
+    fn drain_until<L: LowerTier + ?Sized>(
         &self,
+        env: &Env<'_, L>,
         alloc: &mut AllocState,
         seg: u32,
         mode: Mode,
         stall: bool,
     ) -> Result<Option<Log>, Stalled> {
-        let now = self.now();
+        let now = env.meta.now();
         let slot = self.arena.slot(seg);
         let end = slot.end.load(Ordering::Relaxed) as usize;
         let large = slot.is_large();
@@ -230,15 +251,15 @@ impl Inner {
                 continue;
             }
             rec.read_key(&mut key);
-            let hash = self.index.hash(&key);
+            let hash = env.slots.hash(&key);
             let loc = self.arena.loc(seg, off);
-            let mut shard = self.index.lock(hash);
+            let mut shard = env.slots.lock(hash);
             let Some((pos, e)) = shard.find(hash, |e| e.tier == Tier::Ram && e.loc == loc) else {
                 off += n;
                 continue;
             };
-            if self.dead(&h, now) {
-                self.reclaim(&mut shard, pos, &h, hash);
+            if env.meta.dead_at(h.exptime, h.stored, now) {
+                self.reclaim(env, &mut shard, pos, &h, hash);
                 off += n;
                 continue;
             }
@@ -250,9 +271,9 @@ impl Inner {
                 Mode::Compact(log) => Some((log, e.freq)),
             };
             let counter = match mode {
-                Mode::Evict(Log::Small) => &self.counters.moves_to_main,
-                Mode::Compact(_) => &self.counters.compacted,
-                _ => &self.counters.reinserted,
+                Mode::Evict(Log::Small) => &env.meta.counters.moves_to_main,
+                Mode::Compact(_) => &env.meta.counters.compacted,
+                _ => &env.meta.counters.reinserted,
             };
             match target {
                 Some((log, freq)) if large => {
@@ -263,15 +284,15 @@ impl Inner {
                 Some((log, freq)) => {
                     if self.copy_live(alloc, &mut shard, pos, e, (m, off, &h), log, freq) {
                         Counters::add(counter, 1);
-                    } else if let Some(l) =
-                        self.evict_record(alloc, &mut shard, pos, &rec, hash, mode, &key, stall)?
+                    } else if let Some(l) = self
+                        .evict_record(env, alloc, &mut shard, pos, &rec, hash, mode, &key, stall)?
                     {
                         kept = Some(l);
                     }
                 }
                 None => {
-                    if let Some(l) =
-                        self.evict_record(alloc, &mut shard, pos, &rec, hash, mode, &key, stall)?
+                    if let Some(l) = self
+                        .evict_record(env, alloc, &mut shard, pos, &rec, hash, mode, &key, stall)?
                     {
                         kept = Some(l);
                     }
@@ -289,8 +310,8 @@ impl Inner {
     fn copy_live(
         &self,
         alloc: &mut AllocState,
-        shard: &mut crate::ram::index::Shard<'_>,
-        pos: crate::ram::index::Pos,
+        shard: &mut Shard<'_>,
+        pos: Pos,
         e: Entry,
         src: (&[std::sync::atomic::AtomicU64], usize, &Header),
         log: Log,
@@ -334,11 +355,12 @@ impl Inner {
     /// segment is kept whole instead: the log to requeue it on is returned. With `stall` the
     /// refusal stops the drain instead (`Stalled`; nothing changed).
     #[allow(clippy::too_many_arguments)]
-    fn evict_record(
+    fn evict_record<L: LowerTier + ?Sized>(
         &self,
+        env: &Env<'_, L>,
         alloc: &mut AllocState,
-        shard: &mut crate::ram::index::Shard<'_>,
-        pos: crate::ram::index::Pos,
+        shard: &mut Shard<'_>,
+        pos: Pos,
         rec: &RecordRef<'_>,
         hash: u64,
         mode: Mode,
@@ -346,10 +368,10 @@ impl Inner {
         stall: bool,
     ) -> Result<Option<Log>, Stalled> {
         let h = &rec.header;
-        match self.lower().take_evicted(rec, hash, key) {
+        match env.lower.take_evicted(rec, hash, key) {
             Taken::Slot(slot) => {
                 let e = shard.get(pos);
-                self.release(e.loc, h.words());
+                self.release(env.meta, e.loc, h.words());
                 shard.set(pos, slot);
                 return Ok(None);
             }
@@ -358,27 +380,191 @@ impl Inner {
                 let e = shard.get(pos);
                 let (seg, off) = self.arena.split(e.loc);
                 if self.arena.slot(seg).is_large() {
-                    self.lower().deferred();
+                    env.lower.deferred();
                     return Ok(Some(Log::Main));
                 }
                 if let Some(m) = self.arena.mem(seg) {
                     if self.copy_live(alloc, shard, pos, e, (m, off, h), Log::Main, e.freq) {
-                        self.lower().deferred();
+                        env.lower.deferred();
                         return Ok(None);
                     }
                 }
             }
             Taken::Later | Taken::Drop => {}
         }
-        self.unlink(shard, pos, h);
-        self.ledger.departed(hash, crate::ledger::Cause::RamEvicted);
-        Counters::add(&self.counters.evictions, 1);
-        if h.rflags & F_FETCHED == 0 {
-            Counters::add(&self.counters.evicted_unfetched, 1);
-        }
+        self.unlink(env, shard, pos, h);
+        let fetched = h.rflags & F_FETCHED != 0;
+        env.meta
+            .departed(hash, crate::ledger::Cause::RamEvicted, fetched);
         if mode == Mode::Evict(Log::Small) {
             self.ghost.insert(hash);
         }
         Ok(None)
+    }
+}
+
+/// S3-FIFO on a RAM tier alone, over a fake tier below.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ram::testing::{key, Answer, FakeLower, Rig, SEG};
+
+    const VALUE: [u8; 1000] = [7; 1000];
+
+    /// Items of `VALUE` one segment holds.
+    fn per_segment() -> usize {
+        SEG / 8 / record::rec_words(key(0).len(), VALUE.len())
+    }
+
+    #[test]
+    fn unhit_items_leave_the_small_log_first_in_first_out_into_the_ghost_set() {
+        let rig = Rig::with(4, FakeLower::new(false, Answer::Drop), |b| {
+            b.ghost_entries(1 << 16)
+        });
+        let n = 8 * per_segment();
+        for i in 0..n {
+            rig.set(&key(i), &VALUE, 0);
+        }
+        let evicted = rig.count(|c| &c.evictions) as usize;
+        assert!(evicted > 0 && evicted < n);
+        assert_eq!(rig.count(|c| &c.evicted_unfetched) as usize, evicted);
+        assert_eq!(
+            rig.lower.offered.lock().len(),
+            evicted,
+            "each offered below first"
+        );
+        assert!(
+            (0..evicted).all(|i| rig.get(&key(i)).is_none()),
+            "oldest first"
+        );
+        assert!((evicted..n).all(|i| rig.get(&key(i)).is_some()));
+        assert_eq!(rig.slots.len() as usize, n - evicted);
+        // Stored again, a ghost goes straight to the main log (the set forgets it then).
+        let ghosts = (0..evicted)
+            .filter(|&i| rig.ram.target_log(rig.slots.hash(&key(i))) == Log::Main)
+            .count();
+        assert!(
+            ghosts * 10 >= evicted * 9,
+            "{ghosts} of {evicted} remembered"
+        );
+    }
+
+    #[test]
+    fn a_hit_item_moves_to_the_main_log_and_outlives_a_cold_stream() {
+        let rig = Rig::new(8, FakeLower::new(false, Answer::Drop));
+        let hot = 40;
+        for i in 0..hot {
+            rig.set(&key(i), &VALUE, 0);
+            rig.hit(&key(i));
+        }
+        for i in hot..16 * per_segment() {
+            rig.set(&key(i), &VALUE, 0);
+        }
+        assert!(rig.count(|c| &c.evictions) > 0);
+        assert!(
+            (0..hot).all(|i| rig.get(&key(i)).is_some()),
+            "a hot item was evicted"
+        );
+        assert_eq!(rig.count(|c| &c.moves_to_main), hot as u64);
+    }
+
+    #[test]
+    fn items_the_tier_below_takes_become_its_slots_and_are_not_lost() {
+        let rig = Rig::new(4, FakeLower::new(true, Answer::Slot));
+        let n = 8 * per_segment();
+        for i in 0..n {
+            rig.set(&key(i), &VALUE, 0);
+        }
+        let taken = rig.lower.offered.lock().len();
+        assert!(taken > 0);
+        assert_eq!(rig.count(|c| &c.evictions), 0, "nothing dropped");
+        assert_eq!(rig.slots.len() as usize, n, "every key keeps a slot");
+        assert_eq!(rig.slot(&key(0)).unwrap().tier, Tier::Flash);
+        assert_eq!(rig.slot(&key(n - 1)).unwrap().tier, Tier::Ram);
+    }
+
+    #[test]
+    fn without_a_tier_below_and_with_evictions_off_no_live_item_is_dropped() {
+        let rig = Rig::with(4, FakeLower::new(false, Answer::Drop), |b| {
+            b.evict_to_free(false)
+        });
+        let env = rig.env();
+        let words = record::rec_words(key(0).len(), VALUE.len());
+        let mut stored = 0;
+        loop {
+            match rig.ram.reserve(&env, Log::Small, words, false) {
+                Ok(space) => {
+                    rig.ram.abandon(Some(space));
+                    rig.set(&key(stored), &VALUE, 0);
+                    stored += 1;
+                }
+                Err(Error::OutOfMemory) => break,
+                Err(e) => panic!("{e}"),
+            }
+            assert!(stored < 10 * per_segment(), "RAM never filled");
+        }
+        assert_eq!(rig.count(|c| &c.evictions), 0);
+        assert!((0..stored).all(|i| rig.get(&key(i)).is_some()));
+    }
+
+    #[test]
+    fn an_eviction_the_tier_below_cannot_take_now_stalls_or_stays_in_ram() {
+        let rig = Rig::new(4, FakeLower::new(true, Answer::Slot));
+        let mut i = 0;
+        while rig.lower.offered.lock().is_empty() {
+            rig.set(&key(i), &VALUE, 0);
+            i += 1;
+        }
+        // RAM is full: from here every new segment needs an eviction, which the tier below
+        // refuses for back-pressure.
+        *rig.lower.answer.lock() = Answer::Later;
+        let env = rig.env();
+        let before = rig.slots.len();
+        let in_ram = |k: usize| rig.slot(&key(k)).is_some_and(|e| e.tier == Tier::Ram);
+        let ram_items = (0..i).filter(|&k| in_ram(k)).count();
+        let offered = rig.lower.offered.lock().len();
+        let mut stalled = false;
+        for _ in 0..4 * per_segment() {
+            match rig.ram.reserve(&env, Log::Small, 100, true) {
+                Ok(space) => rig.ram.abandon(Some(space)),
+                Err(Error::FlashBusy) => {
+                    stalled = true;
+                    break;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(stalled, "a stalling writer never met the refusal");
+        assert_eq!(rig.lower.offered.lock().len(), offered + 1);
+        assert_eq!(rig.slots.len(), before);
+        assert_eq!(
+            (0..i).filter(|&k| in_ram(k)).count(),
+            ram_items,
+            "nothing evicted: the victim is back at its queue's front"
+        );
+        assert_eq!(rig.count(|c| &c.evictions), 0);
+        assert_eq!(
+            rig.lower
+                .deferred
+                .load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+        // Without stalling an item stays in RAM, copied to the main log (deferred), while
+        // there is room for the copy; one without room is dropped and counted.
+        rig.ram
+            .reserve(&env, Log::Small, 100, false)
+            .map(|s| rig.ram.abandon(Some(s)))
+            .unwrap();
+        assert!(
+            rig.lower
+                .deferred
+                .load(std::sync::atomic::Ordering::Relaxed)
+                > 0
+        );
+        assert_eq!(
+            rig.slots.len() + rig.count(|c| &c.evictions),
+            before,
+            "every item still has a slot or is counted as evicted"
+        );
     }
 }

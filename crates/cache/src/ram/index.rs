@@ -47,7 +47,7 @@ pub enum Tier {
     Ram,
     /// Location on flash: bits 0–39 of the slot are the flash address in 16-byte units and
     /// the size-hint bits are the engine's page hint, together a packed
-    /// `flashtier_flash::Location` (see `flash_tier`).
+    /// flash `Location` (see `flash_tier`).
     Flash,
 }
 
@@ -437,6 +437,29 @@ impl Shard<'_> {
     /// See [`Table::count_tier`].
     pub fn count_tier(&self, tier: Tier) -> usize {
         self.table.count_tier(tier)
+    }
+
+    /// Packed locations of the lower-tier slots whose tag matches `hash`, in probe order.
+    pub fn lower_locs(&self, hash: u64) -> Vec<u64> {
+        let mut v = Vec::new();
+        self.table.find(hash, |e| {
+            if e.tier == Tier::Flash {
+                v.push(e.lower_loc());
+            }
+            false
+        });
+        v
+    }
+
+    /// Remove the lower-tier slot at packed location `loc` for `hash`; true if there was one.
+    pub fn remove_lower(&mut self, hash: u64, loc: u64) -> bool {
+        match self.find(hash, |e| e.tier == Tier::Flash && e.lower_loc() == loc) {
+            Some((pos, _)) => {
+                self.remove(pos);
+                true
+            }
+            None => false,
+        }
     }
 
     /// See [`Table::for_each`].

@@ -1,8 +1,11 @@
 //! [`LowerTier`]: everything the RAM tier hands to the tier below it — an evicted live item,
 //! a lower-tier copy that stopped being any key's, a key whose older versions below must stay
 //! gone, a `flush_all`, and where a new version's lower copy lives (its home word). The flash
-//! tier implements it (`flash_tier::demote`); without flash, [`NoLower`] does nothing, so the
-//! RAM tier and the removal paths never ask whether flash is configured.
+//! tier implements it (`flash_tier::demote`); without flash, [`NoLower`] does nothing (the
+//! core's `Lower::None` answers with it), so the RAM tier and the removal paths never ask
+//! whether flash is configured. The other way, [`CopyUp`] is how RAM answers a copy of a
+//! lower item into RAM (a promotion, `RamTier::copy_up_now`/`copy_up_later`). This is RAM's
+//! whole seam with the tier below, as foyer's `Pipe` is its memory cache's.
 //!
 //! # Threads
 //! Called by whichever thread writes, evicts or removes, holding the key's shard lock (and
@@ -34,6 +37,18 @@ pub(crate) enum Taken {
     Drop,
 }
 
+/// How a copy of an item from the tier below into RAM went (`RamTier::copy_up_now`,
+/// `RamTier::copy_up_later`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CopyUp {
+    /// Published in RAM over the lower slot.
+    Done,
+    /// No room in the small log's open segment (only at once, under the lock): nothing done.
+    NoRoom,
+    /// Given up: space could not be had or written, or the lower slot changed meanwhile.
+    Abandoned,
+}
+
 /// The tier under RAM. Every method is best effort: it never fails a request.
 pub(crate) trait LowerTier: Sync {
     /// True when evicted items go somewhere (then eviction never counts as losing data, and
@@ -48,6 +63,16 @@ pub(crate) trait LowerTier: Sync {
     fn forget(&self, loc: u64);
     /// Every older version of the key below must stay gone (delete, or death before write).
     fn cover(&self, hash: u64, key: &[u8]);
+    /// A dead item with a copy here was removed: if it died by `flush_all` rather than by
+    /// expiry (`exptime` not passed at `now`), [`Self::cover`] it, or a restart could bring
+    /// it back (a later delayed `flush_all` re-arms the flush time; recovery cannot see
+    /// store times).
+    fn cover_if_flushed(&self, hash: u64, exptime: u32, now: u32) {
+        let expired = exptime != 0 && exptime <= now;
+        if !expired {
+            self.cover(hash, &[]);
+        }
+    }
     /// [`Self::cover`], except that with `stall`, when this tier cannot take the cover now
     /// (back-pressure), nothing is done and `None` is returned: the caller changes nothing,
     /// awaits room holding no lock and tries again. Otherwise `Some(covered)`: true when the

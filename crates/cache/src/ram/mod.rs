@@ -1,6 +1,9 @@
-//! The RAM tier: the compact index, the log-structured arena and its record layout, S3-FIFO
-//! eviction with its ghost set, the sweeper, and the write primitives every write path uses
-//! (reserve → write the record → publish it under the key's shard lock).
+//! The RAM tier: [`RamTier`](tier::RamTier) owns the log-structured arena (and its record
+//! layout), S3-FIFO's ghost set and policy; its methods live in `tier` (the write path and
+//! removals), `evict` (S3-FIFO, the segment drain) and `sweeper` (the background pass). The
+//! compact index is here too but shared: the core owns it and lends it, with the cache's
+//! `Meta` and the tier below, in a `tier::Env` per call. This folder imports neither the core
+//! nor the flash tier.
 //!
 //! The index slot of a key names its tier; a RAM record carries the location of its lower
 //! copy in its home word. Evicted live records, dead lower copies, deletes and `flush_all` are
@@ -16,4 +19,6 @@ pub(crate) mod index;
 pub(crate) mod lower;
 pub(crate) mod record;
 pub(crate) mod sweeper;
-pub(crate) mod write;
+#[cfg(test)]
+pub(crate) mod testing;
+pub(crate) mod tier;

@@ -1,15 +1,16 @@
 //! The sweeper: frees memory held by expired and dead records without any client touching
-//! them. A pass looks at every sealed, quiet segment, one at a time under `AllocState`: one
-//! with nothing live, everything expired, or covered by a passed `flush_all` is drained and
-//! freed; one at least [`COMPACT_DEAD_PERCENT`] dead (overwritten, deleted, expired) has its
-//! live records compacted into the same log's head, if a free segment is available. A head holding
-//! anything stale is sealed first, so expired items are found even when writes stop. A scan
-//! raises the segment's `min_exp` hint, so it is rescanned only once something in it expired.
+//! them (`RamTier::sweep`; the thread is [`Sweeper`]). A pass looks at every sealed, quiet
+//! segment, one at a time under `AllocState`: one with nothing live, everything expired, or
+//! covered by a passed `flush_all` is drained and freed; one at least [`COMPACT_DEAD_PERCENT`]
+//! dead (overwritten, deleted, expired) has its live records compacted into the same log's
+//! head, if a free segment is available. A head holding anything stale is sealed first, so
+//! expired items are found even when writes stop. A scan raises the segment's `min_exp`
+//! hint, so it is rescanned only once something in it expired.
 //!
 //! # Threads
 //! One thread per `Cache` (`flashtier-sweeper`), woken every `sweep_interval`, stopped when
 //! the `Cache` is dropped; `Cache::sweep` runs a pass on the caller's thread. The write-back
-//! thread runs on the same loop (`Sweeper::spawn_fn`).
+//! thread runs on the same loop (`Sweeper::spawn_fn`, which knows nothing of what it runs).
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -17,11 +18,12 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::engine::Inner;
+use crate::meta::{Counters, Meta};
 use crate::ram::arena::{AllocState, Log};
 use crate::ram::evict::Mode;
+use crate::ram::lower::LowerTier;
 use crate::ram::record::F_FILLER;
-use crate::stats::Counters;
+use crate::ram::tier::{Env, RamTier};
 
 /// A sealed segment with at least this share of its bytes dead is compacted. Under
 /// overwrites RAM holds dead versions until their segment is evicted or compacted: at 50 %
@@ -37,12 +39,6 @@ pub(crate) struct Sweeper {
 }
 
 impl Sweeper {
-    pub fn spawn(inner: Arc<Inner>, every: Duration) -> std::io::Result<Self> {
-        Self::spawn_fn("flashtier-sweeper", every, move || {
-            inner.sweep();
-        })
-    }
-
     /// A thread named `name` running `pass` every `every` until the handle is dropped.
     pub fn spawn_fn(
         name: &str,
@@ -86,18 +82,18 @@ impl Drop for Sweeper {
     }
 }
 
-impl Inner {
+impl RamTier {
     /// One sweeper pass; returns the number of segments freed or compacted.
-    pub(crate) fn sweep(&self) -> usize {
+    pub(crate) fn sweep<L: LowerTier + ?Sized>(&self, env: &Env<'_, L>) -> usize {
         let ids: Vec<u32> = {
             let mut alloc = self.arena.state.lock();
-            self.seal_stale_heads(&mut alloc);
+            self.seal_stale_heads(env.meta, &mut alloc);
             alloc.queues.iter().flatten().copied().collect()
         };
         let mut swept = 0;
         for seg in ids {
             let mut alloc = self.arena.state.lock();
-            let now = self.now();
+            let now = env.meta.now();
             let Some(log) = self.arena.queued_on(seg) else {
                 continue;
             };
@@ -110,7 +106,9 @@ impl Inner {
             let max_exp = slot.max_exp.load(Ordering::Relaxed);
             let all_dead = live == 0
                 || (max_exp != 0 && max_exp != u32::MAX && max_exp <= now)
-                || self.seg_flushed(slot.max_stored.load(Ordering::Relaxed), now);
+                || env
+                    .meta
+                    .seg_flushed(slot.max_stored.load(Ordering::Relaxed), now);
             let mut dead = end.saturating_sub(live);
             let compactable = |dead: u64| dead * 100 >= end * COMPACT_DEAD_PERCENT;
             if !all_dead
@@ -129,9 +127,9 @@ impl Inner {
             if !self.arena.unqueue(&mut alloc, seg) {
                 continue;
             }
-            let kept = self.drain(&mut alloc, seg, Mode::Compact(log));
+            let kept = self.drain(env, &mut alloc, seg, Mode::Compact(log));
             self.retire(&mut alloc, seg, kept);
-            Counters::add(&self.counters.segments_swept, 1);
+            Counters::add(&env.meta.counters.segments_swept, 1);
             swept += 1;
         }
         swept
@@ -140,8 +138,8 @@ impl Inner {
     /// Seal a head segment that holds something expired, flushed or dead, so this pass can
     /// free or compact it: a head that stops receiving writes would otherwise keep its
     /// expired items forever. Sealing costs at most the unused tail of that segment.
-    fn seal_stale_heads(&self, alloc: &mut AllocState) {
-        let now = self.now();
+    fn seal_stale_heads(&self, meta: &Meta, alloc: &mut AllocState) {
+        let now = meta.now();
         for log in [Log::Small, Log::Main] {
             let Some((seg, off)) = self.arena.head(log) else {
                 continue;
@@ -158,7 +156,7 @@ impl Inner {
             let stale = live == 0
                 || (off as u64).saturating_sub(live) * 2 >= off as u64
                 || slot.min_exp.load(Ordering::Relaxed) <= now
-                || self.seg_flushed(slot.max_stored.load(Ordering::Relaxed), now);
+                || meta.seg_flushed(slot.max_stored.load(Ordering::Relaxed), now);
             if stale {
                 self.arena.seal_head(alloc, log, Some(seg));
             }
@@ -191,5 +189,75 @@ impl Inner {
             .min_exp
             .store(next_min, Ordering::Relaxed);
         expired
+    }
+}
+
+/// Sweeper passes on a RAM tier alone.
+#[cfg(test)]
+mod tests {
+    use crate::ram::record::rec_words;
+    use crate::ram::testing::{key, Answer, FakeLower, Rig, SEG};
+
+    const VALUE: [u8; 1000] = [3; 1000];
+
+    fn per_segment() -> usize {
+        SEG / 8 / rec_words(key(0).len(), VALUE.len())
+    }
+
+    #[test]
+    fn a_pass_frees_segments_whose_items_expired_the_open_one_too() {
+        let rig = Rig::new(4, FakeLower::new(false, Answer::Drop));
+        let now = rig.meta.now();
+        let n = per_segment() * 3 / 2;
+        for i in 0..n {
+            rig.set(&key(i), &VALUE, now + 1);
+        }
+        assert_eq!(rig.ram.sweep(&rig.env()), 0, "nothing expired yet");
+        rig.clock.advance(2);
+        let swept = rig.ram.sweep(&rig.env());
+        assert_eq!(swept, 2, "the sealed segment and the stale head");
+        assert_eq!(rig.count(|c| &c.segments_swept), 2);
+        assert_eq!(rig.slots.len(), 0, "no client touched them");
+        assert_eq!(rig.count(|c| &c.reclaimed) as usize, n);
+        assert_eq!(rig.count(|c| &c.live_bytes), 0);
+        assert_eq!(rig.ram.segment_counts().free, 2);
+    }
+
+    #[test]
+    fn a_pass_compacts_a_mostly_overwritten_segment() {
+        let rig = Rig::new(8, FakeLower::new(false, Answer::Drop));
+        let n = 2 * per_segment();
+        for i in 0..n {
+            rig.set(&key(i), &VALUE, 0);
+        }
+        // Overwrite two thirds of the first segment's items: it is mostly dead.
+        let dead = per_segment() * 2 / 3;
+        for i in 0..dead {
+            rig.set(&key(i), &VALUE, 0);
+        }
+        let swept = rig.ram.sweep(&rig.env());
+        assert!(swept >= 1);
+        let compacted = rig.count(|c| &c.compacted) as usize;
+        assert!(
+            compacted >= per_segment() - dead,
+            "{compacted} live records moved"
+        );
+        assert_eq!(rig.slots.len() as usize, n);
+        assert!((0..n).all(|i| rig.get(&key(i)).as_deref() == Some(&VALUE[..])));
+        assert_eq!(rig.count(|c| &c.evictions), 0);
+    }
+
+    #[test]
+    fn a_pass_leaves_live_segments_alone() {
+        let rig = Rig::new(8, FakeLower::new(false, Answer::Drop));
+        let n = 2 * per_segment();
+        for i in 0..n {
+            rig.set(&key(i), &VALUE, 0);
+        }
+        let used = rig.ram.mem_used();
+        assert_eq!(rig.ram.sweep(&rig.env()), 0);
+        assert_eq!(rig.count(|c| &c.compacted), 0);
+        assert_eq!(rig.ram.mem_used(), used);
+        assert_eq!(rig.slots.len() as usize, n);
     }
 }

@@ -61,6 +61,8 @@ pub fn main(args: BlockArgs) -> anyhow::Result<()> {
     runtime.block_on(run(cfg))
 }
 
+// Longer than clippy.toml's 120 lines; left as is by issue 29 (cache crate only).
+#[allow(clippy::too_many_lines)]
 async fn run(mut cfg: BlockConfig) -> anyhow::Result<()> {
     // Declared first, dropped last: if the start fails, the cache is closed and the run-dir
     // lock released before what this start created is removed.

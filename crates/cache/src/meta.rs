@@ -1,0 +1,137 @@
+//! [`Meta`]: what the cache keeps about its items besides the items — the CAS counter, the
+//! pending delayed `flush_all`, the departure ledger and the event counters — and the one
+//! liveness rule (expiry and `flush_all`) both tiers and the operations apply.
+//!
+//! A leaf: it knows no tier, only times, hashes and counts, so the RAM tier, the flash tier
+//! and the core all read it without importing each other.
+//!
+//! # Threads
+//! Relaxed atomics, any thread; no lock.
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::clock::Clock;
+use crate::item::CasMode;
+use crate::ledger::{Cause, Ledger};
+
+/// `flush_at` when no delayed `flush_all` is pending.
+const NO_FLUSH: u64 = u64::MAX;
+
+/// The cache's event counters (`stats`, docs/stats.md).
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub total_items: AtomicU64,
+    pub live_bytes: AtomicU64,
+    pub evictions: AtomicU64,
+    pub evicted_unfetched: AtomicU64,
+    pub reclaimed: AtomicU64,
+    pub expired_unfetched: AtomicU64,
+    pub moves_to_main: AtomicU64,
+    pub reinserted: AtomicU64,
+    pub compacted: AtomicU64,
+    pub segments_swept: AtomicU64,
+}
+
+impl Counters {
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Relaxed);
+    }
+
+    pub fn sub(c: &AtomicU64, n: u64) {
+        c.fetch_sub(n, Relaxed);
+    }
+
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Relaxed)
+    }
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub(crate) struct Meta {
+    clock: Clock,
+    /// The last CAS value handed out.
+    next_cas: AtomicU64,
+    /// Time of the pending delayed `flush_all`, or `NO_FLUSH`.
+    flush_at: AtomicU64,
+    /// How keys last left, for classifying GET misses (`get_misses_*`).
+    pub(crate) ledger: Ledger,
+    pub(crate) counters: Counters,
+}
+
+impl Meta {
+    /// CAS values continue above `last_cas`; `flush_at` is a delayed `flush_all` pending.
+    pub fn new(clock: Clock, ledger_len: usize, last_cas: u64, flush_at: Option<u32>) -> Self {
+        Self {
+            clock,
+            next_cas: AtomicU64::new(last_cas),
+            flush_at: AtomicU64::new(flush_at.map_or(NO_FLUSH, u64::from)),
+            ledger: Ledger::new(ledger_len),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Now, in unix seconds (the cache's clock).
+    pub fn now(&self) -> u32 {
+        self.clock.now()
+    }
+
+    /// The CAS of a new version: explicit, kept from the version replaced, or the next one.
+    pub fn cas_for(&self, mode: CasMode, old: Option<u64>) -> u64 {
+        match (mode, old) {
+            (CasMode::Explicit(c), _) => c,
+            (CasMode::Keep, Some(c)) => c,
+            _ => self.next_cas.fetch_add(1, Relaxed) + 1,
+        }
+    }
+
+    /// The last CAS value handed out.
+    pub fn last_cas(&self) -> u64 {
+        self.next_cas.load(Relaxed)
+    }
+
+    fn flushed(&self, stored: u32, now: u32) -> bool {
+        let f = self.flush_at.load(Relaxed);
+        f != NO_FLUSH && f as u32 <= now && stored <= f as u32
+    }
+
+    /// True when an item with this expiry and store time can no longer be seen: expired, or
+    /// covered by a passed `flush_all`.
+    pub fn dead_at(&self, exptime: u32, stored: u32, now: u32) -> bool {
+        (exptime != 0 && exptime <= now) || self.flushed(stored, now)
+    }
+
+    /// True when a segment whose newest record was stored at `max_stored` is covered by a
+    /// passed `flush_all`.
+    pub fn seg_flushed(&self, max_stored: u32, now: u32) -> bool {
+        max_stored != 0 && self.flushed(max_stored, now)
+    }
+
+    /// A `flush_all` delayed to unix time `at`: items stored up to then die then.
+    pub fn flush_later(&self, at: u32) {
+        self.flush_at.store(u64::from(at), Relaxed);
+    }
+
+    /// An immediate `flush_all` (its items are removed by the caller): no flush pending.
+    pub fn flush_now(&self) {
+        self.flush_at.store(NO_FLUSH, Relaxed);
+    }
+
+    /// Key `hash` left the cache by `cause` (its item was `fetched` or not): note it in the
+    /// ledger and count it — expiry in `reclaimed`, RAM or flash eviction in `evictions`, a
+    /// lost write nowhere else.
+    pub fn departed(&self, hash: u64, cause: Cause, fetched: bool) {
+        self.ledger.departed(hash, cause);
+        let c = &self.counters;
+        let (all, unfetched) = match cause {
+            Cause::Expired => (&c.reclaimed, &c.expired_unfetched),
+            Cause::RamEvicted | Cause::ReclaimOld | Cause::ReclaimYoung => {
+                (&c.evictions, &c.evicted_unfetched)
+            }
+            Cause::Lost => return,
+        };
+        Counters::add(all, 1);
+        if !fetched {
+            Counters::add(unfetched, 1);
+        }
+    }
+}
