@@ -224,6 +224,21 @@ impl Inner {
     }
 }
 
+/// What the journal thread asks of the log: the engine's append, flush and lost records.
+impl crate::journal::Log for Arc<Inner> {
+    fn append_waiting(&self, rec: &RecordWrite<'_>, wait: std::time::Duration) -> bool {
+        self.append_wait(0, rec, wait).is_ok()
+    }
+
+    fn lost_unheard(&self) -> bool {
+        self.state.lock().lost_total > self.lost_handled.load(Ordering::Acquire)
+    }
+
+    fn flush_wait(&self) -> Result<()> {
+        self.flush().wait()
+    }
+}
+
 /// The flash engine. Cheap to share behind an `Arc`; every method takes `&self`.
 ///
 /// Threads it owns: the IO executor (one io_uring thread or a psync pool), an interval
@@ -443,7 +458,11 @@ impl Flash {
         }
         if inner.journal.is_some() {
             let i = Arc::clone(&inner);
-            threads.push(spawn("flash-journal", move || crate::journal::run(&i))?);
+            threads.push(spawn("flash-journal", move || {
+                if let Some(j) = &i.journal {
+                    crate::journal::run(j, &i);
+                }
+            })?);
         }
         Ok((
             Self {
