@@ -13,6 +13,7 @@ use crate::format::record::RECORD_HEADER_LEN;
 use crate::format::segment::{tail_len, SEGMENT_HEADER_LEN};
 use crate::format::superblock::Role;
 use crate::location::{MAX_BYTES, PAGE};
+pub use crate::size::format_size;
 
 /// One device to open: `PATH:SIZE` on the command line (`--flash PATH:SIZE`, memcached's
 /// `-o ext_path=PATH:SIZE`).
@@ -74,23 +75,6 @@ pub fn parse_size(s: &str) -> Result<u64> {
     };
     n.checked_mul(mult)
         .ok_or_else(|| Error::Spec(format!("{s:?}: too large")))
-}
-
-/// A byte count as [`parse_size`] reads it back, exactly, in the largest unit that divides
-/// it: `64MiB`, `1536MiB`, `4KiB`, `1000` (for messages that suggest a flag value).
-pub fn format_size(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [
-        (1 << 40, "TiB"),
-        (1 << 30, "GiB"),
-        (1 << 20, "MiB"),
-        (1 << 10, "KiB"),
-    ];
-    for (unit, name) in UNITS {
-        if bytes >= unit && bytes.is_multiple_of(unit) {
-            return format!("{}{name}", bytes / unit);
-        }
-    }
-    bytes.to_string()
 }
 
 /// Which IO executor to use.

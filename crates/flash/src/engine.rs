@@ -110,7 +110,9 @@ pub(crate) struct Inner {
     pub cfg: FlashConfig,
     pub devices: Vec<Arc<dyn Device>>,
     pub tiers: Vec<u8>,
-    pub exec: Box<dyn Executor>,
+    pub exec: Arc<dyn Executor>,
+    /// `exec` again when it is the io_uring executor, for its lanes' reap handles.
+    pub uring: Option<Arc<UringExecutor>>,
     pub stats: Arc<FlashStats>,
     pub state: Mutex<State>,
     /// Wakes the reclaimer and the flusher (waits on `state`).
@@ -219,6 +221,21 @@ impl Inner {
     /// Free segments available to ordinary streams (beyond the reserve).
     pub(crate) fn spare(&self, state: &State) -> u32 {
         (state.free.total(&state.out) as u32).saturating_sub(self.cfg.reserve_segments)
+    }
+}
+
+/// What the journal thread asks of the log: the engine's append, flush and lost records.
+impl crate::journal::Log for Arc<Inner> {
+    fn append_waiting(&self, rec: &RecordWrite<'_>, wait: std::time::Duration) -> bool {
+        self.append_wait(0, rec, wait).is_ok()
+    }
+
+    fn lost_unheard(&self) -> bool {
+        self.state.lock().lost_total > self.lost_handled.load(Ordering::Acquire)
+    }
+
+    fn flush_wait(&self) -> Result<()> {
+        self.flush().wait()
     }
 }
 
@@ -335,7 +352,7 @@ impl Flash {
             return Err(Error::Config("no flash devices".into()));
         }
         let stats = Arc::new(FlashStats::default());
-        let exec = make_executor(&devices, &cfg, &stats)?;
+        let (exec, uring) = make_executor(&devices, &cfg, &stats)?;
         let backend = exec.backend();
         let layout = crate::recovery::open_layout(&devices, &mut cfg, exec.as_ref())?;
         let tiers: Vec<u8> = (0..devices.len())
@@ -401,6 +418,7 @@ impl Flash {
             devices,
             tiers,
             exec,
+            uring,
             stats,
             wake: Condvar::new(),
             uuid: layout.uuid,
@@ -442,7 +460,11 @@ impl Flash {
         }
         if inner.journal.is_some() {
             let i = Arc::clone(&inner);
-            threads.push(spawn("flash-journal", move || crate::journal::run(&i))?);
+            threads.push(spawn("flash-journal", move || {
+                if let Some(j) = &i.journal {
+                    crate::journal::run(j, &i);
+                }
+            })?);
         }
         Ok((
             Self {
@@ -504,7 +526,7 @@ impl Flash {
     /// (poll its fd for readability, then call `reap`); `None` on the psync backend. See
     /// `io::uring`.
     pub fn reap_handle(&self, lane: usize) -> Option<crate::ReapHandle> {
-        self.inner.exec.reap_handle(lane)
+        self.inner.uring.as_ref().and_then(|u| u.reap_handle(lane))
     }
 
     /// Durability barrier: write every partly filled buffer (padded to its page end), wait
@@ -665,11 +687,15 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>
         .map_err(|e| Error::io("engine", "spawn thread", e))
 }
 
+/// The executor, and the same one as io_uring's when it is that (see [`Inner::uring`]).
+type Executors = (Arc<dyn Executor>, Option<Arc<UringExecutor>>);
+
+/// The executor `cfg` asks for.
 fn make_executor(
     devices: &[Arc<dyn Device>],
     cfg: &FlashConfig,
     stats: &Arc<FlashStats>,
-) -> Result<Box<dyn Executor>> {
+) -> Result<Executors> {
     let all_fd = devices.iter().all(|d| d.raw_fd().is_some());
     let uring = || {
         UringExecutor::new(
@@ -678,18 +704,20 @@ fn make_executor(
             cfg.uring_rings,
             Arc::clone(stats),
         )
+        .map(Arc::new)
     };
-    let psync = || PsyncExecutor::new(devices.to_vec(), cfg.psync_threads, Arc::clone(stats));
+    let psync = || -> (Arc<dyn Executor>, _) {
+        let p = PsyncExecutor::new(devices.to_vec(), cfg.psync_threads, Arc::clone(stats));
+        (Arc::new(p), None)
+    };
+    let with_uring = |u: Arc<UringExecutor>| (Arc::clone(&u) as Arc<dyn Executor>, Some(u));
     match cfg.io_backend {
-        IoBackend::Psync => Ok(Box::new(psync())),
+        IoBackend::Psync => Ok(psync()),
         IoBackend::Uring => uring()
-            .map(|u| Box::new(u) as Box<dyn Executor>)
+            .map(with_uring)
             .map_err(|e| Error::io("io_uring", "setup", e)),
-        IoBackend::Auto if all_fd => match uring() {
-            Ok(u) => Ok(Box::new(u)),
-            Err(_) => Ok(Box::new(psync())),
-        },
-        IoBackend::Auto => Ok(Box::new(psync())),
+        IoBackend::Auto if all_fd => Ok(uring().map_or_else(|_| psync(), with_uring)),
+        IoBackend::Auto => Ok(psync()),
     }
 }
 

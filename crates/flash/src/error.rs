@@ -125,8 +125,8 @@ impl fmt::Display for Error {
                 f,
                 "flash format mismatch: device {device} was formatted for {}, now {} is \
                  configured",
-                crate::config::format_size(*formatted),
-                crate::config::format_size(*requested)
+                crate::size::format_size(*formatted),
+                crate::size::format_size(*requested)
             ),
             Error::NotBlank { device, found } => write!(
                 f,

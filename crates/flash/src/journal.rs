@@ -33,7 +33,9 @@
 //!
 //! # Threads
 //! Any thread commits (one short mutex, one `pwrite` under it); the `flash-journal` thread
-//! runs retiring flushes and, in sync mode, the group syncs. Lock order: the journal's ring
+//! ([`run`]) runs retiring flushes and, in sync mode, the group syncs. It reaches the log only
+//! through the small [`Log`] trait (append again, lost records heard, flush), so this module
+//! imports nothing of the engine. Lock order: the journal's ring
 //! lock is a leaf (never held while taking the engine's state lock).
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -574,10 +576,21 @@ const TICK: Duration = Duration::from_millis(100);
 /// How long the journal thread waits for room to append an uncovered entry again.
 const APPEND_AGAIN_WAIT: Duration = Duration::from_millis(100);
 
+/// What the journal thread needs of the log it journals for (the engine implements it), so
+/// this module knows nothing of the engine's state.
+pub(crate) trait Log {
+    /// Append `rec` to stream 0, waiting up to `wait` while the log has no room.
+    fn append_waiting(&self, rec: &crate::handler::RecordWrite<'_>, wait: Duration) -> bool;
+    /// Records of failed writes the user has not yet returned from hearing of (and so not yet
+    /// appended again): a retiring flush would not cover them.
+    fn lost_unheard(&self) -> bool;
+    /// The log's durability barrier, waited for.
+    fn flush_wait(&self) -> crate::Result<()>;
+}
+
 /// The `flash-journal` thread: group syncs (sync mode) and retiring flushes, until the
 /// journal closes.
-pub(crate) fn run(inner: &Arc<crate::engine::Inner>) {
-    let Some(j) = &inner.journal else { return };
+pub(crate) fn run(j: &Journal, log: &impl Log) {
     while !j.is_closed() {
         let (retire, owed) = j.wait_work(TICK);
         if let Some(upto) = owed {
@@ -588,24 +601,19 @@ pub(crate) fn run(inner: &Arc<crate::engine::Inner>) {
         if retire && !j.is_closed() {
             let mut appended = Vec::new();
             for (seq, e) in j.uncovered() {
-                if inner
-                    .append_wait(0, &record_of(&e), APPEND_AGAIN_WAIT)
-                    .is_ok()
-                {
+                if log.append_waiting(&record_of(&e), APPEND_AGAIN_WAIT) {
                     appended.push(seq);
                 }
             }
             // Records of failed writes go back to the user, who appends them again; a
             // retiring flush counts only once the user has (else it could cover an entry
             // whose record is lost and not yet appended again).
-            let unheard =
-                || inner.state.lock().lost_total > inner.lost_handled.load(Ordering::Acquire);
-            if unheard() {
+            if log.lost_unheard() {
                 std::thread::sleep(Duration::from_millis(1));
                 continue;
             }
             let head = j.head();
-            match inner.flush().wait() {
+            match log.flush_wait() {
                 Ok(()) => j.retire(head, &appended),
                 Err(e) => {
                     log::warn!("flash journal: retiring flush failed ({e}); trying again");
@@ -643,137 +651,5 @@ impl std::future::Future for Synced<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::io::memory::MemoryDevice;
-
-    const SEG: u64 = 4 * PAGE;
-
-    fn journal(dev: &Arc<MemoryDevice>, mode: JournalMode) -> Journal {
-        let d: Arc<dyn Device> = dev.clone();
-        Journal::new(d, PAGE, SEG, [5; 16], mode, Arc::default())
-    }
-
-    fn entry(key_id: u64, version: u64) -> Entry {
-        Entry {
-            kind: 2,
-            flags: 0,
-            key_id,
-            version,
-            exptime: 0,
-        }
-    }
-
-    #[test]
-    fn entries_survive_until_the_next_epoch() {
-        let dev = Arc::new(MemoryDevice::new("j", PAGE + SEG));
-        let j = journal(&dev, JournalMode::Write);
-        assert!(j.commit(entry(1, 1), true).is_err(), "not started");
-        j.begin().unwrap();
-        for v in 0..10 {
-            assert_eq!(j.commit(entry(v, v + 100), true).unwrap(), None);
-        }
-        // A process crash: the device (page cache) keeps what was written.
-        let again = journal(&dev, JournalMode::Write);
-        let rec = again.recover(false).unwrap();
-        assert!(rec.trusted, "{}", rec.why);
-        assert_eq!(rec.entries.len(), 10);
-        assert_eq!(rec.entries[3], entry(3, 103));
-        again.begin().unwrap();
-        again.close(true);
-        let third = journal(&dev, JournalMode::Write);
-        let rec = third.recover(false).unwrap();
-        assert!(
-            rec.trusted && rec.entries.is_empty(),
-            "a new epoch retires them"
-        );
-    }
-
-    #[test]
-    fn another_boot_without_sync_is_untrusted() {
-        let dev = Arc::new(MemoryDevice::new("j", PAGE + SEG));
-        let j = journal(&dev, JournalMode::Write);
-        j.begin().unwrap();
-        j.commit(entry(1, 5), true).unwrap();
-        let mut other = journal(&dev, JournalMode::Write);
-        other.boot_id = [0xee; 16];
-        let rec = other.recover(false).unwrap();
-        assert!(!rec.trusted, "a reboot loses page-cache entries");
-        // The same in sync mode is trusted: entries were synced before acknowledgement.
-        let dev = Arc::new(MemoryDevice::new("j", PAGE + SEG));
-        let j = journal(&dev, JournalMode::Sync);
-        j.begin().unwrap();
-        let t = j.commit(entry(1, 5), true).unwrap().unwrap();
-        assert!(!j.is_synced(t.0));
-        let (_, owed) = j.wait_work(Duration::ZERO);
-        j.sync_upto(owed.unwrap()).unwrap();
-        assert!(j.is_synced(t.0));
-        j.wait_synced(t);
-        let mut other = journal(&dev, JournalMode::Sync);
-        other.boot_id = [0xee; 16];
-        assert!(other.recover(false).unwrap().trusted);
-    }
-
-    #[test]
-    fn the_mode_changes_while_serving_and_the_run_record_follows() {
-        let dev = Arc::new(MemoryDevice::new("j", PAGE + SEG));
-        let j = journal(&dev, JournalMode::Write);
-        j.begin().unwrap();
-        assert_eq!(j.commit(entry(1, 1), true).unwrap(), None);
-        j.set_mode(JournalMode::Sync).unwrap();
-        let t = j
-            .commit(entry(2, 2), true)
-            .unwrap()
-            .expect("a ticket in sync mode");
-        let run = |dev: &Arc<MemoryDevice>| {
-            let mut other = journal(dev, JournalMode::Write);
-            other.boot_id = [0xee; 16];
-            other.recover(false).unwrap().trusted
-        };
-        assert!(run(&dev), "sync mode: a reboot keeps the journal trusted");
-        // Leaving sync mode releases the commit awaiting its sync.
-        j.set_mode(JournalMode::Write).unwrap();
-        assert!(j.is_synced(t.0));
-        assert!(!run(&dev), "write mode: a reboot makes it untrusted");
-        j.set_mode(JournalMode::Off).unwrap();
-        assert_eq!(j.commit(entry(3, 3), true).unwrap(), None);
-        let rec = journal(&dev, JournalMode::Write).recover(false).unwrap();
-        assert_eq!(rec.entries.len(), 2, "off: nothing more journaled");
-    }
-
-    #[test]
-    fn a_full_ring_waits_for_retirement_and_uncovered_entries_hold_it() {
-        let dev = Arc::new(MemoryDevice::new("j", PAGE + SEG));
-        let j = journal(&dev, JournalMode::Write);
-        j.begin().unwrap();
-        let cap = j.capacity();
-        j.commit(entry(0, 1), false).unwrap();
-        for v in 1..cap {
-            j.commit(entry(v, v + 1), true).unwrap();
-        }
-        let (asked, _) = j.wait_work(Duration::ZERO);
-        assert!(asked, "past half the ring a retiring flush is asked for");
-        let head = j.head();
-        j.retire(head, &[]);
-        assert_eq!(j.uncovered().len(), 1, "still uncovered");
-        // Entry 0 is uncovered: nothing retired, the next commit finds the ring full and
-        // gives up after FULL_WAIT (the run turns untrusted).
-        let t0 = Instant::now();
-        j.commit(entry(99, 999), true).unwrap();
-        assert!(t0.elapsed() >= FULL_WAIT);
-        j.close(true);
-        let rec = journal(&dev, JournalMode::Write).recover(false).unwrap();
-        assert!(!rec.trusted);
-        // Once the log takes it, everything retires.
-        let dev = Arc::new(MemoryDevice::new("j", PAGE + SEG));
-        let j = journal(&dev, JournalMode::Write);
-        j.begin().unwrap();
-        j.commit(entry(0, 1), false).unwrap();
-        let head = j.head();
-        j.retire(head, &[0]);
-        assert!(j.uncovered().is_empty());
-        for v in 1..=cap {
-            j.commit(entry(v, v + 1), true).unwrap();
-        }
-    }
-}
+#[path = "journal_tests.rs"]
+mod tests;

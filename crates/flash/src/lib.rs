@@ -33,6 +33,7 @@ mod reader;
 mod reclaimer;
 mod recovery;
 mod segments;
+mod size;
 pub mod stats;
 mod writer;
 

@@ -3,7 +3,9 @@
 //! - [`Device`]: positional, blocking IO of aligned buffers on one device: [`file`](mod@file)
 //!   (`O_DIRECT`), [`memory`] (tests, crash images), [`faulty`] (errors and torn writes).
 //! - Executors run [`IoRequest`]s and call their completion: [`uring`] (a ring per lane, the
-//!   submitting thread enters the kernel, batched by [`plug`]) and [`psync`] (a thread pool).
+//!   submitting thread enters the kernel, batched by [`plug`]; its lanes' reap handles come
+//!   from [`uring::UringExecutor::reap_handle`], not from this module's trait) and [`psync`]
+//!   (a thread pool).
 //!
 //! Invariants: callers never block (`submit` only enqueues); the engine bounds what it
 //! enqueues (reads by a queue limit, writes by chunks in flight per stream; depth is the
@@ -224,12 +226,6 @@ pub trait Executor: Send + Sync {
     fn shutdown(&self);
     /// Backend name for stats (`io_uring`, `psync`).
     fn backend(&self) -> &'static str;
-    /// A handle an event loop polls to reap the completions of lane `lane`'s IO on its own
-    /// thread (io_uring only; see [`uring::use_ring_lane`]).
-    fn reap_handle(&self, lane: usize) -> Option<uring::ReapHandle> {
-        let _ = lane;
-        None
-    }
 }
 
 /// Run one request synchronously against a device (used by the psync pool and as the

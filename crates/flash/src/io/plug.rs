@@ -15,17 +15,23 @@
 //!
 //! Invariants: the plug is per thread; a deferred enter is never lost: the outermost
 //! [`batch_submissions`] poll of an unplugged thread, [`submit_deferred`], the [`FLUSH_AT`]
-//! bound, or at worst the ring thread's backstop hands it to the kernel.
+//! bound, or at worst the ring thread's backstop hands it to the kernel. The plug holds rings
+//! only as [`Enter`] (one virtual call per deferred enter), so it imports nothing of `uring`.
 
 use std::cell::RefCell;
 use std::future::Future;
 use std::sync::Arc;
 use std::task::{Poll, Waker};
 
-use super::uring::Ring;
-
 /// Deferred requests on a thread-plugged event loop that trigger an enter at once.
 pub const FLUSH_AT: u32 = 32;
+
+/// A ring whose enter a plug can defer: what the plug keeps of each ring its thread deferred
+/// IO on (`uring::Ring` implements it; the plug knows nothing else of rings).
+pub(crate) trait Enter: Send + Sync {
+    /// Hand the ring's queued submissions to the kernel.
+    fn enter(&self);
+}
 
 #[derive(Default)]
 struct Plug {
@@ -34,7 +40,7 @@ struct Plug {
     sticky: bool,
     /// Requests deferred since the last enter.
     waiting: u32,
-    rings: Vec<Arc<Ring>>,
+    rings: Vec<Arc<dyn Enter>>,
     /// The thread's [`submit_deferred_each_turn`] task, woken by the first deferral.
     flusher: Option<Waker>,
 }
@@ -45,7 +51,7 @@ thread_local! {
 
 /// Called by a submitter: true if the current thread is plugged and `ring`'s enter was
 /// deferred; false if the caller must enter now.
-pub(crate) fn defer(ring: &Arc<Ring>) -> bool {
+pub(crate) fn defer<R: Enter + 'static>(ring: &Arc<R>) -> bool {
     let (deferred, flusher) = PLUG.with(|p| {
         let mut p = p.borrow_mut();
         if p.depth == 0 && !p.sticky {
@@ -56,8 +62,12 @@ pub(crate) fn defer(ring: &Arc<Ring>) -> bool {
             return (false, None);
         }
         p.waiting += 1;
-        if !p.rings.iter().any(|r| Arc::ptr_eq(r, ring)) {
-            p.rings.push(Arc::clone(ring));
+        if !p
+            .rings
+            .iter()
+            .any(|r| std::ptr::addr_eq(Arc::as_ptr(r), Arc::as_ptr(ring)))
+        {
+            p.rings.push(Arc::clone(ring) as Arc<dyn Enter>);
         }
         // A loop plugged for good enters at the end of the turn (a plug that is not sticky
         // enters when its outermost `batch_submissions` poll ends).

@@ -236,8 +236,12 @@ impl Executor for UringExecutor {
     fn backend(&self) -> &'static str {
         "io_uring"
     }
+}
 
-    fn reap_handle(&self, lane: usize) -> Option<ReapHandle> {
+impl UringExecutor {
+    /// A handle an event loop polls to reap the completions of lane `lane`'s IO on its own
+    /// thread (see [`use_ring_lane`]).
+    pub fn reap_handle(&self, lane: usize) -> Option<ReapHandle> {
         let ring = self.ring_of(lane);
         let fd = ring.events.try_clone().ok()?;
         ring.reapers.fetch_add(1, Ordering::SeqCst);
@@ -291,6 +295,12 @@ impl Drop for ReapHandle {
 impl std::fmt::Debug for ReapHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "ReapHandle(fd {})", self.fd.as_raw_fd())
+    }
+}
+
+impl super::plug::Enter for Ring {
+    fn enter(&self) {
+        Ring::enter(self);
     }
 }
 
