@@ -8,7 +8,8 @@
 //! tombstone's chunk is written, a restart finds the old version and serves it — data the
 //! user replaced. So every such record is also *committed* here, before the user replies:
 //! a 32-byte entry (`format::journal::Entry`, the record's metadata) written at the ring's
-//! head through the page cache (`Device::journal_write`: a `pwrite`, no device wait). That
+//! head through the page cache (`Device::journal_write`: a copy into the segment mapped
+//! shared, or a `pwrite`; no device wait). That
 //! survives the process (`kill -9`, a panic, the OOM killer). With [`JournalMode::Sync`] the
 //! user also awaits [`Journal::synced`] (group commit: one fdatasync covers every entry
 //! written before it), which survives a power cut; with [`JournalMode::Write`] a power cut or
@@ -196,6 +197,10 @@ impl Journal {
         mode: JournalMode,
         stats: Arc<FlashStats>,
     ) -> Self {
+        // Entries become copies into a shared mapping where the device allows it.
+        if let Err(e) = dev.journal_attach(base, seg_size) {
+            log::warn!("flash journal: not mapped ({e}); entries are written with pwrite");
+        }
         Self {
             dev,
             base,

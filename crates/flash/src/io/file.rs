@@ -37,6 +37,8 @@ pub struct FileDevice {
     /// The same file opened without `O_DIRECT`, for the crash journal's small writes through
     /// the page cache (opened at the first one).
     buffered: std::sync::OnceLock<File>,
+    /// The journal's region mapped through `buffered` (`journal_attach`), when it is.
+    journal_map: std::sync::OnceLock<super::journal_map::JournalMap>,
 }
 
 impl FileDevice {
@@ -115,6 +117,7 @@ impl FileDevice {
             created,
             block_device,
             buffered: std::sync::OnceLock::new(),
+            journal_map: std::sync::OnceLock::new(),
         })
     }
 
@@ -279,16 +282,34 @@ impl Device for FileDevice {
         Some(self.file.as_raw_fd())
     }
 
+    fn journal_attach(&self, off: u64, len: u64) -> io::Result<()> {
+        if self.journal_map.get().is_none() {
+            let map = super::journal_map::JournalMap::new(self.buffered()?, off, len)?;
+            let _ = self.journal_map.set(map);
+        }
+        Ok(())
+    }
+
     fn journal_write(&self, bytes: &[u8], off: u64) -> io::Result<()> {
+        if self.journal_map.get().is_some_and(|m| m.write(bytes, off)) {
+            return Ok(());
+        }
         self.buffered()?.write_all_at(bytes, off)
     }
 
     fn journal_read(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        if self.journal_map.get().is_some_and(|m| m.read(buf, off)) {
+            return Ok(());
+        }
         self.buffered()?.read_exact_at(buf, off)
     }
 
     fn journal_sync(&self) -> io::Result<()> {
-        self.buffered()?.sync_data()
+        // msync(MS_SYNC) of a file range is an fdatasync of it (the same barrier).
+        match self.journal_map.get() {
+            Some(m) => m.sync(),
+            None => self.buffered()?.sync_data(),
+        }
     }
 
     fn probe(&self) -> io::Result<crate::probe::Content> {

@@ -26,6 +26,7 @@ use crate::stats::FlashStats;
 
 pub mod faulty;
 pub mod file;
+mod journal_map;
 pub mod memory;
 pub mod plug;
 pub mod pool;
@@ -69,6 +70,13 @@ pub trait Device: Send + Sync + 'static {
             buf.copy_from_slice(&a.as_slice()[..n]);
             Ok(n)
         })
+    }
+    /// The journal's region is `[off, off + len)` (page-aligned): a device that can map it
+    /// into memory does (a file device: each entry is then a copy, not a system call). The
+    /// default does nothing; an error leaves journal writes on their slower path.
+    fn journal_attach(&self, off: u64, len: u64) -> io::Result<()> {
+        let _ = (off, len);
+        Ok(())
     }
     /// Write `bytes` (any length) at byte `off` (any offset) so that they survive this
     /// process without waiting for the device: the crash journal's entries (`journal`).
