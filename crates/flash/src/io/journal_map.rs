@@ -36,7 +36,7 @@ impl JournalMap {
     pub(crate) fn new(file: &File, off: u64, len: u64) -> io::Result<Self> {
         let len = usize::try_from(len).map_err(|_| io::Error::other("journal too large"))?;
         let at = libc::off_t::try_from(off).map_err(|_| io::Error::other("offset too large"))?;
-        if len == 0 || off % 4096 != 0 {
+        if len == 0 || !off.is_multiple_of(4096) {
             return Err(io::Error::other("journal map: unaligned or empty range"));
         }
         // SAFETY: a fresh mapping (address chosen by the kernel) of a file descriptor we
