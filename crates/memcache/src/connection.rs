@@ -1,10 +1,12 @@
 //! One client connection: read, parse every complete request, execute in order, write (the
 //! loop: [`serve_connection`]). One tokio task per connection, on any worker thread.
 //!
-//! Invariants: replies stay in request order; only back-to-back plain reads
-//! ([`is_plain_read`]) run together ([`READ_BATCH`]), every other request runs alone after
-//! everything before it, so a read after a write in the same pipeline sees the write. Reading
-//! stops while a write is pending, so a slow reader stalls only itself. Memory: the read
+//! Invariants: replies stay in request order; only plain reads ([`is_plain_read`]) run
+//! together, in a window of at most [`READ_WINDOW`] that keeps filling from the socket while
+//! its reads are at the device ([`ReadWindow`]); every other request runs alone after
+//! everything before it, so a read after a write in the same pipeline sees the write.
+//! Reading stops while a write is pending or the window is full, so a slow reader stalls
+//! only itself. Memory: the read
 //! buffer holds at most one request being assembled (bounded by the decoder's limits), the
 //! output buffer at most `max_output_buffer` plus one reply; an idle connection keeps no read
 //! buffer and at most [`IDLE_KEEP`] of output buffer.
@@ -17,12 +19,12 @@ use crate::codec::{CloseReason, Decoded, Decoder, Limits};
 use crate::command::{execute, Flow};
 use crate::context::Context;
 use crate::dump::DumpState;
-use crate::join::{join_window, BoxFuture};
 use crate::latency::Stage;
 use crate::output::Output;
 use crate::request::{Request, StoreMode};
 use crate::stats::Stats;
 use crate::stream::{Stream, READ_CHUNK};
+use crate::window::ReadWindow;
 
 /// Output buffer capacity a connection keeps between bursts.
 const IDLE_KEEP: usize = 64 * 1024;
@@ -32,19 +34,20 @@ const IDLE_KEEP_INPUT: usize = 0;
 /// Longest command line shown by the per-command log.
 const LOG_LINE_MAX: usize = 200;
 
-/// Most pipelined read requests of one connection executed together. Bounds the reply
+/// Most plain reads of one connection in flight at once ([`ReadWindow`]). Bounds the reply
 /// buffers held at once to this many replies (each at most one multi-get's worth).
 ///
 /// Replies stay in request order. Requests that change nothing a later request could see
-/// (`get`, `gets`, `mg` without T/N/R/I, `mn` -- see [`is_plain_read`]) and arrive back to back
-/// in one pipeline are executed together, up to [`READ_BATCH`] at a time, each into its own
-/// reply buffer, and their replies appended in order: a client pipelining GETs of items on
-/// flash keeps several device reads in flight, as memcached's extstore does when it queues
-/// the IO of a whole read buffer. Every other request runs alone, after everything before it,
-/// so a read after a write in the same pipeline sees the write. A multi-key get also awaits
-/// its keys' reads together, at most `FETCH_WINDOW` at a time (see `command::retrieval`): a
-/// connection keeps at most `READ_BATCH` × `FETCH_WINDOW` flash reads outstanding.
-pub const READ_BATCH: usize = 16;
+/// (`get`, `gets`, `mg` without T/N/R/I, `mn` -- see [`is_plain_read`]) run concurrently, up
+/// to [`READ_WINDOW`] at a time, each into its own reply buffer, whether they came in one
+/// packet or one by one while earlier reads were at the device; each reply is written as
+/// soon as it and the ones before it are ready. A client keeps several device reads in
+/// flight per connection, as memcached's extstore does for the IO of a whole read buffer.
+/// Every other request runs alone, after everything before it, so a read after a write in
+/// the same pipeline sees the write. A multi-key get also awaits its keys' reads together,
+/// at most `FETCH_WINDOW` at a time (see `command::retrieval`): a connection keeps at most
+/// `READ_WINDOW` × `FETCH_WINDOW` flash reads outstanding.
+pub const READ_WINDOW: usize = 16;
 
 /// True for requests whose execution changes nothing another request can observe (beyond
 /// access bookkeeping), so several may run concurrently with their replies kept in order.
@@ -65,6 +68,9 @@ pub fn is_plain_read(request: &Request) -> bool {
 pub enum Pump {
     /// No complete request left: flush output, then read.
     NeedInput,
+    /// The next request waits for the read window (room for a read, or empty for anything
+    /// else): flush output, then wait for a read to finish, not for input.
+    Wait,
     /// The output buffer is over its limit: flush before executing more.
     Flush,
     /// `quit`: flush and close.
@@ -112,7 +118,11 @@ impl Session {
     }
 
     /// Execute every complete request in `input`. See [`Pump`].
-    pub async fn pump<S: KvStore>(&mut self, ctx: &Context<S>) -> Pump {
+    pub async fn pump<'a, S: KvStore>(
+        &mut self,
+        ctx: &'a Context<S>,
+        window: &mut ReadWindow<'a>,
+    ) -> Pump {
         loop {
             if let Some(dump) = self.dump.as_mut() {
                 if dump.step(ctx, &mut self.output).await {
@@ -153,13 +163,33 @@ impl Session {
                     return Pump::Close(reason);
                 }
                 Decoded::Request { request, swallow } => {
+                    let authenticating = ctx.settings.auth.is_some() && !self.authenticated;
+                    let plain = swallow == 0 && !authenticating && is_plain_read(&request);
+                    // A read waits for room in the window; anything else for the window
+                    // to empty (replies in order, a read after a write sees it).
+                    if (plain && window.is_full()) || (!plain && !window.is_empty()) {
+                        self.lookahead = Some(Decoded::Request { request, swallow });
+                        return Pump::Wait;
+                    }
                     self.swallow = swallow;
-                    if ctx.settings.auth.is_some() && !self.authenticated {
+                    if authenticating {
                         self.authenticate(ctx, request);
-                    } else if swallow == 0 && is_plain_read(&request) {
-                        let batch = self.gather_reads(request);
-                        self.since_yield += batch.len() as u32;
-                        self.execute_reads(ctx, batch).await;
+                    } else if plain {
+                        // A second read joining one in flight starts a run of reads.
+                        if window.len() == 1 {
+                            Stats::incr(&ctx.stats.pipelined_read_batches);
+                        }
+                        self.since_yield += 1;
+                        window.push(Box::pin(async move {
+                            let mut out = Output::new();
+                            // A plain read never closes the connection.
+                            let _ = execute(ctx, request, &mut out).await;
+                            out
+                        }));
+                        if logging {
+                            // -vv shows each reply after its command: no overlap.
+                            window.finish(&mut self.output).await;
+                        }
                     } else {
                         self.since_yield += 1;
                         match execute(ctx, request, &mut self.output).await {
@@ -242,47 +272,6 @@ impl Session {
         crate::reply::line(&mut self.output, line);
     }
 
-    /// `first` and the plain reads decoded right after it (up to [`READ_BATCH`]); the first
-    /// request that cannot join is kept in `lookahead`.
-    fn gather_reads(&mut self, first: Request) -> Vec<Request> {
-        let mut batch = vec![first];
-        while batch.len() < READ_BATCH && !self.input.is_empty() {
-            match self.decoder.decode(&mut self.input) {
-                Decoded::Request {
-                    request,
-                    swallow: 0,
-                } if is_plain_read(&request) => batch.push(request),
-                other => {
-                    self.lookahead = Some(other);
-                    break;
-                }
-            }
-        }
-        batch
-    }
-
-    /// Execute plain reads concurrently; replies are appended in request order.
-    async fn execute_reads<S: KvStore>(&mut self, ctx: &Context<S>, mut batch: Vec<Request>) {
-        if batch.len() == 1 {
-            if let Some(request) = batch.pop() {
-                // A plain read never closes the connection.
-                let _ = execute(ctx, request, &mut self.output).await;
-            }
-            return;
-        }
-        Stats::incr(&ctx.stats.pipelined_read_batches);
-        let runs = batch.into_iter().map(|request| -> BoxFuture<'_, Output> {
-            Box::pin(async move {
-                let mut out = Output::new();
-                let _ = execute(ctx, request, &mut out).await;
-                out
-            })
-        });
-        for out in join_window(Box::new(runs), READ_BATCH).await {
-            self.output.append(out);
-        }
-    }
-
     /// True while a rejected data block is still being discarded.
     pub fn swallowing(&self) -> bool {
         self.swallow > 0
@@ -324,9 +313,20 @@ pub async fn serve_connection<S: KvStore>(
     let mut drained = 0usize;
     // When the last read returned (the turnaround stage runs from it to the reply write).
     let mut read_at = None;
+    let mut window = ReadWindow::new(READ_WINDOW);
     loop {
-        // The flash reads this turn starts are handed to the kernel together.
-        let step = flashtier_cache::flash::batch_submissions(session.pump(ctx)).await;
+        // The flash reads this turn starts are handed to the kernel together; reads that
+        // finish at once (RAM hits) reply in this turn.
+        let step = flashtier_cache::flash::batch_submissions(async {
+            let step = session.pump(ctx, &mut window).await;
+            window.collect(&mut session.output).await;
+            step
+        })
+        .await;
+        if matches!(step, Pump::Quit | Pump::Close(_)) {
+            // The reads before `quit` (or the bad request) are answered first.
+            window.finish(&mut session.output).await;
+        }
         if !session.output.is_empty() {
             Stats::add(&ctx.stats.bytes_written, session.output.len() as u64);
             let segments: Vec<bytes::Bytes> = session.output.drain().collect();
@@ -346,6 +346,12 @@ pub async fn serve_connection<S: KvStore>(
                 return Ok(());
             }
             Pump::Flush => continue,
+            Pump::Wait => {
+                // The socket is not read meanwhile: what the client sends next waits in it
+                // (bounded memory; TCP pushes back).
+                window.next(&mut session.output).await;
+                continue;
+            }
             Pump::NeedInput => {}
         }
         // Shutting down: answer what the client already sent (bytes sitting in the socket,
@@ -359,6 +365,10 @@ pub async fn serve_connection<S: KvStore>(
                 Some(n) => {
                     drained += n;
                     Stats::add(&ctx.stats.bytes_read, n as u64);
+                    continue;
+                }
+                None if !window.is_empty() => {
+                    window.finish(&mut session.output).await;
                     continue;
                 }
                 None => return Ok(()),
@@ -377,11 +387,13 @@ pub async fn serve_connection<S: KvStore>(
         };
         let (n, age) = tokio::select! {
             r = stream.read_some(&mut session.input) => r?,
+            // A read finished while more requests may come: send its reply now.
+            _ = window.next(&mut session.output), if !window.is_empty() => continue,
             _ = shutdown.changed() => {
                 draining = true;
                 continue;
             }
-            _ = idle => {
+            _ = idle, if window.is_empty() => {
                 Stats::incr(&ctx.stats.idle_kicks);
                 log::trace!("<{id} closing idle connection");
                 return Ok(());

@@ -3,7 +3,7 @@
 //! Used wherever independent store reads should overlap on flash: the keys of one multi-key
 //! get ([`crate::command::retrieval`], window [`crate::command::retrieval::FETCH_WINDOW`]) and
 //! a run of pipelined read requests on one connection ([`crate::connection`], all of its at
-//! most [`crate::connection::READ_BATCH`]).
+//! most [`crate::connection::READ_WINDOW`]).
 //!
 //! Why a window and per-future wakers: a lookup of a flash item holds a device read or waits
 //! for one in the engine's read queue, so the window bounds what one request can park there

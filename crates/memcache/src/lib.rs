@@ -6,7 +6,8 @@
 //! # Layout
 //! - [`codec`] (incremental parser, check before parse) → [`request`] → [`command`] (one file
 //!   per family) → [`reply`], [`output`] (a connection's pending replies).
-//! - [`connection`]: the per-connection loop; [`server`]: accept loop, limits, shutdown;
+//! - [`connection`]: the per-connection loop ([`window`]: its plain reads in flight, replies
+//!   in order as they finish); [`server`]: accept loop, limits, shutdown;
 //!   [`workers`]: the thread-per-core serving threads connections are handed to;
 //!   [`stream`]: TCP, unix and TLS behind one interface ([`rxstamp`]: when bytes arrived);
 //!   [`context`]: what connections share.
@@ -32,6 +33,7 @@ pub mod rxstamp;
 pub mod server;
 pub mod stats;
 pub mod stream;
+pub mod window;
 pub mod workers;
 
 pub use codec::{Decoded, Decoder, Limits};

@@ -5,7 +5,7 @@
 //! are still written in request order.
 //!
 //! The bound on flash reads a connection keeps outstanding: a connection runs at most
-//! [`READ_BATCH`](crate::connection::READ_BATCH) pipelined reads together, each a multi-get of
+//! [`READ_WINDOW`](crate::connection::READ_WINDOW) pipelined reads together, each a multi-get of
 //! at most `FETCH_WINDOW` lookups at a time, so at most 16 × 64 = 1,024 of its reads are at the
 //! device or waiting in the engine's read queue (which makes them wait, in arrival order, past
 //! `read_queue_limit`: a lookup never fails because that queue is full).

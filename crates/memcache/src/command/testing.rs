@@ -39,7 +39,16 @@ impl Harness {
         };
         let mut session = Session::new(limits, 1 << 20);
         session.input.extend_from_slice(input);
-        while session.pump(&self.ctx).await == Pump::Flush {}
+        let mut window = crate::window::ReadWindow::new(crate::connection::READ_WINDOW);
+        // As the connection does, without a socket: a full window or a request that must
+        // wait for it is answered once the reads before it are.
+        loop {
+            let step = session.pump(&self.ctx, &mut window).await;
+            window.finish(&mut session.output).await;
+            if !matches!(step, Pump::Flush | Pump::Wait) {
+                break;
+            }
+        }
         String::from_utf8_lossy(&session.output.to_vec()).into_owned()
     }
 }
