@@ -421,7 +421,16 @@ pub async fn serve_connection<S: KvStore>(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use flashtier_cache::{Item, ItemWrite, KvStore, Update};
+
+    use super::{Pump, ReadWindow, Session, READ_WINDOW};
+    use crate::codec::Limits;
     use crate::command::testing::{Harness, TEST_MAX_ITEM};
+    use crate::context::{Context, Settings};
     use crate::stats::Stats;
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -454,6 +463,101 @@ mod tests {
         );
         // Two runs of reads: get a .. gets a, then get a .. mg b.
         assert_eq!(Stats::get(&h.ctx.stats.pipelined_read_batches), 2);
+    }
+
+    /// A store whose reads wait until `open` is set, counting those in flight.
+    struct GatedStore {
+        inner: flashtier_cache::ModelStore,
+        open: AtomicBool,
+        in_flight: AtomicUsize,
+    }
+
+    impl KvStore for GatedStore {
+        async fn get(&self, key: &[u8]) -> Result<Option<Item>, flashtier_cache::Error> {
+            self.in_flight.fetch_add(1, Ordering::SeqCst);
+            while !self.open.load(Ordering::SeqCst) {
+                tokio::task::yield_now().await;
+            }
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            self.inner.get(key).await
+        }
+        async fn set(&self, key: &[u8], item: ItemWrite) -> Result<u64, flashtier_cache::Error> {
+            self.inner.set(key, item).await
+        }
+        async fn update<R, F>(
+            &self,
+            key: &[u8],
+            f: F,
+        ) -> Result<(R, Option<u64>), flashtier_cache::Error>
+        where
+            R: Send,
+            F: FnMut(Option<&Item>) -> (Update, R) + Send,
+        {
+            self.inner.update(key, f).await
+        }
+        fn flush_all(&self, at: u32) {
+            self.inner.flush_all(at)
+        }
+        fn max_item_size(&self) -> usize {
+            self.inner.max_item_size()
+        }
+        fn clock(&self) -> &flashtier_cache::Clock {
+            self.inner.clock()
+        }
+        fn stats(&self) -> flashtier_cache::StoreStats {
+            self.inner.stats()
+        }
+        fn stats_section(&self, s: &str) -> Option<Vec<(String, String)>> {
+            self.inner.stats_section(s)
+        }
+    }
+
+    /// Issue 30: a read that arrives (in its own packet) while an earlier one is still at
+    /// the device starts at once; a write waits for both; replies stay in order.
+    #[test]
+    fn reads_arriving_one_by_one_overlap_and_a_write_waits_for_them() {
+        block_on(async {
+            let store = Arc::new(GatedStore {
+                inner: flashtier_cache::ModelStore::new(flashtier_cache::Clock::system(), 1 << 20),
+                open: AtomicBool::new(false),
+                in_flight: AtomicUsize::new(0),
+            });
+            for k in [&b"a"[..], b"b"] {
+                let w = ItemWrite::new(Bytes::copy_from_slice(k), 0, 0);
+                store.inner.set(k, w).await.unwrap();
+            }
+            let ctx = Context::new(Arc::clone(&store), Settings::default());
+            let mut session = Session::new(Limits::default(), 1 << 20);
+            let mut window = ReadWindow::new(READ_WINDOW);
+            session.input.extend_from_slice(b"get a\r\n");
+            assert_eq!(session.pump(&ctx, &mut window).await, Pump::NeedInput);
+            window.collect(&mut session.output).await;
+            assert_eq!(store.in_flight.load(Ordering::SeqCst), 1);
+            // The next packet: its read joins the one still waiting.
+            session.input.extend_from_slice(b"get b\r\n");
+            assert_eq!(session.pump(&ctx, &mut window).await, Pump::NeedInput);
+            window.collect(&mut session.output).await;
+            assert_eq!(
+                store.in_flight.load(Ordering::SeqCst),
+                2,
+                "both reads in flight"
+            );
+            assert!(session.output.is_empty());
+            // A write waits for the reads before it.
+            session
+                .input
+                .extend_from_slice(b"set a 0 0 1\r\nz\r\nget a\r\n");
+            assert_eq!(session.pump(&ctx, &mut window).await, Pump::Wait);
+            store.open.store(true, Ordering::SeqCst);
+            window.finish(&mut session.output).await;
+            assert_eq!(session.pump(&ctx, &mut window).await, Pump::NeedInput);
+            window.finish(&mut session.output).await;
+            assert_eq!(
+                String::from_utf8_lossy(&session.output.to_vec()),
+                "VALUE a 0 1\r\na\r\nEND\r\nVALUE b 0 1\r\nb\r\nEND\r\nSTORED\r\n\
+                 VALUE a 0 1\r\nz\r\nEND\r\n"
+            );
+        });
     }
 
     #[test]
