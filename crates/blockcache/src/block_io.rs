@@ -58,6 +58,7 @@ impl BlockIo {
         capacity_blocks: u64,
     ) -> Self {
         let nblocks = backing.size() / block_size;
+        blocks.set_capacity(capacity_blocks);
         BlockIo {
             blocks,
             stats,
@@ -120,12 +121,14 @@ impl BlockIo {
     /// the CLOCK hand picks; with none to give (all dirty) an admission (`!dirty`) is refused
     /// with `Ok(None)` and a write goes ahead (dirty blocks are bounded by `dirty_max_pct`).
     /// A full or busy flash is the engine's error; waiting for space is the caller's policy.
+    /// `fence` is told the block has a record; each append grants reclaim `fill_moves`.
     pub(crate) fn try_append(
         &self,
         fence: &Fence,
         lba: u64,
         data: &[u8],
         dirty: bool,
+        fill_moves: u64,
     ) -> Result<Option<PutOutcome>, flashtier_flash::Error> {
         let out = self.blocks.locked(|index| {
             if !index.contains(lba) && index.len() as u64 >= self.capacity_blocks {
@@ -159,7 +162,7 @@ impl BlockIo {
             return Ok(None);
         };
         add(&self.stats.ssd_writes, 1);
-        self.blocks.aged_one(self.capacity_blocks);
+        self.blocks.aged_one(self.capacity_blocks, fill_moves);
         Ok(Some(out))
     }
 

@@ -16,6 +16,9 @@ use parking_lot::Mutex;
 
 use crate::index::{Entry, Index};
 
+/// The fill line is `capacity / FILL_SLACK` blocks below the capacity.
+const FILL_SLACK: u64 = 32;
+
 /// The index of cached blocks and the reclaim aging budget.
 #[derive(Debug)]
 pub(crate) struct Blocks {
@@ -24,6 +27,13 @@ pub(crate) struct Blocks {
     /// most `capacity_blocks` saved up), so counts age with the cache's own writes, not with
     /// how often reclaim passes (which rises with the share of records it must keep).
     age_budget: AtomicU64,
+    /// Below this many cached blocks reclaim moves clean blocks instead of dropping them
+    /// (see [`Blocks::fill_line`]); 0 until open sets the capacity.
+    fill_line: AtomicU64,
+    /// Fill moves reclaim may still make: `reclaim_fill_moves` per block the cache appended
+    /// (at most `capacity_blocks` saved up), so moves cost at most that many flash writes
+    /// per client write.
+    fill_budget: AtomicU64,
 }
 
 impl Default for Blocks {
@@ -31,6 +41,8 @@ impl Default for Blocks {
         Blocks {
             index: Mutex::new(Index::new(0)),
             age_budget: AtomicU64::new(0),
+            fill_line: AtomicU64::new(0),
+            fill_budget: AtomicU64::new(0),
         }
     }
 }
@@ -120,14 +132,41 @@ impl Blocks {
         )
     }
 
+    /// The cache holds at most `capacity` blocks: set the fill line 1/32 below it (97 %).
+    pub(crate) fn set_capacity(&self, capacity: u64) {
+        self.fill_line
+            .store(capacity - capacity / FILL_SLACK, Ordering::Relaxed);
+    }
+
+    /// Below this many cached blocks a clean block reclaim finds is moved, not dropped: a
+    /// full cache stays full under writes, and the capacity cap (CLOCK eviction at
+    /// `capacity_blocks`) still keeps dead space on flash for reclaim to free.
+    pub(crate) fn fill_line(&self) -> u64 {
+        self.fill_line.load(Ordering::Relaxed)
+    }
+
     /// One block appended by the cache: reclaim may lower one more read count (at most
-    /// `cap` saved up).
-    pub(crate) fn aged_one(&self, cap: u64) {
+    /// `cap` saved up) and make `moves` more fill moves (at most `cap` saved up).
+    pub(crate) fn aged_one(&self, cap: u64, moves: u64) {
         let _ = self
             .age_budget
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
                 (t < cap).then_some(t + 1)
             });
+        let _ = self
+            .fill_budget
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                (t < cap).then_some((t + moves).min(cap))
+            });
+    }
+
+    /// Spend one fill move, if the cache is below its fill line and the budget allows.
+    pub(crate) fn take_fill(&self, cached: u64) -> bool {
+        cached < self.fill_line()
+            && self
+                .fill_budget
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| t.checked_sub(1))
+                .is_ok()
     }
 
     /// Spend one lowering of a read count, if any is left.
@@ -146,7 +185,7 @@ mod tests {
     fn age_budget_is_one_per_append_up_to_the_cap() {
         let b = Blocks::default();
         for _ in 0..10 {
-            b.aged_one(4);
+            b.aged_one(4, 0);
         }
         assert!((0..4).all(|_| b.take_age()));
         assert!(!b.take_age());

@@ -30,6 +30,7 @@ pub mod error;
 mod fence;
 mod fence_found;
 pub mod flush;
+mod geometry;
 pub mod index;
 pub mod lbamap;
 mod log_limit;

@@ -25,6 +25,7 @@ use crate::durability::Durability;
 use crate::error::Error;
 use crate::fence::Fence;
 use crate::fence_found::{verdict, Verdict};
+use crate::geometry;
 use crate::index::Index;
 use crate::reclaim::Handler;
 use crate::record::{RecordKind, FLAG_DIRTY};
@@ -69,10 +70,11 @@ impl BlockCache {
     ) -> Result<Arc<Self>, Error> {
         let (bs, fc, tunables) = settings(cap, backing.size(), &cfg)?;
         let reclaim_stream = fc.reclaim_stream;
-        // Space the cache cannot fill with blocks: reclaim's reserve and free target plus
+        // Segments the cache cannot fill with blocks: reclaim's reserve and free target plus
         // one open segment per stream.
-        let reserve =
-            u64::from(fc.reserve_segments + fc.free_high_watermark) + u64::from(fc.streams);
+        let kept_free = geometry::kept_free(&fc);
+        let chunk = fc.chunk_size;
+        let segment = fc.segment_size;
         let nblocks = backing.size() / bs;
         let stats = Arc::new(BlockStats::default());
         let blocks = Arc::new(Blocks::default());
@@ -99,8 +101,15 @@ impl BlockCache {
             .fence
             .persist_blocking(&durable, &blocks, &flash)
             .map_err(Error::Config)?;
-        let usable = info.capacity.saturating_sub(reserve * info.segment_size);
-        let capacity_blocks = (usable / record).max(16);
+        // A set formatted with other sizes keeps them, with the engine's chunk for them.
+        let chunk = if info.segment_size == segment {
+            chunk
+        } else {
+            FlashConfig::chunk_for(info.segment_size)
+        };
+        let per_segment = geometry::records_per_segment(info.segment_size, chunk, record);
+        let capacity_blocks =
+            geometry::capacity_blocks(u64::from(info.segments), per_segment, kept_free).max(16);
         let cache = Arc::new(BlockCache {
             io: BlockIo::new(blocks, stats, flash, backing, bs, capacity_blocks),
             durable,
@@ -147,6 +156,15 @@ fn settings(
         .clone()
         .unwrap_or_else(|| FlashConfig::for_capacity(cap));
     fc.keep_limit = 1.0;
+    if fc.adopt_geometry {
+        // Sizes that are a default, not a choice: the ones that waste least of the device
+        // for records of this block size (see `geometry`).
+        let record = flashtier_flash::format::record::padded_len(0, bs as usize) as u64;
+        if let Some((segment, chunk)) = geometry::choose(cap, record, geometry::kept_free(&fc)) {
+            fc.segment_size = segment;
+            fc.chunk_size = chunk;
+        }
+    }
     // A kv flash file is not a block cache: the engine refuses it (and foreign data).
     fc.role = flashtier_flash::Role::Block;
     let max_val = fc.max_value_len(0) as u64;

@@ -89,6 +89,10 @@ impl ReclaimHandler for Handler {
                         }
                         add(&stats.moved_clean_blocks, 1);
                         Decision::Keep
+                    } else if self.blocks.take_fill(index.len() as u64) {
+                        // Below the fill line: room for it, keep the cache full.
+                        add(&stats.moved_fill_blocks, 1);
+                        Decision::Keep
                     } else {
                         index.remove_at(rec.key_id, loc);
                         add(&stats.replacements, 1);
@@ -278,7 +282,7 @@ mod tests {
         }
         assert!(h.blocks.locked(|ix| ix.referenced(7)));
         // One append's worth of budget: this pass keeps it and uses the count up...
-        h.blocks.aged_one(100);
+        h.blocks.aged_one(100, 0);
         assert_eq!(h.decide(&meta(7, loc)), Decision::Keep);
         assert!(!h.blocks.locked(|ix| ix.referenced(7)));
         // ...and the next drops it (clean, not read since).
@@ -287,5 +291,30 @@ mod tests {
         let stats = h.durable.stats();
         assert_eq!(stats.moved_clean_blocks.load(Ordering::Relaxed), 6);
         assert_eq!(stats.replacements.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn below_the_fill_line_clean_blocks_are_moved_within_the_budget() {
+        let h = handler();
+        let (a, b) = (
+            Location::new(4096, 4096).expect("location"),
+            Location::new(8192, 4096).expect("location"),
+        );
+        h.blocks.locked(|index| {
+            index.put(7, a.pack(), 1, false);
+            index.put(8, b.pack(), 1, false);
+        });
+        h.blocks.set_capacity(1000);
+        // One append's worth of budget (one move): block 7 is moved, block 8 dropped.
+        h.blocks.aged_one(1000, 1);
+        assert_eq!(h.decide(&meta(7, a)), Decision::Keep);
+        assert_eq!(h.decide(&meta(8, b)), Decision::Drop);
+        let stats = h.durable.stats();
+        assert_eq!(stats.moved_fill_blocks.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.replacements.load(Ordering::Relaxed), 1);
+        // At the fill line nothing is moved for fill, budget or not.
+        h.blocks.set_capacity(1);
+        h.blocks.aged_one(1000, 8);
+        assert_eq!(h.decide(&meta(7, a)), Decision::Drop);
     }
 }

@@ -279,7 +279,13 @@ impl BlockCache {
     ) -> Result<Option<PutOutcome>, BackendError> {
         let mut stalled = false;
         loop {
-            match self.io.try_append(&self.durable.fence, lba, data, dirty) {
+            match self.io.try_append(
+                &self.durable.fence,
+                lba,
+                data,
+                dirty,
+                self.tunables.fill_moves(),
+            ) {
                 Ok(out) => return Ok(out),
                 Err(e @ (flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)) => {
                     let Some(deadline) = wait else {

@@ -50,6 +50,9 @@ counters! {
     /// Clean blocks reclaim moved (copied) instead of dropping, because they were read
     /// since the last pass.
     moved_clean_blocks,
+    /// Clean blocks reclaim moved instead of dropping, not read since the last pass, because
+    /// the cache held fewer blocks than its fill line (97 % of `capacity_blocks`).
+    moved_fill_blocks,
     /// Dirty (or not yet durably clean) blocks reclaim moved.
     moved_dirty_blocks,
     /// Dirty blocks written back (all causes).
