@@ -20,7 +20,10 @@ const BS: u64 = 4096;
 /// writes; trim, flush and cache requests are skipped, as trace_sim.py does).
 fn load(path: &str) -> Vec<(u64, u32, bool)> {
     let data = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    assert!(data.starts_with(b"FTTRACE1"), "{path}: not a flashtier trace");
+    assert!(
+        data.starts_with(b"FTTRACE1"),
+        "{path}: not a flashtier trace"
+    );
     let body = data.get(16..).unwrap_or(&[]);
     let word = |b: &[u8], at: usize, n: usize| {
         let mut w = [0u8; 8];
@@ -64,7 +67,11 @@ fn main() {
         .into_iter()
         .filter(|r| !(reads_only && r.2))
         .collect();
-    let end = reqs.iter().map(|r| r.0 + u64::from(r.1)).max().unwrap_or(BS);
+    let end = reqs
+        .iter()
+        .map(|r| r.0 + u64::from(r.1))
+        .max()
+        .unwrap_or(BS);
     let size = end.div_ceil(1 << 20) << 20;
     let dev: Arc<dyn Device> = Arc::new(MemoryDevice::new("replay", cache_mib << 20));
     let backing: Arc<dyn BlockBackend> = Arc::new(MemoryBackend::new(size as usize));
@@ -99,7 +106,7 @@ fn main() {
         println!(
             "trace={trace} cache_mib={cache_mib} capacity_blocks={} requests={} reads={} \
              read_hits={} read_hit_percent={} cached_blocks={} moved_clean_blocks={} \
-             moved_fill_blocks={} replacements={} uncached_sequential_reads={} \
+             moved_fill_blocks={} replacements={} ghost_hits={} uncached_sequential_reads={} \
              flash_bytes_written={} secs={:.1}",
             cache.capacity_blocks(),
             reqs.len(),
@@ -110,6 +117,7 @@ fn main() {
             stat("moved_clean_blocks"),
             stat("moved_fill_blocks"),
             stat("replacements"),
+            stat("ghost_hits"),
             stat("uncached_sequential_reads"),
             stat("flash_bytes_written"),
             started.elapsed().as_secs_f64()

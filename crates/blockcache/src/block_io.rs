@@ -153,6 +153,13 @@ impl BlockIo {
                 Ok::<_, flashtier_flash::Error>((loc, version))
             })?;
             let out = index.put(lba, loc.pack(), version, dirty);
+            if !dirty && !out.hit && index.admitted(lba) {
+                add(&self.stats.ghost_hits, 1);
+            }
+            if dirty && out.hit {
+                // A rewrite is an access too (as LRU and ARC count it).
+                index.touch(lba);
+            }
             if let Some(dead) = out.dead {
                 self.flash.mark_dead(Location::unpack(dead));
             }

@@ -121,14 +121,16 @@ impl Blocks {
         (e, index.take_version())
     }
 
-    /// (dirty blocks, cached blocks, clean watermark, index RAM bytes) at one instant.
-    pub(crate) fn summary(&self) -> (u64, u64, u64, usize) {
+    /// (dirty blocks, cached blocks, clean watermark, index RAM bytes, ghost RAM bytes) at
+    /// one instant.
+    pub(crate) fn summary(&self) -> (u64, u64, u64, usize, usize) {
         let index = self.index.lock();
         (
             index.dirty() as u64,
             index.len() as u64,
             index.clean_watermark(),
             index.ram_bytes(),
+            index.ghost_bytes(),
         )
     }
 

@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
+use crate::ghost::Ghost;
 pub use crate::lbamap::{Entry, LbaMap};
 use crate::tunables::FlushOrder;
 
@@ -60,6 +61,8 @@ pub struct Index {
     clock: u64,
     /// The CLOCK hand over `map` (eviction at capacity).
     hand: usize,
+    /// Clean blocks evicted unread lately (see [`Ghost`]).
+    ghost: Ghost,
 }
 
 impl Index {
@@ -72,6 +75,7 @@ impl Index {
     pub fn with_capacity(max_seen: u64, blocks: u64) -> Self {
         Index {
             map: LbaMap::with_capacity(blocks as usize),
+            ghost: Ghost::with_capacity(blocks),
             next_version: max_seen + 1,
             next_dirty_seq: 1,
             ..Default::default()
@@ -326,6 +330,36 @@ impl Index {
         }
     }
 
+    /// Reclaim drops the clean, unread block `lba` at `loc`: remove it and remember it in
+    /// the ghost.
+    pub fn evict_at(&mut self, lba: u64, loc: u64) -> Option<Entry> {
+        let e = self.remove_at(lba, loc);
+        if e.is_some() {
+            self.ghost.insert(lba);
+        }
+        e
+    }
+
+    /// A clean block was just admitted: if it was evicted unread lately (a ghost hit), count
+    /// it as read once, so the next CLOCK or reclaim pass keeps it. Returns the ghost hit.
+    pub fn admitted(&mut self, lba: u64) -> bool {
+        let hit = self.ghost.take(lba);
+        if hit {
+            self.map.touch(lba);
+        }
+        hit
+    }
+
+    /// Count an access of `lba` (a rewrite of a cached block).
+    pub fn touch(&mut self, lba: u64) {
+        self.map.touch(lba);
+    }
+
+    /// Bytes of RAM the ghost holds.
+    pub fn ghost_bytes(&self) -> usize {
+        self.ghost.ram_bytes()
+    }
+
     /// Make room for one more block: remove the clean block the CLOCK hand chooses (not
     /// being written back) and return it; its record is the caller's to mark dead.
     pub fn evict_clean(&mut self) -> Option<(u64, Entry)> {
@@ -335,6 +369,7 @@ impl Index {
         self.hand = hand;
         let (lba, e) = v?;
         self.map.remove(lba);
+        self.ghost.insert(lba);
         Some((lba, e))
     }
 
@@ -374,5 +409,24 @@ mod tests {
         assert_eq!(index.get(7).map(|e| e.loc), Some(300));
         assert!(index.remove_at(7, 300).is_some());
         assert!(index.lookup(7).is_none());
+    }
+
+    #[test]
+    fn a_block_evicted_unread_comes_back_as_read_once() {
+        let mut index = Index::with_capacity(0, 64);
+        let v = index.take_version();
+        index.put(5, 100, v, false);
+        // Reclaim drops it unread: it goes to the ghost.
+        assert!(index.evict_at(5, 100).is_some());
+        let v = index.take_version();
+        index.put(5, 200, v, false);
+        assert!(index.admitted(5), "a ghost hit");
+        assert!(index.referenced(5), "counted as read once");
+        // Forgotten by the ghost after one hit; a block never evicted is no ghost hit.
+        assert!(!index.admitted(5));
+        let v = index.take_version();
+        index.put(6, 300, v, false);
+        assert!(!index.admitted(6) && !index.referenced(6));
+        assert_eq!(index.ghost_bytes(), 64 * 4);
     }
 }

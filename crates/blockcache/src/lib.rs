@@ -31,6 +31,7 @@ mod fence;
 mod fence_found;
 pub mod flush;
 mod geometry;
+mod ghost;
 pub mod index;
 pub mod lbamap;
 mod log_limit;
