@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Replay a `flashtier block --trace` file against simulated caches of a given capacity in
 blocks and report the read hit ratio (block level, as flashtier's read_hits/reads) of LRU,
-FIFO, S3-FIFO, Belady's OPT (offline optimal with bypass: the ceiling of any cache of that
+FIFO, S3-FIFO, ARC, LIRS, Belady's OPT (offline optimal with bypass: the ceiling of any cache of that
 size), INF (unbounded: only first touches miss), and per phase TOP-C (the cap blocks read
 most in the phase: a perfect-knowledge static LFU, held from the phase's start or, "cold",
 missing once each), with writes allocating (a write-back cache caches every written block)
@@ -135,6 +135,124 @@ def s3fifo(cap, stream):
         yield False
 
 
+def arc(cap, stream):
+    """ARC (Megiddo and Modha, FAST'03): T1 (seen once recently) and T2 (seen at least
+    twice) share `cap` slots, ghosts B1 and B2 remember what each evicted, and a target p
+    for T1 moves toward whichever ghost list is hit."""
+    t1, t2 = collections.OrderedDict(), collections.OrderedDict()
+    b1, b2 = collections.OrderedDict(), collections.OrderedDict()
+    p = 0
+
+    def replace(in_b2):
+        if t1 and (len(t1) > p or (in_b2 and len(t1) == p) or not t2):
+            k, _ = t1.popitem(last=False)
+            b1[k] = None
+        elif t2:
+            k, _ = t2.popitem(last=False)
+            b2[k] = None
+
+    for blk, kind in stream:
+        if blk in t1:
+            del t1[blk]
+            t2[blk] = None
+            yield True
+            continue
+        if blk in t2:
+            t2.move_to_end(blk)
+            yield True
+            continue
+        if blk in b1:
+            p = min(cap, p + max(len(b2) // len(b1), 1))
+            replace(False)
+            del b1[blk]
+            t2[blk] = None
+            yield False
+            continue
+        if blk in b2:
+            p = max(0, p - max(len(b1) // len(b2), 1))
+            replace(True)
+            del b2[blk]
+            t2[blk] = None
+            yield False
+            continue
+        l1 = len(t1) + len(b1)
+        total = l1 + len(t2) + len(b2)
+        if l1 >= cap:
+            if len(t1) < cap:
+                b1.popitem(last=False)
+                replace(False)
+            else:
+                t1.popitem(last=False)
+        elif total >= cap:
+            if total >= 2 * cap:
+                b2.popitem(last=False)
+            replace(False)
+        t1[blk] = None
+        yield False
+
+
+def lirs(cap, stream):
+    """LIRS (Jiang and Zhang, SIGMETRICS'02): blocks with a low inter-reference recency
+    (LIR, 99 % of the slots) stay; the other 1 % (resident HIR, queue Q) turn over; the
+    recency stack S also keeps non-resident HIR blocks, so one re-referenced soon enough
+    becomes LIR."""
+    hir_cap = max(1, cap // 100)
+    lir_cap = cap - hir_cap
+    s = collections.OrderedDict()  # recency stack: first = bottom, last = top
+    q = collections.OrderedDict()  # resident HIR: first = next victim
+    lir = set()
+
+    def prune():
+        while s:
+            b = next(iter(s))
+            if b in lir:
+                return
+            del s[b]
+
+    def promote(blk):
+        """`blk` (in S, at its top) becomes LIR; the bottom LIR block becomes resident HIR."""
+        lir.add(blk)
+        b = next(iter(s))
+        del s[b]
+        lir.discard(b)
+        q[b] = None
+        prune()
+
+    for blk, kind in stream:
+        if blk in lir:
+            bottom = next(iter(s))
+            s.move_to_end(blk)
+            if bottom == blk:
+                prune()
+            yield True
+            continue
+        if blk in q:
+            if blk in s:
+                s.move_to_end(blk)
+                del q[blk]
+                promote(blk)
+            else:
+                s[blk] = None
+                q.move_to_end(blk)
+            yield True
+            continue
+        if len(lir) < lir_cap:
+            lir.add(blk)
+            s[blk] = None
+            s.move_to_end(blk)
+            yield False
+            continue
+        if len(q) >= hir_cap:
+            q.popitem(last=False)  # stays in S as a non-resident HIR block
+        if blk in s:
+            s.move_to_end(blk)
+            promote(blk)
+        else:
+            s[blk] = None
+            q[blk] = None
+        yield False
+
+
 def opt(cap, stream):
     """Belady with bypass: keep the blocks whose next read comes soonest; a block whose next
     access is a write (or that is never accessed again) is worthless. Optimal read hits."""
@@ -195,8 +313,8 @@ def infinite(cap, stream):
         seen.add(blk)
 
 
-POLICIES = {"LRU": lru, "FIFO": fifo, "S3-FIFO": s3fifo, "LRU-2ND": lru_second, "OPT": opt,
-            "INF": infinite}
+POLICIES = {"LRU": lru, "FIFO": fifo, "S3-FIFO": s3fifo, "ARC": arc, "LIRS": lirs,
+            "LRU-2ND": lru_second, "OPT": opt, "INF": infinite}
 
 
 def simulate(policy, cap, blocks, kinds, ph, nphases, writes_allocate):
@@ -247,9 +365,9 @@ def main():
     ap.add_argument("--stats")
     ap.add_argument("--capacity", help="blocks, comma-separated (default: --stats capacity_blocks)")
     ap.add_argument("--block-size", type=int, default=4096)
-    ap.add_argument("--policies", default="LRU,FIFO,S3-FIFO,LRU-2ND,OPT,INF",
-                    help="of LRU, FIFO, S3-FIFO, LRU-2ND (admit on a second miss), OPT, INF "
-                    "(an unbounded cache)")
+    ap.add_argument("--policies", default="LRU,FIFO,S3-FIFO,ARC,LIRS,LRU-2ND,OPT,INF",
+                    help="of LRU, FIFO, S3-FIFO, ARC, LIRS, LRU-2ND (admit on a second miss), "
+                    "OPT, INF (an unbounded cache)")
     ap.add_argument("--modes", default="wr-alloc,reads-only",
                     help="wr-alloc (writes allocate), reads-only (writes dropped), or both")
     ap.add_argument("--no-top-c", action="store_true", help="skip the TOP-C oracle")

@@ -39,8 +39,26 @@ class Policies(unittest.TestCase):
         s = [(int(rnd.paretovariate(1.2)) % 500, ts.READ if rnd.random() < 0.8 else ts.WRITE)
              for _ in range(20000)]
         o = hits("OPT", 50, s)
-        for p in ("LRU", "FIFO", "S3-FIFO"):
+        for p in ("LRU", "FIFO", "S3-FIFO", "ARC", "LIRS"):
             self.assertLessEqual(hits(p, 50, s), o, p)
+
+    def test_scan_resistance(self):
+        # A hot set of 40 blocks read twice, then over and over interleaved with a scan of
+        # 10,000 blocks read once: LRU loses the hot set to the scan, ARC and LIRS keep it.
+        s = [(b, ts.READ) for _ in range(2) for b in range(40)]
+        for i in range(10000):
+            s.append((100000 + i, ts.READ))
+            s.append((i % 40, ts.READ))
+        lru, arc, lirs = (hits(p, 50, s) for p in ("LRU", "ARC", "LIRS"))
+        self.assertLess(lru, 1000)
+        self.assertGreater(arc, 9000)
+        self.assertGreater(lirs, 9000)
+
+    def test_lirs_keeps_most_of_a_loop_larger_than_the_cache(self):
+        # 120 blocks cycled through 100 slots: LRU always misses; LIRS holds its LIR set.
+        s = [(b, ts.READ) for _ in range(30) for b in range(120)]
+        self.assertEqual(hits("LRU", 100, s), 0)
+        self.assertGreater(hits("LIRS", 100, s), len(s) * 0.7)
 
     def test_a_write_makes_the_old_copy_worthless_to_opt(self):
         # Block 1 is read, rewritten, read: its first copy is never worth a slot; one slot

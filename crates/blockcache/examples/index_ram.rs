@@ -66,7 +66,7 @@ fn case(n: u64, kind: &str) {
                 every != 0 && (i as u64).is_multiple_of(every),
             );
         }
-        (ix.ram_bytes(), ix.map.len(), rss())
+        (ix.ram_bytes(), ix.len(), rss())
     };
     let grown = after.saturating_sub(before) as f64;
     println!(

@@ -1,5 +1,5 @@
 //! [`BlockBackend`] for [`BlockCache`]: what the NBD server calls. Thin: each request goes
-//! to the read or write path (`read.rs`, `write.rs`); TRIM is accepted and ignored (a hint:
+//! to the read or write path (`request.rs`); TRIM is accepted and ignored (a hint:
 //! contents after TRIM are unspecified, so keeping them is correct).
 //!
 //! Threads: request tasks (tokio), one per NBD connection's in-flight request.

@@ -19,17 +19,20 @@ use flashtier_backend::{BackendError, BlockBackend};
 use flashtier_flash::{Flash, Location};
 use parking_lot::Mutex;
 
+use crate::blocks::Blocks;
 use crate::cache::{flash_err, BACKING_IO, STREAM_DATA, STRIPES};
+use crate::fence::Fence;
 use crate::index::{Entry, PutOutcome};
-use crate::reclaim::Shared;
 use crate::record::{checked_block, BlockRecord};
 use crate::retry;
-use crate::stats::add;
+use crate::stats::{add, BlockStats};
 
 /// Blocks on flash and on the backing.
 pub(crate) struct BlockIo {
-    /// The index, counters and watermark state, shared with the reclaim handler.
-    pub(crate) shared: Arc<Shared>,
+    /// The cached blocks, shared with the reclaim handler.
+    pub(crate) blocks: Arc<Blocks>,
+    /// The cache's counters.
+    pub(crate) stats: Arc<BlockStats>,
     pub(crate) flash: Arc<Flash>,
     pub(crate) backing: Arc<dyn BlockBackend>,
     /// Cache block size in bytes (a power of two).
@@ -47,15 +50,18 @@ pub(crate) struct BlockIo {
 
 impl BlockIo {
     pub(crate) fn new(
-        shared: Arc<Shared>,
+        blocks: Arc<Blocks>,
+        stats: Arc<BlockStats>,
         flash: Arc<Flash>,
         backing: Arc<dyn BlockBackend>,
         block_size: u64,
         capacity_blocks: u64,
     ) -> Self {
         let nblocks = backing.size() / block_size;
+        blocks.set_capacity(capacity_blocks);
         BlockIo {
-            shared,
+            blocks,
+            stats,
             flash,
             backing,
             block_size,
@@ -74,7 +80,7 @@ impl BlockIo {
 
     /// Dirty blocks now.
     pub(crate) fn dirty_blocks(&self) -> u64 {
-        self.shared.index.lock().dirty() as u64
+        self.blocks.dirty()
     }
 
     /// Remember `msg` as the last error (reported by `/status` and stall errors).
@@ -115,42 +121,55 @@ impl BlockIo {
     /// the CLOCK hand picks; with none to give (all dirty) an admission (`!dirty`) is refused
     /// with `Ok(None)` and a write goes ahead (dirty blocks are bounded by `dirty_max_pct`).
     /// A full or busy flash is the engine's error; waiting for space is the caller's policy.
+    /// `fence` is told the block has a record; each append grants reclaim `fill_moves`.
     pub(crate) fn try_append(
         &self,
+        fence: &Fence,
         lba: u64,
         data: &[u8],
         dirty: bool,
+        fill_moves: u64,
     ) -> Result<Option<PutOutcome>, flashtier_flash::Error> {
-        let out = {
-            let mut index = self.shared.index.lock();
-            if !index.map.contains_key(lba) && index.map.len() as u64 >= self.capacity_blocks {
+        let out = self.blocks.locked(|index| {
+            if !index.contains(lba) && index.len() as u64 >= self.capacity_blocks {
                 match index.evict_clean() {
                     Some((_, e)) => {
                         self.flash.mark_dead(Location::unpack(e.loc));
-                        add(&self.shared.stats.capacity_evictions, 1);
+                        add(&self.stats.capacity_evictions, 1);
                     }
                     None if !dirty => return Ok(None),
                     None => {}
                 }
             }
-            let version = index.next_version;
-            self.shared.fence.saw(lba);
-            let record = BlockRecord::Block {
-                lba,
-                version,
-                dirty,
-                data,
-            };
-            let loc = self.flash.append(STREAM_DATA, &record.write())?;
-            index.next_version += 1;
+            fence.saw(lba);
+            let (loc, version) = index.stamp(|version| {
+                let record = BlockRecord::Block {
+                    lba,
+                    version,
+                    dirty,
+                    data,
+                };
+                let loc = self.flash.append(STREAM_DATA, &record.write())?;
+                Ok::<_, flashtier_flash::Error>((loc, version))
+            })?;
             let out = index.put(lba, loc.pack(), version, dirty);
+            if !dirty && !out.hit && index.admitted(lba) {
+                add(&self.stats.ghost_hits, 1);
+            }
+            if dirty && out.hit {
+                // A rewrite is an access too (as LRU and ARC count it).
+                index.touch(lba);
+            }
             if let Some(dead) = out.dead {
                 self.flash.mark_dead(Location::unpack(dead));
             }
-            out
+            Ok(Some(out))
+        })?;
+        let Some(out) = out else {
+            return Ok(None);
         };
-        add(&self.shared.stats.ssd_writes, 1);
-        self.shared.aged_one(self.capacity_blocks);
+        add(&self.stats.ssd_writes, 1);
+        self.blocks.aged_one(self.capacity_blocks, fill_moves);
         Ok(Some(out))
     }
 
@@ -168,14 +187,14 @@ impl BlockIo {
         };
         match (block, res) {
             (Some(block), _) => {
-                add(&self.shared.stats.ssd_reads, 1);
+                add(&self.stats.ssd_reads, 1);
                 Ok(Some(block))
             }
             (None, other) => {
-                let mut index = self.shared.index.lock();
-                match index.map.get(lba) {
+                let stats = &self.stats;
+                self.blocks.locked(|index| match index.get(lba) {
                     Some(now) if now.loc == e.loc && now.version == e.version => {
-                        add(&self.shared.stats.ssd_read_errors, 1);
+                        add(&stats.ssd_read_errors, 1);
                         if now.dirty {
                             let why = match other {
                                 Err(err) => err.to_string(),
@@ -190,7 +209,7 @@ impl BlockIo {
                         Ok(None)
                     }
                     _ => Ok(None),
-                }
+                })
             }
         }
     }
@@ -198,7 +217,7 @@ impl BlockIo {
     /// The current content of one block (cache, else backing). Caller holds its stripe lock.
     pub(crate) async fn current_block(&self, lba: u64) -> Result<Bytes, BackendError> {
         for _ in 0..16 {
-            let e = self.shared.index.lock().lookup(lba);
+            let e = self.blocks.lookup(lba);
             match e {
                 Some(e) => {
                     if let Some(b) = self.read_cached(lba, e).await? {
@@ -222,7 +241,7 @@ impl BlockIo {
         let mut pos = off;
         while pos < off + len {
             let n = (off + len - pos).min(BACKING_IO);
-            let stats = &self.shared.stats;
+            let stats = &self.stats;
             let piece = self
                 .with_retries("backing read", &stats.disk_reads, || {
                     self.backing.read(pos, n as u32)
@@ -247,7 +266,7 @@ impl BlockIo {
         while pos < len {
             let n = (len - pos).min(BACKING_IO);
             let piece = data.slice(pos as usize..(pos + n) as usize);
-            let stats = &self.shared.stats;
+            let stats = &self.stats;
             self.with_retries("backing write", &stats.disk_writes, || {
                 self.backing.write(off + pos, piece.clone(), fua)
             })
@@ -276,7 +295,7 @@ impl BlockIo {
                 Ok(v) => return Ok(v),
                 Err(e) if failures < retry::REQUEST_RETRIES && retry::retriable(&e) => {
                     failures += 1;
-                    add(&self.shared.stats.backing_errors, 1);
+                    add(&self.stats.backing_errors, 1);
                     self.note_error(format!("{what}: {e}"));
                     tokio::time::sleep(retry::backoff(failures)).await;
                 }

@@ -17,8 +17,9 @@ use flashtier_flash::{Flash, RecordMeta};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
+use crate::blocks::Blocks;
 use crate::cache::STREAM_META;
-use crate::reclaim::Shared;
+use crate::durability::Durability;
 use crate::record::{BlockRecord, RecordKind};
 use crate::stats::add;
 
@@ -151,7 +152,14 @@ impl Fence {
     /// Otherwise it may be the newest record of its LBA: a *drop intent* `(lba, 1, version)`
     /// makes every older one stale (durable by that same flush); if it cannot be appended,
     /// the region's floor rises instead. Reclaimer thread; no lock of the cache held.
-    pub(crate) fn dropped(&self, shared: &Shared, lba: u64, version: u64, indexed: Option<u64>) {
+    pub(crate) fn dropped(
+        &self,
+        d: &Durability,
+        blocks: &Blocks,
+        lba: u64,
+        version: u64,
+        indexed: Option<u64>,
+    ) {
         if indexed.is_some_and(|v| v > version) {
             return;
         }
@@ -161,22 +169,19 @@ impl Fence {
             version,
         }
         .write();
-        let appended = shared
-            .flash
-            .get()
-            .and_then(std::sync::Weak::upgrade)
-            .is_some_and(
+        let appended =
+            d.flash().is_some_and(
                 |f| match f.append_blocking(STREAM_META, &rec, Duration::ZERO) {
                     Ok(_) => true,
                     Err(flashtier_flash::Error::NoSpace | flashtier_flash::Error::Busy(_)) => f
-                        .append_blocking(shared.reclaim_stream, &rec, Duration::from_secs(1))
+                        .append_blocking(d.reclaim_stream(), &rec, Duration::from_secs(1))
                         .is_ok(),
                     Err(_) => false,
                 },
             );
         if appended {
-            add(&shared.stats.drop_intents, 1);
-            let now = shared.index.lock().next_version;
+            add(&d.stats().drop_intents, 1);
+            let now = blocks.next_version();
             self.counted(now);
         } else {
             self.raise(lba, version);
@@ -225,13 +230,18 @@ impl Fence {
 
     /// Write the table if a floor was raised since it was last written, and make it durable
     /// (blocking: the reclaimer thread and open).
-    pub(crate) fn persist_blocking(&self, shared: &Shared, flash: &Flash) -> Result<(), String> {
+    pub(crate) fn persist_blocking(
+        &self,
+        d: &Durability,
+        blocks: &Blocks,
+        flash: &Flash,
+    ) -> Result<(), String> {
         if !self.changed.load(Ordering::Acquire) {
             return Ok(());
         }
         let _w = self.writing.lock();
         self.changed.store(false, Ordering::Release);
-        let version = shared.index.lock().take_version();
+        let version = blocks.take_version();
         let floors: Vec<u64> = self
             .table
             .iter()
@@ -253,7 +263,7 @@ impl Fence {
         let wait = Duration::from_secs(5);
         let res = match flash.append_blocking(STREAM_META, &rec, Duration::ZERO) {
             Err(flashtier_flash::Error::NoSpace | flashtier_flash::Error::Busy(_)) => {
-                flash.append_blocking(shared.reclaim_stream, &rec, wait)
+                flash.append_blocking(d.reclaim_stream(), &rec, wait)
             }
             other => other,
         };
@@ -265,7 +275,7 @@ impl Fence {
             self.changed.store(true, Ordering::Release);
             return Err(e);
         }
-        add(&shared.stats.floor_writes, 1);
+        add(&d.stats().floor_writes, 1);
         let mut d = self.durable.lock();
         if version > d.0 {
             *d = (version, floors);
@@ -304,34 +314,34 @@ impl Fence {
 /// backing write around the cache; nothing if none of them ever had a record (no older
 /// copy can come back). Caller holds the blocks' stripe locks.
 pub(crate) async fn intent(
-    shared: &Arc<Shared>,
+    d: &Arc<Durability>,
+    blocks: &Blocks,
     flash: &Arc<Flash>,
     first: u64,
     last: u64,
 ) -> Result<(), String> {
-    let fence = &shared.fence;
+    let fence = &d.fence;
     if !fence.any_seen(first, last) {
-        add(&shared.stats.intents_skipped, 1);
+        add(&d.stats().intents_skipped, 1);
         return Ok(());
     }
     let deadline = Instant::now() + Duration::from_secs(5);
-    let blocks = u32::try_from(last - first + 1).map_err(|_| "intent range too long")?;
+    let n = u32::try_from(last - first + 1).map_err(|_| "intent range too long")?;
     loop {
-        let res = {
-            let mut index = shared.index.lock();
-            let version = index.next_version;
-            let rec = BlockRecord::Intent {
-                lba: first,
-                blocks,
-                version,
-            };
-            let r = flash.append(STREAM_META, &rec.write());
-            if r.is_ok() {
-                index.next_version += 1;
-                fence.counted(version);
-            }
-            r
-        };
+        let res = blocks.locked(|index| {
+            index.stamp(|version| {
+                let rec = BlockRecord::Intent {
+                    lba: first,
+                    blocks: n,
+                    version,
+                };
+                let r = flash.append(STREAM_META, &rec.write());
+                if r.is_ok() {
+                    fence.counted(version);
+                }
+                r
+            })
+        });
         match res {
             Ok(_) => break,
             Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)
@@ -342,21 +352,21 @@ pub(crate) async fn intent(
             Err(e) => return Err(format!("writing a backing-write intent: {e}")),
         }
     }
-    add(&shared.stats.intents_written, 1);
-    sync(shared, flash).await
+    add(&d.stats().intents_written, 1);
+    sync(d, flash).await
 }
 
 /// Wait until every intent appended so far is durable: join the next round, or start it.
-async fn sync(shared: &Arc<Shared>, flash: &Arc<Flash>) -> Result<(), String> {
+async fn sync(d: &Arc<Durability>, flash: &Arc<Flash>) -> Result<(), String> {
     let (mut rx, lead) = {
-        let mut g = shared.fence.group.lock();
+        let mut g = d.fence.group.lock();
         let lead = !g.running;
         g.running = true;
         (g.next.0.subscribe(), lead)
     };
     if lead {
-        let (shared, flash) = (Arc::clone(shared), Arc::clone(flash));
-        tokio::spawn(async move { run_rounds(&shared, &flash).await });
+        let (d, flash) = (Arc::clone(d), Arc::clone(flash));
+        tokio::spawn(async move { run_rounds(&d, &flash).await });
     }
     let out = match rx.wait_for(Option::is_some).await {
         Ok(v) => v.clone().unwrap_or(Ok(())),
@@ -366,17 +376,17 @@ async fn sync(shared: &Arc<Shared>, flash: &Arc<Flash>) -> Result<(), String> {
 }
 
 /// Run rounds while someone waits on the next one.
-async fn run_rounds(shared: &Shared, flash: &Flash) {
+async fn run_rounds(d: &Durability, flash: &Flash) {
     loop {
         let round = {
-            let mut g = shared.fence.group.lock();
+            let mut g = d.fence.group.lock();
             if g.next.0.receiver_count() == 0 {
                 g.running = false;
                 return;
             }
             std::mem::replace(&mut g.next, new_round())
         };
-        add(&shared.stats.intent_syncs, 1);
+        add(&d.stats().intent_syncs, 1);
         let res = flash.flush().await.map_err(|e| e.to_string());
         round.0.send_replace(Some(res));
     }

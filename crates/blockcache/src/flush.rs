@@ -6,12 +6,11 @@
 //! Invariant: a running job that is extended keeps its id, and its total only grows.
 //! Lock order: the job mutex, then the index mutex.
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use crate::cache::BlockCache;
-use crate::index::Index;
+use crate::blocks::Blocks;
 
 /// Progress of an explicit flush.
 #[derive(Clone, Debug, PartialEq)]
@@ -61,16 +60,15 @@ pub(crate) struct Flushes {
 
 impl Flushes {
     /// Cover every block of `index` dirty now; returns the job's id.
-    pub(crate) fn start(&self, index: &parking_lot::Mutex<Index>) -> u64 {
-        let (target, pending) = {
-            let index = index.lock();
-            let target = index.next_version.saturating_sub(1);
+    pub(crate) fn start(&self, blocks: &Blocks) -> u64 {
+        let (target, pending) = blocks.locked(|index| {
+            let target = index.next_version().saturating_sub(1);
             (target, index.dirty_at_or_below(target) as u64)
-        };
+        });
         let mut job = self.job.lock();
         match job.as_mut() {
             Some(j) if j.finished.is_none() => {
-                let remaining_old = index.lock().dirty_at_or_below(j.target) as u64;
+                let remaining_old = blocks.dirty_at_or_below(j.target);
                 let done = j.total.saturating_sub(remaining_old);
                 j.target = target;
                 j.total = done + pending;
@@ -97,7 +95,7 @@ impl Flushes {
     }
 
     /// Progress of the latest job; marks it finished once none of its blocks is dirty.
-    pub(crate) fn state(&self, index: &parking_lot::Mutex<Index>) -> FlushState {
+    pub(crate) fn state(&self, blocks: &Blocks) -> FlushState {
         let mut job = self.job.lock();
         let Some(j) = job.as_mut() else {
             return FlushState::Idle;
@@ -109,7 +107,7 @@ impl Flushes {
                 errors: j.errors,
             };
         }
-        let remaining = index.lock().dirty_at_or_below(j.target) as u64;
+        let remaining = blocks.dirty_at_or_below(j.target);
         if remaining == 0 {
             let secs = j.started.elapsed().as_secs_f64();
             j.finished = Some(secs);
@@ -134,67 +132,27 @@ impl Flushes {
     }
 }
 
-impl BlockCache {
-    /// Start writing back every block dirty now; returns at once with the flush's id. A
-    /// running flush is extended to cover the new blocks (and keeps its id).
-    pub fn start_flush(&self) -> u64 {
-        let id = self.writeback.flushes.start(&self.io.shared.index);
-        self.writeback.wake();
-        id
-    }
-
-    /// Id of the latest explicit flush (0 = none yet).
-    pub fn flush_id(&self) -> u64 {
-        self.writeback.flushes.id()
-    }
-
-    pub(crate) fn flush_running(&self) -> bool {
-        matches!(self.flush_state(), FlushState::Running { .. })
-    }
-
-    /// Progress of the latest explicit flush.
-    pub fn flush_state(&self) -> FlushState {
-        self.writeback.flushes.state(&self.io.shared.index)
-    }
-
-    /// Write back every block dirty now and wait until they are on the backing (and the
-    /// backing flushed). Fails only if the cache is stopping.
-    pub async fn flush_wait(&self) -> Result<(), crate::Error> {
-        self.start_flush();
-        loop {
-            if let FlushState::Done { .. } = self.flush_state() {
-                return Ok(());
-            }
-            if self.stopping.load(Ordering::Acquire) {
-                return Err(crate::Error::Config("cache stopped during flush".into()));
-            }
-            self.writeback
-                .wait_progress(Duration::from_millis(100))
-                .await;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn dirty(index: &Mutex<Index>, lba: u64) -> u64 {
-        let mut index = index.lock();
-        let version = index.take_version();
-        index.put(lba, lba, version, true);
-        version
+    fn dirty(blocks: &Blocks, lba: u64) -> u64 {
+        blocks.locked(|index| {
+            let version = index.take_version();
+            index.put(lba, lba, version, true);
+            version
+        })
     }
 
     #[test]
     fn a_job_covers_what_was_dirty_and_an_extension_keeps_its_id() {
-        let (index, flushes) = (Mutex::new(Index::new(0)), Flushes::default());
+        let (index, flushes) = (Blocks::default(), Flushes::default());
         assert_eq!(flushes.state(&index), FlushState::Idle);
         let v1 = dirty(&index, 1);
         let v2 = dirty(&index, 2);
         let id = flushes.start(&index);
         assert_eq!(id, 1);
-        index.lock().mark_clean(1, v1);
+        index.locked(|ix| ix.mark_clean(1, v1));
         flushes.error();
         assert_eq!(
             flushes.state(&index),
@@ -216,9 +174,9 @@ mod tests {
             }
         ));
         // A block dirtied after the last start is not waited for.
-        let v3 = index.lock().map.get(3).map(|e| e.version).unwrap_or(0);
-        index.lock().mark_clean(2, v2);
-        index.lock().mark_clean(3, v3);
+        let v3 = index.locked(|ix| ix.get(3).map(|e| e.version).unwrap_or(0));
+        index.locked(|ix| ix.mark_clean(2, v2));
+        index.locked(|ix| ix.mark_clean(3, v3));
         dirty(&index, 4);
         assert!(matches!(
             flushes.state(&index),

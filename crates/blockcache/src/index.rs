@@ -8,12 +8,15 @@
 //! superseded). Versions are handed out under the same mutex as the update, so the smallest
 //! dirty version is exact.
 //!
-//! Guarded by one mutex in `crate::reclaim::Shared`, taken by request tasks, the writeback
-//! task and the engine's reclaimer, only for memory work.
+//! Fields are private: callers go through its methods, under the one mutex of
+//! `crate::blocks::Blocks`, taken by request tasks, the writeback task and the engine's
+//! reclaimer, only for memory work.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
+use crate::ghost::Ghost;
 pub use crate::lbamap::{Entry, LbaMap};
+use crate::tunables::FlushOrder;
 
 /// What a put replaced.
 #[derive(Debug, Default)]
@@ -28,36 +31,38 @@ pub struct PutOutcome {
 
 /// What only a dirty block needs.
 #[derive(Clone, Copy, Debug)]
-pub struct DirtyMeta {
+struct DirtyMeta {
     /// Order of first becoming dirty (key in `fifo`).
-    pub seq: u64,
+    seq: u64,
     /// Access clock at the last read or write (LRU flush order).
-    pub access: u64,
+    access: u64,
 }
 
 /// The index proper.
 #[derive(Debug, Default)]
 pub struct Index {
     /// LBA → entry.
-    pub map: LbaMap,
+    map: LbaMap,
     /// Dirty LBA → its order and last access.
-    pub dirty_meta: HashMap<u64, DirtyMeta>,
+    dirty_meta: HashMap<u64, DirtyMeta>,
     /// dirty seq → (LBA, when it became dirty).
-    pub fifo: BTreeMap<u64, (u64, Instant)>,
+    fifo: BTreeMap<u64, (u64, Instant)>,
     /// Dirty LBAs in order.
-    pub by_lba: BTreeSet<u64>,
+    by_lba: BTreeSet<u64>,
     /// Versions of dirty entries.
-    pub dirty_versions: BTreeSet<u64>,
+    dirty_versions: BTreeSet<u64>,
     /// LBAs being written back now.
-    pub writing: BTreeSet<u64>,
+    writing: BTreeSet<u64>,
     /// Location of the newest persisted watermark record.
-    pub wm_loc: Option<u64>,
+    wm_loc: Option<u64>,
     /// Next version to hand out.
-    pub next_version: u64,
+    next_version: u64,
     next_dirty_seq: u64,
     clock: u64,
     /// The CLOCK hand over `map` (eviction at capacity).
     hand: usize,
+    /// Clean blocks evicted unread lately (see [`Ghost`]).
+    ghost: Ghost,
 }
 
 impl Index {
@@ -70,6 +75,7 @@ impl Index {
     pub fn with_capacity(max_seen: u64, blocks: u64) -> Self {
         Index {
             map: LbaMap::with_capacity(blocks as usize),
+            ghost: Ghost::with_capacity(blocks),
             next_version: max_seen + 1,
             next_dirty_seq: 1,
             ..Default::default()
@@ -81,6 +87,125 @@ impl Index {
         let v = self.next_version;
         self.next_version += 1;
         v
+    }
+
+    /// The next version [`Index::take_version`] would hand out.
+    pub fn next_version(&self) -> u64 {
+        self.next_version
+    }
+
+    /// Run `append` with the next version and take that version only if it succeeds (the
+    /// version and the record it stamps are one critical section: the watermark is exact).
+    pub fn stamp<T, E>(&mut self, append: impl FnOnce(u64) -> Result<T, E>) -> Result<T, E> {
+        let r = append(self.next_version);
+        if r.is_ok() {
+            self.next_version += 1;
+        }
+        r
+    }
+
+    /// The entry of `lba`, without counting an access.
+    pub fn get(&self, lba: u64) -> Option<Entry> {
+        self.map.get(lba)
+    }
+
+    /// Whether `lba` is cached.
+    pub fn contains(&self, lba: u64) -> bool {
+        self.map.contains_key(lba)
+    }
+
+    /// Cached blocks.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether no block is cached.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Whether `lba` was read since its count was last used up (see [`LbaMap::referenced`]).
+    pub fn referenced(&self, lba: u64) -> bool {
+        self.map.referenced(lba)
+    }
+
+    /// Use up one read count of `lba`.
+    pub fn take_ref(&mut self, lba: u64) -> bool {
+        self.map.take_ref(lba)
+    }
+
+    /// Reclaim moved `lba`'s record to `loc`.
+    pub fn set_loc(&mut self, lba: u64, loc: u64) -> bool {
+        self.map.set_loc(lba, loc)
+    }
+
+    /// Clean blocks as (LBA, version).
+    pub fn clean_versions(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.map
+            .iter()
+            .filter(|(_, e)| !e.dirty)
+            .map(|(l, e)| (l, e.version))
+    }
+
+    /// Location of the newest persisted watermark record.
+    pub fn wm_loc(&self) -> Option<u64> {
+        self.wm_loc
+    }
+
+    /// Set the watermark record's location; returns the previous one.
+    pub fn set_wm_loc(&mut self, loc: Option<u64>) -> Option<u64> {
+        std::mem::replace(&mut self.wm_loc, loc)
+    }
+
+    /// Whether `lba` is being written back now.
+    pub fn is_writing(&self, lba: u64) -> bool {
+        self.writing.contains(&lba)
+    }
+
+    /// `lba` joins a writeback batch.
+    pub fn start_writing(&mut self, lba: u64) {
+        self.writing.insert(lba);
+    }
+
+    /// `lba`'s writeback batch ended.
+    pub fn end_writing(&mut self, lba: u64) {
+        self.writing.remove(&lba);
+    }
+
+    /// Whether `lba` is dirty.
+    pub fn is_dirty(&self, lba: u64) -> bool {
+        self.dirty_meta.contains_key(&lba)
+    }
+
+    /// Dirty LBAs with the time each became dirty, oldest first.
+    pub fn dirty_since(&self) -> impl Iterator<Item = (u64, Instant)> + '_ {
+        self.fifo.values().copied()
+    }
+
+    /// Dirty LBAs in flush `order`; `cursor` is where ascending-LBA order resumes.
+    pub fn dirty_order(
+        &self,
+        order: FlushOrder,
+        cursor: u64,
+    ) -> Box<dyn Iterator<Item = u64> + '_> {
+        match order {
+            FlushOrder::Fifo => Box::new(self.fifo.values().map(|(l, _)| *l)),
+            FlushOrder::Lba => Box::new(
+                self.by_lba
+                    .range(cursor..)
+                    .chain(self.by_lba.range(..cursor))
+                    .copied(),
+            ),
+            FlushOrder::Lru => {
+                let mut v: Vec<(u64, u64)> = self
+                    .by_lba
+                    .iter()
+                    .filter_map(|l| self.dirty_meta.get(l).map(|d| (d.access, *l)))
+                    .collect();
+                v.sort_unstable();
+                Box::new(v.into_iter().map(|(_, l)| l))
+            }
+        }
     }
 
     /// Look a block up and count it as accessed (and referenced, for CLOCK and reclaim).
@@ -205,6 +330,36 @@ impl Index {
         }
     }
 
+    /// Reclaim drops the clean, unread block `lba` at `loc`: remove it and remember it in
+    /// the ghost.
+    pub fn evict_at(&mut self, lba: u64, loc: u64) -> Option<Entry> {
+        let e = self.remove_at(lba, loc);
+        if e.is_some() {
+            self.ghost.insert(lba);
+        }
+        e
+    }
+
+    /// A clean block was just admitted: if it was evicted unread lately (a ghost hit), count
+    /// it as read once, so the next CLOCK or reclaim pass keeps it. Returns the ghost hit.
+    pub fn admitted(&mut self, lba: u64) -> bool {
+        let hit = self.ghost.take(lba);
+        if hit {
+            self.map.touch(lba);
+        }
+        hit
+    }
+
+    /// Count an access of `lba` (a rewrite of a cached block).
+    pub fn touch(&mut self, lba: u64) {
+        self.map.touch(lba);
+    }
+
+    /// Bytes of RAM the ghost holds.
+    pub fn ghost_bytes(&self) -> usize {
+        self.ghost.ram_bytes()
+    }
+
     /// Make room for one more block: remove the clean block the CLOCK hand chooses (not
     /// being written back) and return it; its record is the caller's to mark dead.
     pub fn evict_clean(&mut self) -> Option<(u64, Entry)> {
@@ -214,6 +369,7 @@ impl Index {
         self.hand = hand;
         let (lba, e) = v?;
         self.map.remove(lba);
+        self.ghost.insert(lba);
         Some((lba, e))
     }
 
@@ -250,8 +406,27 @@ mod tests {
         // an older version loses
         let o = index.put(7, 50, v1, false);
         assert_eq!(o.dead, Some(50));
-        assert_eq!(index.map.get(7).map(|e| e.loc), Some(300));
+        assert_eq!(index.get(7).map(|e| e.loc), Some(300));
         assert!(index.remove_at(7, 300).is_some());
         assert!(index.lookup(7).is_none());
+    }
+
+    #[test]
+    fn a_block_evicted_unread_comes_back_as_read_once() {
+        let mut index = Index::with_capacity(0, 64);
+        let v = index.take_version();
+        index.put(5, 100, v, false);
+        // Reclaim drops it unread: it goes to the ghost.
+        assert!(index.evict_at(5, 100).is_some());
+        let v = index.take_version();
+        index.put(5, 200, v, false);
+        assert!(index.admitted(5), "a ghost hit");
+        assert!(index.referenced(5), "counted as read once");
+        // Forgotten by the ghost after one hit; a block never evicted is no ghost hit.
+        assert!(!index.admitted(5));
+        let v = index.take_version();
+        index.put(6, 300, v, false);
+        assert!(!index.admitted(6) && !index.referenced(6));
+        assert_eq!(index.ghost_bytes(), 64 * 4);
     }
 }

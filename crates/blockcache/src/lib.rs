@@ -5,40 +5,46 @@
 //! docs/block-cache.md.
 //!
 //! # Layout
-//! - [`cache`]: [`BlockCache`], a composition of the components below; `open` (open and
-//!   recovery), `read`, `write`, `space` (waiting for space), `backend` (the trait impl).
-//! - `block_io`: `BlockIo` (stripes, append, checked read, backing I/O); `retry`: the one
-//!   backing retry policy; [`record`]: every record kind and the one checked read.
+//! - [`cache`]: [`BlockCache`], a composition of the components below, and its public API;
+//!   `open` (open and recovery), `request` (read, write, waiting for space), `backend` (the
+//!   trait impl). `impl BlockCache` lives in these three files only.
+//! - `block_io`: `BlockIo` (stripes, append, checked read, backing I/O), owning `blocks`
+//!   (`Blocks`: the index behind its mutex); `retry`: the one backing retry policy;
+//!   [`record`]: every record kind and the one checked read.
+//! - `durability`: `Durability` (persisted watermark, `fence`, `warm` records), shared with
+//!   `reclaim` (the engine's reclaim callbacks).
 //! - `writeback`: `Writeback` (task, pick, batch, watermark, rate); [`flush`]: flush jobs.
 //! - [`switch`]: `ModeSwitch`; `admission` + [`seq`]: what is cached; [`warm`]: warm restart;
 //!   `fence` + `fence_found`: backing-write intents and floors (clean blocks survive a crash).
-//! - [`index`] + [`lbamap`]: the LBA index; `reclaim`: state shared with the flash reclaimer.
+//! - [`index`] + [`lbamap`]: the LBA index (private fields, methods only).
 //! - [`tunables`] ([`Mode`], [`FlushOrder`], [`TUNABLES`]), [`stats`], [`mod@error`].
 #![deny(unsafe_code)]
 
 mod admission;
 mod backend;
 mod block_io;
+mod blocks;
 pub mod cache;
+mod durability;
 pub mod error;
 mod fence;
 mod fence_found;
 pub mod flush;
+mod geometry;
+mod ghost;
 pub mod index;
 pub mod lbamap;
 mod log_limit;
 mod open;
-mod read;
 mod reclaim;
 pub mod record;
+mod request;
 mod retry;
 pub mod seq;
-mod space;
 pub mod stats;
 pub mod switch;
 pub mod tunables;
 pub mod warm;
-mod write;
 mod writeback;
 
 pub use cache::{BlockCache, BlockCacheConfig, RecoveryInfo};

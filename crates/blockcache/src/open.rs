@@ -9,22 +9,25 @@
 //!
 //! Threads: the caller's (open is synchronous, before any request or writeback task runs);
 //! the engine's IO threads during its recovery scan.
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use flashtier_backend::BlockBackend;
 use flashtier_flash::{
     Device, DeviceSpec, Flash, FlashConfig, FlashInfo, Location, ReclaimHandler, RecordMeta,
 };
-use parking_lot::Mutex;
 
 use crate::block_io::BlockIo;
+use crate::blocks::Blocks;
 use crate::cache::{BlockCache, BlockCacheConfig, RecoveryInfo};
+use crate::durability::Durability;
 use crate::error::Error;
 use crate::fence::Fence;
 use crate::fence_found::{verdict, Verdict};
+use crate::geometry;
 use crate::index::Index;
-use crate::reclaim::{Handler, Shared};
+use crate::reclaim::Handler;
 use crate::record::{RecordKind, FLAG_DIRTY};
 use crate::stats::BlockStats;
 use crate::tunables::Tunables;
@@ -55,8 +58,6 @@ impl BlockCache {
         })
     }
 
-    // Longer than clippy.toml's 120 lines; left as is by issue 29 (cache crate only).
-    #[allow(clippy::too_many_lines)]
     fn open_with(
         cap: u64,
         backing: Arc<dyn BlockBackend>,
@@ -67,101 +68,187 @@ impl BlockCache {
             &mut dyn FnMut(RecordMeta),
         ) -> flashtier_flash::Result<(Flash, FlashInfo)>,
     ) -> Result<Arc<Self>, Error> {
-        let bs = u64::from(cfg.block_size);
-        if !bs.is_power_of_two() || !(512..=(1 << 20)).contains(&bs) {
-            return Err(Error::Config(format!(
-                "block_size {bs} must be a power of two within 512..=1MiB"
-            )));
-        }
-        let size = backing.size();
-        if !size.is_multiple_of(bs) || size == 0 {
-            return Err(Error::Config(format!(
-                "backing size {size} is not a non-zero multiple of the block size {bs}"
-            )));
-        }
-        let tunables = Tunables::default();
-        for (k, v) in &cfg.tunables {
-            tunables.set(k, v)?;
-        }
-        let mut fc = cfg
-            .flash
-            .clone()
-            .unwrap_or_else(|| FlashConfig::for_capacity(cap));
-        fc.keep_limit = 1.0;
-        // A kv flash file is not a block cache: the engine refuses it (and foreign data).
-        fc.role = flashtier_flash::Role::Block;
+        let (bs, fc, tunables) = settings(cap, backing.size(), &cfg)?;
         let reclaim_stream = fc.reclaim_stream;
-        // Space the cache cannot fill with blocks: reclaim's reserve and free target plus
+        // Segments the cache cannot fill with blocks: reclaim's reserve and free target plus
         // one open segment per stream.
-        let reserve =
-            u64::from(fc.reserve_segments + fc.free_high_watermark) + u64::from(fc.streams);
-        let max_val = fc.max_value_len(0) as u64;
-        if bs > max_val {
-            return Err(Error::Config(format!(
-                "block_size {bs} exceeds the largest flash record value {max_val}"
-            )));
-        }
-        let nblocks = size / bs;
-        let shared = Arc::new(Shared {
-            index: Mutex::new(Index::new(0)),
-            wm_persisted: AtomicU64::new(0),
-            stats: BlockStats::default(),
-            warm: Default::default(),
-            fence: Fence::new(nblocks, bs, fc.segment_size, cap, 0),
-            flash: std::sync::OnceLock::new(),
-            reclaim_stream,
-            wm_lost: AtomicBool::new(false),
-            age_budget: AtomicU64::new(0),
+        let kept_free = geometry::kept_free(&fc);
+        let chunk = fc.chunk_size;
+        let segment = fc.segment_size;
+        let nblocks = backing.size() / bs;
+        let stats = Arc::new(BlockStats::default());
+        let blocks = Arc::new(Blocks::default());
+        let fence = Fence::new(nblocks, bs, fc.segment_size, cap, 0);
+        let durable = Arc::new(Durability::new(fence, reclaim_stream, Arc::clone(&stats)));
+        let mut scan = Scan::default();
+        let handler: Arc<dyn ReclaimHandler> = Arc::new(Handler {
+            blocks: Arc::clone(&blocks),
+            durable: Arc::clone(&durable),
         });
-        // Recovery: newest version per LBA, newest watermark.
-        let mut newest: std::collections::HashMap<u64, RecordMeta> = Default::default();
-        let mut dead: Vec<Location> = Vec::new();
-        let mut wm: Option<RecordMeta> = None;
-        let mut max_version = 0u64;
-        let mut found = crate::warm::Found::default();
-        let mut fences = crate::fence_found::Found::default();
-        let mut on = |m: RecordMeta| {
-            max_version = max_version.max(m.version);
-            if found.offer(&m) || fences.offer(&m) {
-                return;
-            }
-            let record_kind = RecordKind::of(m.kind, m.key_id);
-            if record_kind == RecordKind::Watermark {
-                match &wm {
-                    Some(w) if w.version >= m.version => dead.push(m.location),
-                    _ => {
-                        if let Some(w) = wm.replace(m) {
-                            dead.push(w.location);
-                        }
-                    }
-                }
-                return;
-            }
-            if record_kind != RecordKind::Block || m.key_id >= nblocks {
-                dead.push(m.location);
-                return;
-            }
-            shared.fence.saw(m.key_id);
-            match newest.get(&m.key_id) {
-                Some(o) if o.version > m.version => dead.push(m.location),
-                _ => {
-                    if let Some(o) = newest.insert(m.key_id, m) {
-                        dead.push(o.location);
-                    }
-                }
-            }
-        };
-        let handler: Arc<dyn ReclaimHandler> = Arc::new(Handler(Arc::clone(&shared)));
-        let (flash, info) = open(fc, handler, &mut on)?;
+        let (flash, info) = open(fc, handler, &mut |m| scan.offer(m, nblocks, &durable.fence))?;
         let flash = Arc::new(flash);
-        let _ = shared.flash.set(Arc::downgrade(&flash));
+        durable.set_flash(&flash);
+        let record = flashtier_flash::format::record::padded_len(0, bs as usize) as u64;
+        // Sized for every block record the device can hold: the table never grows.
+        let table = info.capacity / record + 1;
+        let rec = scan.recover(&flash, &blocks, &durable.fence, bs, nblocks, table);
+        durable.set_wm_persisted(rec.watermark);
+        // Consume the snapshot before anything can reach the backing: a durable session
+        // record newer than the marker makes it invalid for every later recovery.
+        crate::warm::write_session(&flash, &durable, &blocks)?;
+        // The floor table this run starts from, durable before any backing write.
+        durable
+            .fence
+            .persist_blocking(&durable, &blocks, &flash)
+            .map_err(Error::Config)?;
+        // A set formatted with other sizes keeps them, with the engine's chunk for them.
+        let chunk = if info.segment_size == segment {
+            chunk
+        } else {
+            FlashConfig::chunk_for(info.segment_size)
+        };
+        let per_segment = geometry::records_per_segment(info.segment_size, chunk, record);
+        let capacity_blocks =
+            geometry::capacity_blocks(u64::from(info.segments), per_segment, kept_free).max(16);
+        let cache = Arc::new(BlockCache {
+            io: BlockIo::new(blocks, stats, flash, backing, bs, capacity_blocks),
+            durable,
+            writeback: Default::default(),
+            switch: Default::default(),
+            admission: Default::default(),
+            tunables,
+            stopping: AtomicBool::new(false),
+            stall_log: Default::default(),
+            recovery: rec,
+            flash_info: info,
+        });
+        if cache.recovery.dirty_blocks > 0 {
+            cache.start_flush();
+        }
+        Ok(cache)
+    }
+}
+
+/// Check the settings against the backing's `size`: the block size, the initial tunables and
+/// the flash engine's configuration for a cache of `cap` bytes.
+fn settings(
+    cap: u64,
+    size: u64,
+    cfg: &BlockCacheConfig,
+) -> Result<(u64, FlashConfig, Tunables), Error> {
+    let bs = u64::from(cfg.block_size);
+    if !bs.is_power_of_two() || !(512..=(1 << 20)).contains(&bs) {
+        return Err(Error::Config(format!(
+            "block_size {bs} must be a power of two within 512..=1MiB"
+        )));
+    }
+    if !size.is_multiple_of(bs) || size == 0 {
+        return Err(Error::Config(format!(
+            "backing size {size} is not a non-zero multiple of the block size {bs}"
+        )));
+    }
+    let tunables = Tunables::default();
+    for (k, v) in &cfg.tunables {
+        tunables.set(k, v)?;
+    }
+    let mut fc = cfg
+        .flash
+        .clone()
+        .unwrap_or_else(|| FlashConfig::for_capacity(cap));
+    fc.keep_limit = 1.0;
+    if fc.adopt_geometry {
+        // Sizes that are a default, not a choice: the ones that waste least of the device
+        // for records of this block size (see `geometry`).
+        let record = flashtier_flash::format::record::padded_len(0, bs as usize) as u64;
+        if let Some((segment, chunk)) = geometry::choose(cap, record, geometry::kept_free(&fc)) {
+            fc.segment_size = segment;
+            fc.chunk_size = chunk;
+        }
+    }
+    // A kv flash file is not a block cache: the engine refuses it (and foreign data).
+    fc.role = flashtier_flash::Role::Block;
+    let max_val = fc.max_value_len(0) as u64;
+    if bs > max_val {
+        return Err(Error::Config(format!(
+            "block_size {bs} exceeds the largest flash record value {max_val}"
+        )));
+    }
+    Ok((bs, fc, tunables))
+}
+
+/// What the recovery scan found: the newest record per LBA, the newest watermark, the
+/// warm-restart and fence records, and the records already known dead.
+#[derive(Default)]
+struct Scan {
+    newest: HashMap<u64, RecordMeta>,
+    dead: Vec<Location>,
+    wm: Option<RecordMeta>,
+    max_version: u64,
+    found: crate::warm::Found,
+    fences: crate::fence_found::Found,
+}
+
+impl Scan {
+    /// One record found on flash (of a backing of `nblocks` blocks).
+    fn offer(&mut self, m: RecordMeta, nblocks: u64, fence: &Fence) {
+        self.max_version = self.max_version.max(m.version);
+        if self.found.offer(&m) || self.fences.offer(&m) {
+            return;
+        }
+        let record_kind = RecordKind::of(m.kind, m.key_id);
+        if record_kind == RecordKind::Watermark {
+            match &self.wm {
+                Some(w) if w.version >= m.version => self.dead.push(m.location),
+                _ => {
+                    if let Some(w) = self.wm.replace(m) {
+                        self.dead.push(w.location);
+                    }
+                }
+            }
+            return;
+        }
+        if record_kind != RecordKind::Block || m.key_id >= nblocks {
+            self.dead.push(m.location);
+            return;
+        }
+        fence.saw(m.key_id);
+        match self.newest.get(&m.key_id) {
+            Some(o) if o.version > m.version => self.dead.push(m.location),
+            _ => {
+                if let Some(o) = self.newest.insert(m.key_id, m) {
+                    self.dead.push(o.location);
+                }
+            }
+        }
+    }
+
+    /// Rebuild `blocks` (a table of `table` slots) from what was found: dirty blocks above
+    /// the watermark, clean blocks proven current by the snapshot or the fence; mark every
+    /// other record dead.
+    fn recover(
+        self,
+        flash: &Flash,
+        blocks: &Blocks,
+        fence: &Fence,
+        bs: u64,
+        nblocks: u64,
+        table: u64,
+    ) -> RecoveryInfo {
+        let Scan {
+            newest,
+            mut dead,
+            wm,
+            max_version,
+            found,
+            fences,
+        } = self;
         let watermark = wm.map(|w| w.version).unwrap_or(0);
         let mut rec = RecoveryInfo {
             watermark,
             ..Default::default()
         };
         // Clean blocks come back only from a valid shutdown snapshot (see `warm`).
-        let snapshot = match found.load(&flash, max_version, bs, nblocks) {
+        let snapshot = match found.load(flash, max_version, bs, nblocks) {
             Ok(s) => s,
             Err(why) => {
                 rec.cold_reason = Some(why);
@@ -169,8 +256,7 @@ impl BlockCache {
             }
         };
         // Clean blocks after a crash: kept above their floor and every intent (see `fence`).
-        let fence = &shared.fence;
-        let floors = match fences.load(&flash, fence) {
+        let floors = match fences.load(flash, fence) {
             Ok((v, floors)) => {
                 fence.raise_all(&floors);
                 fence.set_durable(v, floors);
@@ -183,12 +269,10 @@ impl BlockCache {
         };
         rec.intents = fences.intents() as u64;
         let intent_of = fences.fences(&newest);
-        let record = flashtier_flash::format::record::padded_len(0, bs as usize) as u64;
-        {
-            let mut index = shared.index.lock();
-            // Sized for every block record the device can hold: the table never grows.
-            *index = Index::with_capacity(max_version, info.capacity / record + 1);
-            index.wm_loc = wm.map(|w| w.location.pack());
+        // Rebuilt under the index mutex: reclaim waits until every block is back.
+        blocks.locked(|index| {
+            *index = Index::with_capacity(max_version, table);
+            index.set_wm_loc(wm.map(|w| w.location.pack()));
             for (lba, m) in newest {
                 let v = verdict(
                     m.version,
@@ -227,32 +311,7 @@ impl BlockCache {
             for l in dead {
                 flash.mark_dead(l);
             }
-        }
-        shared.wm_persisted.store(watermark, Ordering::Release);
-        // Consume the snapshot before anything can reach the backing: a durable session
-        // record newer than the marker makes it invalid for every later recovery.
-        crate::warm::write_session(&flash, &shared, reclaim_stream)?;
-        // The floor table this run starts from, durable before any backing write.
-        shared
-            .fence
-            .persist_blocking(&shared, &flash)
-            .map_err(Error::Config)?;
-        let usable = info.capacity.saturating_sub(reserve * info.segment_size);
-        let capacity_blocks = (usable / record).max(16);
-        let cache = Arc::new(BlockCache {
-            io: BlockIo::new(shared, flash, backing, bs, capacity_blocks),
-            writeback: Default::default(),
-            switch: Default::default(),
-            admission: Default::default(),
-            tunables,
-            stopping: AtomicBool::new(false),
-            stall_log: Default::default(),
-            recovery: rec,
-            flash_info: info,
         });
-        if cache.recovery.dirty_blocks > 0 {
-            cache.start_flush();
-        }
-        Ok(cache)
+        rec
     }
 }

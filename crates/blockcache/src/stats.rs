@@ -5,8 +5,6 @@
 //! the flash engine's).
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::cache::BlockCache;
-
 macro_rules! counters {
     ($( $(#[doc = $doc:literal])* $name:ident ),* $(,)?) => {
         /// Counters; all only grow.
@@ -52,6 +50,12 @@ counters! {
     /// Clean blocks reclaim moved (copied) instead of dropping, because they were read
     /// since the last pass.
     moved_clean_blocks,
+    /// Clean blocks reclaim moved instead of dropping, not read since the last pass, because
+    /// the cache held fewer blocks than its fill line (97 % of `capacity_blocks`).
+    moved_fill_blocks,
+    /// Clean blocks admitted that had been evicted unread lately (found in the ghost): they
+    /// count as read once, so the next CLOCK or reclaim pass keeps them.
+    ghost_hits,
     /// Dirty (or not yet durably clean) blocks reclaim moved.
     moved_dirty_blocks,
     /// Dirty blocks written back (all causes).
@@ -142,119 +146,4 @@ counters! {
 /// Add `n` to a counter.
 pub(crate) fn add(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
-}
-
-impl BlockCache {
-    /// Every statistic as `(name, value)`: the cache's counters and gauges, then the flash
-    /// engine's (`flash_*`).
-    pub fn stats_pairs(&self) -> Vec<(String, String)> {
-        let s = &self.io.shared.stats;
-        let mut v: Vec<(String, String)> = s
-            .pairs()
-            .into_iter()
-            .map(|(k, n)| (k.to_string(), n.to_string()))
-            .collect();
-        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let pct = |a: u64, b: u64| {
-            if b == 0 {
-                "0.00".to_string()
-            } else {
-                format!("{:.2}", a as f64 * 100.0 / b as f64)
-            }
-        };
-        let (dirty, cached, wm, index_bytes) = {
-            let index = self.io.shared.index.lock();
-            (
-                index.dirty() as u64,
-                index.map.len() as u64,
-                index.clean_watermark(),
-                index.ram_bytes(),
-            )
-        };
-        v.push((
-            "read_hit_percent".into(),
-            pct(load(&s.read_hits), load(&s.reads)),
-        ));
-        v.push((
-            "write_hit_percent".into(),
-            pct(load(&s.write_hits), load(&s.writes)),
-        ));
-        v.push(("dirty_blocks".into(), dirty.to_string()));
-        v.push((
-            "writeback_held_blocks".into(),
-            self.held_blocks().to_string(),
-        ));
-        v.push(("cached_blocks".into(), cached.to_string()));
-        v.push(("index_bytes".into(), index_bytes.to_string()));
-        v.push((
-            "capacity_blocks".into(),
-            self.io.capacity_blocks.to_string(),
-        ));
-        v.push(("dirty_percent".into(), pct(dirty, self.io.capacity_blocks)));
-        v.push(("block_size".into(), self.io.block_size.to_string()));
-        v.push(("writeback_rate".into(), self.writeback.rate().to_string()));
-        // The cache file: bytes of the blocks' current records, of dead (overwritten or
-        // evicted, not yet reclaimed) records, and the live share of its capacity.
-        let record =
-            flashtier_flash::format::record::padded_len(0, self.io.block_size as usize) as u64;
-        let live = cached * record;
-        let dead = self
-            .io
-            .flash
-            .stats()
-            .pairs()
-            .into_iter()
-            .find(|(k, _)| *k == "flash_bytes_dead")
-            .map_or(0, |(_, n)| n);
-        v.push(("live_bytes".into(), live.to_string()));
-        v.push(("dead_bytes".into(), dead.to_string()));
-        let capacity = self.flash_info.capacity.max(1);
-        v.push((
-            "live_ratio".into(),
-            format!("{:.4}", live as f64 / capacity as f64),
-        ));
-        v.push(("clean_watermark".into(), wm.to_string()));
-        v.push((
-            "clean_watermark_persisted".into(),
-            self.io
-                .shared
-                .wm_persisted
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ));
-        v.push((
-            "recovered_dirty_blocks".into(),
-            self.recovery.dirty_blocks.to_string(),
-        ));
-        v.push(("mode".into(), self.tunables.mode().name().to_string()));
-        let sw = self.mode_switch();
-        let running = sw
-            .as_ref()
-            .is_some_and(|s| s.phase == crate::switch::SwitchPhase::Running);
-        v.push((
-            "mode_switch_in_progress".into(),
-            u64::from(running).to_string(),
-        ));
-        v.push((
-            "mode_switch_dirty_left".into(),
-            if running { dirty } else { 0 }.to_string(),
-        ));
-        v.push((
-            "recovered_clean_blocks".into(),
-            self.recovery.clean_kept.to_string(),
-        ));
-        v.push((
-            "recovered_stale_blocks".into(),
-            self.recovery.stale_dropped.to_string(),
-        ));
-        v.extend(
-            self.io
-                .flash
-                .stats()
-                .pairs()
-                .into_iter()
-                .map(|(k, n)| (k.to_string(), n.to_string())),
-        );
-        v
-    }
 }

@@ -8,14 +8,10 @@
 //! Invariant: the mode and the switch record change together under the switch mutex.
 //! Lock order: the switch mutex, then the flush-job and index mutexes (starting the flush).
 //! Threads: admin requests (set, status, wait) and the writeback task (reads `switching`).
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use crate::cache::BlockCache;
-use crate::error::Error;
-use crate::stats::add;
 use crate::tunables::{Mode, Tunables};
 
 /// Where a mode switch stands.
@@ -79,7 +75,7 @@ pub(crate) struct ModeSwitch {
 impl ModeSwitch {
     /// Set `mode` in `tunables`; leaving writeback records a new switch whose flush
     /// `start_flush` starts (with `dirty` blocks now). Returns true if a switch started.
-    fn change(
+    pub(crate) fn change(
         &self,
         tunables: &Tunables,
         mode: Mode,
@@ -121,7 +117,7 @@ impl ModeSwitch {
     }
 
     /// The latest switch with `dirty` blocks left; done once none is.
-    fn status(&self, dirty: u64) -> Option<SwitchStatus> {
+    pub(crate) fn status(&self, dirty: u64) -> Option<SwitchStatus> {
         let mut job = self.job.lock();
         let j = job.as_mut()?;
         if j.finished.is_none() && dirty == 0 {
@@ -143,59 +139,6 @@ impl ModeSwitch {
                 .finished
                 .unwrap_or_else(|| j.started.elapsed().as_secs_f64()),
         })
-    }
-}
-
-impl BlockCache {
-    /// Change the mode. Leaving writeback starts a switch (returned); changing between
-    /// writethrough and writearound during a switch retargets it.
-    pub fn set_mode(&self, mode: Mode) -> Option<SwitchStatus> {
-        let started = self.switch.change(
-            &self.tunables,
-            mode,
-            || self.dirty_blocks(),
-            || self.start_flush(),
-        );
-        if started {
-            add(&self.io.shared.stats.mode_switches, 1);
-        }
-        self.writeback.wake();
-        self.mode_switch()
-    }
-
-    /// The latest switch away from writeback, if any.
-    pub fn mode_switch(&self) -> Option<SwitchStatus> {
-        self.switch.status(self.dirty_blocks())
-    }
-
-    /// A switch is draining: the writeback task writes at flush speed.
-    pub(crate) fn switching(&self) -> bool {
-        self.tunables.mode() != Mode::WriteBack && self.dirty_blocks() > 0
-    }
-
-    /// Wait until the latest switch is done (no dirty block left). Fails if it is
-    /// cancelled, if there is none, or if the cache stops.
-    pub async fn mode_switch_wait(&self) -> Result<SwitchStatus, Error> {
-        loop {
-            match self.mode_switch() {
-                None => return Err(Error::Config("no mode switch started".into())),
-                Some(s) if s.phase == SwitchPhase::Done => return Ok(s),
-                Some(s) if s.phase == SwitchPhase::Cancelled => {
-                    return Err(Error::Config(format!(
-                        "mode switch {} cancelled: mode is writeback again",
-                        s.id
-                    )))
-                }
-                Some(_) => {}
-            }
-            if self.stopping.load(Ordering::Acquire) {
-                return Err(Error::Config("cache stopped during the mode switch".into()));
-            }
-            self.writeback.wake();
-            self.writeback
-                .wait_progress(Duration::from_millis(100))
-                .await;
-        }
     }
 }
 

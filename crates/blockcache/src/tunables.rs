@@ -163,6 +163,11 @@ pub const TUNABLES: &[(&str, &str, &str)] = &[
         "30",
         "while clients are active, the share of time a flush or mode switch writes back (1..=100; 100 = flat out)",
     ),
+    (
+        "reclaim_fill_moves",
+        "4",
+        "clean blocks reclaim may move (copy) instead of dropping, per block the cache writes, while the cache is below 97 % of capacity_blocks (0 = drop them; 0..=64)",
+    ),
 ];
 
 /// The runtime settings.
@@ -185,6 +190,7 @@ pub struct Tunables {
     writeback_inflight: AtomicU64,
     writeback_max_rate: AtomicU64,
     writeback_busy_share_pct: AtomicU64,
+    reclaim_fill_moves: AtomicU64,
 }
 
 impl Default for Tunables {
@@ -207,6 +213,7 @@ impl Default for Tunables {
             writeback_inflight: AtomicU64::new(0),
             writeback_max_rate: AtomicU64::new(0),
             writeback_busy_share_pct: AtomicU64::new(0),
+            reclaim_fill_moves: AtomicU64::new(0),
         };
         for (name, default, _) in TUNABLES {
             // Defaults are constants above; a failure here would be a typo caught by tests.
@@ -312,6 +319,10 @@ impl Tunables {
                 0 => return Err(Error::Config(format!("{name}: must be 1..=100"))),
                 p => self.writeback_busy_share_pct.store(p, Relaxed),
             },
+            "reclaim_fill_moves" => match parse_u64(name, value)? {
+                n @ 0..=64 => self.reclaim_fill_moves.store(n, Relaxed),
+                n => return Err(Error::Config(format!("{name}: {n} must be 0..=64"))),
+            },
             _ => return Err(Error::Config(format!("unknown tunable {name:?}"))),
         }
         Ok(())
@@ -337,6 +348,7 @@ impl Tunables {
             "writeback_inflight" => self.writeback_inflight.load(Relaxed).to_string(),
             "writeback_max_rate" => self.writeback_max_rate.load(Relaxed).to_string(),
             "writeback_busy_share_pct" => self.writeback_busy_share_pct.load(Relaxed).to_string(),
+            "reclaim_fill_moves" => self.reclaim_fill_moves.load(Relaxed).to_string(),
             _ => return None,
         })
     }
@@ -421,6 +433,11 @@ impl Tunables {
     /// Share of time (percent) a flush writes back while clients are active.
     pub fn busy_share_pct(&self) -> u64 {
         self.writeback_busy_share_pct.load(Relaxed)
+    }
+
+    /// Fill moves reclaim may make per block the cache writes.
+    pub fn fill_moves(&self) -> u64 {
+        self.reclaim_fill_moves.load(Relaxed)
     }
 
     /// `(batch, inflight, max_rate)` for writeback.

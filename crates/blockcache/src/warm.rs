@@ -11,17 +11,16 @@
 //! [`BlockCache::shutdown`] on a tokio task.
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flashtier_flash::{Flash, Location, RecordMeta};
 
 use crate::block_io::BlockIo;
-use crate::cache::{BlockCache, STREAM_META};
+use crate::blocks::Blocks;
+use crate::cache::STREAM_META;
+use crate::durability::Durability;
 use crate::error::Error;
-use crate::reclaim::Shared;
 use crate::record::{BlockRecord, RecordKind};
-use crate::writeback::persist_watermark;
 
 const MAGIC: &[u8; 8] = b"FTWARM01";
 const MARKER_LEN: usize = 40;
@@ -29,7 +28,7 @@ const ENTRY_LEN: usize = 16;
 /// Largest snapshot chunk value (bytes).
 const CHUNK_MAX: usize = 256 << 10;
 /// How long a shutdown waits for in-flight requests, and for flash space.
-const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
 
 /// Warm-restart records seen by the recovery scan.
 #[derive(Default)]
@@ -169,19 +168,15 @@ impl Warm {
 
 /// Append and make durable this run's session record (see the module doc). Called by open
 /// before the cache is handed out; failure fails the open.
-pub(crate) fn write_session(
-    flash: &Flash,
-    shared: &Shared,
-    reclaim_stream: u8,
-) -> Result<(), Error> {
-    let v = shared.index.lock().take_version();
-    shared.warm.session_version.store(v, Ordering::Release);
+pub(crate) fn write_session(flash: &Flash, d: &Durability, blocks: &Blocks) -> Result<(), Error> {
+    let v = blocks.take_version();
+    d.warm.session_version.store(v, Ordering::Release);
     let rec = BlockRecord::Session { version: v }.write();
     let wait = Duration::from_secs(5);
     match flash.append_blocking(STREAM_META, &rec, wait) {
         Ok(_) => {}
         Err(flashtier_flash::Error::NoSpace) => {
-            flash.append_blocking(reclaim_stream, &rec, wait)?;
+            flash.append_blocking(d.reclaim_stream(), &rec, wait)?;
         }
         Err(e) => return Err(e.into()),
     }
@@ -200,54 +195,12 @@ pub struct ShutdownReport {
     pub skipped: Option<String>,
 }
 
-impl BlockCache {
-    /// Clean shutdown: stop writeback and waiting requests, wait for requests in flight,
-    /// save the snapshot of clean blocks (so the next open is warm), close the engine.
-    /// Await the writeback task's handle after [`BlockCache::interrupt`] and before this
-    /// for the fewest dirty blocks left; correctness does not depend on it.
-    pub async fn shutdown(self: &Arc<Self>) -> ShutdownReport {
-        self.interrupt();
-        let mut report = ShutdownReport::default();
-        // Every stripe: a request between its backing write and its cache update holds
-        // one, and no new request passes them until the engine is closed.
-        let guards = tokio::time::timeout(SHUTDOWN_WAIT, self.io.lock_all_stripes()).await;
-        match &guards {
-            Ok(_) => {
-                persist_watermark(&self.io).await;
-                match self.io.shared.warm.save_snapshot(&self.io).await {
-                    Ok(n) => report.clean_saved = n,
-                    Err(e) => report.skipped = Some(e),
-                }
-            }
-            Err(_) => report.skipped = Some("requests still in flight".into()),
-        }
-        report.dirty_left = self.dirty_blocks();
-        let c = Arc::clone(self);
-        match tokio::task::spawn_blocking(move || c.io.flash.close()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => log::error!("closing the cache device: {e}"),
-            Err(e) => log::error!("closing the cache device: {e}"),
-        }
-        drop(guards);
-        report
-    }
-}
-
 impl Warm {
     /// Write the snapshot of `io`'s clean blocks and then the shutdown marker, each made
     /// durable; returns the blocks listed. Caller holds every stripe lock.
-    async fn save_snapshot(&self, io: &BlockIo) -> Result<u64, String> {
-        let (entries, m) = {
-            let mut index = io.shared.index.lock();
-            let e: Vec<(u64, u64)> = index
-                .map
-                .iter()
-                .filter(|(_, e)| !e.dirty)
-                .map(|(l, e)| (l, e.version))
-                .collect();
-            (e, index.take_version())
-        };
-        io.shared.warm.snapshot_version.store(m, Ordering::Release);
+    pub(crate) async fn save_snapshot(&self, io: &BlockIo) -> Result<u64, String> {
+        let (entries, m) = io.blocks.clean_snapshot();
+        self.snapshot_version.store(m, Ordering::Release);
         let per = (CHUNK_MAX.min(io.flash.max_value_len(0)) / ENTRY_LEN).max(1);
         let mut buf = Vec::with_capacity(per * ENTRY_LEN);
         let mut chunks = 0u64;

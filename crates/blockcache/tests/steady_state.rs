@@ -1,7 +1,8 @@
 //! The cache at steady state: full, with a hot read set, under sustained overwrites many
 //! times the flash size. `cached_blocks` never exceeds `capacity_blocks` and stays near it,
 //! the hot read set stays cached (reclaim moves it), every read matches a byte model.
-//! For measurements: STEADY_STATS=1 prints every stat, STEADY_POLICY sets flash.reclaim_policy.
+//! For measurements: STEADY_STATS=1 prints every stat, STEADY_POLICY sets flash.reclaim_policy,
+//! STEADY_FILL_MOVES sets reclaim_fill_moves.
 mod common;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,6 +35,11 @@ async fn full_cache_keeps_hot_reads_under_sustained_overwrites() {
     let cache = BlockCache::open_devices(devs, Arc::clone(&backing) as Arc<dyn BlockBackend>, cfg)
         .expect("open");
     let wb = cache.start();
+    if let Ok(n) = std::env::var("STEADY_FILL_MOVES") {
+        cache
+            .set_tunable("reclaim_fill_moves", &n)
+            .expect("fill moves");
+    }
     if let Ok(p) = std::env::var("STEADY_POLICY") {
         cache
             .set_tunable("flash.reclaim_policy", &p)
@@ -265,6 +271,11 @@ fn lru_read_hits(trace: &[(u64, bool)], cap: usize, warm: usize) -> f64 {
 async fn zipf_read_hits_come_close_to_lru() {
     let (cache, _backing) = open_small(&[("flush_period_s", "1"), ("seq_threshold_kb", "0")]);
     let wb = cache.start();
+    if let Ok(n) = std::env::var("STEADY_FILL_MOVES") {
+        cache
+            .set_tunable("reclaim_fill_moves", &n)
+            .expect("fill moves");
+    }
     if let Ok(p) = std::env::var("STEADY_POLICY") {
         cache
             .set_tunable("flash.reclaim_policy", &p)

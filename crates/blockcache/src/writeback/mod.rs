@@ -97,7 +97,7 @@ impl Writeback {
     /// Count, log and remember a writeback error. Logged at most once a second (with the
     /// count since the last line), so a failing backing does not flood the log.
     fn report(&self, io: &BlockIo, msg: String) {
-        add(&io.shared.stats.backing_errors, 1);
+        add(&io.stats.backing_errors, 1);
         if let Some(n) = self.error_log.event() {
             log::warn!("{msg} (retried with backoff; {n} errors since the last line)");
         }
@@ -107,7 +107,7 @@ impl Writeback {
 
 /// Client requests so far (reads and writes), to tell whether clients are active.
 fn client_requests(io: &BlockIo) -> u64 {
-    let s = &io.shared.stats;
+    let s = &io.stats;
     s.read_requests.load(Ordering::Relaxed) + s.write_requests.load(Ordering::Relaxed)
 }
 
@@ -197,11 +197,11 @@ pub(crate) async fn run(cache: Arc<BlockCache>) {
             limit,
             oldest_first: urgent,
         };
-        let picks = wb.pick(&io.shared.index, t.flush_order(), &want, &mut cursor);
+        let picks = wb.pick(&io.blocks, t.flush_order(), &want, &mut cursor);
         if picks.is_empty() {
             busy = false;
             if urgent || last_wm.elapsed() >= Duration::from_millis(500) {
-                persist_watermark(io).await;
+                persist_watermark(io, &cache.durable).await;
                 last_wm = Instant::now();
             }
             continue;
@@ -213,7 +213,7 @@ pub(crate) async fn run(cache: Arc<BlockCache>) {
         let started = Instant::now();
         let cleaned = wb.write_back(io, t, &picks, cause).await;
         if cleaned > 0 {
-            persist_watermark(io).await;
+            persist_watermark(io, &cache.durable).await;
             last_wm = Instant::now();
         }
         wb.progress.notify_waiters();

@@ -6,9 +6,8 @@
 use std::time::{Duration, Instant};
 
 use super::Writeback;
-use parking_lot::Mutex;
-
-use crate::index::{Entry, Index};
+use crate::blocks::Blocks;
+use crate::index::Entry;
 use crate::tunables::FlushOrder;
 
 /// How many blocks a batch wants.
@@ -25,40 +24,13 @@ pub(super) struct Want {
     pub oldest_first: bool,
 }
 
-/// Dirty LBAs in flush order; `cursor` is where ascending-LBA order resumes.
-fn order<'a>(
-    index: &'a Index,
-    order: FlushOrder,
-    cursor: u64,
-) -> Box<dyn Iterator<Item = u64> + 'a> {
-    match order {
-        FlushOrder::Fifo => Box::new(index.fifo.values().map(|(l, _)| *l)),
-        FlushOrder::Lba => Box::new(
-            index
-                .by_lba
-                .range(cursor..)
-                .chain(index.by_lba.range(..cursor))
-                .copied(),
-        ),
-        FlushOrder::Lru => {
-            let mut v: Vec<(u64, u64)> = index
-                .by_lba
-                .iter()
-                .filter_map(|l| index.dirty_meta.get(l).map(|d| (d.access, *l)))
-                .collect();
-            v.sort_unstable();
-            Box::new(v.into_iter().map(|(_, l)| l))
-        }
-    }
-}
-
 impl Writeback {
     /// Choose blocks to write back: up to `batch` blocks past `due_age` (oldest first),
     /// then up to `n` more (at most `limit` in all) in the configured order (FIFO if
     /// `oldest_first`). Returns (lba, entry, due) and marks them as being written.
     pub(super) fn pick(
         &self,
-        index: &Mutex<Index>,
+        blocks: &Blocks,
         configured: FlushOrder,
         want: &Want,
         cursor: &mut u64,
@@ -70,56 +42,57 @@ impl Writeback {
             limit,
             oldest_first,
         } = *want;
-        let mut index = index.lock();
-        let holds = self.holds.lock();
-        let now = Instant::now();
-        let mut out: Vec<(u64, Entry, bool)> = Vec::new();
-        let mut chosen = std::collections::BTreeSet::new();
-        if let Some(age) = due_age {
-            for (_, (lba, since)) in index.fifo.iter() {
-                if out.len() >= batch.min(limit) || since.elapsed() < age {
-                    break;
-                }
-                if index.writing.contains(lba) || !holds.ready(*lba, now) {
-                    continue;
-                }
-                if let Some(e) = index.map.get(*lba) {
-                    out.push((*lba, e, true));
-                    chosen.insert(*lba);
-                }
-            }
-        }
-        let want = n.min(limit.saturating_sub(out.len()));
-        if want > 0 {
-            let o = if oldest_first {
-                FlushOrder::Fifo
-            } else {
-                configured
-            };
-            let mut taken = 0;
-            let mut next_cursor = *cursor;
-            for lba in order(&index, o, *cursor) {
-                if taken >= want {
-                    break;
-                }
-                if index.writing.contains(&lba) || chosen.contains(&lba) || !holds.ready(lba, now) {
-                    continue;
-                }
-                if let Some(e) = index.map.get(lba) {
-                    out.push((lba, e, false));
-                    taken += 1;
-                    next_cursor = lba + 1;
+        blocks.locked(|index| {
+            let holds = self.holds.lock();
+            let now = Instant::now();
+            let mut out: Vec<(u64, Entry, bool)> = Vec::new();
+            let mut chosen = std::collections::BTreeSet::new();
+            if let Some(age) = due_age {
+                for (lba, since) in index.dirty_since() {
+                    if out.len() >= batch.min(limit) || since.elapsed() < age {
+                        break;
+                    }
+                    if index.is_writing(lba) || !holds.ready(lba, now) {
+                        continue;
+                    }
+                    if let Some(e) = index.get(lba) {
+                        out.push((lba, e, true));
+                        chosen.insert(lba);
+                    }
                 }
             }
-            if o == FlushOrder::Lba {
-                *cursor = next_cursor;
+            let want = n.min(limit.saturating_sub(out.len()));
+            if want > 0 {
+                let o = if oldest_first {
+                    FlushOrder::Fifo
+                } else {
+                    configured
+                };
+                let mut taken = 0;
+                let mut next_cursor = *cursor;
+                for lba in index.dirty_order(o, *cursor) {
+                    if taken >= want {
+                        break;
+                    }
+                    if index.is_writing(lba) || chosen.contains(&lba) || !holds.ready(lba, now) {
+                        continue;
+                    }
+                    if let Some(e) = index.get(lba) {
+                        out.push((lba, e, false));
+                        taken += 1;
+                        next_cursor = lba + 1;
+                    }
+                }
+                if o == FlushOrder::Lba {
+                    *cursor = next_cursor;
+                }
             }
-        }
-        drop(holds);
-        for (lba, _, _) in &out {
-            index.writing.insert(*lba);
-        }
-        out
+            drop(holds);
+            for (lba, _, _) in &out {
+                index.start_writing(*lba);
+            }
+            out
+        })
     }
 }
 
@@ -129,14 +102,16 @@ mod tests {
 
     /// Dirty blocks 30, 10, 20 in that order (FIFO), then 10 read again (so LRU is 30, 20,
     /// 10); LBA order from a cursor at 15 is 20, 30, 10.
-    fn index() -> Mutex<Index> {
-        let mut index = Index::new(0);
-        for (loc, lba) in [30u64, 10, 20].into_iter().enumerate() {
-            let version = index.take_version();
-            index.put(lba, loc as u64, version, true);
-        }
-        index.lookup(10);
-        Mutex::new(index)
+    fn index() -> Blocks {
+        let blocks = Blocks::default();
+        blocks.locked(|index| {
+            for (loc, lba) in [30u64, 10, 20].into_iter().enumerate() {
+                let version = index.take_version();
+                index.put(lba, loc as u64, version, true);
+            }
+            index.lookup(10);
+        });
+        blocks
     }
 
     fn want(n: usize) -> Want {
@@ -190,7 +165,7 @@ mod tests {
         // 30 is due (oldest, one a batch); then LBA order skips the held 10.
         assert_eq!(lbas(&picks), [30, 20]);
         assert_eq!(picks.iter().map(|p| p.2).collect::<Vec<_>>(), [true, false]);
-        assert!(index.lock().writing.contains(&30) && index.lock().writing.contains(&20));
+        assert!(index.locked(|ix| ix.is_writing(30) && ix.is_writing(20)));
         // Being written: not picked again until the batch ends.
         let again = wb.pick(&index, FlushOrder::Fifo, &want(3), &mut cursor);
         assert!(again.is_empty(), "{:?}", lbas(&again));

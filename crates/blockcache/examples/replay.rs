@@ -1,0 +1,128 @@
+//! Replay a block trace (`flashtier block --trace` format, FTTRACE1; `scripts/bench/
+//! trace_gen.py` writes synthetic ones) through the real block face — a `BlockCache` on an
+//! in-memory cache device of `--cache-mib` over an in-memory backing — one request at a
+//! time, with the writeback task running, and print its read hit ratio (block level:
+//! `read_hits` / `reads`, as `trace_sim.py` counts) and `capacity_blocks`, so the simulated
+//! policies can be run at the same capacity (`scripts/bench/block-replay.sh`).
+//!
+//! Run: `cargo run --release -p flashtier-blockcache --example replay -- TRACE
+//! --cache-mib 32 [--reads-only] [--set NAME=VALUE]...`. Prints one line of `key=value`.
+use std::sync::Arc;
+
+use bytes::Bytes;
+use flashtier_backend::{BlockBackend, MemoryBackend};
+use flashtier_blockcache::{BlockCache, BlockCacheConfig};
+use flashtier_flash::{Device, MemoryDevice};
+
+const BS: u64 = 4096;
+
+/// (offset, length, write) of every read and write of the trace (writes zeroes count as
+/// writes; trim, flush and cache requests are skipped, as trace_sim.py does).
+fn load(path: &str) -> Vec<(u64, u32, bool)> {
+    let data = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    assert!(
+        data.starts_with(b"FTTRACE1"),
+        "{path}: not a flashtier trace"
+    );
+    let body = data.get(16..).unwrap_or(&[]);
+    let word = |b: &[u8], at: usize, n: usize| {
+        let mut w = [0u8; 8];
+        w[..n].copy_from_slice(&b[at..at + n]);
+        u64::from_le_bytes(w)
+    };
+    body.chunks_exact(24)
+        .filter_map(|r| {
+            let (off, len, op) = (word(r, 8, 8), word(r, 16, 4) as u32, r[20]);
+            match op {
+                _ if len == 0 => None,
+                0 => Some((off, len, false)),
+                1 | 3 => Some((off, len, true)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut trace = None;
+    let mut cache_mib = 32u64;
+    let mut reads_only = false;
+    let mut tunables = vec![];
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--cache-mib" => cache_mib = it.next().and_then(|v| v.parse().ok()).expect("MiB"),
+            "--reads-only" => reads_only = true,
+            "--set" => {
+                let kv = it.next().expect("NAME=VALUE");
+                let (k, v) = kv.split_once('=').expect("NAME=VALUE");
+                tunables.push((k.to_string(), v.to_string()));
+            }
+            t => trace = Some(t.to_string()),
+        }
+    }
+    let trace = trace.expect("usage: replay TRACE --cache-mib N [--reads-only] [--set K=V]");
+    let reqs: Vec<_> = load(&trace)
+        .into_iter()
+        .filter(|r| !(reads_only && r.2))
+        .collect();
+    let end = reqs
+        .iter()
+        .map(|r| r.0 + u64::from(r.1))
+        .max()
+        .unwrap_or(BS);
+    let size = end.div_ceil(1 << 20) << 20;
+    let dev: Arc<dyn Device> = Arc::new(MemoryDevice::new("replay", cache_mib << 20));
+    let backing: Arc<dyn BlockBackend> = Arc::new(MemoryBackend::new(size as usize));
+    let cfg = BlockCacheConfig {
+        tunables,
+        ..Default::default()
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move {
+        let cache = BlockCache::open_devices(vec![dev], backing, cfg).expect("open cache");
+        let wb = cache.start();
+        let started = std::time::Instant::now();
+        for (off, len, write) in &reqs {
+            if *write {
+                let data = Bytes::from(vec![(off / BS) as u8; *len as usize]);
+                cache.write(*off, data, false).await.expect("write");
+            } else {
+                cache.read(*off, *len).await.expect("read");
+            }
+        }
+        let stat = |name: &str| {
+            cache
+                .stats_pairs()
+                .into_iter()
+                .find(|(k, _)| k == name)
+                .map_or_else(|| "-".to_string(), |(_, v)| v)
+        };
+        println!(
+            "trace={trace} cache_mib={cache_mib} capacity_blocks={} requests={} reads={} \
+             read_hits={} read_hit_percent={} cached_blocks={} moved_clean_blocks={} \
+             moved_fill_blocks={} replacements={} ghost_hits={} uncached_sequential_reads={} \
+             flash_bytes_written={} secs={:.1}",
+            cache.capacity_blocks(),
+            reqs.len(),
+            stat("reads"),
+            stat("read_hits"),
+            stat("read_hit_percent"),
+            stat("cached_blocks"),
+            stat("moved_clean_blocks"),
+            stat("moved_fill_blocks"),
+            stat("replacements"),
+            stat("ghost_hits"),
+            stat("uncached_sequential_reads"),
+            stat("flash_bytes_written"),
+            started.elapsed().as_secs_f64()
+        );
+        cache.stop();
+        wb.abort();
+    });
+}

@@ -1,0 +1,210 @@
+//! [`Blocks`]: the cached blocks — the [`Index`] behind its one mutex, and the budget at which
+//! reclaim may age read counts. Owned by `BlockIo` and shared with the reclaim handler.
+//!
+//! Invariant: every change to the index happens under the mutex, with the flash append it
+//! describes when there is one (`Index::stamp`), so versions and the clean watermark are exact.
+//! Fields are private; simple questions have methods here, and a caller that must do several
+//! steps in one critical section (append, reclaim decisions, writeback picks) passes a closure
+//! to [`Blocks::locked`].
+//!
+//! Lock order: the index mutex is taken after stripes, the switch and flush-job mutexes, and
+//! before the writeback holds and `last_error`. Threads: request tasks, the writeback task,
+//! admin requests and the engine's reclaimer.
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::index::{Entry, Index};
+
+/// The fill line is `capacity / FILL_SLACK` blocks below the capacity.
+const FILL_SLACK: u64 = 32;
+
+/// The index of cached blocks and the reclaim aging budget.
+#[derive(Debug)]
+pub(crate) struct Blocks {
+    index: Mutex<Index>,
+    /// How many read counts reclaim may still lower: one per block the cache appended (at
+    /// most `capacity_blocks` saved up), so counts age with the cache's own writes, not with
+    /// how often reclaim passes (which rises with the share of records it must keep).
+    age_budget: AtomicU64,
+    /// Below this many cached blocks reclaim moves clean blocks instead of dropping them
+    /// (see [`Blocks::fill_line`]); 0 until open sets the capacity.
+    fill_line: AtomicU64,
+    /// Fill moves reclaim may still make: `reclaim_fill_moves` per block the cache appended
+    /// (at most `capacity_blocks` saved up), so moves cost at most that many flash writes
+    /// per client write.
+    fill_budget: AtomicU64,
+}
+
+impl Default for Blocks {
+    fn default() -> Self {
+        Blocks {
+            index: Mutex::new(Index::new(0)),
+            age_budget: AtomicU64::new(0),
+            fill_line: AtomicU64::new(0),
+            fill_budget: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Blocks {
+    /// Run `f` on the index under its mutex.
+    pub(crate) fn locked<R>(&self, f: impl FnOnce(&mut Index) -> R) -> R {
+        f(&mut self.index.lock())
+    }
+
+    /// Dirty blocks now.
+    pub(crate) fn dirty(&self) -> u64 {
+        self.index.lock().dirty() as u64
+    }
+
+    /// Look `lba` up, counting the access.
+    pub(crate) fn lookup(&self, lba: u64) -> Option<Entry> {
+        self.index.lock().lookup(lba)
+    }
+
+    /// Look every block of `first..=last` up, counting the accesses.
+    pub(crate) fn lookup_all(&self, first: u64, last: u64) -> Vec<(u64, Option<Entry>)> {
+        let mut index = self.index.lock();
+        (first..=last).map(|l| (l, index.lookup(l))).collect()
+    }
+
+    /// Whether `lba` is cached (not an access).
+    pub(crate) fn contains(&self, lba: u64) -> bool {
+        self.index.lock().contains(lba)
+    }
+
+    /// Which blocks of `first..=last` are cached (not an access).
+    pub(crate) fn cached(&self, first: u64, last: u64) -> Vec<bool> {
+        let index = self.index.lock();
+        (first..=last).map(|l| index.contains(l)).collect()
+    }
+
+    /// Whether any block of `first..=last` is dirty.
+    pub(crate) fn any_dirty(&self, first: u64, last: u64) -> bool {
+        let index = self.index.lock();
+        (first..=last).any(|l| index.get(l).is_some_and(|e| e.dirty))
+    }
+
+    /// Drop the cached copies of `lbas`, calling `dead` with each dropped record's location
+    /// under the mutex. Callers hold the blocks' stripe locks and saw none of them dirty.
+    pub(crate) fn uncache(&self, lbas: impl Iterator<Item = u64>, mut dead: impl FnMut(u64)) {
+        let mut index = self.index.lock();
+        for lba in lbas {
+            if let Some(e) = index.get(lba) {
+                index.remove_at(lba, e.loc);
+                dead(e.loc);
+            }
+        }
+    }
+
+    /// Take a fresh version.
+    pub(crate) fn take_version(&self) -> u64 {
+        self.index.lock().take_version()
+    }
+
+    /// The next version to be handed out (not taken).
+    pub(crate) fn next_version(&self) -> u64 {
+        self.index.lock().next_version()
+    }
+
+    /// Dirty blocks at or below version `v`.
+    pub(crate) fn dirty_at_or_below(&self, v: u64) -> u64 {
+        self.index.lock().dirty_at_or_below(v) as u64
+    }
+
+    /// Every clean block as (LBA, version), and a fresh version taken in the same critical
+    /// section (a shutdown snapshot).
+    pub(crate) fn clean_snapshot(&self) -> (Vec<(u64, u64)>, u64) {
+        let mut index = self.index.lock();
+        let e = index.clean_versions().collect();
+        (e, index.take_version())
+    }
+
+    /// (dirty blocks, cached blocks, clean watermark, index RAM bytes, ghost RAM bytes) at
+    /// one instant.
+    pub(crate) fn summary(&self) -> (u64, u64, u64, usize, usize) {
+        let index = self.index.lock();
+        (
+            index.dirty() as u64,
+            index.len() as u64,
+            index.clean_watermark(),
+            index.ram_bytes(),
+            index.ghost_bytes(),
+        )
+    }
+
+    /// The cache holds at most `capacity` blocks: set the fill line 1/32 below it (97 %).
+    pub(crate) fn set_capacity(&self, capacity: u64) {
+        self.fill_line
+            .store(capacity - capacity / FILL_SLACK, Ordering::Relaxed);
+    }
+
+    /// Below this many cached blocks a clean block reclaim finds is moved, not dropped: a
+    /// full cache stays full under writes, and the capacity cap (CLOCK eviction at
+    /// `capacity_blocks`) still keeps dead space on flash for reclaim to free.
+    pub(crate) fn fill_line(&self) -> u64 {
+        self.fill_line.load(Ordering::Relaxed)
+    }
+
+    /// One block appended by the cache: reclaim may lower one more read count (at most
+    /// `cap` saved up) and make `moves` more fill moves (at most `cap` saved up).
+    pub(crate) fn aged_one(&self, cap: u64, moves: u64) {
+        let _ = self
+            .age_budget
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                (t < cap).then_some(t + 1)
+            });
+        let _ = self
+            .fill_budget
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                (t < cap).then_some((t + moves).min(cap))
+            });
+    }
+
+    /// Spend one fill move, if the cache is below its fill line and the budget allows.
+    pub(crate) fn take_fill(&self, cached: u64) -> bool {
+        cached < self.fill_line()
+            && self
+                .fill_budget
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| t.checked_sub(1))
+                .is_ok()
+    }
+
+    /// Spend one lowering of a read count, if any is left.
+    pub(crate) fn take_age(&self) -> bool {
+        self.age_budget
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| t.checked_sub(1))
+            .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn age_budget_is_one_per_append_up_to_the_cap() {
+        let b = Blocks::default();
+        for _ in 0..10 {
+            b.aged_one(4, 0);
+        }
+        assert!((0..4).all(|_| b.take_age()));
+        assert!(!b.take_age());
+    }
+
+    #[test]
+    fn uncache_drops_cached_blocks_and_reports_their_records() {
+        let b = Blocks::default();
+        b.locked(|ix| {
+            for lba in [1u64, 3] {
+                let v = ix.take_version();
+                ix.put(lba, 100 + lba, v, false);
+            }
+        });
+        let mut dead = Vec::new();
+        b.uncache(1..=3, |l| dead.push(l));
+        assert_eq!(dead, [101, 103]);
+        assert_eq!(b.cached(1, 3), [false, false, false]);
+    }
+}

@@ -1,0 +1,107 @@
+//! Capacity of the block face: `capacity_blocks` is most of the cache device (the rule and
+//! where the rest goes: docs/block-cache.md "Capacity"), and a full cache stays full while
+//! writes run well past its capacity.
+//! For measurements: CAPACITY_STATS=1 prints every stat of the write test.
+mod common;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use common::{stat, Rng};
+use flashtier_backend::{BlockBackend, MemoryBackend};
+use flashtier_blockcache::{BlockCache, BlockCacheConfig};
+use flashtier_flash::{Device, MemoryDevice};
+
+const BS: u64 = 4096;
+
+fn open(flash: u64, backing: u64, tunables: &[(&str, &str)]) -> Arc<BlockCache> {
+    let dev: Arc<dyn Device> = Arc::new(MemoryDevice::new("flash", flash));
+    let backing: Arc<dyn BlockBackend> = Arc::new(MemoryBackend::new(backing as usize));
+    let cfg = BlockCacheConfig {
+        tunables: tunables
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    };
+    BlockCache::open_devices(vec![dev], backing, cfg).expect("open cache")
+}
+
+/// The share of the device's blocks `capacity_blocks` covers, per size; 95 % from 128 MiB.
+/// At 32 MiB the nine segments reclaim keeps free (reserve 2, free target 3, one open per
+/// stream, 4) are 4.9 % of the device on their own: 90.8 % is what is left after the
+/// record format (2.1 %) and page padding.
+#[test]
+fn capacity_blocks_is_most_of_the_device() {
+    for (mib, min_pct) in [(32u64, 90.5), (128, 95.0), (512, 96.5)] {
+        let cache = open(mib << 20, 64 << 20, &[]);
+        let device_blocks = (mib << 20) / BS;
+        let pct = cache.capacity_blocks() as f64 * 100.0 / device_blocks as f64;
+        eprintln!(
+            "{mib} MiB: capacity_blocks {} of {device_blocks} device blocks ({pct:.1} %), \
+             segments of {} KiB",
+            cache.capacity_blocks(),
+            cache.flash_info().segment_size >> 10
+        );
+        assert!(pct >= min_pct, "{mib} MiB: {pct:.1} % < {min_pct} %");
+        cache.stop();
+    }
+}
+
+/// Random 4 KiB writes over a device four times the cache, three times the capacity in
+/// all, with writeback running: once full, the cache holds >= 95 % of `capacity_blocks`
+/// throughout (reclaim moves clean blocks within `reclaim_fill_moves` instead of dropping
+/// them), and never more than it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_cache_stays_full_under_writes() {
+    // The default is 4; CAPACITY_FILL_MOVES measures others.
+    let fill = std::env::var("CAPACITY_FILL_MOVES").unwrap_or_else(|_| "4".into());
+    let cache = open(
+        32 << 20,
+        160 << 20,
+        &[
+            ("flush_period_s", "1"),
+            ("seq_threshold_kb", "0"),
+            ("reclaim_fill_moves", &fill),
+        ],
+    );
+    let wb = cache.start();
+    let cap = cache.capacity_blocks();
+    let nblocks = cap * 4;
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut min_cached = u64::MAX;
+    for i in 0..cap * 3 {
+        let lba = rng.below(nblocks);
+        cache
+            .write(lba * BS, Bytes::from(vec![i as u8; BS as usize]), false)
+            .await
+            .expect("write");
+        if i % 256 == 0 {
+            let cached = stat(&cache, "cached_blocks");
+            assert!(
+                cached <= cap,
+                "cached_blocks {cached} > capacity_blocks {cap}"
+            );
+            if i >= cap * 3 / 2 {
+                min_cached = min_cached.min(cached);
+            }
+        }
+    }
+    if std::env::var_os("CAPACITY_STATS").is_some() {
+        for (k, v) in cache.stats_pairs() {
+            eprintln!("  {k} = {v}");
+        }
+    }
+    eprintln!(
+        "capacity {cap}, min cached in the second half {min_cached} ({:.1} %), moved for \
+         fill {}, flash bytes written per client block {:.2}",
+        min_cached as f64 * 100.0 / cap as f64,
+        stat(&cache, "moved_fill_blocks"),
+        stat(&cache, "flash_bytes_written") as f64 / (stat(&cache, "writes") * BS) as f64
+    );
+    assert!(
+        min_cached * 100 >= cap * 95,
+        "cached fell to {min_cached} of {cap}"
+    );
+    cache.stop();
+    wb.abort();
+}
