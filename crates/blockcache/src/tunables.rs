@@ -165,7 +165,7 @@ pub const TUNABLES: &[(&str, &str, &str)] = &[
     ),
     (
         "reclaim_fill_moves",
-        "4",
+        "1",
         "clean blocks reclaim may move (copy) instead of dropping, per block the cache writes, while the cache is below 97 % of capacity_blocks (0 = drop them; 0..=64)",
     ),
 ];
