@@ -337,14 +337,8 @@ pub fn run(cfg: &RunConfig, progress: impl FnMut(&str)) -> Result<Report, Error>
     run_with(cfg, Client::Async, progress)
 }
 
-/// Runs the whole configuration with the given client.
-// The phases in order, each a few lines; longer than clippy.toml's 120 lines.
-#[allow(clippy::too_many_lines)]
-pub fn run_with(
-    cfg: &RunConfig,
-    client: Client,
-    mut progress: impl FnMut(&str),
-) -> Result<Report, Error> {
+/// Refuses a configuration the run cannot honour.
+fn check_config(cfg: &RunConfig, client: Client) -> Result<(), Error> {
     if cfg.connections == 0 || cfg.depth == 0 || cfg.threads == 0 {
         return Err(Error::Config(
             "connections, depth and threads must be at least 1".into(),
@@ -365,6 +359,50 @@ pub fn run_with(
             ));
         }
     }
+    Ok(())
+}
+
+/// The configuration as the report echoes it.
+fn config_echo(cfg: &RunConfig, client: Client) -> ConfigEcho {
+    let w = &cfg.workload;
+    ConfigEcho {
+        server: cfg.server.clone(),
+        connections: cfg.connections,
+        threads: cfg.threads,
+        depth: cfg.depth,
+        keys: w.keys,
+        key_prefix: w.prefix.clone(),
+        key_dist: w.dist.to_string(),
+        scramble: w.scramble,
+        value_size: w.sizes.to_string(),
+        value_size_mean: w.sizes.mean(),
+        get_ratio: w.get_ratio,
+        delete_ratio: w.delete_ratio,
+        protocol: w.protocol.to_string(),
+        verify: w.verify,
+        load_phase: cfg.load_phase,
+        load_rate: cfg.load_rate,
+        warmup_s: cfg.warmup.as_secs_f64(),
+        duration_s: cfg.duration.as_secs_f64(),
+        ops: cfg.ops,
+        arrival: cfg.arrival.to_string(),
+        seed: cfg.seed,
+        server_pid: cfg.server_pid,
+        client: client.to_string(),
+        max_outstanding: match client {
+            Client::Async => None,
+            Client::Threads { max_outstanding } => Some(max_outstanding),
+        },
+    }
+}
+
+/// Runs the whole configuration with the given client.
+pub fn run_with(
+    cfg: &RunConfig,
+    client: Client,
+    mut progress: impl FnMut(&str),
+) -> Result<Report, Error> {
+    check_config(cfg, client)?;
     let wl = Workload::new(&cfg.workload)?;
     let mut conns = Conns::connect(cfg, client)?;
     let forever = Duration::from_secs(365 * 24 * 3600);
@@ -439,38 +477,9 @@ pub fn run_with(
         rows.push(row(rate, &r));
     }
 
-    let w = &cfg.workload;
     Ok(Report {
         tool: "flashtier-bench",
-        config: ConfigEcho {
-            server: cfg.server.clone(),
-            connections: cfg.connections,
-            threads: cfg.threads,
-            depth: cfg.depth,
-            keys: w.keys,
-            key_prefix: w.prefix.clone(),
-            key_dist: w.dist.to_string(),
-            scramble: w.scramble,
-            value_size: w.sizes.to_string(),
-            value_size_mean: w.sizes.mean(),
-            get_ratio: w.get_ratio,
-            delete_ratio: w.delete_ratio,
-            protocol: w.protocol.to_string(),
-            verify: w.verify,
-            load_phase: cfg.load_phase,
-            load_rate: cfg.load_rate,
-            warmup_s: cfg.warmup.as_secs_f64(),
-            duration_s: cfg.duration.as_secs_f64(),
-            ops: cfg.ops,
-            arrival: cfg.arrival.to_string(),
-            seed: cfg.seed,
-            server_pid: cfg.server_pid,
-            client: client.to_string(),
-            max_outstanding: match client {
-                Client::Async => None,
-                Client::Threads { max_outstanding } => Some(max_outstanding),
-            },
-        },
+        config: config_echo(cfg, client),
         load_phase,
         rows,
     })
