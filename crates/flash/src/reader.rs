@@ -16,27 +16,18 @@ use std::io;
 use std::sync::Arc;
 
 use crate::completion::{pair, Completion, Promise};
-use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::format::record::{self, DecodeError, Record};
+use crate::inner::Inner;
 use crate::io::pool::PooledBuf;
 use crate::io::{AlignedBuf, IoOp, IoRequest};
 use crate::location::{Location, PAGE};
+use crate::read_queue::{PendingRead, Target};
 use crate::segments::SegState;
 use crate::stats::FlashStats;
 
-/// A device read admitted to the [`ReadQueue`](crate::read_queue::ReadQueue), started or
-/// waiting for a slot: what to read and who wants it.
-pub(crate) struct PendingRead {
-    target: Target,
-    /// Segment offset of the first page to read.
-    page0: u64,
-    /// Bytes to read (whole pages).
-    len: u64,
-    promise: Promise<Record>,
-}
-
 /// What a device read's completion leads to.
+#[derive(Debug)]
 enum Step {
     /// The record is longer than the first read: read this many bytes from `page0` (the
     /// read keeps its queue slot).
@@ -45,17 +36,8 @@ enum Step {
     Done(Result<Record>),
 }
 
-/// Where a device read goes and how to check it.
-struct Target {
-    dev: usize,
-    /// Device offset of the segment.
-    seg_dev_off: u64,
-    /// Record offset in the segment.
-    off: u32,
-    seed: u32,
-}
-
 impl Inner {
+    /// See [`crate::Flash::read`].
     pub(crate) fn read(self: &Arc<Self>, loc: Location) -> Completion<Record> {
         let target = match self.lookup(loc) {
             Ok(Ok(rec)) => return Completion::ready(Ok(rec)),
@@ -98,7 +80,7 @@ impl Inner {
     fn lookup(&self, loc: Location) -> Result<Result<Record, Target>> {
         let (seg, off) = self.split(loc.byte_addr());
         let state = self.state.lock();
-        let Some(info) = state.segs.get(seg as usize) else {
+        let Some(info) = state.segments.get(seg) else {
             return Err(Error::InvalidLocation(loc.byte_addr()));
         };
         match info.state {
@@ -110,28 +92,15 @@ impl Inner {
                 return Err(Error::Corrupt("segment retired after read errors"));
             }
             SegState::Open(s) => {
-                let stream_state = &state.streams[usize::from(s)];
-                if let Some(buf) = stream_state
-                    .buf
-                    .as_ref()
-                    .filter(|_| stream_state.seg == Some(seg))
-                {
-                    if off >= stream_state.buf_off
-                        && ((off - stream_state.buf_off) as usize) < stream_state.fill
-                    {
-                        let slice = &buf.as_slice()
-                            [(off - stream_state.buf_off) as usize..stream_state.fill];
-                        return Ok(Ok(self.decode_ram(slice, info.seed)?));
-                    }
+                let chunk = state.writes.stream(usize::from(s));
+                if let Some(slice) = chunk.and_then(|st| st.buffered(seg, off)) {
+                    return Ok(Ok(self.decode_ram(slice, info.seed)?));
                 }
             }
             SegState::Sealed | SegState::Reclaiming => {}
         }
-        for w in state.inflight.iter().filter(|w| w.seg == seg) {
-            if off >= w.off && ((off - w.off) as usize) < w.buf.len() {
-                let slice = &w.buf.as_slice()[(off - w.off) as usize..];
-                return Ok(Ok(self.decode_ram(slice, info.seed)?));
-            }
+        if let Some(slice) = state.writes.in_flight_at(seg, off) {
+            return Ok(Ok(self.decode_ram(slice, info.seed)?));
         }
         if off >= info.data_end {
             return Err(Error::InvalidLocation(loc.byte_addr()));
