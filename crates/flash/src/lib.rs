@@ -45,6 +45,8 @@ mod size;
 mod state;
 pub mod stats;
 mod stream;
+#[cfg(test)]
+mod test_core;
 mod write_queue;
 mod writer;
 

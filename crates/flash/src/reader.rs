@@ -224,3 +224,101 @@ impl Inner {
         Step::Done(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::record::kind;
+    use crate::handler::RecordWrite;
+    use crate::test_core::{core, small, stat};
+
+    fn put(key_id: u64, value: &[u8]) -> RecordWrite<'_> {
+        RecordWrite {
+            kind: kind::PUT,
+            key_id,
+            version: 1,
+            flags: 0,
+            exptime: 0,
+            key: b"key",
+            value,
+        }
+    }
+
+    #[test]
+    fn a_record_is_read_from_its_chunk_then_from_the_device() {
+        let c = core(1, small());
+        let inner = &c.inner;
+        let loc = inner.append(0, &put(7, b"value")).unwrap();
+        let rec = inner.read(loc).wait().unwrap();
+        assert_eq!((&rec.key[..], &rec.value[..]), (&b"key"[..], &b"value"[..]));
+        assert_eq!(stat(inner, "buffer_reads"), 1);
+        assert_eq!(stat(inner, "device_bytes_read"), 0);
+        inner.flush().wait().unwrap();
+        let rec = inner.read(loc).wait().unwrap();
+        assert_eq!(rec.header.key_id, 7);
+        assert_eq!(stat(inner, "buffer_reads"), 1, "this time from the device");
+        assert_eq!(stat(inner, "device_bytes_read"), PAGE);
+        assert_eq!(stat(inner, "objects_read"), 2);
+    }
+
+    #[test]
+    fn a_location_where_nothing_was_written_is_invalid() {
+        let c = core(1, small());
+        let inner = &c.inner;
+        let free = Location::new(5 * inner.seg_size + 64, 100).unwrap();
+        assert!(matches!(
+            inner.read(free).wait(),
+            Err(Error::InvalidLocation(_))
+        ));
+        let loc = inner.append(0, &put(1, b"v")).unwrap();
+        inner.flush().wait().unwrap();
+        // Past the end of what the open segment wrote.
+        let past = Location::new(loc.byte_addr() + 2 * PAGE, 100).unwrap();
+        assert!(matches!(
+            inner.read(past).wait(),
+            Err(Error::InvalidLocation(_))
+        ));
+    }
+
+    #[test]
+    fn a_damaged_record_is_an_error_never_data() {
+        let c = core(1, small());
+        let inner = &c.inner;
+        let loc = inner.append(0, &put(1, &[3u8; 500])).unwrap();
+        inner.flush().wait().unwrap();
+        let (seg, off) = inner.split(loc.byte_addr());
+        let dev_off = inner.state.lock().segments.get(seg).unwrap().dev_off;
+        c.mem[0].poke(dev_off + u64::from(off) + 200, &[0xff; 8]);
+        assert!(matches!(inner.read(loc).wait(), Err(Error::Corrupt(_))));
+        assert_eq!(stat(inner, "checksum_failures"), 1);
+    }
+
+    #[test]
+    fn a_record_longer_than_its_size_hint_is_read_again_whole() {
+        let c = core(1, small());
+        let inner = &c.inner;
+        let value = vec![9u8; 20_000];
+        let loc = inner.append(0, &put(1, &value)).unwrap();
+        inner.flush().wait().unwrap();
+        // A location whose hint says one page: the first read finds the record's length.
+        let short = Location::new(loc.byte_addr(), 100).unwrap();
+        assert_eq!(short.size_hint_pages(), 1);
+        let rec = inner.read(short).wait().unwrap();
+        assert_eq!(rec.value.len(), value.len());
+        assert!(rec.value.iter().all(|&b| b == 9));
+        assert_eq!(stat(inner, "device_bytes_read"), PAGE + 5 * PAGE);
+    }
+
+    #[test]
+    fn a_failed_device_read_is_an_io_error() {
+        let c = core(1, small());
+        let inner = &c.inner;
+        let loc = inner.append(0, &put(1, b"v")).unwrap();
+        inner.flush().wait().unwrap();
+        c.faults[0]
+            .read_eio
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(matches!(inner.read(loc).wait(), Err(Error::Io { .. })));
+        assert_eq!(stat(inner, "read_errors"), 1);
+    }
+}

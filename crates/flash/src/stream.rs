@@ -210,3 +210,75 @@ impl StreamState {
         buf.as_slice().get(rel..self.fill).filter(|b| !b.is_empty())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(key_id: u64, value_len: u32) -> RecordHeader {
+        RecordHeader {
+            kind: 1,
+            key_len: 1,
+            value_len,
+            key_id,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_chunk_is_padded_to_its_page_and_the_next_starts_on_a_fresh_one() {
+        let mut st = StreamState::default();
+        assert_eq!(st.pending_chunk(), None);
+        st.start(3, AlignedBuf::zeroed(16384), 64);
+        assert_eq!(
+            st.pending_chunk(),
+            None,
+            "a header alone is no chunk to write"
+        );
+        let h = header(9, 100);
+        let len = h.padded_len();
+        assert_eq!(st.push(&h, (b"k", &[7; 100]), len, 5), Some(64));
+        assert_eq!(st.pending_chunk(), Some(3));
+        assert!(st.oldest().is_some());
+        assert_eq!(st.buffered(3, 64).map(<[u8]>::len), Some(len));
+        assert_eq!(st.buffered(3, 64 + len as u32), None);
+        assert_eq!(st.buffered(4, 64), None, "another segment");
+        let c = st.take_chunk(Some(AlignedBuf::zeroed(16384))).unwrap();
+        assert_eq!((c.seg, c.off, c.buf.len()), (3, 0, 4096));
+        assert_eq!(c.entries.len(), 1);
+        assert!(c.buf.as_slice()[64 + len..].iter().all(|&b| b == 0));
+        assert_eq!((st.in_flight(), st.oldest()), (1, None));
+        assert_eq!(st.push(&h, (b"k", &[7; 100]), len, 5), Some(4096));
+        // The second record's chunk is lost: it leaves the summary.
+        st.forget(3, 4096, 8192);
+        st.chunk_done();
+        assert_eq!(st.in_flight(), 0);
+        let (seg, summary, buf) = st.close().unwrap();
+        assert_eq!((seg, summary.len(), buf.is_some()), (3, 1, true));
+        assert_eq!((st.seg(), st.has_buf()), (None, false));
+    }
+
+    #[test]
+    fn room_leaves_space_for_the_summary_tail() {
+        let mut st = StreamState::default();
+        st.start(0, AlignedBuf::zeroed(4096), 64);
+        // One page of records, then the tail of a one-record summary.
+        let seg_size = PAGE + tail_len(1);
+        let fits = 4096 - 64;
+        assert_eq!(
+            st.room(fits, 4096, seg_size),
+            Room {
+                chunk: true,
+                segment: true
+            }
+        );
+        assert_eq!(
+            st.room(fits + 16, 4096, seg_size),
+            Room {
+                chunk: false,
+                segment: false
+            }
+        );
+        assert!(st.room(fits + 16, 8192, seg_size + PAGE).segment);
+    }
+}

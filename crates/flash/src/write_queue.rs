@@ -218,3 +218,101 @@ impl WriteQueue {
         self.lost_total
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::completion::pair;
+    use crate::handler::RecordMeta;
+    use crate::location::Location;
+
+    fn waiter_error(w: FlushWaiter) -> Option<String> {
+        w.into_parts().1
+    }
+
+    #[test]
+    fn a_flush_waits_only_for_the_writes_before_it() {
+        let mut q = WriteQueue::new(2);
+        // Nothing outstanding: the flush is handed back at once.
+        assert!(q.flush_waiter(pair().0).is_some());
+        let a = q.begin_write();
+        let b = q.begin_write();
+        assert!(q.flush_waiter(pair().0).is_none());
+        let later = q.begin_write();
+        assert!(q.complete(b).is_none(), "not a tracked chunk");
+        assert!(q.ready_flushes().is_empty(), "a is still outstanding");
+        q.complete(a);
+        let ready = q.ready_flushes();
+        assert_eq!(ready.len(), 1, "a write after the flush does not hold it");
+        assert!(ready.into_iter().all(|w| waiter_error(w).is_none()));
+        q.complete(later);
+        assert!(q.ready_flushes().is_empty());
+    }
+
+    #[test]
+    fn a_write_error_reaches_the_flushes_covering_it_or_else_the_next_once() {
+        let mut q = WriteQueue::new(1);
+        let a = q.begin_write();
+        q.write_failed(a, "boom");
+        q.complete(a);
+        let w = q.flush_waiter(pair().0).unwrap();
+        assert_eq!(waiter_error(w).as_deref(), Some("boom"));
+        assert_eq!(waiter_error(q.flush_waiter(pair().0).unwrap()), None);
+        let b = q.begin_write();
+        assert!(q.flush_waiter(pair().0).is_none());
+        q.write_failed(b, "again");
+        q.complete(b);
+        let ready = q.ready_flushes();
+        let errors: Vec<_> = ready.into_iter().map(waiter_error).collect();
+        assert_eq!(errors, [Some("again".to_string())]);
+        assert_eq!(waiter_error(q.flush_waiter(pair().0).unwrap()), None);
+    }
+
+    #[test]
+    fn a_chunk_in_flight_stays_readable_until_it_completes() {
+        let mut q = WriteQueue::new(1);
+        let id = q.begin_write();
+        let mut buf = AlignedBuf::zeroed(4096);
+        buf.as_mut_slice()[100] = 9;
+        q.track(InflightWrite {
+            id,
+            seg: 2,
+            off: 8192,
+            buf: Arc::new(buf),
+            stream: 0,
+            entries: Vec::new(),
+        });
+        assert_eq!(q.in_flight_at(2, 8192 + 100).map(|b| b[0]), Some(9));
+        assert_eq!(q.in_flight_at(2, 8192 + 4096), None);
+        assert_eq!(q.in_flight_at(1, 8192), None);
+        let w = q.complete(id).unwrap();
+        assert_eq!(q.in_flight_at(2, 8192), None);
+        // Two buffers per stream are kept for reuse; more are handed back.
+        let b = Arc::try_unwrap(w.buf).ok().unwrap();
+        assert!(q.pool_empty());
+        assert!(q.recycle(b).is_ok());
+        assert!(q.recycle(AlignedBuf::zeroed(4096)).is_ok());
+        assert!(q.recycle(AlignedBuf::zeroed(4096)).is_err());
+        assert!(q.pooled().is_some() && !q.pool_empty());
+    }
+
+    #[test]
+    fn lost_records_wait_for_the_flusher_and_are_counted_for_good() {
+        let mut q = WriteQueue::new(1);
+        let meta = RecordMeta {
+            location: Location::new(64, 100).unwrap(),
+            key_id: 1,
+            version: 1,
+            kind: 1,
+            exptime: 0,
+            flags: 0,
+            len: 100,
+            seq: 1,
+        };
+        q.lose(vec![LostRecord { meta, record: None }; 3]);
+        assert!(q.has_lost());
+        assert_eq!(q.take_lost().len(), 3);
+        assert!(!q.has_lost());
+        assert_eq!(q.lost_total(), 3);
+    }
+}
