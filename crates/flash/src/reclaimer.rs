@@ -1,27 +1,31 @@
 //! Reclaim: keep enough segments free by emptying victims.
 //!
-//! A victim is a sealed segment on a healthy device (no writes go to a failing one): first any whose records have all expired
-//! (dropped from its summary alone, no value is read), else the oldest (FIFO), the one
-//! with most records marked dead (greedy), or the best LFS cost-benefit (cost-benefit). For every record the user decides (through
-//! [`ReclaimHandler`]) to keep it — it is copied into the reclaim stream and the user told
-//! its new location — or drop it. Kept bytes are capped by `keep_limit` so every pass frees
-//! space. Before a victim is reused, the copies are made durable (flush) and its header page
-//! is zeroed, so a crash can never resurrect its records.
+//! A victim is a sealed segment on a healthy device (no writes go to a failing one), chosen
+//! by the segment table (`segment_table.rs`): first any whose records have all expired
+//! (dropped from its summary alone, no value is read), else the oldest (FIFO), the one with
+//! most records marked dead (greedy), or the best LFS cost-benefit (cost-benefit). For every
+//! record the user decides (through [`ReclaimHandler`](crate::ReclaimHandler)) to keep it —
+//! it is copied into the reclaim stream and the user told its new location — or drop it.
+//! Kept bytes are capped by `keep_limit` so every pass frees space. Before a victim is
+//! reused, the copies are made durable (flush) and its header page is zeroed, so a crash can
+//! never resurrect its records.
 //!
 //! Runs on the `flash-reclaim` thread (woken when free segments fall below the low
-//! watermark) or on a caller's thread through `Flash::reclaim_now`. Blocking IO is fine here.
+//! watermark) or on a caller's thread through `Flash::reclaim_now`. Blocking IO is fine here;
+//! the pass holds the state lock only to pick, read or release its victim's row (its appends
+//! and flushes take it as any caller's do).
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::clock::now_unix;
 use crate::error::{Error, Result};
-use crate::format::record::{self, Record};
+use crate::format::record::{self, kind, Record};
 use crate::format::segment::{decode_summary, tail_len, Footer, SummaryEntry, FOOTER_LEN};
 use crate::handler::{Decision, RecordMeta, RecordWrite};
 use crate::inner::Inner;
 use crate::io::{read_blocking, run_batch, run_one, AlignedBuf, IoOp};
-use crate::location::PAGE;
+use crate::location::{Location, PAGE};
 use crate::recovery::scan;
 use crate::stats::FlashStats;
 
@@ -171,7 +175,7 @@ impl<'a> Verdicts<'a> {
     /// A record the user wanted kept goes: tell it, and owe a note if it asked for them.
     fn evict(&mut self, m: &RecordMeta) {
         self.inner.handler.evicted(m);
-        if self.noting && m.kind == crate::kind::PUT {
+        if self.noting && m.kind == kind::PUT {
             self.notes.push(*m);
         }
     }
@@ -511,7 +515,7 @@ fn write_notes(inner: &Arc<Inner>, dropped: &[RecordMeta]) {
     let mut failed = 0u64;
     for m in dropped {
         let w = RecordWrite {
-            kind: crate::kind::TOMBSTONE,
+            kind: kind::TOMBSTONE,
             key_id: m.key_id,
             version: m.version,
             flags: horizon,
@@ -533,7 +537,7 @@ fn write_notes(inner: &Arc<Inner>, dropped: &[RecordMeta]) {
 }
 
 /// Append into the reclaim stream, waiting out `Busy` (chunk writes in flight).
-fn append_retrying(inner: &Arc<Inner>, w: &RecordWrite<'_>) -> Result<crate::Location> {
+fn append_retrying(inner: &Arc<Inner>, w: &RecordWrite<'_>) -> Result<Location> {
     inner.append_wait(inner.cfg.reclaim_stream, w, Duration::from_secs(10))
 }
 
@@ -552,7 +556,7 @@ mod tests {
             kind: 1,
         };
         let m = RecordMeta {
-            location: crate::Location::new(u64::from(offset), u64::from(len)).unwrap(),
+            location: Location::new(u64::from(offset), u64::from(len)).unwrap(),
             key_id: 1,
             version: 1,
             flags: 0,
