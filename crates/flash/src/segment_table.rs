@@ -3,9 +3,9 @@
 //! Owns the lifecycle `Free → Open → Sealed → Reclaiming → Free` (or `Failed`); victim
 //! choice and the order of recovered segments live here because they read only the table.
 //!
-//! Invariants: a segment is in a free list iff its state is `Free` (recovery and reclaim put
-//! it there, `open` takes it out); `seq`s are handed out increasing, never reused in one
-//! device set; `dead <= records` in every row.
+//! Invariants: a segment in a free list is `Free` (recovery and reclaim put it there, `open`
+//! takes it out); `seq`s are handed out increasing (after a restart, from the newest one
+//! recovery found); `dead <= records` in every row.
 //!
 //! One part of the engine state (`state.rs`): every method runs under the engine state lock
 //! and never blocks or does IO. Which devices take writes is the health part's to say; the
