@@ -1,243 +1,32 @@
-//! The engine handle [`Flash`] and its shared state.
+//! The public handle [`Flash`]: open (superblocks, recovery, background threads), the
+//! record API, knobs and close. Every method forwards to the shared core (`inner.rs`) or one
+//! of the engine's parts; this file owns only the handle's threads.
 //!
-//! One mutex (`Inner::state`) guards the segment table, the write buffers, the chunk writes in
-//! flight and the flush waiters; held for memory work and for *enqueueing* IO, never across
-//! IO. Taken by API callers (network threads), IO completions, the flusher and the reclaimer.
-//!
-//! Invariants: a record is readable from the moment `append` returns (current chunk, then the
-//! in-flight list, then the device; the in-flight entry goes only in the write's completion,
-//! under the lock). A page handed to the device is never written again in the same segment
-//! life (an early chunk is padded to its page end). A read captures the segment's seed under
-//! the lock, so a segment reused before the read completes fails the checksum (`Corrupt`).
+//! Threads it starts: the IO executor (io_uring rings or a psync pool), the flusher
+//! (`flusher.rs`), the reclaimer (`reclaimer.rs`, if `background_reclaim`) and the journal
+//! thread (`journal.rs`, with a journal); `close` (or drop) stops them all. Methods take
+//! `&self` and may be called from any thread; the ones that block say so.
 
-use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
-use crate::completion::{Completion, Promise};
+use crate::completion::Completion;
 use crate::config::{DeviceSpec, FlashConfig, IoBackend};
 use crate::error::{Error, Result};
 use crate::format::record::Record;
-use crate::format::segment::SummaryEntry;
-use crate::health::{DeviceState, Health};
+use crate::inner::{Executors, Inner};
 use crate::io::file::FileDevice;
 use crate::io::psync::PsyncExecutor;
 use crate::io::uring::UringExecutor;
-use crate::io::{AlignedBuf, Device, Executor};
+use crate::io::{Device, Executor};
 use crate::location::Location;
-use crate::segments::{FreeLists, SegInfo, SegState};
 use crate::stats::FlashStats;
 
 pub use crate::handler::{
     Decision, DropAll, LostRecord, ReclaimHandler, RecordMeta, RecordWrite, StreamId,
 };
-
-pub(crate) struct StreamState {
-    /// Open segment, if any.
-    pub seg: Option<u32>,
-    /// Current chunk buffer (capacity `chunk_size`); `Some` iff `seg` is.
-    pub buf: Option<AlignedBuf>,
-    /// Segment offset of `buf[0]` (page aligned).
-    pub buf_off: u32,
-    /// Bytes of `buf` in use.
-    pub fill: usize,
-    /// Records in `buf`.
-    pub chunk_records: u32,
-    /// Summary entries of the open segment.
-    pub summary: Vec<SummaryEntry>,
-    /// Chunk writes of this stream not yet completed.
-    pub in_flight: usize,
-    /// When the first record went into `buf`.
-    pub oldest: Option<Instant>,
-}
-
-pub(crate) struct InflightWrite {
-    pub id: u64,
-    pub seg: u32,
-    pub off: u32,
-    pub buf: Arc<AlignedBuf>,
-    pub stream: u8,
-    /// Summary entries of the chunk's records (reported as lost if the write fails).
-    pub entries: Vec<SummaryEntry>,
-}
-
-pub(crate) struct FlushWaiter {
-    /// Every write with id <= target must complete first.
-    pub target: u64,
-    pub promise: Promise<()>,
-    pub error: Option<String>,
-}
-
-pub(crate) struct State {
-    pub segs: Vec<SegInfo>,
-    pub free: FreeLists,
-    /// Devices out of allocation (failing or offline), kept in step with `health`.
-    pub out: Vec<bool>,
-    /// Per device: state, strikes, probe schedule, sync bookkeeping (`health.rs`).
-    pub health: Vec<Health>,
-    /// Records of failed writes, waiting for the flusher to hand them to `lost`.
-    pub lost: Vec<LostRecord>,
-    /// Records ever put in `lost` (the journal's retire waits until the user has heard of
-    /// all of them: `Inner::lost_handled`).
-    pub lost_total: u64,
-    pub streams: Vec<StreamState>,
-    pub inflight: Vec<InflightWrite>,
-    /// Next write id (ids start at 1).
-    pub next_write_id: u64,
-    /// Ids of writes submitted but not completed.
-    pub outstanding: BTreeSet<u64>,
-    pub waiters: Vec<FlushWaiter>,
-    /// A write failed since the last `flush()` call: that flush reports it.
-    pub write_error: Option<String>,
-    pub next_seq: u64,
-    /// The next [`crate::segments::SegInfo::order`] stamp a seal hands out.
-    pub next_order: u64,
-    /// The background reclaimer starts no pass, and ends the one under way after its
-    /// current victim ([`Flash::pause_reclaim`]).
-    pub reclaim_paused: bool,
-    /// The background reclaimer is in a pass.
-    pub reclaim_running: bool,
-    pub closed: bool,
-    /// Recycled chunk buffers.
-    pub pool: Vec<AlignedBuf>,
-}
-
-pub(crate) struct Inner {
-    pub cfg: FlashConfig,
-    pub devices: Vec<Arc<dyn Device>>,
-    pub tiers: Vec<u8>,
-    pub exec: Arc<dyn Executor>,
-    /// `exec` again when it is the io_uring executor, for its lanes' reap handles.
-    pub uring: Option<Arc<UringExecutor>>,
-    pub stats: Arc<FlashStats>,
-    pub state: Mutex<State>,
-    /// Wakes the reclaimer and the flusher (waits on `state`).
-    pub wake: Condvar,
-    pub uuid: [u8; 16],
-    pub hash_seed: u64,
-    pub seg_size: u64,
-    pub handler: Arc<dyn ReclaimHandler>,
-    /// Runtime-tunable settings.
-    pub knobs: crate::knobs::Knobs,
-    /// Recycled device-read buffers (see `io::pool`).
-    pub read_pool: Arc<crate::io::pool::ReadPool>,
-    /// Record reads at the device (at most `read_queue_limit`) and those waiting for a slot.
-    pub reads: crate::read_queue::ReadQueue<crate::reader::PendingRead>,
-    /// Write chunk buffers allocated (open, in flight, pooled); changed under `state`.
-    pub chunk_bufs: AtomicU64,
-    /// Bytes of reclaim's read buffers now.
-    pub reclaim_buf_bytes: AtomicU64,
-    /// The crash journal in global segment 0, when `FlashConfig::journal` is on.
-    pub journal: Option<crate::journal::Journal>,
-    /// Lost records the user's `lost` callback has returned from (see `State::lost_total`).
-    pub lost_handled: AtomicU64,
-}
-
-/// Unix seconds now.
-pub(crate) fn now_unix() -> u32 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as u32)
-        .unwrap_or(0)
-}
-
-impl Inner {
-    /// Global segment index and offset within it of a byte address.
-    pub(crate) fn split(&self, addr: u64) -> (u32, u32) {
-        ((addr / self.seg_size) as u32, (addr % self.seg_size) as u32)
-    }
-
-    pub(crate) fn location(&self, seg: u32, off: u32, len: usize) -> Result<Location> {
-        let addr = u64::from(seg) * self.seg_size + u64::from(off);
-        Location::new(addr, len as u64).ok_or(Error::InvalidLocation(addr))
-    }
-
-    /// What recovery and reclaim report of summary entry `e` of segment `seg` (sequence
-    /// number `seq`).
-    pub(crate) fn record_meta(&self, seg: u32, e: &SummaryEntry, seq: u64) -> Result<RecordMeta> {
-        Ok(RecordMeta {
-            location: self.location(seg, e.offset, e.len as usize)?,
-            key_id: e.key_id,
-            version: e.version,
-            kind: e.kind,
-            exptime: e.exptime,
-            flags: e.flags,
-            len: e.len,
-            seq,
-        })
-    }
-
-    /// See [`Flash::horizon`].
-    pub(crate) fn horizon(&self) -> u32 {
-        let newest = self.state.lock().next_seq.saturating_sub(1);
-        u32::try_from(newest).unwrap_or(u32::MAX)
-    }
-
-    /// Refresh `work_bytes` and `work_peak_bytes` from the chunk and reclaim buffer counts.
-    pub(crate) fn note_work(&self) {
-        let chunks = self.chunk_bufs.load(Ordering::Relaxed) * self.cfg.chunk_size;
-        let w = chunks + self.reclaim_buf_bytes.load(Ordering::Relaxed);
-        FlashStats::set(&self.stats.work_bytes, w);
-        self.stats.work_peak_bytes.fetch_max(w, Ordering::Relaxed);
-    }
-
-    /// True when an append needing a new chunk buffer must wait: none pooled and
-    /// `chunk_buffer_limit` allocated.
-    pub(crate) fn chunk_bufs_full(&self, state: &State) -> bool {
-        state.pool.is_empty()
-            && self.chunk_bufs.load(Ordering::Relaxed) >= self.cfg.chunk_buffer_limit() as u64
-    }
-
-    pub(crate) fn update_gauges(&self, state: &State) {
-        FlashStats::set(
-            &self.stats.segments_free,
-            state.free.total(&state.out) as u64,
-        );
-        let count = |s: DeviceState| state.health.iter().filter(|h| h.state == s).count() as u64;
-        let (failing, offline) = (count(DeviceState::Failing), count(DeviceState::Offline));
-        FlashStats::set(&self.stats.devices_failing, failing);
-        FlashStats::set(&self.stats.devices_offline, offline);
-        FlashStats::set(&self.stats.devices_failed, failing + offline);
-        let used: u64 = state
-            .segs
-            .iter()
-            .filter(|s| !matches!(s.state, SegState::Free | SegState::Failed))
-            .map(|s| s.data_bytes)
-            .sum();
-        FlashStats::set(&self.stats.bytes_used, used);
-        let dead: u64 = state
-            .segs
-            .iter()
-            .filter(|s| matches!(s.state, SegState::Sealed | SegState::Reclaiming))
-            .map(SegInfo::dead_bytes)
-            .sum();
-        FlashStats::set(&self.stats.bytes_dead, dead);
-    }
-
-    /// Free segments available to ordinary streams (beyond the reserve).
-    pub(crate) fn spare(&self, state: &State) -> u32 {
-        (state.free.total(&state.out) as u32).saturating_sub(self.cfg.reserve_segments)
-    }
-}
-
-/// What the journal thread asks of the log: the engine's append, flush and lost records.
-impl crate::journal::Log for Arc<Inner> {
-    fn append_waiting(&self, rec: &RecordWrite<'_>, wait: std::time::Duration) -> bool {
-        self.append_wait(0, rec, wait).is_ok()
-    }
-
-    fn lost_unheard(&self) -> bool {
-        self.state.lock().lost_total > self.lost_handled.load(Ordering::Acquire)
-    }
-
-    fn flush_wait(&self) -> Result<()> {
-        self.flush().wait()
-    }
-}
 
 /// The flash engine. Cheap to share behind an `Arc`; every method takes `&self`.
 ///
@@ -339,8 +128,6 @@ impl Flash {
     /// and the copy is dead but still on flash). So keep, per `key_id`, the record with the
     /// highest `version` (ties: the later one), and give deletions a tombstone record with a
     /// fresh version, or a deleted key can come back from an older segment.
-    // Longer than clippy.toml's 120 lines; left as is by issue 29 (cache crate only).
-    #[allow(clippy::too_many_lines)]
     pub fn open(
         devices: Vec<Arc<dyn Device>>,
         mut cfg: FlashConfig,
@@ -352,93 +139,20 @@ impl Flash {
             return Err(Error::Config("no flash devices".into()));
         }
         let stats = Arc::new(FlashStats::default());
-        let (exec, uring) = make_executor(&devices, &cfg, &stats)?;
-        let backend = exec.backend();
-        let layout = crate::recovery::open_layout(&devices, &mut cfg, exec.as_ref())?;
-        let tiers: Vec<u8> = (0..devices.len())
-            .map(|d| cfg.device_tiers.get(d).copied().unwrap_or(0))
-            .collect();
-        let streams = (0..cfg.streams)
-            .map(|_| StreamState {
-                seg: None,
-                buf: None,
-                buf_off: 0,
-                fill: 0,
-                chunk_records: 0,
-                summary: Vec::new(),
-                in_flight: 0,
-                oldest: None,
-            })
-            .collect();
-        let journal = (cfg.journal != crate::journal::JournalMode::Off).then(|| {
-            crate::journal::Journal::new(
-                Arc::clone(&devices[0]),
-                layout.segs[0].dev_off,
-                cfg.segment_size,
-                layout.uuid,
-                cfg.journal,
-                Arc::clone(&stats),
-            )
-        });
-        let nsegs = layout.segs.len() as u32 - u32::from(journal.is_some());
-        let layout_lost = layout.superblocks_lost;
-        let cfg_for_knobs = cfg.clone();
-        let inner = Arc::new(Inner {
-            read_pool: Arc::default(),
-            reads: crate::read_queue::ReadQueue::new(Arc::clone(&stats)),
-            chunk_bufs: AtomicU64::new(0),
-            reclaim_buf_bytes: AtomicU64::new(0),
-            seg_size: cfg.segment_size,
-            state: Mutex::new(State {
-                free: FreeLists::new(devices.len()),
-                out: vec![false; devices.len()],
-                health: {
-                    let mut seed = [0u8; 8];
-                    seed.copy_from_slice(&random_bytes()[..8]);
-                    let seed = u64::from_le_bytes(seed);
-                    (0..devices.len()).map(|d| Health::new(d, seed)).collect()
-                },
-                lost: Vec::new(),
-                lost_total: 0,
-                segs: layout.segs,
-                streams,
-                inflight: Vec::new(),
-                next_write_id: 1,
-                outstanding: BTreeSet::new(),
-                waiters: Vec::new(),
-                write_error: None,
-                next_seq: 1,
-                next_order: 1,
-                reclaim_paused: false,
-                reclaim_running: false,
-                closed: false,
-                pool: Vec::new(),
-            }),
-            cfg,
-            devices,
-            tiers,
-            exec,
-            uring,
-            stats,
-            wake: Condvar::new(),
-            uuid: layout.uuid,
-            hash_seed: layout.hash_seed,
-            handler,
-            knobs: crate::knobs::Knobs::new(&cfg_for_knobs),
-            journal,
-            lost_handled: AtomicU64::new(0),
-        });
-        FlashStats::set(&inner.stats.segments_total, u64::from(nsegs));
-        FlashStats::set(&inner.stats.work_limit_bytes, inner.cfg.work_limit());
-        FlashStats::add(&inner.stats.superblocks_lost, layout_lost);
-        crate::recovery::recover(&inner, layout.formatted, on_record)?;
+        let executors = make_executor(&devices, &cfg, &stats)?;
+        let backend = executors.0.backend();
+        let layout = crate::layout::open_layout(&devices, &mut cfg, executors.0.as_ref())?;
+        let formatted = layout.formatted;
+        let inner = Arc::new(Inner::new(cfg, devices, executors, stats, layout, handler));
+        crate::recovery::recover(&inner, formatted, on_record)?;
         let journal = match &inner.journal {
             Some(j) => Some(
-                j.recover(layout.formatted)
+                j.recover(formatted)
                     .map_err(|e| Error::io(inner.devices[0].name(), "read journal", e))?,
             ),
             None => None,
         };
+        let nsegs = inner.record_segments();
         let info = FlashInfo {
             uuid: inner.uuid,
             hash_seed: inner.hash_seed,
@@ -446,26 +160,10 @@ impl Flash {
             segment_size: inner.seg_size,
             capacity: u64::from(nsegs) * inner.seg_size,
             backend,
-            formatted: layout.formatted,
+            formatted,
             journal,
         };
-        let mut threads = Vec::new();
-        {
-            let i = Arc::clone(&inner);
-            threads.push(spawn("flash-flusher", move || crate::flusher::run(&i))?);
-        }
-        if inner.cfg.background_reclaim {
-            let i = Arc::clone(&inner);
-            threads.push(spawn("flash-reclaim", move || crate::reclaimer::run(&i))?);
-        }
-        if inner.journal.is_some() {
-            let i = Arc::clone(&inner);
-            threads.push(spawn("flash-journal", move || {
-                if let Some(j) = &i.journal {
-                    crate::journal::run(j, &i);
-                }
-            })?);
-        }
+        let threads = start_threads(&inner)?;
         Ok((
             Self {
                 inner,
@@ -566,8 +264,8 @@ impl Flash {
     /// only the room already free.
     pub fn pause_reclaim(&self) {
         let mut state = self.inner.state.lock();
-        state.reclaim_paused = true;
-        while state.reclaim_running {
+        state.reclaim.pause();
+        while state.reclaim.running() {
             self.inner.wake.wait(&mut state);
         }
     }
@@ -614,18 +312,7 @@ impl Flash {
     /// reclaimed), leaving out the segment with seq `except` (the reclaim victim asking).
     /// A tombstone of horizon H is still needed while this is ≤ H. `None`: no other segment.
     pub fn oldest_seq_except(&self, except: u64) -> Option<u64> {
-        let state = self.inner.state.lock();
-        state
-            .segs
-            .iter()
-            .filter(|s| {
-                matches!(
-                    s.state,
-                    SegState::Open(_) | SegState::Sealed | SegState::Reclaiming
-                ) && s.seq != except
-            })
-            .map(|s| s.seq)
-            .min()
+        self.inner.state.lock().segments.oldest_seq_except(except)
     }
 
     /// Free segments right now on devices that take writes (the reclaim reserve included;
@@ -639,10 +326,10 @@ impl Flash {
     /// appended, so there is nothing to make room for. One look at the engine state.
     pub fn writable_free_segments(&self) -> Option<u32> {
         let state = self.inner.state.lock();
-        if state.out.iter().all(|out| *out) {
+        if state.health.all_out() {
             return None;
         }
-        Some(state.free.total(&state.out) as u32)
+        Some(state.free_total() as u32)
     }
 
     /// Largest value for a key of `key_len` bytes that `append` accepts.
@@ -658,10 +345,7 @@ impl Flash {
         if let Some(j) = &self.inner.journal {
             j.close(res.is_ok());
         }
-        {
-            let mut state = self.inner.state.lock();
-            state.closed = true;
-        }
+        self.inner.state.lock().close();
         self.inner.close_reads();
         self.inner.wake.notify_all();
         for h in std::mem::take(&mut *self.threads.lock()) {
@@ -674,10 +358,33 @@ impl Flash {
 
 impl Drop for Flash {
     fn drop(&mut self) {
-        if !self.inner.state.lock().closed {
+        if !self.inner.state.lock().closed() {
             let _ = self.close();
         }
     }
+}
+
+/// Start the engine's background threads: the flusher, the reclaimer (if
+/// `background_reclaim`) and the journal thread (with a journal).
+fn start_threads(inner: &Arc<Inner>) -> Result<Vec<JoinHandle<()>>> {
+    let mut threads = Vec::new();
+    {
+        let i = Arc::clone(inner);
+        threads.push(spawn("flash-flusher", move || crate::flusher::run(&i))?);
+    }
+    if inner.cfg.background_reclaim {
+        let i = Arc::clone(inner);
+        threads.push(spawn("flash-reclaim", move || crate::reclaimer::run(&i))?);
+    }
+    if inner.journal.is_some() {
+        let i = Arc::clone(inner);
+        threads.push(spawn("flash-journal", move || {
+            if let Some(j) = &i.journal {
+                crate::journal::run(j, &i);
+            }
+        })?);
+    }
+    Ok(threads)
 }
 
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
@@ -686,9 +393,6 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>
         .spawn(f)
         .map_err(|e| Error::io("engine", "spawn thread", e))
 }
-
-/// The executor, and the same one as io_uring's when it is that (see [`Inner::uring`]).
-type Executors = (Arc<dyn Executor>, Option<Arc<UringExecutor>>);
 
 /// The executor `cfg` asks for.
 fn make_executor(
@@ -719,24 +423,6 @@ fn make_executor(
         IoBackend::Auto if all_fd => Ok(uring().map_or_else(|_| psync(), with_uring)),
         IoBackend::Auto => Ok(psync()),
     }
-}
-
-/// Read 16 random bytes for a uuid/seed (from the kernel's CSPRNG).
-pub(crate) fn random_bytes() -> [u8; 24] {
-    let mut b = [0u8; 24];
-    let ok = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
-        .is_ok();
-    if !ok {
-        // Fall back to time and pid: uniqueness, not secrecy, is what matters here.
-        let t = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        b[..16].copy_from_slice(&t.to_le_bytes());
-        b[16..20].copy_from_slice(&std::process::id().to_le_bytes());
-    }
-    b
 }
 
 #[cfg(test)]

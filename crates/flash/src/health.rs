@@ -6,19 +6,17 @@
 //! Durability bookkeeping lives here too, per device: writes completed (`write_gen`) and
 //! covered by a sync (`synced_gen`). Invariants: a flush syncs only devices with unsynced
 //! writes, so a failing device does not fail the healthy ones' flushes; a device failure
-//! reports its unsynced writes to the flushes pending then (or the next one), once.
+//! reports its unsynced writes to the flushes pending then (or the next one), once. The
+//! allocation mask ([`DeviceHealth::out_mask`]) is always in step with the device states.
 //!
-//! Runs under the engine state lock (`engine.rs`); probe IO completes on the executor's
-//! thread; the flusher thread starts due probes.
+//! [`DeviceHealth`] is one part of the engine state (`state.rs`): it runs under the engine
+//! state lock, does no IO and knows nothing of segments; the caller seals what a failed
+//! device held open (`inner.rs`) and the flusher thread starts the probes this part says are
+//! due (`flusher.rs`), whose IO completes on an executor thread.
 
 use std::io;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::{Inner, State};
-use crate::io::{AlignedBuf, IoOp, IoRequest};
-use crate::location::PAGE;
-use crate::segments::SegState;
 use crate::stats::FlashStats;
 
 /// Tries of one chunk or summary write before its records count as lost (the same buffer
@@ -54,8 +52,8 @@ impl DeviceState {
 }
 
 /// One device's health record.
-pub(crate) struct Health {
-    pub state: DeviceState,
+struct Health {
+    state: DeviceState,
     /// Failures since the device last ran [`STABLE`] without one.
     strikes: u32,
     /// When the current state began.
@@ -66,13 +64,13 @@ pub(crate) struct Health {
     /// Jitter source (xorshift), seeded per device.
     rng: u64,
     /// Writes completed on the device (successful ones).
-    pub write_gen: u64,
+    write_gen: u64,
     /// `write_gen` covered by a sync (or reported lost to the flushes pending at a failure).
-    pub synced_gen: u64,
+    synced_gen: u64,
 }
 
 impl Health {
-    pub(crate) fn new(dev: usize, seed: u64) -> Self {
+    fn new(dev: usize, seed: u64) -> Self {
         let now = Instant::now();
         Self {
             state: DeviceState::Healthy,
@@ -88,7 +86,7 @@ impl Health {
     }
 
     /// Out of allocation.
-    pub(crate) fn out(&self) -> bool {
+    fn out(&self) -> bool {
         self.state != DeviceState::Healthy
     }
 
@@ -111,37 +109,102 @@ impl Health {
     }
 }
 
-impl State {
-    /// Move `dev` to `state`, keeping the allocation mask (`out`) in step.
-    fn set_device_state(&mut self, dev: usize, state: DeviceState) {
-        if let (Some(h), Some(o)) = (self.health.get_mut(dev), self.out.get_mut(dev)) {
+/// Every device's health and the allocation mask derived from it.
+pub(crate) struct DeviceHealth {
+    devs: Vec<Health>,
+    /// Devices out of allocation (failing or offline), kept in step with `devs`.
+    out: Vec<bool>,
+}
+
+impl DeviceHealth {
+    /// `devices` healthy devices; `seed` seeds the probe jitter.
+    pub(crate) fn new(devices: usize, seed: u64) -> Self {
+        Self {
+            devs: (0..devices).map(|d| Health::new(d, seed)).collect(),
+            out: vec![false; devices],
+        }
+    }
+
+    /// Per device: out of allocation (failing or offline).
+    pub(crate) fn out_mask(&self) -> &[bool] {
+        &self.out
+    }
+
+    /// No device takes writes.
+    pub(crate) fn all_out(&self) -> bool {
+        self.out.iter().all(|o| *o)
+    }
+
+    /// Devices watched.
+    pub(crate) fn len(&self) -> usize {
+        self.devs.len()
+    }
+
+    /// `dev`'s state (`None`: no such device).
+    #[cfg(test)]
+    pub(crate) fn state(&self, dev: usize) -> Option<DeviceState> {
+        self.devs.get(dev).map(|h| h.state)
+    }
+
+    /// Devices now failing and offline.
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        let count = |s: DeviceState| self.devs.iter().filter(|h| h.state == s).count() as u64;
+        (count(DeviceState::Failing), count(DeviceState::Offline))
+    }
+
+    /// A write of records completed on `dev`: the next flush must sync it.
+    pub(crate) fn note_write(&mut self, dev: usize) {
+        if let Some(h) = self.devs.get_mut(dev) {
+            h.write_gen += 1;
+        }
+    }
+
+    /// Devices with completed writes no sync covers yet, with the generation a sync started
+    /// now covers.
+    pub(crate) fn unsynced(&self) -> Vec<(usize, u64)> {
+        self.devs
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.write_gen > h.synced_gen)
+            .map(|(d, h)| (d, h.write_gen))
+            .collect()
+    }
+
+    /// A sync of `dev` started at generation `gen` succeeded.
+    pub(crate) fn synced(&mut self, dev: usize, gen: u64) {
+        if let Some(h) = self.devs.get_mut(dev) {
+            h.synced_gen = h.synced_gen.max(gen);
+        }
+    }
+
+    /// Move `dev` to `state`, keeping the allocation mask in step.
+    fn set_state(&mut self, dev: usize, state: DeviceState) {
+        if let (Some(h), Some(o)) = (self.devs.get_mut(dev), self.out.get_mut(dev)) {
             h.state = state;
             h.since = Instant::now();
             *o = state != DeviceState::Healthy;
         }
     }
-}
 
-impl Inner {
-    /// A write or sync on `dev` failed for good (`what`, `err`). The first failure of a
-    /// healthy device makes it failing: logged, counted, taken out of allocation, its open
-    /// segments sealed (their chunks and summaries still go to it; failures there are
-    /// reported like any other), and its unsynced writes reported to the pending flushes.
-    pub(crate) fn device_error(
-        self: &Arc<Self>,
-        state: &mut State,
+    /// A write or sync on `dev` (named `name`) failed for good (`what`, `err`). Its unsynced
+    /// writes count as reported. The first failure of a healthy device makes it failing (or
+    /// offline after [`OFFLINE_STRIKES`] close together): logged, counted, taken out of
+    /// allocation, a probe scheduled within `max`. Returns true in that case (the caller
+    /// seals the device's open segments); false when it was out already.
+    pub(crate) fn fail(
+        &mut self,
         dev: usize,
-        what: &str,
-        err: &str,
-    ) {
-        let max = self.knobs.device_retry_max();
-        let name = self.dev_name(dev).to_string();
-        let Some(h) = state.health.get_mut(dev) else {
-            return;
+        name: &str,
+        (what, err): (&str, &str),
+        max: Duration,
+        stats: &FlashStats,
+    ) -> bool {
+        let Some(h) = self.devs.get_mut(dev) else {
+            return false;
         };
         h.synced_gen = h.write_gen;
         if h.out() {
-            return;
+            return false;
         }
         let now = Instant::now();
         let quiet = h
@@ -151,17 +214,17 @@ impl Inner {
         h.last_failure = Some(now);
         let wait = h.schedule(max);
         let strikes = h.strikes;
-        FlashStats::add(&self.stats.device_failures, 1);
+        FlashStats::add(&stats.device_failures, 1);
         if strikes >= OFFLINE_STRIKES {
-            state.set_device_state(dev, DeviceState::Offline);
-            FlashStats::add(&self.stats.device_offlines, 1);
+            self.set_state(dev, DeviceState::Offline);
+            FlashStats::add(&stats.device_offlines, 1);
             log::error!(
                 "flash device {name} offline after {strikes} failures (last: {what}: {err}); \
                  out of allocation, its data stays readable; probing in {} ms",
                 wait.as_millis()
             );
         } else {
-            state.set_device_state(dev, DeviceState::Failing);
+            self.set_state(dev, DeviceState::Failing);
             log::warn!(
                 "flash device {name} failing: {what}: {err}; out of allocation, its data stays \
                  readable; probing in {} ms (failure {strikes} of {OFFLINE_STRIKES} before \
@@ -169,27 +232,19 @@ impl Inner {
                 wait.as_millis()
             );
         }
-        // After close the executor completes requests inline, under this lock: no new IO.
-        for s in 0..state.streams.len() {
-            let on_dev = !state.closed
-                && state.streams[s]
-                    .seg
-                    .is_some_and(|seg| state.segs[seg as usize].dev == dev);
-            if on_dev {
-                self.seal(state, s as u8);
-            }
-        }
-        self.update_gauges(state);
-        self.wake.notify_all();
+        true
     }
 
-    /// Start the probes that are due; returns when the next one is due (for the flusher's
-    /// wait).
-    pub(crate) fn run_probes(self: &Arc<Self>, state: &mut State) -> Option<Instant> {
-        let now = Instant::now();
+    /// The devices whose probe is due at `now` (each then counts as probing until
+    /// [`Self::probe_done`]), and when the next one not yet due is.
+    pub(crate) fn due_probes(
+        &mut self,
+        now: Instant,
+        stats: &FlashStats,
+    ) -> (Vec<usize>, Option<Instant>) {
+        let mut due = Vec::new();
         let mut next: Option<Instant> = None;
-        for dev in 0..state.health.len() {
-            let h = &mut state.health[dev];
+        for (dev, h) in self.devs.iter_mut().enumerate() {
             if !h.out() || h.probing {
                 continue;
             }
@@ -198,45 +253,23 @@ impl Inner {
                 continue;
             }
             h.probing = true;
-            FlashStats::add(&self.stats.device_probes, 1);
-            let target = state
-                .free
-                .peek(dev)
-                .filter(|&seg| state.segs[seg as usize].state == SegState::Free)
-                .map(|seg| state.segs[seg as usize].dev_off);
-            let me = Arc::clone(self);
-            let sync = move |me: Arc<Inner>| {
-                let again = Arc::clone(&me);
-                me.exec.submit(IoRequest {
-                    op: IoOp::Sync { dev },
-                    done: Box::new(move |r| again.probe_done(dev, r.map(|_| ()))),
-                });
-            };
-            match target {
-                Some(off) => self.exec.submit(IoRequest {
-                    op: IoOp::Write {
-                        dev,
-                        off,
-                        buf: Arc::new(AlignedBuf::zeroed(PAGE as usize)),
-                    },
-                    done: Box::new(move |r| match r {
-                        Ok(_) => sync(me),
-                        Err(e) => me.probe_done(dev, Err(e)),
-                    }),
-                }),
-                None => sync(me),
-            }
+            FlashStats::add(&stats.device_probes, 1);
+            due.push(dev);
         }
-        next
+        (due, next)
     }
 
-    /// A probe of `dev` finished (executor thread).
-    fn probe_done(self: &Arc<Self>, dev: usize, res: io::Result<()>) {
-        let max = self.knobs.device_retry_max();
-        let name = self.dev_name(dev).to_string();
-        let mut guard = self.state.lock();
-        let state = &mut *guard;
-        let Some(h) = state.health.get_mut(dev) else {
+    /// A probe of `dev` (named `name`) finished with `res`: back in service, or a strike
+    /// more (offline after [`OFFLINE_STRIKES`]) and the next probe scheduled within `max`.
+    pub(crate) fn probe_done(
+        &mut self,
+        dev: usize,
+        name: &str,
+        res: io::Result<()>,
+        max: Duration,
+        stats: &FlashStats,
+    ) {
+        let Some(h) = self.devs.get_mut(dev) else {
             return;
         };
         h.probing = false;
@@ -244,8 +277,8 @@ impl Inner {
         match res {
             Ok(()) => {
                 let (out_for, strikes) = (h.since.elapsed(), h.strikes);
-                state.set_device_state(dev, DeviceState::Healthy);
-                FlashStats::add(&self.stats.device_recoveries, 1);
+                self.set_state(dev, DeviceState::Healthy);
+                FlashStats::add(&stats.device_recoveries, 1);
                 log::warn!(
                     "flash device {name} back in service after {:.1} s {} ({strikes} failures)",
                     out_for.as_secs_f64(),
@@ -253,14 +286,14 @@ impl Inner {
                 );
             }
             Err(e) => {
-                FlashStats::add(&self.stats.device_probe_failures, 1);
+                FlashStats::add(&stats.device_probe_failures, 1);
                 h.strikes += 1;
                 h.last_failure = Some(Instant::now());
                 let wait = h.schedule(max);
                 let strikes = h.strikes;
                 if was == DeviceState::Failing && strikes >= OFFLINE_STRIKES {
-                    state.set_device_state(dev, DeviceState::Offline);
-                    FlashStats::add(&self.stats.device_offlines, 1);
+                    self.set_state(dev, DeviceState::Offline);
+                    FlashStats::add(&stats.device_offlines, 1);
                     log::error!(
                         "flash device {name} offline after {strikes} failures (last: probe: \
                          {e}); out of allocation, its data stays readable; retried every {} ms",
@@ -274,8 +307,98 @@ impl Inner {
                 }
             }
         }
-        self.update_gauges(state);
-        drop(guard);
-        self.wake.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX: Duration = Duration::from_secs(10);
+
+    fn fail(h: &mut DeviceHealth, dev: usize, stats: &FlashStats) -> bool {
+        h.fail(dev, "d", ("write", "EIO"), MAX, stats)
+    }
+
+    #[test]
+    fn a_failure_takes_the_device_out_once() {
+        let stats = FlashStats::default();
+        let mut h = DeviceHealth::new(2, 7);
+        assert!(!h.all_out());
+        assert!(fail(&mut h, 1, &stats));
+        assert_eq!(h.state(1), Some(DeviceState::Failing));
+        assert_eq!(h.out_mask(), [false, true]);
+        assert_eq!(h.counts(), (1, 0));
+        // Already out: no second transition, no second count.
+        assert!(!fail(&mut h, 1, &stats));
+        assert_eq!(FlashStats::get(&stats.device_failures), 1);
+        assert!(!fail(&mut h, 5, &stats), "no such device");
+        assert!(fail(&mut h, 0, &stats));
+        assert!(h.all_out());
+    }
+
+    #[test]
+    fn failed_probes_make_it_offline_and_a_good_one_brings_it_back() {
+        let stats = FlashStats::default();
+        let mut h = DeviceHealth::new(1, 1);
+        assert!(fail(&mut h, 0, &stats));
+        for _ in 1..OFFLINE_STRIKES {
+            assert_eq!(h.state(0), Some(DeviceState::Failing));
+            h.probe_done(0, "d", Err(io::Error::other("EIO")), MAX, &stats);
+        }
+        assert_eq!(h.state(0), Some(DeviceState::Offline));
+        assert_eq!(h.counts(), (0, 1));
+        assert_eq!(FlashStats::get(&stats.device_offlines), 1);
+        assert_eq!(
+            FlashStats::get(&stats.device_probe_failures),
+            u64::from(OFFLINE_STRIKES - 1)
+        );
+        h.probe_done(0, "d", Ok(()), MAX, &stats);
+        assert_eq!(h.state(0), Some(DeviceState::Healthy));
+        assert_eq!(h.out_mask(), [false]);
+        assert_eq!(FlashStats::get(&stats.device_recoveries), 1);
+    }
+
+    #[test]
+    fn probes_come_due_once_until_done() {
+        let stats = FlashStats::default();
+        let mut h = DeviceHealth::new(3, 3);
+        assert_eq!(h.due_probes(Instant::now(), &stats), (vec![], None));
+        assert!(fail(&mut h, 2, &stats));
+        // The first probe waits 50-100 ms (jittered base delay).
+        let (due, next) = h.due_probes(Instant::now(), &stats);
+        assert!(due.is_empty());
+        let next = next.expect("a probe is scheduled");
+        let later = next + Duration::from_millis(1);
+        assert_eq!(h.due_probes(later, &stats), (vec![2], None));
+        // Under way: not due again until it is done.
+        assert_eq!(h.due_probes(later, &stats), (vec![], None));
+        assert_eq!(FlashStats::get(&stats.device_probes), 1);
+        h.probe_done(2, "d", Err(io::Error::other("EIO")), MAX, &stats);
+        let (due, next) = h.due_probes(later, &stats);
+        assert!(due.is_empty() && next.is_some(), "rescheduled with backoff");
+    }
+
+    #[test]
+    fn syncs_cover_completed_writes_and_a_failure_reports_them() {
+        let stats = FlashStats::default();
+        let mut h = DeviceHealth::new(2, 0);
+        h.note_write(0);
+        h.note_write(0);
+        h.note_write(1);
+        assert_eq!(h.unsynced(), [(0, 2), (1, 1)]);
+        h.synced(0, 2);
+        // A sync started before a later write covers only what it saw.
+        h.note_write(1);
+        h.synced(1, 1);
+        assert_eq!(h.unsynced(), [(1, 2)]);
+        // A failure reports the unsynced writes (to the pending flushes): none left to sync.
+        assert!(fail(&mut h, 1, &stats));
+        assert!(h.unsynced().is_empty());
+        h.synced(0, 1);
+        assert!(
+            h.unsynced().is_empty(),
+            "an older sync never lowers the mark"
+        );
     }
 }

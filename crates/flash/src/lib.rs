@@ -3,11 +3,15 @@
 //! LBA) with every record and keeps its own index of [`Location`]s. Example on [`Flash`].
 //!
 //! # Layout
-//! - [`engine`]: [`Flash`], record types, [`ReclaimHandler`], the shared state (one mutex).
+//! - [`engine`]: the public handle [`Flash`] (open, record API, knobs, close); record types
+//!   and [`ReclaimHandler`] are in `handler`, re-exported there.
+//! - `inner` (the shared core: devices, executor, counters, the state mutex), `state` (what
+//!   the mutex guards, in four parts: `segment_table` with `segments` rows and free lists,
+//!   `write_queue` with each stream's chunk in `stream`, [`health`], reclaim flags).
 //! - `writer` (append, chunk writes, seal, flush), `reader` (checksum-verified reads),
 //!   `read_queue` (device reads in flight bounded by `read_queue_limit`; the rest wait),
-//!   `reclaimer` (victims, keep/drop), `recovery` (superblocks, segment table at open),
-//!   `flusher` (old chunks, lost records, due probes), `segments` (table, free lists).
+//!   `reclaimer` (victims, keep/drop), `layout` (superblocks, format) and `recovery`
+//!   (segment table at open), `flusher` (old chunks, lost records, due probes), `clock`.
 //! - [`probe`] (a device before formatting), [`health`] (device states, syncs),
 //!   [`format`](mod@format) (on-flash byte tables, as in `docs/format.md`), [`io`] ([`Device`],
 //!   uring/psync executors), [`knobs`], [`config`], [`location`], [`completion`], [`stats`].
@@ -15,6 +19,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
+mod clock;
 pub mod completion;
 pub mod config;
 pub mod engine;
@@ -23,18 +28,26 @@ mod flusher;
 pub mod format;
 mod handler;
 pub mod health;
+mod inner;
 pub mod io;
 pub mod journal;
 pub mod knobs;
+mod layout;
 pub mod location;
 pub mod probe;
 mod read_queue;
 mod reader;
 mod reclaimer;
 mod recovery;
+mod segment_table;
 mod segments;
 mod size;
+mod state;
 pub mod stats;
+mod stream;
+#[cfg(test)]
+mod test_core;
+mod write_queue;
 mod writer;
 
 pub use completion::Completion;

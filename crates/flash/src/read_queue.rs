@@ -22,7 +22,31 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
+use crate::completion::Promise;
+use crate::format::record::Record;
 use crate::stats::FlashStats;
+
+/// A record read admitted to the engine's [`ReadQueue`], started or waiting for a slot:
+/// what to read and who wants it (the reader, `reader.rs`, makes and runs it).
+pub(crate) struct PendingRead {
+    pub target: Target,
+    /// Segment offset of the first page to read.
+    pub page0: u64,
+    /// Bytes to read (whole pages).
+    pub len: u64,
+    pub promise: Promise<Record>,
+}
+
+/// Where a device read goes and how to check it.
+pub(crate) struct Target {
+    pub dev: usize,
+    /// Device offset of the segment.
+    pub seg_dev_off: u64,
+    /// Record offset in the segment.
+    pub off: u32,
+    /// The segment's checksum seed, captured when the read was looked up.
+    pub seed: u32,
+}
 
 /// Reads at the device and reads waiting for a slot; `W` is what a waiting read keeps.
 pub(crate) struct ReadQueue<W> {

@@ -16,27 +16,18 @@ use std::io;
 use std::sync::Arc;
 
 use crate::completion::{pair, Completion, Promise};
-use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::format::record::{self, DecodeError, Record};
+use crate::inner::Inner;
 use crate::io::pool::PooledBuf;
 use crate::io::{AlignedBuf, IoOp, IoRequest};
 use crate::location::{Location, PAGE};
+use crate::read_queue::{PendingRead, Target};
 use crate::segments::SegState;
 use crate::stats::FlashStats;
 
-/// A device read admitted to the [`ReadQueue`](crate::read_queue::ReadQueue), started or
-/// waiting for a slot: what to read and who wants it.
-pub(crate) struct PendingRead {
-    target: Target,
-    /// Segment offset of the first page to read.
-    page0: u64,
-    /// Bytes to read (whole pages).
-    len: u64,
-    promise: Promise<Record>,
-}
-
 /// What a device read's completion leads to.
+#[derive(Debug)]
 enum Step {
     /// The record is longer than the first read: read this many bytes from `page0` (the
     /// read keeps its queue slot).
@@ -45,17 +36,8 @@ enum Step {
     Done(Result<Record>),
 }
 
-/// Where a device read goes and how to check it.
-struct Target {
-    dev: usize,
-    /// Device offset of the segment.
-    seg_dev_off: u64,
-    /// Record offset in the segment.
-    off: u32,
-    seed: u32,
-}
-
 impl Inner {
+    /// See [`crate::Flash::read`].
     pub(crate) fn read(self: &Arc<Self>, loc: Location) -> Completion<Record> {
         let target = match self.lookup(loc) {
             Ok(Ok(rec)) => return Completion::ready(Ok(rec)),
@@ -98,7 +80,7 @@ impl Inner {
     fn lookup(&self, loc: Location) -> Result<Result<Record, Target>> {
         let (seg, off) = self.split(loc.byte_addr());
         let state = self.state.lock();
-        let Some(info) = state.segs.get(seg as usize) else {
+        let Some(info) = state.segments.get(seg) else {
             return Err(Error::InvalidLocation(loc.byte_addr()));
         };
         match info.state {
@@ -110,28 +92,15 @@ impl Inner {
                 return Err(Error::Corrupt("segment retired after read errors"));
             }
             SegState::Open(s) => {
-                let stream_state = &state.streams[usize::from(s)];
-                if let Some(buf) = stream_state
-                    .buf
-                    .as_ref()
-                    .filter(|_| stream_state.seg == Some(seg))
-                {
-                    if off >= stream_state.buf_off
-                        && ((off - stream_state.buf_off) as usize) < stream_state.fill
-                    {
-                        let slice = &buf.as_slice()
-                            [(off - stream_state.buf_off) as usize..stream_state.fill];
-                        return Ok(Ok(self.decode_ram(slice, info.seed)?));
-                    }
+                let chunk = state.writes.stream(usize::from(s));
+                if let Some(slice) = chunk.and_then(|st| st.buffered(seg, off)) {
+                    return Ok(Ok(self.decode_ram(slice, info.seed)?));
                 }
             }
             SegState::Sealed | SegState::Reclaiming => {}
         }
-        for w in state.inflight.iter().filter(|w| w.seg == seg) {
-            if off >= w.off && ((off - w.off) as usize) < w.buf.len() {
-                let slice = &w.buf.as_slice()[(off - w.off) as usize..];
-                return Ok(Ok(self.decode_ram(slice, info.seed)?));
-            }
+        if let Some(slice) = state.writes.in_flight_at(seg, off) {
+            return Ok(Ok(self.decode_ram(slice, info.seed)?));
         }
         if off >= info.data_end {
             return Err(Error::InvalidLocation(loc.byte_addr()));
@@ -253,5 +222,103 @@ impl Inner {
             self.count_read(r);
         }
         Step::Done(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::record::kind;
+    use crate::handler::RecordWrite;
+    use crate::test_core::{core, small, stat};
+
+    fn put(key_id: u64, value: &[u8]) -> RecordWrite<'_> {
+        RecordWrite {
+            kind: kind::PUT,
+            key_id,
+            version: 1,
+            flags: 0,
+            exptime: 0,
+            key: b"key",
+            value,
+        }
+    }
+
+    #[test]
+    fn a_record_is_read_from_its_chunk_then_from_the_device() {
+        let c = core(1, small());
+        let inner = &c.inner;
+        let loc = inner.append(0, &put(7, b"value")).unwrap();
+        let rec = inner.read(loc).wait().unwrap();
+        assert_eq!((&rec.key[..], &rec.value[..]), (&b"key"[..], &b"value"[..]));
+        assert_eq!(stat(inner, "buffer_reads"), 1);
+        assert_eq!(stat(inner, "device_bytes_read"), 0);
+        inner.flush().wait().unwrap();
+        let rec = inner.read(loc).wait().unwrap();
+        assert_eq!(rec.header.key_id, 7);
+        assert_eq!(stat(inner, "buffer_reads"), 1, "this time from the device");
+        assert_eq!(stat(inner, "device_bytes_read"), PAGE);
+        assert_eq!(stat(inner, "objects_read"), 2);
+    }
+
+    #[test]
+    fn a_location_where_nothing_was_written_is_invalid() {
+        let c = core(1, small());
+        let inner = &c.inner;
+        let free = Location::new(5 * inner.seg_size + 64, 100).unwrap();
+        assert!(matches!(
+            inner.read(free).wait(),
+            Err(Error::InvalidLocation(_))
+        ));
+        let loc = inner.append(0, &put(1, b"v")).unwrap();
+        inner.flush().wait().unwrap();
+        // Past the end of what the open segment wrote.
+        let past = Location::new(loc.byte_addr() + 2 * PAGE, 100).unwrap();
+        assert!(matches!(
+            inner.read(past).wait(),
+            Err(Error::InvalidLocation(_))
+        ));
+    }
+
+    #[test]
+    fn a_damaged_record_is_an_error_never_data() {
+        let c = core(1, small());
+        let inner = &c.inner;
+        let loc = inner.append(0, &put(1, &[3u8; 500])).unwrap();
+        inner.flush().wait().unwrap();
+        let (seg, off) = inner.split(loc.byte_addr());
+        let dev_off = inner.state.lock().segments.get(seg).unwrap().dev_off;
+        c.mem[0].poke(dev_off + u64::from(off) + 200, &[0xff; 8]);
+        assert!(matches!(inner.read(loc).wait(), Err(Error::Corrupt(_))));
+        assert_eq!(stat(inner, "checksum_failures"), 1);
+    }
+
+    #[test]
+    fn a_record_longer_than_its_size_hint_is_read_again_whole() {
+        let c = core(1, small());
+        let inner = &c.inner;
+        let value = vec![9u8; 20_000];
+        let loc = inner.append(0, &put(1, &value)).unwrap();
+        inner.flush().wait().unwrap();
+        // A location whose hint says one page: the first read finds the record's length.
+        let short = Location::new(loc.byte_addr(), 100).unwrap();
+        assert_eq!(short.size_hint_pages(), 1);
+        let rec = inner.read(short).wait().unwrap();
+        assert_eq!(rec.value.len(), value.len());
+        assert!(rec.value.iter().all(|&b| b == 9));
+        assert_eq!(stat(inner, "device_bytes_read"), PAGE + 5 * PAGE);
+    }
+
+    #[test]
+    fn a_failed_device_read_is_an_io_error() {
+        let c = core(1, small());
+        let inner = &c.inner;
+        let loc = inner.append(0, &put(1, b"v")).unwrap();
+        inner.flush().wait().unwrap();
+        c.faults[0]
+            .read_eio
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(matches!(inner.read(loc).wait(), Err(Error::Io { .. })));
+        assert_eq!(stat(inner, "read_errors"), 1);
     }
 }

@@ -1,47 +1,51 @@
 //! Reclaim: keep enough segments free by emptying victims.
 //!
-//! A victim is a sealed segment on a healthy device (no writes go to a failing one): first any whose records have all expired
-//! (dropped from its summary alone, no value is read), else the oldest (FIFO), the one
-//! with most records marked dead (greedy), or the best LFS cost-benefit (cost-benefit). For every record the user decides (through
-//! [`ReclaimHandler`]) to keep it — it is copied into the reclaim stream and the user told
-//! its new location — or drop it. Kept bytes are capped by `keep_limit` so every pass frees
-//! space. Before a victim is reused, the copies are made durable (flush) and its header page
-//! is zeroed, so a crash can never resurrect its records.
+//! A victim is a sealed segment on a healthy device (no writes go to a failing one), chosen
+//! by the segment table (`segment_table.rs`): first any whose records have all expired
+//! (dropped from its summary alone, no value is read), else the oldest (FIFO), the one with
+//! most records marked dead (greedy), or the best LFS cost-benefit (cost-benefit). For every
+//! record the user decides (through [`ReclaimHandler`](crate::ReclaimHandler)) to keep it —
+//! it is copied into the reclaim stream and the user told its new location — or drop it.
+//! Kept bytes are capped by `keep_limit` so every pass frees space. Before a victim is
+//! reused, the copies are made durable (flush) and its header page is zeroed, so a crash can
+//! never resurrect its records.
 //!
 //! Runs on the `flash-reclaim` thread (woken when free segments fall below the low
-//! watermark) or on a caller's thread through `Flash::reclaim_now`. Blocking IO is fine here.
+//! watermark) or on a caller's thread through `Flash::reclaim_now`. Blocking IO is fine here;
+//! the pass holds the state lock only to pick, read or release its victim's row (its appends
+//! and flushes take it as any caller's do).
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::{now_unix, Decision, Inner, RecordMeta, RecordWrite};
+use crate::clock::now_unix;
 use crate::error::{Error, Result};
-use crate::format::record::{self, Record};
+use crate::format::record::{self, kind, Record};
 use crate::format::segment::{decode_summary, tail_len, Footer, SummaryEntry, FOOTER_LEN};
+use crate::handler::{Decision, RecordMeta, RecordWrite};
+use crate::inner::Inner;
 use crate::io::{read_blocking, run_batch, run_one, AlignedBuf, IoOp};
-use crate::location::PAGE;
+use crate::location::{Location, PAGE};
 use crate::recovery::scan;
-use crate::segments::SegState;
 use crate::stats::FlashStats;
-use crate::ReclaimPolicy;
 
 pub(crate) fn run(inner: &Arc<Inner>) {
     loop {
         {
             let mut state = inner.state.lock();
             loop {
-                if state.closed {
+                if state.closed() {
                     return;
                 }
-                if !state.reclaim_paused && inner.spare(&state) < inner.knobs.free_low() {
+                if !state.reclaim.paused() && inner.spare(&state) < inner.knobs.free_low() {
                     break;
                 }
                 inner.wake.wait_for(&mut state, Duration::from_secs(1));
             }
-            state.reclaim_running = true;
+            state.reclaim.set_running(true);
         }
         let res = reclaim_pass(inner, false);
-        inner.state.lock().reclaim_running = false;
+        inner.state.lock().reclaim.set_running(false);
         inner.wake.notify_all();
         match res {
             Ok(n) if n > 0 => {}
@@ -56,15 +60,19 @@ pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool) -> Result<u32> {
     loop {
         let started = Instant::now();
         let victim = {
-            let mut state = inner.state.lock();
-            if state.closed {
+            let mut guard = inner.state.lock();
+            let state = &mut *guard;
+            if state.closed() {
                 return Err(Error::Closed);
             }
-            let enough = inner.spare(&state) >= inner.knobs.free_high();
-            if (enough || state.reclaim_paused) && !(force && freed == 0) {
+            let enough = inner.spare(state) >= inner.knobs.free_high();
+            if (enough || state.reclaim.paused()) && !(force && freed == 0) {
                 break;
             }
-            pick_victim(inner, &mut state)
+            let out = state.health.out_mask();
+            state
+                .segments
+                .pick_victim(out, inner.knobs.policy(), now_unix())
         };
         let Some(seg) = victim else { break };
         if let Err(e) = reclaim_segment(inner, seg) {
@@ -78,13 +86,7 @@ pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool) -> Result<u32> {
                 }
             );
             let mut state = inner.state.lock();
-            if state.segs[seg as usize].state == SegState::Reclaiming {
-                state.segs[seg as usize].state = if unreadable {
-                    SegState::Failed
-                } else {
-                    SegState::Sealed
-                };
-            }
+            state.segments.reclaim_failed(seg, unreadable);
             if unreadable {
                 FlashStats::add(&inner.stats.read_errors, 1);
                 FlashStats::add(&inner.stats.segments_retired, 1);
@@ -109,285 +111,328 @@ pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool) -> Result<u32> {
     Ok(freed)
 }
 
-fn pick_victim(inner: &Inner, state: &mut crate::engine::State) -> Option<u32> {
-    let now = now_unix();
-    let candidates = state
-        .segs
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.state == SegState::Sealed && !state.out[s.dev]);
-    let expired = candidates
-        .clone()
-        .filter(|(_, s)| s.all_expired(now))
-        .min_by_key(|(_, s)| s.order);
-    // Age bound: a segment that has outlived two turns of the whole flash goes next whatever
-    // its score, so every segment is reclaimed in bounded time (tombstones and drop notes
-    // are kept until every segment older than them is gone; cost-benefit alone would never
-    // pick a segment that stays fully live).
-    let newest = state.segs.iter().map(|s| s.order).max().unwrap_or(0);
-    let age_bound = 2 * state.segs.len() as u64;
-    let aged = candidates
-        .clone()
-        .filter(|(_, s)| newest.saturating_sub(s.order) >= age_bound)
-        .min_by_key(|(_, s)| s.order);
-    let pick = expired.or(aged).or_else(|| match inner.knobs.policy() {
-        ReclaimPolicy::Fifo => candidates.min_by_key(|(_, s)| s.order),
-        ReclaimPolicy::Greedy => candidates.min_by(|(_, a), (_, b)| {
-            let ra = f64::from(a.dead) / f64::from(a.records.max(1));
-            let rb = f64::from(b.dead) / f64::from(b.records.max(1));
-            rb.total_cmp(&ra).then(a.order.cmp(&b.order))
-        }),
-        ReclaimPolicy::CostBenefit => {
-            let score = |s: &crate::segments::SegInfo| {
-                let u = 1.0 - s.dead_bytes() as f64 / s.data_bytes.max(1) as f64;
-                (1.0 - u) * (newest.saturating_sub(s.order) + 1) as f64 / (1.0 + u)
-            };
-            candidates
-                .max_by(|(_, a), (_, b)| score(a).total_cmp(&score(b)).then(b.order.cmp(&a.order)))
-        }
-    });
-    let seg = pick.map(|(i, _)| i as u32)?;
-    state.segs[seg as usize].state = SegState::Reclaiming;
-    Some(seg)
+/// What reclaim needs of its victim's row, read under the lock before any IO.
+struct Victim {
+    seg: u32,
+    dev: usize,
+    /// Device offset of the segment.
+    dev_off: u64,
+    seed: u32,
+    has_summary: bool,
+    records: u32,
+    data_end: u32,
+    data_bytes: u64,
+    all_expired: bool,
+    seq: u64,
+    /// The device's name, for errors.
+    name: String,
 }
 
-// Longer than clippy.toml's 120 lines; left as is by issue 29 (cache crate only).
-#[allow(clippy::too_many_lines)]
-fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
-    let (dev, dev_off, seed, has_summary, records, data_end, data_bytes, all_expired, seg_seq) = {
+impl Victim {
+    fn of(inner: &Inner, seg: u32) -> Result<Self> {
         let state = inner.state.lock();
-        let s = &state.segs[seg as usize];
-        (
-            s.dev,
-            s.dev_off,
-            s.seed,
-            s.has_summary,
-            s.records,
-            s.data_end,
-            s.data_bytes,
-            s.all_expired(now_unix()),
-            s.seq,
-        )
-    };
-    let exec = inner.exec.as_ref();
-    let name = inner.dev_name(dev).to_string();
-    let seg_size = inner.seg_size;
-    let stats = &inner.stats;
+        let s = state
+            .segments
+            .get(seg)
+            .ok_or(Error::InvalidLocation(u64::from(seg) * inner.seg_size))?;
+        Ok(Self {
+            seg,
+            dev: s.dev,
+            dev_off: s.dev_off,
+            seed: s.seed,
+            has_summary: s.has_summary,
+            records: s.records,
+            data_end: s.data_end,
+            data_bytes: s.data_bytes,
+            all_expired: s.all_expired(now_unix()),
+            seq: s.seq,
+            name: inner.dev_name(s.dev).to_string(),
+        })
+    }
+}
 
-    let mut data: Option<AlignedBuf> = None;
-    let mut entries: Option<Vec<SummaryEntry>> = None;
-    if has_summary {
-        let tl = tail_len(records as usize);
-        let tail = read_blocking(exec, dev, dev_off + seg_size - tl, tl as usize)
-            .map_err(|e| Error::io(&name, "read summary", e))?;
-        FlashStats::add(&stats.device_bytes_read, tl);
-        FlashStats::add(&stats.reclaim_bytes_read, tl);
-        let fb = &tail.as_slice()[tl as usize - FOOTER_LEN..];
-        entries = Footer::decode(fb, seed).and_then(|f| decode_summary(tail.as_slice(), &f, seed));
-        if entries.is_none() {
-            FlashStats::add(&stats.checksum_failures, 1);
+/// What the user decided so far for the victim's records, and the drop notes owed.
+struct Verdicts<'a> {
+    inner: &'a Inner,
+    /// The user asked for drop notes of evicted records (`notes_on_eviction`).
+    noting: bool,
+    /// Records dropped.
+    dropped: u64,
+    /// Records the user indexed that are dropped: each gets a drop note (see `Decision`).
+    notes: Vec<RecordMeta>,
+}
+
+impl<'a> Verdicts<'a> {
+    fn new(inner: &'a Inner) -> Self {
+        Self {
+            inner,
+            noting: inner.handler.notes_on_eviction(),
+            dropped: 0,
+            notes: Vec::new(),
         }
     }
-    let entries = match entries {
-        Some(e) => e,
-        None => {
-            let len = u64::from(data_end).max(PAGE);
-            let buf = read_blocking(exec, dev, dev_off, len as usize)
-                .map_err(|e| Error::io(&name, "scan", e))?;
-            FlashStats::add(&stats.device_bytes_read, len);
-            FlashStats::add(&stats.reclaim_bytes_read, len);
-            let (e, _, _) = scan(buf.as_slice(), seed);
-            data = Some(buf);
-            e
+
+    /// A record the user wanted kept goes: tell it, and owe a note if it asked for them.
+    fn evict(&mut self, m: &RecordMeta) {
+        self.inner.handler.evicted(m);
+        if self.noting && m.kind == kind::PUT {
+            self.notes.push(*m);
         }
-    };
+    }
+
+    /// Ask the user about every record of `entries`; returns those to keep (in offset
+    /// order), within `keep_limit` of the victim's bytes. Expired records are asked about
+    /// too: the user may still index them, and then an older version of the key elsewhere
+    /// needs a drop note.
+    fn decide(&mut self, v: &Victim, entries: &[SummaryEntry]) -> Vec<(SummaryEntry, RecordMeta)> {
+        let inner = self.inner;
+        let now = now_unix();
+        let cap = (inner.knobs.keep_limit() * v.data_bytes as f64) as u64;
+        let mut kept = 0u64;
+        let mut keeps = Vec::new();
+        for e in entries {
+            let Ok(m) = inner.record_meta(v.seg, e, v.seq) else {
+                continue;
+            };
+            let expired = v.all_expired || (e.exptime != 0 && e.exptime <= now);
+            match inner.handler.decide(&m) {
+                Decision::Drop => self.dropped += 1,
+                Decision::Forget => {
+                    self.notes.push(m);
+                    self.dropped += 1;
+                }
+                Decision::Keep if !expired && kept + u64::from(e.len) <= cap => {
+                    kept += u64::from(e.len);
+                    keeps.push((*e, m));
+                }
+                Decision::Keep => {
+                    self.evict(&m);
+                    self.dropped += 1;
+                }
+            }
+        }
+        keeps
+    }
+}
+
+fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
+    let v = Victim::of(inner, seg)?;
+    let (entries, data) = read_entries(inner, &v)?;
     // A segment without a readable summary was scanned whole: its area is working memory.
     let _scan_lease = data.as_ref().map(|d| WorkLease::new(inner, d.len() as u64));
-    let meta = |e: &SummaryEntry| inner.record_meta(seg, e, seg_seq).ok();
-    let handler = &inner.handler;
-    let now = now_unix();
-    let mut dropped = 0u64;
-    let mut keeps = Vec::new();
-    // Records the user indexed that are dropped: each gets a drop note (see `Decision`).
-    let mut notes: Vec<RecordMeta> = Vec::new();
-    let noting = handler.notes_on_eviction();
-    let evict = |m: &RecordMeta, notes: &mut Vec<RecordMeta>| {
-        handler.evicted(m);
-        if noting && m.kind == crate::kind::PUT {
-            notes.push(*m);
-        }
-    };
-    if all_expired {
-        FlashStats::add(&stats.reclaims_expired, 1);
+    let mut verdicts = Verdicts::new(inner);
+    if v.all_expired {
+        FlashStats::add(&inner.stats.reclaims_expired, 1);
     }
-    let cap = (inner.knobs.keep_limit() * data_bytes as f64) as u64;
-    let mut kept = 0u64;
-    for e in &entries {
-        let Some(m) = meta(e) else { continue };
-        // Expired records are asked about too: the user may still index them, and then an
-        // older version of the key elsewhere needs a drop note.
-        let expired = all_expired || (e.exptime != 0 && e.exptime <= now);
-        match handler.decide(&m) {
-            Decision::Drop => dropped += 1,
-            Decision::Forget => {
-                notes.push(m);
-                dropped += 1;
-            }
-            Decision::Keep if !expired && kept + u64::from(e.len) <= cap => {
-                kept += u64::from(e.len);
-                keeps.push((*e, m));
-            }
-            Decision::Keep => {
-                evict(&m, &mut notes);
-                dropped += 1;
-            }
-        }
-    }
+    let keeps = verdicts.decide(&v, &entries);
     if !keeps.is_empty() {
-        // Kept records are read in groups whose pages span at most one chunk (every record
-        // fits in one), a batch of groups at most one chunk in all, and each is appended
-        // before the next is decoded: reclaim's read memory is one chunk, not a segment.
-        let window = inner.cfg.chunk_size;
-        let mut unreadable = 0u64;
-        let mut next = 0;
-        while next < keeps.len() {
-            let batch = match &data {
-                Some(_) => vec![(0, keeps.len(), 0, 0)],
-                None => next_batch(&keeps[next..], window, next),
-            };
-            let _lease = WorkLease::new(inner, batch.iter().map(|g| g.3 - g.2).sum());
-            let bufs: Vec<Option<AlignedBuf>> = match &data {
-                Some(_) => vec![None],
-                None => {
-                    let ops = batch
-                        .iter()
-                        .map(|g| IoOp::Read {
-                            dev,
-                            off: dev_off + g.2,
-                            buf: AlignedBuf::zeroed((g.3 - g.2) as usize),
-                        })
-                        .collect();
-                    let mut out = Vec::with_capacity(batch.len());
-                    let mut failed = None;
-                    for r in run_batch(exec, ops) {
-                        match r {
-                            Ok(b) => {
-                                let n = b.as_ref().map_or(0, |b| b.len() as u64);
-                                FlashStats::add(&stats.device_bytes_read, n);
-                                FlashStats::add(&stats.reclaim_bytes_read, n);
-                                out.push(b);
-                            }
-                            Err(e) => failed = Some(e),
-                        }
-                    }
-                    if let Some(e) = failed {
-                        // The records left to keep cannot be read: they are lost; tell the
-                        // user (those already copied have moved).
-                        for (_, m) in &keeps[next..] {
-                            evict(m, &mut notes);
-                        }
-                        let n = (keeps.len() - next) as u64;
-                        FlashStats::add(&stats.records_unreadable, n);
-                        FlashStats::add(&stats.records_dropped, dropped + n);
-                        // The victim is retired, not erased; its notes still go down.
-                        write_notes(inner, &notes);
-                        let _ = inner.flush().wait();
-                        return Err(Error::io(&name, "read", e));
-                    }
-                    out
-                }
-            };
-            for (g, buf) in batch.iter().zip(&bufs) {
-                for (e, m) in &keeps[g.0..g.1] {
-                    let rec = match (&data, buf) {
-                        (Some(d), _) => decode_at(d.as_slice(), e.offset, seed),
-                        (None, Some(b)) => decode_at(b.as_slice(), e.offset - g.2 as u32, seed),
-                        (None, None) => Err(record::DecodeError::Truncated),
-                    };
-                    let rec = match rec {
-                        Ok(r) => r,
-                        Err(err) => {
-                            let _ = inner.decode_error(err);
-                            evict(m, &mut notes);
-                            dropped += 1;
-                            unreadable += 1;
-                            continue;
-                        }
-                    };
-                    let w = RecordWrite {
-                        kind: rec.header.kind,
-                        key_id: rec.header.key_id,
-                        version: rec.header.version,
-                        flags: rec.header.flags,
-                        exptime: rec.header.exptime,
-                        key: &rec.key,
-                        value: &rec.value,
-                    };
-                    match append_retrying(inner, &w) {
-                        Ok(loc) => {
-                            FlashStats::add(&stats.records_rewritten, 1);
-                            FlashStats::add(&stats.bytes_rewritten, rec.header.padded_len() as u64);
-                            if !handler.relocated(m, loc) {
-                                inner.mark_dead(loc);
-                            }
-                        }
-                        Err(_) => {
-                            evict(m, &mut notes);
-                            dropped += 1;
-                        }
-                    }
-                }
-            }
-            next = batch.last().map_or(keeps.len(), |g| g.1);
-        }
-        if unreadable > 0 {
-            FlashStats::add(&stats.records_unreadable, unreadable);
-            log::warn!(
-                "flash reclaim: {unreadable} records of segment {seg} failed their checksum: \
-                 dropped (the user's index entries removed)"
-            );
-        }
+        copy_keeps(inner, &v, &keeps, data.as_ref(), &mut verdicts)?;
     }
-    write_notes(inner, &notes);
+    write_notes(inner, &verdicts.notes);
     // The copies and notes must be durable before the originals disappear, and so must
     // whatever superseded a dropped record (a newer version or tombstone may still sit in
     // a write buffer).
     inner.flush().wait()?;
-    FlashStats::add(&stats.records_dropped, dropped);
-    handler
+    FlashStats::add(&inner.stats.records_dropped, verdicts.dropped);
+    inner
+        .handler
         .before_erase()
-        .map_err(|e| Error::io(&name, "before erase", std::io::Error::other(e)))?;
-    // Zero the header page so recovery never resurrects this segment's records.
+        .map_err(|e| Error::io(&v.name, "before erase", std::io::Error::other(e)))?;
+    erase(inner, &v)
+}
+
+/// The victim's summary entries: from its summary if it has a valid one, else by scanning
+/// the whole segment (then its image is returned too, to copy kept records from).
+fn read_entries(inner: &Inner, v: &Victim) -> Result<(Vec<SummaryEntry>, Option<AlignedBuf>)> {
+    let exec = inner.exec.as_ref();
+    let stats = &inner.stats;
+    if v.has_summary {
+        let tl = tail_len(v.records as usize);
+        let tail = read_blocking(exec, v.dev, v.dev_off + inner.seg_size - tl, tl as usize)
+            .map_err(|e| Error::io(&v.name, "read summary", e))?;
+        FlashStats::add(&stats.device_bytes_read, tl);
+        FlashStats::add(&stats.reclaim_bytes_read, tl);
+        let fb = &tail.as_slice()[tl as usize - FOOTER_LEN..];
+        let entries =
+            Footer::decode(fb, v.seed).and_then(|f| decode_summary(tail.as_slice(), &f, v.seed));
+        match entries {
+            Some(e) => return Ok((e, None)),
+            None => FlashStats::add(&stats.checksum_failures, 1),
+        }
+    }
+    let len = u64::from(v.data_end).max(PAGE);
+    let buf = read_blocking(exec, v.dev, v.dev_off, len as usize)
+        .map_err(|e| Error::io(&v.name, "scan", e))?;
+    FlashStats::add(&stats.device_bytes_read, len);
+    FlashStats::add(&stats.reclaim_bytes_read, len);
+    let (e, _, _) = scan(buf.as_slice(), v.seed);
+    Ok((e, Some(buf)))
+}
+
+/// Copy the `keeps` into the reclaim stream: from `data` (the scanned image) if given, else
+/// read in groups whose pages span at most one chunk (every record fits in one), a batch of
+/// groups at most one chunk in all, each appended before the next is decoded: reclaim's read
+/// memory is one chunk, not a segment. A record that does not verify is dropped (the user
+/// told); a batch that cannot be read fails the victim (`Error::Io` "read").
+fn copy_keeps(
+    inner: &Arc<Inner>,
+    v: &Victim,
+    keeps: &[(SummaryEntry, RecordMeta)],
+    data: Option<&AlignedBuf>,
+    verdicts: &mut Verdicts<'_>,
+) -> Result<()> {
+    let window = inner.cfg.chunk_size;
+    let mut unreadable = 0u64;
+    let mut next = 0;
+    while next < keeps.len() {
+        let batch = match data {
+            Some(_) => vec![(0, keeps.len(), 0, 0)],
+            None => next_batch(&keeps[next..], window, next),
+        };
+        let _lease = WorkLease::new(inner, batch.iter().map(|g| g.3 - g.2).sum());
+        let bufs = match data {
+            Some(_) => vec![None],
+            None => match read_groups(inner, v, &batch) {
+                Ok(bufs) => bufs,
+                Err(e) => return Err(keeps_unreadable(inner, v, &keeps[next..], verdicts, e)),
+            },
+        };
+        for (g, buf) in batch.iter().zip(&bufs) {
+            for (e, m) in &keeps[g.0..g.1] {
+                let rec = match (data, buf) {
+                    (Some(d), _) => decode_at(d.as_slice(), e.offset, v.seed),
+                    (None, Some(b)) => decode_at(b.as_slice(), e.offset - g.2 as u32, v.seed),
+                    (None, None) => Err(record::DecodeError::Truncated),
+                };
+                match rec {
+                    Ok(r) => copy_one(inner, m, &r, verdicts),
+                    Err(err) => {
+                        let _ = inner.decode_error(err);
+                        verdicts.evict(m);
+                        verdicts.dropped += 1;
+                        unreadable += 1;
+                    }
+                }
+            }
+        }
+        next = batch.last().map_or(keeps.len(), |g| g.1);
+    }
+    if unreadable > 0 {
+        FlashStats::add(&inner.stats.records_unreadable, unreadable);
+        log::warn!(
+            "flash reclaim: {unreadable} records of segment {} failed their checksum: \
+             dropped (the user's index entries removed)",
+            v.seg
+        );
+    }
+    Ok(())
+}
+
+/// Read the groups of `batch` from the victim in one batch; the error of a read that failed.
+fn read_groups(
+    inner: &Inner,
+    v: &Victim,
+    batch: &[Group],
+) -> std::io::Result<Vec<Option<AlignedBuf>>> {
+    let ops = batch
+        .iter()
+        .map(|g| IoOp::Read {
+            dev: v.dev,
+            off: v.dev_off + g.2,
+            buf: AlignedBuf::zeroed((g.3 - g.2) as usize),
+        })
+        .collect();
+    let mut out = Vec::with_capacity(batch.len());
+    let mut failed = None;
+    for r in run_batch(inner.exec.as_ref(), ops) {
+        match r {
+            Ok(b) => {
+                let n = b.as_ref().map_or(0, |b| b.len() as u64);
+                FlashStats::add(&inner.stats.device_bytes_read, n);
+                FlashStats::add(&inner.stats.reclaim_bytes_read, n);
+                out.push(b);
+            }
+            Err(e) => failed = Some(e),
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// The records left to keep (`rest`) cannot be read: they are lost; tell the user (those
+/// already copied have moved). The victim is retired, not erased; its notes still go down.
+fn keeps_unreadable(
+    inner: &Arc<Inner>,
+    v: &Victim,
+    rest: &[(SummaryEntry, RecordMeta)],
+    verdicts: &mut Verdicts<'_>,
+    e: std::io::Error,
+) -> Error {
+    for (_, m) in rest {
+        verdicts.evict(m);
+    }
+    let n = rest.len() as u64;
+    FlashStats::add(&inner.stats.records_unreadable, n);
+    FlashStats::add(&inner.stats.records_dropped, verdicts.dropped + n);
+    write_notes(inner, &verdicts.notes);
+    let _ = inner.flush().wait();
+    Error::io(&v.name, "read", e)
+}
+
+/// Append the kept record `rec` (reported as `m`) to the reclaim stream and tell the user
+/// where it went; one that cannot be appended is evicted.
+fn copy_one(inner: &Arc<Inner>, m: &RecordMeta, rec: &Record, verdicts: &mut Verdicts<'_>) {
+    let w = RecordWrite {
+        kind: rec.header.kind,
+        key_id: rec.header.key_id,
+        version: rec.header.version,
+        flags: rec.header.flags,
+        exptime: rec.header.exptime,
+        key: &rec.key,
+        value: &rec.value,
+    };
+    match append_retrying(inner, &w) {
+        Ok(loc) => {
+            FlashStats::add(&inner.stats.records_rewritten, 1);
+            FlashStats::add(&inner.stats.bytes_rewritten, rec.header.padded_len() as u64);
+            if !inner.handler.relocated(m, loc) {
+                inner.mark_dead(loc);
+            }
+        }
+        Err(_) => {
+            verdicts.evict(m);
+            verdicts.dropped += 1;
+        }
+    }
+}
+
+/// Zero the victim's header page so recovery never resurrects its records, then free it.
+fn erase(inner: &Arc<Inner>, v: &Victim) -> Result<()> {
     let zero = Arc::new(AlignedBuf::zeroed(PAGE as usize));
     if let Err(e) = run_one(
-        exec,
+        inner.exec.as_ref(),
         IoOp::Write {
-            dev,
-            off: dev_off,
+            dev: v.dev,
+            off: v.dev_off,
             buf: zero,
         },
     ) {
-        FlashStats::add(&stats.write_errors, 1);
+        FlashStats::add(&inner.stats.write_errors, 1);
         let mut state = inner.state.lock();
         inner.device_error(
             &mut state,
-            dev,
+            v.dev,
             "write (reclaim, segment header)",
             &e.to_string(),
         );
-        return Err(Error::io(&name, "write", e));
+        return Err(Error::io(&v.name, "write", e));
     }
-    FlashStats::add(&stats.device_bytes_written, PAGE);
+    FlashStats::add(&inner.stats.device_bytes_written, PAGE);
     let mut state = inner.state.lock();
-    let info = &mut state.segs[seg as usize];
-    info.state = SegState::Free;
-    info.records = 0;
-    info.dead = 0;
-    info.data_bytes = 0;
-    info.data_end = 0;
-    // A failing device keeps its free segments listed; allocation skips them until it is back.
-    state.free.push(dev, seg);
-    FlashStats::add(&stats.reclaims, 1);
+    state.segments.release(v.seg);
+    FlashStats::add(&inner.stats.reclaims, 1);
     inner.update_gauges(&state);
     Ok(())
 }
@@ -470,7 +515,7 @@ fn write_notes(inner: &Arc<Inner>, dropped: &[RecordMeta]) {
     let mut failed = 0u64;
     for m in dropped {
         let w = RecordWrite {
-            kind: crate::kind::TOMBSTONE,
+            kind: kind::TOMBSTONE,
             key_id: m.key_id,
             version: m.version,
             flags: horizon,
@@ -492,7 +537,7 @@ fn write_notes(inner: &Arc<Inner>, dropped: &[RecordMeta]) {
 }
 
 /// Append into the reclaim stream, waiting out `Busy` (chunk writes in flight).
-fn append_retrying(inner: &Arc<Inner>, w: &RecordWrite<'_>) -> Result<crate::Location> {
+fn append_retrying(inner: &Arc<Inner>, w: &RecordWrite<'_>) -> Result<Location> {
     inner.append_wait(inner.cfg.reclaim_stream, w, Duration::from_secs(10))
 }
 
@@ -511,7 +556,7 @@ mod tests {
             kind: 1,
         };
         let m = RecordMeta {
-            location: crate::Location::new(u64::from(offset), u64::from(len)).unwrap(),
+            location: Location::new(u64::from(offset), u64::from(len)).unwrap(),
             key_id: 1,
             version: 1,
             flags: 0,

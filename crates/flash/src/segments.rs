@@ -1,7 +1,8 @@
-//! The segment table and free lists: which segment is free, open for a stream, sealed or
-//! being reclaimed, with its sequence number and live/dead accounting.
+//! A segment's row ([`SegInfo`]: its lifecycle state, sequence number and live/dead
+//! accounting) and the per-device free lists. The table that owns them and changes a row's
+//! state is `segment_table.rs`; readers elsewhere see rows only through it, read-only.
 //!
-//! Lives inside the engine's single state mutex (see `engine.rs`); every function here runs
+//! Lives inside the engine's single state mutex (see `state.rs`); every function here runs
 //! with that lock held and never blocks.
 use std::collections::VecDeque;
 
@@ -39,7 +40,7 @@ pub(crate) struct SegInfo {
     /// Reclaim's age order (smaller = older), stamped when the segment is sealed. Not the
     /// seq: a stream that fills slowly opened its segment long before its last records
     /// went in, and ordering by seq would reclaim those fresh records first. RAM only;
-    /// recovery derives it (`recovery::order_recovered`).
+    /// recovery derives it (`segment_table::order_recovered`).
     pub order: u64,
     /// Stream that wrote it.
     pub stream: u8,

@@ -1,9 +1,11 @@
 //! The write path: append into a stream's RAM chunk, write full chunks sequentially, seal
 //! segments with their summary, the durability barrier (`flush`), and write completions.
+//! Methods of the engine core ([`Inner`]); they move state between the segment table and the
+//! write queue (`state.rs`) and hand the device writes to the executor.
 //!
 //! Runs on caller threads (append, flush), the flusher thread (early chunk writes) and IO
 //! executor threads (completions), always under the engine state lock except where a
-//! function says otherwise. See `engine.rs` for the invariants.
+//! function says otherwise. See `inner.rs` for the invariants.
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -11,18 +13,20 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
+use crate::clock::now_unix;
 use crate::completion::{pair, Completion, Promise};
-use crate::engine::{FlushWaiter, InflightWrite, Inner, LostRecord, RecordWrite, State, StreamId};
 use crate::error::{Error, Result};
 use crate::format::record::{self, padded_len, RecordHeader};
-use crate::format::segment::{
-    encode_tail, tail_len, Footer, SegmentHeader, SummaryEntry, SEGMENT_HEADER_LEN,
-};
+use crate::format::segment::{encode_tail, tail_len, Footer, SegmentHeader, SEGMENT_HEADER_LEN};
+use crate::handler::{LostRecord, RecordWrite, StreamId};
 use crate::health::WRITE_ATTEMPTS;
+use crate::inner::Inner;
 use crate::io::{AlignedBuf, IoOp, IoRequest};
-use crate::location::{Location, PAGE};
-use crate::segments::SegState;
+use crate::location::Location;
+use crate::state::State;
 use crate::stats::FlashStats;
+use crate::stream::{Chunk, Room};
+use crate::write_queue::{FlushWaiter, InflightWrite, WriteQueue};
 
 /// One device write and how to retry or report it.
 struct WriteJob {
@@ -32,15 +36,12 @@ struct WriteJob {
     buf: Arc<AlignedBuf>,
     /// 1 for the first try.
     attempt: u32,
-    /// For a summary + footer write: the segment and its seq (else a chunk in `inflight`).
+    /// For a summary + footer write: the segment and its seq (else a chunk in flight).
     tail_of: Option<(u32, u64)>,
 }
 
-fn round_page(x: u64) -> u64 {
-    x.div_ceil(PAGE) * PAGE
-}
-
 impl Inner {
+    /// See [`crate::Flash::append`].
     pub(crate) fn append(
         self: &Arc<Self>,
         stream: StreamId,
@@ -60,93 +61,86 @@ impl Inner {
         let s = usize::from(stream);
         let mut guard = self.state.lock();
         let state = &mut *guard;
-        if state.closed {
+        if state.closed() {
             return Err(Error::Closed);
         }
-        if s >= state.streams.len() {
+        if s >= state.writes.streams() {
             return Err(Error::Config(format!("no stream {stream}")));
         }
-        let chunk = self.cfg.chunk_size as usize;
-        let seg = loop {
-            let Some(seg) = state.streams[s].seg else {
-                if self.chunk_bufs_full(state) {
-                    FlashStats::add(&self.stats.append_rejected, 1);
-                    return Err(Error::Busy("write chunk"));
-                }
-                self.open_segment(state, stream)?;
-                continue;
-            };
-            let stream_state = &state.streams[s];
-            let off = u64::from(stream_state.buf_off) + stream_state.fill as u64;
-            let n = stream_state.summary.len();
-            let fits_chunk = stream_state.fill + len <= chunk;
-            let fits_seg = round_page(off + len as u64) <= self.seg_size - tail_len(n + 1);
-            if fits_chunk && fits_seg {
-                break seg;
-            }
-            if stream_state.in_flight >= self.knobs.max_chunks_in_flight()
-                || self.chunk_bufs_full(state)
-            {
-                FlashStats::add(&self.stats.append_rejected, 1);
-                return Err(Error::Busy("write chunk"));
-            }
-            if fits_seg {
-                self.submit_chunk(state, stream);
-            } else {
-                self.seal(state, stream);
-            }
-        };
-        if state.streams[s].buf.is_none() {
-            // The chunk buffer was not replaced when the last one was submitted (all
-            // `chunk_buffer_limit` in use): take one now, or wait.
-            if self.chunk_bufs_full(state) {
-                FlashStats::add(&self.stats.append_rejected, 1);
-                return Err(Error::Busy("write chunk"));
-            }
-            let b = self.take_buf(state);
-            state.streams[s].buf = Some(b);
-        }
-        let seed = state.segs[seg as usize].seed;
-        let stream_state = &mut state.streams[s];
-        let off = stream_state.buf_off + stream_state.fill as u32;
+        let seg = self.room_for(state, stream, len)?;
         let h = RecordHeader {
             kind: rec.kind,
             key_len: rec.key.len() as u16,
             value_len: rec.value.len() as u32,
             flags: rec.flags,
             exptime: rec.exptime,
-            time: crate::engine::now_unix(),
+            time: now_unix(),
             version: rec.version,
             key_id: rec.key_id,
         };
-        let Some(buf) = stream_state.buf.as_mut() else {
+        let seed = state.segments.get(seg).map_or(0, |i| i.seed);
+        let Some(stream_state) = state.writes.stream_mut(s).filter(|st| st.has_buf()) else {
             return Err(Error::Closed);
         };
-        let written = buf
-            .as_mut_slice()
-            .get_mut(stream_state.fill..)
-            .and_then(|dst| record::encode(dst, &h, rec.key, rec.value, seed));
-        if written != Some(len) {
+        let Some(off) = stream_state.push(&h, (rec.key, rec.value), len, seed) else {
             return Err(Error::RecordTooLarge { size: len, max });
-        }
-        stream_state.fill += len;
-        stream_state.chunk_records += 1;
-        stream_state.oldest.get_or_insert_with(Instant::now);
-        stream_state.summary.push(SummaryEntry {
-            key_id: rec.key_id,
-            version: rec.version,
-            offset: off,
-            len: h.unpadded_len() as u32,
-            exptime: rec.exptime,
-            flags: rec.flags,
-            kind: rec.kind,
-        });
-        let info = &mut state.segs[seg as usize];
-        info.add_record(len as u64, rec.exptime);
+        };
+        state.segments.add_record(seg, len as u64, rec.exptime);
         FlashStats::add(&self.stats.objects_written, 1);
         FlashStats::add(&self.stats.bytes_written, len as u64);
         FlashStats::add(&self.stats.bytes_used, len as u64);
         self.location(seg, off, h.unpadded_len())
+    }
+
+    /// Make room for a `len`-byte record in `stream`'s current chunk (opening a segment,
+    /// handing the chunk to the device or sealing the segment as needed) and see that a chunk
+    /// buffer is in place. Returns the open segment; `Busy` or `NoSpace` if the room cannot
+    /// be made now.
+    fn room_for(self: &Arc<Self>, state: &mut State, stream: StreamId, len: usize) -> Result<u32> {
+        let s = usize::from(stream);
+        let chunk = self.cfg.chunk_size as usize;
+        let busy = |me: &Self| {
+            FlashStats::add(&me.stats.append_rejected, 1);
+            Err(Error::Busy("write chunk"))
+        };
+        let seg = loop {
+            let Some(st) = state.writes.stream(s) else {
+                return Err(Error::Config(format!("no stream {stream}")));
+            };
+            let Some(seg) = st.seg() else {
+                if self.chunk_bufs_full(&state.writes) {
+                    return busy(self);
+                }
+                self.open_segment(state, stream)?;
+                continue;
+            };
+            let room = st.room(len, chunk, self.seg_size);
+            if room.chunk && room.segment {
+                break seg;
+            }
+            if st.in_flight() >= self.knobs.max_chunks_in_flight()
+                || self.chunk_bufs_full(&state.writes)
+            {
+                return busy(self);
+            }
+            if room.segment {
+                self.submit_chunk(state, stream);
+            } else {
+                self.seal(state, stream);
+            }
+        };
+        if state.writes.stream(s).is_some_and(|st| !st.has_buf()) {
+            // The chunk buffer was not replaced when the last one was submitted (all
+            // `chunk_buffer_limit` in use): take one now, or wait.
+            if self.chunk_bufs_full(&state.writes) {
+                return busy(self);
+            }
+            let b = self.take_buf(&mut state.writes);
+            if let Some(st) = state.writes.stream_mut(s) {
+                st.give_buf(b);
+            }
+        }
+        Ok(seg)
     }
 
     /// Whether an append of a `len`-byte record to `stream` would be taken now rather than
@@ -154,28 +148,31 @@ impl Inner {
     /// device out) answer true: waiting would not help.
     pub(crate) fn can_append(&self, stream: StreamId, len: usize) -> bool {
         let state = self.state.lock();
-        if state.closed || state.out.iter().all(|o| *o) {
+        if state.closed() || state.health.all_out() {
             return true;
         }
-        let Some(st) = state.streams.get(usize::from(stream)) else {
+        let Some(st) = state.writes.stream(usize::from(stream)) else {
             return true;
         };
         // A new chunk needs a buffer: none while `chunk_buffer_limit` are in use.
-        let bufs_full = self.chunk_bufs_full(&state);
-        let busy = st.in_flight >= self.knobs.max_chunks_in_flight() || bufs_full;
+        let bufs_full = self.chunk_bufs_full(&state.writes);
+        let busy = st.in_flight() >= self.knobs.max_chunks_in_flight() || bufs_full;
         let free_ok = stream == self.cfg.reclaim_stream
-            || state.free.total(&state.out) > self.cfg.reserve_segments as usize;
-        if st.seg.is_none() {
+            || state.free_total() > self.cfg.reserve_segments as usize;
+        if st.seg().is_none() {
             return free_ok && !bufs_full;
         }
-        let off = u64::from(st.buf_off) + st.fill as u64;
-        let fits_chunk = st.fill + len <= self.cfg.chunk_size as usize;
-        let fits_seg =
-            round_page(off + len as u64) <= self.seg_size - tail_len(st.summary.len() + 1);
-        match (fits_chunk, fits_seg) {
-            (true, true) => st.buf.is_some() || !bufs_full,
-            (false, true) => !busy,
-            (_, false) => !busy && free_ok,
+        let room = st.room(len, self.cfg.chunk_size as usize, self.seg_size);
+        match room {
+            Room {
+                chunk: true,
+                segment: true,
+            } => st.has_buf() || !bufs_full,
+            Room {
+                chunk: false,
+                segment: true,
+            } => !busy,
+            Room { segment: false, .. } => !busy && free_ok,
         }
     }
 
@@ -193,11 +190,11 @@ impl Inner {
                 Err(Error::Busy(q)) => {
                     let mut state = self.state.lock();
                     let busy = |state: &State| {
-                        self.chunk_bufs_full(state)
+                        self.chunk_bufs_full(&state.writes)
                             || state
-                                .streams
-                                .get(usize::from(stream))
-                                .is_some_and(|s| s.in_flight >= self.knobs.max_chunks_in_flight())
+                                .writes
+                                .stream(usize::from(stream))
+                                .is_some_and(|s| s.in_flight() >= self.knobs.max_chunks_in_flight())
                     };
                     while busy(&state) {
                         if self.wake.wait_until(&mut state, deadline).timed_out() {
@@ -214,9 +211,10 @@ impl Inner {
         }
     }
 
-    fn take_buf(&self, state: &mut State) -> AlignedBuf {
+    /// A chunk buffer: a pooled one, else a new one (counted in `work_bytes`).
+    fn take_buf(&self, writes: &mut WriteQueue) -> AlignedBuf {
         let chunk = self.cfg.chunk_size as usize;
-        let mut b = state.pool.pop().unwrap_or_else(|| {
+        let mut b = writes.pooled().unwrap_or_else(|| {
             self.chunk_bufs.fetch_add(1, Ordering::Relaxed);
             self.note_work();
             AlignedBuf::zeroed(chunk)
@@ -225,19 +223,23 @@ impl Inner {
         b
     }
 
+    /// Open a free segment for `stream`: its header goes first into a new chunk.
     fn open_segment(&self, state: &mut State, stream: StreamId) -> Result<()> {
         let reserve = self.cfg.reserve_segments as usize;
-        let free = state.free.total(&state.out);
+        let free = state.free_total();
         if free <= self.knobs.free_low() as usize + reserve {
             self.wake.notify_all();
         }
-        if stream != self.cfg.reclaim_stream && free <= reserve {
+        let refused = |state: &State| {
             FlashStats::add(&self.stats.append_rejected, 1);
-            return Err(if state.out.iter().all(|o| *o) {
-                Error::DeviceFailed(format!("all {} devices", state.out.len()))
+            Err(if state.health.all_out() {
+                Error::DeviceFailed(format!("all {} devices", state.health.len()))
             } else {
                 Error::NoSpace
-            });
+            })
+        };
+        if stream != self.cfg.reclaim_stream && free <= reserve {
+            return refused(state);
         }
         let tier = self
             .cfg
@@ -245,37 +247,23 @@ impl Inner {
             .get(usize::from(stream))
             .copied()
             .flatten();
-        let Some(seg) = state.free.pop(&state.out, &self.tiers, tier) else {
-            FlashStats::add(&self.stats.append_rejected, 1);
-            return Err(if state.out.iter().all(|o| *o) {
-                Error::DeviceFailed(format!("all {} devices", state.out.len()))
-            } else {
-                Error::NoSpace
-            });
+        let alloc = (state.health.out_mask(), &self.tiers[..], tier);
+        let Some((seg, seq)) = state.segments.open(alloc, &self.uuid, stream) else {
+            return refused(state);
         };
-        let seq = state.next_seq;
-        state.next_seq += 1;
-        let info = &mut state.segs[seg as usize];
-        info.reset(&self.uuid, seq, stream);
-        info.state = SegState::Open(stream);
         let header = SegmentHeader {
             seq,
             uuid: self.uuid,
             segment: seg,
             stream,
-            created: crate::engine::now_unix(),
+            created: now_unix(),
         }
         .encode();
-        let mut buf = self.take_buf(state);
+        let mut buf = self.take_buf(&mut state.writes);
         buf.as_mut_slice()[..SEGMENT_HEADER_LEN].copy_from_slice(&header);
-        let stream_state = &mut state.streams[usize::from(stream)];
-        stream_state.seg = Some(seg);
-        stream_state.buf = Some(buf);
-        stream_state.buf_off = 0;
-        stream_state.fill = SEGMENT_HEADER_LEN;
-        stream_state.chunk_records = 0;
-        stream_state.summary.clear();
-        stream_state.oldest = None;
+        if let Some(st) = state.writes.stream_mut(usize::from(stream)) {
+            st.start(seg, buf, SEGMENT_HEADER_LEN);
+        }
         self.update_gauges(state);
         Ok(())
     }
@@ -284,45 +272,40 @@ impl Inner {
     /// chunk on the next page. No-op if the chunk holds no record.
     pub(crate) fn submit_chunk(self: &Arc<Self>, state: &mut State, stream: StreamId) {
         let s = usize::from(stream);
-        if state.streams[s].chunk_records == 0 {
+        if state
+            .writes
+            .stream(s)
+            .and_then(|st| st.pending_chunk())
+            .is_none()
+        {
             return;
         }
-        let Some(seg) = state.streams[s].seg else {
-            return;
-        };
         // The next chunk's buffer, unless `chunk_buffer_limit` are in use (a flush submits
         // whatever the limit): then the next append takes one once a write completes.
-        let next = (!self.chunk_bufs_full(state)).then(|| self.take_buf(state));
-        let stream_state = &mut state.streams[s];
-        let Some(mut buf) = std::mem::replace(&mut stream_state.buf, next) else {
+        let next = (!self.chunk_bufs_full(&state.writes)).then(|| self.take_buf(&mut state.writes));
+        let Some(Chunk {
+            seg,
+            off,
+            buf,
+            entries,
+        }) = state
+            .writes
+            .stream_mut(s)
+            .and_then(|st| st.take_chunk(next))
+        else {
             return;
         };
-        let padded = round_page(stream_state.fill as u64) as usize;
-        buf.as_mut_slice()[stream_state.fill..padded].fill(0);
-        buf.set_len(padded);
-        let first = stream_state
-            .summary
-            .len()
-            .saturating_sub(stream_state.chunk_records as usize);
-        let entries = stream_state
-            .summary
-            .get(first..)
-            .map(<[_]>::to_vec)
-            .unwrap_or_default();
-        let off = stream_state.buf_off;
-        stream_state.buf_off += padded as u32;
-        stream_state.fill = 0;
-        stream_state.chunk_records = 0;
-        stream_state.oldest = None;
-        stream_state.in_flight += 1;
-        let info = &mut state.segs[seg as usize];
-        info.data_end = off + padded as u32;
-        let (dev, dev_off) = (info.dev, info.dev_off + u64::from(off));
+        state.segments.set_data_end(seg, off + buf.len() as u32);
+        let Some((dev, dev_off)) = state
+            .segments
+            .get(seg)
+            .map(|i| (i.dev, i.dev_off + u64::from(off)))
+        else {
+            return;
+        };
         let buf = Arc::new(buf);
-        let id = state.next_write_id;
-        state.next_write_id += 1;
-        state.outstanding.insert(id);
-        state.inflight.push(InflightWrite {
+        let id = state.writes.begin_write();
+        state.writes.track(InflightWrite {
             id,
             seg,
             off,
@@ -360,20 +343,19 @@ impl Inner {
     /// Write the last chunk and the summary + footer; the stream then has no open segment.
     pub(crate) fn seal(self: &Arc<Self>, state: &mut State, stream: StreamId) {
         self.submit_chunk(state, stream);
-        let s = usize::from(stream);
-        let Some(seg) = state.streams[s].seg.take() else {
+        let Some((seg, summary, buf)) = state
+            .writes
+            .stream_mut(usize::from(stream))
+            .and_then(|st| st.close())
+        else {
             return;
         };
-        let summary = std::mem::take(&mut state.streams[s].summary);
-        if let Some(b) = state.streams[s].buf.take() {
-            state.pool.push(b);
+        if let Some(b) = buf {
+            state.writes.pool(b);
         }
-        state.streams[s].fill = 0;
-        state.streams[s].buf_off = 0;
-        let order = state.next_order;
-        state.next_order += 1;
-        let info = &mut state.segs[seg as usize];
-        info.order = order;
+        let Some(info) = state.segments.seal(seg) else {
+            return;
+        };
         let tail = tail_len(summary.len());
         let footer = Footer {
             seq: info.seq,
@@ -386,12 +368,8 @@ impl Inner {
         let bytes = encode_tail(&summary, footer, info.seed);
         let mut buf = AlignedBuf::zeroed(bytes.len());
         buf.as_mut_slice().copy_from_slice(&bytes);
-        info.state = SegState::Sealed;
-        info.has_summary = true;
         let (dev, dev_off, seq) = (info.dev, info.dev_off + self.seg_size - tail, info.seq);
-        let id = state.next_write_id;
-        state.next_write_id += 1;
-        state.outstanding.insert(id);
+        let id = state.writes.begin_write();
         self.submit_write(WriteJob {
             id,
             dev,
@@ -408,7 +386,7 @@ impl Inner {
     fn write_done(self: &Arc<Self>, job: WriteJob, res: io::Result<()>) {
         if let Err(e) = &res {
             FlashStats::add(&self.stats.write_errors, 1);
-            if job.attempt < WRITE_ATTEMPTS && !self.state.lock().closed {
+            if job.attempt < WRITE_ATTEMPTS && !self.state.lock().closed() {
                 FlashStats::add(&self.stats.write_retries, 1);
                 log::debug!(
                     "flash write on {} failed (try {} of {WRITE_ATTEMPTS}): {e}; retrying",
@@ -435,17 +413,7 @@ impl Inner {
         let ready = {
             let mut guard = self.state.lock();
             let state = &mut *guard;
-            state.outstanding.remove(&id);
-            let w = state
-                .inflight
-                .iter()
-                .position(|w| w.id == id)
-                .map(|pos| state.inflight.swap_remove(pos));
-            if let Some(w) = &w {
-                if let Some(stream_state) = state.streams.get_mut(usize::from(w.stream)) {
-                    stream_state.in_flight = stream_state.in_flight.saturating_sub(1);
-                }
-            }
+            let w = state.writes.complete(id);
             match res {
                 Ok(()) => {
                     FlashStats::add(&self.stats.device_bytes_written, written);
@@ -453,53 +421,32 @@ impl Inner {
                     // does not (recovery scans a segment whose summary is missing), so it
                     // rides on the device's next sync.
                     if w.is_some() {
-                        if let Some(h) = state.health.get_mut(dev) {
-                            h.write_gen += 1;
-                        }
+                        state.health.note_write(dev);
                     }
                 }
                 Err(e) => {
                     let msg = format!("write at {off} on {}: {e}", self.dev_name(dev));
                     if let Some(w) = &w {
-                        let mut told = false;
-                        for w in state.waiters.iter_mut().filter(|w| w.target >= id) {
-                            w.error.get_or_insert_with(|| msg.clone());
-                            told = true;
-                        }
-                        if !told {
-                            // No flush is waiting for this write: the next flush reports it.
-                            state.write_error.get_or_insert(msg.clone());
-                        }
+                        state.writes.write_failed(id, &msg);
                         self.lose_chunk(state, w, &msg);
                     } else if let Some((seg, seq)) = tail_of {
                         // The records are on the device; only the summary is missing, so
                         // recovery and reclaim scan the segment instead. Nothing is lost:
                         // no flush fails for it.
-                        if let Some(info) = state.segs.get_mut(seg as usize) {
-                            if info.seq == seq {
-                                info.has_summary = false;
-                            }
-                        }
+                        state.segments.summary_lost(seg, seq);
                     }
                     self.device_error(state, dev, "write", &e.to_string());
                 }
             }
             if let Some(w) = w {
                 // A buffer not pooled is freed (or soon, by the reader still holding it).
-                match Arc::try_unwrap(w.buf) {
-                    Ok(b) if state.pool.len() < state.streams.len() * 2 => state.pool.push(b),
-                    _ => {
-                        self.chunk_bufs.fetch_sub(1, Ordering::Relaxed);
-                        self.note_work();
-                    }
+                let recycled = Arc::try_unwrap(w.buf).map(|b| state.writes.recycle(b));
+                if !matches!(recycled, Ok(Ok(()))) {
+                    self.chunk_bufs.fetch_sub(1, Ordering::Relaxed);
+                    self.note_work();
                 }
             }
-            let min_out = state.outstanding.first().copied().unwrap_or(u64::MAX);
-            let (ready, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut state.waiters)
-                .into_iter()
-                .partition(|w| w.target < min_out);
-            state.waiters = wait;
-            ready
+            state.writes.ready_flushes()
         };
         for w in ready {
             self.finish_flush(w);
@@ -511,7 +458,7 @@ impl Inner {
     /// content) for the handler, drop them from the open segment's summary so a seal does not
     /// list them, and count them dead.
     fn lose_chunk(&self, state: &mut State, w: &InflightWrite, why: &str) {
-        let Some(info) = state.segs.get(w.seg as usize) else {
+        let Some(info) = state.segments.get(w.seg) else {
             return;
         };
         let (seq, seed) = (info.seq, info.seed);
@@ -528,127 +475,92 @@ impl Inner {
                 .and_then(|b| record::decode_record(b, seed).ok());
             lost.push(LostRecord { meta, record });
         }
-        if let Some(stream_state) = state.streams.get_mut(usize::from(w.stream)) {
-            if stream_state.seg == Some(w.seg) {
-                stream_state
-                    .summary
-                    .retain(|e| e.offset < w.off || e.offset >= end);
-            }
+        if let Some(st) = state.writes.stream_mut(usize::from(w.stream)) {
+            st.forget(w.seg, w.off, end);
         }
         let n = lost.len() as u32;
-        if let Some(info) = state.segs.get_mut(w.seg as usize) {
-            info.dead = (info.dead + n).min(info.records);
-        }
+        state.segments.lose_records(w.seg, n);
         FlashStats::add(&self.stats.chunks_lost, 1);
         FlashStats::add(&self.stats.records_lost, u64::from(n));
         log::warn!(
             "flash: {n} records lost: chunk {why} (failed {WRITE_ATTEMPTS} times); the user \
              is told which"
         );
-        state.lost_total += lost.len() as u64;
-        state.lost.extend(lost);
-    }
-
-    pub(crate) fn dev_name(&self, dev: usize) -> &str {
-        self.devices.get(dev).map(|d| d.name()).unwrap_or("?")
+        state.writes.lose(lost);
     }
 
     /// All writes up to the waiter's target are done: sync every device with completed
     /// writes not yet synced, then complete (called without the state lock).
     fn finish_flush(self: &Arc<Self>, w: FlushWaiter) {
-        if let Some(e) = w.error {
-            w.promise
-                .complete(Err(Error::io("flash", "flush", io::Error::other(e))));
+        let (promise, error) = w.into_parts();
+        if let Some(e) = error {
+            promise.complete(Err(Error::io("flash", "flush", io::Error::other(e))));
             return;
         }
-        let devs: Vec<(usize, u64)> = {
-            let state = self.state.lock();
-            state
-                .health
-                .iter()
-                .enumerate()
-                .filter(|(_, h)| h.write_gen > h.synced_gen)
-                .map(|(d, h)| (d, h.write_gen))
-                .collect()
-        };
+        let devs = self.state.lock().health.unsynced();
         if devs.is_empty() {
             FlashStats::add(&self.stats.flushes, 1);
-            w.promise.complete(Ok(()));
+            promise.complete(Ok(()));
             return;
         }
-        struct Join {
-            left: AtomicUsize,
-            error: Mutex<Option<String>>,
-            promise: Mutex<Option<Promise<()>>>,
-        }
-        let join = Arc::new(Join {
+        let join = Arc::new(SyncJoin {
             left: AtomicUsize::new(devs.len()),
             error: Mutex::new(None),
-            promise: Mutex::new(Some(w.promise)),
+            promise: Mutex::new(Some(promise)),
         });
         for (dev, gen) in devs {
             let me = Arc::clone(self);
             let join = Arc::clone(&join);
             self.exec.submit(IoRequest {
                 op: IoOp::Sync { dev },
-                done: Box::new(move |res| {
-                    {
-                        let mut guard = me.state.lock();
-                        let state = &mut *guard;
-                        match &res {
-                            Ok(_) => {
-                                if let Some(h) = state.health.get_mut(dev) {
-                                    h.synced_gen = h.synced_gen.max(gen);
-                                }
-                            }
-                            Err(e) => {
-                                FlashStats::add(&me.stats.sync_errors, 1);
-                                let msg = format!("sync on {}: {e}", me.dev_name(dev));
-                                join.error.lock().get_or_insert(msg);
-                                me.device_error(state, dev, "sync", &e.to_string());
-                            }
-                        }
-                    }
-                    if join.left.fetch_sub(1, Ordering::AcqRel) == 1 {
-                        let out = match join.error.lock().take() {
-                            Some(e) => Err(Error::io("flash", "flush", io::Error::other(e))),
-                            None => {
-                                FlashStats::add(&me.stats.flushes, 1);
-                                Ok(())
-                            }
-                        };
-                        if let Some(p) = join.promise.lock().take() {
-                            p.complete(out);
-                        }
-                    }
-                }),
+                done: Box::new(move |res| me.sync_done(&join, (dev, gen), res.map(|_| ()))),
             });
         }
     }
 
+    /// A flush's sync of `dev` (covering writes up to `gen`) completed (executor thread);
+    /// the last of the flush's syncs completes it.
+    fn sync_done(self: &Arc<Self>, join: &SyncJoin, (dev, gen): (usize, u64), res: io::Result<()>) {
+        {
+            let mut guard = self.state.lock();
+            let state = &mut *guard;
+            match &res {
+                Ok(()) => state.health.synced(dev, gen),
+                Err(e) => {
+                    FlashStats::add(&self.stats.sync_errors, 1);
+                    let msg = format!("sync on {}: {e}", self.dev_name(dev));
+                    join.error.lock().get_or_insert(msg);
+                    self.device_error(state, dev, "sync", &e.to_string());
+                }
+            }
+        }
+        if join.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let out = match join.error.lock().take() {
+                Some(e) => Err(Error::io("flash", "flush", io::Error::other(e))),
+                None => {
+                    FlashStats::add(&self.stats.flushes, 1);
+                    Ok(())
+                }
+            };
+            if let Some(p) = join.promise.lock().take() {
+                p.complete(out);
+            }
+        }
+    }
+
+    /// See [`crate::Flash::flush`].
     pub(crate) fn flush(self: &Arc<Self>) -> Completion<()> {
         let (promise, completion) = pair();
         let waiter = {
             let mut guard = self.state.lock();
             let state = &mut *guard;
-            if state.closed {
+            if state.closed() {
                 return Completion::ready(Err(Error::Closed));
             }
-            for s in 0..state.streams.len() {
+            for s in 0..state.writes.streams() {
                 self.submit_chunk(state, s as StreamId);
             }
-            let error = state.write_error.take();
-            let w = FlushWaiter {
-                target: state.next_write_id - 1,
-                promise,
-                error,
-            };
-            if state.outstanding.first().is_some_and(|&m| m <= w.target) {
-                state.waiters.push(w);
-                None
-            } else {
-                Some(w)
-            }
+            state.writes.flush_waiter(promise)
         };
         if let Some(w) = waiter {
             self.finish_flush(w);
@@ -660,37 +572,43 @@ impl Inner {
     pub(crate) fn write_buffers(self: &Arc<Self>) {
         let mut guard = self.state.lock();
         let state = &mut *guard;
-        if state.closed {
+        if state.closed() {
             return;
         }
-        for s in 0..state.streams.len() {
+        for s in 0..state.writes.streams() {
             self.submit_chunk(state, s as StreamId);
         }
     }
 
     /// Write chunks whose oldest record is older than `age` (flusher thread).
     pub(crate) fn flush_old_chunks(self: &Arc<Self>, state: &mut State, age: std::time::Duration) {
-        for s in 0..state.streams.len() {
-            let old = state.streams[s].oldest.is_some_and(|t| t.elapsed() >= age);
-            if old
-                && state.streams[s].in_flight < self.knobs.max_chunks_in_flight()
-                && !self.chunk_bufs_full(state)
-            {
+        for s in 0..state.writes.streams() {
+            let due = state.writes.stream(s).is_some_and(|st| {
+                st.oldest().is_some_and(|t| t.elapsed() >= age)
+                    && st.in_flight() < self.knobs.max_chunks_in_flight()
+            });
+            if due && !self.chunk_bufs_full(&state.writes) {
                 self.submit_chunk(state, s as StreamId);
             }
         }
     }
 
+    /// See [`crate::Flash::mark_dead`].
     pub(crate) fn mark_dead(&self, loc: Location) {
         let (seg, _) = self.split(loc.byte_addr());
-        let mut state = self.state.lock();
-        if let Some(info) = state.segs.get_mut(seg as usize) {
-            if info.dead < info.records && !matches!(info.state, SegState::Free) {
-                let before = info.dead_bytes();
-                info.dead += 1;
-                let delta = info.dead_bytes() - before;
-                FlashStats::add(&self.stats.bytes_dead, delta);
-            }
+        if let Some(delta) = self.state.lock().segments.mark_dead(seg) {
+            FlashStats::add(&self.stats.bytes_dead, delta);
         }
     }
 }
+
+/// The syncs of one flush: the last to complete completes the flush's promise.
+struct SyncJoin {
+    left: AtomicUsize,
+    error: Mutex<Option<String>>,
+    promise: Mutex<Option<Promise<()>>>,
+}
+
+#[cfg(test)]
+#[path = "writer_tests.rs"]
+mod tests;

@@ -61,8 +61,6 @@ pub fn main(args: BlockArgs) -> anyhow::Result<()> {
     runtime.block_on(run(cfg))
 }
 
-// Longer than clippy.toml's 120 lines; left as is by issue 29 (cache crate only).
-#[allow(clippy::too_many_lines)]
 async fn run(mut cfg: BlockConfig) -> anyhow::Result<()> {
     // Declared first, dropped last: if the start fails, the cache is closed and the run-dir
     // lock released before what this start created is removed.
@@ -100,29 +98,96 @@ async fn run(mut cfg: BlockConfig) -> anyhow::Result<()> {
         None => None,
     };
     litter.note_file(&cfg.cache.path);
-    let opened = reformat::open(
-        &cfg,
-        cfg.cache.clone(),
-        &backing,
-        cfg.tunables.clone(),
-        false,
-    )
-    .await
-    .context("open task")?;
+    let cache = open_cache(&cfg, &backing).await?;
+    let (served_backend, tracer) = traced(&cfg, Arc::clone(&cache) as Arc<dyn BlockBackend>)?;
+    let server = Server::new(
+        vec![Export::new(cfg.export.clone(), served_backend)
+            .with_description("flashtier block cache")],
+        ServerConfig::default(),
+    )?;
+    let listen_addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| cfg.listen_text.clone());
+    let run_dir = Arc::new(run_dir);
+    let ctx = Arc::new(admin::AdminCtx::new(
+        Arc::clone(&cache),
+        server.shutdown_handle(),
+        server.stats(),
+        Arc::clone(&run_dir),
+    ));
+    let admin_bound = match &admin {
+        Some(l) => l
+            .local_addr()
+            .map_or_else(|_| "?".to_string(), |a| a.to_string()),
+        None => "none".to_string(),
+    };
+    let write = stats_writer(
+        &cfg.export,
+        (&listen_addr, &admin_bound),
+        Arc::clone(&run_dir),
+        Arc::clone(&ctx),
+    );
+    litter.note_file(&cfg.run_dir.join(format!("{}.stats", cfg.export)));
+    write("serving").with_context(|| {
+        format!(
+            "--run-dir {}: cannot write the stats file",
+            cfg.run_dir.display()
+        )
+    })?;
+    // Nothing below fails the start: keep what it created, then serve.
+    litter.keep();
+    if let Some(saved) = overridden {
+        // A mode given at start replaced the one set at run time: forget that one now that
+        // the start succeeded, so a later start without a mode does not bring it back.
+        if let Err(e) = run_dir.forget_mode() {
+            log::warn!("cannot remove {}: {e}", saved.path.display());
+        }
+    }
+    let writeback = cache.start();
+    if let Some(l) = admin {
+        log::info!("admin on http://{admin_bound}");
+        tokio::spawn(admin::serve(l, Arc::clone(&ctx)));
+    }
+    log::info!("serving export {:?} on {listen_addr}", cfg.export);
+    let stats_task = tokio::spawn(rewrite_stats(write.clone()));
+    let sampler = tokio::spawn(sample_rates(Arc::clone(&ctx)));
+    let stop = server.shutdown_handle();
+    let on_signal = Arc::clone(&cache);
+    tokio::spawn(async move {
+        crate::signals::shutdown_signal().await;
+        on_signal.interrupt();
+        stop.shutdown();
+    });
+    let served = server.serve(listener).await;
+    stats_task.abort();
+    sampler.abort();
+    if let Some(t) = &tracer {
+        finish_trace(t);
+    }
+    stop_cache(&cache, writeback, &write).await;
+    served?;
+    Ok(())
+}
+
+/// Open the flash cache over `backing` (a cache formatted for another size is written back
+/// at its old size first, with `--reformat-on-mismatch`), apply the `--set` knobs and log
+/// what recovery found.
+async fn open_cache(
+    cfg: &BlockConfig,
+    backing: &Arc<dyn BlockBackend>,
+) -> anyhow::Result<Arc<flashtier_blockcache::BlockCache>> {
+    let opened = reformat::open(cfg, cfg.cache.clone(), backing, cfg.tunables.clone(), false)
+        .await
+        .context("open task")?;
     let opened = match reformat::resized(&opened) {
         // Formatted for another size: --reformat-on-mismatch writes its dirty blocks back
         // at the old size, then formats it at the new one.
         Some(formatted) if cfg.reformat_on_mismatch && !cfg.force_format => {
-            reformat::write_back_at(&cfg, formatted, &backing).await?;
-            reformat::open(
-                &cfg,
-                cfg.cache.clone(),
-                &backing,
-                cfg.tunables.clone(),
-                true,
-            )
-            .await
-            .context("open task")?
+            reformat::write_back_at(cfg, formatted, backing).await?;
+            reformat::open(cfg, cfg.cache.clone(), backing, cfg.tunables.clone(), true)
+                .await
+                .context("open task")?
         }
         _ => opened,
     };
@@ -153,7 +218,16 @@ async fn run(mut cfg: BlockConfig) -> anyhow::Result<()> {
             .map(|r| format!("; cold after a crash: {r}"))
             .unwrap_or_default()
     );
-    let mut served_backend = Arc::clone(&cache) as Arc<dyn BlockBackend>;
+    Ok(cache)
+}
+
+/// The backend served, and the tracer recording its requests (if any).
+type Served = (Arc<dyn BlockBackend>, Option<Arc<Tracer>>);
+
+/// The backend to serve: the cache, wrapped in a tracer recording every request into
+/// `--trace` when given (the tracer is returned too, to finish at exit).
+fn traced(cfg: &BlockConfig, cache: Arc<dyn BlockBackend>) -> anyhow::Result<Served> {
+    let mut served_backend = cache;
     let tracer = match &cfg.trace {
         Some(path) => {
             let t = Tracer::create(path)
@@ -164,117 +238,78 @@ async fn run(mut cfg: BlockConfig) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let server = Server::new(
-        vec![Export::new(cfg.export.clone(), served_backend)
-            .with_description("flashtier block cache")],
-        ServerConfig::default(),
-    )?;
-    let listen_addr = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_else(|_| cfg.listen_text.clone());
-    let run_dir = Arc::new(run_dir);
-    let ctx = Arc::new(admin::AdminCtx::new(
-        Arc::clone(&cache),
-        server.shutdown_handle(),
-        server.stats(),
-        Arc::clone(&run_dir),
-    ));
-    let admin_bound = match &admin {
-        Some(l) => l
-            .local_addr()
-            .map_or_else(|_| "?".to_string(), |a| a.to_string()),
-        None => "none".to_string(),
-    };
-    let write = {
-        let (export, listen, admin) =
-            (cfg.export.clone(), listen_addr.clone(), admin_bound.clone());
-        let run_dir = Arc::clone(&run_dir);
-        let ctx = Arc::clone(&ctx);
-        move |state: &str| {
-            run_dir.write_stats(
-                &Header {
-                    state,
-                    export: &export,
-                    listen: &listen,
-                    admin: &admin,
-                },
-                &ctx.stats_view(),
-            )
-        }
-    };
-    litter.note_file(&cfg.run_dir.join(format!("{}.stats", cfg.export)));
-    write("serving").with_context(|| {
-        format!(
-            "--run-dir {}: cannot write the stats file",
-            cfg.run_dir.display()
+    Ok((served_backend, tracer))
+}
+
+/// The stats file writer: `write(state)` rewrites `<run-dir>/<export>.stats` with the header
+/// (`state`, export, listen and admin addresses) and the admin context's stats view.
+fn stats_writer(
+    export: &str,
+    (listen, admin): (&str, &str),
+    run_dir: Arc<RunDir>,
+    ctx: Arc<admin::AdminCtx>,
+) -> impl Fn(&str) -> std::io::Result<()> + Clone + Send + 'static {
+    let (export, listen, admin) = (export.to_string(), listen.to_string(), admin.to_string());
+    move |state: &str| {
+        run_dir.write_stats(
+            &Header {
+                state,
+                export: &export,
+                listen: &listen,
+                admin: &admin,
+            },
+            &ctx.stats_view(),
         )
-    })?;
-    // Nothing below fails the start: keep what it created, then serve.
-    litter.keep();
-    if let Some(saved) = overridden {
-        // A mode given at start replaced the one set at run time: forget that one now that
-        // the start succeeded, so a later start without a mode does not bring it back.
-        if let Err(e) = run_dir.forget_mode() {
-            log::warn!("cannot remove {}: {e}", saved.path.display());
+    }
+}
+
+/// Rewrite the stats file every second (a failure is logged once per transition).
+async fn rewrite_stats(write: impl Fn(&str) -> std::io::Result<()>) {
+    let mut failing = false;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // Logged once per transition, not every second.
+        match write("serving") {
+            Ok(()) if failing => {
+                failing = false;
+                log::info!("stats file writable again");
+            }
+            Err(e) if !failing => {
+                failing = true;
+                log::warn!("cannot rewrite the stats file: {e}");
+            }
+            _ => {}
         }
     }
-    let writeback = cache.start();
-    if let Some(l) = admin {
-        log::info!("admin on http://{admin_bound}");
-        tokio::spawn(admin::serve(l, Arc::clone(&ctx)));
+}
+
+/// Sample the counters for the per-window rates, every [`crate::rates::INTERVAL`].
+async fn sample_rates(ctx: Arc<admin::AdminCtx>) {
+    loop {
+        ctx.rates.record(Instant::now(), ctx.counters());
+        tokio::time::sleep(crate::rates::INTERVAL).await;
     }
-    log::info!("serving export {:?} on {listen_addr}", cfg.export);
-    let stats_task = {
-        let write = write.clone();
-        tokio::spawn(async move {
-            let mut failing = false;
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                // Logged once per transition, not every second.
-                match write("serving") {
-                    Ok(()) if failing => {
-                        failing = false;
-                        log::info!("stats file writable again");
-                    }
-                    Err(e) if !failing => {
-                        failing = true;
-                        log::warn!("cannot rewrite the stats file: {e}");
-                    }
-                    _ => {}
-                }
-            }
-        })
-    };
-    let sampler = {
-        let ctx = Arc::clone(&ctx);
-        tokio::spawn(async move {
-            loop {
-                ctx.rates.record(Instant::now(), ctx.counters());
-                tokio::time::sleep(crate::rates::INTERVAL).await;
-            }
-        })
-    };
-    let stop = server.shutdown_handle();
-    let on_signal = Arc::clone(&cache);
-    tokio::spawn(async move {
-        crate::signals::shutdown_signal().await;
-        on_signal.interrupt();
-        stop.shutdown();
-    });
-    let served = server.serve(listener).await;
-    stats_task.abort();
-    sampler.abort();
-    if let Some(t) = &tracer {
-        match t.finish() {
-            Ok(()) => log::info!(
-                "trace: {} requests recorded, {} dropped",
-                t.recorded(),
-                t.dropped()
-            ),
-            Err(e) => log::warn!("trace: writing it failed: {e} ({} dropped)", t.dropped()),
-        }
+}
+
+/// Flush the request trace and log what it recorded.
+fn finish_trace(t: &Tracer) {
+    match t.finish() {
+        Ok(()) => log::info!(
+            "trace: {} requests recorded, {} dropped",
+            t.recorded(),
+            t.dropped()
+        ),
+        Err(e) => log::warn!("trace: writing it failed: {e} ({} dropped)", t.dropped()),
     }
+}
+
+/// Stop the cache after serving: the writeback task ends, the clean blocks go into a
+/// snapshot, the stats file says `stopped`.
+async fn stop_cache(
+    cache: &Arc<flashtier_blockcache::BlockCache>,
+    writeback: tokio::task::JoinHandle<()>,
+    write: &impl Fn(&str) -> std::io::Result<()>,
+) {
     // Dirty blocks not yet written back stay on the cache device; the next start recovers
     // and writes them back. Clean blocks are listed in a snapshot so the next start is
     // warm (a crash never gets here: its next start is cold for clean blocks).
@@ -293,8 +328,6 @@ async fn run(mut cfg: BlockConfig) -> anyhow::Result<()> {
             .map(|r| format!(" (no snapshot: {r})"))
             .unwrap_or_default()
     );
-    served?;
-    Ok(())
 }
 
 /// The mode to start in: one given at start wins (the mode last set at run time,

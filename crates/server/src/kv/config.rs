@@ -217,20 +217,10 @@ impl KvConfig {
         Ok(cfg)
     }
 
-    // Longer than clippy.toml's 120 lines; left as is by issue 29 (cache crate only).
-    #[allow(clippy::too_many_lines)]
     fn from_flags(a: &KvArgs, memcached: bool) -> anyhow::Result<Self> {
         let x = options::apply(&a.extended)?;
         let mut warnings = Vec::new();
-        let memory = match (a.memory_mb, &a.memory) {
-            (Some(_), Some(_)) => usage!("give the memory limit once: --memory or -m, not both"),
-            (Some(mb), None) => match mb.checked_mul(1 << 20) {
-                Some(b) => b,
-                None => usage!("-m {mb}: too large"),
-            },
-            (None, Some(s)) => size(s, "--memory")?,
-            (None, None) => DEFAULT_MEMORY,
-        };
+        let memory = memory_limit(a)?;
         let max_item_size = match &a.max_item_size {
             Some(s) => size(s, "-I/--max-item-size")?,
             None => DEFAULT_MAX_ITEM,
@@ -263,42 +253,8 @@ impl KvConfig {
         }
         warnings.extend(x.warnings);
 
-        let unix = match &a.unix_socket {
-            Some(path) => {
-                let mask = match &a.unix_mask {
-                    Some(m) => match u32::from_str_radix(m, 8) {
-                        Ok(v) if v <= 0o777 => v,
-                        _ => usage!("-a {m}: an octal access mask such as 700"),
-                    },
-                    None => DEFAULT_UNIX_MASK,
-                };
-                Some((path.clone(), mask))
-            }
-            None => {
-                if a.unix_mask.is_some() {
-                    usage!("-a needs -s (the mask applies to the unix socket)");
-                }
-                None
-            }
-        };
-        let tls = if a.enable_ssl {
-            let t = x.tls.clone();
-            if t.chain_cert.is_none() {
-                usage!("-Z needs -o ssl_chain_cert=FILE (and ssl_key=FILE unless the chain file holds the key)");
-            }
-            if t.verify_mode > 0 && t.ca_cert.is_none() {
-                usage!(
-                    "-o ssl_verify_mode={} needs -o ssl_ca_cert=FILE",
-                    t.verify_mode
-                );
-            }
-            Some(t)
-        } else {
-            if x.tls.chain_cert.is_some() || x.tls.key.is_some() {
-                warnings.push("-o ssl_* options accepted with no effect: TLS needs -Z".into());
-            }
-            None
-        };
+        let unix = unix_socket(a)?;
+        let tls = tls_options(a, &x.tls, &mut warnings)?;
         // TCP: none with -s (memcached's "-s disables network support").
         let listen = if unix.is_some() {
             if !a.listen.is_empty() || a.port.is_some() {
@@ -314,62 +270,8 @@ impl KvConfig {
         if listen.is_empty() && unix.is_none() {
             usage!("nothing to listen on: -p 0 turns TCP off; give -l ADDR:PORT or -s PATH");
         }
-        let protocol = match a.protocol.as_deref() {
-            None | Some("ascii") => "ascii",
-            Some("auto") => {
-                warnings.push(
-                    "-B auto: only the text and meta protocols are served; a binary request \
-                     closes its connection"
-                        .into(),
-                );
-                "auto-negotiate"
-            }
-            Some("binary") => {
-                usage!("-B binary: the binary protocol is not served (text and meta only)")
-            }
-            Some(other) => usage!("-B {other}: should be one of auto, binary, or ascii"),
-        };
-        if a.enable_sasl {
-            usage!("-S: SASL works over the binary protocol, which flashtier does not serve; use -Y FILE (ASCII authentication)");
-        }
-        if let Some(f) = a.slab_growth_factor {
-            if f <= 1.0 {
-                usage!("-f {f}: factor must be greater than 1");
-            }
-            warnings.push(format!(
-                "-f {f} accepted with no effect: there are no slab classes (RAM is a log of segments)"
-            ));
-        }
-        if let Some(n) = a.slab_min_size {
-            if n == 0 {
-                usage!("-n 0: chunk size must be greater than 0");
-            }
-            warnings.push(format!(
-                "-n {n} accepted with no effect: there are no slab classes (RAM is a log of segments)"
-            ));
-        }
-        if a.large_pages {
-            warnings.push(
-                "-L accepted with no effect: RAM segments are allocated lazily; transparent \
-                 huge pages apply if the kernel enables them"
-                    .into(),
-            );
-        }
-        if let Some(e) = &a.memory_file {
-            warnings.push(format!(
-                "-e {} accepted with no effect: items are not kept in a memory file; with a \
-                 flash tier (-o ext_path) a restart is warm",
-                e.display()
-            ));
-        }
-        if let Some(n) = a.napi_ids {
-            if n == 0 {
-                usage!("-N 0: must be greater than 0");
-            }
-            warnings.push(format!(
-                "-N {n} accepted with no effect: connections are not placed by NAPI id"
-            ));
-        }
+        let protocol = protocol(a, &mut warnings)?;
+        ignored_flags(a, &mut warnings)?;
         let (detail_delimiter, detail_enabled) = match &a.prefix_delimiter {
             Some(d) => match d.as_bytes().first() {
                 Some(&c) => (c, true),
@@ -465,6 +367,134 @@ impl KvConfig {
             .first()
             .map_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)), |l| l.addr)
     }
+}
+
+/// The RAM limit: `--memory` (a size) or memcached's `-m` (MiB), once; else the default.
+fn memory_limit(a: &KvArgs) -> anyhow::Result<u64> {
+    Ok(match (a.memory_mb, &a.memory) {
+        (Some(_), Some(_)) => usage!("give the memory limit once: --memory or -m, not both"),
+        (Some(mb), None) => match mb.checked_mul(1 << 20) {
+            Some(b) => b,
+            None => usage!("-m {mb}: too large"),
+        },
+        (None, Some(s)) => size(s, "--memory")?,
+        (None, None) => DEFAULT_MEMORY,
+    })
+}
+
+/// The unix socket (`-s`) and its access mask (`-a`, octal), if one is served.
+fn unix_socket(a: &KvArgs) -> anyhow::Result<Option<(PathBuf, u32)>> {
+    Ok(match &a.unix_socket {
+        Some(path) => {
+            let mask = match &a.unix_mask {
+                Some(m) => match u32::from_str_radix(m, 8) {
+                    Ok(v) if v <= 0o777 => v,
+                    _ => usage!("-a {m}: an octal access mask such as 700"),
+                },
+                None => DEFAULT_UNIX_MASK,
+            };
+            Some((path.clone(), mask))
+        }
+        None => {
+            if a.unix_mask.is_some() {
+                usage!("-a needs -s (the mask applies to the unix socket)");
+            }
+            None
+        }
+    })
+}
+
+/// TLS settings when `-Z` asks for TLS (checked: a chain, and a CA when clients are
+/// verified); without it, TLS options given have no effect (a warning).
+fn tls_options(
+    a: &KvArgs,
+    tls: &TlsOptions,
+    warnings: &mut Vec<String>,
+) -> anyhow::Result<Option<TlsOptions>> {
+    Ok(if a.enable_ssl {
+        let t = tls.clone();
+        if t.chain_cert.is_none() {
+            usage!("-Z needs -o ssl_chain_cert=FILE (and ssl_key=FILE unless the chain file holds the key)");
+        }
+        if t.verify_mode > 0 && t.ca_cert.is_none() {
+            usage!(
+                "-o ssl_verify_mode={} needs -o ssl_ca_cert=FILE",
+                t.verify_mode
+            );
+        }
+        Some(t)
+    } else {
+        if tls.chain_cert.is_some() || tls.key.is_some() {
+            warnings.push("-o ssl_* options accepted with no effect: TLS needs -Z".into());
+        }
+        None
+    })
+}
+
+/// The protocol `-B` names (text and meta only are served).
+fn protocol(a: &KvArgs, warnings: &mut Vec<String>) -> anyhow::Result<&'static str> {
+    Ok(match a.protocol.as_deref() {
+        None | Some("ascii") => "ascii",
+        Some("auto") => {
+            warnings.push(
+                "-B auto: only the text and meta protocols are served; a binary request \
+                 closes its connection"
+                    .into(),
+            );
+            "auto-negotiate"
+        }
+        Some("binary") => {
+            usage!("-B binary: the binary protocol is not served (text and meta only)")
+        }
+        Some(other) => usage!("-B {other}: should be one of auto, binary, or ascii"),
+    })
+}
+
+/// memcached flags flashtier accepts without effect (a warning each) or refuses: `-S`, `-f`,
+/// `-n`, `-L`, `-e`, `-N`, checked (and warned about) in this order.
+fn ignored_flags(a: &KvArgs, warnings: &mut Vec<String>) -> anyhow::Result<()> {
+    if a.enable_sasl {
+        usage!("-S: SASL works over the binary protocol, which flashtier does not serve; use -Y FILE (ASCII authentication)");
+    }
+    if let Some(f) = a.slab_growth_factor {
+        if f <= 1.0 {
+            usage!("-f {f}: factor must be greater than 1");
+        }
+        warnings.push(format!(
+            "-f {f} accepted with no effect: there are no slab classes (RAM is a log of segments)"
+        ));
+    }
+    if let Some(n) = a.slab_min_size {
+        if n == 0 {
+            usage!("-n 0: chunk size must be greater than 0");
+        }
+        warnings.push(format!(
+            "-n {n} accepted with no effect: there are no slab classes (RAM is a log of segments)"
+        ));
+    }
+    if a.large_pages {
+        warnings.push(
+            "-L accepted with no effect: RAM segments are allocated lazily; transparent \
+             huge pages apply if the kernel enables them"
+                .into(),
+        );
+    }
+    if let Some(e) = &a.memory_file {
+        warnings.push(format!(
+            "-e {} accepted with no effect: items are not kept in a memory file; with a \
+             flash tier (-o ext_path) a restart is warm",
+            e.display()
+        ));
+    }
+    if let Some(n) = a.napi_ids {
+        if n == 0 {
+            usage!("-N 0: must be greater than 0");
+        }
+        warnings.push(format!(
+            "-N {n} accepted with no effect: connections are not placed by NAPI id"
+        ));
+    }
+    Ok(())
 }
 
 fn size(s: &str, what: &str) -> anyhow::Result<u64> {

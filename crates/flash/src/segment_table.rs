@@ -1,0 +1,413 @@
+//! The segment table: every segment's [`SegInfo`] row, the free lists, and the two counters
+//! a segment's life is stamped with (`seq` when it opens, reclaim's `order` when it seals).
+//! Owns the lifecycle `Free → Open → Sealed → Reclaiming → Free` (or `Failed`); victim
+//! choice and the order of recovered segments live here because they read only the table.
+//!
+//! Invariants: a segment in a free list is `Free` (recovery and reclaim put it there, `open`
+//! takes it out); `seq`s are handed out increasing (after a restart, from the newest one
+//! recovery found); `dead <= records` in every row.
+//!
+//! One part of the engine state (`state.rs`): every method runs under the engine state lock
+//! and never blocks or does IO. Which devices take writes is the health part's to say; the
+//! table is handed its mask (`out`).
+use crate::config::ReclaimPolicy;
+use crate::format::segment::SummaryEntry;
+use crate::segments::{FreeLists, SegInfo, SegState};
+
+/// Segment rows, free lists and the seq/order counters.
+pub(crate) struct SegmentTable {
+    segs: Vec<SegInfo>,
+    free: FreeLists,
+    /// The seq the next opened segment gets (seqs start at 1).
+    next_seq: u64,
+    /// The next [`SegInfo::order`] stamp a seal hands out.
+    next_order: u64,
+}
+
+impl SegmentTable {
+    /// The table over `segs` (as laid out at open), on `devices` devices, before recovery:
+    /// no free segment yet.
+    pub(crate) fn new(segs: Vec<SegInfo>, devices: usize) -> Self {
+        Self {
+            segs,
+            free: FreeLists::new(devices),
+            next_seq: 1,
+            next_order: 1,
+        }
+    }
+
+    /// Segments in the set (the journal's included).
+    pub(crate) fn len(&self) -> usize {
+        self.segs.len()
+    }
+
+    /// Segment `seg`'s row.
+    pub(crate) fn get(&self, seg: u32) -> Option<&SegInfo> {
+        self.segs.get(seg as usize)
+    }
+
+    /// Every row, in segment order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &SegInfo> {
+        self.segs.iter()
+    }
+
+    /// Free segments on devices not `out` of allocation.
+    pub(crate) fn free_total(&self, out: &[bool]) -> usize {
+        self.free.total(out)
+    }
+
+    /// The newest seq handed out so far (0 before any).
+    pub(crate) fn newest_seq(&self) -> u64 {
+        self.next_seq.saturating_sub(1)
+    }
+
+    /// The oldest seq among segments holding records, leaving out seq `except`.
+    pub(crate) fn oldest_seq_except(&self, except: u64) -> Option<u64> {
+        self.segs
+            .iter()
+            .filter(|s| {
+                matches!(
+                    s.state,
+                    SegState::Open(_) | SegState::Sealed | SegState::Reclaiming
+                ) && s.seq != except
+            })
+            .map(|s| s.seq)
+            .min()
+    }
+
+    /// Padded record bytes in segments holding records.
+    pub(crate) fn bytes_used(&self) -> u64 {
+        self.segs
+            .iter()
+            .filter(|s| !matches!(s.state, SegState::Free | SegState::Failed))
+            .map(|s| s.data_bytes)
+            .sum()
+    }
+
+    /// Estimated dead bytes of sealed segments (and those being reclaimed).
+    pub(crate) fn bytes_dead(&self) -> u64 {
+        self.segs
+            .iter()
+            .filter(|s| matches!(s.state, SegState::Sealed | SegState::Reclaiming))
+            .map(SegInfo::dead_bytes)
+            .sum()
+    }
+
+    /// Device offset of the next free segment of `dev` (a probe may overwrite its header).
+    pub(crate) fn probe_target(&self, dev: usize) -> Option<u64> {
+        self.free
+            .peek(dev)
+            .and_then(|seg| self.get(seg))
+            .filter(|s| s.state == SegState::Free)
+            .map(|s| s.dev_off)
+    }
+
+    /// Take a free segment (round-robin over devices not `out`, preferring `tier`) and open
+    /// it for `stream` with the next seq. Returns the segment and its seq.
+    pub(crate) fn open(
+        &mut self,
+        (out, tiers, tier): (&[bool], &[u8], Option<u8>),
+        uuid: &[u8; 16],
+        stream: u8,
+    ) -> Option<(u32, u64)> {
+        let seg = self.free.pop(out, tiers, tier)?;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let info = self.segs.get_mut(seg as usize)?;
+        info.reset(uuid, seq, stream);
+        info.state = SegState::Open(stream);
+        Some((seg, seq))
+    }
+
+    /// Account one appended record of `padded` bytes in `seg`.
+    pub(crate) fn add_record(&mut self, seg: u32, padded: u64, exptime: u32) {
+        if let Some(info) = self.segs.get_mut(seg as usize) {
+            info.add_record(padded, exptime);
+        }
+    }
+
+    /// The record area of `seg` now reaches `end` (a chunk was handed to the device).
+    pub(crate) fn set_data_end(&mut self, seg: u32, end: u32) {
+        if let Some(info) = self.segs.get_mut(seg as usize) {
+            info.data_end = end;
+        }
+    }
+
+    /// Seal `seg`: stamp its reclaim order; it is read-only from now on and its summary is
+    /// about to be written. Returns its row.
+    pub(crate) fn seal(&mut self, seg: u32) -> Option<&SegInfo> {
+        let order = self.next_order;
+        self.next_order += 1;
+        let info = self.segs.get_mut(seg as usize)?;
+        info.order = order;
+        info.state = SegState::Sealed;
+        info.has_summary = true;
+        Some(info)
+    }
+
+    /// The summary write of `seg`'s life `seq` failed: reclaim scans it instead.
+    pub(crate) fn summary_lost(&mut self, seg: u32, seq: u64) {
+        if let Some(info) = self.segs.get_mut(seg as usize) {
+            if info.seq == seq {
+                info.has_summary = false;
+            }
+        }
+    }
+
+    /// `n` records of `seg` were lost (their write failed): count them dead.
+    pub(crate) fn lose_records(&mut self, seg: u32, n: u32) {
+        if let Some(info) = self.segs.get_mut(seg as usize) {
+            info.dead = (info.dead + n).min(info.records);
+        }
+    }
+
+    /// The user no longer needs one record of `seg`: returns the growth of its dead-byte
+    /// estimate (`None`: nothing counted — free segment, or every record dead already).
+    pub(crate) fn mark_dead(&mut self, seg: u32) -> Option<u64> {
+        let info = self.segs.get_mut(seg as usize)?;
+        if info.dead < info.records && !matches!(info.state, SegState::Free) {
+            let before = info.dead_bytes();
+            info.dead += 1;
+            return Some(info.dead_bytes() - before);
+        }
+        None
+    }
+
+    /// Choose a reclaim victim among sealed segments on devices not `out` and mark it
+    /// `Reclaiming`: first the oldest whose records have all expired by `now`, then the
+    /// oldest that outlived two turns of the whole flash, else by `policy`.
+    pub(crate) fn pick_victim(
+        &mut self,
+        out: &[bool],
+        policy: ReclaimPolicy,
+        now: u32,
+    ) -> Option<u32> {
+        let candidates = self.segs.iter().enumerate().filter(|(_, s)| {
+            s.state == SegState::Sealed && !out.get(s.dev).copied().unwrap_or(true)
+        });
+        let expired = candidates
+            .clone()
+            .filter(|(_, s)| s.all_expired(now))
+            .min_by_key(|(_, s)| s.order);
+        // Age bound: a segment that has outlived two turns of the whole flash goes next
+        // whatever its score, so every segment is reclaimed in bounded time (tombstones and
+        // drop notes are kept until every segment older than them is gone; cost-benefit
+        // alone would never pick a segment that stays fully live).
+        let newest = self.segs.iter().map(|s| s.order).max().unwrap_or(0);
+        let age_bound = 2 * self.segs.len() as u64;
+        let aged = candidates
+            .clone()
+            .filter(|(_, s)| newest.saturating_sub(s.order) >= age_bound)
+            .min_by_key(|(_, s)| s.order);
+        let pick = expired.or(aged).or_else(|| match policy {
+            ReclaimPolicy::Fifo => candidates.min_by_key(|(_, s)| s.order),
+            ReclaimPolicy::Greedy => candidates.min_by(|(_, a), (_, b)| {
+                let ra = f64::from(a.dead) / f64::from(a.records.max(1));
+                let rb = f64::from(b.dead) / f64::from(b.records.max(1));
+                rb.total_cmp(&ra).then(a.order.cmp(&b.order))
+            }),
+            ReclaimPolicy::CostBenefit => {
+                let score = |s: &SegInfo| {
+                    let u = 1.0 - s.dead_bytes() as f64 / s.data_bytes.max(1) as f64;
+                    (1.0 - u) * (newest.saturating_sub(s.order) + 1) as f64 / (1.0 + u)
+                };
+                candidates.max_by(|(_, a), (_, b)| {
+                    score(a).total_cmp(&score(b)).then(b.order.cmp(&a.order))
+                })
+            }
+        });
+        let seg = pick.map(|(i, _)| i as u32)?;
+        self.segs[seg as usize].state = SegState::Reclaiming;
+        Some(seg)
+    }
+
+    /// Reclaim of `seg` failed: back to sealed, or retired (`Failed`: never read, written,
+    /// reused or picked again) when it could not be read.
+    pub(crate) fn reclaim_failed(&mut self, seg: u32, unreadable: bool) {
+        if let Some(info) = self.segs.get_mut(seg as usize) {
+            if info.state == SegState::Reclaiming {
+                info.state = if unreadable {
+                    SegState::Failed
+                } else {
+                    SegState::Sealed
+                };
+            }
+        }
+    }
+
+    /// Reclaim emptied `seg` (its header page is zero on flash): free again. A failing
+    /// device keeps its free segments listed; allocation skips them until it is back.
+    pub(crate) fn release(&mut self, seg: u32) {
+        let Some(info) = self.segs.get_mut(seg as usize) else {
+            return;
+        };
+        info.state = SegState::Free;
+        info.records = 0;
+        info.dead = 0;
+        info.data_bytes = 0;
+        info.data_end = 0;
+        self.free.push(info.dev, seg);
+    }
+
+    /// Recovery found `entries` in `seg`, life `seq` of `stream`, its records ending at
+    /// `data_end`; `sealed`: read from a valid summary.
+    pub(crate) fn recovered(
+        &mut self,
+        seg: u32,
+        (uuid, seq, stream): (&[u8; 16], u64, u8),
+        sealed: bool,
+        data_end: u32,
+        entries: &[SummaryEntry],
+    ) {
+        let Some(info) = self.segs.get_mut(seg as usize) else {
+            return;
+        };
+        info.reset(uuid, seq, stream);
+        info.state = SegState::Sealed;
+        info.has_summary = sealed;
+        info.data_end = data_end;
+        for e in entries {
+            info.add_record(u64::from(e.len).div_ceil(16) * 16, e.exptime);
+        }
+    }
+
+    /// Recovery is over: seqs continue after `max_seq`, recovered segments get their reclaim
+    /// order, `retired` ones are `Failed` and every other one not `live` is free.
+    pub(crate) fn finish_recovery(&mut self, max_seq: u64, live: &[bool], retired: &[bool]) {
+        self.next_seq = max_seq + 1;
+        self.next_order = order_recovered(&mut self.segs, max_seq);
+        for (i, s) in self.segs.iter_mut().enumerate() {
+            if s.state == SegState::Journal {
+                continue;
+            }
+            if retired.get(i).copied().unwrap_or(false) {
+                s.state = SegState::Failed;
+            } else if !live.get(i).copied().unwrap_or(false) {
+                self.free.push(s.dev, i as u32);
+            }
+        }
+    }
+}
+
+/// Reclaim's age order for recovered segments (see `SegInfo::order`; seal times are not on
+/// flash): each stream's newest segment — the one it was filling at shutdown, holding its
+/// latest records however long ago it was opened — ranks above every other, in seq order;
+/// the rest keep their seq. Returns the next stamp to hand out.
+fn order_recovered(segs: &mut [SegInfo], max_seq: u64) -> u64 {
+    let mut tails: Vec<(u64, usize)> = Vec::new();
+    for (i, s) in segs.iter().enumerate() {
+        if s.state != SegState::Sealed {
+            continue;
+        }
+        match tails.iter_mut().find(|t| segs[t.1].stream == s.stream) {
+            Some(t) if t.0 < s.seq => *t = (s.seq, i),
+            Some(_) => {}
+            None => tails.push((s.seq, i)),
+        }
+    }
+    tails.sort_unstable();
+    let mut next = max_seq + 1;
+    for (_, i) in tails {
+        segs[i].order = next;
+        next += 1;
+    }
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UUID: [u8; 16] = [7; 16];
+
+    /// `n` free segments on one device.
+    fn table(n: u32) -> SegmentTable {
+        let segs = (0..n)
+            .map(|i| SegInfo::new(0, u64::from(i) << 20))
+            .collect();
+        let mut t = SegmentTable::new(segs, 1);
+        t.finish_recovery(0, &[], &[]);
+        t
+    }
+
+    fn fill_and_seal(t: &mut SegmentTable, records: u32) -> u32 {
+        let (seg, _) = t.open((&[false], &[0], None), &UUID, 0).unwrap();
+        for _ in 0..records {
+            t.add_record(seg, 100, 0);
+        }
+        t.seal(seg).unwrap();
+        seg
+    }
+
+    #[test]
+    fn lifecycle_free_open_sealed_reclaimed_free() {
+        let mut t = table(3);
+        assert_eq!(t.free_total(&[false]), 3);
+        let (seg, seq) = t.open((&[false], &[0], None), &UUID, 1).unwrap();
+        assert_eq!((seq, t.newest_seq()), (1, 1));
+        assert_eq!(t.get(seg).unwrap().state, SegState::Open(1));
+        assert_eq!(t.free_total(&[false]), 2);
+        t.add_record(seg, 4096, 0);
+        assert_eq!(t.bytes_used(), 4096);
+        assert_eq!(t.seal(seg).unwrap().order, 1);
+        assert_eq!(t.mark_dead(seg), Some(4096));
+        assert_eq!(t.mark_dead(seg), None, "every record is dead already");
+        assert_eq!(t.bytes_dead(), 4096);
+        assert_eq!(t.oldest_seq_except(0), Some(1));
+        assert_eq!(t.oldest_seq_except(1), None);
+        assert_eq!(t.pick_victim(&[false], ReclaimPolicy::Fifo, 0), Some(seg));
+        assert_eq!(t.pick_victim(&[false], ReclaimPolicy::Fifo, 0), None);
+        t.release(seg);
+        assert_eq!(t.free_total(&[false]), 3);
+        assert_eq!(t.bytes_used(), 0);
+        assert_eq!(
+            t.probe_target(0),
+            Some(1 << 20),
+            "the next free segment's header"
+        );
+    }
+
+    #[test]
+    fn victims_by_policy_and_failed_reclaims() {
+        let mut t = table(4);
+        let old = fill_and_seal(&mut t, 4);
+        let dead = fill_and_seal(&mut t, 4);
+        for _ in 0..3 {
+            t.mark_dead(dead);
+        }
+        assert_eq!(
+            t.pick_victim(&[false], ReclaimPolicy::Greedy, 0),
+            Some(dead)
+        );
+        t.reclaim_failed(dead, false);
+        assert_eq!(t.get(dead).unwrap().state, SegState::Sealed);
+        assert_eq!(t.pick_victim(&[false], ReclaimPolicy::Fifo, 0), Some(old));
+        t.reclaim_failed(old, true);
+        assert_eq!(t.get(old).unwrap().state, SegState::Failed);
+        // A device out of allocation offers no victim.
+        assert_eq!(t.pick_victim(&[true], ReclaimPolicy::Fifo, 0), None);
+    }
+
+    #[test]
+    fn recovery_orders_stream_tails_last_and_frees_the_rest() {
+        let segs = (0..5u32)
+            .map(|i| SegInfo::new(0, u64::from(i) << 20))
+            .collect();
+        let mut t = SegmentTable::new(segs, 1);
+        // Stream 0 wrote seqs 3 and 9, stream 1 seq 5; segment 4 could not be read.
+        t.recovered(0, (&UUID, 9, 0), true, 4096, &[]);
+        t.recovered(1, (&UUID, 3, 0), true, 4096, &[]);
+        t.recovered(2, (&UUID, 5, 1), false, 4096, &[]);
+        t.finish_recovery(
+            9,
+            &[true, true, true, false, false],
+            &[false, false, false, false, true],
+        );
+        assert_eq!(t.newest_seq(), 9);
+        let order: Vec<u64> = t.iter().map(|s| s.order).collect();
+        assert_eq!(order[..3], [11, 3, 10]);
+        assert_eq!(t.get(4).unwrap().state, SegState::Failed);
+        assert_eq!(t.free_total(&[false]), 1);
+        assert!(!t.get(2).unwrap().has_summary);
+    }
+}
