@@ -158,6 +158,8 @@ impl crate::engine::Core {
         add(1, "reinserted", g(&c.reinserted));
         add(1, "compacted", g(&c.compacted));
         add(1, "segments_swept", g(&c.segments_swept));
+        add(1, "rewritten_in_place", g(&c.rewritten_in_place));
+        add(1, "segments_reclaimed", g(&c.segments_reclaimed));
         v
     }
 }

@@ -258,6 +258,12 @@ impl RamTier {
                 off += n;
                 continue;
             };
+            // Read again under the shard lock: an overwrite in place (`RamTier::rewrite`) may
+            // have changed the header since (never the key or the record's length).
+            let Some(rec) = self.arena.record_at(seg, off) else {
+                break;
+            };
+            let h = rec.header;
             if env.meta.dead_at(h.exptime, h.stored, now) {
                 self.reclaim(env, &mut shard, pos, &h, hash);
                 off += n;
