@@ -6,7 +6,7 @@
 # stdout (also OUT/summary.md), raw stats in OUT/.
 # Usage: scripts/bench/ram-capacity.sh [OUT_DIR]     (default bench-results/ram-capacity-<time>)
 # Env: CASES ["100:64:300000 4096:256:50000 16384:256:13000" = value bytes:-m MB:keys],
-#      MIXES ["0.9 0.5" = GET fraction of the overwrite phase], OPS_PER_KEY [6],
+#      MIXES ["0.9 0.5" = GET fraction of the overwrite phase], OPS_PER_KEY [20], DIST [uniform],
 #      SERVER_THREADS [2], FLASHTIER_BIN, MEMCACHED_BIN, BENCH_BIN.
 # Keys are sized so memcached (-m M, default slab factor 1.25) holds them all with ~15 % to
 # spare: the question is whether flashtier holds at least as many under overwrites.
@@ -15,7 +15,8 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:-$ROOT/bench-results/ram-capacity-$(date -u +%Y%m%dT%H%M%SZ)}
 CASES=${CASES:-100:64:300000 4096:256:50000 16384:256:13000}
 MIXES=${MIXES:-0.9 0.5}
-OPS_PER_KEY=${OPS_PER_KEY:-6}
+DIST=${DIST:-uniform}
+OPS_PER_KEY=${OPS_PER_KEY:-20}
 SERVER_THREADS=${SERVER_THREADS:-2}
 FLASHTIER_BIN=${FLASHTIER_BIN:-$ROOT/target/release/flashtier}
 MEMCACHED_BIN=${MEMCACHED_BIN:-/usr/bin/memcached}
@@ -23,7 +24,8 @@ BENCH=${BENCH_BIN:-$ROOT/target/release/flashtier-bench}
 mkdir -p "$OUT"
 PID=""
 cleanup() { [ -n "$PID" ] && kill "$PID" 2> /dev/null && wait "$PID" 2> /dev/null; PID=""; }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 
@@ -65,7 +67,7 @@ run_one() { # server value mem keys get_ratio
   wait_port "$port"
   local common=(-s "127.0.0.1:$port" -c 8 -d 8 -k "$keys" -v "$value" --key-prefix key:)
   nice -n 19 "$BENCH" fill "${common[@]}" --json "$OUT/$tag.fill.json" > /dev/null 2>&1
-  nice -n 19 "$BENCH" load "${common[@]}" --dist uniform --get-ratio "$gets" --warmup 0s \
+  nice -n 19 "$BENCH" load "${common[@]}" --dist "$DIST" --get-ratio "$gets" --warmup 0s \
     --ops $((keys * OPS_PER_KEY)) --json "$OUT/$tag.load.json" > /dev/null 2>&1
   stats "$port" > "$OUT/$tag.stats"
   cleanup
