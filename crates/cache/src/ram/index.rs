@@ -7,12 +7,10 @@
 //! collision) is therefore harmless: the caller's predicate rejects it and the search goes on.
 //!
 //! # Layout
-//! 1024 mutex shards of 64-byte buckets, 7 slots of 8 bytes (valid, tier, frequency, size
-//! hint, 15 tag bits, location) and a byte more of tag per slot: 9.14 bytes a slot, about
-//! 10.7 per entry at the tables' mean load; the home bucket comes from the 23-bit tag alone,
-//! so a table regrows without keys; linear probing with per-bucket overflow counters (they
-//! saturate and stick, see [`Bucket`]), no tombstones. Byte and bit tables: docs/format.md,
-//! "RAM layouts".
+//! 1024 mutex shards of 64-byte buckets, 6 slots of 8 bytes (valid, tier, frequency, size
+//! hint, tag, location); the home bucket comes from the tag alone, so a table regrows without
+//! keys; linear probing with per-bucket overflow counters, no tombstones. Byte and bit
+//! tables: docs/format.md, "RAM layouts".
 //!
 //! # Threads
 //! Any thread; each operation holds one shard's mutex. The index itself never blocks on
@@ -24,11 +22,7 @@ use parking_lot::{Mutex, MutexGuard};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Slots per bucket.
-pub const SLOTS: usize = 7;
-/// Bits of the hash tag: 15 in the slot word, 8 in the bucket's extension bytes.
-const TAG_BITS: u32 = 23;
-/// An overflow counter that reached this stays there (see [`Bucket`]).
-const OVERFLOW_STUCK: u8 = u8::MAX;
+pub const SLOTS: usize = 6;
 /// Load factor above which a table grows.
 const MAX_LOAD: f64 = 0.9;
 /// How much a table grows (its buckets × 1.1, at least one more). A smaller step keeps the
@@ -82,18 +76,12 @@ impl Entry {
 }
 
 /// One 64-byte bucket. See the module docs for the byte table.
-///
-/// `overflow` counts the entries whose home is at or before this bucket but that live after
-/// it. It saturates at [`OVERFLOW_STUCK`] and then stays there until the table regrows: a
-/// lookup through a stuck bucket probes on (slower, never wrong), and a removal leaves it
-/// alone (it no longer knows the count). At load ≤ 0.9 with 7 slots per bucket a count
-/// reaches a few dozen only with adversarial hashes.
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C, align(64))]
 pub struct Bucket {
     slots: [u64; SLOTS],
-    ext: [u8; SLOTS],
-    overflow: u8,
+    ext: [u16; SLOTS],
+    overflow: u32,
 }
 
 const _: () = assert!(std::mem::size_of::<Bucket>() == 64);
@@ -106,10 +94,10 @@ pub struct Pos {
 }
 
 fn tag_of(hash: u64) -> u32 {
-    (hash >> (64 - TAG_BITS)) as u32
+    (hash >> 33) as u32
 }
 
-fn encode(tag: u32, e: Entry) -> (u64, u8) {
+fn encode(tag: u32, e: Entry) -> (u64, u16) {
     debug_assert!(e.loc <= MAX_LOC);
     let mut w = VALID | (e.loc & MAX_LOC);
     if e.tier == Tier::Flash {
@@ -117,8 +105,8 @@ fn encode(tag: u32, e: Entry) -> (u64, u8) {
     }
     w |= (u64::from(e.freq.min(3))) << FREQ_SHIFT;
     w |= (u64::from(e.size_hint & 31)) << SIZE_SHIFT;
-    w |= (u64::from(tag >> 8) & 0x7fff) << TAG_SHIFT;
-    (w, tag as u8)
+    w |= (u64::from(tag >> 16) & 0x7fff) << TAG_SHIFT;
+    (w, tag as u16)
 }
 
 fn decode(w: u64) -> Entry {
@@ -134,8 +122,8 @@ fn decode(w: u64) -> Entry {
     }
 }
 
-fn slot_tag(w: u64, ext: u8) -> u32 {
-    ((((w >> TAG_SHIFT) & 0x7fff) as u32) << 8) | u32::from(ext)
+fn slot_tag(w: u64, ext: u16) -> u32 {
+    ((((w >> TAG_SHIFT) & 0x7fff) as u32) << 16) | u32::from(ext)
 }
 
 /// The size-hint class for a record of `bytes` bytes: ceil(log2(bytes)), capped at 31.
@@ -172,7 +160,7 @@ impl Table {
     }
 
     fn home(&self, tag: u32) -> usize {
-        ((u64::from(tag) * self.buckets.len() as u64) >> TAG_BITS) as usize
+        ((u64::from(tag) * self.buckets.len() as u64) >> 31) as usize
     }
 
     fn next(&self, b: usize) -> usize {
@@ -229,9 +217,7 @@ impl Table {
         while b != pos.bucket {
             let o = &mut self.buckets[b].overflow;
             debug_assert!(*o > 0);
-            if *o != OVERFLOW_STUCK {
-                *o = o.saturating_sub(1);
-            }
+            *o = o.saturating_sub(1);
             b = self.next(b);
         }
         self.buckets[pos.bucket].slots[pos.slot] = 0;
@@ -256,7 +242,7 @@ impl Table {
         delta
     }
 
-    fn place(&mut self, w: u64, ext: u8) {
+    fn place(&mut self, w: u64, ext: u16) {
         let mut b = self.home(slot_tag(w, ext));
         loop {
             let bucket = &mut self.buckets[b];
@@ -266,7 +252,7 @@ impl Table {
                 self.len += 1;
                 return;
             }
-            bucket.overflow = bucket.overflow.saturating_add(1);
+            bucket.overflow += 1;
             b = self.next(b);
         }
     }
@@ -516,31 +502,9 @@ mod tests {
             size_hint: 17,
             loc: MAX_LOC,
         };
-        let (w, x) = encode(0x7f_ffcd, e);
+        let (w, x) = encode(0x7fff_abcd, e);
         assert_eq!(decode(w), e);
-        assert_eq!(slot_tag(w, x), 0x7f_ffcd);
-        assert_eq!(tag_of(u64::MAX), (1 << TAG_BITS) - 1);
-    }
-
-    #[test]
-    fn a_stuck_overflow_counter_slows_lookups_but_loses_nothing() {
-        // Every entry has the same tag, so the same home: the home bucket's counter passes
-        // 255 and sticks; every entry stays findable, through removals too.
-        let mut t = Table::with_buckets(1);
-        let h = 0xdead_beef_0000_0000u64;
-        let n = 2000u64;
-        for loc in 0..n {
-            t.insert(h, ram(loc));
-        }
-        assert!(t.buckets.iter().any(|b| b.overflow == OVERFLOW_STUCK));
-        for loc in (0..n).step_by(3) {
-            let (p, _) = t.find(h, |e| e.loc == loc).unwrap();
-            t.remove(p);
-        }
-        for loc in 0..n {
-            assert_eq!(t.find(h, |e| e.loc == loc).is_some(), loc % 3 != 0, "{loc}");
-        }
-        assert_eq!(t.len() as u64, n - n.div_ceil(3));
+        assert_eq!(slot_tag(w, x), 0x7fff_abcd);
     }
 
     #[test]
