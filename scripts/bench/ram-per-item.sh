@@ -3,8 +3,9 @@
 # with flashtier-bench fill in steps (first STEP1 keys, then more keys under another prefix
 # up to STEP2 items in all), the write-back window left to drain after each step, then the
 # process's anonymous RSS (/proc/PID/status RssAnon; the binary's file pages are not items')
-# and the RAM stats (`stats`, `stats slabs`, `stats extstore`) recorded. Prints RSS growth
-# per item between the two steps beside what the stats account for.
+# and the RAM stats (`stats`, `stats slabs`, `stats items`, `stats extstore`) recorded. Prints RSS growth
+# per item between the two steps beside what the stats account for (`ram_known_bytes`:
+# everything the cache can name).
 # Usage: scripts/bench/ram-per-item.sh [OUT_DIR]   (default bench-results/ram-per-item-<time>)
 # Env: STEP1 [100000], STEP2 [300000], MEM [64], FLASH_SIZE [2GiB], VALUE [4096],
 #      FLASH_DIR [/var/tmp/flashtier-bench], FLASHTIER_BIN, BENCH_BIN, SERVER_THREADS [2],
@@ -74,6 +75,7 @@ snap() { # label
     echo "rss_kb $(awk '/VmRSS/{print $2}' "/proc/$PID/status")"
     stats ""
     stats slabs
+    stats items
     stats extstore
   } > "$OUT/$1.stats"
 }
@@ -104,8 +106,8 @@ def read(label):
 a, b = read("step1"), read("step2")
 items = b["curr_items"] - a["curr_items"]
 rows = [("RSS (anonymous)", (b["rss_anon_kb"] - a["rss_anon_kb"]) * 1024)]
-for name in ["index_bytes", "ghost_bytes", "ledger_bytes", "flash_ram_bytes",
-             "flash_work_bytes", "write_back_queue_bytes", "total_malloced"]:
+for name in ["index_bytes", "ghost_bytes", "ledger_bytes", "flash_work_bytes",
+             "total_malloced", "ram_known_bytes"]:
     if name in a and name in b:
         rows.append((name, b[name] - a[name]))
 print(f"items {a['curr_items']:.0f} -> {b['curr_items']:.0f} (+{items:.0f})")
@@ -115,4 +117,9 @@ for name, d in rows:
     print(f"| {name} | {d:,.0f} | {d / items:.2f} |")
 for k in ["ram_bytes_per_flash_item", "rss_anon_kb"]:
     print(f"{k}: step1 {a.get(k)} step2 {b.get(k)}")
+for label, d in (("step1", a), ("step2", b)):
+    if "ram_known_bytes" in d:
+        rest = d["rss_anon_kb"] * 1024 - d["ram_known_bytes"]
+        print(f"{label}: RssAnon {d['rss_anon_kb'] / 1024:.1f} MiB = ram_known_bytes "
+              f"{d['ram_known_bytes'] / 2**20:.1f} MiB + {rest / 2**20:.1f} MiB not named")
 PY
