@@ -28,6 +28,10 @@ pub struct Counters {
     pub moves_to_main: AtomicU64,
     pub reinserted: AtomicU64,
     pub compacted: AtomicU64,
+    /// Overwrites written over the old record in RAM (same record size; no arena space used).
+    pub rewritten_in_place: AtomicU64,
+    /// Segments a writer compacted instead of evicting live items (dead space reclaimed).
+    pub segments_reclaimed: AtomicU64,
     pub segments_swept: AtomicU64,
 }
 

@@ -112,9 +112,22 @@ impl crate::engine::Core {
         add("segments_main", main);
         add("segments_free", free);
         add("segments_large", large);
-        add("index_bytes", self.slots.memory_bytes());
-        add("ghost_bytes", self.ram.ghost_bytes() as u64);
-        add("ledger_bytes", self.meta.ledger.memory_bytes() as u64);
+        let index = self.slots.memory_bytes();
+        let ghost = self.ram.ghost_bytes() as u64;
+        let ledger = self.meta.ledger.memory_bytes() as u64;
+        add("index_bytes", index);
+        add("ghost_bytes", ghost);
+        add("ledger_bytes", ledger);
+        // Everything the cache can name (flash write chunks and reclaim reads included): the
+        // part of RSS that is items' and their metadata's (docs/eviction.md, "RAM per flash
+        // item", says where the rest goes).
+        let flash_work = self.lower.flash().map_or(0, |t| {
+            flashtier_flash::FlashStats::get(&t.engine().stats().work_bytes)
+        });
+        add(
+            "ram_known_bytes",
+            malloced + index + ghost + ledger + flash_work,
+        );
         v
     }
 
@@ -158,6 +171,8 @@ impl crate::engine::Core {
         add(1, "reinserted", g(&c.reinserted));
         add(1, "compacted", g(&c.compacted));
         add(1, "segments_swept", g(&c.segments_swept));
+        add(1, "rewritten_in_place", g(&c.rewritten_in_place));
+        add(1, "segments_reclaimed", g(&c.segments_reclaimed));
         v
     }
 }

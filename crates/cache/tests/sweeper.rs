@@ -121,12 +121,14 @@ fn segments_a_quarter_dead_are_compacted_and_less_dead_ones_are_not() {
         )
         .unwrap();
     }
-    // Every 5th key overwritten: its old segments are ~20 % dead, under the threshold.
-    overwrite_every(&c, 5, 200);
+    // Every 5th key overwritten with a larger value (an overwrite of the same record size is
+    // written in place and leaves nothing dead): its old segments are ~20 % dead, under the
+    // threshold.
+    overwrite_every(&c, 5, 300);
     assert_eq!(c.sweep(), 0, "segments 20 % dead are left alone");
     assert_eq!(items_stat(&c, "compacted"), 0);
     // Every 3rd key too: the first segments are now ~47 % dead (every 5th or 3rd key).
-    overwrite_every(&c, 3, 200);
+    overwrite_every(&c, 3, 300);
     let swept = c.sweep();
     assert!(swept > 0, "segments over a quarter dead are compacted");
     let moved = items_stat(&c, "compacted");
@@ -137,7 +139,11 @@ fn segments_a_quarter_dead_are_compacted_and_less_dead_ones_are_not() {
             .get_now(format!("k{i}").as_bytes())
             .unwrap()
             .expect("live item kept");
-        let newest = if i % 5 == 0 || i % 3 == 0 { i + 1 } else { i };
-        assert_eq!(it.value, common::value(newest, 200), "k{i}");
+        let newest = if i % 5 == 0 || i % 3 == 0 {
+            common::value(i + 1, 300)
+        } else {
+            common::value(i, 200)
+        };
+        assert_eq!(it.value, newest, "k{i}");
     }
 }

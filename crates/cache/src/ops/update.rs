@@ -185,6 +185,21 @@ where
                 return Ok(Step::Done((r, Some(cas))));
             }
             let words = record::rec_words(key.len(), w.value.len());
+            let put = Commit {
+                key,
+                hash,
+                w: &w,
+                base_cas,
+                now,
+            };
+            if let Some(Existing::Ram(_, e)) = &seen.existing {
+                if core.ram.fits_in_place(e.loc, words) {
+                    // A space reserved by an earlier attempt is given back when `reserved`
+                    // drops, after the shard lock.
+                    let cas = put.commit(core, shard, seen, Target::InPlace, stall)?;
+                    return Ok(Step::Done((r, Some(cas))));
+                }
+            }
             let lg = *log.get_or_insert_with(|| core.ram.target_log(hash));
             let space = match reserved.space.take() {
                 Some(s) if s.words == words => Some(s),
@@ -201,20 +216,21 @@ where
                 reserved.space = Some(core.ram.reserve(&core.env(), lg, words, stall)?);
                 continue;
             };
-            let put = Commit {
-                key,
-                hash,
-                w: &w,
-                base_cas,
-                now,
-            };
-            let cas = put.commit(core, shard, seen, space, stall)?;
+            let cas = put.commit(core, shard, seen, Target::Space(space), stall)?;
             return Ok(Step::Done((r, Some(cas))));
         }
     }
 }
 
-/// A new version about to be written in reserved space (phase 2, shard locked).
+/// Where a new version is written.
+enum Target {
+    /// Space reserved in a log head; published over the old version.
+    Space(Space),
+    /// Over the old RAM record, which has the same size (`RamTier::rewrite`).
+    InPlace,
+}
+
+/// A new version about to be written in reserved space or in place (phase 2, shard locked).
 struct Commit<'a> {
     key: &'a [u8],
     hash: u64,
@@ -225,14 +241,14 @@ struct Commit<'a> {
 
 impl Commit<'_> {
     /// Cover the replaced version below, pick the CAS and home word, write the record into
-    /// `space` and publish it over `seen.existing`; returns the new CAS. With `stall`, a
+    /// `target` and publish it over `seen.existing`; returns the new CAS. With `stall`, a
     /// cover flash cannot take now changes nothing: `Error::FlashBusy`.
     fn commit(
         &self,
         core: &Core,
         mut shard: Shard<'_>,
         seen: Seen,
-        space: Space,
+        target: Target,
         stall: bool,
     ) -> Result<u64, Error> {
         let (key, hash, w) = (self.key, self.hash, self.w);
@@ -244,7 +260,9 @@ impl Commit<'_> {
             && match core.lower.cover_or_stall(hash, key, stall) {
                 None => {
                     drop(shard);
-                    core.ram.abandon(Some(space));
+                    if let Target::Space(s) = target {
+                        core.ram.abandon(Some(s));
+                    }
                     return Err(Error::FlashBusy);
                 }
                 Some(covered) => !covered,
@@ -259,12 +277,27 @@ impl Commit<'_> {
             older_below,
             dirty_since: seen.old_since,
         });
+        let env = core.env();
+        let space = match target {
+            Target::Space(space) => space,
+            Target::InPlace => {
+                let Some(Existing::Ram(pos, e)) = seen.existing else {
+                    return Err(Error::Internal("an in-place write without a RAM record"));
+                };
+                if !core
+                    .ram
+                    .rewrite(&env, &mut shard, pos, e, &h, key, &w.value)
+                {
+                    return Err(Error::Internal("the record no longer fits in place"));
+                }
+                return Ok(cas);
+            }
+        };
         if !core.ram.write_record(&space, &h, key, &w.value) {
             drop(shard);
             core.ram.abandon(Some(space));
             return Err(Error::Internal("reserved space cannot hold the record"));
         }
-        let env = core.env();
         core.ram
             .publish(&env, &mut shard, hash, seen.existing, &space, &h);
         drop(shard);
@@ -322,5 +355,37 @@ mod tests {
         assert_eq!(c.stats().reclaimed, 1, "the dead item is reclaimed first");
         assert_eq!(&c.get_now(b"d").unwrap().unwrap().value[..], b"b");
         assert_eq!(c.stats().curr_items, 2);
+    }
+
+    #[test]
+    fn ram_only_overwrites_cost_no_capacity() {
+        // 8 MiB of 64 KiB segments; 4 KiB values filling about 85 % of it, then keys picked
+        // at random overwritten, five per key on average (in key order, whole segments
+        // would die in turn and nothing live would be evicted): memcached keeps them all, so
+        // must we.
+        let clock = Clock::system();
+        let c = ram_cache(&clock);
+        let n = (8 << 20) * 85 / 100 / 4200;
+        let key = |i: usize| format!("key:{i}").into_bytes();
+        let mut last = vec![0u8; n];
+        for i in 0..n {
+            c.set_now(&key(i), ItemWrite::new(Bytes::from(vec![0; 4096]), 0, 0))
+                .unwrap();
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for round in 0..5 * n {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let i = (x % n as u64) as usize;
+            last[i] = (round % 250) as u8 + 1;
+            let v = Bytes::from(vec![last[i]; 4096]);
+            c.set_now(&key(i), ItemWrite::new(v, 0, 0)).unwrap();
+        }
+        let st = c.stats();
+        assert_eq!(st.evictions, 0);
+        assert_eq!(st.curr_items, n as u64);
+        assert_eq!(st.total_items, 6 * n as u64);
+        assert!((0..n).all(|i| c.get_now(&key(i)).unwrap().unwrap().value[..] == [last[i]; 4096]));
     }
 }

@@ -20,6 +20,7 @@ use crate::ram::arena::{AllocState, Log, RecordRef, Space};
 use crate::ram::index::{Entry, Pos, Shard, Tier};
 use crate::ram::lower::{LowerTier, Taken};
 use crate::ram::record::{self, Header, F_FETCHED, F_FILLER};
+use crate::ram::sweeper::COMPACT_DEAD_PERCENT;
 use crate::ram::tier::{Env, RamTier};
 use crate::Error;
 
@@ -136,6 +137,12 @@ impl RamTier {
         force: bool,
         stall: bool,
     ) -> Result<bool, Error> {
+        // Without a tier below, an eviction loses the item: reclaim dead space first. With
+        // one, eviction moves items down (and stalls a writer rather than drop under
+        // back-pressure), and the sweeper compacts.
+        if !force && !env.lower.takes_evictions() && self.reclaim_dead(env, alloc) {
+            return Ok(true);
+        }
         let small = Log::Small as usize;
         let main = Log::Main as usize;
         let s3 = self.policy.eviction == EvictionPolicy::S3Fifo;
@@ -174,6 +181,53 @@ impl RamTier {
         };
         self.retire(alloc, seg, kept);
         Ok(true)
+    }
+
+    /// Reclaim dead space before evicting anything live (no tier below): compact (live records to the same
+    /// log's head, frequency kept) the queued normal segment with the most dead words, if at
+    /// least [`COMPACT_DEAD_PERCENT`] of it is dead (overwritten with another size, deleted,
+    /// expired) and a free segment can take its survivors. So an overwrite, a delete or an
+    /// expiry never costs a live item its place while RAM holds a segment that dead. False
+    /// when there is no such segment. Cost: a walk over the queues' slots, only when the
+    /// arena holds at least that much dead space in all.
+    fn reclaim_dead<L: LowerTier + ?Sized>(
+        &self,
+        env: &Env<'_, L>,
+        alloc: &mut AllocState,
+    ) -> bool {
+        let seg_words = self.arena.seg_words as u64;
+        let threshold = seg_words * COMPACT_DEAD_PERCENT / 100;
+        let queued_words = (alloc.queue_bytes[0] + alloc.queue_bytes[1]) / 8;
+        let live_words = Counters::get(&env.meta.counters.live_bytes) / 8;
+        if queued_words.saturating_sub(live_words) < threshold
+            || self.arena.available(alloc, false) == 0
+        {
+            return false;
+        }
+        let mut best: Option<(u64, u32, Log)> = None;
+        for (log, q) in [Log::Small, Log::Main].into_iter().zip(&alloc.queues) {
+            for &seg in q {
+                let slot = self.arena.slot(seg);
+                if slot.is_large() || slot.pending.load(Ordering::Acquire) != 0 {
+                    continue;
+                }
+                let end = u64::from(slot.end.load(Ordering::Relaxed));
+                let dead = end.saturating_sub(slot.live.load(Ordering::Relaxed));
+                if dead >= threshold && best.is_none_or(|(d, _, _)| dead > d) {
+                    best = Some((dead, seg, log));
+                }
+            }
+        }
+        let Some((_, seg, log)) = best else {
+            return false;
+        };
+        if !self.arena.unqueue(alloc, seg) {
+            return false;
+        }
+        let kept = self.drain(env, alloc, seg, Mode::Compact(log));
+        self.retire(alloc, seg, kept);
+        Counters::add(&env.meta.counters.segments_reclaimed, 1);
+        true
     }
 
     /// After a drain: requeue a kept large segment, free a dropped one, recycle a normal one.
@@ -258,6 +312,12 @@ impl RamTier {
                 off += n;
                 continue;
             };
+            // Read again under the shard lock: an overwrite in place (`RamTier::rewrite`) may
+            // have changed the header since (never the key or the record's length).
+            let Some(rec) = self.arena.record_at(seg, off) else {
+                break;
+            };
+            let h = rec.header;
             if env.meta.dead_at(h.exptime, h.stored, now) {
                 self.reclaim(env, &mut shard, pos, &h, hash);
                 off += n;
@@ -447,6 +507,28 @@ mod tests {
             ghosts * 10 >= evicted * 9,
             "{ghosts} of {evicted} remembered"
         );
+    }
+
+    #[test]
+    fn a_writer_reclaims_dead_versions_before_it_evicts_a_live_item() {
+        let rig = Rig::new(16, FakeLower::new(false, Answer::Drop));
+        let n = 10 * per_segment();
+        for i in 0..n {
+            rig.set(&key(i), &VALUE, 0);
+        }
+        // Keys at random appended again (as an overwrite of another size is): dead versions
+        // pile up in every segment, enough to need space five times over.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..5 * n {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            rig.set(&key((x % n as u64) as usize), &VALUE, 0);
+        }
+        assert_eq!(rig.count(|c| &c.evictions), 0, "a live item was evicted");
+        assert_eq!(rig.slots.len() as usize, n);
+        assert!(rig.count(|c| &c.segments_reclaimed) > 0);
+        assert!((0..n).all(|i| rig.get(&key(i)).is_some()));
     }
 
     #[test]

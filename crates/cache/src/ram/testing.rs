@@ -176,6 +176,31 @@ impl Rig {
         loc
     }
 
+    /// Overwrite `key`'s RAM record in place with `value`, as a SET of a same-size record
+    /// does; false (nothing changed) when it does not fit there or the key is not in RAM.
+    pub fn rewrite(&self, key: &[u8], value: &[u8], exptime: u32) -> bool {
+        let env = self.env();
+        let hash = self.slots.hash(key);
+        let mut shard = self.slots.lock(hash);
+        let Some((pos, e)) = self.ram.find_key(&shard, hash, key) else {
+            return false;
+        };
+        if !self
+            .ram
+            .fits_in_place(e.loc, record::rec_words(key.len(), value.len()))
+        {
+            return false;
+        }
+        let w = ItemWrite::new(Bytes::copy_from_slice(value), 0, exptime);
+        let h = new_header(
+            &w,
+            key.len(),
+            self.meta.now(),
+            self.meta.cas_for(w.cas, None),
+        );
+        self.ram.rewrite(&env, &mut shard, pos, e, &h, key, value)
+    }
+
     /// The value RAM holds for `key`, if any (no hit recorded).
     pub fn get(&self, key: &[u8]) -> Option<Bytes> {
         let hash = self.slots.hash(key);

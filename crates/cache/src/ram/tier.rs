@@ -216,6 +216,64 @@ impl RamTier {
         Counters::add(&env.meta.counters.total_items, 1);
     }
 
+    /// True when a new version of `words` can overwrite the RAM record at `loc` in place
+    /// ([`Self::rewrite`]): the old record has exactly as many words and lies in a normal
+    /// segment. Shard lock of a slot pointing at `loc` held.
+    pub fn fits_in_place(&self, loc: u64, words: usize) -> bool {
+        self.arena.record(loc).is_some_and(|r| {
+            r.header.rflags & record::F_FILLER == 0
+                && r.header.words() == words
+                && !self.arena.slot(r.seg).is_large()
+        })
+    }
+
+    /// Overwrite the RAM record of the slot at `pos` (`old`, checked by
+    /// [`Self::fits_in_place`]) with the new version `h`, `key`, `value`, under the shard
+    /// lock, so an overwrite of an item whose record keeps its size costs no arena space
+    /// (memcached frees the old item at once; a log that appended would hold the dead version
+    /// until its segment is compacted or evicted). Accounted as a publish over the old
+    /// version: its lower copy, if any, is forgotten; the slot keeps its location and
+    /// frequency, so the item keeps its place in its log.
+    ///
+    /// Safe for readers: every reader of a published record holds this shard lock (arena
+    /// invariant 1a); a drain walking the segment (1b) reads the same key and the same
+    /// record length whatever it sees, and rereads the header under the shard lock.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rewrite<L: LowerTier + ?Sized>(
+        &self,
+        env: &Env<'_, L>,
+        shard: &mut Shard<'_>,
+        pos: Pos,
+        old: Entry,
+        h: &Header,
+        key: &[u8],
+        value: &[u8],
+    ) -> bool {
+        let Some(rec) = self.arena.record(old.loc) else {
+            return false;
+        };
+        let old_h = rec.header;
+        if !self.fits_in_place(old.loc, h.words()) {
+            return false;
+        }
+        let space = Space {
+            seg: rec.seg,
+            off: rec.off,
+            words: h.words(),
+            large: false,
+            log: Log::Small,
+        };
+        if !self.arena.write_record(&space, h, key, value) {
+            return false;
+        }
+        self.release_rec(env, old.loc, &old_h);
+        shard.set(pos, old);
+        self.note_published(env.meta, &space, h);
+        Counters::add(&env.meta.counters.total_items, 1);
+        Counters::add(&env.meta.counters.rewritten_in_place, 1);
+        true
+    }
+
     /// The RAM slot of a record published in `space`, with frequency 0.
     fn entry_for(&self, space: &Space) -> Entry {
         Entry {

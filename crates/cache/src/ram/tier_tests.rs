@@ -153,3 +153,58 @@ fn a_dead_item_removed_covers_an_older_version_below() {
     assert_eq!(rig.slots.len(), 0);
     assert_eq!(rig.count(|c| &c.live_bytes), 0);
 }
+
+#[test]
+fn a_same_size_overwrite_is_written_in_place_and_costs_no_space() {
+    let rig = Rig::new(4, FakeLower::new(true, Answer::Slot));
+    let loc = rig.set(b"k", b"value-1", 0);
+    rig.ram.record(loc).unwrap().set_home(HOME_VALID | 9);
+    rig.hit(b"k");
+    let head = rig.ram.arena.head(Log::Small);
+    let live = rig.count(|c| &c.live_bytes);
+    assert!(rig.rewrite(b"k", b"value-2", 0), "same record size");
+    assert_eq!(rig.get(b"k").as_deref(), Some(&b"value-2"[..]));
+    let e = rig.slot(b"k").unwrap();
+    assert_eq!((e.loc, e.freq), (loc, 1), "same place, same frequency");
+    assert_eq!(rig.ram.arena.head(Log::Small), head, "no space taken");
+    assert_eq!(rig.count(|c| &c.live_bytes), live);
+    let (seg, _) = rig.ram.arena.split(loc);
+    assert_eq!(rig.ram.arena.slot(seg).live.load(Relaxed), live / 8);
+    assert_eq!(rig.count(|c| &c.total_items), 2);
+    assert_eq!(rig.count(|c| &c.rewritten_in_place), 1);
+    assert_eq!(
+        *rig.lower.forgotten.lock(),
+        vec![9],
+        "the old version's lower copy is dead"
+    );
+    assert_eq!(rig.ram.record(loc).unwrap().header.home, 0);
+    // A record of another size is not written in place.
+    assert!(!rig.rewrite(b"k", b"a longer value", 0));
+    assert!(!rig.rewrite(b"absent", b"value-3", 0));
+    assert_eq!(rig.get(b"k").as_deref(), Some(&b"value-2"[..]));
+}
+
+#[test]
+fn overwrites_in_place_keep_every_item_of_a_nearly_full_tier() {
+    let rig = Rig::new(8, FakeLower::new(false, Answer::Drop));
+    let value = [1u8; 1000];
+    let per_seg = crate::ram::testing::SEG / 8 / record::rec_words(9, value.len());
+    // 7 of the 8 segments' worth of items, then every item overwritten five times.
+    let n = 7 * per_seg - 2;
+    for i in 0..n {
+        rig.set(&crate::ram::testing::key(i), &value, 0);
+    }
+    let used = rig.ram.mem_used();
+    for round in 2..7u8 {
+        for i in 0..n {
+            let v = [round; 1000];
+            assert!(rig.rewrite(&crate::ram::testing::key(i), &v, 0));
+        }
+    }
+    assert_eq!(rig.count(|c| &c.evictions), 0);
+    assert_eq!(rig.slots.len() as usize, n);
+    assert_eq!(rig.ram.mem_used(), used);
+    assert!(
+        (0..n).all(|i| rig.get(&crate::ram::testing::key(i)).as_deref() == Some(&[6u8; 1000][..]))
+    );
+}

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# RAM per flash item: `flashtier kv -m 64 --flash F:2GiB` (no cgroup), 4 KiB values loaded
+# with flashtier-bench fill in steps (first STEP1 keys, then more keys under another prefix
+# up to STEP2 items in all), the write-back window left to drain after each step, then the
+# process's anonymous RSS (/proc/PID/status RssAnon; the binary's file pages are not items')
+# and the RAM stats (`stats`, `stats slabs`, `stats items`, `stats extstore`) recorded. Prints RSS growth
+# per item between the two steps beside what the stats account for (`ram_known_bytes`:
+# everything the cache can name).
+# Usage: scripts/bench/ram-per-item.sh [OUT_DIR]   (default bench-results/ram-per-item-<time>)
+# Env: STEP1 [100000], STEP2 [300000], MEM [64], FLASH_SIZE [2GiB], VALUE [4096],
+#      FLASH_DIR [/var/tmp/flashtier-bench], FLASHTIER_BIN, BENCH_BIN, SERVER_THREADS [2],
+#      EXTRA (more flashtier flags).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${1:-$ROOT/bench-results/ram-per-item-$(date -u +%Y%m%dT%H%M%SZ)}
+STEP1=${STEP1:-100000}
+STEP2=${STEP2:-300000}
+MEM=${MEM:-64}
+FLASH_SIZE=${FLASH_SIZE:-2GiB}
+VALUE=${VALUE:-4096}
+FLASH_DIR=${FLASH_DIR:-/var/tmp/flashtier-bench}
+FLASHTIER_BIN=${FLASHTIER_BIN:-$ROOT/target/release/flashtier}
+BENCH=${BENCH_BIN:-$ROOT/target/release/flashtier-bench}
+SERVER_THREADS=${SERVER_THREADS:-2}
+EXTRA=${EXTRA:-}
+mkdir -p "$OUT" "$FLASH_DIR"
+FLASH=$FLASH_DIR/ram-per-item-$$.bin
+PID=""
+cleanup() {
+  [ -n "$PID" ] && kill "$PID" 2> /dev/null && wait "$PID" 2> /dev/null
+  PID=""
+  rm -f "$FLASH"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+# shellcheck disable=SC2086
+"$FLASHTIER_BIN" kv -l 127.0.0.1 -p "$PORT" -m "$MEM" -t "$SERVER_THREADS" \
+  --flash "$FLASH:$FLASH_SIZE" $EXTRA > "$OUT/server.log" 2>&1 &
+PID=$!
+
+stats() { # port section -> lines "name value"
+  python3 - "$PORT" "$1" <<'PY'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(("stats %s\r\n" % sys.argv[2]).strip().encode() + b"\r\n")
+buf = b""
+while not buf.endswith(b"END\r\n"):
+    buf += s.recv(65536)
+for line in buf.decode().splitlines():
+    p = line.split()
+    if len(p) == 3 and p[0] == "STAT":
+        print(p[1], p[2])
+PY
+}
+for _ in $(seq 100); do stats "" > /dev/null 2>&1 && break; sleep 0.1; done
+
+settle() { # wait until the write-back queue is empty and RSS stops moving
+  local prev=0 cur
+  for _ in $(seq 60); do
+    sleep 1
+    cur=$(awk '/RssAnon/{print $2}' "/proc/$PID/status")
+    local q
+    q=$(stats extstore | awk '$1=="extstore_write_back_queue"{print $2}')
+    [ "$q" = 0 ] && [ "$cur" = "$prev" ] && return 0
+    prev=$cur
+  done
+}
+
+snap() { # label
+  settle
+  {
+    echo "rss_anon_kb $(awk '/RssAnon/{print $2}' "/proc/$PID/status")"
+    echo "rss_kb $(awk '/VmRSS/{print $2}' "/proc/$PID/status")"
+    stats ""
+    stats slabs
+    stats items
+    stats extstore
+  } > "$OUT/$1.stats"
+}
+
+load() { # prefix keys
+  nice -n 19 "$BENCH" fill -s "127.0.0.1:$PORT" -c 8 -d 8 -k "$2" -v "$VALUE" \
+    --key-prefix "$1" --json "$OUT/fill-$1.json" > /dev/null 2>&1
+}
+
+snap start
+load a: "$STEP1"
+snap step1
+load b: $((STEP2 - STEP1))
+snap step2
+
+python3 - "$OUT" <<'PY'
+import sys
+out = sys.argv[1]
+def read(label):
+    d = {}
+    for line in open(f"{out}/{label}.stats"):
+        k, _, v = line.strip().partition(" ")
+        try:
+            d[k] = float(v)
+        except ValueError:
+            pass
+    return d
+a, b = read("step1"), read("step2")
+items = b["curr_items"] - a["curr_items"]
+rows = [("RSS (anonymous)", (b["rss_anon_kb"] - a["rss_anon_kb"]) * 1024)]
+for name in ["index_bytes", "ghost_bytes", "ledger_bytes", "flash_work_bytes",
+             "total_malloced", "ram_known_bytes"]:
+    if name in a and name in b:
+        rows.append((name, b[name] - a[name]))
+print(f"items {a['curr_items']:.0f} -> {b['curr_items']:.0f} (+{items:.0f})")
+print("| quantity | growth (bytes) | per item added |")
+print("|---|---|---|")
+for name, d in rows:
+    print(f"| {name} | {d:,.0f} | {d / items:.2f} |")
+for k in ["ram_bytes_per_flash_item", "rss_anon_kb"]:
+    print(f"{k}: step1 {a.get(k)} step2 {b.get(k)}")
+for label, d in (("step1", a), ("step2", b)):
+    if "ram_known_bytes" in d:
+        rest = d["rss_anon_kb"] * 1024 - d["ram_known_bytes"]
+        print(f"{label}: RssAnon {d['rss_anon_kb'] / 1024:.1f} MiB = ram_known_bytes "
+              f"{d['ram_known_bytes'] / 2**20:.1f} MiB + {rest / 2**20:.1f} MiB not named")
+PY
