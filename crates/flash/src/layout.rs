@@ -410,6 +410,7 @@ fn check(
             Err(e) => return other(format!("device {name}: superblock {e:?}")),
         };
         let (n, start) = plan[d];
+        let resized = sb.device_size != devices[d].len();
         let problems = [
             (
                 sb.uuid != first.uuid,
@@ -428,7 +429,9 @@ fn check(
                 format!("was device #{} of its set, now #{d}", sb.device_index),
             ),
             (
-                u64::from(sb.segment_size) != cfg.segment_size,
+                // A size change that also changed the segment size (sizes chosen for the
+                // capacity) is reported as the resize it is, below.
+                u64::from(sb.segment_size) != cfg.segment_size && !resized,
                 format!(
                     "has segment size {}, config says {}",
                     sb.segment_size, cfg.segment_size
@@ -448,7 +451,7 @@ fn check(
         if let Some((_, why)) = problems.into_iter().find(|(bad, _)| *bad) {
             return other(format!("device {name} {why}"));
         }
-        if sb.segments != n {
+        if sb.segments != n || (resized && u64::from(sb.segment_size) != cfg.segment_size) {
             return Some(Mismatch::Resized {
                 device: name.to_string(),
                 formatted: sb.device_size,
