@@ -7,7 +7,8 @@ use std::sync::{Arc, OnceLock};
 
 use flashtier_cache::{Clock, ModelStore};
 use flashtier_memcache::codec::Limits;
-use flashtier_memcache::connection::{Pump, Session};
+use flashtier_memcache::connection::{Pump, Session, READ_WINDOW};
+use flashtier_memcache::window::ReadWindow;
 use flashtier_memcache::{Context, Settings};
 use libfuzzer_sys::fuzz_target;
 
@@ -38,11 +39,16 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut session = Session::new(limits, 4096);
     rt.block_on(async {
+        // As the connection drives it: reads run in the window, answered before anything
+        // that must wait for them.
+        let mut window = ReadWindow::new(READ_WINDOW);
         for piece in data.chunks(64) {
             session.input.extend_from_slice(piece);
             loop {
-                match session.pump(&ctx).await {
-                    Pump::Flush => session.output.clear(4096),
+                let step = session.pump(&ctx, &mut window).await;
+                window.finish(&mut session.output).await;
+                match step {
+                    Pump::Flush | Pump::Wait => session.output.clear(4096),
                     Pump::NeedInput => break,
                     Pump::Quit | Pump::Close(_) => return,
                 }
