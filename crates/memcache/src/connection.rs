@@ -421,15 +421,15 @@ pub async fn serve_connection<S: KvStore>(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
     use bytes::Bytes;
-    use flashtier_cache::{Item, ItemWrite, KvStore, Update};
+    use flashtier_cache::{ItemWrite, KvStore};
 
     use super::{Pump, ReadWindow, Session, READ_WINDOW};
     use crate::codec::Limits;
-    use crate::command::testing::{Harness, TEST_MAX_ITEM};
+    use crate::command::testing::{Harness, SlowStore, TEST_MAX_ITEM};
     use crate::context::{Context, Settings};
     use crate::stats::Stats;
 
@@ -465,63 +465,12 @@ mod tests {
         assert_eq!(Stats::get(&h.ctx.stats.pipelined_read_batches), 2);
     }
 
-    /// A store whose reads wait until `open` is set, counting those in flight.
-    struct GatedStore {
-        inner: flashtier_cache::ModelStore,
-        open: AtomicBool,
-        in_flight: AtomicUsize,
-    }
-
-    impl KvStore for GatedStore {
-        async fn get(&self, key: &[u8]) -> Result<Option<Item>, flashtier_cache::Error> {
-            self.in_flight.fetch_add(1, Ordering::SeqCst);
-            while !self.open.load(Ordering::SeqCst) {
-                tokio::task::yield_now().await;
-            }
-            self.in_flight.fetch_sub(1, Ordering::SeqCst);
-            self.inner.get(key).await
-        }
-        async fn set(&self, key: &[u8], item: ItemWrite) -> Result<u64, flashtier_cache::Error> {
-            self.inner.set(key, item).await
-        }
-        async fn update<R, F>(
-            &self,
-            key: &[u8],
-            f: F,
-        ) -> Result<(R, Option<u64>), flashtier_cache::Error>
-        where
-            R: Send,
-            F: FnMut(Option<&Item>) -> (Update, R) + Send,
-        {
-            self.inner.update(key, f).await
-        }
-        fn flush_all(&self, at: u32) {
-            self.inner.flush_all(at)
-        }
-        fn max_item_size(&self) -> usize {
-            self.inner.max_item_size()
-        }
-        fn clock(&self) -> &flashtier_cache::Clock {
-            self.inner.clock()
-        }
-        fn stats(&self) -> flashtier_cache::StoreStats {
-            self.inner.stats()
-        }
-        fn stats_section(&self, s: &str) -> Option<Vec<(String, String)>> {
-            self.inner.stats_section(s)
-        }
-    }
-
     /// Issue 30: a read that arrives (in its own packet) while an earlier one is still at
     /// the device starts at once; a write waits for both; replies stay in order.
     #[test]
     fn reads_arriving_one_by_one_overlap_and_a_write_waits_for_them() {
         block_on(async {
-            let store = Arc::new(GatedStore {
-                inner: flashtier_cache::ModelStore::new(flashtier_cache::Clock::system(), 1 << 20),
-                open: AtomicBool::new(false),
-                in_flight: AtomicUsize::new(0),
-            });
+            let store = Arc::new(SlowStore::new(false));
             for k in [&b"a"[..], b"b"] {
                 let w = ItemWrite::new(Bytes::copy_from_slice(k), 0, 0);
                 store.inner.set(k, w).await.unwrap();

@@ -141,13 +141,13 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, req: Retrieval, out: &mut Output)
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
     use super::*;
-    use crate::command::testing::{run as t, Harness};
+    use crate::command::testing::{run as t, Harness, SlowStore};
     use crate::context::Settings;
-    use flashtier_cache::{ItemWrite, Update};
+    use flashtier_cache::ItemWrite;
 
     #[tokio::test]
     async fn get_and_gets() {
@@ -211,60 +211,9 @@ mod tests {
         assert_eq!(h.send(b"gat 10\r\n").await, "END\r\n");
     }
 
-    /// A store whose reads take a while, counting how many are in flight at once.
-    struct SlowStore {
-        inner: flashtier_cache::ModelStore,
-        in_flight: AtomicUsize,
-        max_in_flight: AtomicUsize,
-    }
-
-    impl KvStore for SlowStore {
-        async fn get(&self, key: &[u8]) -> Result<Option<Item>, flashtier_cache::Error> {
-            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-            self.max_in_flight.fetch_max(now, Ordering::SeqCst);
-            tokio::task::yield_now().await;
-            tokio::task::yield_now().await;
-            self.in_flight.fetch_sub(1, Ordering::SeqCst);
-            self.inner.get(key).await
-        }
-        async fn set(&self, key: &[u8], item: ItemWrite) -> Result<u64, flashtier_cache::Error> {
-            self.inner.set(key, item).await
-        }
-        async fn update<R, F>(
-            &self,
-            key: &[u8],
-            f: F,
-        ) -> Result<(R, Option<u64>), flashtier_cache::Error>
-        where
-            R: Send,
-            F: FnMut(Option<&Item>) -> (Update, R) + Send,
-        {
-            self.inner.update(key, f).await
-        }
-        fn flush_all(&self, at: u32) {
-            self.inner.flush_all(at)
-        }
-        fn max_item_size(&self) -> usize {
-            self.inner.max_item_size()
-        }
-        fn clock(&self) -> &flashtier_cache::Clock {
-            self.inner.clock()
-        }
-        fn stats(&self) -> flashtier_cache::StoreStats {
-            self.inner.stats()
-        }
-        fn stats_section(&self, s: &str) -> Option<Vec<(String, String)>> {
-            self.inner.stats_section(s)
-        }
-    }
-
     #[tokio::test]
     async fn multi_get_overlaps_reads() {
-        let store = Arc::new(SlowStore {
-            inner: flashtier_cache::ModelStore::new(flashtier_cache::Clock::system(), 1024),
-            in_flight: AtomicUsize::new(0),
-            max_in_flight: AtomicUsize::new(0),
-        });
+        let store = Arc::new(SlowStore::new(true));
         let ctx = Context::new(Arc::clone(&store), Settings::default());
         let mut out = Output::new();
         for k in ["a", "b", "c"] {
@@ -294,11 +243,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_large_multi_get_keeps_a_window_of_lookups() {
-        let store = Arc::new(SlowStore {
-            inner: flashtier_cache::ModelStore::new(flashtier_cache::Clock::system(), 1 << 20),
-            in_flight: AtomicUsize::new(0),
-            max_in_flight: AtomicUsize::new(0),
-        });
+        let store = Arc::new(SlowStore::new(true));
         let ctx = Context::new(Arc::clone(&store), Settings::default());
         let n = FETCH_WINDOW * 5 + 3;
         let mut expect = Vec::new();

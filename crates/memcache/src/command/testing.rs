@@ -1,8 +1,9 @@
 //! Test driver: feeds raw protocol bytes through the real decoder and command layer against
 //! a `ModelStore` (1024-byte item limit) and returns the reply bytes as text.
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use flashtier_cache::{Clock, ModelStore};
+use flashtier_cache::{Clock, Item, ItemWrite, KvStore, ModelStore, Update};
 
 use crate::codec::Limits;
 use crate::connection::{Pump, Session};
@@ -56,4 +57,68 @@ impl Harness {
 /// Send `input` to a fresh store.
 pub async fn run(input: &[u8]) -> String {
     Harness::new().send(input).await
+}
+
+/// A `ModelStore` whose reads take a while (two yields) and wait while `open` is false,
+/// counting how many are in flight at once: tests of reads that overlap.
+pub struct SlowStore {
+    pub inner: ModelStore,
+    pub open: AtomicBool,
+    pub in_flight: AtomicUsize,
+    pub max_in_flight: AtomicUsize,
+}
+
+impl SlowStore {
+    /// A store with `TEST_MAX_ITEM`-size items; reads wait while `open` is false.
+    pub fn new(open: bool) -> Self {
+        Self {
+            inner: ModelStore::new(Clock::system(), TEST_MAX_ITEM),
+            open: AtomicBool::new(open),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl KvStore for SlowStore {
+    async fn get(&self, key: &[u8]) -> Result<Option<Item>, flashtier_cache::Error> {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        while !self.open.load(Ordering::SeqCst) {
+            tokio::task::yield_now().await;
+        }
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.inner.get(key).await
+    }
+    async fn set(&self, key: &[u8], item: ItemWrite) -> Result<u64, flashtier_cache::Error> {
+        self.inner.set(key, item).await
+    }
+    async fn update<R, F>(
+        &self,
+        key: &[u8],
+        f: F,
+    ) -> Result<(R, Option<u64>), flashtier_cache::Error>
+    where
+        R: Send,
+        F: FnMut(Option<&Item>) -> (Update, R) + Send,
+    {
+        self.inner.update(key, f).await
+    }
+    fn flush_all(&self, at: u32) {
+        self.inner.flush_all(at)
+    }
+    fn max_item_size(&self) -> usize {
+        self.inner.max_item_size()
+    }
+    fn clock(&self) -> &Clock {
+        self.inner.clock()
+    }
+    fn stats(&self) -> flashtier_cache::StoreStats {
+        self.inner.stats()
+    }
+    fn stats_section(&self, s: &str) -> Option<Vec<(String, String)>> {
+        self.inner.stats_section(s)
+    }
 }
