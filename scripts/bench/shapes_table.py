@@ -5,7 +5,9 @@ import glob
 import json
 import os
 
-from tables import FLASH_GETS, f, load, plot, ratio, stat
+from report import FLASH_HIT_STATS as FLASH_GETS
+from report import load
+from table_fmt import f, plot, ratio, stat
 
 # Shapes the targets name: hits/s >= 1.5x at 8x16 and 16x2; open loop p99 <= and p99.9 <=
 # 1.5x memcached's at 30k and 60k offered; flash GETs >= 80 % of fio's ceiling.

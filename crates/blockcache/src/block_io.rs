@@ -20,12 +20,22 @@ use flashtier_flash::{Flash, Location};
 use parking_lot::Mutex;
 
 use crate::blocks::Blocks;
-use crate::cache::{flash_err, BACKING_IO, STREAM_DATA, STRIPES};
 use crate::fence::Fence;
 use crate::index::{Entry, PutOutcome};
+use crate::meta_log::STREAM_DATA;
 use crate::record::{checked_block, BlockRecord};
 use crate::retry;
 use crate::stats::{add, BlockStats};
+
+/// Stripe locks (by LBA modulo this).
+pub(crate) const STRIPES: u64 = 1024;
+/// Largest single backing request the cache issues.
+pub(crate) const BACKING_IO: u64 = 1 << 20;
+
+/// A flash engine error as the backend's IO error (what an NBD client sees).
+pub(crate) fn flash_err(e: flashtier_flash::Error) -> BackendError {
+    BackendError::Io(std::io::Error::other(e.to_string()))
+}
 
 /// Blocks on flash and on the backing.
 pub(crate) struct BlockIo {

@@ -16,7 +16,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flashtier_backend::BackendError;
 use flashtier_flash::{Flash, FlashConfig, FlashInfo};
 
 use crate::admission::Admission;
@@ -29,16 +28,7 @@ use crate::stats::add;
 use crate::switch::{ModeSwitch, SwitchPhase, SwitchStatus};
 use crate::tunables::{Mode, Tunables};
 use crate::warm::{ShutdownReport, SHUTDOWN_WAIT};
-use crate::writeback::{persist_watermark, Writeback};
-
-/// Flash stream of block records.
-pub(crate) const STREAM_DATA: u8 = 0;
-/// Flash stream of the watermark and warm-restart records.
-pub(crate) const STREAM_META: u8 = 2;
-/// Stripe locks (by LBA modulo this).
-pub(crate) const STRIPES: u64 = 1024;
-/// Largest single backing request the cache issues.
-pub(crate) const BACKING_IO: u64 = 1 << 20;
+use crate::writeback::{persist_watermark, Host, Writeback};
 
 /// Settings fixed at open.
 #[derive(Clone, Debug)]
@@ -105,8 +95,26 @@ pub struct BlockCache {
     pub(crate) flash_info: FlashInfo,
 }
 
-pub(crate) fn flash_err(e: flashtier_flash::Error) -> BackendError {
-    BackendError::Io(std::io::Error::other(e.to_string()))
+impl Host for BlockCache {
+    fn writeback(&self) -> &Writeback {
+        &self.writeback
+    }
+
+    fn io(&self) -> &BlockIo {
+        &self.io
+    }
+
+    fn durability(&self) -> &Durability {
+        &self.durable
+    }
+
+    fn tunables(&self) -> &Tunables {
+        &self.tunables
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
 }
 
 impl BlockCache {
@@ -243,10 +251,6 @@ impl BlockCache {
         self.writeback.flushes.id()
     }
 
-    pub(crate) fn flush_running(&self) -> bool {
-        matches!(self.flush_state(), FlushState::Running { .. })
-    }
-
     /// Progress of the latest explicit flush.
     pub fn flush_state(&self) -> FlushState {
         self.writeback.flushes.state(&self.io.blocks)
@@ -290,11 +294,6 @@ impl BlockCache {
     /// The latest switch away from writeback, if any.
     pub fn mode_switch(&self) -> Option<SwitchStatus> {
         self.switch.status(self.dirty_blocks())
-    }
-
-    /// A switch is draining: the writeback task writes at flush speed.
-    pub(crate) fn switching(&self) -> bool {
-        self.tunables.mode() != Mode::WriteBack && self.dirty_blocks() > 0
     }
 
     /// Wait until the latest switch is done (no dirty block left). Fails if it is

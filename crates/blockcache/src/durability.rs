@@ -10,11 +10,12 @@
 //! Threads: request tasks (intents), the writeback task (watermark), shutdown (snapshot) and
 //! the engine's reclaimer (floors, drop intents). No lock of its own beyond the fence's.
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 
 use flashtier_flash::Flash;
 
 use crate::fence::Fence;
+use crate::meta_log::MetaLog;
 use crate::stats::BlockStats;
 use crate::warm::Warm;
 
@@ -28,11 +29,8 @@ pub(crate) struct Durability {
     pub(crate) warm: Warm,
     /// Intents and the floor table (crash-safe clean blocks).
     pub(crate) fence: Fence,
-    /// The engine, for records reclaim appends (set once it is open).
-    flash: OnceLock<Weak<Flash>>,
-    /// The engine's reclaim stream (may use the reserved segments).
-    reclaim_stream: u8,
-    stats: Arc<BlockStats>,
+    /// The engine, the reclaim stream and the counters (what the fence and warm append with).
+    log: MetaLog,
 }
 
 impl Durability {
@@ -42,30 +40,33 @@ impl Durability {
             wm_lost: AtomicBool::new(false),
             warm: Warm::default(),
             fence,
-            flash: OnceLock::new(),
-            reclaim_stream,
-            stats,
+            log: MetaLog::new(reclaim_stream, stats),
         }
     }
 
     /// The engine is open: reclaim callbacks may append through it.
     pub(crate) fn set_flash(&self, flash: &Arc<Flash>) {
-        let _ = self.flash.set(Arc::downgrade(flash));
+        self.log.set_flash(flash);
     }
 
     /// The engine, if open and not dropped.
     pub(crate) fn flash(&self) -> Option<Arc<Flash>> {
-        self.flash.get().and_then(Weak::upgrade)
+        self.log.flash()
     }
 
     /// The engine's reclaim stream.
     pub(crate) fn reclaim_stream(&self) -> u8 {
-        self.reclaim_stream
+        self.log.reclaim_stream()
     }
 
     /// The cache's counters.
     pub(crate) fn stats(&self) -> &BlockStats {
-        &self.stats
+        self.log.stats()
+    }
+
+    /// The handle the fence and the warm records append with.
+    pub(crate) fn log(&self) -> &MetaLog {
+        &self.log
     }
 
     /// The persisted clean watermark.

@@ -18,10 +18,9 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use crate::blocks::Blocks;
-use crate::cache::STREAM_META;
-use crate::durability::Durability;
+use crate::meta_log::{MetaLog, STREAM_META};
 use crate::record::{BlockRecord, RecordKind};
-use crate::stats::add;
+use crate::stats::{add, BlockStats};
 
 /// Most floor regions (the table is one record of 8 bytes per region plus a header); fewer
 /// on small segments: a table is written per reclaimed segment and stays under 1/256 of it.
@@ -59,7 +58,7 @@ pub(crate) struct Fence {
     raise_every: u64,
     /// Version every floor is raised to at the next raise (taken at the previous one).
     raise_to: AtomicU64,
-    group: Mutex<GroupState>,
+    group: Arc<Mutex<GroupState>>,
     /// One bit per LBA: a record of it was found at open or appended since (never cleared).
     /// A write around blocks none of which ever had a record needs no intent.
     seen: Vec<AtomicU64>,
@@ -96,10 +95,10 @@ impl Fence {
             intents: AtomicU64::new(0),
             raise_every: (capacity / 48 / 400).clamp(256, RAISE_EVERY),
             raise_to: AtomicU64::new(floor),
-            group: Mutex::new(GroupState {
+            group: Arc::new(Mutex::new(GroupState {
                 next: new_round(),
                 running: false,
-            }),
+            })),
             seen: (0..nblocks.div_ceil(64))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
@@ -154,7 +153,7 @@ impl Fence {
     /// the region's floor rises instead. Reclaimer thread; no lock of the cache held.
     pub(crate) fn dropped(
         &self,
-        d: &Durability,
+        d: &MetaLog,
         blocks: &Blocks,
         lba: u64,
         version: u64,
@@ -232,7 +231,7 @@ impl Fence {
     /// (blocking: the reclaimer thread and open).
     pub(crate) fn persist_blocking(
         &self,
-        d: &Durability,
+        d: &MetaLog,
         blocks: &Blocks,
         flash: &Flash,
     ) -> Result<(), String> {
@@ -310,63 +309,69 @@ impl Fence {
     }
 }
 
-/// Append the intent for blocks `first..=last` and make it durable (group commit), before a
-/// backing write around the cache; nothing if none of them ever had a record (no older
-/// copy can come back). Caller holds the blocks' stripe locks.
-pub(crate) async fn intent(
-    d: &Arc<Durability>,
-    blocks: &Blocks,
-    flash: &Arc<Flash>,
-    first: u64,
-    last: u64,
-) -> Result<(), String> {
-    let fence = &d.fence;
-    if !fence.any_seen(first, last) {
-        add(&d.stats().intents_skipped, 1);
-        return Ok(());
-    }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let n = u32::try_from(last - first + 1).map_err(|_| "intent range too long")?;
-    loop {
-        let res = blocks.locked(|index| {
-            index.stamp(|version| {
-                let rec = BlockRecord::Intent {
-                    lba: first,
-                    blocks: n,
-                    version,
-                };
-                let r = flash.append(STREAM_META, &rec.write());
-                if r.is_ok() {
-                    fence.counted(version);
-                }
-                r
-            })
-        });
-        match res {
-            Ok(_) => break,
-            Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)
-                if Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            Err(e) => return Err(format!("writing a backing-write intent: {e}")),
+impl Fence {
+    /// Append the intent for blocks `first..=last` and make it durable (group commit), before
+    /// a backing write around the cache; nothing if none of them ever had a record (no older
+    /// copy can come back). Caller holds the blocks' stripe locks.
+    pub(crate) async fn intent(
+        &self,
+        log: &MetaLog,
+        blocks: &Blocks,
+        flash: &Arc<Flash>,
+        first: u64,
+        last: u64,
+    ) -> Result<(), String> {
+        if !self.any_seen(first, last) {
+            add(&log.stats().intents_skipped, 1);
+            return Ok(());
         }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let n = u32::try_from(last - first + 1).map_err(|_| "intent range too long")?;
+        loop {
+            let res = blocks.locked(|index| {
+                index.stamp(|version| {
+                    let rec = BlockRecord::Intent {
+                        lba: first,
+                        blocks: n,
+                        version,
+                    };
+                    let r = flash.append(STREAM_META, &rec.write());
+                    if r.is_ok() {
+                        self.counted(version);
+                    }
+                    r
+                })
+            });
+            match res {
+                Ok(_) => break,
+                Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)
+                    if Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                Err(e) => return Err(format!("writing a backing-write intent: {e}")),
+            }
+        }
+        add(&log.stats().intents_written, 1);
+        sync(&self.group, log.stats(), flash).await
     }
-    add(&d.stats().intents_written, 1);
-    sync(d, flash).await
 }
 
 /// Wait until every intent appended so far is durable: join the next round, or start it.
-async fn sync(d: &Arc<Durability>, flash: &Arc<Flash>) -> Result<(), String> {
+async fn sync(
+    group: &Arc<Mutex<GroupState>>,
+    stats: &Arc<BlockStats>,
+    flash: &Arc<Flash>,
+) -> Result<(), String> {
     let (mut rx, lead) = {
-        let mut g = d.fence.group.lock();
+        let mut g = group.lock();
         let lead = !g.running;
         g.running = true;
         (g.next.0.subscribe(), lead)
     };
     if lead {
-        let (d, flash) = (Arc::clone(d), Arc::clone(flash));
-        tokio::spawn(async move { run_rounds(&d, &flash).await });
+        let (group, stats, flash) = (Arc::clone(group), Arc::clone(stats), Arc::clone(flash));
+        tokio::spawn(async move { run_rounds(&group, &stats, &flash).await });
     }
     let out = match rx.wait_for(Option::is_some).await {
         Ok(v) => v.clone().unwrap_or(Ok(())),
@@ -376,17 +381,17 @@ async fn sync(d: &Arc<Durability>, flash: &Arc<Flash>) -> Result<(), String> {
 }
 
 /// Run rounds while someone waits on the next one.
-async fn run_rounds(d: &Durability, flash: &Flash) {
+async fn run_rounds(group: &Mutex<GroupState>, stats: &BlockStats, flash: &Flash) {
     loop {
         let round = {
-            let mut g = d.fence.group.lock();
+            let mut g = group.lock();
             if g.next.0.receiver_count() == 0 {
                 g.running = false;
                 return;
             }
             std::mem::replace(&mut g.next, new_round())
         };
-        add(&d.stats().intent_syncs, 1);
+        add(&stats.intent_syncs, 1);
         let res = flash.flush().await.map_err(|e| e.to_string());
         round.0.send_replace(Some(res));
     }

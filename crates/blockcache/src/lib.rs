@@ -35,6 +35,7 @@ mod ghost;
 pub mod index;
 pub mod lbamap;
 mod log_limit;
+mod meta_log;
 mod open;
 mod reclaim;
 pub mod record;

@@ -95,11 +95,11 @@ impl BlockCache {
         durable.set_wm_persisted(rec.watermark);
         // Consume the snapshot before anything can reach the backing: a durable session
         // record newer than the marker makes it invalid for every later recovery.
-        crate::warm::write_session(&flash, &durable, &blocks)?;
+        crate::warm::write_session(&flash, &durable.warm, durable.log(), &blocks)?;
         // The floor table this run starts from, durable before any backing write.
         durable
             .fence
-            .persist_blocking(&durable, &blocks, &flash)
+            .persist_blocking(durable.log(), &blocks, &flash)
             .map_err(Error::Config)?;
         // A set formatted with other sizes keeps them, with the engine's chunk for them.
         let chunk = if info.segment_size == segment {

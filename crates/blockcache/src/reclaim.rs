@@ -17,8 +17,8 @@ use std::time::Duration;
 use flashtier_flash::{Decision, Flash, Location, LostRecord, ReclaimHandler, RecordMeta};
 
 use crate::blocks::Blocks;
-use crate::cache::STREAM_DATA;
 use crate::durability::Durability;
+use crate::meta_log::STREAM_DATA;
 use crate::record::{BlockRecord, RecordKind};
 use crate::stats::add;
 
@@ -110,7 +110,7 @@ impl ReclaimHandler for Handler {
         });
         if let Some(indexed) = note {
             d.fence
-                .dropped(d, &self.blocks, rec.key_id, rec.version, indexed);
+                .dropped(d.log(), &self.blocks, rec.key_id, rec.version, indexed);
         }
         decision
     }
@@ -205,7 +205,7 @@ impl ReclaimHandler for Handler {
         // Raised floors must be durable before the dropped records disappear.
         let d = &self.durable;
         match d.flash() {
-            Some(flash) => d.fence.persist_blocking(d, &self.blocks, &flash),
+            Some(flash) => d.fence.persist_blocking(d.log(), &self.blocks, &flash),
             None => Ok(()),
         }
     }
@@ -222,7 +222,7 @@ impl ReclaimHandler for Handler {
         let newer = if current { None } else { indexed };
         let d = &self.durable;
         d.fence
-            .dropped(d, &self.blocks, rec.key_id, rec.version, newer);
+            .dropped(d.log(), &self.blocks, rec.key_id, rec.version, newer);
         if let Some(e) = removed {
             if e.dirty {
                 add(&d.stats().dirty_lost, 1);

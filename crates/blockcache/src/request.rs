@@ -30,7 +30,8 @@ use bytes::{Bytes, BytesMut};
 use flashtier_backend::{check_range, BackendError};
 use flashtier_flash::Location;
 
-use crate::cache::{flash_err, BlockCache, BACKING_IO};
+use crate::block_io::{flash_err, BACKING_IO};
+use crate::cache::BlockCache;
 use crate::index::{Entry, PutOutcome};
 use crate::record::checked_block;
 use crate::stats::add;
@@ -227,7 +228,9 @@ impl BlockCache {
             .uncache(cached, |loc| self.io.flash.mark_dead(Location::unpack(loc)));
         // The intent is durable before the backing changes, so a crash can never bring
         // back an older record of these blocks as current (`fence`).
-        crate::fence::intent(&self.durable, &self.io.blocks, &self.io.flash, first, last)
+        let d = &self.durable;
+        d.fence
+            .intent(d.log(), &self.io.blocks, &self.io.flash, first, last)
             .await
             .map_err(|e| BackendError::Io(std::io::Error::other(e)))?;
         self.io.backing_write(off, data, fua).await?;

@@ -17,9 +17,8 @@ use flashtier_flash::{Flash, Location, RecordMeta};
 
 use crate::block_io::BlockIo;
 use crate::blocks::Blocks;
-use crate::cache::STREAM_META;
-use crate::durability::Durability;
 use crate::error::Error;
+use crate::meta_log::{MetaLog, STREAM_META};
 use crate::record::{BlockRecord, RecordKind};
 
 const MAGIC: &[u8; 8] = b"FTWARM01";
@@ -168,9 +167,14 @@ impl Warm {
 
 /// Append and make durable this run's session record (see the module doc). Called by open
 /// before the cache is handed out; failure fails the open.
-pub(crate) fn write_session(flash: &Flash, d: &Durability, blocks: &Blocks) -> Result<(), Error> {
+pub(crate) fn write_session(
+    flash: &Flash,
+    warm: &Warm,
+    d: &MetaLog,
+    blocks: &Blocks,
+) -> Result<(), Error> {
     let v = blocks.take_version();
-    d.warm.session_version.store(v, Ordering::Release);
+    warm.session_version.store(v, Ordering::Release);
     let rec = BlockRecord::Session { version: v }.write();
     let wait = Duration::from_secs(5);
     match flash.append_blocking(STREAM_META, &rec, wait) {

@@ -12,11 +12,14 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 
+/// The block face's admin endpoint by default, the one `flashtier ctl` talks to by default.
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:10810";
+
 #[derive(Clone, Debug, Args)]
 pub struct CtlArgs {
     /// Admin endpoint of `flashtier block`, HOST:PORT (host names resolve). Accepted before
     /// or after the subcommand.
-    #[arg(long, global = true, value_name = "HOST:PORT", default_value = crate::block::DEFAULT_ADMIN)]
+    #[arg(long, global = true, value_name = "HOST:PORT", default_value = DEFAULT_ADMIN)]
     pub admin: String,
 
     #[command(subcommand)]

@@ -22,11 +22,12 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::block_io::BlockIo;
-use crate::cache::BlockCache;
-use crate::flush::Flushes;
+use crate::durability::Durability;
+use crate::flush::{FlushState, Flushes};
 use crate::log_limit::LogLimiter;
 use crate::retry::Retries;
 use crate::stats::add;
+use crate::tunables::{Mode, Tunables};
 use pick::Want;
 use rate::RateCtl;
 pub(crate) use watermark::persist_watermark;
@@ -111,7 +112,23 @@ fn client_requests(io: &BlockIo) -> u64 {
     s.read_requests.load(Ordering::Relaxed) + s.write_requests.load(Ordering::Relaxed)
 }
 
-pub(crate) async fn run(cache: Arc<BlockCache>) {
+/// What the writeback task needs of the cache that runs it (the cache implements it; the
+/// task never names the cache, so the imports run one way).
+pub(crate) trait Host: Send + Sync + 'static {
+    /// This component's state.
+    fn writeback(&self) -> &Writeback;
+    /// The flash, the index and the backing.
+    fn io(&self) -> &BlockIo;
+    /// The watermark and fence.
+    fn durability(&self) -> &Durability;
+    /// The runtime knobs.
+    fn tunables(&self) -> &Tunables;
+    /// The cache is stopping: end the task.
+    fn stopping(&self) -> bool;
+}
+
+/// The writeback task (see the module docs); ends when the host stops.
+pub(crate) async fn run<H: Host>(cache: Arc<H>) {
     let mut ctl = RateCtl::default();
     let mut budget = 0.0f64;
     let mut last = Instant::now();
@@ -119,10 +136,11 @@ pub(crate) async fn run(cache: Arc<BlockCache>) {
     let mut busy = false;
     let mut rest = Duration::ZERO;
     let mut cursor = 0u64;
-    let wb = &cache.writeback;
-    let io = &cache.io;
+    let wb = cache.writeback();
+    let io = cache.io();
+    let durable = cache.durability();
     let mut last_reqs = client_requests(io);
-    while !cache.stopping.load(Ordering::Acquire) {
+    while !cache.stopping() {
         if !rest.is_zero() {
             let _ =
                 tokio::time::timeout(rest.min(Duration::from_secs(1)), wb.wake.notified()).await;
@@ -132,24 +150,25 @@ pub(crate) async fn run(cache: Arc<BlockCache>) {
         } else {
             let _ = tokio::time::timeout(TICK, wb.wake.notified()).await;
         }
-        if cache.stopping.load(Ordering::Acquire) {
+        if cache.stopping() {
             break;
         }
         let now = Instant::now();
         let dt = now.duration_since(last).as_secs_f64();
         last = now;
-        let t = &cache.tunables;
+        let t = cache.tunables();
         let (low_pct, high_pct, _) = t.dirty_pcts();
         let cap = io.capacity_blocks as f64;
         let period = t.flush_period_s();
         let (batch, _, max_rate) = t.writeback();
-        let dirty = cache.dirty_blocks() as f64;
+        let dirty = io.dirty_blocks() as f64;
         let low = cap * low_pct as f64 / 100.0;
         let high = cap * high_pct as f64 / 100.0;
         let thresh_rate = ctl.update(dirty, low, high, dt, max_rate as f64);
-        // Outside writeback mode every dirty block is a leftover (or a rewrite of one)
-        // that a mode switch is draining: write it back at flush speed.
-        let flushing = cache.flush_running() || cache.switching();
+        // An explicit flush is running, or (outside writeback mode) every dirty block is a
+        // leftover (or a rewrite of one) that a mode switch is draining: flush speed.
+        let flushing = matches!(wb.flushes.state(&io.blocks), FlushState::Running { .. })
+            || (t.mode() != Mode::WriteBack && io.dirty_blocks() > 0);
         let urgent = wb.urgent.swap(false, Ordering::AcqRel);
         let reqs = client_requests(io);
         let clients = reqs != last_reqs;
@@ -201,7 +220,7 @@ pub(crate) async fn run(cache: Arc<BlockCache>) {
         if picks.is_empty() {
             busy = false;
             if urgent || last_wm.elapsed() >= Duration::from_millis(500) {
-                persist_watermark(io, &cache.durable).await;
+                persist_watermark(io, durable).await;
                 last_wm = Instant::now();
             }
             continue;
@@ -213,7 +232,7 @@ pub(crate) async fn run(cache: Arc<BlockCache>) {
         let started = Instant::now();
         let cleaned = wb.write_back(io, t, &picks, cause).await;
         if cleaned > 0 {
-            persist_watermark(io, &cache.durable).await;
+            persist_watermark(io, durable).await;
             last_wm = Instant::now();
         }
         wb.progress.notify_waiters();

@@ -6,8 +6,8 @@
 use flashtier_flash::Location;
 
 use crate::block_io::BlockIo;
-use crate::cache::STREAM_META;
 use crate::durability::Durability;
+use crate::meta_log::STREAM_META;
 use crate::record::BlockRecord;
 use crate::stats::add;
 

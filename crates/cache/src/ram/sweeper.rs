@@ -20,16 +20,10 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::meta::{Counters, Meta};
 use crate::ram::arena::{AllocState, Log};
-use crate::ram::evict::Mode;
+use crate::ram::evict::{Mode, COMPACT_DEAD_PERCENT};
 use crate::ram::lower::LowerTier;
 use crate::ram::record::F_FILLER;
 use crate::ram::tier::{Env, RamTier};
-
-/// A sealed segment with at least this share of its bytes dead is compacted. Under
-/// overwrites RAM holds dead versions until their segment is evicted or compacted: at 50 %
-/// RAM held 67–72 % live bytes at steady state, at 25 % 83–87 %, with no measurable change
-/// in server CPU per op (numbers: docs/eviction.md, "Dead versions in RAM").
-pub(crate) const COMPACT_DEAD_PERCENT: u64 = 25;
 
 /// Handle of the sweeper thread; dropping it stops and joins the thread.
 #[derive(Debug)]

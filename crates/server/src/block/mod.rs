@@ -25,8 +25,7 @@ use flashtier_nbd::{open_backend, Export, ListenAddr, Server, ServerConfig};
 use crate::rundir::{Header, RunDir, SavedMode};
 use crate::startup::Litter;
 
-/// The admin endpoint's default address, the one `flashtier ctl` talks to by default.
-pub const DEFAULT_ADMIN: &str = "127.0.0.1:10810";
+pub use crate::ctl::DEFAULT_ADMIN;
 /// The NBD listen address by default (NBD's port).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
 

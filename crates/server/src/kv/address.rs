@@ -5,9 +5,21 @@ use std::net::{SocketAddr, ToSocketAddrs};
 
 use anyhow::Context as _;
 
-use super::config::{Listen, DEFAULT_HOST, DEFAULT_PORT};
 use crate::cli::Usage;
 use crate::usage;
+
+/// The host `flashtier kv` binds when `-l` names none (memcached binds every address).
+pub(super) const DEFAULT_HOST: &str = "127.0.0.1";
+/// memcached's port.
+pub(super) const DEFAULT_PORT: u16 = 11211;
+
+/// One TCP address to serve.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listen {
+    pub addr: SocketAddr,
+    /// Served with TLS (under -Z, unless the `-l` entry had a `notls:` prefix).
+    pub tls: bool,
+}
 
 /// memcached's `-l` entries (each a comma-separated list, `notls:` prefixed or not) with
 /// `-p` as the port of entries that name none.

@@ -13,13 +13,12 @@ use std::time::Duration;
 use anyhow::Context as _;
 use flashtier_cache::flash::parse_size;
 
+pub use super::address::Listen;
 use super::address::{listen_addrs, resolve, split_host_port};
 use super::options::{self, TlsOptions};
 use crate::cli::{KvArgs, Usage};
 use crate::usage;
 
-pub(super) const DEFAULT_HOST: &str = "127.0.0.1";
-pub(super) const DEFAULT_PORT: u16 = 11211;
 const DEFAULT_MEMORY: u64 = 64 << 20;
 const DEFAULT_MAX_ITEM: u64 = 1 << 20;
 const DEFAULT_MAX_CONNECTIONS: usize = 1024;
@@ -34,14 +33,6 @@ pub const DEFAULT_FLASH: &str = "data/flash.bin:1GiB";
 /// memcached's bounds for `-I`.
 const MIN_ITEM: u64 = 1 << 10;
 const MAX_ITEM: u64 = 1 << 30;
-
-/// One TCP address to serve.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Listen {
-    pub addr: SocketAddr,
-    /// Served with TLS (under -Z, unless the `-l` entry had a `notls:` prefix).
-    pub tls: bool,
-}
 
 /// A validated `flashtier kv` configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
