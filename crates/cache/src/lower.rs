@@ -101,6 +101,15 @@ impl Lower {
     }
 
     /// Phase 1 of an operation on `key` (`flash_tier::read`): without flash, nothing to read.
+    /// Whether a read of `key` would wait for a device now: flash on, the key not in RAM,
+    /// and a flash slot with its tag. A hint (see [`crate::KvStore::read_may_wait`]).
+    pub(crate) fn read_may_wait<R: RamAccess>(&self, ram: &R, key: &[u8], hash: u64) -> bool {
+        match self {
+            Lower::None => false,
+            Lower::Flash(t) => t.read_may_wait(ram, key, hash),
+        }
+    }
+
     pub(crate) async fn view<R: RamAccess>(
         &self,
         ram: &R,

@@ -37,6 +37,16 @@ pub struct StoreStats {
 
 /// A key-value store with memcached's item model.
 pub trait KvStore: Send + Sync + 'static {
+    /// Whether a `get` of `key` may wait for a device (a flash read) rather than complete on
+    /// its first poll. A hint for the protocol layer, which runs reads that may wait in a
+    /// connection's read window (overlapped with later requests) and the others in place,
+    /// without the window's allocations: a wrong `false` only loses overlap (the read is
+    /// awaited in place, still correct), a wrong `true` only costs the window. Default: true.
+    fn read_may_wait(&self, key: &[u8]) -> bool {
+        let _ = key;
+        true
+    }
+
     /// Fetch a live item and record the access (sets `fetched`, `last_access`). The returned
     /// meta is the state *before* this access. Expired items are never returned.
     fn get(&self, key: &[u8]) -> impl Future<Output = Result<Option<Item>, Error>> + Send;
@@ -133,6 +143,10 @@ impl KvStore for Cache {
 
     async fn get(&self, key: &[u8]) -> Result<Option<Item>, Error> {
         self.get_two_phase(key).await
+    }
+
+    fn read_may_wait(&self, key: &[u8]) -> bool {
+        Cache::read_may_wait(self, key)
     }
 
     async fn set(&self, key: &[u8], item: ItemWrite) -> Result<u64, Error> {

@@ -47,6 +47,14 @@ pub(crate) enum Recheck {
 }
 
 impl FlashTier {
+    /// Whether phase 1 of a read would go to the device now (the key not in RAM, a flash
+    /// slot with its tag): a hint only, the index may change before the read runs.
+    pub(crate) fn read_may_wait<R: RamAccess>(&self, ram: &R, key: &[u8], hash: u64) -> bool {
+        let shard = ram.slots().lock(hash);
+        ram.find_key(&shard, hash, key).is_none()
+            && shard.find(hash, |e| e.tier == Tier::Flash).is_some()
+    }
+
     /// Phase 1: see the module docs. `read` false gives a blind view.
     pub(crate) async fn view<R: RamAccess>(
         &self,
@@ -154,5 +162,26 @@ impl FlashTier {
             None => Counters::add(&self.counters.collisions, 1),
         }
         item
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::flash_tier::testing::{open, put_flash};
+
+    #[test]
+    fn a_read_may_wait_only_for_a_key_on_flash_and_not_in_ram() {
+        let (tier, ram) = open("read-may-wait", |_| {});
+        let h = |k: &[u8]| ram.slots.hash(k);
+        assert!(!tier.read_may_wait(&ram, b"absent", h(b"absent")));
+        put_flash(&tier, &ram, b"f", &[7u8; 100], 0);
+        assert!(tier.read_may_wait(&ram, b"f", h(b"f")), "only on flash");
+        ram.put_ram(h(b"r"), b"r", b"v", 0);
+        assert!(!tier.read_may_wait(&ram, b"r", h(b"r")), "in RAM");
+        ram.put_ram(h(b"f"), b"f", b"newer", 0);
+        assert!(
+            !tier.read_may_wait(&ram, b"f", h(b"f")),
+            "a RAM version wins"
+        );
     }
 }

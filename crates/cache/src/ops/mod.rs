@@ -106,6 +106,12 @@ impl Cache {
         core.run(key, hash, delete::Delete).await
     }
 
+    /// See [`crate::KvStore::read_may_wait`].
+    pub(crate) fn read_may_wait(&self, key: &[u8]) -> bool {
+        let core = &*self.core;
+        core.lower.read_may_wait(core, key, core.slots.hash(key))
+    }
+
     pub(crate) async fn get_two_phase(&self, key: &[u8]) -> Result<Option<Item>, Error> {
         let core = &*self.core;
         let hash = core.slots.hash(key);
