@@ -106,8 +106,8 @@ fn main() {
         println!(
             "trace={trace} cache_mib={cache_mib} capacity_blocks={} requests={} reads={} \
              read_hits={} read_hit_percent={} cached_blocks={} moved_clean_blocks={} \
-             moved_fill_blocks={} replacements={} ghost_hits={} uncached_sequential_reads={} \
-             flash_bytes_written={} secs={:.1}",
+             moved_fill_blocks={} replacements={} capacity_evictions={} history_hits={} \
+             admit_refusals={} uncached_sequential_reads={} flash_bytes_written={} secs={:.1}",
             cache.capacity_blocks(),
             reqs.len(),
             stat("reads"),
@@ -117,7 +117,9 @@ fn main() {
             stat("moved_clean_blocks"),
             stat("moved_fill_blocks"),
             stat("replacements"),
-            stat("ghost_hits"),
+            stat("capacity_evictions"),
+            stat("history_hits"),
+            stat("admit_refusals"),
             stat("uncached_sequential_reads"),
             stat("flash_bytes_written"),
             started.elapsed().as_secs_f64()
