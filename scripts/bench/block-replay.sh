@@ -17,7 +17,8 @@
 # Synthetic traces (trace_gen.py): oltp (zipf 0.9 over 40k blocks, reads), oltp-rw (the
 # same with 30 % writes; writes allocate in the simulations), oltp-scan (oltp + a concurrent
 # sequential scan of 80k blocks, 32 blocks a request every 4th request), loop (reads cycling
-# over 20k blocks, 8 a request: larger than every size here).
+# over 20k blocks, 8 a request: larger than every size here), oltp-shift (oltp whose hot set
+# is drawn again every 100k requests).
 set -euo pipefail
 OUT=${1:-/tmp/block-replay}
 SIZES=${SIZES:-"32 64"}
@@ -35,7 +36,9 @@ if [ -z "${TRACES:-}" ]; then
     gen oltp-rw oltp --blocks 40000 --requests 300000 --write-pct 30 --seed 2
     gen oltp-scan oltp-scan --blocks 40000 --requests 300000 --scan 80000 --scan-every 4
     gen loop loop --blocks 20000 --requests 50000
+    gen oltp-shift oltp --blocks 40000 --requests 300000 --shift-every 100000 --seed 3
     TRACES="$OUT/oltp.trace $OUT/oltp-rw.trace $OUT/oltp-scan.trace $OUT/loop.trace"
+    TRACES="$TRACES $OUT/oltp-shift.trace"
 fi
 sets=()
 for kv in ${SET:-}; do sets+=(--set "$kv"); done
