@@ -4,7 +4,8 @@
 //! Read: index lookup; hits are read from flash (checked: kind, key_id = LBA, version); misses
 //! are read from the backing under the blocks' stripe locks (re-checking the index there) and
 //! admitted as clean records when the admission rules allow (not a sequential stream, request
-//! size and offset range, `admit_reads`).
+//! size and offset range, `admit_reads`) and the frequency filter does (`BlockIo::try_append`:
+//! at the fill line, or in a sequential stream, only blocks accessed often enough lately).
 //!
 //! Write, writeback mode: wait for space, then under the stripe locks append each block
 //! (partial blocks read-modify-write) as a dirty record with a fresh version; FUA = append +
