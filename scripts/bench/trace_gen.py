@@ -4,14 +4,16 @@
 
 Shapes (BLOCKS = the working set in 4 KiB blocks):
   oltp       zipf(THETA) reads and writes (WRITE_PCT % writes) over BLOCKS blocks, hot blocks
-             scattered over the device (a permutation), one block a request
+             scattered over the device (a permutation), one block a request; with
+             --shift-every N the permutation is drawn again every N requests (the hot set
+             moves: a policy must forget, not only count)
   oltp-scan  the same OLTP stream with a concurrent sequential full scan of a separate
              table of SCAN blocks, one scan request (32 blocks) every SCAN_EVERY OLTP ones
   loop       reads cycling over BLOCKS blocks in order, 8 blocks a request (a loop larger
              than a cache smaller than BLOCKS)
 
 Usage: trace_gen.py SHAPE OUT [--blocks N] [--requests N] [--theta 0.9] [--write-pct 0]
-                    [--scan N] [--scan-every 4] [--seed 1]
+                    [--scan N] [--scan-every 4] [--shift-every 0] [--seed 1]
 stdlib only.
 """
 import argparse
@@ -36,7 +38,11 @@ def oltp(a, rng):
     cdf = zipf_cdf(a.blocks, a.theta)
     perm = list(range(a.blocks))
     rng.shuffle(perm)
+    n = 0
     while True:
+        n += 1
+        if a.shift_every and n % a.shift_every == 0:
+            rng.shuffle(perm)
         rank = min(bisect.bisect_left(cdf, rng.random()), a.blocks - 1)
         op = 1 if rng.random() * 100 < a.write_pct else 0
         yield perm[rank], 1, op
@@ -73,6 +79,7 @@ def main():
     ap.add_argument("--write-pct", type=float, default=0.0)
     ap.add_argument("--scan", type=int, default=40000)
     ap.add_argument("--scan-every", type=int, default=4)
+    ap.add_argument("--shift-every", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     rng = random.Random(a.seed)

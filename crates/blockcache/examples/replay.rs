@@ -6,7 +6,8 @@
 //! policies can be run at the same capacity (`scripts/bench/block-replay.sh`).
 //!
 //! Run: `cargo run --release -p flashtier-blockcache --example replay -- TRACE
-//! --cache-mib 32 [--reads-only] [--set NAME=VALUE]...`. Prints one line of `key=value`.
+//! --cache-mib 32 [--reads-only] [--set NAME=VALUE]...` (`flash.*` names set the engine's
+//! knobs on the open cache). Prints one line of `key=value`.
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -75,6 +76,10 @@ fn main() {
     let size = end.div_ceil(1 << 20) << 20;
     let dev: Arc<dyn Device> = Arc::new(MemoryDevice::new("replay", cache_mib << 20));
     let backing: Arc<dyn BlockBackend> = Arc::new(MemoryBackend::new(size as usize));
+    // Flash engine knobs (`flash.*`) are set on the open cache, the others at open.
+    let (knobs, tunables): (Vec<_>, Vec<_>) = tunables
+        .into_iter()
+        .partition(|(k, _)| k.starts_with("flash."));
     let cfg = BlockCacheConfig {
         tunables,
         ..Default::default()
@@ -86,6 +91,9 @@ fn main() {
         .expect("runtime");
     rt.block_on(async move {
         let cache = BlockCache::open_devices(vec![dev], backing, cfg).expect("open cache");
+        for (k, v) in &knobs {
+            cache.set_tunable(k, v).expect("flash knob");
+        }
         let wb = cache.start();
         let started = std::time::Instant::now();
         for (off, len, write) in &reqs {
@@ -105,19 +113,24 @@ fn main() {
         };
         println!(
             "trace={trace} cache_mib={cache_mib} capacity_blocks={} requests={} reads={} \
-             read_hits={} read_hit_percent={} cached_blocks={} moved_clean_blocks={} \
-             moved_fill_blocks={} replacements={} ghost_hits={} uncached_sequential_reads={} \
-             flash_bytes_written={} secs={:.1}",
+             read_hits={} read_hit_percent={} cached_blocks={} dirty_blocks={} \
+             moved_dirty_blocks={} moved_clean_blocks={} \
+             moved_fill_blocks={} replacements={} capacity_evictions={} history_hits={} \
+             admit_refusals={} uncached_sequential_reads={} flash_bytes_written={} secs={:.1}",
             cache.capacity_blocks(),
             reqs.len(),
             stat("reads"),
             stat("read_hits"),
             stat("read_hit_percent"),
             stat("cached_blocks"),
+            stat("dirty_blocks"),
+            stat("moved_dirty_blocks"),
             stat("moved_clean_blocks"),
             stat("moved_fill_blocks"),
             stat("replacements"),
-            stat("ghost_hits"),
+            stat("capacity_evictions"),
+            stat("history_hits"),
+            stat("admit_refusals"),
             stat("uncached_sequential_reads"),
             stat("flash_bytes_written"),
             started.elapsed().as_secs_f64()

@@ -1,5 +1,6 @@
 //! [`Admission`]: which requests the cache takes in. A request that continues a sequential
-//! stream of at least `seq_threshold_kb` bypasses the cache (its blocks are not admitted);
+//! stream of at least `seq_threshold_kb` bypasses the cache (its blocks are not admitted,
+//! unless the frequency filter of `BlockIo::try_append` finds them read before lately);
 //! otherwise the first admission rule refusing it (direction, size, offset range: see
 //! `tunables`) keeps it out. Each refusal is counted under the rule that made it. The
 //! decision is per request, made before any stripe lock, from atomics plus one short mutex

@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 
 use crate::blocks::Blocks;
 use crate::fence::Fence;
-use crate::index::{Entry, PutOutcome};
+use crate::index::{Entry, Index, PutOutcome};
 use crate::meta_log::STREAM_DATA;
 use crate::record::{checked_block, BlockRecord};
 use crate::retry;
@@ -35,6 +35,21 @@ pub(crate) const BACKING_IO: u64 = 1 << 20;
 /// A flash engine error as the backend's IO error (what an NBD client sees).
 pub(crate) fn flash_err(e: flashtier_flash::Error) -> BackendError {
     BackendError::Io(std::io::Error::other(e.to_string()))
+}
+
+/// Why a block is appended, which decides whether an uncached block is admitted
+/// ([`BlockIo::try_append`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Append {
+    /// A write in writeback mode (a dirty record): always.
+    Dirty,
+    /// The new content of a block written through or around the cache (clean): always.
+    Written,
+    /// A read miss: through the frequency filter.
+    ReadMiss,
+    /// A read miss in a sequential stream past `seq_threshold_kb`: only a block accessed
+    /// before lately, then through the frequency filter.
+    Sequential,
 }
 
 /// Blocks on flash and on the backing.
@@ -127,21 +142,31 @@ impl BlockIo {
         guards
     }
 
-    /// Append block `lba` once. At capacity the new block takes the place of the clean block
-    /// the CLOCK hand picks; with none to give (all dirty) an admission (`!dirty`) is refused
-    /// with `Ok(None)` and a write goes ahead (dirty blocks are bounded by `dirty_max_pct`).
-    /// A full or busy flash is the engine's error; waiting for space is the caller's policy.
-    /// `fence` is told the block has a record; each append grants reclaim `fill_moves`.
+    /// Append block `lba` once, if `why` admits it (see [`Append`]). At capacity the new block
+    /// takes the place of the clean block the CLOCK hand picks; with none to give (all dirty)
+    /// a clean block is refused with `Ok(None)` and a write goes ahead (dirty blocks are
+    /// bounded by `dirty_max_pct`). A full or busy flash is the engine's error; waiting for
+    /// space is the caller's policy. `fence` is told the block has a record; each append
+    /// grants reclaim `fill_moves`.
     pub(crate) fn try_append(
         &self,
         fence: &Fence,
         lba: u64,
         data: &[u8],
-        dirty: bool,
+        why: Append,
         fill_moves: u64,
     ) -> Result<Option<PutOutcome>, flashtier_flash::Error> {
+        let dirty = why == Append::Dirty;
         let out = self.blocks.locked(|index| {
-            if !index.contains(lba) && index.len() as u64 >= self.capacity_blocks {
+            if matches!(why, Append::Dirty | Append::Written) {
+                index.written(lba);
+            }
+            let new = !index.contains(lba);
+            if new && !self.admits(index, lba, why) {
+                add(&self.stats.admit_refusals, 1);
+                return Ok(None);
+            }
+            if new && index.len() as u64 >= self.capacity_blocks {
                 match index.evict_clean() {
                     Some((_, e)) => {
                         self.flash.mark_dead(Location::unpack(e.loc));
@@ -164,7 +189,7 @@ impl BlockIo {
             })?;
             let out = index.put(lba, loc.pack(), version, dirty);
             if !dirty && !out.hit && index.admitted(lba) {
-                add(&self.stats.ghost_hits, 1);
+                add(&self.stats.history_hits, 1);
             }
             if dirty && out.hit {
                 // A rewrite is an access too (as LRU and ARC count it).
@@ -181,6 +206,25 @@ impl BlockIo {
         add(&self.stats.ssd_writes, 1);
         self.blocks.aged_one(self.capacity_blocks, fill_moves);
         Ok(Some(out))
+    }
+
+    /// The frequency filter (TinyLFU) for an uncached block: writes always; a read miss below
+    /// the fill line always, at it only if the sketch saw `lba` accessed more often lately
+    /// than the clean block the CLOCK hand would evict next; a sequential read miss only if
+    /// it was accessed before lately (a loop, not a one-time scan), then as a read miss.
+    fn admits(&self, index: &mut Index, lba: u64, why: Append) -> bool {
+        let seen = index.frequency(lba);
+        match why {
+            Append::Dirty | Append::Written => return true,
+            Append::Sequential if seen < 2 => return false,
+            Append::ReadMiss | Append::Sequential => {}
+        }
+        if (index.len() as u64) < self.blocks.fill_line() {
+            return true;
+        }
+        index
+            .next_victim()
+            .is_none_or(|(victim, _)| seen > index.frequency(victim))
     }
 
     /// Read a cached block. `Ok(None)`: the entry moved or vanished (look again); a clean

@@ -121,7 +121,7 @@ impl Blocks {
         (e, index.take_version())
     }
 
-    /// (dirty blocks, cached blocks, clean watermark, index RAM bytes, ghost RAM bytes) at
+    /// (dirty blocks, cached blocks, clean watermark, index RAM bytes, sketch RAM bytes) at
     /// one instant.
     pub(crate) fn summary(&self) -> (u64, u64, u64, usize, usize) {
         let index = self.index.lock();
@@ -130,7 +130,7 @@ impl Blocks {
             index.len() as u64,
             index.clean_watermark(),
             index.ram_bytes(),
-            index.ghost_bytes(),
+            index.sketch_bytes(),
         )
     }
 

@@ -340,7 +340,7 @@ impl BlockCache {
                 format!("{:.2}", a as f64 * 100.0 / b as f64)
             }
         };
-        let (dirty, cached, wm, index_bytes, ghost_bytes) = self.io.blocks.summary();
+        let (dirty, cached, wm, index_bytes, sketch_bytes) = self.io.blocks.summary();
         v.push((
             "read_hit_percent".into(),
             pct(load(&s.read_hits), load(&s.reads)),
@@ -356,7 +356,7 @@ impl BlockCache {
         ));
         v.push(("cached_blocks".into(), cached.to_string()));
         v.push(("index_bytes".into(), index_bytes.to_string()));
-        v.push(("ghost_bytes".into(), ghost_bytes.to_string()));
+        v.push(("sketch_bytes".into(), sketch_bytes.to_string()));
         v.push((
             "capacity_blocks".into(),
             self.io.capacity_blocks.to_string(),

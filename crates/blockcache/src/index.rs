@@ -14,8 +14,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
-use crate::ghost::Ghost;
 pub use crate::lbamap::{Entry, LbaMap};
+use crate::sketch::Sketch;
 use crate::tunables::FlushOrder;
 
 /// What a put replaced.
@@ -61,8 +61,8 @@ pub struct Index {
     clock: u64,
     /// The CLOCK hand over `map` (eviction at capacity).
     hand: usize,
-    /// Clean blocks evicted unread lately (see [`Ghost`]).
-    ghost: Ghost,
+    /// How often each block was accessed lately (see [`Sketch`]): the admission filter.
+    sketch: Sketch,
 }
 
 impl Index {
@@ -75,7 +75,7 @@ impl Index {
     pub fn with_capacity(max_seen: u64, blocks: u64) -> Self {
         Index {
             map: LbaMap::with_capacity(blocks as usize),
-            ghost: Ghost::with_capacity(blocks),
+            sketch: Sketch::with_capacity(blocks),
             next_version: max_seen + 1,
             next_dirty_seq: 1,
             ..Default::default()
@@ -208,9 +208,11 @@ impl Index {
         }
     }
 
-    /// Look a block up and count it as accessed (and referenced, for CLOCK and reclaim).
+    /// Look a block up and count it as accessed (in the sketch, and referenced for CLOCK and
+    /// reclaim if cached).
     pub fn lookup(&mut self, lba: u64) -> Option<Entry> {
         self.clock += 1;
+        self.sketch.add(lba);
         let e = self.map.get(lba)?;
         self.map.touch(lba);
         if e.dirty {
@@ -330,24 +332,24 @@ impl Index {
         }
     }
 
-    /// Reclaim drops the clean, unread block `lba` at `loc`: remove it and remember it in
-    /// the ghost.
-    pub fn evict_at(&mut self, lba: u64, loc: u64) -> Option<Entry> {
-        let e = self.remove_at(lba, loc);
-        if e.is_some() {
-            self.ghost.insert(lba);
-        }
-        e
-    }
-
-    /// A clean block was just admitted: if it was evicted unread lately (a ghost hit), count
-    /// it as read once, so the next CLOCK or reclaim pass keeps it. Returns the ghost hit.
+    /// A clean block was just admitted: if the sketch saw it accessed before this miss, count
+    /// it as read once, so the next CLOCK or reclaim pass keeps it. Returns whether it did.
     pub fn admitted(&mut self, lba: u64) -> bool {
-        let hit = self.ghost.take(lba);
-        if hit {
+        let seen = self.sketch.estimate(lba) >= 2;
+        if seen {
             self.map.touch(lba);
         }
-        hit
+        seen
+    }
+
+    /// Count a write of `lba` as an access in the sketch (reads count in [`Index::lookup`]).
+    pub fn written(&mut self, lba: u64) {
+        self.sketch.add(lba);
+    }
+
+    /// About how often `lba` was accessed lately (see [`Sketch::estimate`]).
+    pub fn frequency(&self, lba: u64) -> u64 {
+        self.sketch.estimate(lba)
     }
 
     /// Count an access of `lba` (a rewrite of a cached block).
@@ -355,9 +357,21 @@ impl Index {
         self.map.touch(lba);
     }
 
-    /// Bytes of RAM the ghost holds.
-    pub fn ghost_bytes(&self) -> usize {
-        self.ghost.ram_bytes()
+    /// Bytes of RAM the sketch holds.
+    pub fn sketch_bytes(&self) -> usize {
+        self.sketch.ram_bytes()
+    }
+
+    /// The clean block the CLOCK hand would evict next (lowering the counts it passes, as an
+    /// eviction would), left in place with the hand on it: the admission filter compares a
+    /// newcomer with it, and [`Index::evict_clean`] takes it if the newcomer wins.
+    pub fn next_victim(&mut self) -> Option<(u64, Entry)> {
+        let mut hand = self.hand;
+        let writing = &self.writing;
+        let v = self.map.clock_victim(&mut hand, |l| writing.contains(&l));
+        // The hand stopped just past the victim's slot.
+        self.hand = if v.is_some() { hand - 1 } else { hand };
+        v
     }
 
     /// Make room for one more block: remove the clean block the CLOCK hand chooses (not
@@ -369,7 +383,6 @@ impl Index {
         self.hand = hand;
         let (lba, e) = v?;
         self.map.remove(lba);
-        self.ghost.insert(lba);
         Some((lba, e))
     }
 
@@ -412,21 +425,45 @@ mod tests {
     }
 
     #[test]
-    fn a_block_evicted_unread_comes_back_as_read_once() {
+    fn a_block_read_before_is_admitted_as_read_once() {
         let mut index = Index::with_capacity(0, 64);
-        let v = index.take_version();
-        index.put(5, 100, v, false);
-        // Reclaim drops it unread: it goes to the ghost.
-        assert!(index.evict_at(5, 100).is_some());
-        let v = index.take_version();
-        index.put(5, 200, v, false);
-        assert!(index.admitted(5), "a ghost hit");
-        assert!(index.referenced(5), "counted as read once");
-        // Forgotten by the ghost after one hit; a block never evicted is no ghost hit.
-        assert!(!index.admitted(5));
-        let v = index.take_version();
-        index.put(6, 300, v, false);
+        // Block 5 missed twice (the second miss admits it); block 6 missed once.
+        assert!(index.lookup(5).is_none());
+        assert!(index.lookup(5).is_none());
+        assert!(index.lookup(6).is_none());
+        for lba in [5, 6] {
+            let v = index.take_version();
+            index.put(lba, 100 + lba, v, false);
+        }
+        assert!(
+            index.admitted(5) && index.referenced(5),
+            "counted as read once"
+        );
         assert!(!index.admitted(6) && !index.referenced(6));
-        assert_eq!(index.ghost_bytes(), 64 * 4);
+        assert_eq!(index.frequency(5), 2);
+        index.written(6);
+        assert_eq!(index.frequency(6), 2, "a write is an access");
+        assert_eq!(index.sketch_bytes(), 64 * 4);
+    }
+
+    #[test]
+    fn the_next_victim_stays_until_it_is_evicted() {
+        let mut index = Index::with_capacity(0, 64);
+        for lba in 0..3 {
+            let v = index.take_version();
+            index.put(lba, 100 + lba, v, lba == 1);
+        }
+        index.lookup(0);
+        // Block 0 was read (its count is lowered as the hand passes), 1 is dirty: 2 is next,
+        // however often the filter asks.
+        let (v, _) = index.next_victim().expect("a clean block");
+        assert_eq!(v, 2);
+        assert_eq!(index.next_victim().map(|x| x.0), Some(2));
+        assert_eq!(index.evict_clean().map(|x| x.0), Some(2));
+        assert!(!index.contains(2));
+        assert!(
+            index.next_victim().is_some_and(|x| x.0 == 0),
+            "then block 0"
+        );
     }
 }

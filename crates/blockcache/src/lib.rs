@@ -16,7 +16,8 @@
 //! - `writeback`: `Writeback` (task, pick, batch, watermark, rate); [`flush`]: flush jobs.
 //! - [`switch`]: `ModeSwitch`; `admission` + [`seq`]: what is cached; [`warm`]: warm restart;
 //!   `fence` + `fence_found`: backing-write intents and floors (clean blocks survive a crash).
-//! - [`index`] + [`lbamap`]: the LBA index (private fields, methods only).
+//! - [`index`] + [`lbamap`]: the LBA index (private fields, methods only); `sketch`: how
+//!   often blocks were accessed lately (the admission filter).
 //! - [`tunables`] ([`Mode`], [`FlushOrder`], [`TUNABLES`]), [`stats`], [`mod@error`].
 #![deny(unsafe_code)]
 
@@ -31,7 +32,6 @@ mod fence;
 mod fence_found;
 pub mod flush;
 mod geometry;
-mod ghost;
 pub mod index;
 pub mod lbamap;
 mod log_limit;
@@ -42,6 +42,7 @@ pub mod record;
 mod request;
 mod retry;
 pub mod seq;
+mod sketch;
 pub mod stats;
 pub mod switch;
 pub mod tunables;

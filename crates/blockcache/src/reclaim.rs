@@ -94,7 +94,7 @@ impl ReclaimHandler for Handler {
                         add(&stats.moved_fill_blocks, 1);
                         Decision::Keep
                     } else {
-                        index.evict_at(rec.key_id, loc);
+                        index.remove_at(rec.key_id, loc);
                         add(&stats.replacements, 1);
                         note = Some(None);
                         Decision::Drop

@@ -4,7 +4,8 @@
 //! Read: index lookup; hits are read from flash (checked: kind, key_id = LBA, version); misses
 //! are read from the backing under the blocks' stripe locks (re-checking the index there) and
 //! admitted as clean records when the admission rules allow (not a sequential stream, request
-//! size and offset range, `admit_reads`).
+//! size and offset range, `admit_reads`) and the frequency filter does (`BlockIo::try_append`:
+//! at the fill line, or in a sequential stream, only blocks accessed often enough lately).
 //!
 //! Write, writeback mode: wait for space, then under the stripe locks append each block
 //! (partial blocks read-modify-write) as a dirty record with a fresh version; FUA = append +
@@ -30,7 +31,7 @@ use bytes::{Bytes, BytesMut};
 use flashtier_backend::{check_range, BackendError};
 use flashtier_flash::Location;
 
-use crate::block_io::{flash_err, BACKING_IO};
+use crate::block_io::{flash_err, Append, BACKING_IO};
 use crate::cache::BlockCache;
 use crate::index::{Entry, PutOutcome};
 use crate::record::checked_block;
@@ -50,7 +51,16 @@ impl BlockCache {
         let (first, last) = (off / bs, (off + len - 1) / bs);
         add(&s.reads, last - first + 1);
         let verdict = self.admission.decide(&self.tunables, s, off, len, false);
-        let (admit, seq) = (verdict.admit, verdict.sequential);
+        // A sequential stream's blocks bypass the cache unless their history admits them
+        // (a loop); the other admission rules still apply to them.
+        let why = match verdict {
+            v if v.admit => Some(Append::ReadMiss),
+            v if v.sequential && self.tunables.refusal(off, len, false).is_none() => {
+                Some(Append::Sequential)
+            }
+            _ => None,
+        };
+        let seq = verdict.sequential;
         let mut out = vec![0u8; len as usize];
         let entries: Vec<(u64, Option<Entry>)> = self.io.blocks.lookup_all(first, last);
         let mut pending = Vec::new();
@@ -82,7 +92,7 @@ impl BlockCache {
             while j + 1 < misses.len() && misses[j + 1] == misses[j] + 1 && j + 1 - i < 256 {
                 j += 1;
             }
-            self.fill_run(misses[i], misses[j], &mut out, off, admit, seq)
+            self.fill_run(misses[i], misses[j], &mut out, off, why, seq)
                 .await?;
             i = j + 1;
         }
@@ -95,7 +105,7 @@ impl BlockCache {
         b: u64,
         out: &mut [u8],
         off: u64,
-        admit: bool,
+        why: Option<Append>,
         seq: bool,
     ) -> Result<(), BackendError> {
         let s = &self.io.stats;
@@ -115,7 +125,11 @@ impl BlockCache {
             }
             let blk = data.slice(k * bs as usize..(k + 1) * bs as usize);
             self.copy_into(out, off, lba, &blk);
-            if admit && self.append(lba, &blk, false, None).await?.is_some() {
+            let admitted = match why {
+                Some(why) => self.append(lba, &blk, why, None).await?.is_some(),
+                None => false,
+            };
+            if admitted {
                 add(&s.read_admits, 1);
             } else {
                 add(&s.uncached_reads, 1);
@@ -190,7 +204,10 @@ impl BlockCache {
         if want_wb || any_dirty {
             for lba in first..=last {
                 let blk = self.block_image(lba, off, &data).await?;
-                if let Some(o) = self.append(lba, &blk, true, Some(deadline)).await? {
+                if let Some(o) = self
+                    .append(lba, &blk, Append::Dirty, Some(deadline))
+                    .await?
+                {
                     if o.hit {
                         add(&s.write_hits, 1);
                     }
@@ -239,7 +256,7 @@ impl BlockCache {
                 add(&s.write_hits, 1);
             }
             // Flash full: the block stays uncached.
-            let _ = self.append(lba, &blk, false, None).await?;
+            let _ = self.append(lba, &blk, Append::Written, None).await?;
         }
         Ok(())
     }
@@ -270,14 +287,14 @@ impl BlockCache {
         Ok(())
     }
 
-    /// Append block `lba`. With a `wait` deadline (writes) it retries while flash is full or
-    /// busy and fails with EIO at the deadline; without one a full flash returns `Ok(None)`
-    /// (admissions).
+    /// Append block `lba` (if `why` admits it: `BlockIo::try_append`). With a `wait` deadline
+    /// (writes) it retries while flash is full or busy and fails with EIO at the deadline;
+    /// without one a full flash returns `Ok(None)` (admissions).
     pub(crate) async fn append(
         &self,
         lba: u64,
         data: &[u8],
-        dirty: bool,
+        why: Append,
         wait: Option<Instant>,
     ) -> Result<Option<PutOutcome>, BackendError> {
         let mut stalled = false;
@@ -286,7 +303,7 @@ impl BlockCache {
                 &self.durable.fence,
                 lba,
                 data,
-                dirty,
+                why,
                 self.tunables.fill_moves(),
             ) {
                 Ok(out) => return Ok(out),

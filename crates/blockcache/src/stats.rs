@@ -53,9 +53,13 @@ counters! {
     /// Clean blocks reclaim moved instead of dropping, not read since the last pass, because
     /// the cache held fewer blocks than its fill line (97 % of `capacity_blocks`).
     moved_fill_blocks,
-    /// Clean blocks admitted that had been evicted unread lately (found in the ghost): they
-    /// count as read once, so the next CLOCK or reclaim pass keeps them.
-    ghost_hits,
+    /// Clean blocks admitted that the sketch saw accessed before lately: they count as read
+    /// once, so the next CLOCK or reclaim pass keeps them.
+    history_hits,
+    /// Read misses not admitted by the frequency filter: at the fill line, the block was
+    /// accessed no more often lately than the clean block it would replace (or, in a
+    /// sequential stream, not accessed before lately).
+    admit_refusals,
     /// Dirty (or not yet durably clean) blocks reclaim moved.
     moved_dirty_blocks,
     /// Dirty blocks written back (all causes).

@@ -124,7 +124,7 @@ pub const TUNABLES: &[(&str, &str, &str)] = &[
     (
         "seq_threshold_kb",
         "1024",
-        "a sequential stream longer than this bypasses the cache for uncached blocks (0 = off)",
+        "a sequential stream longer than this bypasses the cache for uncached blocks, except blocks read before lately (a loop), which the frequency filter may admit (0 = off)",
     ),
     (
         "admit_max_kb",
