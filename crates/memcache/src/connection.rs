@@ -333,6 +333,8 @@ pub async fn serve_connection<S: KvStore>(
     // When the last read returned (the turnaround stage runs from it to the reply write).
     let mut read_at = None;
     let mut window = ReadWindow::new(READ_WINDOW);
+    // The reply's segments, kept between writes (emptied after each).
+    let mut segments: Vec<bytes::Bytes> = Vec::new();
     loop {
         // The flash reads this turn starts are handed to the kernel together; reads that
         // finish at once (RAM hits) reply in this turn.
@@ -348,9 +350,11 @@ pub async fn serve_connection<S: KvStore>(
         }
         if !session.output.is_empty() {
             Stats::add(&ctx.stats.bytes_written, session.output.len() as u64);
-            let segments: Vec<bytes::Bytes> = session.output.drain().collect();
+            segments.extend(session.output.drain());
             let t = std::time::Instant::now();
-            stream.write_segments(&segments).await?;
+            let written = stream.write_segments(&segments).await;
+            segments.clear();
+            written?;
             stream.flush().await?;
             let done = std::time::Instant::now();
             ctx.latency.stage(Stage::Write).record(done - t);
