@@ -39,7 +39,7 @@ pub struct SmallConfig {
     /// Inserts are refused past twice this. Default: `16 MiB`.
     pub staging_bytes: u64,
     /// Sets merged per flusher batch (their reads, then their writes, in flight at once).
-    /// Default: 64.
+    /// Default: 512.
     pub batch_sets: usize,
 }
 
@@ -47,7 +47,7 @@ impl Default for SmallConfig {
     fn default() -> Self {
         Self {
             staging_bytes: 16 << 20,
-            batch_sets: 64,
+            batch_sets: 512,
         }
     }
 }
@@ -83,6 +83,8 @@ pub trait SmallStore: Send + Sync {
     fn remove(&self, key: &[u8]);
     /// Find `key`: staging, filter, then at most one page read.
     fn lookup(&self, key: &[u8]) -> impl Future<Output = Result<Lookup, Error>> + Send;
+    /// The key's set and that set's stamp now (take it before looking anywhere).
+    fn stamp(&self, key: &[u8]) -> (u32, Stamp);
     /// True when nothing staged for `set` changed since `stamp` (caller holds the lock
     /// every insert and remove of the key is made under).
     fn still(&self, set: u32, stamp: Stamp) -> bool;
@@ -135,23 +137,24 @@ impl SmallSets {
     /// Open (creating or growing) the file at `path` as a tier of `size` bytes. A file whose
     /// first page is neither zero nor a set page is refused (it holds someone's data).
     pub fn open(path: &Path, size: u64, cfg: SmallConfig) -> Result<Self, Error> {
+        if let Ok(mut f) = std::fs::File::open(path) {
+            let mut first = Vec::with_capacity(SET_BYTES);
+            std::io::Read::read_to_end(
+                &mut std::io::Read::take(&mut f, SET_BYTES as u64),
+                &mut first,
+            )?;
+            let ours = first.get(..4) == Some(&format::MAGIC.to_le_bytes()[..]);
+            if !ours && first.iter().any(|&b| b != 0) {
+                return Err(Error::Device(format!(
+                    "{} holds data that is not a small-object tier; refusing to overwrite it",
+                    path.display()
+                )));
+            }
+        }
         let dev = FileDevice::open(path, size, true, true)
             .map_err(|e| Error::Device(format!("{}: {e}", path.display())))?;
-        let dev: Arc<dyn Device> = Arc::new(dev);
-        let mut first = AlignedBuf::zeroed(SET_BYTES);
-        if dev.len() >= SET_BYTES as u64 {
-            dev.read_at(first.as_mut_slice(), 0)?;
-        }
-        let page = first.as_slice();
-        let ours = page.get(..4) == Some(&format::MAGIC.to_le_bytes()[..]);
-        if !ours && page.iter().any(|&b| b != 0) {
-            return Err(Error::Device(format!(
-                "{} holds data that is not a small-object tier; refusing to overwrite it",
-                path.display()
-            )));
-        }
         dev.prepare()?;
-        Self::with_device(dev, cfg)
+        Self::with_device(Arc::new(dev), cfg)
     }
 
     /// A tier over `dev` (whole 4 KiB pages of it are sets), e.g. a `MemoryDevice` in tests.
@@ -380,6 +383,11 @@ impl SmallStore for SmallSets {
             }
             Ok(out)
         }
+    }
+
+    fn stamp(&self, key: &[u8]) -> (u32, Stamp) {
+        let set = self.inner.set_of(key_hash(key));
+        (set, self.inner.staging.stamp(set))
     }
 
     fn still(&self, set: u32, stamp: Stamp) -> bool {
