@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use flashtier_flash::{Device, DeviceSpec, FlashConfig};
 
+use crate::small_tier::SmallSettings;
 use crate::Clock;
 
 /// Where the flash tier lives.
@@ -225,6 +226,9 @@ pub struct CacheConfig {
     /// The flash tier, or `None` for a RAM-only cache (exactly the RAM tier's behaviour).
     /// With flash, `hash_seed` is replaced by the seed stored on flash. Default: `None`.
     pub flash: Option<FlashSettings>,
+    /// The small-object tier (issue 28; `crate::small_tier`), or `None`. Off unless its
+    /// `item_max` > 0. Default: `None`.
+    pub small: Option<SmallSettings>,
 }
 
 impl Default for CacheConfig {
@@ -242,6 +246,7 @@ impl Default for CacheConfig {
             clock: Clock::system(),
             evict_to_free: true,
             flash: None,
+            small: None,
         }
     }
 }
@@ -264,6 +269,8 @@ pub enum ConfigError {
     TooManySegments,
     /// Flash is configured with no device.
     NoFlashDevices,
+    /// The small-object tier's settings are out of range (the message says which).
+    Small(String),
 }
 
 impl fmt::Display for ConfigError {
@@ -293,6 +300,7 @@ impl fmt::Display for ConfigError {
                 write!(f, "memory limit too large for 40-bit locations")
             }
             ConfigError::NoFlashDevices => write!(f, "flash configured without a device"),
+            ConfigError::Small(m) => write!(f, "small-object tier: {m}"),
         }
     }
 }
@@ -309,6 +317,8 @@ pub enum StartError {
     Sweeper(std::io::Error),
     /// The flash tier could not be opened (missing device, format mismatch, I/O error).
     Flash(flashtier_flash::Error),
+    /// The small-object tier could not be opened.
+    Small(flashtier_smallset::Error),
 }
 
 impl fmt::Display for StartError {
@@ -317,6 +327,7 @@ impl fmt::Display for StartError {
             StartError::Config(e) => write!(f, "invalid cache configuration: {e}"),
             StartError::Sweeper(e) => write!(f, "cannot start the sweeper thread: {e}"),
             StartError::Flash(e) => write!(f, "cannot open the flash tier: {e}"),
+            StartError::Small(e) => write!(f, "cannot open the small-object tier: {e}"),
         }
     }
 }
@@ -327,6 +338,7 @@ impl std::error::Error for StartError {
             StartError::Config(e) => Some(e),
             StartError::Sweeper(e) => Some(e),
             StartError::Flash(e) => Some(e),
+            StartError::Small(e) => Some(e),
         }
     }
 }
@@ -367,6 +379,9 @@ impl CacheConfig {
         let ids = (2 * (self.memory_limit / s) + 4) as u64;
         if ids * (s as u64 / 8) > crate::ram::index::MAX_LOC {
             return Err(ConfigError::TooManySegments);
+        }
+        if let Some(sm) = &self.small {
+            sm.check().map_err(ConfigError::Small)?;
         }
         if let Some(fl) = &self.flash {
             let empty = match &fl.devices {
@@ -440,6 +455,11 @@ impl CacheConfigBuilder {
         self.cfg.evict_to_free = on;
         self
     }
+    pub fn small(mut self, small: SmallSettings) -> Self {
+        self.cfg.small = Some(small);
+        self
+    }
+
     pub fn flash(mut self, flash: FlashSettings) -> Self {
         self.cfg.flash = Some(flash);
         self

@@ -29,6 +29,7 @@ use crate::ram::lower::{CopyUp, LowerTier};
 use crate::ram::record::Header;
 use crate::ram::sweeper::Sweeper;
 use crate::ram::tier::{Env, RamTier};
+use crate::small_tier::Small;
 use crate::Error;
 
 /// The composition every request runs on (see the module docs).
@@ -42,6 +43,8 @@ pub(crate) struct Core {
     pub lower: Lower,
     /// CAS, flush time, departure ledger, counters.
     pub meta: Meta,
+    /// The small-object tier (`small_tier`), off by default.
+    pub small: Small,
 }
 
 /// The real store: the RAM tier, and the flash tier under it when `CacheConfig::flash` is
@@ -134,7 +137,20 @@ impl Cache {
                 None,
             ),
         };
+        let small = match Small::open(cfg.small.as_ref()) {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(tier) = lower.flash() {
+                    let _ = tier.engine().close();
+                }
+                if let Some(h) = &handler {
+                    h.close();
+                }
+                return Err(StartError::Small(e));
+            }
+        };
         let core = Arc::new(Core {
+            small,
             slots,
             ram: RamTier::new(&cfg),
             lower,
@@ -261,13 +277,13 @@ impl Core {
         self.meta.now()
     }
 
-    /// What the RAM tier works with but does not own: the index, the metadata and the tier
-    /// below.
-    pub(crate) fn env(&self) -> Env<'_, Lower> {
+    /// What the RAM tier works with but does not own: the index, the metadata and the tiers
+    /// below (the core itself: the small tier, then `lower`; `small_tier::below`).
+    pub(crate) fn env(&self) -> Env<'_, Core> {
         Env {
             slots: &self.slots,
             meta: &self.meta,
-            lower: &self.lower,
+            lower: self,
         }
     }
 
@@ -295,6 +311,7 @@ impl Core {
             return;
         }
         self.meta.flush_now();
+        self.small.clear();
         let env = self.env();
         for i in 0..self.slots.shard_count() {
             let mut shard = self.slots.lock_nth(i);

@@ -7,7 +7,8 @@
 //! (`Lower`: none or the flash tier); `flash_tier/` (`FlashTier` and the components over it:
 //! record codec, reads, promotion, demotion, write-back, reclaim, recovery, journal,
 //! back-pressure; RAM reached through `RamAccess`); `meta` (CAS, flush time, ledger,
-//! counters); [`model`] ([`ModelStore`], the test oracle); [`config`], [`knobs`], stats.
+//! counters); `small_tier` (`Small`: the small-object tier of issue 28, off by default, and
+//! the core as RAM's `LowerTier`); [`model`] ([`ModelStore`], the test oracle); [`config`], [`knobs`], stats.
 //!
 //! Protocol semantics (add/replace/cas/append/incr/meta flags) live in the protocol crate and
 //! are built from [`KvStore::get`], [`KvStore::set`] and [`KvStore::update`]; this crate only
@@ -29,6 +30,7 @@ mod meta;
 pub mod model;
 mod ops;
 mod ram;
+mod small_tier;
 mod stats;
 pub mod store;
 #[cfg(test)]
@@ -44,4 +46,5 @@ pub use error::Error;
 pub use flashtier_flash as flash;
 pub use item::{CasMode, Item, ItemMeta, ItemWrite, Update};
 pub use model::ModelStore;
+pub use small_tier::{SmallDevice, SmallSettings};
 pub use store::{ItemInfo, KvStore, StoreStats};

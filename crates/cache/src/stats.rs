@@ -53,6 +53,7 @@ impl crate::engine::Core {
             ]),
             "slabs" => Some(self.slabs_stats()),
             "items" => Some(self.items_stats()),
+            "small" => self.small.stats(),
             "extstore" => self
                 .lower
                 .flash()

@@ -161,6 +161,18 @@ pub struct KvArgs {
     #[arg(long, value_name = "PATH:SIZE", action = ArgAction::Append)]
     pub flash: Vec<String>,
 
+    /// Small-object flash tier (issue 28) as PATH:SIZE: values of at most --small-item-max
+    /// bytes leave RAM for 4 KiB set pages in this file instead of the flash log, with no RAM
+    /// index entry each (docs/eviction.md, "Small objects"). Starts empty at every start (not
+    /// durable). Default: none.
+    #[arg(long, value_name = "PATH:SIZE")]
+    pub small_flash: Option<String>,
+
+    /// Largest value in bytes the small-object tier keeps (at most 2048); 0 turns it off.
+    /// Needs --small-flash. Default: 0 (off).
+    #[arg(long, value_name = "BYTES")]
+    pub small_item_max: Option<u64>,
+
     /// Run with no flash tier (RAM only, like plain memcached). Conflicts with --flash and
     /// -o ext_path.
     #[arg(long)]

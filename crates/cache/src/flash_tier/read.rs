@@ -32,6 +32,8 @@ pub(crate) struct View {
     pub(crate) failed: Vec<(u64, flashtier_flash::Error)>,
     /// Candidates were not read: all are taken as the key's.
     pub(crate) blind: bool,
+    /// What phase 1 saw of the small-object tier (`small_tier`), when it is on.
+    pub(crate) small: Option<crate::small_tier::SmallSeen>,
 }
 
 /// The key's flash slot in phase 2, as [`FlashTier::recheck`] finds it (shard locked).

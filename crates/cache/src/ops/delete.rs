@@ -20,6 +20,10 @@ impl Op for Delete {
         false
     }
 
+    fn reads_small(&self) -> bool {
+        true
+    }
+
     /// A RAM item is removed as usual (false if it was dead); flash slots whose tag matches
     /// are removed, marked dead and covered by a tombstone, and the answer is true without
     /// knowing whether the item had expired.
@@ -37,6 +41,10 @@ impl Op for Delete {
             Current::Retry => return Ok(Step::Retry),
             Current::Ram { pos, e, rec } => (Existing::Ram(pos, e), rec.header.flash_behind()),
             Current::Blind(locs) if !locs.is_empty() => (Existing::Blind(locs), true),
+            Current::Small(_) => {
+                core.remove_existing(&mut shard, hash, key, None, false, stall)?;
+                return Ok(Step::Done(true));
+            }
             _ => return Ok(Step::Done(false)),
         };
         core.remove_existing(&mut shard, hash, key, Some(existing), had_flash, stall)?;

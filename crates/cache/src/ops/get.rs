@@ -46,6 +46,7 @@ impl Op for Get {
                 shard.touch(pos);
                 Ok(Step::Done(Some(item)))
             }
+            Current::Small(item) => Ok(Step::Done(Some(crate::small_tier::item_of(&item)))),
             Current::Flash { pos, e, item } => {
                 let it = item_of(&item, e.freq);
                 self.later = core

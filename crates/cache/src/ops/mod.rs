@@ -29,6 +29,7 @@ use crate::ram::lower::LowerTier;
 use crate::ram::record::{Header, F_FETCHED, F_STALE, F_WIN};
 use crate::ram::tier::Existing;
 use crate::{CasMode, Error, Item, ItemMeta, ItemWrite, Update};
+use flashtier_smallset::SmallItem;
 
 mod delete;
 mod get;
@@ -49,6 +50,10 @@ pub(crate) trait Op {
     const WRITE: bool;
     /// Phase 1 reads the key's flash items (false: a blind view, see `flash_tier::read`).
     fn reads(&self) -> bool;
+    /// Phase 1 looks the key up in the small-object tier (a delete does, to answer).
+    fn reads_small(&self) -> bool {
+        self.reads()
+    }
     /// Phase 2, under the key's shard lock: commit, or ask for phase 1 again.
     fn phase2(
         &mut self,
@@ -208,6 +213,8 @@ pub(crate) enum Current<'a> {
     },
     /// A live flash item, as phase 1 read it.
     Flash { pos: Pos, e: Entry, item: FlashItem },
+    /// A live small-tier copy, as phase 1 read it (no index slot).
+    Small(SmallItem),
     /// Flash slots taken as the key's without reading them (a blind view); may be empty.
     Blind(Vec<u64>),
 }
@@ -225,7 +232,14 @@ impl Core {
             if O::WRITE {
                 self.lower.await_room(&mut budget).await;
             }
-            let view = self.lower.view(self, key, hash, op.reads()).await;
+            let mut view = self.lower.view(self, key, hash, op.reads()).await;
+            if op.reads_small() && view.found.is_none() {
+                let in_ram = || {
+                    let shard = self.slots.lock(hash);
+                    self.ram.find_key(&shard, hash, key).is_some()
+                };
+                view.small = self.small.view(key, in_ram).await;
+            }
             let step = if O::WRITE {
                 let stall = self.lower.may_stall(&budget);
                 let _ = take_owed();
@@ -296,7 +310,10 @@ impl Core {
         }
         match self.lower.recheck(shard, hash, view)? {
             Recheck::Retry => Ok(Current::Retry),
-            Recheck::Absent => Ok(Current::Absent),
+            Recheck::Absent => self.current_small(key, view, now),
+            Recheck::Blind(cands) if cands.is_empty() && view.small.is_some() => {
+                self.current_small(key, view, now)
+            }
             Recheck::Blind(cands) => Ok(Current::Blind(cands)),
             Recheck::Found { pos, e, item } => {
                 if self.meta.dead_at(item.exptime, item.stored, now) {
@@ -305,6 +322,25 @@ impl Core {
                 }
                 Ok(Current::Flash { pos, e, item })
             }
+        }
+    }
+
+    /// The key's small-tier copy now (shard locked, no slot): what phase 1 saw, if the tier
+    /// did not change for its set since; a dead copy is removed.
+    fn current_small(&self, key: &[u8], view: &View, now: u32) -> Result<Current<'_>, Error> {
+        let Some(seen) = &view.small else {
+            return Ok(Current::Absent);
+        };
+        if !self.small.still(seen) {
+            return Ok(Current::Retry);
+        }
+        match &seen.item {
+            None => Ok(Current::Absent),
+            Some(s) if self.meta.dead_at(s.meta.exptime, s.meta.stored, now) => {
+                self.small.remove(key);
+                Ok(Current::Gone(s.meta.cas))
+            }
+            Some(s) => Ok(Current::Small(s.clone())),
         }
     }
 
@@ -332,6 +368,10 @@ impl Core {
         // before the slot goes (same shard lock) changes nothing a reader or a restart sees.
         if had_flash && self.lower.cover_or_stall(hash, key, stall).is_none() {
             return Err(Error::FlashBusy);
+        }
+        if !matches!(existing, Some(Existing::Ram(..))) {
+            // The key has no RAM slot: a small-tier copy may exist (`small_tier`).
+            self.small.remove(key);
         }
         match existing {
             Some(Existing::Ram(pos, e)) => {

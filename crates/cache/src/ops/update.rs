@@ -106,6 +106,14 @@ impl Seen {
                 seen.existing = Some(Existing::Lower(pos, e));
                 seen.had_flash = true;
             }
+            Current::Small(item) => {
+                // No slot: the write publishes a new one (or removes nothing) and removes
+                // the small copy (`Commit::commit`, `Core::remove_existing`).
+                seen.stored_cas = Some(item.meta.cas);
+                if !set_mode {
+                    seen.current = Some(crate::small_tier::item_of(&item));
+                }
+            }
             Current::Blind(locs) => {
                 if !locs.is_empty() {
                     seen.had_flash = true;
@@ -267,9 +275,13 @@ impl Commit<'_> {
                 }
                 Some(covered) => !covered,
             };
+        if !matches!(seen.existing, Some(Existing::Ram(..))) {
+            // The key has no RAM slot: a small-tier copy may exist (`small_tier`).
+            core.small.remove(key);
+        }
         let cas = core.meta.cas_for(w.cas, self.base_cas);
         let mut h = new_header(w, key.len(), self.now, cas);
-        h.home = core.lower.home_for(&NewVersion {
+        h.home = core.home_for(&NewVersion {
             hash,
             key,
             value: &w.value,

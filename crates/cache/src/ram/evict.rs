@@ -455,6 +455,10 @@ impl RamTier {
                     }
                 }
             }
+            Taken::Below => {
+                self.unlink(env, shard, pos, h);
+                return Ok(None);
+            }
             Taken::Later | Taken::Drop => {}
         }
         self.unlink(env, shard, pos, h);

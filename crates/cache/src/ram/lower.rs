@@ -35,6 +35,9 @@ pub(crate) enum Taken {
     Later,
     /// Not kept: drop it.
     Drop,
+    /// Kept below without an index slot (the small-object tier): remove the slot; not an
+    /// eviction.
+    Below,
 }
 
 /// How a copy of an item from the tier below into RAM went (`RamTier::copy_up_now`,

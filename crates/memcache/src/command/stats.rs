@@ -29,6 +29,10 @@ pub fn run<S: KvStore>(ctx: &Context<S>, arg: StatsArg, out: &mut Output) -> Flo
             for (k, v) in extstore_pairs(ctx) {
                 reply::stat(out, &k, v);
             }
+            // The small-object tier's `small_*` stats, when it is on (docs/stats.md).
+            for (k, v) in ctx.store.stats_section("small").unwrap_or_default() {
+                reply::stat(out, &k, v);
+            }
         }
         StatsArg::Reset => {
             ctx.stats.reset();

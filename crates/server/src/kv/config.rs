@@ -62,6 +62,10 @@ pub struct KvConfig {
     pub default_flash: bool,
     /// Admin HTTP endpoint (`--admin`). Default: none.
     pub admin: Option<SocketAddr>,
+    /// The small-object tier's file and size (`--small-flash PATH:SIZE`) and its item size
+    /// limit (`--small-item-max`; 0 = off). Default: none, 0.
+    pub small: Option<(PathBuf, u64)>,
+    pub small_item_max: u64,
     /// Runtime knobs to set at startup, in order (`--knob NAME=VALUE`, memcached's
     /// `-o ext_item_size=...` and friends, the file's `[knobs]`). Default: none.
     pub knobs: Vec<(String, String)>,
@@ -287,7 +291,10 @@ impl KvConfig {
             }
             None => None,
         };
+        let (small, small_item_max) = small_flags(a)?;
         let cfg = Self {
+            small,
+            small_item_max,
             memcached,
             listen,
             unix,
@@ -504,6 +511,27 @@ fn flash_spec(v: &str, what: &str) -> anyhow::Result<String> {
         usage!("{what} {v}: expected PATH:SIZE (e.g. data/flash.bin:2GiB)");
     }
     Ok(v.to_string())
+}
+
+/// `--small-flash PATH:SIZE` and `--small-item-max BYTES` (the small-object tier; a limit
+/// above 0 needs the file).
+fn small_flags(a: &KvArgs) -> anyhow::Result<(Option<(PathBuf, u64)>, u64)> {
+    let small = match &a.small_flash {
+        Some(text) => {
+            let Some((path, size)) = text.rsplit_once(':') else {
+                usage!("--small-flash {text}: expected PATH:SIZE");
+            };
+            let size = parse_size(size)
+                .with_context(|| Usage(format!("--small-flash {text}: bad size")))?;
+            Some((PathBuf::from(path), size))
+        }
+        None => None,
+    };
+    let max = a.small_item_max.unwrap_or(0);
+    if max > 0 && small.is_none() {
+        usage!("--small-item-max {max} needs --small-flash PATH:SIZE");
+    }
+    Ok((small, max))
 }
 
 #[cfg(test)]

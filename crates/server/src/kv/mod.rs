@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use flashtier_cache::flash::DeviceSpec;
-use flashtier_cache::{Cache, CacheConfig, FlashSettings, KvStore};
+use flashtier_cache::{Cache, CacheConfig, FlashSettings, KvStore, SmallDevice, SmallSettings};
 use flashtier_memcache::{auth::AuthFile, Context, Listener, MemoryLimitHook, Settings};
 
 pub use config::KvConfig;
@@ -66,6 +66,16 @@ fn build_store(cfg: &KvConfig, litter: &mut Litter) -> anyhow::Result<Arc<Cache>
         // One io_uring per serving thread (see flashtier_memcache::Workers).
         flash.io_lanes = cfg.threads;
         builder = builder.flash(flash);
+    }
+    if let (Some((path, size)), n) = (&cfg.small, cfg.small_item_max) {
+        if n > 0 {
+            litter.note_file(path);
+            let dev = SmallDevice::File {
+                path: path.clone(),
+                size: *size,
+            };
+            builder = builder.small(SmallSettings::new(dev, n as usize));
+        }
     }
     let cache_cfg = builder.build().context("invalid cache configuration")?;
     Ok(Arc::new(

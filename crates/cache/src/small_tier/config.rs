@@ -1,0 +1,71 @@
+//! [`SmallSettings`]: the small-object tier's settings (`CacheConfig::small`). The tier is
+//! off unless `item_max` > 0 (the default is 0, so the product path is unchanged).
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use flashtier_flash::Device;
+
+/// The largest `item_max` accepted: a 250-byte key and the value must fit one set page
+/// with room for others.
+pub const ITEM_MAX_LIMIT: usize = 2048;
+
+/// Where the small tier's set pages live.
+#[derive(Clone)]
+pub enum SmallDevice {
+    /// A file (created if missing, grown to `size`), opened with `O_DIRECT`.
+    File { path: PathBuf, size: u64 },
+    /// A device given directly (tests: a `MemoryDevice`).
+    Device(Arc<dyn Device>),
+}
+
+impl std::fmt::Debug for SmallDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SmallDevice::File { path, size } => write!(f, "{}:{size}", path.display()),
+            SmallDevice::Device(d) => write!(f, "device {}", d.name()),
+        }
+    }
+}
+
+/// Settings of the small-object tier.
+#[derive(Clone, Debug)]
+pub struct SmallSettings {
+    /// Values of at most this many bytes leave RAM for the small tier instead of the flash
+    /// log; 0 turns the tier off. At most [`ITEM_MAX_LIMIT`]. Default: `0` (off).
+    pub item_max: usize,
+    /// The tier's device (its size / 4 KiB is the number of sets).
+    pub device: SmallDevice,
+    /// RAM for staged inserts and deletes, in bytes; inserts are refused past twice this.
+    /// Default: `16 MiB`.
+    pub staging_bytes: u64,
+}
+
+impl SmallSettings {
+    /// The tier on `device` for values up to `item_max` bytes, other settings default.
+    pub fn new(device: SmallDevice, item_max: usize) -> Self {
+        Self {
+            item_max,
+            device,
+            staging_bytes: 16 << 20,
+        }
+    }
+
+    /// Why these settings are refused, if they are.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if self.item_max > ITEM_MAX_LIMIT {
+            return Err(format!(
+                "small_item_max {} is above {ITEM_MAX_LIMIT} bytes",
+                self.item_max
+            ));
+        }
+        if self.staging_bytes < 64 << 10 {
+            return Err("small staging below 64 KiB".into());
+        }
+        if let SmallDevice::File { size, .. } = &self.device {
+            if *size < 1 << 20 {
+                return Err(format!("small tier device size {size} is below 1 MiB"));
+            }
+        }
+        Ok(())
+    }
+}

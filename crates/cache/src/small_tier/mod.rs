@@ -1,0 +1,279 @@
+//! The small-object tier as the cache holds it (issue 28): [`Small`], off or on over a
+//! `flashtier_smallset::SmallSets`, and the glue between it and the index. Items whose value
+//! is at most `SmallSettings::item_max` bytes leave RAM for their key's set page instead of
+//! the flash log, and keep no index slot; a key with no slot is then looked up there.
+//!
+//! Invariant (what keeps a deleted or overwritten key from coming back): a key with an
+//! index slot (RAM or flash) has no live copy in the small tier. RAM eviction inserts a key
+//! and removes its slot under the key's shard lock (`Below`, the RAM tier's `LowerTier`);
+//! every write that publishes or removes a key that had no RAM slot removes its small copy
+//! under the same lock (`ops`); phase 2 re-checks, under that lock, the stamp phase 1 took
+//! before looking, so a lookup that raced an insert or remove runs again.
+//!
+//! Not durable: the tier starts empty at every open (docs/eviction.md, "Small objects"),
+//! and a RAM version of a small item is not written to the flash log while it is in RAM
+//! (a clean shutdown still writes RAM versions to the log). Meta flags of a small item:
+//! `stale`/`win` items are not sent to the tier; `fetched` reads false there.
+//!
+//! # Threads
+//! Any caller; the tier's own locks are leaves below the shard lock.
+pub(crate) mod below;
+pub(crate) mod config;
+
+use flashtier_smallset::{ItemMeta as SmallMeta, SmallItem, SmallSets, SmallStore, Stamp};
+
+use crate::ram::arena::RecordRef;
+use crate::ram::record::{F_STALE, F_WIN};
+use crate::{Item, ItemMeta};
+pub use config::{SmallDevice, SmallSettings};
+
+/// What phase 1 saw of the small tier (see `Small::view`).
+#[derive(Clone, Debug)]
+pub(crate) struct SmallSeen {
+    set: u32,
+    stamp: Stamp,
+    /// The item, if phase 1 looked and found it.
+    pub(crate) item: Option<SmallItem>,
+}
+
+/// The small tier, or none.
+pub(crate) enum Small {
+    /// Off (`small_item_max` 0, the default): every method does nothing.
+    Off,
+    /// On: values of at most `item_max` bytes go to `sets`.
+    On { sets: SmallSets, item_max: usize },
+}
+
+impl Small {
+    /// Open the tier `settings` describe (off without settings or with `item_max` 0).
+    pub(crate) fn open(
+        settings: Option<&SmallSettings>,
+    ) -> Result<Self, flashtier_smallset::Error> {
+        let Some(s) = settings.filter(|s| s.item_max > 0) else {
+            return Ok(Small::Off);
+        };
+        let cfg = flashtier_smallset::SmallConfig {
+            staging_bytes: s.staging_bytes,
+            ..Default::default()
+        };
+        let sets = match &s.device {
+            SmallDevice::File { path, size } => SmallSets::open(path, *size, cfg)?,
+            SmallDevice::Device(d) => SmallSets::with_device(d.clone(), cfg)?,
+        };
+        Ok(Small::On {
+            sets,
+            item_max: s.item_max,
+        })
+    }
+
+    /// True when the tier is on.
+    pub(crate) fn is_on(&self) -> bool {
+        matches!(self, Small::On { .. })
+    }
+
+    /// Offer an evicted RAM record: true when the tier took it (the slot then goes). Only a
+    /// record with no flash home, no older version on flash and no meta flags qualifies.
+    pub(crate) fn take(&self, rec: &RecordRef<'_>, key: &[u8]) -> bool {
+        let Small::On { sets, item_max } = self else {
+            return false;
+        };
+        let h = &rec.header;
+        if h.home != 0 || h.rflags & (F_STALE | F_WIN) != 0 || h.vlen as usize > *item_max {
+            return false;
+        }
+        let meta = SmallMeta {
+            flags: h.flags,
+            exptime: h.exptime,
+            stored: h.stored,
+            cas: h.cas,
+        };
+        sets.insert(key, &rec.value(), meta)
+    }
+
+    /// True when a new version of `len` value bytes skips the flash log (it goes to the tier
+    /// when RAM evicts it).
+    pub(crate) fn keeps(&self, len: usize) -> bool {
+        matches!(self, Small::On { item_max, .. } if len <= *item_max)
+    }
+
+    /// No copy of `key` may be served again (shard lock held).
+    pub(crate) fn remove(&self, key: &[u8]) {
+        if let Small::On { sets, .. } = self {
+            sets.remove(key);
+        }
+    }
+
+    /// Phase 1: the key's stamp, then — unless `in_ram` says the key has a RAM slot — its
+    /// lookup. `None` when the tier is off. A failed read is a miss (counted by the tier).
+    pub(crate) async fn view(
+        &self,
+        key: &[u8],
+        in_ram: impl FnOnce() -> bool,
+    ) -> Option<SmallSeen> {
+        let Small::On { sets, .. } = self else {
+            return None;
+        };
+        let (set, stamp) = sets.stamp(key);
+        let mut seen = SmallSeen {
+            set,
+            stamp,
+            item: None,
+        };
+        if !in_ram() {
+            if let Ok(l) = sets.lookup(key).await {
+                seen.item = l.item;
+            }
+        }
+        Some(seen)
+    }
+
+    /// Phase 2 (shard lock held): true when what phase 1 saw is still true.
+    pub(crate) fn still(&self, seen: &SmallSeen) -> bool {
+        match self {
+            Small::Off => true,
+            Small::On { sets, .. } => sets.still(seen.set, seen.stamp),
+        }
+    }
+
+    /// `flush_all` now.
+    pub(crate) fn clear(&self) {
+        if let Small::On { sets, .. } = self {
+            sets.clear();
+        }
+    }
+
+    /// The `small` stats section (with the setting), or `None` when off.
+    pub(crate) fn stats(&self) -> Option<Vec<(String, String)>> {
+        let Small::On { sets, item_max } = self else {
+            return None;
+        };
+        let mut v = vec![("small_item_max".to_string(), item_max.to_string())];
+        v.extend(sets.stats());
+        Some(v)
+    }
+}
+
+/// The item a small-tier copy holds, as a reader sees it.
+pub(crate) fn item_of(s: &SmallItem) -> Item {
+    Item {
+        value: s.value.clone(),
+        flags: s.meta.flags,
+        exptime: s.meta.exptime,
+        cas: s.meta.cas,
+        meta: ItemMeta {
+            stale: false,
+            win_token_sent: false,
+            fetched: false,
+            last_access: s.meta.stored,
+        },
+    }
+}
+
+impl crate::Cache {
+    /// Merge everything the small-object tier has staged into its set pages now and wait
+    /// (tests and tools; the tier's flusher does this on its own past its staging budget).
+    /// Does nothing when the tier is off.
+    pub fn small_flush_staged(&self) {
+        if let Small::On { sets, .. } = &self.core.small {
+            sets.flush_staged();
+        }
+    }
+}
+
+/// The small tier under a RAM-only cache (no flash log): evicted small items are kept and
+/// served, larger ones dropped as without it, and every kind of write removes the copy.
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use flashtier_flash::MemoryDevice;
+
+    use super::{SmallDevice, SmallSettings};
+    use crate::{Cache, CacheConfig, ItemWrite, KvStore, Update};
+
+    fn cache() -> Cache {
+        let dev = Arc::new(MemoryDevice::new("small", 8 << 20));
+        let cfg = CacheConfig::builder()
+            .memory_limit(256 << 10)
+            .segment_size(64 << 10)
+            .max_item_size(64 << 10)
+            .sweep_interval(None)
+            .small(SmallSettings::new(SmallDevice::Device(dev), 200))
+            .build()
+            .unwrap();
+        Cache::new(cfg).unwrap()
+    }
+
+    fn key(i: u32) -> Vec<u8> {
+        format!("k{i}").into_bytes()
+    }
+
+    fn fill(c: &Cache, n: u32, len: usize) {
+        for i in 0..n {
+            let v = Bytes::from(vec![(i % 251) as u8; len]);
+            c.set_now(&key(i), ItemWrite::new(v, i, 0)).unwrap();
+        }
+    }
+
+    #[test]
+    fn evicted_small_items_are_served_and_large_ones_dropped() {
+        let c = cache();
+        fill(&c, 4000, 150);
+        c.small_flush_staged();
+        assert!(c.stats().curr_items < 4000);
+        for i in 0..4000 {
+            let it = c.get_now(&key(i)).unwrap().expect("kept by the small tier");
+            assert_eq!(it.value.len(), 150);
+            assert_eq!(it.flags, i);
+        }
+        assert_eq!(c.stats().evictions, 0, "taking an item is not an eviction");
+        let big = cache();
+        fill(&big, 400, 1000);
+        assert!(
+            big.stats().evictions > 0,
+            "values over item_max are evicted as before"
+        );
+    }
+
+    #[test]
+    fn writes_to_a_small_item_replace_and_remove_its_copy() {
+        let c = cache();
+        fill(&c, 4000, 150);
+        c.small_flush_staged();
+        // An update sees the small copy and publishes the new version in RAM.
+        let (seen, _) = c
+            .update_now(&key(1), |cur| {
+                let v = cur.map(|i| i.value.len());
+                (
+                    Update::Put(ItemWrite::new(Bytes::from_static(b"new"), 9, 0)),
+                    v,
+                )
+            })
+            .unwrap();
+        assert_eq!(seen, Some(150));
+        assert_eq!(&c.get_now(&key(1)).unwrap().unwrap().value[..], b"new");
+        // Deletes, blind or not, remove it for good.
+        assert!(c.delete_now(&key(2)));
+        assert!(crate::block::block_on(c.delete(&key(3))).unwrap());
+        assert!(!crate::block::block_on(c.delete(&key(3))).unwrap());
+        for _ in 0..2 {
+            c.small_flush_staged();
+            assert_eq!(c.get_now(&key(2)).unwrap(), None);
+            assert_eq!(c.get_now(&key(3)).unwrap(), None);
+            // Push the new version of key 1 out of RAM too: the tier then holds it, not the old.
+            for i in 10_000..12_000 {
+                let v = Bytes::from(vec![1; 150]);
+                c.set_now(&key(i), ItemWrite::new(v, 0, 0)).unwrap();
+            }
+        }
+        assert_eq!(&c.get_now(&key(1)).unwrap().unwrap().value[..], b"new");
+        c.core.flush_all(0);
+        c.small_flush_staged();
+        assert_eq!(
+            c.get_now(&key(4)).unwrap(),
+            None,
+            "flush_all empties the tier"
+        );
+    }
+}

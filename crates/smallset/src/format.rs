@@ -1,0 +1,329 @@
+//! The on-flash set page: one 4 KiB page per set, little-endian, self-checking. Byte table
+//! (mirrored in docs/format.md, "Small-object sets"):
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 4 | magic `FTSS` |
+//! | 4 | 2 | format version (1) |
+//! | 6 | 2 | entry count (≤ [`MAX_ENTRIES`]) |
+//! | 8 | 4 | set index (a page written to the wrong set is refused) |
+//! | 12 | 4 | crc32c of the whole page with this field zeroed |
+//! | 16 | 8 | generation: the tier's run and `flush_all` epoch; another one reads as empty |
+//! | 24 | 4 | bytes of entries after the header |
+//! | 28 | 4 | reserved, zero |
+//! | 32 | … | entries, packed, no padding |
+//!
+//! An entry is a 24-byte header — key length `u8`, RRIP value `u8` (0 near … 3 distant),
+//! value length `u16`, flags `u32`, exptime `u32`, stored time `u32`, CAS `u64` — then the
+//! key and the value. A key appears at most once per page (a merge replaces it), so a page
+//! never holds two versions of a key; the newer version of a key, or its delete, lives in the
+//! staging buffer and shadows the page until the next merge rewrites it.
+//!
+//! Why a generation and not a per-entry sequence: the tier starts empty at every open and
+//! `flush_all` empties it at once; both bump the generation, so an old page (and every key on
+//! it) is dead without being rewritten. Decoding reads untrusted bytes: no indexing, no
+//! unwrap.
+#![deny(clippy::indexing_slicing, clippy::unwrap_used)]
+
+use bytes::Bytes;
+
+/// Bytes of one set page.
+pub const SET_BYTES: usize = 4096;
+/// Bytes of the page header.
+pub const HEADER_BYTES: usize = 32;
+/// Bytes of an entry's header.
+pub const ENTRY_HEADER: usize = 24;
+/// Entries a page holds at most (one hit bit each in RAM: a `u32` per set).
+pub const MAX_ENTRIES: usize = 32;
+/// Bytes of entries a page holds.
+pub const CAPACITY: usize = SET_BYTES - HEADER_BYTES;
+/// `FTSS`, little-endian.
+pub const MAGIC: u32 = u32::from_le_bytes(*b"FTSS");
+/// The format version written.
+pub const FORMAT_VERSION: u16 = 1;
+/// The largest RRIP value (distant re-reference).
+pub const RRIP_MAX: u8 = 3;
+/// Byte offset of the crc field.
+const CRC_AT: usize = 12;
+
+/// What the cache keeps with a small item besides key and value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ItemMeta {
+    /// The client's flags.
+    pub flags: u32,
+    /// Unix expiry time, 0 = never.
+    pub exptime: u32,
+    /// Unix time it was stored (judged against `flush_all`).
+    pub stored: u32,
+    /// Its CAS value.
+    pub cas: u64,
+}
+
+/// One entry of a page, decoded (key and value are slices of the page's buffer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The key.
+    pub key: Bytes,
+    /// The value.
+    pub value: Bytes,
+    /// Flags, expiry, stored time, CAS.
+    pub meta: ItemMeta,
+    /// RRIP value: 0 (re-referenced soon) … [`RRIP_MAX`] (evicted first).
+    pub rrip: u8,
+}
+
+/// Bytes an entry takes on a page.
+pub fn entry_len(key_len: usize, value_len: usize) -> usize {
+    ENTRY_HEADER + key_len + value_len
+}
+
+/// True when an item with these lengths can live in a set page at all.
+pub fn fits(key_len: usize, value_len: usize) -> bool {
+    key_len <= u8::MAX as usize
+        && value_len <= u16::MAX as usize
+        && entry_len(key_len, value_len) <= CAPACITY
+}
+
+/// What a page read back holds.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Page {
+    /// Never written in this generation (all zero, or another generation's page): empty.
+    Empty,
+    /// A page of this set and generation.
+    Valid(Vec<Entry>),
+    /// Damaged (checksum, magic, version, set index, lengths): read as empty, counted.
+    Corrupt(&'static str),
+}
+
+/// Encode `entries` as set `set`'s page of generation `generation` into `page`
+/// ([`SET_BYTES`] long). Fails (writing nothing useful) if they do not fit.
+pub fn encode(
+    page: &mut [u8],
+    set: u32,
+    generation: u64,
+    entries: &[Entry],
+) -> Result<(), &'static str> {
+    if page.len() != SET_BYTES {
+        return Err("page buffer is not SET_BYTES long");
+    }
+    if entries.len() > MAX_ENTRIES {
+        return Err("too many entries for one page");
+    }
+    page.fill(0);
+    let mut at = HEADER_BYTES;
+    for e in entries {
+        if !fits(e.key.len(), e.value.len()) {
+            return Err("entry too large");
+        }
+        let end = at + entry_len(e.key.len(), e.value.len());
+        let dst = page.get_mut(at..end).ok_or("entries exceed the page")?;
+        let (head, body) = dst.split_at_mut(ENTRY_HEADER);
+        put(head, 0, &[e.key.len() as u8, e.rrip.min(RRIP_MAX)]);
+        put(head, 2, &(e.value.len() as u16).to_le_bytes());
+        put(head, 4, &e.meta.flags.to_le_bytes());
+        put(head, 8, &e.meta.exptime.to_le_bytes());
+        put(head, 12, &e.meta.stored.to_le_bytes());
+        put(head, 16, &e.meta.cas.to_le_bytes());
+        let (k, v) = body.split_at_mut(e.key.len());
+        k.copy_from_slice(&e.key);
+        v.copy_from_slice(&e.value);
+        at = end;
+    }
+    put(page, 0, &MAGIC.to_le_bytes());
+    put(page, 4, &FORMAT_VERSION.to_le_bytes());
+    put(page, 6, &(entries.len() as u16).to_le_bytes());
+    put(page, 8, &set.to_le_bytes());
+    put(page, 16, &generation.to_le_bytes());
+    put(page, 24, &((at - HEADER_BYTES) as u32).to_le_bytes());
+    let crc = crc32c::crc32c(page);
+    put(page, CRC_AT, &crc.to_le_bytes());
+    Ok(())
+}
+
+/// Decode a page read from set `set`'s slot, for generation `generation`.
+pub fn decode(page: &Bytes, set: u32, generation: u64) -> Page {
+    if page.len() != SET_BYTES {
+        return Page::Corrupt("short page");
+    }
+    if page.iter().all(|&b| b == 0) {
+        return Page::Empty;
+    }
+    if le32(page, 0) != Some(MAGIC) {
+        return Page::Corrupt("bad magic");
+    }
+    let mut copy = [0u8; SET_BYTES];
+    copy.copy_from_slice(page);
+    put(&mut copy, CRC_AT, &[0; 4]);
+    if le32(page, CRC_AT) != Some(crc32c::crc32c(&copy)) {
+        return Page::Corrupt("checksum mismatch");
+    }
+    if le16(page, 4) != Some(FORMAT_VERSION) {
+        return Page::Corrupt("unknown format version");
+    }
+    if le32(page, 8) != Some(set) {
+        return Page::Corrupt("page of another set");
+    }
+    if le64(page, 16) != Some(generation) {
+        return Page::Empty;
+    }
+    let count = le16(page, 6).unwrap_or(0) as usize;
+    let used = le32(page, 24).unwrap_or(0) as usize;
+    if count > MAX_ENTRIES || used > CAPACITY {
+        return Page::Corrupt("count or length out of range");
+    }
+    let mut out = Vec::with_capacity(count);
+    let mut at = HEADER_BYTES;
+    for _ in 0..count {
+        match entry_at(page, at) {
+            Some((e, next)) => {
+                out.push(e);
+                at = next;
+            }
+            None => return Page::Corrupt("entry runs past the page"),
+        }
+    }
+    if at != HEADER_BYTES + used {
+        return Page::Corrupt("entry bytes disagree with the header");
+    }
+    Page::Valid(out)
+}
+
+/// The entry at byte `at` and the offset after it.
+fn entry_at(page: &Bytes, at: usize) -> Option<(Entry, usize)> {
+    let key_len = *page.get(at)? as usize;
+    let rrip = *page.get(at + 1)?;
+    let value_len = le16(page, at + 2)? as usize;
+    let meta = ItemMeta {
+        flags: le32(page, at + 4)?,
+        exptime: le32(page, at + 8)?,
+        stored: le32(page, at + 12)?,
+        cas: le64(page, at + 16)?,
+    };
+    let k = at + ENTRY_HEADER;
+    let v = k + key_len;
+    let end = v + value_len;
+    if end > page.len() || rrip > RRIP_MAX {
+        return None;
+    }
+    let e = Entry {
+        key: page.slice(k..v),
+        value: page.slice(v..end),
+        meta,
+        rrip,
+    };
+    Some((e, end))
+}
+
+fn put(dst: &mut [u8], at: usize, bytes: &[u8]) {
+    if let Some(d) = dst.get_mut(at..at + bytes.len()) {
+        d.copy_from_slice(bytes);
+    }
+}
+
+fn le16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn le32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn le64(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::unwrap_used)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn entry(key: &[u8], value: &[u8], cas: u64, rrip: u8) -> Entry {
+        Entry {
+            key: Bytes::copy_from_slice(key),
+            value: Bytes::copy_from_slice(value),
+            meta: ItemMeta {
+                flags: 7,
+                exptime: 0,
+                stored: 100,
+                cas,
+            },
+            rrip,
+        }
+    }
+
+    fn page_of(set: u32, gen: u64, es: &[Entry]) -> Bytes {
+        let mut p = vec![0u8; SET_BYTES];
+        encode(&mut p, set, gen, es).unwrap();
+        Bytes::from(p)
+    }
+
+    #[test]
+    fn zero_page_is_empty_and_other_generations_are_empty() {
+        assert_eq!(decode(&Bytes::from(vec![0; SET_BYTES]), 3, 9), Page::Empty);
+        let p = page_of(3, 8, &[entry(b"k", b"v", 1, 2)]);
+        assert_eq!(decode(&p, 3, 9), Page::Empty);
+        assert!(matches!(decode(&p, 4, 8), Page::Corrupt(_)));
+    }
+
+    #[test]
+    fn too_many_or_too_large_entries_are_refused() {
+        let mut p = vec![0u8; SET_BYTES];
+        let many: Vec<_> = (0..=MAX_ENTRIES)
+            .map(|i| entry(&[i as u8], b"", 1, 0))
+            .collect();
+        assert!(encode(&mut p, 0, 1, &many).is_err());
+        let big = entry(b"k", &vec![1; CAPACITY], 1, 0);
+        assert!(encode(&mut p, 0, 1, &[big]).is_err());
+        let two = [entry(b"a", &[0; 2000], 1, 0), entry(b"b", &[0; 2100], 1, 0)];
+        assert!(encode(&mut p, 0, 1, &two).is_err());
+    }
+
+    fn entries() -> impl Strategy<Value = Vec<Entry>> {
+        let one = (
+            proptest::collection::vec(any::<u8>(), 1..40),
+            proptest::collection::vec(any::<u8>(), 0..300),
+            any::<u64>(),
+            0..=RRIP_MAX,
+            any::<u32>(),
+        )
+            .prop_map(|(k, v, cas, rrip, flags)| {
+                let mut e = entry(&k, &v, cas, rrip);
+                e.meta.flags = flags;
+                e
+            });
+        proptest::collection::vec(one, 0..MAX_ENTRIES).prop_map(|mut es| {
+            let mut used = 0;
+            es.retain(|e| {
+                used += entry_len(e.key.len(), e.value.len());
+                used <= CAPACITY
+            });
+            es
+        })
+    }
+
+    proptest! {
+        /// What is encoded decodes to the same entries, in order.
+        #[test]
+        fn roundtrip(es in entries(), set in any::<u32>(), gen in 1u64..) {
+            let p = page_of(set, gen, &es);
+            prop_assert_eq!(decode(&p, set, gen), Page::Valid(es));
+        }
+
+        /// Any single flipped byte is caught (checksum), never decoded as other entries.
+        #[test]
+        fn any_flipped_byte_is_corrupt(es in entries(), at in 0..SET_BYTES, x in 1u8..) {
+            let mut p = page_of(5, 6, &es).to_vec();
+            p[at] ^= x;
+            let got = decode(&Bytes::from(p), 5, 6);
+            prop_assert!(matches!(got, Page::Corrupt(_)), "{:?}", got);
+        }
+
+        /// Arbitrary bytes never panic the decoder.
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), SET_BYTES)) {
+            let _ = decode(&Bytes::from(bytes), 0, 1);
+        }
+    }
+}

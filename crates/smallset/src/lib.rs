@@ -1,0 +1,30 @@
+//! flashtier's small-object tier: items of a few hundred bytes kept on flash with no RAM
+//! entry per object (issue 28). Kangaroo's KSet (SOSP 2021) with its log in RAM: each key
+//! hashes to one 4 KiB set page; RAM holds a 20-byte summary per set (a Bloom filter, so a
+//! miss costs no read, and one hit bit per entry for RRIP eviction) and a bounded staging
+//! buffer that batches inserts and deletes per set, so one page rewrite carries several.
+//! It knows keys only as bytes; expiry, CAS and flags are the cache's, carried as
+//! [`ItemMeta`]. Not durable: it starts empty at every open.
+//!
+//! # Layout
+//! - [`format`]: the set page's byte table, encode and checked decode.
+//! - `summary`: per-set Bloom filters and hit bits.
+//! - `staging`: the staging buffer (one entry per key, newest wins, stamps).
+//! - `sets`: [`SmallSets`], the tier's handle, and [`SmallStore`], its contract.
+//! - `flusher`: the thread that merges staged batches into pages (RRIP inside a set).
+//! - `stats`: the `small_*` counters. [`error`]: [`Error`].
+#![deny(unsafe_code)]
+
+pub mod error;
+mod flusher;
+pub mod format;
+mod sets;
+mod staging;
+mod stats;
+mod summary;
+
+pub use error::Error;
+pub use format::ItemMeta;
+pub use sets::{Lookup, SmallConfig, SmallItem, SmallSets, SmallStore};
+pub use staging::Stamp;
+pub use summary::BYTES_PER_SET;

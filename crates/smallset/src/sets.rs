@@ -1,0 +1,409 @@
+//! [`SmallSets`]: the small-object tier — N set pages of 4 KiB on one device, a key hashing
+//! to exactly one set, with no RAM entry per object: RAM holds each set's summary
+//! (`summary`) and the staging buffer (`staging`), whose batches the flusher thread
+//! (`flusher`) merges into pages. [`SmallStore`] is its whole contract with the cache.
+//!
+//! A lookup asks the staging buffer (exact), then the set's filter (a "no" costs no read),
+//! then reads the one page. A remove stages a delete whenever a copy may exist (staged, or
+//! the filter says maybe), so no older copy can come back. The tier is not durable: it
+//! starts empty at every open (a fresh generation, see `format`), and the cache documents
+//! that small items do not survive a restart.
+//!
+//! # Threads
+//! Any caller inserts, removes and looks up; one flusher thread (`flashtier-small`) merges;
+//! device reads and writes run on a flash-engine executor (io_uring where the device has a
+//! file descriptor, else a psync pool). Locks: the staging partitions only (leaves).
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+use flashtier_flash::io::psync::PsyncExecutor;
+use flashtier_flash::io::uring::UringExecutor;
+use flashtier_flash::io::{AlignedBuf, Executor, IoOp, IoRequest};
+use flashtier_flash::{Device, FileDevice, FlashStats};
+use parking_lot::{Condvar, Mutex};
+
+use crate::format::{self, ItemMeta, Page, SET_BYTES};
+use crate::staging::{Change, Staging, Stamp};
+use crate::stats::Counters;
+use crate::summary::{mix, Summaries};
+use crate::Error;
+
+/// Settings of the small tier.
+#[derive(Clone, Debug)]
+pub struct SmallConfig {
+    /// The staging buffer's budget in bytes: the flusher merges while more is staged.
+    /// Inserts are refused past twice this. Default: `16 MiB`.
+    pub staging_bytes: u64,
+    /// Sets merged per flusher batch (their reads, then their writes, in flight at once).
+    /// Default: 512.
+    pub batch_sets: usize,
+}
+
+impl Default for SmallConfig {
+    fn default() -> Self {
+        Self {
+            staging_bytes: 16 << 20,
+            batch_sets: 512,
+        }
+    }
+}
+
+/// A small item found by a lookup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SmallItem {
+    /// Its value.
+    pub value: Bytes,
+    /// Flags, expiry, stored time, CAS.
+    pub meta: ItemMeta,
+}
+
+/// What a lookup saw: pass `set` and `stamp` to [`SmallStore::still`] under the caller's
+/// lock to know it is still true.
+#[derive(Clone, Debug)]
+pub struct Lookup {
+    /// The key's set.
+    pub set: u32,
+    /// The set's stamp before the lookup looked.
+    pub stamp: Stamp,
+    /// The item, if the tier holds the key.
+    pub item: Option<SmallItem>,
+}
+
+/// The small tier's contract (what the cache calls). Every method is best effort except
+/// [`remove`](Self::remove), which is what keeps deleted keys from coming back.
+pub trait SmallStore: Send + Sync {
+    /// Keep `key` → `value` (replacing any copy). False when refused (staging full, or too
+    /// large for a page): the key is then removed instead.
+    fn insert(&self, key: &[u8], value: &[u8], meta: ItemMeta) -> bool;
+    /// No copy of `key` may be served again (delete, overwrite elsewhere, expiry).
+    fn remove(&self, key: &[u8]);
+    /// Find `key`: staging, filter, then at most one page read.
+    fn lookup(&self, key: &[u8]) -> impl Future<Output = Result<Lookup, Error>> + Send;
+    /// The key's set and that set's stamp now (take it before looking anywhere).
+    fn stamp(&self, key: &[u8]) -> (u32, Stamp);
+    /// True when nothing staged for `set` changed since `stamp` (caller holds the lock
+    /// every insert and remove of the key is made under).
+    fn still(&self, set: u32, stamp: Stamp) -> bool;
+    /// Forget everything (`flush_all`): a new generation, staging and summaries cleared.
+    fn clear(&self);
+    /// Counters and gauges, as `small_*` name/value pairs (docs/stats.md).
+    fn stats(&self) -> Vec<(String, String)>;
+}
+
+/// Shared by the handle and the flusher thread.
+pub(crate) struct Inner {
+    pub(crate) dev_name: String,
+    pub(crate) exec: Box<dyn Executor>,
+    pub(crate) sets: u32,
+    pub(crate) generation: AtomicU64,
+    pub(crate) summaries: Summaries,
+    pub(crate) staging: Staging,
+    pub(crate) cfg: SmallConfig,
+    pub(crate) counters: Counters,
+    /// Set when work is staged past the budget or at close; the flusher waits on it.
+    pub(crate) wake: Mutex<bool>,
+    pub(crate) wake_cv: Condvar,
+    pub(crate) closed: AtomicBool,
+    /// Held by a merge from batch taken to staging done: two merges of one set at once
+    /// could write an older page last (the flusher thread and `flush_staged`).
+    pub(crate) merging: Mutex<()>,
+}
+
+/// The small tier's handle; dropping it stops the flusher.
+pub struct SmallSets {
+    pub(crate) inner: Arc<Inner>,
+    flusher: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for SmallSets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SmallSets")
+            .field("device", &self.inner.dev_name)
+            .field("sets", &self.inner.sets)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The key's 64-bit hash (independent of the cache's index hash).
+pub(crate) fn key_hash(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(key, 0x736d_616c_6c73_6574)
+}
+
+impl SmallSets {
+    /// Open (creating or growing) the file at `path` as a tier of `size` bytes. A file whose
+    /// first page is neither zero nor a set page is refused (it holds someone's data).
+    pub fn open(path: &Path, size: u64, cfg: SmallConfig) -> Result<Self, Error> {
+        if let Ok(mut f) = std::fs::File::open(path) {
+            let mut first = Vec::with_capacity(SET_BYTES);
+            std::io::Read::read_to_end(
+                &mut std::io::Read::take(&mut f, SET_BYTES as u64),
+                &mut first,
+            )?;
+            let ours = first.get(..4) == Some(&format::MAGIC.to_le_bytes()[..]);
+            if !ours && first.iter().any(|&b| b != 0) {
+                return Err(Error::Device(format!(
+                    "{} holds data that is not a small-object tier; refusing to overwrite it",
+                    path.display()
+                )));
+            }
+        }
+        let dev = FileDevice::open(path, size, true, true)
+            .map_err(|e| Error::Device(format!("{}: {e}", path.display())))?;
+        dev.prepare()?;
+        Self::with_device(Arc::new(dev), cfg)
+    }
+
+    /// A tier over `dev` (whole 4 KiB pages of it are sets), e.g. a `MemoryDevice` in tests.
+    pub fn with_device(dev: Arc<dyn Device>, cfg: SmallConfig) -> Result<Self, Error> {
+        let sets = u32::try_from(dev.len() / SET_BYTES as u64)
+            .map_err(|_| Error::Config("more than 2^32 sets".into()))?;
+        if sets == 0 {
+            return Err(Error::Device(format!(
+                "{} is smaller than one set",
+                dev.name()
+            )));
+        }
+        if cfg.batch_sets == 0 || cfg.staging_bytes < 64 << 10 {
+            return Err(Error::Config(
+                "batch_sets must be ≥ 1 and staging_bytes ≥ 64 KiB".into(),
+            ));
+        }
+        let stats = Arc::new(FlashStats::default());
+        let exec: Box<dyn Executor> = match dev.raw_fd() {
+            Some(_) => match UringExecutor::new(vec![dev.clone()], 256, 1, stats.clone()) {
+                Ok(u) => Box::new(u),
+                Err(e) => {
+                    log::warn!("small tier: io_uring unavailable ({e}), using psync");
+                    Box::new(PsyncExecutor::new(vec![dev.clone()], 4, stats))
+                }
+            },
+            None => Box::new(PsyncExecutor::new(vec![dev.clone()], 4, stats)),
+        };
+        let inner = Arc::new(Inner {
+            dev_name: dev.name().to_string(),
+            exec,
+            sets,
+            generation: AtomicU64::new(fresh_generation()),
+            summaries: Summaries::new(sets),
+            staging: Staging::default(),
+            cfg,
+            counters: Counters::default(),
+            wake: Mutex::new(false),
+            wake_cv: Condvar::new(),
+            closed: AtomicBool::new(false),
+            merging: Mutex::new(()),
+        });
+        let t = {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name("flashtier-small".into())
+                .spawn(move || crate::flusher::run(&inner))?
+        };
+        Ok(Self {
+            inner,
+            flusher: Mutex::new(Some(t)),
+        })
+    }
+
+    /// Merge everything staged now and wait (tests, tools).
+    pub fn flush_staged(&self) {
+        crate::flusher::drain(&self.inner);
+    }
+
+    /// Number of sets.
+    pub fn sets(&self) -> u32 {
+        self.inner.sets
+    }
+}
+
+/// A generation no earlier run used (nanoseconds since the epoch, never 0).
+fn fresh_generation() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    t | 1
+}
+
+impl Drop for SmallSets {
+    fn drop(&mut self) {
+        self.inner.closed.store(true, Relaxed);
+        self.inner.kick();
+        if let Some(t) = self.flusher.lock().take() {
+            let _ = t.join();
+        }
+        self.inner.exec.shutdown();
+    }
+}
+
+impl Inner {
+    pub(crate) fn set_of(&self, hash: u64) -> u32 {
+        ((u128::from(mix(hash)) * u128::from(self.sets)) >> 64) as u32
+    }
+
+    /// Wake the flusher.
+    pub(crate) fn kick(&self) {
+        *self.wake.lock() = true;
+        self.wake_cv.notify_one();
+    }
+
+    /// Read set `set`'s page.
+    pub(crate) fn read_page(&self, set: u32) -> impl Future<Output = Result<Bytes, Error>> {
+        let (promise, done) = flashtier_flash::completion::pair();
+        self.exec.submit(IoRequest {
+            op: IoOp::Read {
+                dev: 0,
+                off: u64::from(set) * SET_BYTES as u64,
+                buf: AlignedBuf::zeroed(SET_BYTES),
+            },
+            done: Box::new(move |r| promise.complete(Ok(r))),
+        });
+        async move {
+            match done.await {
+                Ok(Ok(Some(buf))) => Ok(buf.into_bytes()),
+                Ok(Ok(None)) => Err(Error::Io(std::io::Error::other("read returned no buffer"))),
+                Ok(Err(e)) => Err(Error::Io(e)),
+                Err(_) => Err(Error::Closed),
+            }
+        }
+    }
+}
+
+impl SmallStore for SmallSets {
+    fn insert(&self, key: &[u8], value: &[u8], meta: ItemMeta) -> bool {
+        let i = &self.inner;
+        if !format::fits(key.len(), value.len()) {
+            Counters::add(&i.counters.inserts_refused, 1);
+            self.remove(key);
+            return false;
+        }
+        let hash = key_hash(key);
+        let set = i.set_of(hash);
+        let change = Change::Put {
+            value: Bytes::copy_from_slice(value),
+            meta,
+        };
+        let limit = i.cfg.staging_bytes.saturating_mul(2);
+        if !i.staging.stage(set, hash, key, change, limit) {
+            // Refused: no older copy may stay visible in its place.
+            Counters::add(&i.counters.inserts_refused, 1);
+            self.remove(key);
+            i.kick();
+            return false;
+        }
+        Counters::add(&i.counters.inserts, 1);
+        Counters::add(&i.counters.bytes_stored, value.len() as u64);
+        if i.staging.bytes() > i.cfg.staging_bytes {
+            i.kick();
+        }
+        true
+    }
+
+    fn remove(&self, key: &[u8]) {
+        let i = &self.inner;
+        let hash = key_hash(key);
+        let set = i.set_of(hash);
+        // Staged first, then the filter: an entry leaves staging only after its page is
+        // written and the filter holds it, so one of the two always sees a copy.
+        let staged = i.staging.find(set, hash, key);
+        if staged.is_some() || i.summaries.may_hold(set, hash) {
+            if staged != Some(Change::Delete) {
+                i.staging.stage(set, hash, key, Change::Delete, u64::MAX);
+                Counters::add(&i.counters.deletes, 1);
+            }
+            if i.staging.bytes() > i.cfg.staging_bytes {
+                i.kick();
+            }
+        }
+    }
+
+    fn lookup(&self, key: &[u8]) -> impl Future<Output = Result<Lookup, Error>> + Send {
+        let i = self.inner.clone();
+        let hash = key_hash(key);
+        let set = i.set_of(hash);
+        let stamp = i.staging.stamp(set);
+        let key = Bytes::copy_from_slice(key);
+        async move {
+            let mut out = Lookup {
+                set,
+                stamp,
+                item: None,
+            };
+            match i.staging.find(set, hash, &key) {
+                Some(Change::Put { value, meta }) => {
+                    Counters::add(&i.counters.staging_hits, 1);
+                    out.item = Some(SmallItem { value, meta });
+                    return Ok(out);
+                }
+                Some(Change::Delete) => {
+                    Counters::add(&i.counters.misses, 1);
+                    return Ok(out);
+                }
+                None => {}
+            }
+            if !i.summaries.may_hold(set, hash) {
+                Counters::add(&i.counters.filter_negatives, 1);
+                Counters::add(&i.counters.misses, 1);
+                return Ok(out);
+            }
+            let generation = i.generation.load(Relaxed);
+            Counters::add(&i.counters.page_reads, 1);
+            let page = match i.read_page(set).await {
+                Ok(p) => p,
+                Err(e) => {
+                    Counters::add(&i.counters.io_errors, 1);
+                    return Err(e);
+                }
+            };
+            let entries = match format::decode(&page, set, generation) {
+                Page::Valid(es) => es,
+                Page::Empty => Vec::new(),
+                Page::Corrupt(why) => {
+                    Counters::add(&i.counters.corrupt_pages, 1);
+                    log::debug!("small tier: set {set} read back corrupt ({why})");
+                    Vec::new()
+                }
+            };
+            match entries.into_iter().enumerate().find(|(_, e)| e.key == key) {
+                Some((slot, e)) => {
+                    i.summaries.hit(set, slot as u8);
+                    Counters::add(&i.counters.hits, 1);
+                    out.item = Some(SmallItem {
+                        value: e.value,
+                        meta: e.meta,
+                    });
+                }
+                None => {
+                    Counters::add(&i.counters.false_positives, 1);
+                    Counters::add(&i.counters.misses, 1);
+                }
+            }
+            Ok(out)
+        }
+    }
+
+    fn stamp(&self, key: &[u8]) -> (u32, Stamp) {
+        let set = self.inner.set_of(key_hash(key));
+        (set, self.inner.staging.stamp(set))
+    }
+
+    fn still(&self, set: u32, stamp: Stamp) -> bool {
+        self.inner.staging.stamp(set) == stamp
+    }
+
+    fn clear(&self) {
+        let i = &self.inner;
+        i.generation.fetch_add(2, Relaxed);
+        i.staging.clear();
+        i.summaries.clear();
+        i.counters.items.store(0, Relaxed);
+        i.counters.sets_used.store(0, Relaxed);
+    }
+
+    fn stats(&self) -> Vec<(String, String)> {
+        crate::stats::pairs(&self.inner)
+    }
+}

@@ -1,0 +1,287 @@
+//! The staging buffer (a RAM KLog): inserts and deletes wait here, grouped by set, until the
+//! flusher merges a set's batch into its page with one read and one write — the more a set
+//! has waiting, the fewer flash bytes per byte stored. A key has at most one staged entry
+//! (the newest: a value or a delete), and it shadows the page: lookups look here first.
+//!
+//! Invariants: an entry leaves only when the page that includes it has been written (the
+//! flusher's `done`, matched by sequence number so a newer entry staged meanwhile stays), or
+//! at `clear`. Deletes are never refused for room (a delete lost would resurrect a key);
+//! puts are refused past the hard limit (the item is then not kept: a miss, never a wrong
+//! value). Every change to a set's entries bumps its stripe's stamp, which the cache
+//! compares under its shard lock to know that what a lookup saw is still true.
+//!
+//! # Threads
+//! Any caller; one mutex per partition (a leaf lock), held for a map operation only.
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use crate::format::ItemMeta;
+
+/// Partitions of the staging map (by set).
+const PARTS: usize = 64;
+/// Stamp stripes (by set).
+const STRIPES: usize = 4096;
+/// RAM a staged entry costs beyond its key and value (map slot, vector slot, `Bytes`).
+pub const ENTRY_OVERHEAD: u64 = 96;
+
+/// A staged change of one key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// A new version.
+    Put {
+        /// Its value.
+        value: Bytes,
+        /// Flags, expiry, stored time, CAS.
+        meta: ItemMeta,
+    },
+    /// Deleted: older copies on the page must go.
+    Delete,
+}
+
+/// One staged entry.
+#[derive(Clone, Debug)]
+pub struct Staged {
+    /// The key's hash (the caller's).
+    pub hash: u64,
+    /// The key.
+    pub key: Bytes,
+    /// What happened to it.
+    pub change: Change,
+    /// Staging order, to tell this entry from a newer one of the same key.
+    pub seq: u64,
+}
+
+impl Staged {
+    fn bytes(&self) -> u64 {
+        let v = match &self.change {
+            Change::Put { value, .. } => value.len(),
+            Change::Delete => 0,
+        };
+        (self.key.len() + v) as u64 + ENTRY_OVERHEAD
+    }
+}
+
+/// A stamp: compare two to know whether a set's staged entries changed between them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stamp {
+    epoch: u64,
+    stripe: u64,
+}
+
+/// The staging buffer. See the module docs.
+pub struct Staging {
+    parts: Vec<Mutex<HashMap<u32, Vec<Staged>>>>,
+    stripes: Vec<AtomicU64>,
+    epoch: AtomicU64,
+    seq: AtomicU64,
+    bytes: AtomicU64,
+    entries: AtomicU64,
+}
+
+impl Default for Staging {
+    fn default() -> Self {
+        Self {
+            parts: (0..PARTS).map(|_| Mutex::new(HashMap::new())).collect(),
+            stripes: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
+            epoch: AtomicU64::new(0),
+            seq: AtomicU64::new(1),
+            bytes: AtomicU64::new(0),
+            entries: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Staging {
+    fn part(&self, set: u32) -> &Mutex<HashMap<u32, Vec<Staged>>> {
+        &self.parts[set as usize % PARTS]
+    }
+
+    fn bump(&self, set: u32) {
+        self.stripes[set as usize % STRIPES].fetch_add(1, Relaxed);
+    }
+
+    /// The set's stamp now.
+    pub fn stamp(&self, set: u32) -> Stamp {
+        Stamp {
+            epoch: self.epoch.load(Relaxed),
+            stripe: self.stripes[set as usize % STRIPES].load(Relaxed),
+        }
+    }
+
+    /// Bytes staged (keys, values and overhead).
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Relaxed)
+    }
+
+    /// Entries staged.
+    pub fn len(&self) -> u64 {
+        self.entries.load(Relaxed)
+    }
+
+    /// True when nothing is staged.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Stage `change` for the key, replacing its staged entry. A put is refused (false, the
+    /// staged entry kept) when `limit` bytes are already staged.
+    pub fn stage(&self, set: u32, hash: u64, key: &[u8], change: Change, limit: u64) -> bool {
+        let put = matches!(change, Change::Put { .. });
+        if put && self.bytes() >= limit {
+            return false;
+        }
+        let new = Staged {
+            hash,
+            key: Bytes::copy_from_slice(key),
+            change,
+            seq: self.seq.fetch_add(1, Relaxed),
+        };
+        let add = new.bytes();
+        let mut part = self.part(set).lock();
+        let list = part.entry(set).or_default();
+        match list.iter_mut().find(|s| s.hash == hash && s.key == key) {
+            Some(old) => {
+                let sub = old.bytes();
+                *old = new;
+                self.bytes.fetch_add(add, Relaxed);
+                self.bytes.fetch_sub(sub, Relaxed);
+            }
+            None => {
+                list.push(new);
+                self.bytes.fetch_add(add, Relaxed);
+                self.entries.fetch_add(1, Relaxed);
+            }
+        }
+        self.bump(set);
+        true
+    }
+
+    /// The key's staged change, if any.
+    pub fn find(&self, set: u32, hash: u64, key: &[u8]) -> Option<Change> {
+        let part = self.part(set).lock();
+        part.get(&set)?
+            .iter()
+            .find(|s| s.hash == hash && s.key == key)
+            .map(|s| s.change.clone())
+    }
+
+    /// Copies of the staged entries of up to `max` sets, the sets with the most staged bytes
+    /// first (greedy: the biggest batches make the fewest flash bytes per byte). The entries
+    /// stay staged until [`Self::done`].
+    pub fn take_batch(&self, max: usize) -> Vec<(u32, Vec<Staged>)> {
+        let mut sizes: Vec<(u64, u32)> = Vec::new();
+        for p in &self.parts {
+            let part = p.lock();
+            sizes.extend(
+                part.iter()
+                    .map(|(&set, l)| (l.iter().map(Staged::bytes).sum(), set)),
+            );
+        }
+        if sizes.len() > max {
+            sizes.select_nth_unstable_by(max, |a, b| b.0.cmp(&a.0));
+            sizes.truncate(max);
+        }
+        sizes
+            .into_iter()
+            .filter_map(|(_, set)| {
+                let part = self.part(set).lock();
+                part.get(&set).map(|l| (set, l.clone()))
+            })
+            .collect()
+    }
+
+    /// The page written for `set` included `flushed`: drop those entries that are still the
+    /// staged ones (same sequence number).
+    pub fn done(&self, set: u32, flushed: &[Staged]) {
+        let mut part = self.part(set).lock();
+        let Some(list) = part.get_mut(&set) else {
+            return;
+        };
+        let before = list.len();
+        let mut freed = 0;
+        list.retain(|s| {
+            let gone = flushed.iter().any(|f| f.seq == s.seq);
+            if gone {
+                freed += s.bytes();
+            }
+            !gone
+        });
+        self.bytes.fetch_sub(freed, Relaxed);
+        self.entries
+            .fetch_sub((before - list.len()) as u64, Relaxed);
+        if list.is_empty() {
+            part.remove(&set);
+        }
+    }
+
+    /// Forget everything staged (`flush_all`); every stamp changes.
+    pub fn clear(&self) {
+        self.epoch.fetch_add(1, Relaxed);
+        for p in &self.parts {
+            let mut part = p.lock();
+            for list in part.values() {
+                let b: u64 = list.iter().map(Staged::bytes).sum();
+                self.bytes.fetch_sub(b, Relaxed);
+                self.entries.fetch_sub(list.len() as u64, Relaxed);
+            }
+            part.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(v: &[u8]) -> Change {
+        Change::Put {
+            value: Bytes::copy_from_slice(v),
+            meta: ItemMeta::default(),
+        }
+    }
+
+    #[test]
+    fn one_entry_per_key_newest_wins_and_stamps_move() {
+        let s = Staging::default();
+        let st = s.stamp(3);
+        assert!(s.stage(3, 1, b"k", put(b"a"), u64::MAX));
+        assert_ne!(s.stamp(3), st);
+        assert!(s.stage(3, 1, b"k", put(b"b"), u64::MAX));
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.find(3, 1, b"k"), Some(put(b"b")));
+        assert!(
+            s.stage(3, 1, b"k", Change::Delete, 0),
+            "deletes are never refused"
+        );
+        assert_eq!(s.find(3, 1, b"k"), Some(Change::Delete));
+        assert!(
+            !s.stage(3, 2, b"j", put(b"c"), 0),
+            "puts are refused past the limit"
+        );
+        s.clear();
+        assert!(s.is_empty());
+        assert_eq!(s.bytes(), 0);
+    }
+
+    #[test]
+    fn done_keeps_what_was_staged_after_the_batch_was_taken() {
+        let s = Staging::default();
+        s.stage(1, 1, b"a", put(b"1"), u64::MAX);
+        s.stage(1, 2, b"b", put(b"2"), u64::MAX);
+        s.stage(2, 3, b"c", put(b"3"), u64::MAX);
+        let batch = s.take_batch(1);
+        assert_eq!(batch.len(), 1);
+        assert_eq!(batch[0].0, 1, "the set with the most bytes first");
+        s.stage(1, 1, b"a", Change::Delete, u64::MAX);
+        s.done(1, &batch[0].1);
+        assert_eq!(s.find(1, 1, b"a"), Some(Change::Delete));
+        assert_eq!(s.find(1, 2, b"b"), None);
+        assert_eq!(s.len(), 2);
+        s.clear();
+        assert!(s.is_empty());
+        assert_eq!(s.bytes(), 0);
+    }
+}
