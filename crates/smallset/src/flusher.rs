@@ -24,7 +24,7 @@ use bytes::Bytes;
 use flashtier_flash::io::{AlignedBuf, IoOp, IoRequest};
 
 use crate::format::{self, Entry, Page, CAPACITY, MAX_ENTRIES, RRIP_MAX, SET_BYTES};
-use crate::sets::{key_hash, Inner};
+use crate::inner::{key_hash, Inner};
 use crate::staging::{Change, Staged};
 use crate::stats::Counters;
 use crate::summary::filter_of;

@@ -15,16 +15,19 @@
 //! - `stats`: the `small_*` counters. [`error`]: [`Error`].
 #![deny(unsafe_code)]
 
+mod config;
 pub mod error;
 mod flusher;
 pub mod format;
+mod inner;
 mod sets;
 mod staging;
 mod stats;
 mod summary;
 
+pub use config::SmallConfig;
 pub use error::Error;
 pub use format::ItemMeta;
-pub use sets::{Lookup, SmallConfig, SmallItem, SmallSets, SmallStore};
+pub use sets::{Lookup, SmallItem, SmallSets, SmallStore};
 pub use staging::Stamp;
 pub use summary::BYTES_PER_SET;

@@ -22,35 +22,17 @@ use std::thread::JoinHandle;
 use bytes::Bytes;
 use flashtier_flash::io::psync::PsyncExecutor;
 use flashtier_flash::io::uring::UringExecutor;
-use flashtier_flash::io::{AlignedBuf, Executor, IoOp, IoRequest};
+use flashtier_flash::io::Executor;
 use flashtier_flash::{Device, FileDevice, FlashStats};
 use parking_lot::{Condvar, Mutex};
 
+use crate::config::SmallConfig;
 use crate::format::{self, ItemMeta, Page, SET_BYTES};
+use crate::inner::{key_hash, Inner};
 use crate::staging::{Change, Staging, Stamp};
 use crate::stats::Counters;
-use crate::summary::{mix, Summaries};
+use crate::summary::Summaries;
 use crate::Error;
-
-/// Settings of the small tier.
-#[derive(Clone, Debug)]
-pub struct SmallConfig {
-    /// The staging buffer's budget in bytes: the flusher merges while more is staged.
-    /// Inserts are refused past twice this. Default: `16 MiB`.
-    pub staging_bytes: u64,
-    /// Sets merged per flusher batch (their reads, then their writes, in flight at once).
-    /// Default: 512.
-    pub batch_sets: usize,
-}
-
-impl Default for SmallConfig {
-    fn default() -> Self {
-        Self {
-            staging_bytes: 16 << 20,
-            batch_sets: 512,
-        }
-    }
-}
 
 /// A small item found by a lookup.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,25 +76,6 @@ pub trait SmallStore: Send + Sync {
     fn stats(&self) -> Vec<(String, String)>;
 }
 
-/// Shared by the handle and the flusher thread.
-pub(crate) struct Inner {
-    pub(crate) dev_name: String,
-    pub(crate) exec: Box<dyn Executor>,
-    pub(crate) sets: u32,
-    pub(crate) generation: AtomicU64,
-    pub(crate) summaries: Summaries,
-    pub(crate) staging: Staging,
-    pub(crate) cfg: SmallConfig,
-    pub(crate) counters: Counters,
-    /// Set when work is staged past the budget or at close; the flusher waits on it.
-    pub(crate) wake: Mutex<bool>,
-    pub(crate) wake_cv: Condvar,
-    pub(crate) closed: AtomicBool,
-    /// Held by a merge from batch taken to staging done: two merges of one set at once
-    /// could write an older page last (the flusher thread and `flush_staged`).
-    pub(crate) merging: Mutex<()>,
-}
-
 /// The small tier's handle; dropping it stops the flusher.
 pub struct SmallSets {
     pub(crate) inner: Arc<Inner>,
@@ -126,11 +89,6 @@ impl std::fmt::Debug for SmallSets {
             .field("sets", &self.inner.sets)
             .finish_non_exhaustive()
     }
-}
-
-/// The key's 64-bit hash (independent of the cache's index hash).
-pub(crate) fn key_hash(key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64_with_seed(key, 0x736d_616c_6c73_6574)
 }
 
 impl SmallSets {
@@ -236,39 +194,6 @@ impl Drop for SmallSets {
             let _ = t.join();
         }
         self.inner.exec.shutdown();
-    }
-}
-
-impl Inner {
-    pub(crate) fn set_of(&self, hash: u64) -> u32 {
-        ((u128::from(mix(hash)) * u128::from(self.sets)) >> 64) as u32
-    }
-
-    /// Wake the flusher.
-    pub(crate) fn kick(&self) {
-        *self.wake.lock() = true;
-        self.wake_cv.notify_one();
-    }
-
-    /// Read set `set`'s page.
-    pub(crate) fn read_page(&self, set: u32) -> impl Future<Output = Result<Bytes, Error>> {
-        let (promise, done) = flashtier_flash::completion::pair();
-        self.exec.submit(IoRequest {
-            op: IoOp::Read {
-                dev: 0,
-                off: u64::from(set) * SET_BYTES as u64,
-                buf: AlignedBuf::zeroed(SET_BYTES),
-            },
-            done: Box::new(move |r| promise.complete(Ok(r))),
-        });
-        async move {
-            match done.await {
-                Ok(Ok(Some(buf))) => Ok(buf.into_bytes()),
-                Ok(Ok(None)) => Err(Error::Io(std::io::Error::other("read returned no buffer"))),
-                Ok(Err(e)) => Err(Error::Io(e)),
-                Err(_) => Err(Error::Closed),
-            }
-        }
     }
 }
 
@@ -404,6 +329,6 @@ impl SmallStore for SmallSets {
     }
 
     fn stats(&self) -> Vec<(String, String)> {
-        crate::stats::pairs(&self.inner)
+        self.inner.stat_pairs()
     }
 }

@@ -3,8 +3,6 @@
 //! gauges.
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::sets::Inner;
-
 /// Counters of the small tier.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -33,45 +31,4 @@ impl Counters {
     pub fn add(c: &AtomicU64, n: u64) {
         c.fetch_add(n, Relaxed);
     }
-}
-
-/// Every stat as a name/value pair, in a stable order.
-pub(crate) fn pairs(i: &Inner) -> Vec<(String, String)> {
-    let c = &i.counters;
-    let g = |a: &AtomicU64| a.load(Relaxed);
-    let staged = i.staging.len();
-    let summary = i.summaries.ram_bytes();
-    let stored = g(&c.bytes_stored);
-    let written = g(&c.bytes_written);
-    let wa = if stored == 0 {
-        0.0
-    } else {
-        written as f64 / stored as f64
-    };
-    let list: Vec<(&str, String)> = vec![
-        ("small_sets", i.sets.to_string()),
-        ("small_sets_used", g(&c.sets_used).to_string()),
-        ("small_items", (g(&c.items) + staged).to_string()),
-        ("small_staged_items", staged.to_string()),
-        ("small_staged_bytes", i.staging.bytes().to_string()),
-        ("small_summary_bytes", summary.to_string()),
-        ("small_ram_bytes", (summary + i.staging.bytes()).to_string()),
-        ("small_inserts", g(&c.inserts).to_string()),
-        ("small_inserts_refused", g(&c.inserts_refused).to_string()),
-        ("small_deletes_staged", g(&c.deletes).to_string()),
-        ("small_hits", (g(&c.hits) + g(&c.staging_hits)).to_string()),
-        ("small_staging_hits", g(&c.staging_hits).to_string()),
-        ("small_misses", g(&c.misses).to_string()),
-        ("small_filter_negatives", g(&c.filter_negatives).to_string()),
-        ("small_false_positives", g(&c.false_positives).to_string()),
-        ("small_page_reads", g(&c.page_reads).to_string()),
-        ("small_page_writes", g(&c.page_writes).to_string()),
-        ("small_bytes_written", written.to_string()),
-        ("small_bytes_stored", stored.to_string()),
-        ("small_write_amplification", format!("{wa:.2}")),
-        ("small_evictions", g(&c.evictions).to_string()),
-        ("small_corrupt_pages", g(&c.corrupt_pages).to_string()),
-        ("small_io_errors", g(&c.io_errors).to_string()),
-    ];
-    list.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }

@@ -114,7 +114,15 @@ impl Cache {
     /// See [`crate::KvStore::read_may_wait`].
     pub(crate) fn read_may_wait(&self, key: &[u8]) -> bool {
         let core = &*self.core;
-        core.lower.read_may_wait(core, key, core.slots.hash(key))
+        let hash = core.slots.hash(key);
+        if core.lower.read_may_wait(core, key, hash) {
+            return true;
+        }
+        // A key not in RAM is looked up in the small-object tier, which may read a page.
+        core.small.is_on() && {
+            let shard = core.slots.lock(hash);
+            core.ram.find_key(&shard, hash, key).is_none()
+        }
     }
 
     pub(crate) async fn get_two_phase(&self, key: &[u8]) -> Result<Option<Item>, Error> {

@@ -1,0 +1,116 @@
+//! [`Inner`]: what the tier's handle (`sets`) and its flusher thread (`flusher`) share — the
+//! device executor, the summaries, the staging buffer, the counters — and the key hash. Its
+//! own module so the handle, the flusher and the stats all import it and none imports another
+//! back.
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+
+use bytes::Bytes;
+use flashtier_flash::io::{AlignedBuf, Executor, IoOp, IoRequest};
+use parking_lot::{Condvar, Mutex};
+
+use crate::config::SmallConfig;
+use crate::format::SET_BYTES;
+use crate::staging::Staging;
+use crate::stats::Counters;
+use crate::summary::{mix, Summaries};
+use crate::Error;
+
+/// Shared by the handle and the flusher thread.
+pub(crate) struct Inner {
+    pub(crate) dev_name: String,
+    pub(crate) exec: Box<dyn Executor>,
+    pub(crate) sets: u32,
+    pub(crate) generation: AtomicU64,
+    pub(crate) summaries: Summaries,
+    pub(crate) staging: Staging,
+    pub(crate) cfg: SmallConfig,
+    pub(crate) counters: Counters,
+    /// Set when work is staged past the budget or at close; the flusher waits on it.
+    pub(crate) wake: Mutex<bool>,
+    pub(crate) wake_cv: Condvar,
+    pub(crate) closed: AtomicBool,
+    /// Held by a merge from batch taken to staging done: two merges of one set at once
+    /// could write an older page last (the flusher thread and `flush_staged`).
+    pub(crate) merging: Mutex<()>,
+}
+
+/// The key's 64-bit hash (independent of the cache's index hash).
+pub(crate) fn key_hash(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(key, 0x736d_616c_6c73_6574)
+}
+
+impl Inner {
+    pub(crate) fn set_of(&self, hash: u64) -> u32 {
+        ((u128::from(mix(hash)) * u128::from(self.sets)) >> 64) as u32
+    }
+
+    /// Wake the flusher.
+    pub(crate) fn kick(&self) {
+        *self.wake.lock() = true;
+        self.wake_cv.notify_one();
+    }
+
+    /// Read set `set`'s page.
+    pub(crate) fn read_page(&self, set: u32) -> impl Future<Output = Result<Bytes, Error>> {
+        let (promise, done) = flashtier_flash::completion::pair();
+        self.exec.submit(IoRequest {
+            op: IoOp::Read {
+                dev: 0,
+                off: u64::from(set) * SET_BYTES as u64,
+                buf: AlignedBuf::zeroed(SET_BYTES),
+            },
+            done: Box::new(move |r| promise.complete(Ok(r))),
+        });
+        async move {
+            match done.await {
+                Ok(Ok(Some(buf))) => Ok(buf.into_bytes()),
+                Ok(Ok(None)) => Err(Error::Io(std::io::Error::other("read returned no buffer"))),
+                Ok(Err(e)) => Err(Error::Io(e)),
+                Err(_) => Err(Error::Closed),
+            }
+        }
+    }
+
+    /// Every stat as a name/value pair, in a stable order.
+    pub(crate) fn stat_pairs(&self) -> Vec<(String, String)> {
+        let i = self;
+        let c = &i.counters;
+        let g = |a: &AtomicU64| a.load(Relaxed);
+        let staged = i.staging.len();
+        let summary = i.summaries.ram_bytes();
+        let stored = g(&c.bytes_stored);
+        let written = g(&c.bytes_written);
+        let wa = if stored == 0 {
+            0.0
+        } else {
+            written as f64 / stored as f64
+        };
+        let list: Vec<(&str, String)> = vec![
+            ("small_sets", i.sets.to_string()),
+            ("small_sets_used", g(&c.sets_used).to_string()),
+            ("small_items", (g(&c.items) + staged).to_string()),
+            ("small_staged_items", staged.to_string()),
+            ("small_staged_bytes", i.staging.bytes().to_string()),
+            ("small_summary_bytes", summary.to_string()),
+            ("small_ram_bytes", (summary + i.staging.bytes()).to_string()),
+            ("small_inserts", g(&c.inserts).to_string()),
+            ("small_inserts_refused", g(&c.inserts_refused).to_string()),
+            ("small_deletes_staged", g(&c.deletes).to_string()),
+            ("small_hits", (g(&c.hits) + g(&c.staging_hits)).to_string()),
+            ("small_staging_hits", g(&c.staging_hits).to_string()),
+            ("small_misses", g(&c.misses).to_string()),
+            ("small_filter_negatives", g(&c.filter_negatives).to_string()),
+            ("small_false_positives", g(&c.false_positives).to_string()),
+            ("small_page_reads", g(&c.page_reads).to_string()),
+            ("small_page_writes", g(&c.page_writes).to_string()),
+            ("small_bytes_written", written.to_string()),
+            ("small_bytes_stored", stored.to_string()),
+            ("small_write_amplification", format!("{wa:.2}")),
+            ("small_evictions", g(&c.evictions).to_string()),
+            ("small_corrupt_pages", g(&c.corrupt_pages).to_string()),
+            ("small_io_errors", g(&c.io_errors).to_string()),
+        ];
+        list.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+    }
+}
