@@ -55,9 +55,11 @@ fn a_stall_is_charged_from_the_schedule_and_the_backlog_is_bounded() {
     assert!(row.latency.max_us >= 250_000.0, "{:?}", row.latency);
     assert!(row.latency.p99_us >= 100_000.0, "{:?}", row.latency);
     // Most of the stalled connection's due requests found its 8 slots taken; they were sent
-    // late (send lag up to the stall), not dropped.
+    // late (send lag up to the stall), not dropped. The upper bound leaves room for the
+    // machine's own stalls (a loaded 2-core CI host delays the other connections' replies
+    // too: 265 seen there), while still failing if every send waited (~4,000 in the run).
     let waited = row.counters.sends_waited;
-    assert!((50..=200).contains(&waited), "sends_waited {waited}");
+    assert!((50..=600).contains(&waited), "sends_waited {waited}");
     assert!(row.send_lag.max_us >= 200_000.0, "{:?}", row.send_lag);
     assert_eq!(row.counters.unsent, 0);
 }
