@@ -135,7 +135,8 @@ impl SegInfo {
         }
     }
 
-    /// Count one more value record dead; false if every one is dead already.
+    /// Count `n` more value records dead (never more than there are); false if every one
+    /// was dead already.
     pub(crate) fn add_dead(&mut self, n: u32) -> bool {
         if self.dead >= self.puts {
             return false;
