@@ -245,7 +245,9 @@ impl Flash {
 
     /// The user no longer needs the record at `loc` (overwritten, deleted): counts it dead for
     /// victim selection and the fragmentation stat. Cheap; no IO. Call it once per record,
-    /// only for locations still live in the user's index (not after reclaim dropped them).
+    /// only for locations still live in the user's index (not after reclaim dropped them),
+    /// and only for value records (kind PUT): the dead estimate is a segment's dead count
+    /// times the mean size of its value records.
     pub fn mark_dead(&self, loc: Location) {
         self.inner.mark_dead(loc);
     }

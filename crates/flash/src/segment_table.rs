@@ -5,7 +5,7 @@
 //!
 //! Invariants: a segment in a free list is `Free` (recovery and reclaim put it there, `open`
 //! takes it out); `seq`s are handed out increasing (after a restart, from the newest one
-//! recovery found); `dead <= records` in every row.
+//! recovery found); `dead <= puts <= records` in every row.
 //!
 //! One part of the engine state (`state.rs`): every method runs under the engine state lock
 //! and never blocks or does IO. Which devices take writes is the health part's to say; the
@@ -119,10 +119,10 @@ impl SegmentTable {
         Some((seg, seq))
     }
 
-    /// Account one appended record of `padded` bytes in `seg`.
-    pub(crate) fn add_record(&mut self, seg: u32, padded: u64, exptime: u32) {
+    /// Account one appended record of `padded` bytes and kind `kind` in `seg`.
+    pub(crate) fn add_record(&mut self, seg: u32, padded: u64, exptime: u32, kind: u8) {
         if let Some(info) = self.segs.get_mut(seg as usize) {
-            info.add_record(padded, exptime);
+            info.add_record(padded, exptime, kind);
         }
     }
 
@@ -154,10 +154,11 @@ impl SegmentTable {
         }
     }
 
-    /// `n` records of `seg` were lost (their write failed): count them dead.
+    /// `n` records of `seg` were lost (their write failed): count them dead (as values: an
+    /// estimate when markers were among them).
     pub(crate) fn lose_records(&mut self, seg: u32, n: u32) {
         if let Some(info) = self.segs.get_mut(seg as usize) {
-            info.dead = (info.dead + n).min(info.records);
+            info.add_dead(n);
         }
     }
 
@@ -165,12 +166,11 @@ impl SegmentTable {
     /// estimate (`None`: nothing counted — free segment, or every record dead already).
     pub(crate) fn mark_dead(&mut self, seg: u32) -> Option<u64> {
         let info = self.segs.get_mut(seg as usize)?;
-        if info.dead < info.records && !matches!(info.state, SegState::Free) {
-            let before = info.dead_bytes();
-            info.dead += 1;
-            return Some(info.dead_bytes() - before);
+        if matches!(info.state, SegState::Free) {
+            return None;
         }
-        None
+        let before = info.dead_bytes();
+        info.add_dead(1).then(|| info.dead_bytes() - before)
     }
 
     /// Choose a reclaim victim among sealed segments on devices not `out` and mark it
@@ -202,8 +202,8 @@ impl SegmentTable {
         let pick = expired.or(aged).or_else(|| match policy {
             ReclaimPolicy::Fifo => candidates.min_by_key(|(_, s)| s.order),
             ReclaimPolicy::Greedy => candidates.min_by(|(_, a), (_, b)| {
-                let ra = f64::from(a.dead) / f64::from(a.records.max(1));
-                let rb = f64::from(b.dead) / f64::from(b.records.max(1));
+                let ra = a.dead_bytes() as f64 / a.data_bytes.max(1) as f64;
+                let rb = b.dead_bytes() as f64 / b.data_bytes.max(1) as f64;
                 rb.total_cmp(&ra).then(a.order.cmp(&b.order))
             }),
             ReclaimPolicy::CostBenefit => {
@@ -243,6 +243,8 @@ impl SegmentTable {
         };
         info.state = SegState::Free;
         info.records = 0;
+        info.puts = 0;
+        info.put_bytes = 0;
         info.dead = 0;
         info.data_bytes = 0;
         info.data_end = 0;
@@ -267,7 +269,7 @@ impl SegmentTable {
         info.has_summary = sealed;
         info.data_end = data_end;
         for e in entries {
-            info.add_record(u64::from(e.len).div_ceil(16) * 16, e.exptime);
+            info.add_record(u64::from(e.len).div_ceil(16) * 16, e.exptime, e.kind);
         }
     }
 
@@ -333,7 +335,7 @@ mod tests {
     fn fill_and_seal(t: &mut SegmentTable, records: u32) -> u32 {
         let (seg, _) = t.open((&[false], &[0], None), &UUID, 0).unwrap();
         for _ in 0..records {
-            t.add_record(seg, 100, 0);
+            t.add_record(seg, 100, 0, crate::format::record::kind::PUT);
         }
         t.seal(seg).unwrap();
         seg
@@ -347,7 +349,7 @@ mod tests {
         assert_eq!((seq, t.newest_seq()), (1, 1));
         assert_eq!(t.get(seg).unwrap().state, SegState::Open(1));
         assert_eq!(t.free_total(&[false]), 2);
-        t.add_record(seg, 4096, 0);
+        t.add_record(seg, 4096, 0, crate::format::record::kind::PUT);
         assert_eq!(t.bytes_used(), 4096);
         assert_eq!(t.seal(seg).unwrap().order, 1);
         assert_eq!(t.mark_dead(seg), Some(4096));

@@ -6,6 +6,7 @@
 //! with that lock held and never blocks.
 use std::collections::VecDeque;
 
+use crate::format::record::kind;
 use crate::format::segment_seed;
 
 /// Lifecycle of a segment.
@@ -46,7 +47,13 @@ pub(crate) struct SegInfo {
     pub stream: u8,
     /// Records appended.
     pub records: u32,
-    /// Records reported dead by the user (<= records).
+    /// Value records appended (kind PUT): the only records users mark dead. Tombstones,
+    /// drop notes and user-kind markers are left out of the dead estimate: counted in with
+    /// the values, a segment half made of header-only records looked half as dead as it was.
+    pub puts: u32,
+    /// Padded bytes of those value records.
+    pub put_bytes: u64,
+    /// Value records reported dead by the user (<= puts).
     pub dead: u32,
     /// Sum of padded record bytes.
     pub data_bytes: u64,
@@ -71,6 +78,8 @@ impl SegInfo {
             order: 0,
             stream: 0,
             records: 0,
+            puts: 0,
+            put_bytes: 0,
             dead: 0,
             data_bytes: 0,
             data_end: 0,
@@ -87,6 +96,8 @@ impl SegInfo {
         self.seed = segment_seed(uuid, seq);
         self.stream = stream;
         self.records = 0;
+        self.puts = 0;
+        self.put_bytes = 0;
         self.dead = 0;
         self.data_bytes = 0;
         self.data_end = 0;
@@ -95,10 +106,14 @@ impl SegInfo {
         self.has_summary = false;
     }
 
-    /// Account one record.
-    pub(crate) fn add_record(&mut self, padded: u64, exptime: u32) {
+    /// Account one record of kind `kind` (see [`kind`]).
+    pub(crate) fn add_record(&mut self, padded: u64, exptime: u32, kind: u8) {
         self.records += 1;
         self.data_bytes += padded;
+        if kind == kind::PUT {
+            self.puts += 1;
+            self.put_bytes += padded;
+        }
         if exptime == 0 {
             self.all_expire = false;
         }
@@ -110,13 +125,24 @@ impl SegInfo {
         self.records > 0 && self.all_expire && self.max_exptime != 0 && self.max_exptime <= now
     }
 
-    /// Estimated dead bytes.
+    /// Estimated dead bytes: the mean value record's padded size times the dead count
+    /// (exact when the values are one size).
     pub(crate) fn dead_bytes(&self) -> u64 {
-        if self.records == 0 {
+        if self.puts == 0 {
             0
         } else {
-            self.data_bytes * u64::from(self.dead) / u64::from(self.records)
+            self.put_bytes * u64::from(self.dead) / u64::from(self.puts)
         }
+    }
+
+    /// Count `n` more value records dead (never more than there are); false if every one
+    /// was dead already.
+    pub(crate) fn add_dead(&mut self, n: u32) -> bool {
+        if self.dead >= self.puts {
+            return false;
+        }
+        self.dead = (self.dead + n).min(self.puts);
+        true
     }
 }
 
@@ -214,15 +240,23 @@ mod tests {
     fn expiry_and_dead_accounting() {
         let mut s = SegInfo::new(0, 4096);
         s.reset(&[1; 16], 5, 0);
-        s.add_record(100, 50);
-        s.add_record(100, 60);
+        s.add_record(100, 50, kind::PUT);
+        s.add_record(100, 60, kind::PUT);
         assert!(s.all_expired(60) && !s.all_expired(59));
-        s.add_record(100, 0);
+        s.add_record(100, 0, kind::PUT);
         assert!(
             !s.all_expired(u32::MAX),
             "a never-expiring record keeps the segment"
         );
         s.dead = 1;
         assert_eq!(s.dead_bytes(), 100);
+        // Header-only records (tombstones, notes) do not water the estimate down.
+        s.add_record(48, 0, kind::TOMBSTONE);
+        s.add_record(48, 0, kind::TOMBSTONE);
+        s.add_record(48, 0, kind::TOMBSTONE);
+        assert_eq!((s.records, s.puts), (6, 3));
+        assert!(s.add_dead(1) && s.add_dead(1));
+        assert_eq!(s.dead_bytes(), 300, "all three values are dead");
+        assert!(!s.add_dead(1), "no value record is left alive");
     }
 }

@@ -51,7 +51,8 @@ stats! {
     buffer_reads,
     /// Gauge: record bytes in segments that are not free.
     bytes_used,
-    /// Gauge (estimate): bytes of records marked dead (fragmentation), from `mark_dead`.
+    /// Gauge (estimate): bytes of records marked dead (fragmentation), from `mark_dead`: per
+    /// segment, its dead value records times the mean size of its value records.
     bytes_dead,
     /// Gauge: segments in the device set.
     segments_total,

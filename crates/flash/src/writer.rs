@@ -85,7 +85,9 @@ impl Inner {
         let Some(off) = stream_state.push(&h, (rec.key, rec.value), len, seed) else {
             return Err(Error::RecordTooLarge { size: len, max });
         };
-        state.segments.add_record(seg, len as u64, rec.exptime);
+        state
+            .segments
+            .add_record(seg, len as u64, rec.exptime, rec.kind);
         FlashStats::add(&self.stats.objects_written, 1);
         FlashStats::add(&self.stats.bytes_written, len as u64);
         FlashStats::add(&self.stats.bytes_used, len as u64);
