@@ -40,20 +40,9 @@ PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print
   --flash "$FLASH:$FLASH_SIZE" $EXTRA > "$OUT/server.log" 2>&1 &
 PID=$!
 
-stats() { # port section -> lines "name value"
-  python3 - "$PORT" "$1" <<'PY'
-import socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-s.sendall(("stats %s\r\n" % sys.argv[2]).strip().encode() + b"\r\n")
-buf = b""
-while not buf.endswith(b"END\r\n"):
-    buf += s.recv(65536)
-for line in buf.decode().splitlines():
-    p = line.split()
-    if len(p) == 3 and p[0] == "STAT":
-        print(p[1], p[2])
-PY
-}
+# shellcheck source=scripts/bench/kvstats.sh
+source "$(dirname "$0")/kvstats.sh"
+stats() { kv_stats "$PORT" "$1"; } # section -> lines "name value"
 for _ in $(seq 100); do stats "" > /dev/null 2>&1 && break; sleep 0.1; done
 
 settle() { # wait until the write-back queue is empty and RSS stops moving

@@ -46,20 +46,9 @@ nice -n 19 "$FLASHTIER_BIN" kv -l 127.0.0.1 -p "$PORT" -m "$MEM" -t "$SERVER_THR
   --small-item-max "$SMALL_MAX" $EXTRA > "$OUT/server.log" 2>&1 &
 PID=$!
 
-stats() { # section -> lines "name value"
-  python3 - "$PORT" "$1" <<'PY'
-import socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-s.sendall(("stats %s" % sys.argv[2]).strip().encode() + b"\r\n")
-buf = b""
-while not buf.endswith(b"END\r\n"):
-    buf += s.recv(65536)
-for line in buf.decode().splitlines():
-    p = line.split()
-    if len(p) == 3 and p[0] == "STAT":
-        print(p[1], p[2])
-PY
-}
+# shellcheck source=scripts/bench/kvstats.sh
+source "$(dirname "$0")/kvstats.sh"
+stats() { kv_stats "$PORT" "$1"; } # section -> lines "name value"
 for _ in $(seq 100); do stats "" > /dev/null 2>&1 && break; sleep 0.1; done
 
 snap() { # label: settle (staging below budget, RSS still), then record
