@@ -242,12 +242,7 @@ impl SegmentTable {
             return;
         };
         info.state = SegState::Free;
-        info.records = 0;
-        info.puts = 0;
-        info.put_bytes = 0;
-        info.dead = 0;
-        info.data_bytes = 0;
-        info.data_end = 0;
+        info.clear_counts();
         self.free.push(info.dev, seg);
     }
 

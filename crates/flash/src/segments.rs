@@ -95,15 +95,20 @@ impl SegInfo {
         self.order = seq;
         self.seed = segment_seed(uuid, seq);
         self.stream = stream;
+        self.clear_counts();
+        self.max_exptime = 0;
+        self.all_expire = true;
+        self.has_summary = false;
+    }
+
+    /// Zero what the segment's records added up to (a new life, or freed by reclaim).
+    pub(crate) fn clear_counts(&mut self) {
         self.records = 0;
         self.puts = 0;
         self.put_bytes = 0;
         self.dead = 0;
         self.data_bytes = 0;
         self.data_end = 0;
-        self.max_exptime = 0;
-        self.all_expire = true;
-        self.has_summary = false;
     }
 
     /// Account one record of kind `kind` (see [`kind`]).
