@@ -115,14 +115,13 @@ impl Cache {
     pub(crate) fn read_may_wait(&self, key: &[u8]) -> bool {
         let core = &*self.core;
         let hash = core.slots.hash(key);
-        if core.lower.read_may_wait(core, key, hash) {
-            return true;
+        if !core.small.is_on() {
+            return core.lower.read_may_wait(core, key, hash);
         }
-        // A key not in RAM is looked up in the small-object tier, which may read a page.
-        core.small.is_on() && {
-            let shard = core.slots.lock(hash);
-            core.ram.find_key(&shard, hash, key).is_none()
-        }
+        // A key not in RAM is looked up on flash or in the small-object tier, which may read
+        // a page: one shard lock for the whole answer.
+        let shard = core.slots.lock(hash);
+        core.ram.find_key(&shard, hash, key).is_none()
     }
 
     pub(crate) async fn get_two_phase(&self, key: &[u8]) -> Result<Option<Item>, Error> {
