@@ -5,19 +5,14 @@ mod common;
 
 use std::sync::Arc;
 
-use flashtier_cache::flash::{Device, FlashConfig, IoBackend, MemoryDevice};
+use flashtier_cache::flash::{Device, MemoryDevice};
 use flashtier_cache::{Cache, ItemWrite, KvStore};
 
 const N: u64 = 600;
 
 fn open() -> Cache {
     let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("misses", 16 << 20));
-    let engine = FlashConfig {
-        io_backend: IoBackend::Psync,
-        background_reclaim: false,
-        keep_limit: 1.0,
-        ..FlashConfig::small()
-    };
+    let engine = common::foreground_engine();
     let cfg = common::small_flash_config(d, engine)
         .sweep_interval(None)
         .build()

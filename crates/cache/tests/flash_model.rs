@@ -14,18 +14,13 @@ mod common;
 use std::sync::Arc;
 
 use common::model_ops::{apply, op, read_all, Blocking, Ctx, Norm, Op};
-use flashtier_cache::flash::{Device, FlashConfig, MemoryDevice};
+use flashtier_cache::flash::{Device, MemoryDevice};
 use flashtier_cache::{Cache, Clock, KvStore, ModelStore};
 use proptest::prelude::*;
 
 fn open(dev: &Arc<MemoryDevice>, clock: &Clock) -> Cache {
     let d: Arc<dyn Device> = dev.clone();
-    let engine = FlashConfig {
-        background_reclaim: false,
-        keep_limit: 1.0,
-        io_backend: flashtier_cache::flash::IoBackend::Psync,
-        ..FlashConfig::small()
-    };
+    let engine = common::foreground_engine();
     let cfg = common::small_flash_config(d, engine)
         .index_shards(16)
         .sweep_interval(None)

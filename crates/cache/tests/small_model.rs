@@ -16,7 +16,7 @@ mod common;
 use std::sync::Arc;
 
 use common::model_ops::{apply, key, op, Blocking, Ctx, Norm, Op, Runner, KEYS};
-use flashtier_cache::flash::{Device, FlashConfig, MemoryDevice};
+use flashtier_cache::flash::{Device, MemoryDevice};
 use flashtier_cache::{
     Cache, Clock, EvictionPolicy, KvStore, ModelStore, SmallDevice, SmallSettings,
 };
@@ -24,12 +24,7 @@ use proptest::prelude::*;
 
 fn open(clock: &Clock) -> Cache {
     let dev: Arc<dyn Device> = Arc::new(MemoryDevice::new("log", 16 << 20));
-    let engine = FlashConfig {
-        background_reclaim: false,
-        keep_limit: 1.0,
-        io_backend: flashtier_cache::flash::IoBackend::Psync,
-        ..FlashConfig::small()
-    };
+    let engine = common::foreground_engine();
     let small_dev: Arc<dyn Device> = Arc::new(MemoryDevice::new("small", 16 << 20));
     let cfg = common::small_flash_config(dev, engine)
         .small(SmallSettings::new(SmallDevice::Device(small_dev), 300))

@@ -228,27 +228,13 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::record::kind;
-    use crate::handler::RecordWrite;
-    use crate::test_core::{core, small, stat};
-
-    fn put(key_id: u64, value: &[u8]) -> RecordWrite<'_> {
-        RecordWrite {
-            kind: kind::PUT,
-            key_id,
-            version: 1,
-            flags: 0,
-            exptime: 0,
-            key: b"key",
-            value,
-        }
-    }
+    use crate::test_core::{core, put, small, stat};
 
     #[test]
     fn a_record_is_read_from_its_chunk_then_from_the_device() {
         let c = core(1, small());
         let inner = &c.inner;
-        let loc = inner.append(0, &put(7, b"value")).unwrap();
+        let loc = inner.append(0, &put(b"key", 7, b"value")).unwrap();
         let rec = inner.read(loc).wait().unwrap();
         assert_eq!((&rec.key[..], &rec.value[..]), (&b"key"[..], &b"value"[..]));
         assert_eq!(stat(inner, "buffer_reads"), 1);
@@ -270,7 +256,7 @@ mod tests {
             inner.read(free).wait(),
             Err(Error::InvalidLocation(_))
         ));
-        let loc = inner.append(0, &put(1, b"v")).unwrap();
+        let loc = inner.append(0, &put(b"key", 1, b"v")).unwrap();
         inner.flush().wait().unwrap();
         // Past the end of what the open segment wrote.
         let past = Location::new(loc.byte_addr() + 2 * PAGE, 100).unwrap();
@@ -284,7 +270,7 @@ mod tests {
     fn a_damaged_record_is_an_error_never_data() {
         let c = core(1, small());
         let inner = &c.inner;
-        let loc = inner.append(0, &put(1, &[3u8; 500])).unwrap();
+        let loc = inner.append(0, &put(b"key", 1, &[3u8; 500])).unwrap();
         inner.flush().wait().unwrap();
         let (seg, off) = inner.split(loc.byte_addr());
         let dev_off = inner.state.lock().segments.get(seg).unwrap().dev_off;
@@ -298,7 +284,7 @@ mod tests {
         let c = core(1, small());
         let inner = &c.inner;
         let value = vec![9u8; 20_000];
-        let loc = inner.append(0, &put(1, &value)).unwrap();
+        let loc = inner.append(0, &put(b"key", 1, &value)).unwrap();
         inner.flush().wait().unwrap();
         // A location whose hint says one page: the first read finds the record's length.
         let short = Location::new(loc.byte_addr(), 100).unwrap();
@@ -313,7 +299,7 @@ mod tests {
     fn a_failed_device_read_is_an_io_error() {
         let c = core(1, small());
         let inner = &c.inner;
-        let loc = inner.append(0, &put(1, b"v")).unwrap();
+        let loc = inner.append(0, &put(b"key", 1, b"v")).unwrap();
         inner.flush().wait().unwrap();
         c.faults[0]
             .read_eio

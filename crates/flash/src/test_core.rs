@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use crate::config::{FlashConfig, IoBackend};
+use crate::format::record::kind;
 use crate::handler::DropAll;
+use crate::handler::RecordWrite;
 use crate::inner::Inner;
 use crate::io::faulty::{Faults, FaultyDevice};
 use crate::io::memory::MemoryDevice;
@@ -83,4 +85,17 @@ pub(crate) fn stat(inner: &Inner, name: &str) -> u64 {
         .find(|(k, _)| *k == format!("flash_{name}"))
         .map(|(_, v)| v)
         .unwrap_or_else(|| panic!("no stat {name}"))
+}
+
+/// A PUT record of `key` (id `key_id`, version 1) holding `value`.
+pub(crate) fn put<'a>(key: &'a [u8], key_id: u64, value: &'a [u8]) -> RecordWrite<'a> {
+    RecordWrite {
+        kind: kind::PUT,
+        key_id,
+        version: 1,
+        flags: 0,
+        exptime: 0,
+        key,
+        value,
+    }
 }

@@ -1,26 +1,13 @@
 //! Unit tests of `writer`: the write path driven on an engine core alone (`test_core`).
 use super::*;
-use crate::format::record::kind;
 use crate::segments::SegState;
-use crate::test_core::{core, small, stat};
-
-fn put(key_id: u64, value: &[u8]) -> RecordWrite<'_> {
-    RecordWrite {
-        kind: kind::PUT,
-        key_id,
-        version: 1,
-        flags: 0,
-        exptime: 0,
-        key: b"k",
-        value,
-    }
-}
+use crate::test_core::{core, put, small, stat};
 
 #[test]
 fn an_append_stays_in_its_chunk_until_a_flush_writes_and_syncs_it() {
     let c = core(1, small());
     let inner = &c.inner;
-    let loc = inner.append(0, &put(1, b"one")).unwrap();
+    let loc = inner.append(0, &put(b"k", 1, b"one")).unwrap();
     {
         let state = inner.state.lock();
         let st = state.writes.stream(0).unwrap();
@@ -47,7 +34,7 @@ fn an_append_stays_in_its_chunk_until_a_flush_writes_and_syncs_it() {
     }
     assert_eq!(&inner.read(loc).wait().unwrap().value[..], b"one");
     assert!(matches!(
-        inner.append(9, &put(1, b"x")),
+        inner.append(9, &put(b"k", 1, b"x")),
         Err(Error::Config(_))
     ));
 }
@@ -59,7 +46,7 @@ fn a_full_segment_is_sealed_with_its_summary_and_the_next_one_opened() {
     let value = vec![5u8; 16 << 10];
     let wait = std::time::Duration::from_secs(10);
     let locs: Vec<Location> = (0..20)
-        .map(|i| inner.append_wait(0, &put(i, &value), wait).unwrap())
+        .map(|i| inner.append_wait(0, &put(b"k", i, &value), wait).unwrap())
         .collect();
     inner.flush().wait().unwrap();
     let state = inner.state.lock();
@@ -89,8 +76,8 @@ fn a_failed_chunk_write_loses_its_records_and_takes_the_device_out() {
     c.faults[0]
         .write_eio
         .store(true, std::sync::atomic::Ordering::SeqCst);
-    let loc = inner.append(0, &put(1, b"a")).unwrap();
-    inner.append(0, &put(2, b"b")).unwrap();
+    let loc = inner.append(0, &put(b"k", 1, b"a")).unwrap();
+    inner.append(0, &put(b"k", 2, b"b")).unwrap();
     assert!(
         inner.flush().wait().is_err(),
         "the flush reports the failed write"
@@ -125,7 +112,7 @@ fn a_failed_chunk_write_loses_its_records_and_takes_the_device_out() {
     assert!(!info.has_summary, "its summary write failed too");
     drop(state);
     assert!(matches!(
-        inner.append(0, &put(3, b"c")),
+        inner.append(0, &put(b"k", 3, b"c")),
         Err(Error::DeviceFailed(_))
     ));
 }
@@ -134,7 +121,7 @@ fn a_failed_chunk_write_loses_its_records_and_takes_the_device_out() {
 fn mark_dead_counts_each_record_once() {
     let c = core(1, small());
     let inner = &c.inner;
-    let loc = inner.append(0, &put(1, b"a")).unwrap();
+    let loc = inner.append(0, &put(b"k", 1, b"a")).unwrap();
     inner.mark_dead(loc);
     inner.mark_dead(loc);
     let state = inner.state.lock();

@@ -64,6 +64,18 @@ pub fn block_on<F: Future>(f: F) -> F::Output {
     }
 }
 
+/// The engine the model-style flash tests drive by hand: `FlashConfig::small()`, psync, no
+/// background reclaim, and reclaim keeping every live record (`keep_limit` 1.0), so only the
+/// operations a test draws move or drop anything.
+pub fn foreground_engine() -> FlashConfig {
+    FlashConfig {
+        background_reclaim: false,
+        keep_limit: 1.0,
+        io_backend: flashtier_cache::flash::IoBackend::Psync,
+        ..FlashConfig::small()
+    }
+}
+
 /// The flash-tier tests' cache: 256 KiB of RAM in 64 KiB segments (so items move to flash
 /// all the time) and a 64 KiB item limit, over the one device `dev` run with `engine`.
 /// Callers add what differs (no sweeper, a clock, shards) and build.
