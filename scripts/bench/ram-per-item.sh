@@ -80,18 +80,13 @@ snap step1
 load b: $((STEP2 - STEP1))
 snap step2
 
-python3 - "$OUT" <<'PY'
+python3 - "$OUT" "$(dirname "$0")" <<'PY'
 import sys
 out = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from statsfile import read_stats  # noqa: E402
 def read(label):
-    d = {}
-    for line in open(f"{out}/{label}.stats"):
-        k, _, v = line.strip().partition(" ")
-        try:
-            d[k] = float(v)
-        except ValueError:
-            pass
-    return d
+    return read_stats(out, label)
 a, b = read("step1"), read("step2")
 items = b["curr_items"] - a["curr_items"]
 rows = [("RSS (anonymous)", (b["rss_anon_kb"] - a["rss_anon_kb"]) * 1024)]

@@ -86,18 +86,13 @@ nice -n 19 "$BENCH" load -s "127.0.0.1:$PORT" -c 8 -d 8 -k $((STEP2 - STEP1)) -v
   --server-pid "$PID" --json "$OUT/get.json" > "$OUT/get.log" 2>&1
 snap gets
 
-python3 - "$OUT" <<'PY' | tee -a "$OUT/summary.txt"
+python3 - "$OUT" "$(dirname "$0")" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 out = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from statsfile import read_stats  # noqa: E402
 def read(label):
-    d = {}
-    for line in open(f"{out}/{label}.stats"):
-        k, _, v = line.strip().partition(" ")
-        try:
-            d[k] = float(v)
-        except ValueError:
-            pass
-    return d
+    return read_stats(out, label)
 s, a, b, g = read("start"), read("step1"), read("step2"), read("gets")
 objs = lambda d: d.get("curr_items", 0) + d.get("small_items", 0)
 n = objs(b) - objs(a)
