@@ -15,6 +15,7 @@ use bytes::{Buf, BytesMut};
 use flashtier_cache::KvStore;
 use tokio::sync::watch;
 
+use crate::access::Access;
 use crate::codec::{CloseReason, Decoded, Decoder, Limits};
 use crate::command::{execute, Flow};
 use crate::context::Context;
@@ -178,39 +179,66 @@ impl Session {
                 Decoded::Request { request, swallow } => {
                     let authenticating = ctx.settings.auth.is_some() && !self.authenticated;
                     let plain = swallow == 0 && !authenticating && is_plain_read(&request);
-                    // A read waits for room in the window; anything else for the window
-                    // to empty (replies in order, a read after a write sees it).
-                    if (plain && window.is_full()) || (!plain && !window.is_empty()) {
+                    // What it touches, once other requests are in flight (`None`: it runs
+                    // alone, after all of them).
+                    let access = if window.is_empty() {
+                        None
+                    } else if swallow == 0 && !authenticating {
+                        Access::of(&request, plain)
+                    } else {
+                        None
+                    };
+                    // With requests in flight, one on named keys waits for room in the
+                    // window and for the running ones on its keys; anything else for the
+                    // window to empty (replies in order, a read after a write sees it).
+                    let wait = !window.is_empty()
+                        && access
+                            .as_ref()
+                            .is_none_or(|a| window.is_full() || window.conflicts(a));
+                    if wait {
+                        if access.is_some() {
+                            Stats::incr(&ctx.stats.window_key_waits);
+                        }
                         self.lookahead = Some(Decoded::Request { request, swallow });
                         return Pump::Wait;
                     }
                     self.swallow = swallow;
+                    self.since_yield += 1;
                     if authenticating {
                         self.authenticate(ctx, request);
-                    } else if plain && window.is_empty() && !may_wait(&*ctx.store, &request) {
-                        // Nothing ahead of it and nothing to wait for (a RAM hit, a miss):
-                        // run in place, without the window's allocations.
-                        self.since_yield += 1;
-                        // A plain read never closes the connection.
-                        let _ = execute(ctx, request, &mut self.output).await;
-                    } else if plain {
-                        // A second read joining one in flight starts a run of reads.
-                        if window.len() == 1 {
+                    } else if let Some(access) = access {
+                        // Beside the requests in flight: its reply waits its turn.
+                        let write = access.write;
+                        if write {
+                            Stats::incr(&ctx.stats.windowed_writes);
+                        } else if window.len() == 1 {
+                            // A second read joining one in flight starts a run of reads.
                             Stats::incr(&ctx.stats.pipelined_read_batches);
                         }
-                        self.since_yield += 1;
-                        window.push(Box::pin(async move {
-                            let mut out = Output::new();
-                            // A plain read never closes the connection.
-                            let _ = execute(ctx, request, &mut out).await;
-                            out
-                        }));
+                        window.push(Self::run_apart(ctx, request), access);
                         if logging {
                             // -vv shows each reply after its command: no overlap.
                             window.finish(&mut self.output).await;
+                        } else if write {
+                            // Most writes finish on their first poll: then a read of the
+                            // same key right behind it need not wait.
+                            window.collect(&mut self.output).await;
+                        }
+                    } else if plain && may_wait(&*ctx.store, &request) {
+                        // A read that may wait for the device: in the window, so the
+                        // requests behind it go on meanwhile.
+                        let access = Access::of(&request, true).unwrap_or(Access {
+                            keys: crate::access::Keys::All,
+                            write: false,
+                        });
+                        window.push(Self::run_apart(ctx, request), access);
+                        if logging {
+                            window.finish(&mut self.output).await;
                         }
                     } else {
-                        self.since_yield += 1;
+                        // Nothing ahead of it: run in place, without the window's
+                        // allocations (a write, a RAM hit, a miss, or a request that runs
+                        // alone).
                         match execute(ctx, request, &mut self.output).await {
                             Flow::Close => return Pump::Quit,
                             Flow::Dump(state) => self.dump = Some(state),
@@ -232,6 +260,19 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// A request run in the window, into its own reply buffer. Only requests on named keys
+    /// and plain reads get there, and none of them closes the connection or starts a dump.
+    fn run_apart<'a, S: KvStore>(
+        ctx: &'a Context<S>,
+        request: Request,
+    ) -> crate::join::BoxFuture<'a, Output> {
+        Box::pin(async move {
+            let mut out = Output::new();
+            let _ = execute(ctx, request, &mut out).await;
+            out
+        })
     }
 
     /// -vv: the command line at the front of the input.
@@ -528,6 +569,47 @@ mod tests {
                 String::from_utf8_lossy(&session.output.to_vec()),
                 "VALUE a 0 1\r\na\r\nEND\r\nVALUE b 0 1\r\nb\r\nEND\r\nSTORED\r\n\
                  VALUE a 0 1\r\nz\r\nEND\r\n"
+            );
+        });
+    }
+
+    /// Issue 30: a write on a key no read in flight touches runs at once, beside them; its
+    /// reply still leaves in order, and a read of its key behind it sees it.
+    #[test]
+    fn a_write_on_another_key_runs_beside_reads_in_flight_with_its_reply_in_order() {
+        block_on(async {
+            let store = Arc::new(SlowStore::new(false));
+            let w = ItemWrite::new(Bytes::from_static(b"a"), 0, 0);
+            store.inner.set(b"a", w).await.unwrap();
+            let ctx = Context::new(Arc::clone(&store), Settings::default());
+            let mut session = Session::new(Limits::default(), 1 << 20);
+            let mut window = ReadWindow::new(READ_WINDOW);
+            session.input.extend_from_slice(b"get a\r\n");
+            assert_eq!(session.pump(&ctx, &mut window).await, Pump::NeedInput);
+            window.collect(&mut session.output).await;
+            assert_eq!(store.in_flight.load(Ordering::SeqCst), 1);
+            session
+                .input
+                .extend_from_slice(b"set b 0 0 1\r\nz\r\nget b\r\ndelete a\r\n");
+            // The set runs now; the get of b joins the window; the delete of a waits for
+            // the read of a.
+            assert_eq!(session.pump(&ctx, &mut window).await, Pump::Wait);
+            window.collect(&mut session.output).await;
+            let stored = store.inner.get(b"b").await.unwrap();
+            assert_eq!(stored.map(|i| i.value), Some(Bytes::from_static(b"z")));
+            assert!(
+                session.output.is_empty(),
+                "replies wait for the read before"
+            );
+            assert_eq!(Stats::get(&ctx.stats.windowed_writes), 1);
+            assert_eq!(Stats::get(&ctx.stats.window_key_waits), 1);
+            store.open.store(true, Ordering::SeqCst);
+            window.finish(&mut session.output).await;
+            assert_eq!(session.pump(&ctx, &mut window).await, Pump::NeedInput);
+            window.finish(&mut session.output).await;
+            assert_eq!(
+                String::from_utf8_lossy(&session.output.to_vec()),
+                "VALUE a 0 1\r\na\r\nEND\r\nSTORED\r\nVALUE b 0 1\r\nz\r\nEND\r\nDELETED\r\n"
             );
         });
     }

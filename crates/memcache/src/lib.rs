@@ -16,6 +16,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod access;
 pub mod auth;
 pub mod codec;
 pub mod command;
@@ -26,6 +27,8 @@ pub mod dump;
 pub mod error;
 pub mod join;
 pub mod latency;
+#[cfg(test)]
+mod order_tests;
 pub mod output;
 pub mod reply;
 pub mod request;

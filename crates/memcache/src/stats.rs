@@ -75,6 +75,11 @@ counters! {
         line_too_long_closed,
         /// Runs of two or more pipelined reads executed together on one connection.
         pipelined_read_batches,
+        /// Writes run beside requests still in a connection's window (no key in common).
+        windowed_writes,
+        /// Requests that waited for a running request of their connection on the same key
+        /// (or for room in the window).
+        window_key_waits,
         /// Times a connection yielded after -R requests.
         conn_yields,
         /// TLS connections established (-Z).

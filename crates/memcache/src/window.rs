@@ -9,26 +9,35 @@
 //! under load its requests queued in the socket (issue 30: 16 such connections at 30k
 //! GETs/s saw `socket_wait` p90 ≥ 0.5 s while the device did 8k reads/s at p50 2.5 ms).
 //!
+//! A write on named keys joins too when no running request in the window touches its keys
+//! ([`ReadWindow::conflicts`], [`crate::access`]): it runs at once instead of waiting for
+//! the slowest read ahead of it, and its reply still leaves in order.
+//!
 //! Invariants: replies leave in request order ([`ReadWindow::poll_front`] moves only a
-//! finished *front*); at most `limit` reads run at once, so a connection holds at most
-//! `limit` reply buffers; only plain reads ([`crate::connection::is_plain_read`]) enter, and
-//! the connection runs anything else only once the window is empty, so a read after a write
-//! still sees it.
+//! finished *front*); at most `limit` requests run at once, so a connection holds at most
+//! `limit` reply buffers; a request enters only if it touches no key a running request in
+//! the window writes, nor writes a key one touches, so a read after a write still sees it
+//! and a write after a read does not change what that read returns; the connection runs a
+//! request on no named key (`flush_all`, `stats`, ...) only once the window is empty.
 //!
 //! Threads: the connection's task only (futures are polled from it).
 use std::collections::VecDeque;
 use std::task::{Context, Poll};
 
+use crate::access::Access;
 use crate::join::BoxFuture;
 use crate::output::Output;
 
-/// One read in the window: running, or finished with its reply held until its turn.
+/// One request in the window: running, or finished with its reply held until its turn.
 struct Slot<'a> {
     run: Option<BoxFuture<'a, Output>>,
     reply: Option<Output>,
+    /// What it touches (compared only while it runs: a finished one changes nothing more).
+    access: Access,
 }
 
-/// The plain reads of one connection in flight, oldest first.
+/// The requests of one connection in flight (plain reads, and writes beside them), oldest
+/// first.
 pub struct ReadWindow<'a> {
     slots: VecDeque<Slot<'a>>,
     limit: usize,
@@ -58,11 +67,21 @@ impl<'a> ReadWindow<'a> {
         self.slots.len() >= self.limit
     }
 
-    /// Add a read behind the others (the caller checks [`Self::is_full`] first).
-    pub fn push(&mut self, run: BoxFuture<'a, Output>) {
+    /// A running request touches what `access` writes, or writes what it touches: the
+    /// request must wait.
+    pub fn conflicts(&self, access: &Access) -> bool {
+        self.slots
+            .iter()
+            .any(|s| s.run.is_some() && s.access.conflicts(access))
+    }
+
+    /// Add a request behind the others (the caller checks [`Self::is_full`] and
+    /// [`Self::conflicts`] first).
+    pub fn push(&mut self, run: BoxFuture<'a, Output>, access: Access) {
         self.slots.push_back(Slot {
             run: Some(run),
             reply: None,
+            access,
         });
     }
 
@@ -118,6 +137,7 @@ impl<'a> ReadWindow<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::access::Keys;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
@@ -138,6 +158,20 @@ mod tests {
         }))
     }
 
+    fn read(key: u64) -> Access {
+        Access {
+            keys: Keys::One(key),
+            write: false,
+        }
+    }
+
+    fn write(key: u64) -> Access {
+        Access {
+            keys: Keys::One(key),
+            write: true,
+        }
+    }
+
     fn poll(w: &mut ReadWindow<'_>, out: &mut Output) -> usize {
         let waker = std::task::Waker::noop();
         w.poll_front(&mut Context::from_waker(waker), out)
@@ -151,10 +185,10 @@ mod tests {
             Arc::new(AtomicBool::new(false)),
         );
         let mut w = ReadWindow::new(3);
-        w.push(gated(a.clone(), "A"));
-        w.push(gated(b.clone(), "B"));
+        w.push(gated(a.clone(), "A"), read(1));
+        w.push(gated(b.clone(), "B"), read(2));
         assert!(!w.is_full());
-        w.push(gated(c.clone(), "C"));
+        w.push(gated(c.clone(), "C"), read(3));
         assert!(w.is_full());
         let mut out = Output::new();
         // B finished first: it waits for A.
@@ -176,7 +210,7 @@ mod tests {
         let gate = Arc::new(AtomicBool::new(true));
         let mut w = ReadWindow::new(0);
         assert!(!w.is_full());
-        w.push(gated(gate.clone(), "x"));
+        w.push(gated(gate.clone(), "x"), read(1));
         assert!(w.is_full(), "a window holds at least one read");
         let mut out = Output::new();
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -185,5 +219,30 @@ mod tests {
         rt.block_on(w.finish(&mut out));
         assert_eq!(out.to_vec(), b"x\r\n");
         assert_eq!(rt.block_on(w.next(&mut out)), 0);
+    }
+
+    #[test]
+    fn only_a_running_request_on_the_same_key_holds_a_write_back() {
+        let (a, b) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let mut w = ReadWindow::new(4);
+        w.push(gated(a.clone(), "A"), read(1));
+        assert!(!w.conflicts(&read(1)), "reads share a key");
+        assert!(w.conflicts(&write(1)));
+        assert!(!w.conflicts(&write(2)));
+        w.push(gated(b.clone(), "B"), write(2));
+        assert!(w.conflicts(&read(2)), "a read waits for a running write");
+        // B finished (its reply held behind A's): it changes nothing more.
+        b.store(true, Ordering::SeqCst);
+        let mut out = Output::new();
+        assert_eq!(poll(&mut w, &mut out), 0);
+        assert!(!w.conflicts(&read(2)));
+        assert!(w.conflicts(&write(1)));
+        a.store(true, Ordering::SeqCst);
+        assert_eq!(poll(&mut w, &mut out), 2);
+        assert_eq!(out.to_vec(), b"A\r\nB\r\n");
+        assert!(!w.conflicts(&write(1)));
     }
 }

@@ -122,3 +122,70 @@ impl KvStore for SlowStore {
         self.inner.stats_section(s)
     }
 }
+
+/// A `ModelStore` whose reads and writes each yield a pseudo-random number of times (0–3,
+/// from `seed`) before they run, so requests in a connection's window finish out of order
+/// and writes stay pending: tests of what runs beside what.
+pub struct JitterStore {
+    pub inner: ModelStore,
+    state: std::sync::atomic::AtomicU64,
+}
+
+impl JitterStore {
+    pub fn new(seed: u64) -> Self {
+        Self {
+            inner: ModelStore::new(Clock::system(), TEST_MAX_ITEM),
+            state: std::sync::atomic::AtomicU64::new(seed | 1),
+        }
+    }
+
+    async fn jitter(&self) {
+        // xorshift64: deterministic for a seed and a sequence of calls.
+        let mut x = self.state.load(Ordering::Relaxed);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.state.store(x, Ordering::Relaxed);
+        for _ in 0..(x >> 61) % 4 {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+impl KvStore for JitterStore {
+    async fn get(&self, key: &[u8]) -> Result<Option<Item>, flashtier_cache::Error> {
+        self.jitter().await;
+        self.inner.get(key).await
+    }
+    async fn set(&self, key: &[u8], item: ItemWrite) -> Result<u64, flashtier_cache::Error> {
+        self.jitter().await;
+        self.inner.set(key, item).await
+    }
+    async fn update<R, F>(
+        &self,
+        key: &[u8],
+        f: F,
+    ) -> Result<(R, Option<u64>), flashtier_cache::Error>
+    where
+        R: Send,
+        F: FnMut(Option<&Item>) -> (Update, R) + Send,
+    {
+        self.jitter().await;
+        self.inner.update(key, f).await
+    }
+    fn flush_all(&self, at: u32) {
+        self.inner.flush_all(at)
+    }
+    fn max_item_size(&self) -> usize {
+        self.inner.max_item_size()
+    }
+    fn clock(&self) -> &Clock {
+        self.inner.clock()
+    }
+    fn stats(&self) -> flashtier_cache::StoreStats {
+        self.inner.stats()
+    }
+    fn stats_section(&self, s: &str) -> Option<Vec<(String, String)>> {
+        self.inner.stats_section(s)
+    }
+}
