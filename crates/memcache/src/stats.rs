@@ -77,9 +77,10 @@ counters! {
         pipelined_read_batches,
         /// Writes run beside requests still in a connection's window (no key in common).
         windowed_writes,
-        /// Requests that waited for a running request of their connection on the same key
-        /// (or for room in the window).
+        /// Requests that waited for a running request of their connection on the same key.
         window_key_waits,
+        /// Requests that waited for room in their connection's window (16 in flight).
+        window_full_waits,
         /// Times a connection yielded after -R requests.
         conn_yields,
         /// TLS connections established (-Z).
