@@ -509,6 +509,40 @@ mod tests {
             .block_on(f)
     }
 
+    /// A slow store holding `a` = "a" (and `b` = "b"), and `get a` sent in its own packet:
+    /// its read is in flight.
+    async fn one_read_in_flight<'a>(
+        ctx: &'a Context<SlowStore>,
+        session: &mut Session,
+        window: &mut ReadWindow<'a>,
+    ) {
+        for k in [&b"a"[..], b"b"] {
+            let w = ItemWrite::new(Bytes::copy_from_slice(k), 0, 0);
+            ctx.store.inner.set(k, w).await.unwrap();
+        }
+        session.input.extend_from_slice(b"get a\r\n");
+        assert_eq!(session.pump(ctx, window).await, Pump::NeedInput);
+        window.collect(&mut session.output).await;
+        assert_eq!(ctx.store.in_flight.load(Ordering::SeqCst), 1);
+    }
+
+    fn window<'a>() -> ReadWindow<'a> {
+        ReadWindow::new(READ_WINDOW)
+    }
+
+    /// Open the store's gate, answer everything and return all the session answered.
+    async fn open_and_finish<'a>(
+        ctx: &'a Context<SlowStore>,
+        session: &mut Session,
+        window: &mut ReadWindow<'a>,
+    ) -> String {
+        ctx.store.open.store(true, Ordering::SeqCst);
+        window.finish(&mut session.output).await;
+        assert_eq!(session.pump(ctx, window).await, Pump::NeedInput);
+        window.finish(&mut session.output).await;
+        String::from_utf8_lossy(&session.output.to_vec()).into_owned()
+    }
+
     #[test]
     fn pipelined_reads_answer_in_order_and_see_earlier_writes() {
         let h = Harness::new();
@@ -540,18 +574,10 @@ mod tests {
     #[test]
     fn reads_arriving_one_by_one_overlap_and_a_write_waits_for_them() {
         block_on(async {
-            let store = Arc::new(SlowStore::new(false));
-            for k in [&b"a"[..], b"b"] {
-                let w = ItemWrite::new(Bytes::copy_from_slice(k), 0, 0);
-                store.inner.set(k, w).await.unwrap();
-            }
-            let ctx = Context::new(Arc::clone(&store), Settings::default());
-            let mut session = Session::new(Limits::default(), 1 << 20);
-            let mut window = ReadWindow::new(READ_WINDOW);
-            session.input.extend_from_slice(b"get a\r\n");
-            assert_eq!(session.pump(&ctx, &mut window).await, Pump::NeedInput);
-            window.collect(&mut session.output).await;
-            assert_eq!(store.in_flight.load(Ordering::SeqCst), 1);
+            let ctx = Context::new(Arc::new(SlowStore::new(false)), Settings::default());
+            let (mut session, mut window) = (Session::new(Limits::default(), 1 << 20), window());
+            one_read_in_flight(&ctx, &mut session, &mut window).await;
+            let store = &ctx.store;
             // The next packet: its read joins the one still waiting.
             session.input.extend_from_slice(b"get b\r\n");
             assert_eq!(session.pump(&ctx, &mut window).await, Pump::NeedInput);
@@ -568,12 +594,8 @@ mod tests {
                 .input
                 .extend_from_slice(b"set a 0 0 1\r\nz\r\nget a\r\n");
             assert_eq!(session.pump(&ctx, &mut window).await, Pump::Wait);
-            store.open.store(true, Ordering::SeqCst);
-            window.finish(&mut session.output).await;
-            assert_eq!(session.pump(&ctx, &mut window).await, Pump::NeedInput);
-            window.finish(&mut session.output).await;
             assert_eq!(
-                String::from_utf8_lossy(&session.output.to_vec()),
+                open_and_finish(&ctx, &mut session, &mut window).await,
                 "VALUE a 0 1\r\na\r\nEND\r\nVALUE b 0 1\r\nb\r\nEND\r\nSTORED\r\n\
                  VALUE a 0 1\r\nz\r\nEND\r\n"
             );
@@ -585,16 +607,10 @@ mod tests {
     #[test]
     fn a_write_on_another_key_runs_beside_reads_in_flight_with_its_reply_in_order() {
         block_on(async {
-            let store = Arc::new(SlowStore::new(false));
-            let w = ItemWrite::new(Bytes::from_static(b"a"), 0, 0);
-            store.inner.set(b"a", w).await.unwrap();
-            let ctx = Context::new(Arc::clone(&store), Settings::default());
-            let mut session = Session::new(Limits::default(), 1 << 20);
-            let mut window = ReadWindow::new(READ_WINDOW);
-            session.input.extend_from_slice(b"get a\r\n");
-            assert_eq!(session.pump(&ctx, &mut window).await, Pump::NeedInput);
-            window.collect(&mut session.output).await;
-            assert_eq!(store.in_flight.load(Ordering::SeqCst), 1);
+            let ctx = Context::new(Arc::new(SlowStore::new(false)), Settings::default());
+            let (mut session, mut window) = (Session::new(Limits::default(), 1 << 20), window());
+            one_read_in_flight(&ctx, &mut session, &mut window).await;
+            let store = &ctx.store;
             session
                 .input
                 .extend_from_slice(b"set b 0 0 1\r\nz\r\nget b\r\ndelete a\r\n");
@@ -610,12 +626,8 @@ mod tests {
             );
             assert_eq!(Stats::get(&ctx.stats.windowed_writes), 1);
             assert_eq!(Stats::get(&ctx.stats.window_key_waits), 1);
-            store.open.store(true, Ordering::SeqCst);
-            window.finish(&mut session.output).await;
-            assert_eq!(session.pump(&ctx, &mut window).await, Pump::NeedInput);
-            window.finish(&mut session.output).await;
             assert_eq!(
-                String::from_utf8_lossy(&session.output.to_vec()),
+                open_and_finish(&ctx, &mut session, &mut window).await,
                 "VALUE a 0 1\r\na\r\nEND\r\nSTORED\r\nVALUE b 0 1\r\nz\r\nEND\r\nDELETED\r\n"
             );
         });

@@ -59,29 +59,85 @@ pub async fn run(input: &[u8]) -> String {
     Harness::new().send(input).await
 }
 
-/// A `ModelStore` whose reads take a while (two yields) and wait while `open` is false,
-/// counting how many are in flight at once: tests of reads that overlap.
-pub struct SlowStore {
+/// What a test store does before a request reaches its `ModelStore`.
+pub trait Delay: Send + Sync + 'static {
+    /// Before a read.
+    fn read(&self) -> impl std::future::Future<Output = ()> + Send;
+    /// Before a write (a set or an update).
+    fn write(&self) -> impl std::future::Future<Output = ()> + Send;
+}
+
+/// A `ModelStore` (`TEST_MAX_ITEM`-size items) behind a [`Delay`]; derefs to the delay's
+/// state, so tests read `store.open`, `store.in_flight`, ...
+pub struct Delayed<D> {
     pub inner: ModelStore,
+    pub delay: D,
+}
+
+impl<D> Delayed<D> {
+    fn with(delay: D) -> Self {
+        Self {
+            inner: ModelStore::new(Clock::system(), TEST_MAX_ITEM),
+            delay,
+        }
+    }
+}
+
+impl<D> std::ops::Deref for Delayed<D> {
+    type Target = D;
+    fn deref(&self) -> &D {
+        &self.delay
+    }
+}
+
+impl<D: Delay> KvStore for Delayed<D> {
+    async fn get(&self, key: &[u8]) -> Result<Option<Item>, flashtier_cache::Error> {
+        self.delay.read().await;
+        self.inner.get(key).await
+    }
+    async fn set(&self, key: &[u8], item: ItemWrite) -> Result<u64, flashtier_cache::Error> {
+        self.delay.write().await;
+        self.inner.set(key, item).await
+    }
+    async fn update<R, F>(
+        &self,
+        key: &[u8],
+        f: F,
+    ) -> Result<(R, Option<u64>), flashtier_cache::Error>
+    where
+        R: Send,
+        F: FnMut(Option<&Item>) -> (Update, R) + Send,
+    {
+        self.delay.write().await;
+        self.inner.update(key, f).await
+    }
+    fn flush_all(&self, at: u32) {
+        self.inner.flush_all(at)
+    }
+    fn max_item_size(&self) -> usize {
+        self.inner.max_item_size()
+    }
+    fn clock(&self) -> &Clock {
+        self.inner.clock()
+    }
+    fn stats(&self) -> flashtier_cache::StoreStats {
+        self.inner.stats()
+    }
+    fn stats_section(&self, s: &str) -> Option<Vec<(String, String)>> {
+        self.inner.stats_section(s)
+    }
+}
+
+/// Reads take a while (two yields) and wait while `open` is false, counting how many are in
+/// flight at once: tests of reads that overlap. Writes go straight through.
+pub struct Gate {
     pub open: AtomicBool,
     pub in_flight: AtomicUsize,
     pub max_in_flight: AtomicUsize,
 }
 
-impl SlowStore {
-    /// A store with `TEST_MAX_ITEM`-size items; reads wait while `open` is false.
-    pub fn new(open: bool) -> Self {
-        Self {
-            inner: ModelStore::new(Clock::system(), TEST_MAX_ITEM),
-            open: AtomicBool::new(open),
-            in_flight: AtomicUsize::new(0),
-            max_in_flight: AtomicUsize::new(0),
-        }
-    }
-}
-
-impl KvStore for SlowStore {
-    async fn get(&self, key: &[u8]) -> Result<Option<Item>, flashtier_cache::Error> {
+impl Delay for Gate {
+    async fn read(&self) {
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(now, Ordering::SeqCst);
         tokio::task::yield_now().await;
@@ -90,102 +146,57 @@ impl KvStore for SlowStore {
             tokio::task::yield_now().await;
         }
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        self.inner.get(key).await
     }
-    async fn set(&self, key: &[u8], item: ItemWrite) -> Result<u64, flashtier_cache::Error> {
-        self.inner.set(key, item).await
-    }
-    async fn update<R, F>(
-        &self,
-        key: &[u8],
-        f: F,
-    ) -> Result<(R, Option<u64>), flashtier_cache::Error>
-    where
-        R: Send,
-        F: FnMut(Option<&Item>) -> (Update, R) + Send,
-    {
-        self.inner.update(key, f).await
-    }
-    fn flush_all(&self, at: u32) {
-        self.inner.flush_all(at)
-    }
-    fn max_item_size(&self) -> usize {
-        self.inner.max_item_size()
-    }
-    fn clock(&self) -> &Clock {
-        self.inner.clock()
-    }
-    fn stats(&self) -> flashtier_cache::StoreStats {
-        self.inner.stats()
-    }
-    fn stats_section(&self, s: &str) -> Option<Vec<(String, String)>> {
-        self.inner.stats_section(s)
+    async fn write(&self) {}
+}
+
+/// A store whose reads wait at a [`Gate`].
+pub type SlowStore = Delayed<Gate>;
+
+impl SlowStore {
+    /// Reads wait while `open` is false.
+    pub fn new(open: bool) -> Self {
+        Self::with(Gate {
+            open: AtomicBool::new(open),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+        })
     }
 }
 
-/// A `ModelStore` whose reads and writes each yield a pseudo-random number of times (0–3,
-/// from `seed`) before they run, so requests in a connection's window finish out of order
-/// and writes stay pending: tests of what runs beside what.
-pub struct JitterStore {
-    pub inner: ModelStore,
-    state: std::sync::atomic::AtomicU64,
-}
+/// Reads and writes each yield a pseudo-random number of times (0–3, from a seed) before
+/// they run, so requests in a connection's window finish out of order and writes stay
+/// pending: tests of what runs beside what.
+pub struct Jitter(std::sync::atomic::AtomicU64);
 
-impl JitterStore {
-    pub fn new(seed: u64) -> Self {
-        Self {
-            inner: ModelStore::new(Clock::system(), TEST_MAX_ITEM),
-            state: std::sync::atomic::AtomicU64::new(seed | 1),
-        }
-    }
-
-    async fn jitter(&self) {
+impl Jitter {
+    async fn wait(&self) {
         // xorshift64: deterministic for a seed and a sequence of calls.
-        let mut x = self.state.load(Ordering::Relaxed);
+        let mut x = self.0.load(Ordering::Relaxed);
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        self.state.store(x, Ordering::Relaxed);
+        self.0.store(x, Ordering::Relaxed);
         for _ in 0..(x >> 61) % 4 {
             tokio::task::yield_now().await;
         }
     }
 }
 
-impl KvStore for JitterStore {
-    async fn get(&self, key: &[u8]) -> Result<Option<Item>, flashtier_cache::Error> {
-        self.jitter().await;
-        self.inner.get(key).await
+impl Delay for Jitter {
+    async fn read(&self) {
+        self.wait().await
     }
-    async fn set(&self, key: &[u8], item: ItemWrite) -> Result<u64, flashtier_cache::Error> {
-        self.jitter().await;
-        self.inner.set(key, item).await
+    async fn write(&self) {
+        self.wait().await
     }
-    async fn update<R, F>(
-        &self,
-        key: &[u8],
-        f: F,
-    ) -> Result<(R, Option<u64>), flashtier_cache::Error>
-    where
-        R: Send,
-        F: FnMut(Option<&Item>) -> (Update, R) + Send,
-    {
-        self.jitter().await;
-        self.inner.update(key, f).await
-    }
-    fn flush_all(&self, at: u32) {
-        self.inner.flush_all(at)
-    }
-    fn max_item_size(&self) -> usize {
-        self.inner.max_item_size()
-    }
-    fn clock(&self) -> &Clock {
-        self.inner.clock()
-    }
-    fn stats(&self) -> flashtier_cache::StoreStats {
-        self.inner.stats()
-    }
-    fn stats_section(&self, s: &str) -> Option<Vec<(String, String)>> {
-        self.inner.stats_section(s)
+}
+
+/// A store whose requests finish after [`Jitter`].
+pub type JitterStore = Delayed<Jitter>;
+
+impl JitterStore {
+    pub fn new(seed: u64) -> Self {
+        Self::with(Jitter(std::sync::atomic::AtomicU64::new(seed | 1)))
     }
 }
