@@ -78,7 +78,7 @@ fn flush_batch(inner: &Inner) -> bool {
             .iter()
             .map(|(set, _)| IoOp::Read {
                 dev: 0,
-                off: u64::from(*set) * SET_BYTES as u64,
+                off: format::page_off(*set),
                 buf: AlignedBuf::zeroed(SET_BYTES),
             })
             .collect(),
@@ -105,7 +105,7 @@ fn flush_batch(inner: &Inner) -> bool {
         inner.summaries.widen(*set, filter);
         writes.push(IoOp::Write {
             dev: 0,
-            off: u64::from(*set) * SET_BYTES as u64,
+            off: format::page_off(*set),
             buf: Arc::new(buf),
         });
         plans.push((*set, staged, filter, old_len, kept.len()));

@@ -19,10 +19,14 @@
 //! never holds two versions of a key; the newer version of a key, or its delete, lives in the
 //! staging buffer and shadows the page until the next merge rewrites it.
 //!
-//! Why a generation and not a per-entry sequence: the tier starts empty at every open and
-//! `flush_all` empties it at once; both bump the generation, so an old page (and every key on
-//! it) is dead without being rewritten. Decoding reads untrusted bytes: no indexing, no
-//! unwrap.
+//! Set *i*'s page is page *i* + 1 of the device ([`page_off`]); page 0 is the superblock
+//! (`superblock`). A page of another generation reads as empty whatever else it holds (its
+//! set index is not checked), so pages of an older layout or run are dead, not corrupt.
+//!
+//! Why a generation and not a per-entry sequence: an open that cannot trust the pages (no
+//! clean stop, `recover`) and `flush_all` both empty the tier at once; both move the
+//! generation on, so an old page (and every key on it) is dead without being rewritten.
+//! Decoding reads untrusted bytes: no indexing, no unwrap.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
 use bytes::Bytes;
@@ -45,6 +49,12 @@ pub const FORMAT_VERSION: u16 = 1;
 pub const RRIP_MAX: u8 = 3;
 /// Byte offset of the crc field.
 const CRC_AT: usize = 12;
+
+/// Byte offset of set `set`'s page: page 0 is the superblock (`superblock`), set *i* is
+/// page *i* + 1.
+pub fn page_off(set: u32) -> u64 {
+    (u64::from(set) + 1) * SET_BYTES as u64
+}
 
 /// What the cache keeps with a small item besides key and value.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -160,11 +170,11 @@ pub fn decode(page: &Bytes, set: u32, generation: u64) -> Page {
     if le16(page, 4) != Some(FORMAT_VERSION) {
         return Page::Corrupt("unknown format version");
     }
-    if le32(page, 8) != Some(set) {
-        return Page::Corrupt("page of another set");
-    }
     if le64(page, 16) != Some(generation) {
         return Page::Empty;
+    }
+    if le32(page, 8) != Some(set) {
+        return Page::Corrupt("page of another set");
     }
     let count = le16(page, 6).unwrap_or(0) as usize;
     let used = le32(page, 24).unwrap_or(0) as usize;

@@ -5,9 +5,9 @@
 //!
 //! A lookup asks the staging buffer (exact), then the set's filter (a "no" costs no read),
 //! then reads the one page. A remove stages a delete whenever a copy may exist (staged, or
-//! the filter says maybe), so no older copy can come back. The tier is not durable: it
-//! starts empty at every open (a fresh generation, see `format`), and the cache documents
-//! that small items do not survive a restart.
+//! the filter says maybe), so no older copy can come back. Restarts (`recover`): after a
+//! clean [`SmallSets::close`] the next open serves the same items; after any other stop it
+//! starts empty (a fresh generation, see `format`), since a staged delete may have been lost.
 //!
 //! # Threads
 //! Any caller inserts, removes and looks up; one flusher thread (`flashtier-small`) merges;
@@ -29,6 +29,8 @@ use parking_lot::{Condvar, Mutex};
 use crate::config::SmallConfig;
 use crate::format::{self, ItemMeta, Page, SET_BYTES};
 use crate::inner::{key_hash, Inner};
+use crate::recover::{self, HeaderState, Recovered};
+use crate::superblock::{self, Found};
 use crate::staging::{Change, Staging, Stamp};
 use crate::stats::Counters;
 use crate::summary::Summaries;
@@ -92,8 +94,11 @@ impl std::fmt::Debug for SmallSets {
 }
 
 impl SmallSets {
-    /// Open (creating or growing) the file at `path` as a tier of `size` bytes. A file whose
-    /// first page is neither zero nor a set page is refused (it holds someone's data).
+    /// Open (creating or growing) the file at `path` as a tier of `size` bytes (page 0 the
+    /// superblock, the rest sets). A file whose first page is neither zero nor the tier's is
+    /// refused (it holds someone's data), before anything is written to it. After a clean
+    /// stop ([`Self::close`]) of a file of the same size its items are served again
+    /// ([`Self::recovered`]); otherwise the tier starts empty (`recover`).
     pub fn open(path: &Path, size: u64, cfg: SmallConfig) -> Result<Self, Error> {
         if let Ok(mut f) = std::fs::File::open(path) {
             let mut first = Vec::with_capacity(SET_BYTES);
@@ -101,8 +106,7 @@ impl SmallSets {
                 &mut std::io::Read::take(&mut f, SET_BYTES as u64),
                 &mut first,
             )?;
-            let ours = first.get(..4) == Some(&format::MAGIC.to_le_bytes()[..]);
-            if !ours && first.iter().any(|&b| b != 0) {
+            if superblock::decode(&first) == Found::Foreign {
                 return Err(Error::Device(format!(
                     "{} holds data that is not a small-object tier; refusing to overwrite it",
                     path.display()
@@ -115,13 +119,15 @@ impl SmallSets {
         Self::with_device(Arc::new(dev), cfg)
     }
 
-    /// A tier over `dev` (whole 4 KiB pages of it are sets), e.g. a `MemoryDevice` in tests.
+    /// A tier over `dev` (page 0 its superblock, whole 4 KiB pages after it sets), e.g. a
+    /// `MemoryDevice` in tests. Refuses a device whose page 0 is foreign; adopts the pages of
+    /// a clean stop; marks the device in use (durably) before returning.
     pub fn with_device(dev: Arc<dyn Device>, cfg: SmallConfig) -> Result<Self, Error> {
-        let sets = u32::try_from(dev.len() / SET_BYTES as u64)
+        let sets = u32::try_from((dev.len() / SET_BYTES as u64).saturating_sub(1))
             .map_err(|_| Error::Config("more than 2^32 sets".into()))?;
         if sets == 0 {
             return Err(Error::Device(format!(
-                "{} is smaller than one set",
+                "{} is smaller than a superblock and one set",
                 dev.name()
             )));
         }
@@ -130,6 +136,7 @@ impl SmallSets {
                 "batch_sets must be ≥ 1 and staging_bytes ≥ 64 KiB".into(),
             ));
         }
+        let opening = recover::open_device(&*dev, sets)?;
         let stats = Arc::new(FlashStats::default());
         let exec: Box<dyn Executor> = match dev.raw_fd() {
             Some(_) => match UringExecutor::new(vec![dev.clone()], 256, 1, stats.clone()) {
@@ -141,11 +148,12 @@ impl SmallSets {
             },
             None => Box::new(PsyncExecutor::new(vec![dev.clone()], 4, stats)),
         };
-        let inner = Arc::new(Inner {
+        let mut inner = Inner {
             dev_name: dev.name().to_string(),
+            dev,
             exec,
             sets,
-            generation: AtomicU64::new(fresh_generation()),
+            generation: AtomicU64::new(opening.generation),
             summaries: Summaries::new(sets),
             staging: Staging::default(),
             cfg,
@@ -154,7 +162,26 @@ impl SmallSets {
             wake_cv: Condvar::new(),
             closed: AtomicBool::new(false),
             merging: Mutex::new(()),
-        });
+            sealed: AtomicBool::new(false),
+            header: Mutex::new(HeaderState::default()),
+            recovered: Recovered::default(),
+        };
+        let started = (|| {
+            if let Some(sb) = &opening.adopted {
+                inner.recovered = recover::scan(&inner, sb)?;
+                log::info!(
+                    "small tier {}: clean restart, {} items kept",
+                    inner.dev_name,
+                    inner.recovered.items
+                );
+            }
+            recover::begin(&inner)
+        })();
+        if let Err(e) = started {
+            inner.exec.shutdown();
+            return Err(e);
+        }
+        let inner = Arc::new(inner);
         let t = {
             let inner = inner.clone();
             std::thread::Builder::new()
@@ -167,6 +194,34 @@ impl SmallSets {
         })
     }
 
+    /// A clean stop: merge everything staged into the pages, sync them, and mark the
+    /// superblock clean with `last_cas` (the cache's CAS counter) and `flush_at` (its
+    /// delayed `flush_all`, if any), so the next open serves these items again. Call it once
+    /// nothing else changes the tier; a change after it (or a `flush_all`) marks the
+    /// superblock open again. On an error the superblock stays open: the next open starts
+    /// empty. Idempotent. The flusher thread stops when the handle is dropped.
+    pub fn close(&self, last_cas: u64, flush_at: Option<u32>) -> Result<(), Error> {
+        recover::close(&self.inner, last_cas, flush_at)
+    }
+
+    /// True once [`Self::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.inner.sealed.load(Relaxed)
+    }
+
+    /// The cache's state changed in a way the clean superblock does not record (a delayed
+    /// `flush_all` after close): mark it open, so the next open starts empty. Does nothing
+    /// before close.
+    pub fn changed_after_close(&self) {
+        recover::after_change(&self.inner);
+    }
+
+    /// What this open found: whether the pages of a clean stop were adopted, how many
+    /// items, and the CAS counter and delayed `flush_all` the cache must continue from.
+    pub fn recovered(&self) -> Recovered {
+        self.inner.recovered
+    }
+
     /// Merge everything staged now and wait (tests, tools).
     pub fn flush_staged(&self) {
         crate::flusher::drain(&self.inner);
@@ -176,14 +231,6 @@ impl SmallSets {
     pub fn sets(&self) -> u32 {
         self.inner.sets
     }
-}
-
-/// A generation no earlier run used (nanoseconds since the epoch, never 0).
-fn fresh_generation() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_nanos() as u64);
-    t | 1
 }
 
 impl Drop for SmallSets {
@@ -219,6 +266,7 @@ impl SmallStore for SmallSets {
             i.kick();
             return false;
         }
+        recover::after_change(i);
         Counters::add(&i.counters.inserts, 1);
         Counters::add(&i.counters.bytes_stored, value.len() as u64);
         if i.staging.bytes() > i.cfg.staging_bytes {
@@ -237,6 +285,7 @@ impl SmallStore for SmallSets {
         if staged.is_some() || i.summaries.may_hold(set, hash) {
             if staged != Some(Change::Delete) {
                 i.staging.stage(set, hash, key, Change::Delete, u64::MAX);
+                recover::after_change(i);
                 Counters::add(&i.counters.deletes, 1);
             }
             if i.staging.bytes() > i.cfg.staging_bytes {
@@ -326,6 +375,7 @@ impl SmallStore for SmallSets {
         i.summaries.clear();
         i.counters.items.store(0, Relaxed);
         i.counters.sets_used.store(0, Relaxed);
+        recover::after_change(i);
     }
 
     fn stats(&self) -> Vec<(String, String)> {

@@ -31,7 +31,8 @@ fn block_on<F: Future>(f: F) -> F::Output {
 }
 
 fn tier(sets: u64) -> SmallSets {
-    let dev = Arc::new(MemoryDevice::new("small", sets * 4096));
+    // Page 0 is the superblock.
+    let dev = Arc::new(MemoryDevice::new("small", (sets + 1) * 4096));
     let cfg = SmallConfig {
         staging_bytes: 64 << 10,
         batch_sets: 4,
