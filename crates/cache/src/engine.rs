@@ -152,10 +152,7 @@ impl Cache {
         // A small tier kept from a clean stop continues its CAS counter and delayed
         // `flush_all` too (the later of two flush times covers more: never a flushed item).
         let (last_cas, flush_at) = match small.recovered() {
-            Some(r) => (
-                last_cas.max(r.last_cas),
-                flush_at.max(r.flush_at),
-            ),
+            Some(r) => (last_cas.max(r.last_cas), flush_at.max(r.flush_at)),
             None => (last_cas, flush_at),
         };
         let core = Arc::new(Core {

@@ -20,7 +20,9 @@ const BATCH: u32 = 200;
 fn value(key: u32, version: u32) -> Vec<u8> {
     let len = 20 + (key as usize * 31 + version as usize * 7) % 170;
     let seed = key as usize * 131 + version as usize;
-    (0..len).map(|j| b'a' + ((seed + j * 7) % 26) as u8).collect()
+    (0..len)
+        .map(|j| b'a' + ((seed + j * 7) % 26) as u8)
+        .collect()
 }
 
 fn key(k: u32) -> String {
@@ -70,7 +72,11 @@ fn delete_all(c: &mut TcpStream, model: &mut Model, keys: impl IntoIterator<Item
 /// The version served for `k` (its flags), its bytes checked; `None` on a miss.
 fn served(c: &mut TcpStream, k: u32) -> Option<u32> {
     let (flags, body) = get_flags_value(c, &key(k))?;
-    assert!(body == value(k, flags), "{}: wrong bytes for version {flags}", key(k));
+    assert!(
+        body == value(k, flags),
+        "{}: wrong bytes for version {flags}",
+        key(k)
+    );
     Some(flags)
 }
 
@@ -126,7 +132,10 @@ fn clean_restart_keeps_every_key(flash: bool) {
     let mut model = Model::new();
     churn(&mut c, &mut model, 0);
     let inserts = small_stat(&mut c, "small_inserts");
-    assert!(inserts > u64::from(N / 4), "{inserts} items went to the small tier");
+    assert!(
+        inserts > u64::from(N / 4),
+        "{inserts} items went to the small tier"
+    );
     let status = server
         .terminate(Duration::from_secs(60))
         .expect("exited in time");
@@ -149,7 +158,12 @@ fn clean_restart_keeps_every_key(flash: bool) {
     let server = Server::start(&a);
     let mut c = server.connect();
     for (k, want) in &model {
-        assert_eq!(served(&mut c, *k), *want, "{} after a second SIGTERM", key(*k));
+        assert_eq!(
+            served(&mut c, *k),
+            *want,
+            "{} after a second SIGTERM",
+            key(*k)
+        );
     }
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
@@ -204,7 +218,10 @@ fn kill9_never_serves_a_deleted_or_replaced_small_item() {
             }
         }
     }
-    println!("kill -9: {kept} of {} small keys served after the restart", model.len());
+    println!(
+        "kill -9: {kept} of {} small keys served after the restart",
+        model.len()
+    );
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }

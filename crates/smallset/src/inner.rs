@@ -3,8 +3,8 @@
 //! own module so the handle, the flusher and the stats all import it and none imports another
 //! back.
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use flashtier_flash::io::{AlignedBuf, Executor, IoOp, IoRequest};

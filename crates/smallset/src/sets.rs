@@ -30,10 +30,10 @@ use crate::config::SmallConfig;
 use crate::format::{self, ItemMeta, Page, SET_BYTES};
 use crate::inner::{key_hash, Inner};
 use crate::recover::{self, HeaderState, Recovered};
-use crate::superblock::{self, Found};
 use crate::staging::{Change, Staging, Stamp};
 use crate::stats::Counters;
 use crate::summary::Summaries;
+use crate::superblock::{self, Found};
 use crate::Error;
 
 /// A small item found by a lookup.

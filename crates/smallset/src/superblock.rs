@@ -124,9 +124,12 @@ pub fn decode(page: &[u8]) -> Found {
         Some(2) => State::Clean,
         _ => return Found::OursUnknown("unknown superblock state"),
     };
-    let (Some(sets), Some(generation), Some(last_cas), Some(flush_at)) =
-        (le32(page, 12), le64(page, 16), le64(page, 24), le32(page, 32))
-    else {
+    let (Some(sets), Some(generation), Some(last_cas), Some(flush_at)) = (
+        le32(page, 12),
+        le64(page, 16),
+        le64(page, 24),
+        le32(page, 32),
+    ) else {
         return Found::OursUnknown("short superblock");
     };
     Found::Ours(Superblock {

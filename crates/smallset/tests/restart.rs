@@ -59,7 +59,10 @@ fn meta(k: u16, version: u64) -> ItemMeta {
 
 fn value(k: u16, version: u64) -> Vec<u8> {
     let mut v = format!("{k}:{version}:").into_bytes();
-    v.resize(10 + (k as usize * 13 + version as usize) % 180, b'a' + (k % 26) as u8);
+    v.resize(
+        10 + (k as usize * 13 + version as usize) % 180,
+        b'a' + (k % 26) as u8,
+    );
     v
 }
 
@@ -306,7 +309,10 @@ fn a_damaged_superblock_starts_fresh_and_a_foreign_device_is_refused() {
     let d: Arc<dyn Device> = foreign.clone();
     let e = SmallSets::with_device(d, cfg()).unwrap_err();
     assert!(e.to_string().contains("not a small-object tier"), "{e}");
-    assert!(foreign.image()[11..].iter().all(|&b| b == 0), "nothing written");
+    assert!(
+        foreign.image()[11..].iter().all(|&b| b == 0),
+        "nothing written"
+    );
 }
 
 #[test]
@@ -318,7 +324,11 @@ fn a_foreign_file_is_refused_untouched() {
     std::fs::write(&path, &bytes).unwrap();
     let e = SmallSets::open(&path, 1 << 20, cfg()).unwrap_err();
     assert!(e.to_string().contains("not a small-object tier"), "{e}");
-    assert_eq!(std::fs::read(&path).unwrap(), bytes, "not grown, not written");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "not grown, not written"
+    );
     // A blank file is formatted, and then reopened as ours.
     let blank = dir.join("blank.bin");
     let t = SmallSets::open(&blank, 1 << 20, cfg()).unwrap();
@@ -328,7 +338,10 @@ fn a_foreign_file_is_refused_untouched() {
     let t = SmallSets::open(&blank, 1 << 20, cfg()).unwrap();
     assert!(t.recovered().clean);
     assert_eq!(
-        block_on(t.lookup(b"k")).unwrap().item.map(|i| i.value.to_vec()),
+        block_on(t.lookup(b"k"))
+            .unwrap()
+            .item
+            .map(|i| i.value.to_vec()),
         Some(b"v".to_vec())
     );
     drop(t);

@@ -326,7 +326,8 @@ mod tests {
         }
         for i in (3..4000u32).step_by(11) {
             let v = Bytes::from(vec![7; 120]);
-            c.set_now(&key(i), ItemWrite::new(v, 100_000 + i, 0)).unwrap();
+            c.set_now(&key(i), ItemWrite::new(v, 100_000 + i, 0))
+                .unwrap();
             want[i as usize] = Some((100_000 + i, 7));
         }
         want
@@ -344,7 +345,10 @@ mod tests {
         let stats: std::collections::HashMap<_, _> =
             c.stats_section("small").unwrap().into_iter().collect();
         assert_eq!(stats["small_restart_clean"], "1");
-        assert!(c.last_cas() >= cas, "CAS values continue above the last run's");
+        assert!(
+            c.last_cas() >= cas,
+            "CAS values continue above the last run's"
+        );
         for (i, w) in want.iter().enumerate() {
             let got = c.get_now(&key(i as u32)).unwrap();
             let got = got.map(|it| (it.flags, it.value[0], it.value.len()));
