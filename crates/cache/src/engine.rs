@@ -149,8 +149,8 @@ impl Cache {
                 return Err(StartError::Small(e));
             }
         };
-        // A small tier kept from a clean stop continues its CAS counter and delayed
-        // `flush_all` too (the later of two flush times covers more: never a flushed item).
+        // A small tier that kept its pages continues its CAS counter and delayed `flush_all`
+        // too (the later of two flush times covers more: never a flushed item).
         let (last_cas, flush_at) = match small.recovered() {
             Some(r) => (last_cas.max(r.last_cas), flush_at.max(r.flush_at)),
             None => (last_cas, flush_at),
@@ -317,7 +317,7 @@ impl Core {
         if at > now {
             self.meta.flush_later(at);
             self.lower.flush(at);
-            self.small.flush_later();
+            self.small.flush_later(at);
             return;
         }
         self.meta.flush_now();

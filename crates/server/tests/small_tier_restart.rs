@@ -1,8 +1,8 @@
 //! The small-object tier across restarts of the real binary (`--small-item-max 200
 //! --small-flash`): after SIGTERM every key is its last value (deleted ones a miss), with
 //! or without the flash log beside it; after `kill -9` no deleted or replaced value comes
-//! back — also when the tier had been kept by a clean restart and its pages still hold the
-//! versions the crashed run replaced.
+//! back although the tier's pages still hold the versions the killed run replaced, and the
+//! sets the killed run did not change are kept.
 mod common;
 use std::collections::HashMap;
 use std::io::Write;
@@ -184,8 +184,8 @@ fn kill9_never_serves_a_deleted_or_replaced_small_item() {
     let dir = scratch_dir("small-kill9");
     let a = args(&dir, false);
     let a: Vec<&str> = a.iter().map(String::as_str).collect();
-    // A clean stop first, so the tier's pages hold round 0's versions when round 1 replaces
-    // and deletes them and the server is killed.
+    // A clean stop first, so the tier's pages hold round 0's versions when the next run
+    // replaces and deletes some of them and is killed.
     let mut server = Server::start(&a);
     let mut c = server.connect();
     let mut model = Model::new();
@@ -196,31 +196,44 @@ fn kill9_never_serves_a_deleted_or_replaced_small_item() {
     let mut c = server.connect();
     assert_eq!(small_stat(&mut c, "small_restart_clean"), 1);
     let before = model.clone();
-    churn(&mut c, &mut model, 1);
+    set_all(
+        &mut c,
+        &mut model,
+        (0..N).filter(|k| k % 10 == 1).map(|k| (k, 12)),
+    );
+    delete_all(&mut c, &mut model, (0..N).filter(|k| k % 10 == 2));
     drop(server); // SIGKILL, no clean shutdown
 
     let server = Server::start(&a);
     let mut c = server.connect();
     assert_eq!(small_stat(&mut c, "small_restart_clean"), 0);
-    let mut kept = 0;
+    assert!(small_stat(&mut c, "small_recovered_dirty_sets") > 0);
+    let (mut kept, mut untouched, mut untouched_kept) = (0, 0, 0);
     for (k, want) in &model {
-        match served(&mut c, *k) {
-            None => {}
-            Some(v) => {
-                assert_eq!(
-                    Some(v),
-                    *want,
-                    "{}: served version {v} after kill -9 (before the crash: {:?} then {want:?})",
-                    key(*k),
-                    before.get(k)
-                );
-                kept += 1;
-            }
+        let got = served(&mut c, *k);
+        if let Some(v) = got {
+            assert_eq!(
+                Some(v),
+                *want,
+                "{}: served version {v} after kill -9 (before the last run: {:?}, then {want:?})",
+                key(*k),
+                before.get(k)
+            );
+            kept += 1;
+        }
+        if k % 10 > 2 && want.is_some() {
+            untouched += 1;
+            untouched_kept += usize::from(got.is_some());
         }
     }
     println!(
-        "kill -9: {kept} of {} small keys served after the restart",
+        "kill -9: {kept} of {} small keys served after the restart; {untouched_kept} of \
+         {untouched} the killed run did not touch",
         model.len()
+    );
+    assert!(
+        untouched_kept * 4 > untouched,
+        "the sets the killed run did not change are kept: {untouched_kept} of {untouched}"
     );
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);

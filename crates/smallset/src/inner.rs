@@ -12,7 +12,8 @@ use flashtier_flash::Device;
 use parking_lot::{Condvar, Mutex};
 
 use crate::config::SmallConfig;
-use crate::format::{page_off, SET_BYTES};
+use crate::dirty::DirtyMap;
+use crate::format::{Layout, SET_BYTES};
 use crate::recover::{HeaderState, Recovered};
 use crate::staging::Staging;
 use crate::stats::Counters;
@@ -27,6 +28,10 @@ pub(crate) struct Inner {
     pub(crate) dev: Arc<dyn Device>,
     pub(crate) exec: Box<dyn Executor>,
     pub(crate) sets: u32,
+    /// Where the superblock, the dirty map and the sets are.
+    pub(crate) layout: Layout,
+    /// Which sets may have staged changes their page lacks (`dirty`).
+    pub(crate) dirty: DirtyMap,
     pub(crate) generation: AtomicU64,
     pub(crate) summaries: Summaries,
     pub(crate) staging: Staging,
@@ -45,6 +50,8 @@ pub(crate) struct Inner {
     pub(crate) header: Mutex<HeaderState>,
     /// What the open found (fixed once the tier is shared).
     pub(crate) recovered: Recovered,
+    /// The machine's boot id at open (written to the superblock while open).
+    pub(crate) boot_id: [u8; 16],
 }
 
 /// The key's 64-bit hash (independent of the cache's index hash).
@@ -69,7 +76,7 @@ impl Inner {
         self.exec.submit(IoRequest {
             op: IoOp::Read {
                 dev: 0,
-                off: page_off(set),
+                off: self.layout.page_off(set),
                 buf: AlignedBuf::zeroed(SET_BYTES),
             },
             done: Box::new(move |r| promise.complete(Ok(r))),
@@ -127,6 +134,10 @@ impl Inner {
                 u8::from(i.recovered.clean).to_string(),
             ),
             ("small_recovered_items", i.recovered.items.to_string()),
+            (
+                "small_recovered_dirty_sets",
+                i.recovered.dirty_sets.to_string(),
+            ),
         ];
         list.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }

@@ -4,14 +4,17 @@
 //! miss costs no read, and one hit bit per entry for RRIP eviction) and a bounded staging
 //! buffer that batches inserts and deletes per set, so one page rewrite carries several.
 //! It knows keys only as bytes; expiry, CAS and flags are the cache's, carried as
-//! [`ItemMeta`]. Restarts: a clean close merges everything staged and marks the superblock
-//! clean, and the next open serves the same items; after a kill it starts empty, never
-//! serving a value a lost staged delete or overwrite had replaced (`recover`).
+//! [`ItemMeta`]. Restarts (`recover`): a clean close merges everything staged and marks the
+//! superblock clean, and the next open serves the same items; after a kill the sets that had
+//! staged changes (the dirty map) are emptied and the rest kept, so no value a lost staged
+//! delete or overwrite had replaced is served; after a power cut it starts empty.
 //!
 //! # Layout
 //! - [`format`]: the set page's byte table, encode and checked decode.
 //! - [`superblock`]: page 0's byte table (generation, clean or open, CAS, `flush_all`).
-//! - `recover`: what an open adopts or discards, and the clean close ([`Recovered`]).
+//! - `dirty`: the dirty map (a byte a set on the device: staged changes its page lacks).
+//! - `recover`: what an open keeps or empties, the clean close, `flush_all`'s record
+//!   ([`Recovered`]).
 //! - `summary`: per-set Bloom filters and hit bits.
 //! - `staging`: the staging buffer (one entry per key, newest wins, stamps).
 //! - `sets`: [`SmallSets`], the tier's handle, and [`SmallStore`], its contract.
@@ -20,6 +23,7 @@
 #![deny(unsafe_code)]
 
 mod config;
+mod dirty;
 pub mod error;
 mod flusher;
 pub mod format;

@@ -6,8 +6,8 @@
 //! A lookup asks the staging buffer (exact), then the set's filter (a "no" costs no read),
 //! then reads the one page. A remove stages a delete whenever a copy may exist (staged, or
 //! the filter says maybe), so no older copy can come back. Restarts (`recover`): after a
-//! clean [`SmallSets::close`] the next open serves the same items; after any other stop it
-//! starts empty (a fresh generation, see `format`), since a staged delete may have been lost.
+//! clean [`SmallSets::close`] the next open serves the same items; after a kill it keeps
+//! every set the dirty map (`dirty`) does not mark; after a power cut it starts empty.
 //!
 //! # Threads
 //! Any caller inserts, removes and looks up; one flusher thread (`flashtier-small`) merges;
@@ -27,7 +27,8 @@ use flashtier_flash::{Device, FileDevice, FlashStats};
 use parking_lot::{Condvar, Mutex};
 
 use crate::config::SmallConfig;
-use crate::format::{self, ItemMeta, Page, SET_BYTES};
+use crate::dirty::DirtyMap;
+use crate::format::{self, ItemMeta, Layout, Page, SET_BYTES};
 use crate::inner::{key_hash, Inner};
 use crate::recover::{self, HeaderState, Recovered};
 use crate::staging::{Change, Staging, Stamp};
@@ -123,20 +124,20 @@ impl SmallSets {
     /// `MemoryDevice` in tests. Refuses a device whose page 0 is foreign; adopts the pages of
     /// a clean stop; marks the device in use (durably) before returning.
     pub fn with_device(dev: Arc<dyn Device>, cfg: SmallConfig) -> Result<Self, Error> {
-        let sets = u32::try_from((dev.len() / SET_BYTES as u64).saturating_sub(1))
-            .map_err(|_| Error::Config("more than 2^32 sets".into()))?;
-        if sets == 0 {
+        let Some(layout) = Layout::of(dev.len() / SET_BYTES as u64) else {
             return Err(Error::Device(format!(
-                "{} is smaller than a superblock and one set",
+                "{} is smaller than a superblock, a dirty map and one set, or holds more than \
+                 2^32 sets",
                 dev.name()
             )));
-        }
+        };
+        let sets = layout.sets;
         if cfg.batch_sets == 0 || cfg.staging_bytes < 64 << 10 {
             return Err(Error::Config(
                 "batch_sets must be ≥ 1 and staging_bytes ≥ 64 KiB".into(),
             ));
         }
-        let opening = recover::open_device(&*dev, sets)?;
+        let opening = recover::open_device(&*dev, &layout)?;
         let stats = Arc::new(FlashStats::default());
         let exec: Box<dyn Executor> = match dev.raw_fd() {
             Some(_) => match UringExecutor::new(vec![dev.clone()], 256, 1, stats.clone()) {
@@ -154,6 +155,9 @@ impl SmallSets {
             exec,
             sets,
             generation: AtomicU64::new(opening.generation),
+            layout,
+            dirty: DirtyMap::new(sets, layout.map_off()),
+            boot_id: opening.boot_id,
             summaries: Summaries::new(sets),
             staging: Staging::default(),
             cfg,
@@ -168,14 +172,24 @@ impl SmallSets {
         };
         let started = (|| {
             if let Some(sb) = &opening.adopted {
-                inner.recovered = recover::scan(&inner, sb)?;
+                inner.recovered = recover::adopt(&inner, sb)?;
+                let r = &inner.recovered;
                 log::info!(
-                    "small tier {}: clean restart, {} items kept",
+                    "small tier {}: {} restart, {} items kept, {} sets emptied",
                     inner.dev_name,
-                    inner.recovered.items
+                    if r.clean { "clean" } else { "unclean" },
+                    r.items,
+                    r.dirty_sets
                 );
             }
-            recover::begin(&inner)
+            let flush_at = inner.recovered.flush_at;
+            recover::begin(&inner, opening.adopted.is_none(), flush_at)?;
+            // Dirty marks become stores to a mapping where the device can map (a file).
+            let map_len = u64::from(layout.map_pages) * SET_BYTES as u64;
+            if let Err(e) = inner.dev.journal_attach(layout.map_off(), map_len) {
+                log::debug!("small tier: dirty map not mapped ({e})");
+            }
+            Ok::<(), Error>(())
         })();
         if let Err(e) = started {
             inner.exec.shutdown();
@@ -209,11 +223,11 @@ impl SmallSets {
         self.inner.sealed.load(Relaxed)
     }
 
-    /// The cache's state changed in a way the clean superblock does not record (a delayed
-    /// `flush_all` after close): mark it open, so the next open starts empty. Does nothing
-    /// before close.
-    pub fn changed_after_close(&self) {
-        recover::after_change(&self.inner);
+    /// A delayed `flush_all` to unix time `at` (items stored until then die then): recorded
+    /// in the superblock before it returns, so a restart that keeps pages judges them by it
+    /// ([`Recovered::flush_at`]).
+    pub fn flush_later(&self, at: u32) {
+        recover::flush_later(&self.inner, at);
     }
 
     /// What this open found: whether the pages of a clean stop were adopted, how many
@@ -259,13 +273,15 @@ impl SmallStore for SmallSets {
             meta,
         };
         let limit = i.cfg.staging_bytes.saturating_mul(2);
-        if !i.staging.stage(set, hash, key, change, limit) {
+        let mark = || i.dirty.mark(&*i.dev, set);
+        if !i.staging.stage_then(set, hash, key, change, limit, mark) {
             // Refused: no older copy may stay visible in its place.
             Counters::add(&i.counters.inserts_refused, 1);
             self.remove(key);
             i.kick();
             return false;
         }
+        recover::check_map(i);
         recover::after_change(i);
         Counters::add(&i.counters.inserts, 1);
         Counters::add(&i.counters.bytes_stored, value.len() as u64);
@@ -284,7 +300,10 @@ impl SmallStore for SmallSets {
         let staged = i.staging.find(set, hash, key);
         if staged.is_some() || i.summaries.may_hold(set, hash) {
             if staged != Some(Change::Delete) {
-                i.staging.stage(set, hash, key, Change::Delete, u64::MAX);
+                let mark = || i.dirty.mark(&*i.dev, set);
+                i.staging
+                    .stage_then(set, hash, key, Change::Delete, u64::MAX, mark);
+                recover::check_map(i);
                 recover::after_change(i);
                 Counters::add(&i.counters.deletes, 1);
             }
@@ -370,12 +389,12 @@ impl SmallStore for SmallSets {
 
     fn clear(&self) {
         let i = &self.inner;
-        i.generation.fetch_add(2, Relaxed);
+        // The new generation is on the device before any staged delete is dropped.
+        recover::next_generation(i);
         i.staging.clear();
         i.summaries.clear();
         i.counters.items.store(0, Relaxed);
         i.counters.sets_used.store(0, Relaxed);
-        recover::after_change(i);
     }
 
     fn stats(&self) -> Vec<(String, String)> {

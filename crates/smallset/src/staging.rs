@@ -128,7 +128,23 @@ impl Staging {
 
     /// Stage `change` for the key, replacing its staged entry. A put is refused (false, the
     /// staged entry kept) when `limit` bytes are already staged.
+    #[cfg(test)]
     pub fn stage(&self, set: u32, hash: u64, key: &[u8], change: Change, limit: u64) -> bool {
+        self.stage_then(set, hash, key, change, limit, || {})
+    }
+
+    /// Stage `change` for the key (replacing its staged entry), running `first` under the set's partition lock before the entry is
+    /// visible (the dirty map's mark, `dirty`). A put is refused (false, the staged entry
+    /// kept, `first` not run) when `limit` bytes are already staged.
+    pub fn stage_then(
+        &self,
+        set: u32,
+        hash: u64,
+        key: &[u8],
+        change: Change,
+        limit: u64,
+        first: impl FnOnce(),
+    ) -> bool {
         let put = matches!(change, Change::Put { .. });
         if put && self.bytes() >= limit {
             return false;
@@ -141,6 +157,7 @@ impl Staging {
         };
         let add = new.bytes();
         let mut part = self.part(set).lock();
+        first();
         let list = part.entry(set).or_default();
         match list.iter_mut().find(|s| s.hash == hash && s.key == key) {
             Some(old) => {
@@ -195,9 +212,18 @@ impl Staging {
 
     /// The page written for `set` included `flushed`: drop those entries that are still the
     /// staged ones (same sequence number).
+    #[cfg(test)]
     pub fn done(&self, set: u32, flushed: &[Staged]) {
+        self.done_then(set, flushed, || {});
+    }
+
+    /// The page written for `set` included `flushed`: drop those entries that are still the
+    /// staged ones (same sequence number); run `emptied` under the set's partition lock when nothing is left
+    /// staged for the set (the dirty map's clear, `dirty`).
+    pub fn done_then(&self, set: u32, flushed: &[Staged], emptied: impl FnOnce()) {
         let mut part = self.part(set).lock();
         let Some(list) = part.get_mut(&set) else {
+            emptied();
             return;
         };
         let before = list.len();
@@ -214,6 +240,7 @@ impl Staging {
             .fetch_sub((before - list.len()) as u64, Relaxed);
         if list.is_empty() {
             part.remove(&set);
+            emptied();
         }
     }
 

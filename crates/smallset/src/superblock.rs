@@ -13,14 +13,17 @@
 //! | 24 | 8 | the cache's last CAS value at the clean stop (0 while open) |
 //! | 32 | 4 | pending delayed `flush_all` time, unix seconds (0 none) |
 //! | 36 | 4 | set page bytes (4096) |
-//! | 40 | … | zero |
+//! | 40 | 4 | dirty-map pages (after this one; the sets follow them) |
+//! | 44 | 16 | boot id of the machine while open (`/proc/sys/kernel/random/boot_id`) |
+//! | 60 | … | zero |
 //!
-//! Why a state and not a journal: the tier stages deletes and overwrites in RAM, so only a
-//! stop that merged every staged entry leaves pages that cannot serve a replaced or deleted
-//! value. The open writes `open` (and syncs) before it accepts a change; a clean close
-//! merges, syncs the pages, then writes `clean` (and syncs). A kill between the two leaves
-//! `open`, and the next open starts a fresh generation. Decoding reads untrusted bytes: no
-//! indexing, no unwrap.
+//! Why a state and a boot id: the tier stages deletes and overwrites in RAM and marks their
+//! set dirty in the dirty map (`dirty`) through the page cache first. A clean close merges
+//! everything, syncs, and writes `clean`: every page is trusted. An `open` superblock of the
+//! same boot was killed (`kill -9`): the page cache kept the dirty map, so every set not
+//! dirty is trusted. An `open` superblock of another boot (a power cut, a kernel crash) may
+//! have lost dirty marks with the page cache: nothing is trusted, a fresh generation starts.
+//! Decoding reads untrusted bytes: no indexing, no unwrap.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
 use crate::format::SET_BYTES;
@@ -32,7 +35,7 @@ pub const VERSION: u16 = 1;
 /// Byte offset of the crc field.
 const CRC_AT: usize = 8;
 /// Bytes of the fields (the rest of the page is zero).
-const FIELDS: usize = 40;
+const FIELDS: usize = 60;
 
 /// Whether the set pages may be trusted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,8 +57,12 @@ pub struct Superblock {
     pub generation: u64,
     /// The cache's last CAS value at the clean stop (new CAS values continue above it).
     pub last_cas: u64,
-    /// A delayed `flush_all` pending (or passed but still judging stored times) at the stop.
+    /// A delayed `flush_all` pending (or passed but still judging stored times).
     pub flush_at: Option<u32>,
+    /// Dirty-map pages.
+    pub map_pages: u32,
+    /// The machine's boot id while the tier was open (zeros: unknown).
+    pub boot_id: [u8; 16],
 }
 
 /// What page 0 holds.
@@ -87,6 +94,8 @@ pub fn encode(sb: &Superblock) -> [u8; SET_BYTES] {
     put(&mut p, 24, &sb.last_cas.to_le_bytes());
     put(&mut p, 32, &sb.flush_at.unwrap_or(0).to_le_bytes());
     put(&mut p, 36, &(SET_BYTES as u32).to_le_bytes());
+    put(&mut p, 40, &sb.map_pages.to_le_bytes());
+    put(&mut p, 44, &sb.boot_id);
     let crc = crc32c::crc32c(&p);
     put(&mut p, CRC_AT, &crc.to_le_bytes());
     p
@@ -124,12 +133,16 @@ pub fn decode(page: &[u8]) -> Found {
         Some(2) => State::Clean,
         _ => return Found::OursUnknown("unknown superblock state"),
     };
-    let (Some(sets), Some(generation), Some(last_cas), Some(flush_at)) = (
+    let (Some(sets), Some(generation), Some(last_cas), Some(flush_at), Some(map_pages)) = (
         le32(page, 12),
         le64(page, 16),
         le64(page, 24),
         le32(page, 32),
+        le32(page, 40),
     ) else {
+        return Found::OursUnknown("short superblock");
+    };
+    let Some(boot_id) = page.get(44..60).and_then(|b| <[u8; 16]>::try_from(b).ok()) else {
         return Found::OursUnknown("short superblock");
     };
     Found::Ours(Superblock {
@@ -138,6 +151,8 @@ pub fn decode(page: &[u8]) -> Found {
         generation,
         last_cas,
         flush_at: (flush_at != 0).then_some(flush_at),
+        map_pages,
+        boot_id,
     })
 }
 
@@ -173,14 +188,20 @@ mod tests {
             any::<u64>(),
             any::<u64>(),
             proptest::option::of(1u32..),
+            any::<u32>(),
+            any::<[u8; 16]>(),
         )
-            .prop_map(|(clean, sets, generation, last_cas, flush_at)| Superblock {
-                state: if clean { State::Clean } else { State::Open },
-                sets,
-                generation,
-                last_cas,
-                flush_at,
-            })
+            .prop_map(
+                |(clean, sets, generation, last_cas, flush_at, map_pages, boot_id)| Superblock {
+                    state: if clean { State::Clean } else { State::Open },
+                    sets,
+                    generation,
+                    last_cas,
+                    flush_at,
+                    map_pages,
+                    boot_id,
+                },
+            )
     }
 
     #[test]
@@ -202,6 +223,8 @@ mod tests {
             generation: 0x1112_1314_1516_1718,
             last_cas: 0x2122_2324_2526_2728,
             flush_at: Some(0x3132_3334),
+            map_pages: 0x4142_4344,
+            boot_id: [0x55; 16],
         });
         assert_eq!(&p[0..4], b"FTSB");
         assert_eq!(&p[4..8], &[1, 0, 2, 0]);
@@ -210,7 +233,9 @@ mod tests {
         assert_eq!(p[24], 0x28);
         assert_eq!(&p[32..36], &[0x34, 0x33, 0x32, 0x31]);
         assert_eq!(&p[36..40], &4096u32.to_le_bytes());
-        assert!(p[40..].iter().all(|&b| b == 0));
+        assert_eq!(&p[40..44], &[0x44, 0x43, 0x42, 0x41]);
+        assert_eq!(&p[44..60], &[0x55; 16]);
+        assert!(p[60..].iter().all(|&b| b == 0));
     }
 
     proptest! {

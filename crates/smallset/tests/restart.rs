@@ -37,9 +37,9 @@ fn cfg() -> SmallConfig {
     }
 }
 
-/// A memory device of `sets` sets (plus the superblock page).
+/// A memory device of `sets` sets (≤ 4096: plus the superblock and one dirty-map page).
 fn device(sets: u64) -> Arc<MemoryDevice> {
-    Arc::new(MemoryDevice::new("small", (sets + 1) * 4096))
+    Arc::new(MemoryDevice::new("small", (sets + 2) * 4096))
 }
 
 fn open(dev: &Arc<MemoryDevice>) -> SmallSets {
@@ -187,17 +187,17 @@ proptest! {
         }
     }
 
-    /// A crash at any moment (a device image taken mid-run): the reopened tier never serves
-    /// a value the model does not hold at that moment — no deleted, replaced or cleared
-    /// value comes back — and it starts fresh.
+    /// A crash at any moment (a device image taken mid-run, reopened on the same boot): the
+    /// reopened tier never serves a value the model does not hold at that moment — no
+    /// deleted, replaced or cleared value comes back.
     #[test]
     fn a_crash_never_serves_a_deleted_or_replaced_value(ops in ops(true)) {
         let dev = device(16);
         let t = open(&dev);
-        let (_, crashes) = run(&t, &dev, &ops);
-        drop(t); // no close: a kill at the end
+        let (model, crashes) = run(&t, &dev, &ops);
         let mut images = crashes;
-        images.push((dev.image(), Model::new()));
+        images.push((dev.image(), model));
+        drop(t); // no close: a kill at the end
         for (image, model) in images {
             let d = Arc::new(MemoryDevice::from_image("crashed", image));
             let t = open(&d);
@@ -231,29 +231,67 @@ proptest! {
 }
 
 #[test]
-fn every_open_marks_the_device_in_use_so_a_crash_after_a_clean_reopen_starts_fresh() {
-    let dev = device(32);
+fn a_kill_keeps_the_sets_with_nothing_staged_and_empties_the_others() {
+    let dev = device(256);
     let t = open(&dev);
-    for k in 0..50 {
+    for k in 0..200 {
         assert!(t.insert(&key(k), &value(k, 1), meta(k, 1)));
     }
-    t.close(50, None).unwrap();
-    t.close(50, None).unwrap(); // idempotent
+    t.close(200, None).unwrap();
+    t.close(200, None).unwrap(); // idempotent
     drop(t);
     let t = open(&dev);
     assert_eq!(stat(&t, "small_restart_clean"), 1);
-    assert_eq!(stat(&t, "small_recovered_items"), 50);
-    assert_eq!(stat(&t, "small_items"), 50);
-    assert_eq!(get(&t, 3), Some((value(3, 1), meta(3, 1))));
-    // Replace and delete without merging, then crash: neither old version may come back.
+    assert_eq!(stat(&t, "small_recovered_items"), 200);
+    assert_eq!(stat(&t, "small_items"), 200);
+    // Replace and delete without merging, then a kill: neither old version may come back;
+    // every set with nothing staged keeps its items.
     assert!(t.insert(&key(3), &value(3, 2), meta(3, 2)));
     t.remove(&key(4));
     drop(t);
     let t = open(&dev);
     assert_eq!(stat(&t, "small_restart_clean"), 0);
-    assert_eq!(stat(&t, "small_recovered_items"), 0);
-    for k in 0..50 {
-        assert_eq!(get(&t, k), None, "key {k} after a crash");
+    let dropped = stat(&t, "small_recovered_dirty_sets");
+    assert!((1..=2).contains(&dropped), "{dropped} dirty sets");
+    assert_eq!(get(&t, 3), None, "its set had a staged change");
+    assert_eq!(get(&t, 4), None, "its set had a staged change");
+    let kept = (0..200).filter(|&k| get(&t, k).is_some()).count();
+    assert!(kept >= 190, "only {kept} of 200 kept");
+    for k in 5..200 {
+        if let Some(got) = get(&t, k) {
+            assert_eq!(got, (value(k, 1), meta(k, 1)));
+        }
+    }
+    // Merged changes are kept by a kill too.
+    assert!(t.insert(&key(3), &value(3, 3), meta(3, 3)));
+    t.remove(&key(5));
+    t.flush_staged();
+    drop(t);
+    let t = open(&dev);
+    assert_eq!(stat(&t, "small_recovered_dirty_sets"), 0);
+    assert_eq!(get(&t, 3), Some((value(3, 3), meta(3, 3))));
+    assert_eq!(get(&t, 5), None);
+}
+
+#[test]
+fn a_flush_all_survives_a_kill() {
+    let dev = device(32);
+    let t = open(&dev);
+    for k in 0..40 {
+        t.insert(&key(k), &value(k, 1), meta(k, 1));
+    }
+    t.flush_staged();
+    t.clear();
+    t.flush_later(1_900_000_000);
+    t.insert(&key(1), &value(1, 2), meta(1, 2));
+    t.flush_staged();
+    drop(t);
+    let t = open(&dev);
+    assert!(t.recovered().kept);
+    assert_eq!(t.recovered().flush_at, Some(1_900_000_000));
+    assert_eq!(get(&t, 1), Some((value(1, 2), meta(1, 2))));
+    for k in 2..40 {
+        assert_eq!(get(&t, k), None);
     }
 }
 

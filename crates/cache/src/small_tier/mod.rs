@@ -10,10 +10,11 @@
 //! under the same lock (`ops`); phase 2 re-checks, under that lock, the stamp phase 1 took
 //! before looking, so a lookup that raced an insert or remove runs again.
 //!
-//! Restarts (docs/eviction.md, "Small objects"): a clean close (`close`) hands the tier the
-//! small RAM items the flash log did not take and closes it cleanly, and the next open serves
-//! them again, continuing the CAS counter and delayed `flush_all` the tier recorded; after a
-//! kill the tier starts empty (a lost staged delete could otherwise bring an old value back).
+//! Restarts (docs/eviction.md, "Small objects"): a clean close (`close`) moves the small RAM
+//! items the flash log did not take to the tier and closes it cleanly, and the next open
+//! serves them again, continuing the CAS counter and delayed `flush_all` the tier recorded;
+//! after a kill the tier keeps the sets that had nothing staged (its dirty map) and empties
+//! the rest, so a lost staged delete or overwrite never brings an old value back.
 //! A RAM version of a small item is not written to the flash log while it is in RAM. Meta
 //! flags of a small item: `stale`/`win` items are not sent to the tier; `fetched` reads
 //! false there.
@@ -150,11 +151,11 @@ impl Small {
         }
     }
 
-    /// A delayed `flush_all` was set: if the tier is already closed, its clean mark no longer
-    /// records the cache's flush time (`SmallSets::changed_after_close`).
-    pub(crate) fn flush_later(&self) {
+    /// A delayed `flush_all` to `at`: the tier records it, so a restart that keeps its pages
+    /// judges them by it (`SmallSets::flush_later`).
+    pub(crate) fn flush_later(&self, at: u32) {
         if let Small::On { sets, .. } = self {
-            sets.changed_after_close();
+            sets.flush_later(at);
         }
     }
 
