@@ -42,7 +42,9 @@ pub(crate) struct Inner {
     pub(crate) wake_cv: Condvar,
     pub(crate) closed: AtomicBool,
     /// Held by a merge from batch taken to staging done: two merges of one set at once
-    /// could write an older page last (the flusher thread and `flush_staged`).
+    /// could write an older page last (the flusher thread and `flush_staged`); and by
+    /// `clear` (`flush_all`), so no batch straddles a generation. Taken before `header` and
+    /// the staging partitions.
     pub(crate) merging: Mutex<()>,
     /// Set by a clean close (`recover::close`): a change after it reopens the superblock.
     pub(crate) sealed: AtomicBool,

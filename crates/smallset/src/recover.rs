@@ -21,8 +21,8 @@
 //!
 //! # Threads
 //! `open_device`, `adopt` and `begin` run in the opening thread before the tier is shared;
-//! the rest on any caller, serialized by `Inner::header`. Lock order: a staging partition,
-//! then `header` is never taken; `header` is never held while taking a partition.
+//! the rest on any caller, serialized by `Inner::header`, which is never held together with a
+//! staging partition (`sets`, "Threads").
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
 use flashtier_flash::io::AlignedBuf;

@@ -12,7 +12,10 @@
 //! # Threads
 //! Any caller inserts, removes and looks up; one flusher thread (`flashtier-small`) merges;
 //! device reads and writes run on a flash-engine executor (io_uring where the device has a
-//! file descriptor, else a psync pool). Locks: the staging partitions only (leaves).
+//! file descriptor, else a psync pool). Locks, in order: the cache's shard lock, `merging` (a
+//! merge, `clear`), then the superblock's `header` or a staging partition (never both at
+//! once), the dirty map's writer last. A staged change's dirty mark is a page-cache write (or a store to a
+//! mapping) under its partition lock; `clear` writes the superblock and waits for a merge.
 use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -389,6 +392,9 @@ impl SmallStore for SmallSets {
 
     fn clear(&self) {
         let i = &self.inner;
+        // No merge in flight: one that took its batch before the new generation and read the
+        // generation after would write flushed entries into the new one.
+        let _no_merge = i.merging.lock();
         // The new generation is on the device before any staged delete is dropped.
         recover::next_generation(i);
         i.staging.clear();
