@@ -99,10 +99,11 @@ impl std::fmt::Debug for SmallSets {
 
 impl SmallSets {
     /// Open (creating or growing) the file at `path` as a tier of `size` bytes (page 0 the
-    /// superblock, the rest sets). A file whose first page is neither zero nor the tier's is
-    /// refused (it holds someone's data), before anything is written to it. After a clean
-    /// stop ([`Self::close`]) of a file of the same size its items are served again
-    /// ([`Self::recovered`]); otherwise the tier starts empty (`recover`).
+    /// superblock, then the dirty map, then the sets). A file whose first page is neither
+    /// zero nor the tier's is refused (it holds someone's data), before anything is written
+    /// to it. After a clean stop ([`Self::close`]) of a file of the same size its items are
+    /// served again; after a kill on this boot, those of every set with nothing staged;
+    /// otherwise the tier starts empty (`recover`, [`Self::recovered`]).
     pub fn open(path: &Path, size: u64, cfg: SmallConfig) -> Result<Self, Error> {
         if let Ok(mut f) = std::fs::File::open(path) {
             let mut first = Vec::with_capacity(SET_BYTES);
@@ -123,9 +124,9 @@ impl SmallSets {
         Self::with_device(Arc::new(dev), cfg)
     }
 
-    /// A tier over `dev` (page 0 its superblock, whole 4 KiB pages after it sets), e.g. a
-    /// `MemoryDevice` in tests. Refuses a device whose page 0 is foreign; adopts the pages of
-    /// a clean stop; marks the device in use (durably) before returning.
+    /// A tier over `dev` (whole 4 KiB pages: superblock, dirty map, sets), e.g. a
+    /// `MemoryDevice` in tests. Refuses a device whose page 0 is foreign; keeps what the
+    /// restart rule allows (`recover`); marks the device in use (durably) before returning.
     pub fn with_device(dev: Arc<dyn Device>, cfg: SmallConfig) -> Result<Self, Error> {
         let Some(layout) = Layout::of(dev.len() / SET_BYTES as u64) else {
             return Err(Error::Device(format!(
@@ -215,8 +216,8 @@ impl SmallSets {
     /// superblock clean with `last_cas` (the cache's CAS counter) and `flush_at` (its
     /// delayed `flush_all`, if any), so the next open serves these items again. Call it once
     /// nothing else changes the tier; a change after it (or a `flush_all`) marks the
-    /// superblock open again. On an error the superblock stays open: the next open starts
-    /// empty. Idempotent. The flusher thread stops when the handle is dropped.
+    /// superblock open again. On an error the superblock stays open: the next open treats
+    /// the stop as a kill. Idempotent. The flusher thread stops when the handle is dropped.
     pub fn close(&self, last_cas: u64, flush_at: Option<u32>) -> Result<(), Error> {
         recover::close(&self.inner, last_cas, flush_at)
     }

@@ -83,7 +83,9 @@ impl Core {
                 log::info!("shutdown: small tier closed cleanly ({moved} RAM items moved to it)")
             }
             Err(e) => {
-                log::error!("shutdown: small tier not closed cleanly ({e}); it restarts empty")
+                log::error!(
+                    "shutdown: small tier not closed cleanly ({e}); a restart treats it as killed"
+                )
             }
         }
         closed.map_err(|e| Error::Small(e.to_string()))
