@@ -293,6 +293,30 @@ mod tests {
         assert_eq!(s.bytes(), 0);
     }
 
+    /// The dirty map's hooks: `first` runs before an entry is visible (not for a refused
+    /// put), `emptied` only when a merge left nothing staged for the set.
+    #[test]
+    fn the_hooks_run_only_when_a_set_starts_or_stops_having_staged_entries() {
+        let s = Staging::default();
+        let mut marks = 0;
+        assert!(s.stage_then(1, 1, b"a", put(b"1"), u64::MAX, || marks += 1));
+        assert!(!s.stage_then(1, 2, b"b", put(b"2"), 0, || marks += 10));
+        assert_eq!(marks, 1);
+        let batch = s.take_batch(1);
+        // Staged while the batch was merged: the set keeps a change its page lacks.
+        assert!(s.stage_then(1, 1, b"a", Change::Delete, u64::MAX, || {}));
+        let mut emptied = false;
+        s.done_then(1, &batch[0].1, || emptied = true);
+        assert!(!emptied, "a newer entry is still staged");
+        let batch = s.take_batch(1);
+        s.done_then(1, &batch[0].1, || emptied = true);
+        assert!(emptied);
+        // A set with nothing staged at all (cleared by flush_all meanwhile) is empty too.
+        let mut again = false;
+        s.done_then(7, &[], || again = true);
+        assert!(again);
+    }
+
     #[test]
     fn done_keeps_what_was_staged_after_the_batch_was_taken() {
         let s = Staging::default();
