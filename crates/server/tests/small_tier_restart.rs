@@ -1,8 +1,8 @@
 //! The small-object tier across restarts of the real binary (`--small-item-max 200
 //! --small-flash`): after SIGTERM every key is its last value (deleted ones a miss), with
-//! or without the flash log beside it; after `kill -9` no deleted or replaced value comes
-//! back although the tier's pages still hold the versions the killed run replaced, and the
-//! sets the killed run did not change are kept.
+//! or without the flash log beside it; after `kill -9` (alone and beside the flash log) no
+//! deleted or replaced value comes back although the tier's pages still hold the versions
+//! the killed run replaced, and the sets the killed run did not change are kept.
 mod common;
 use std::collections::HashMap;
 use std::io::Write;
@@ -181,8 +181,21 @@ fn sigterm_keeps_every_small_item_and_delete_beside_the_flash_log() {
 
 #[test]
 fn kill9_never_serves_a_deleted_or_replaced_small_item() {
-    let dir = scratch_dir("small-kill9");
-    let a = args(&dir, false);
+    kill9_keeps_no_replaced_value(false);
+}
+
+#[test]
+fn kill9_never_serves_a_deleted_or_replaced_small_item_beside_the_flash_log() {
+    kill9_keeps_no_replaced_value(true);
+}
+
+fn kill9_keeps_no_replaced_value(flash: bool) {
+    let dir = scratch_dir(if flash {
+        "small-kill9-flash"
+    } else {
+        "small-kill9"
+    });
+    let a = args(&dir, flash);
     let a: Vec<&str> = a.iter().map(String::as_str).collect();
     // A clean stop first, so the tier's pages hold round 0's versions when the next run
     // replaces and deletes some of them and is killed.
