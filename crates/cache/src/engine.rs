@@ -149,6 +149,12 @@ impl Cache {
                 return Err(StartError::Small(e));
             }
         };
+        // A small tier that kept its pages continues its CAS counter and delayed `flush_all`
+        // too (the later of two flush times covers more: never a flushed item).
+        let (last_cas, flush_at) = match small.recovered() {
+            Some(r) => (last_cas.max(r.last_cas), flush_at.max(r.flush_at)),
+            None => (last_cas, flush_at),
+        };
         let core = Arc::new(Core {
             small,
             slots,
@@ -213,11 +219,14 @@ impl Cache {
         self.core.lower.flash().map(FlashTier::engine)
     }
 
-    /// Record the CAS counter on flash, flush flash and stop its threads (a clean shutdown).
-    /// Idempotent. Later writes fail with
-    /// `Error::Flash`. Without flash, does nothing.
+    /// A clean shutdown: record the CAS counter on flash, flush flash and stop its threads;
+    /// then hand the small-object tier the small RAM items with no flash copy and close it
+    /// cleanly (`small_tier::close`), so a restart serves both. Idempotent. Later writes fail
+    /// with `Error::Flash` (with flash); with neither flash nor the small tier, does nothing.
     pub fn close(&self) -> Result<(), Error> {
-        self.core.lower.close(&*self.core)
+        let lower = self.core.lower.close(&*self.core);
+        let small = self.core.close_small();
+        lower.and(small)
     }
 
     /// The last CAS value handed out (new items get larger ones). After a warm restart it is
@@ -308,6 +317,7 @@ impl Core {
         if at > now {
             self.meta.flush_later(at);
             self.lower.flush(at);
+            self.small.flush_later(at);
             return;
         }
         self.meta.flush_now();

@@ -25,6 +25,9 @@ pub enum Error {
     /// An unknown runtime knob or a value it does not accept (`KvStore::set_knob`); the
     /// text says which and what is accepted. A client error.
     Knob(String),
+    /// The small-object tier could not close cleanly (a merge or the superblock write
+    /// failed): its next open starts empty. Only from [`crate::Cache::close`].
+    Small(String),
     /// Flash refused an append for back-pressure while RAM was evicting for a write: the
     /// write awaits room holding no lock and tries again (`flash_tier::backpressure`). Never
     /// returned by the store's public operations.
@@ -46,6 +49,7 @@ impl fmt::Display for Error {
             Error::OutOfMemory => write!(f, "out of memory storing object"),
             Error::Flash(msg) => write!(f, "flash error: {msg}"),
             Error::FlashBusy => write!(f, "flash busy"),
+            Error::Small(msg) => write!(f, "small-object tier: {msg}"),
             Error::Internal(what) => write!(f, "internal error: {what}"),
             Error::Knob(msg) => write!(f, "{msg}"),
             Error::MemoryLimit {

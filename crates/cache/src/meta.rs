@@ -115,6 +115,12 @@ impl Meta {
         self.flush_at.store(u64::from(at), Relaxed);
     }
 
+    /// The delayed `flush_all` in force (pending, or passed and still judging stored times).
+    pub fn flush_at(&self) -> Option<u32> {
+        let f = self.flush_at.load(Relaxed);
+        (f != NO_FLUSH).then_some(f as u32)
+    }
+
     /// An immediate `flush_all` (its items are removed by the caller): no flush pending.
     pub fn flush_now(&self) {
         self.flush_at.store(NO_FLUSH, Relaxed);

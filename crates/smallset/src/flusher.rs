@@ -12,7 +12,8 @@
 //! Order per set (why no reader sees a missing key): widen the filter with the new page's
 //! keys, write, store the exact filter, then drop the merged entries from staging. A write
 //! that fails keeps them staged (tried again later); the page may then read as corrupt, which
-//! loses its items but never serves an old one.
+//! loses its items but never serves an old one. A set left with nothing staged is marked
+//! clean in the dirty map (`dirty`), under the staging lock.
 //!
 //! # Threads
 //! Runs on the `flashtier-small` thread (or the caller of `drain`), blocking on its own IO.
@@ -78,7 +79,7 @@ fn flush_batch(inner: &Inner) -> bool {
             .iter()
             .map(|(set, _)| IoOp::Read {
                 dev: 0,
-                off: u64::from(*set) * SET_BYTES as u64,
+                off: inner.layout.page_off(*set),
                 buf: AlignedBuf::zeroed(SET_BYTES),
             })
             .collect(),
@@ -105,7 +106,7 @@ fn flush_batch(inner: &Inner) -> bool {
         inner.summaries.widen(*set, filter);
         writes.push(IoOp::Write {
             dev: 0,
-            off: u64::from(*set) * SET_BYTES as u64,
+            off: inner.layout.page_off(*set),
             buf: Arc::new(buf),
         });
         plans.push((*set, staged, filter, old_len, kept.len()));
@@ -133,7 +134,10 @@ fn flush_batch(inner: &Inner) -> bool {
                 c.sets_used.fetch_sub(1, Relaxed);
             }
         }
-        inner.staging.done(set, staged);
+        inner.staging.done_then(set, staged, || {
+            inner.dirty.clear(&*inner.dev, set);
+        });
+        crate::recover::check_map(inner);
     }
     ok
 }

@@ -19,10 +19,14 @@
 //! never holds two versions of a key; the newer version of a key, or its delete, lives in the
 //! staging buffer and shadows the page until the next merge rewrites it.
 //!
-//! Why a generation and not a per-entry sequence: the tier starts empty at every open and
-//! `flush_all` empties it at once; both bump the generation, so an old page (and every key on
-//! it) is dead without being rewritten. Decoding reads untrusted bytes: no indexing, no
-//! unwrap.
+//! Set *i*'s page is page 1 + *m* + *i* of the device ([`Layout`]); page 0 is the
+//! superblock (`superblock`), pages 1..=*m* the dirty map (`dirty`). A page of another generation reads as empty whatever else it holds (its
+//! set index is not checked), so pages of an older layout or run are dead, not corrupt.
+//!
+//! Why a generation and not a per-entry sequence: an open that cannot trust the pages (no
+//! clean stop, `recover`) and `flush_all` both empty the tier at once; both move the
+//! generation on, so an old page (and every key on it) is dead without being rewritten.
+//! Decoding reads untrusted bytes: no indexing, no unwrap.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
 use bytes::Bytes;
@@ -45,6 +49,43 @@ pub const FORMAT_VERSION: u16 = 1;
 pub const RRIP_MAX: u8 = 3;
 /// Byte offset of the crc field.
 const CRC_AT: usize = 12;
+
+/// Set pages one dirty-map page covers (one byte a set, `dirty`).
+pub const SETS_PER_MAP_PAGE: u64 = SET_BYTES as u64;
+
+/// Where things are on a device of `pages` 4 KiB pages: page 0 the superblock, then the
+/// dirty map (one byte a set), then the set pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Set pages.
+    pub sets: u32,
+    /// Dirty-map pages (from page 1).
+    pub map_pages: u32,
+}
+
+impl Layout {
+    /// The layout of a device of `pages` pages (`None`: too small for one set, or more than
+    /// 2^32 sets).
+    pub fn of(pages: u64) -> Option<Self> {
+        let rest = pages.checked_sub(1)?;
+        let map_pages = rest.div_ceil(SETS_PER_MAP_PAGE + 1);
+        let sets = u32::try_from(rest - map_pages).ok()?;
+        (sets > 0).then_some(Self {
+            sets,
+            map_pages: u32::try_from(map_pages).ok()?,
+        })
+    }
+
+    /// Byte offset of the dirty map.
+    pub fn map_off(&self) -> u64 {
+        SET_BYTES as u64
+    }
+
+    /// Byte offset of set `set`'s page.
+    pub fn page_off(&self, set: u32) -> u64 {
+        (1 + u64::from(self.map_pages) + u64::from(set)) * SET_BYTES as u64
+    }
+}
 
 /// What the cache keeps with a small item besides key and value.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -160,11 +201,11 @@ pub fn decode(page: &Bytes, set: u32, generation: u64) -> Page {
     if le16(page, 4) != Some(FORMAT_VERSION) {
         return Page::Corrupt("unknown format version");
     }
-    if le32(page, 8) != Some(set) {
-        return Page::Corrupt("page of another set");
-    }
     if le64(page, 16) != Some(generation) {
         return Page::Empty;
+    }
+    if le32(page, 8) != Some(set) {
+        return Page::Corrupt("page of another set");
     }
     let count = le16(page, 6).unwrap_or(0) as usize;
     let used = le32(page, 24).unwrap_or(0) as usize;
@@ -257,6 +298,23 @@ mod tests {
         let mut p = vec![0u8; SET_BYTES];
         encode(&mut p, set, gen, es).unwrap();
         Bytes::from(p)
+    }
+
+    #[test]
+    fn layouts_fit_their_device() {
+        assert_eq!(Layout::of(1), None);
+        assert_eq!(Layout::of(2), None);
+        assert_eq!(Layout::of(3).unwrap().sets, 1);
+        for pages in [3u64, 100, 4097, 4098, 4099, 8195, 8196, 1 << 18, 1 << 20] {
+            let l = Layout::of(pages).unwrap();
+            let need = u64::from(l.sets).div_ceil(SETS_PER_MAP_PAGE);
+            assert!(u64::from(l.map_pages) >= need, "{pages}: {l:?}");
+            assert_eq!(1 + u64::from(l.map_pages) + u64::from(l.sets), pages);
+            assert_eq!(
+                l.page_off(l.sets - 1) + SET_BYTES as u64,
+                pages * SET_BYTES as u64
+            );
+        }
     }
 
     #[test]

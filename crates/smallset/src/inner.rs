@@ -4,13 +4,17 @@
 //! back.
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use flashtier_flash::io::{AlignedBuf, Executor, IoOp, IoRequest};
+use flashtier_flash::Device;
 use parking_lot::{Condvar, Mutex};
 
 use crate::config::SmallConfig;
-use crate::format::SET_BYTES;
+use crate::dirty::DirtyMap;
+use crate::format::{Layout, SET_BYTES};
+use crate::recover::{HeaderState, Recovered};
 use crate::staging::Staging;
 use crate::stats::Counters;
 use crate::summary::{mix, Summaries};
@@ -19,8 +23,15 @@ use crate::Error;
 /// Shared by the handle and the flusher thread.
 pub(crate) struct Inner {
     pub(crate) dev_name: String,
+    /// The device itself, for the superblock and the open-time scan (synchronous, rare);
+    /// set pages are read and written through `exec`.
+    pub(crate) dev: Arc<dyn Device>,
     pub(crate) exec: Box<dyn Executor>,
     pub(crate) sets: u32,
+    /// Where the superblock, the dirty map and the sets are.
+    pub(crate) layout: Layout,
+    /// Which sets may have staged changes their page lacks (`dirty`).
+    pub(crate) dirty: DirtyMap,
     pub(crate) generation: AtomicU64,
     pub(crate) summaries: Summaries,
     pub(crate) staging: Staging,
@@ -31,8 +42,18 @@ pub(crate) struct Inner {
     pub(crate) wake_cv: Condvar,
     pub(crate) closed: AtomicBool,
     /// Held by a merge from batch taken to staging done: two merges of one set at once
-    /// could write an older page last (the flusher thread and `flush_staged`).
+    /// could write an older page last (the flusher thread and `flush_staged`); and by
+    /// `clear` (`flush_all`), so no batch straddles a generation. Taken before `header` and
+    /// the staging partitions.
     pub(crate) merging: Mutex<()>,
+    /// Set by a clean close (`recover::close`): a change after it reopens the superblock.
+    pub(crate) sealed: AtomicBool,
+    /// What the superblock says, as this process wrote it; held while writing it.
+    pub(crate) header: Mutex<HeaderState>,
+    /// What the open found (fixed once the tier is shared).
+    pub(crate) recovered: Recovered,
+    /// The machine's boot id at open (written to the superblock while open).
+    pub(crate) boot_id: [u8; 16],
 }
 
 /// The key's 64-bit hash (independent of the cache's index hash).
@@ -57,7 +78,7 @@ impl Inner {
         self.exec.submit(IoRequest {
             op: IoOp::Read {
                 dev: 0,
-                off: u64::from(set) * SET_BYTES as u64,
+                off: self.layout.page_off(set),
                 buf: AlignedBuf::zeroed(SET_BYTES),
             },
             done: Box::new(move |r| promise.complete(Ok(r))),
@@ -110,6 +131,15 @@ impl Inner {
             ("small_evictions", g(&c.evictions).to_string()),
             ("small_corrupt_pages", g(&c.corrupt_pages).to_string()),
             ("small_io_errors", g(&c.io_errors).to_string()),
+            (
+                "small_restart_clean",
+                u8::from(i.recovered.clean).to_string(),
+            ),
+            ("small_recovered_items", i.recovered.items.to_string()),
+            (
+                "small_recovered_dirty_sets",
+                i.recovered.dirty_sets.to_string(),
+            ),
         ];
         list.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }

@@ -4,10 +4,17 @@
 //! miss costs no read, and one hit bit per entry for RRIP eviction) and a bounded staging
 //! buffer that batches inserts and deletes per set, so one page rewrite carries several.
 //! It knows keys only as bytes; expiry, CAS and flags are the cache's, carried as
-//! [`ItemMeta`]. Not durable: it starts empty at every open.
+//! [`ItemMeta`]. Restarts (`recover`): a clean close merges everything staged and marks the
+//! superblock clean, and the next open serves the same items; after a kill the sets that had
+//! staged changes (the dirty map) are emptied and the rest kept, so no value a lost staged
+//! delete or overwrite had replaced is served; after a power cut it starts empty.
 //!
 //! # Layout
 //! - [`format`]: the set page's byte table, encode and checked decode.
+//! - [`superblock`]: page 0's byte table (generation, clean or open, CAS, `flush_all`).
+//! - `dirty`: the dirty map (a byte a set on the device: staged changes its page lacks).
+//! - `recover`: what an open keeps or empties, the clean close, `flush_all`'s record
+//!   ([`Recovered`]).
 //! - `summary`: per-set Bloom filters and hit bits.
 //! - `staging`: the staging buffer (one entry per key, newest wins, stamps).
 //! - `sets`: [`SmallSets`], the tier's handle, and [`SmallStore`], its contract.
@@ -16,18 +23,22 @@
 #![deny(unsafe_code)]
 
 mod config;
+mod dirty;
 pub mod error;
 mod flusher;
 pub mod format;
 mod inner;
+mod recover;
 mod sets;
 mod staging;
 mod stats;
 mod summary;
+pub mod superblock;
 
 pub use config::SmallConfig;
 pub use error::Error;
 pub use format::ItemMeta;
+pub use recover::Recovered;
 pub use sets::{Lookup, SmallItem, SmallSets, SmallStore};
 pub use staging::Stamp;
 pub use summary::BYTES_PER_SET;

@@ -5,14 +5,17 @@
 //!
 //! A lookup asks the staging buffer (exact), then the set's filter (a "no" costs no read),
 //! then reads the one page. A remove stages a delete whenever a copy may exist (staged, or
-//! the filter says maybe), so no older copy can come back. The tier is not durable: it
-//! starts empty at every open (a fresh generation, see `format`), and the cache documents
-//! that small items do not survive a restart.
+//! the filter says maybe), so no older copy can come back. Restarts (`recover`): after a
+//! clean [`SmallSets::close`] the next open serves the same items; after a kill it keeps
+//! every set the dirty map (`dirty`) does not mark; after a power cut it starts empty.
 //!
 //! # Threads
 //! Any caller inserts, removes and looks up; one flusher thread (`flashtier-small`) merges;
 //! device reads and writes run on a flash-engine executor (io_uring where the device has a
-//! file descriptor, else a psync pool). Locks: the staging partitions only (leaves).
+//! file descriptor, else a psync pool). Locks, in order: the cache's shard lock, `merging` (a
+//! merge, `clear`), then the superblock's `header` or a staging partition (never both at
+//! once), the dirty map's writer last. A staged change's dirty mark is a page-cache write (or a store to a
+//! mapping) under its partition lock; `clear` writes the superblock and waits for a merge.
 use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -27,11 +30,14 @@ use flashtier_flash::{Device, FileDevice, FlashStats};
 use parking_lot::{Condvar, Mutex};
 
 use crate::config::SmallConfig;
-use crate::format::{self, ItemMeta, Page, SET_BYTES};
+use crate::dirty::DirtyMap;
+use crate::format::{self, ItemMeta, Layout, Page, SET_BYTES};
 use crate::inner::{key_hash, Inner};
+use crate::recover::{self, HeaderState, Recovered};
 use crate::staging::{Change, Staging, Stamp};
 use crate::stats::Counters;
 use crate::summary::Summaries;
+use crate::superblock::{self, Found};
 use crate::Error;
 
 /// A small item found by a lookup.
@@ -92,8 +98,12 @@ impl std::fmt::Debug for SmallSets {
 }
 
 impl SmallSets {
-    /// Open (creating or growing) the file at `path` as a tier of `size` bytes. A file whose
-    /// first page is neither zero nor a set page is refused (it holds someone's data).
+    /// Open (creating or growing) the file at `path` as a tier of `size` bytes (page 0 the
+    /// superblock, then the dirty map, then the sets). A file whose first page is neither
+    /// zero nor the tier's is refused (it holds someone's data), before anything is written
+    /// to it. After a clean stop ([`Self::close`]) of a file of the same size its items are
+    /// served again; after a kill on this boot, those of every set with nothing staged;
+    /// otherwise the tier starts empty (`recover`, [`Self::recovered`]).
     pub fn open(path: &Path, size: u64, cfg: SmallConfig) -> Result<Self, Error> {
         if let Ok(mut f) = std::fs::File::open(path) {
             let mut first = Vec::with_capacity(SET_BYTES);
@@ -101,8 +111,7 @@ impl SmallSets {
                 &mut std::io::Read::take(&mut f, SET_BYTES as u64),
                 &mut first,
             )?;
-            let ours = first.get(..4) == Some(&format::MAGIC.to_le_bytes()[..]);
-            if !ours && first.iter().any(|&b| b != 0) {
+            if superblock::decode(&first) == Found::Foreign {
                 return Err(Error::Device(format!(
                     "{} holds data that is not a small-object tier; refusing to overwrite it",
                     path.display()
@@ -115,21 +124,24 @@ impl SmallSets {
         Self::with_device(Arc::new(dev), cfg)
     }
 
-    /// A tier over `dev` (whole 4 KiB pages of it are sets), e.g. a `MemoryDevice` in tests.
+    /// A tier over `dev` (whole 4 KiB pages: superblock, dirty map, sets), e.g. a
+    /// `MemoryDevice` in tests. Refuses a device whose page 0 is foreign; keeps what the
+    /// restart rule allows (`recover`); marks the device in use (durably) before returning.
     pub fn with_device(dev: Arc<dyn Device>, cfg: SmallConfig) -> Result<Self, Error> {
-        let sets = u32::try_from(dev.len() / SET_BYTES as u64)
-            .map_err(|_| Error::Config("more than 2^32 sets".into()))?;
-        if sets == 0 {
+        let Some(layout) = Layout::of(dev.len() / SET_BYTES as u64) else {
             return Err(Error::Device(format!(
-                "{} is smaller than one set",
+                "{} is smaller than a superblock, a dirty map and one set, or holds more than \
+                 2^32 sets",
                 dev.name()
             )));
-        }
+        };
+        let sets = layout.sets;
         if cfg.batch_sets == 0 || cfg.staging_bytes < 64 << 10 {
             return Err(Error::Config(
                 "batch_sets must be ≥ 1 and staging_bytes ≥ 64 KiB".into(),
             ));
         }
+        let opening = recover::open_device(&*dev, &layout)?;
         let stats = Arc::new(FlashStats::default());
         let exec: Box<dyn Executor> = match dev.raw_fd() {
             Some(_) => match UringExecutor::new(vec![dev.clone()], 256, 1, stats.clone()) {
@@ -141,11 +153,15 @@ impl SmallSets {
             },
             None => Box::new(PsyncExecutor::new(vec![dev.clone()], 4, stats)),
         };
-        let inner = Arc::new(Inner {
+        let mut inner = Inner {
             dev_name: dev.name().to_string(),
+            dev,
             exec,
             sets,
-            generation: AtomicU64::new(fresh_generation()),
+            generation: AtomicU64::new(opening.generation),
+            layout,
+            dirty: DirtyMap::new(sets, layout.map_off()),
+            boot_id: opening.boot_id,
             summaries: Summaries::new(sets),
             staging: Staging::default(),
             cfg,
@@ -154,7 +170,36 @@ impl SmallSets {
             wake_cv: Condvar::new(),
             closed: AtomicBool::new(false),
             merging: Mutex::new(()),
-        });
+            sealed: AtomicBool::new(false),
+            header: Mutex::new(HeaderState::default()),
+            recovered: Recovered::default(),
+        };
+        let started = (|| {
+            if let Some(sb) = &opening.adopted {
+                inner.recovered = recover::adopt(&inner, sb)?;
+                let r = &inner.recovered;
+                log::info!(
+                    "small tier {}: {} restart, {} items kept, {} sets emptied",
+                    inner.dev_name,
+                    if r.clean { "clean" } else { "unclean" },
+                    r.items,
+                    r.dirty_sets
+                );
+            }
+            let flush_at = inner.recovered.flush_at;
+            recover::begin(&inner, opening.adopted.is_none(), flush_at)?;
+            // Dirty marks become stores to a mapping where the device can map (a file).
+            let map_len = u64::from(layout.map_pages) * SET_BYTES as u64;
+            if let Err(e) = inner.dev.journal_attach(layout.map_off(), map_len) {
+                log::debug!("small tier: dirty map not mapped ({e})");
+            }
+            Ok::<(), Error>(())
+        })();
+        if let Err(e) = started {
+            inner.exec.shutdown();
+            return Err(e);
+        }
+        let inner = Arc::new(inner);
         let t = {
             let inner = inner.clone();
             std::thread::Builder::new()
@@ -167,6 +212,34 @@ impl SmallSets {
         })
     }
 
+    /// A clean stop: merge everything staged into the pages, sync them, and mark the
+    /// superblock clean with `last_cas` (the cache's CAS counter) and `flush_at` (its
+    /// delayed `flush_all`, if any), so the next open serves these items again. Call it once
+    /// nothing else changes the tier; a change after it (or a `flush_all`) marks the
+    /// superblock open again. On an error the superblock stays open: the next open treats
+    /// the stop as a kill. Idempotent. The flusher thread stops when the handle is dropped.
+    pub fn close(&self, last_cas: u64, flush_at: Option<u32>) -> Result<(), Error> {
+        recover::close(&self.inner, last_cas, flush_at)
+    }
+
+    /// True once [`Self::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.inner.sealed.load(Relaxed)
+    }
+
+    /// A delayed `flush_all` to unix time `at` (items stored until then die then): recorded
+    /// in the superblock before it returns, so a restart that keeps pages judges them by it
+    /// ([`Recovered::flush_at`]).
+    pub fn flush_later(&self, at: u32) {
+        recover::flush_later(&self.inner, at);
+    }
+
+    /// What this open found: whether the pages of a clean stop were adopted, how many
+    /// items, and the CAS counter and delayed `flush_all` the cache must continue from.
+    pub fn recovered(&self) -> Recovered {
+        self.inner.recovered
+    }
+
     /// Merge everything staged now and wait (tests, tools).
     pub fn flush_staged(&self) {
         crate::flusher::drain(&self.inner);
@@ -176,14 +249,6 @@ impl SmallSets {
     pub fn sets(&self) -> u32 {
         self.inner.sets
     }
-}
-
-/// A generation no earlier run used (nanoseconds since the epoch, never 0).
-fn fresh_generation() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_nanos() as u64);
-    t | 1
 }
 
 impl Drop for SmallSets {
@@ -212,13 +277,16 @@ impl SmallStore for SmallSets {
             meta,
         };
         let limit = i.cfg.staging_bytes.saturating_mul(2);
-        if !i.staging.stage(set, hash, key, change, limit) {
+        let mark = || i.dirty.mark(&*i.dev, set);
+        if !i.staging.stage_then(set, hash, key, change, limit, mark) {
             // Refused: no older copy may stay visible in its place.
             Counters::add(&i.counters.inserts_refused, 1);
             self.remove(key);
             i.kick();
             return false;
         }
+        recover::check_map(i);
+        recover::after_change(i);
         Counters::add(&i.counters.inserts, 1);
         Counters::add(&i.counters.bytes_stored, value.len() as u64);
         if i.staging.bytes() > i.cfg.staging_bytes {
@@ -236,7 +304,11 @@ impl SmallStore for SmallSets {
         let staged = i.staging.find(set, hash, key);
         if staged.is_some() || i.summaries.may_hold(set, hash) {
             if staged != Some(Change::Delete) {
-                i.staging.stage(set, hash, key, Change::Delete, u64::MAX);
+                let mark = || i.dirty.mark(&*i.dev, set);
+                i.staging
+                    .stage_then(set, hash, key, Change::Delete, u64::MAX, mark);
+                recover::check_map(i);
+                recover::after_change(i);
                 Counters::add(&i.counters.deletes, 1);
             }
             if i.staging.bytes() > i.cfg.staging_bytes {
@@ -321,7 +393,11 @@ impl SmallStore for SmallSets {
 
     fn clear(&self) {
         let i = &self.inner;
-        i.generation.fetch_add(2, Relaxed);
+        // No merge in flight: one that took its batch before the new generation and read the
+        // generation after would write flushed entries into the new one.
+        let _no_merge = i.merging.lock();
+        // The new generation is on the device before any staged delete is dropped.
+        recover::next_generation(i);
         i.staging.clear();
         i.summaries.clear();
         i.counters.items.store(0, Relaxed);

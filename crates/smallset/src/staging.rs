@@ -128,7 +128,23 @@ impl Staging {
 
     /// Stage `change` for the key, replacing its staged entry. A put is refused (false, the
     /// staged entry kept) when `limit` bytes are already staged.
+    #[cfg(test)]
     pub fn stage(&self, set: u32, hash: u64, key: &[u8], change: Change, limit: u64) -> bool {
+        self.stage_then(set, hash, key, change, limit, || {})
+    }
+
+    /// Stage `change` for the key (replacing its staged entry), running `first` under the set's partition lock before the entry is
+    /// visible (the dirty map's mark, `dirty`). A put is refused (false, the staged entry
+    /// kept, `first` not run) when `limit` bytes are already staged.
+    pub fn stage_then(
+        &self,
+        set: u32,
+        hash: u64,
+        key: &[u8],
+        change: Change,
+        limit: u64,
+        first: impl FnOnce(),
+    ) -> bool {
         let put = matches!(change, Change::Put { .. });
         if put && self.bytes() >= limit {
             return false;
@@ -141,6 +157,7 @@ impl Staging {
         };
         let add = new.bytes();
         let mut part = self.part(set).lock();
+        first();
         let list = part.entry(set).or_default();
         match list.iter_mut().find(|s| s.hash == hash && s.key == key) {
             Some(old) => {
@@ -195,9 +212,18 @@ impl Staging {
 
     /// The page written for `set` included `flushed`: drop those entries that are still the
     /// staged ones (same sequence number).
+    #[cfg(test)]
     pub fn done(&self, set: u32, flushed: &[Staged]) {
+        self.done_then(set, flushed, || {});
+    }
+
+    /// The page written for `set` included `flushed`: drop those entries that are still the
+    /// staged ones (same sequence number); run `emptied` under the set's partition lock when nothing is left
+    /// staged for the set (the dirty map's clear, `dirty`).
+    pub fn done_then(&self, set: u32, flushed: &[Staged], emptied: impl FnOnce()) {
         let mut part = self.part(set).lock();
         let Some(list) = part.get_mut(&set) else {
+            emptied();
             return;
         };
         let before = list.len();
@@ -214,6 +240,7 @@ impl Staging {
             .fetch_sub((before - list.len()) as u64, Relaxed);
         if list.is_empty() {
             part.remove(&set);
+            emptied();
         }
     }
 
@@ -264,6 +291,30 @@ mod tests {
         s.clear();
         assert!(s.is_empty());
         assert_eq!(s.bytes(), 0);
+    }
+
+    /// The dirty map's hooks: `first` runs before an entry is visible (not for a refused
+    /// put), `emptied` only when a merge left nothing staged for the set.
+    #[test]
+    fn the_hooks_run_only_when_a_set_starts_or_stops_having_staged_entries() {
+        let s = Staging::default();
+        let mut marks = 0;
+        assert!(s.stage_then(1, 1, b"a", put(b"1"), u64::MAX, || marks += 1));
+        assert!(!s.stage_then(1, 2, b"b", put(b"2"), 0, || marks += 10));
+        assert_eq!(marks, 1);
+        let batch = s.take_batch(1);
+        // Staged while the batch was merged: the set keeps a change its page lacks.
+        assert!(s.stage_then(1, 1, b"a", Change::Delete, u64::MAX, || {}));
+        let mut emptied = false;
+        s.done_then(1, &batch[0].1, || emptied = true);
+        assert!(!emptied, "a newer entry is still staged");
+        let batch = s.take_batch(1);
+        s.done_then(1, &batch[0].1, || emptied = true);
+        assert!(emptied);
+        // A set with nothing staged at all (cleared by flush_all meanwhile) is empty too.
+        let mut again = false;
+        s.done_then(7, &[], || again = true);
+        assert!(again);
     }
 
     #[test]

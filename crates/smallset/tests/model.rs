@@ -31,7 +31,8 @@ fn block_on<F: Future>(f: F) -> F::Output {
 }
 
 fn tier(sets: u64) -> SmallSets {
-    let dev = Arc::new(MemoryDevice::new("small", sets * 4096));
+    // Page 0 is the superblock, page 1 the dirty map (up to 4096 sets).
+    let dev = Arc::new(MemoryDevice::new("small", (sets + 2) * 4096));
     let cfg = SmallConfig {
         staging_bytes: 64 << 10,
         batch_sets: 4,

@@ -10,17 +10,24 @@
 //! under the same lock (`ops`); phase 2 re-checks, under that lock, the stamp phase 1 took
 //! before looking, so a lookup that raced an insert or remove runs again.
 //!
-//! Not durable: the tier starts empty at every open (docs/eviction.md, "Small objects"),
-//! and a RAM version of a small item is not written to the flash log while it is in RAM
-//! (a clean shutdown still writes RAM versions to the log). Meta flags of a small item:
-//! `stale`/`win` items are not sent to the tier; `fetched` reads false there.
+//! Restarts (docs/eviction.md, "Small objects"): a clean close (`close`) moves the small RAM
+//! items the flash log did not take to the tier and closes it cleanly, and the next open
+//! serves them again, continuing the CAS counter and delayed `flush_all` the tier recorded;
+//! after a kill the tier keeps the sets that had nothing staged (its dirty map) and empties
+//! the rest, so a lost staged delete or overwrite never brings an old value back.
+//! A RAM version of a small item is not written to the flash log while it is in RAM. Meta
+//! flags of a small item: `stale`/`win` items are not sent to the tier; `fetched` reads
+//! false there.
 //!
 //! # Threads
 //! Any caller; the tier's own locks are leaves below the shard lock.
 pub(crate) mod below;
+mod close;
 pub(crate) mod config;
 
-use flashtier_smallset::{ItemMeta as SmallMeta, SmallItem, SmallSets, SmallStore, Stamp};
+use flashtier_smallset::{
+    ItemMeta as SmallMeta, Recovered, SmallItem, SmallSets, SmallStore, Stamp,
+};
 
 use crate::ram::arena::RecordRef;
 use crate::ram::record::{F_STALE, F_WIN};
@@ -74,20 +81,20 @@ impl Small {
     /// Offer an evicted RAM record: true when the tier took it (the slot then goes). Only a
     /// record with no flash home, no older version on flash and no meta flags qualifies.
     pub(crate) fn take(&self, rec: &RecordRef<'_>, key: &[u8]) -> bool {
-        let Small::On { sets, item_max } = self else {
+        let Small::On { sets, .. } = self else {
+            return false;
+        };
+        self.qualifies(rec) && sets.insert(key, &rec.value(), meta_of(rec))
+    }
+
+    /// True when the tier would keep this record: on, no flash home, no older version on
+    /// flash (it would shadow the tier's copy after a restart), no meta flags, small enough.
+    pub(crate) fn qualifies(&self, rec: &RecordRef<'_>) -> bool {
+        let Small::On { item_max, .. } = self else {
             return false;
         };
         let h = &rec.header;
-        if h.home != 0 || h.rflags & (F_STALE | F_WIN) != 0 || h.vlen as usize > *item_max {
-            return false;
-        }
-        let meta = SmallMeta {
-            flags: h.flags,
-            exptime: h.exptime,
-            stored: h.stored,
-            cas: h.cas,
-        };
-        sets.insert(key, &rec.value(), meta)
+        h.home == 0 && h.rflags & (F_STALE | F_WIN) == 0 && h.vlen as usize <= *item_max
     }
 
     /// True when a new version of `len` value bytes skips the flash log (it goes to the tier
@@ -135,6 +142,23 @@ impl Small {
         }
     }
 
+    /// What the open found (a clean restart's CAS counter and delayed `flush_all`), or
+    /// `None` when the tier is off.
+    pub(crate) fn recovered(&self) -> Option<Recovered> {
+        match self {
+            Small::Off => None,
+            Small::On { sets, .. } => Some(sets.recovered()),
+        }
+    }
+
+    /// A delayed `flush_all` to `at`: the tier records it, so a restart that keeps its pages
+    /// judges them by it (`SmallSets::flush_later`).
+    pub(crate) fn flush_later(&self, at: u32) {
+        if let Small::On { sets, .. } = self {
+            sets.flush_later(at);
+        }
+    }
+
     /// `flush_all` now.
     pub(crate) fn clear(&self) {
         if let Small::On { sets, .. } = self {
@@ -150,6 +174,17 @@ impl Small {
         let mut v = vec![("small_item_max".to_string(), item_max.to_string())];
         v.extend(sets.stats());
         Some(v)
+    }
+}
+
+/// What the tier keeps of a record besides key and value.
+fn meta_of(rec: &RecordRef<'_>) -> SmallMeta {
+    let h = &rec.header;
+    SmallMeta {
+        flags: h.flags,
+        exptime: h.exptime,
+        stored: h.stored,
+        cas: h.cas,
     }
 }
 
@@ -193,7 +228,10 @@ mod tests {
     use crate::{Cache, CacheConfig, ItemWrite, KvStore, Update};
 
     fn cache() -> Cache {
-        let dev = Arc::new(MemoryDevice::new("small", 8 << 20));
+        cache_on(Arc::new(MemoryDevice::new("small", 8 << 20)))
+    }
+
+    fn cache_on(dev: Arc<MemoryDevice>) -> Cache {
         let cfg = CacheConfig::builder()
             .memory_limit(256 << 10)
             .segment_size(64 << 10)
@@ -275,5 +313,73 @@ mod tests {
             None,
             "flush_all empties the tier"
         );
+    }
+
+    /// The version each key must have: (flags, value byte), or `None` when deleted.
+    fn churn(c: &Cache) -> Vec<Option<(u32, u8)>> {
+        fill(c, 4000, 150);
+        c.small_flush_staged();
+        let mut want: Vec<Option<(u32, u8)>> =
+            (0..4000).map(|i| Some((i, (i % 251) as u8))).collect();
+        for i in (0..4000u32).step_by(7) {
+            assert!(c.delete_now(&key(i)));
+            want[i as usize] = None;
+        }
+        for i in (3..4000u32).step_by(11) {
+            let v = Bytes::from(vec![7; 120]);
+            c.set_now(&key(i), ItemWrite::new(v, 100_000 + i, 0))
+                .unwrap();
+            want[i as usize] = Some((100_000 + i, 7));
+        }
+        want
+    }
+
+    #[test]
+    fn a_clean_close_keeps_every_small_item_and_delete_across_a_restart() {
+        let dev = Arc::new(MemoryDevice::new("small", 8 << 20));
+        let c = cache_on(dev.clone());
+        let want = churn(&c);
+        let cas = c.last_cas();
+        c.close().unwrap();
+        drop(c);
+        let c = cache_on(dev);
+        let stats: std::collections::HashMap<_, _> =
+            c.stats_section("small").unwrap().into_iter().collect();
+        assert_eq!(stats["small_restart_clean"], "1");
+        assert!(
+            c.last_cas() >= cas,
+            "CAS values continue above the last run's"
+        );
+        for (i, w) in want.iter().enumerate() {
+            let got = c.get_now(&key(i as u32)).unwrap();
+            let got = got.map(|it| (it.flags, it.value[0], it.value.len()));
+            let w = w.map(|(f, b)| (f, b, if f >= 100_000 { 120 } else { 150 }));
+            assert_eq!(got, w, "key {i} after a clean restart");
+        }
+        let fresh = c
+            .set_now(b"new", ItemWrite::new(Bytes::from_static(b"x"), 0, 0))
+            .unwrap();
+        assert!(fresh > cas);
+    }
+
+    #[test]
+    fn a_crash_never_brings_back_a_deleted_or_replaced_small_item() {
+        let dev = Arc::new(MemoryDevice::new("small", 8 << 20));
+        let c = cache_on(dev.clone());
+        let want = churn(&c);
+        c.small_flush_staged();
+        // What a kill -9 now would leave on the device.
+        let image = dev.image();
+        drop(c);
+        let c = cache_on(Arc::new(MemoryDevice::from_image("crashed", image)));
+        for (i, w) in want.iter().enumerate() {
+            if let Some(it) = c.get_now(&key(i as u32)).unwrap() {
+                assert_eq!(
+                    Some((it.flags, it.value[0])),
+                    *w,
+                    "key {i}: a deleted or replaced value after a crash"
+                );
+            }
+        }
     }
 }

@@ -1,0 +1,376 @@
+//! Surviving restarts without lying: what an open makes of the superblock (`superblock`),
+//! the dirty map (`dirty`) and the set pages, and what a clean close and a `flush_all` write.
+//!
+//! The rule — a page is served after a restart only if no staged change of its set can have
+//! been lost:
+//! - **clean stop** (superblock `clean`: everything staged merged, pages synced): every page
+//!   of the recorded generation is kept;
+//! - **killed** (superblock `open`, same boot id): the dirty map survived in the page cache;
+//!   the sets it marks dirty are emptied (written as zero pages, then marked clean), every
+//!   other page is kept. A set is marked dirty before its first staged change is visible,
+//!   and clean only after a merge left nothing staged for it;
+//! - **anything else** (another boot — a power cut may have lost dirty marks —, an unknown
+//!   boot id, a map write that failed, a resized file, a damaged superblock): a fresh
+//!   generation, every page of the run before reads as empty.
+//!
+//! The generation and the delayed `flush_all` time are written to the superblock before a
+//! `flush_all` returns, so a kill never brings back what it flushed. An adopting open
+//! rebuilds each set's filter from its page (a remove must see every key on flash). A fresh
+//! open writes its superblock before it zeroes the old map (a kill between the two must not
+//! leave the old generation with a clean map).
+//!
+//! # Threads
+//! `open_device`, `adopt` and `begin` run in the opening thread before the tier is shared;
+//! the rest on any caller, serialized by `Inner::header`, which is never held together with a
+//! staging partition (`sets`, "Threads").
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+
+use flashtier_flash::io::AlignedBuf;
+use flashtier_flash::Device;
+
+use crate::format::{self, Layout, Page, SET_BYTES};
+use crate::inner::{key_hash, Inner};
+use crate::summary::filter_of;
+use crate::superblock::{self, Found, State, Superblock};
+use crate::Error;
+
+/// Set pages read per device read while scanning (256 KiB).
+const SCAN_PAGES: u32 = 64;
+
+/// What an open found: whether it kept pages of the run before, and what the cache needs
+/// from that run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// True when the last stop was clean (stat `small_restart_clean`).
+    pub clean: bool,
+    /// True when pages of the run before were kept (a clean stop, or a kill on this boot).
+    pub kept: bool,
+    /// Entries found on the kept pages (stat `small_recovered_items`).
+    pub items: u64,
+    /// Sets emptied because the run before had staged changes for them when it was killed
+    /// (stat `small_recovered_dirty_sets`).
+    pub dirty_sets: u64,
+    /// The largest CAS value the run before recorded or a kept entry carries (new CAS values
+    /// must continue above it); 0 when nothing was kept.
+    pub last_cas: u64,
+    /// The delayed `flush_all` the run before recorded, if any (kept pages only).
+    pub flush_at: Option<u32>,
+}
+
+/// What the superblock says, as this process last wrote it.
+#[derive(Debug, Default)]
+pub(crate) struct HeaderState {
+    /// The superblock on the device says clean.
+    pub clean: bool,
+    /// A change came after close: the superblock says open again.
+    pub reopened: bool,
+    /// The delayed `flush_all` time recorded.
+    pub flush_at: Option<u32>,
+    /// The dirty map cannot be trusted (a write failed): the boot id is written as zeros,
+    /// so the next open after a kill starts fresh.
+    pub distrusted: bool,
+}
+
+/// The superblock's decision at open.
+pub(crate) struct Opening {
+    pub generation: u64,
+    /// The superblock whose pages are kept, if any.
+    pub adopted: Option<Superblock>,
+    /// The machine's boot id now.
+    pub boot_id: [u8; 16],
+}
+
+/// Read page 0 of `dev`: refuse foreign data, keep the pages of a clean stop or of a kill on
+/// this boot (same layout), else pick a fresh generation. Writes nothing.
+pub(crate) fn open_device(dev: &dyn Device, layout: &Layout) -> Result<Opening, Error> {
+    let mut page = AlignedBuf::zeroed(SET_BYTES);
+    dev.read_at(page.as_mut_slice(), 0)?;
+    let boot_id = flashtier_flash::journal::boot_id();
+    let fresh = |after: u64, why: Option<&str>| {
+        if let Some(why) = why {
+            log::warn!("small tier {}: {why}; starting empty", dev.name());
+        }
+        Opening {
+            generation: fresh_generation().max(after.saturating_add(2) | 1),
+            adopted: None,
+            boot_id,
+        }
+    };
+    let opening = match superblock::decode(page.as_slice()) {
+        Found::Foreign => {
+            return Err(Error::Device(format!(
+                "{} holds data that is not a small-object tier; refusing to overwrite it",
+                dev.name()
+            )))
+        }
+        Found::Blank => fresh(0, None),
+        Found::OursUnknown(why) => fresh(0, Some(why)),
+        Found::Ours(sb) if sb.sets != layout.sets || sb.map_pages != layout.map_pages => {
+            fresh(sb.generation, Some("the file was resized"))
+        }
+        Found::Ours(sb) if sb.state == State::Clean => Opening {
+            generation: sb.generation,
+            adopted: Some(sb),
+            boot_id,
+        },
+        Found::Ours(sb) if sb.boot_id == boot_id && boot_id != [0; 16] => {
+            log::warn!(
+                "small tier {}: the last run was killed; keeping the sets it had nothing \
+                 staged for",
+                dev.name()
+            );
+            Opening {
+                generation: sb.generation,
+                adopted: Some(sb),
+                boot_id,
+            }
+        }
+        Found::Ours(sb) => fresh(
+            sb.generation,
+            Some("the last run did not stop cleanly on this boot (or its dirty map failed)"),
+        ),
+    };
+    Ok(opening)
+}
+
+/// A generation no earlier run used (nanoseconds since the epoch, odd).
+fn fresh_generation() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    t | 1
+}
+
+/// Keep the pages of `sb`'s run: empty its dirty sets (zero pages, then clean marks), then
+/// read every other set page to rebuild the filters and the item gauges and find the
+/// largest CAS. Pages that fail their checks read as empty (counted).
+pub(crate) fn adopt(inner: &Inner, sb: &Superblock) -> Result<Recovered, Error> {
+    let generation = inner.generation.load(Relaxed);
+    let layout = &inner.layout;
+    let mut out = Recovered {
+        clean: sb.state == State::Clean,
+        kept: true,
+        items: 0,
+        dirty_sets: 0,
+        last_cas: sb.last_cas,
+        flush_at: sb.flush_at,
+    };
+    // The dirty map, read through the path it was written through.
+    let mut map = vec![0u8; inner.sets as usize];
+    inner.dev.journal_read(&mut map, layout.map_off())?;
+    let zero = AlignedBuf::zeroed(SET_BYTES);
+    for (set, _) in map.iter().enumerate().filter(|(_, &b)| b != 0) {
+        inner
+            .dev
+            .write_at(zero.as_slice(), layout.page_off(set as u32))?;
+        out.dirty_sets += 1;
+    }
+    if out.dirty_sets > 0 {
+        inner.dev.sync()?;
+        for (set, _) in map.iter().enumerate().filter(|(_, &b)| b != 0) {
+            inner
+                .dev
+                .journal_write(&[0], layout.map_off() + set as u64)?;
+        }
+    }
+    let (mut items, mut used) = (0u64, 0u64);
+    let mut first = 0u32;
+    while first < inner.sets {
+        let n = SCAN_PAGES.min(inner.sets - first);
+        let mut buf = AlignedBuf::zeroed(n as usize * SET_BYTES);
+        inner
+            .dev
+            .read_at(buf.as_mut_slice(), layout.page_off(first))?;
+        let bytes = buf.into_bytes();
+        for i in 0..n {
+            let set = first + i;
+            let at = i as usize * SET_BYTES;
+            let page = bytes.slice(at..at + SET_BYTES);
+            let entries = match format::decode(&page, set, generation) {
+                Page::Valid(es) => es,
+                Page::Empty => continue,
+                Page::Corrupt(why) => {
+                    inner.counters.corrupt_pages.fetch_add(1, Relaxed);
+                    log::warn!("small tier: set {set} corrupt at open ({why}); read as empty");
+                    continue;
+                }
+            };
+            if entries.is_empty() {
+                continue;
+            }
+            items += entries.len() as u64;
+            used += 1;
+            for e in &entries {
+                out.last_cas = out.last_cas.max(e.meta.cas);
+            }
+            inner
+                .summaries
+                .store(set, filter_of(entries.iter().map(|e| key_hash(&e.key))));
+        }
+        first += n;
+    }
+    inner.counters.items.store(items, Relaxed);
+    inner.counters.sets_used.store(used, Relaxed);
+    out.items = items;
+    Ok(out)
+}
+
+/// Write `sb` as the superblock; with `sync`, sync the device after (pages written before
+/// included).
+fn write(inner: &Inner, sb: &Superblock, sync: bool) -> Result<(), Error> {
+    let page = superblock::encode(sb);
+    let mut buf = AlignedBuf::zeroed(SET_BYTES);
+    buf.as_mut_slice().copy_from_slice(&page);
+    inner.dev.write_at(buf.as_slice(), 0)?;
+    if sync {
+        inner.dev.sync()?;
+    }
+    Ok(())
+}
+
+/// The superblock of this run while it is in use.
+fn open_block(inner: &Inner, h: &HeaderState) -> Superblock {
+    Superblock {
+        state: State::Open,
+        sets: inner.sets,
+        generation: inner.generation.load(Relaxed),
+        last_cas: 0,
+        flush_at: h.flush_at,
+        map_pages: inner.layout.map_pages,
+        boot_id: if h.distrusted { [0; 16] } else { inner.boot_id },
+    }
+}
+
+/// Mark the device in use (at open, before any change is accepted): the superblock first,
+/// then, for a fresh generation, a clean map (a kill between the two leaves the new
+/// generation with stale dirty marks, which only empty sets already empty).
+pub(crate) fn begin(inner: &Inner, fresh: bool, flush_at: Option<u32>) -> Result<(), Error> {
+    let mut h = inner.header.lock();
+    h.flush_at = flush_at;
+    write(inner, &open_block(inner, &h), true)?;
+    if fresh {
+        let zero = AlignedBuf::zeroed(inner.layout.map_pages as usize * SET_BYTES);
+        inner
+            .dev
+            .write_at(zero.as_slice(), inner.layout.map_off())?;
+        inner.dev.sync()?;
+    }
+    Ok(())
+}
+
+/// `flush_all` now: the next generation, written to the superblock before anything staged
+/// is dropped (`SmallSets::clear` then drops it). Returns the new generation.
+pub(crate) fn next_generation(inner: &Inner) -> u64 {
+    let mut h = inner.header.lock();
+    let next = inner.generation.load(Relaxed).wrapping_add(2);
+    h.flush_at = None;
+    h.clean = false;
+    let sb = Superblock {
+        generation: next,
+        ..open_block(inner, &h)
+    };
+    if let Err(e) = write(inner, &sb, false) {
+        log::error!(
+            "small tier {}: flush_all could not be recorded ({e}); distrusting the device",
+            inner.dev_name
+        );
+        h.distrusted = true;
+    }
+    inner.generation.store(next, Relaxed);
+    next
+}
+
+/// A delayed `flush_all` to unix time `at`: recorded before it returns.
+pub(crate) fn flush_later(inner: &Inner, at: u32) {
+    let mut h = inner.header.lock();
+    h.flush_at = Some(at);
+    if h.clean {
+        h.clean = false;
+        h.reopened = true;
+    }
+    if let Err(e) = write(inner, &open_block(inner, &h), false) {
+        log::error!(
+            "small tier {}: a delayed flush_all could not be recorded ({e})",
+            inner.dev_name
+        );
+    }
+}
+
+/// A clean close: merge everything staged, sync, mark clean. Fails (leaving the superblock
+/// open) when a merge or a write fails. Idempotent.
+pub(crate) fn close(inner: &Inner, last_cas: u64, flush_at: Option<u32>) -> Result<(), Error> {
+    // SeqCst pairs with `after_change`: a change staged before this store is merged below;
+    // one staged after it sees `sealed` and reopens the superblock.
+    inner.sealed.store(true, SeqCst);
+    crate::flusher::drain(inner);
+    let mut h = inner.header.lock();
+    if h.clean || h.reopened {
+        return Ok(());
+    }
+    if !inner.staging.is_empty() {
+        return Err(Error::Device(format!(
+            "{}: {} staged changes could not be merged; their sets restart empty",
+            inner.dev_name,
+            inner.staging.len()
+        )));
+    }
+    if h.distrusted {
+        return Err(Error::Device(format!(
+            "{}: its dirty map failed; the next start begins empty",
+            inner.dev_name
+        )));
+    }
+    h.flush_at = flush_at;
+    inner.dev.sync()?;
+    write(
+        inner,
+        &Superblock {
+            state: State::Clean,
+            last_cas,
+            ..open_block(inner, &h)
+        },
+        true,
+    )?;
+    h.clean = true;
+    Ok(())
+}
+
+/// Called after every change to the tier's contents: after a clean close, put the
+/// superblock back to open (the dirty map then covers the change, as for any open run).
+pub(crate) fn after_change(inner: &Inner) {
+    if inner.sealed.load(SeqCst) {
+        let mut h = inner.header.lock();
+        if !h.clean {
+            return;
+        }
+        h.clean = false;
+        h.reopened = true;
+        if let Err(e) = write(inner, &open_block(inner, &h), true) {
+            log::error!(
+                "small tier {}: a change after close could not reopen the superblock ({e}); \
+                 delete the file before restarting",
+                inner.dev_name
+            );
+        }
+    }
+}
+
+/// After a dirty-map write: if one ever failed, make the superblock's boot id zeros so a
+/// kill restarts empty (the map may lack a mark).
+pub(crate) fn check_map(inner: &Inner) {
+    if !inner.dirty.failed.load(Relaxed) {
+        return;
+    }
+    let mut h = inner.header.lock();
+    if h.distrusted {
+        return;
+    }
+    h.distrusted = true;
+    if let Err(e) = write(inner, &open_block(inner, &h), true) {
+        log::error!(
+            "small tier {}: could not record a failed dirty map ({e}); delete the file \
+             before restarting",
+            inner.dev_name
+        );
+    }
+}

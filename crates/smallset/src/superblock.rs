@@ -1,0 +1,263 @@
+//! The tier's superblock: page 0 of its device, which says whether the set pages after it
+//! may be trusted. Little-endian, self-checking. Byte table (mirrored in docs/format.md,
+//! "Small-object sets"):
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 4 | magic `FTSB` |
+//! | 4 | 2 | format version (1) |
+//! | 6 | 2 | state: 1 open (in use, or stopped uncleanly), 2 clean (closed after a full merge) |
+//! | 8 | 4 | crc32c of the whole page with this field zeroed |
+//! | 12 | 4 | sets (pages after this one) |
+//! | 16 | 8 | generation of the set pages |
+//! | 24 | 8 | the cache's last CAS value at the clean stop (0 while open) |
+//! | 32 | 4 | pending delayed `flush_all` time, unix seconds (0 none) |
+//! | 36 | 4 | set page bytes (4096) |
+//! | 40 | 4 | dirty-map pages (after this one; the sets follow them) |
+//! | 44 | 16 | boot id of the machine while open (`/proc/sys/kernel/random/boot_id`) |
+//! | 60 | … | zero |
+//!
+//! Why a state and a boot id: the tier stages deletes and overwrites in RAM and marks their
+//! set dirty in the dirty map (`dirty`) through the page cache first. A clean close merges
+//! everything, syncs, and writes `clean`: every page is trusted. An `open` superblock of the
+//! same boot was killed (`kill -9`): the page cache kept the dirty map, so every set not
+//! dirty is trusted. An `open` superblock of another boot (a power cut, a kernel crash) may
+//! have lost dirty marks with the page cache: nothing is trusted, a fresh generation starts.
+//! Decoding reads untrusted bytes: no indexing, no unwrap.
+#![deny(clippy::indexing_slicing, clippy::unwrap_used)]
+
+use crate::format::SET_BYTES;
+
+/// `FTSB`, little-endian.
+pub const MAGIC: u32 = u32::from_le_bytes(*b"FTSB");
+/// The superblock format version written.
+pub const VERSION: u16 = 1;
+/// Byte offset of the crc field.
+const CRC_AT: usize = 8;
+/// Bytes of the fields (the rest of the page is zero).
+const FIELDS: usize = 60;
+
+/// Whether the set pages may be trusted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// In use since its last open: an open finding this starts a fresh generation.
+    Open,
+    /// Closed after merging everything staged and syncing the pages: adopt them.
+    Clean,
+}
+
+/// The superblock's fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    /// Open or clean.
+    pub state: State,
+    /// Sets after this page (a file resized since reads as changed: fresh generation).
+    pub sets: u32,
+    /// The set pages' generation.
+    pub generation: u64,
+    /// The cache's last CAS value at the clean stop (new CAS values continue above it).
+    pub last_cas: u64,
+    /// A delayed `flush_all` pending (or passed but still judging stored times).
+    pub flush_at: Option<u32>,
+    /// Dirty-map pages.
+    pub map_pages: u32,
+    /// The machine's boot id while the tier was open (zeros: unknown).
+    pub boot_id: [u8; 16],
+}
+
+/// What page 0 holds.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Found {
+    /// All zero: a blank device (format it).
+    Blank,
+    /// A valid superblock.
+    Ours(Superblock),
+    /// A small tier's page we cannot trust (a damaged superblock, an unknown version, or a
+    /// set page of the layout before superblocks): ours, start fresh.
+    OursUnknown(&'static str),
+    /// Someone else's data: refuse the device.
+    Foreign,
+}
+
+/// Encode `sb` as a whole page.
+pub fn encode(sb: &Superblock) -> [u8; SET_BYTES] {
+    let mut p = [0u8; SET_BYTES];
+    let state: u16 = match sb.state {
+        State::Open => 1,
+        State::Clean => 2,
+    };
+    put(&mut p, 0, &MAGIC.to_le_bytes());
+    put(&mut p, 4, &VERSION.to_le_bytes());
+    put(&mut p, 6, &state.to_le_bytes());
+    put(&mut p, 12, &sb.sets.to_le_bytes());
+    put(&mut p, 16, &sb.generation.to_le_bytes());
+    put(&mut p, 24, &sb.last_cas.to_le_bytes());
+    put(&mut p, 32, &sb.flush_at.unwrap_or(0).to_le_bytes());
+    put(&mut p, 36, &(SET_BYTES as u32).to_le_bytes());
+    put(&mut p, 40, &sb.map_pages.to_le_bytes());
+    put(&mut p, 44, &sb.boot_id);
+    let crc = crc32c::crc32c(&p);
+    put(&mut p, CRC_AT, &crc.to_le_bytes());
+    p
+}
+
+/// Decode page 0 of a device.
+pub fn decode(page: &[u8]) -> Found {
+    if page.iter().all(|&b| b == 0) {
+        return Found::Blank;
+    }
+    let magic = le32(page, 0);
+    if magic == Some(crate::format::MAGIC) {
+        return Found::OursUnknown("a set page where the superblock belongs (older layout)");
+    }
+    if magic != Some(MAGIC) {
+        return Found::Foreign;
+    }
+    if page.len() != SET_BYTES {
+        return Found::OursUnknown("short superblock");
+    }
+    let mut copy = [0u8; SET_BYTES];
+    copy.copy_from_slice(page);
+    put(&mut copy, CRC_AT, &[0; 4]);
+    if le32(page, CRC_AT) != Some(crc32c::crc32c(&copy)) {
+        return Found::OursUnknown("superblock checksum mismatch");
+    }
+    if le16(page, 4) != Some(VERSION) {
+        return Found::OursUnknown("unknown superblock version");
+    }
+    if le32(page, 36) != Some(SET_BYTES as u32) || page.iter().skip(FIELDS).any(|&b| b != 0) {
+        return Found::OursUnknown("unknown superblock layout");
+    }
+    let state = match le16(page, 6) {
+        Some(1) => State::Open,
+        Some(2) => State::Clean,
+        _ => return Found::OursUnknown("unknown superblock state"),
+    };
+    let (Some(sets), Some(generation), Some(last_cas), Some(flush_at), Some(map_pages)) = (
+        le32(page, 12),
+        le64(page, 16),
+        le64(page, 24),
+        le32(page, 32),
+        le32(page, 40),
+    ) else {
+        return Found::OursUnknown("short superblock");
+    };
+    let Some(boot_id) = page.get(44..60).and_then(|b| <[u8; 16]>::try_from(b).ok()) else {
+        return Found::OursUnknown("short superblock");
+    };
+    Found::Ours(Superblock {
+        state,
+        sets,
+        generation,
+        last_cas,
+        flush_at: (flush_at != 0).then_some(flush_at),
+        map_pages,
+        boot_id,
+    })
+}
+
+fn put(dst: &mut [u8], at: usize, bytes: &[u8]) {
+    if let Some(d) = dst.get_mut(at..at + bytes.len()) {
+        d.copy_from_slice(bytes);
+    }
+}
+
+fn le16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn le32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn le64(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::unwrap_used)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn sb() -> impl Strategy<Value = Superblock> {
+        (
+            any::<bool>(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<u64>(),
+            proptest::option::of(1u32..),
+            any::<u32>(),
+            any::<[u8; 16]>(),
+        )
+            .prop_map(
+                |(clean, sets, generation, last_cas, flush_at, map_pages, boot_id)| Superblock {
+                    state: if clean { State::Clean } else { State::Open },
+                    sets,
+                    generation,
+                    last_cas,
+                    flush_at,
+                    map_pages,
+                    boot_id,
+                },
+            )
+    }
+
+    #[test]
+    fn blank_foreign_and_old_layout_pages_are_told_apart() {
+        assert_eq!(decode(&[0; SET_BYTES]), Found::Blank);
+        let mut foreign = [0u8; SET_BYTES];
+        foreign[..8].copy_from_slice(b"\x7fELF\x02\x01\x01\0");
+        assert_eq!(decode(&foreign), Found::Foreign);
+        let mut set_page = vec![0u8; SET_BYTES];
+        crate::format::encode(&mut set_page, 0, 3, &[]).unwrap();
+        assert!(matches!(decode(&set_page), Found::OursUnknown(_)));
+    }
+
+    #[test]
+    fn byte_table_offsets() {
+        let p = encode(&Superblock {
+            state: State::Clean,
+            sets: 0x0102_0304,
+            generation: 0x1112_1314_1516_1718,
+            last_cas: 0x2122_2324_2526_2728,
+            flush_at: Some(0x3132_3334),
+            map_pages: 0x4142_4344,
+            boot_id: [0x55; 16],
+        });
+        assert_eq!(&p[0..4], b"FTSB");
+        assert_eq!(&p[4..8], &[1, 0, 2, 0]);
+        assert_eq!(&p[12..16], &[4, 3, 2, 1]);
+        assert_eq!(p[16], 0x18);
+        assert_eq!(p[24], 0x28);
+        assert_eq!(&p[32..36], &[0x34, 0x33, 0x32, 0x31]);
+        assert_eq!(&p[36..40], &4096u32.to_le_bytes());
+        assert_eq!(&p[40..44], &[0x44, 0x43, 0x42, 0x41]);
+        assert_eq!(&p[44..60], &[0x55; 16]);
+        assert!(p[60..].iter().all(|&b| b == 0));
+    }
+
+    proptest! {
+        /// What is encoded decodes to the same fields.
+        #[test]
+        fn roundtrip(s in sb()) {
+            prop_assert_eq!(decode(&encode(&s)), Found::Ours(s));
+        }
+
+        /// Any flipped byte is never read as a valid superblock (so never as clean): it is
+        /// refused or read as ours-but-unknown, which starts a fresh generation.
+        #[test]
+        fn any_flipped_byte_is_not_trusted(s in sb(), at in 0..SET_BYTES, x in 1u8..) {
+            let mut p = encode(&s);
+            p[at] ^= x;
+            prop_assert!(!matches!(decode(&p), Found::Ours(_) | Found::Blank));
+        }
+
+        /// Arbitrary bytes never panic the decoder.
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..SET_BYTES + 8)) {
+            let _ = decode(&bytes);
+        }
+    }
+}
