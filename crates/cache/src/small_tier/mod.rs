@@ -151,6 +151,15 @@ impl Small {
         }
     }
 
+    /// The tier's CAS ceiling recorder for the cache's counter (`Meta::with_cas_store`), or
+    /// `None` when the tier is off.
+    pub(crate) fn cas_store(&self) -> Option<Box<dyn crate::meta::CasStore>> {
+        match self {
+            Small::Off => None,
+            Small::On { sets, .. } => Some(Box::new(sets.cas_reserver())),
+        }
+    }
+
     /// A delayed `flush_all` to `at`: the tier records it, so a restart that keeps its pages
     /// judges them by it (`SmallSets::flush_later`).
     pub(crate) fn flush_later(&self, at: u32) {
@@ -174,6 +183,12 @@ impl Small {
         let mut v = vec![("small_item_max".to_string(), item_max.to_string())];
         v.extend(sets.stats());
         Some(v)
+    }
+}
+
+impl crate::meta::CasStore for flashtier_smallset::CasReserver {
+    fn reserve(&self, ceiling: u64) -> Result<(), String> {
+        flashtier_smallset::CasReserver::reserve(self, ceiling).map_err(|e| e.to_string())
     }
 }
 
@@ -381,5 +396,48 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// CAS values handed to versions that lived only in RAM die with a kill; the tier's
+    /// recorded CAS ceiling keeps a restart from handing any of them out again.
+    #[test]
+    fn a_crash_never_hands_out_a_cas_value_again() {
+        let dev = Arc::new(MemoryDevice::new("small", 8 << 20));
+        let c = cache_on(dev.clone());
+        // A few items on pages, then newer versions only in RAM (with the largest CAS).
+        fill(&c, 4000, 150);
+        c.small_flush_staged();
+        let mut handed = Vec::new();
+        for i in 0..50u32 {
+            let v = Bytes::from(vec![3; 50]);
+            handed.push(c.set_now(&key(i), ItemWrite::new(v, 0, 0)).unwrap());
+        }
+        let top = *handed.iter().max().unwrap();
+        assert_eq!(top, c.last_cas());
+        // What a kill -9 now would leave on the device.
+        let image = dev.image();
+        drop(c);
+        for round in 0..2 {
+            let c = cache_on(Arc::new(MemoryDevice::from_image("crashed", image.clone())));
+            assert!(c.last_cas() >= top, "round {round}: CAS restarts below {top}");
+            for i in 0..20u32 {
+                let v = Bytes::from(vec![4; 50]);
+                let cas = c.set_now(&key(i), ItemWrite::new(v, 0, 0)).unwrap();
+                assert!(cas > top, "CAS {cas} handed out before the crash too");
+            }
+        }
+        // Also when the kill lands on a fresh start (nothing kept): the ceiling is read from
+        // any superblock of ours.
+        let mut blank_pages = image.clone();
+        let c = cache_on(Arc::new(MemoryDevice::from_image("crashed", image)));
+        let cas = c
+            .set_now(b"x", ItemWrite::new(Bytes::from_static(b"x"), 0, 0))
+            .unwrap();
+        assert!(cas > top);
+        drop(c);
+        blank_pages.truncate(4096);
+        blank_pages.resize(8 << 20, 0);
+        let c = cache_on(Arc::new(MemoryDevice::from_image("crashed", blank_pages)));
+        assert!(c.last_cas() >= top, "only the superblock survived: still above");
     }
 }
