@@ -267,6 +267,12 @@ impl SmallSets {
     pub fn sets(&self) -> u32 {
         self.inner.sets
     }
+
+    /// Keys a lookup would find: exact when nothing is staged, else an estimate (stat
+    /// `small_live_items_estimate`, docs/stats.md).
+    pub fn live_items_estimate(&self) -> u64 {
+        self.inner.live_items_estimate()
+    }
 }
 
 /// Reserves CAS values in the tier's superblock ([`SmallSets::reserve_cas`]).
