@@ -97,7 +97,11 @@ pub(crate) async fn small(core: &Core, part: usize) -> Vec<ItemInfo> {
     let now = core.cfg.clock.now();
     listed
         .into_iter()
-        .filter(|l| !core.meta.dead_at(l.item.meta.exptime, l.item.meta.stored, now))
+        .filter(|l| {
+            !core
+                .meta
+                .dead_at(l.item.meta.exptime, l.item.meta.stored, now)
+        })
         .map(|l| {
             let value_len = l.item.value.len() as u32;
             ItemInfo {

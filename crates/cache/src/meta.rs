@@ -239,13 +239,16 @@ mod tests {
     #[test]
     fn no_cas_value_is_handed_out_above_the_recorded_ceiling() {
         let log = Arc::new(Mutex::new(Vec::new()));
-        let meta = Meta::new(Clock::system(), 16, 7, None)
-            .with_cas_store(Box::new(Recorded(log.clone())));
+        let meta =
+            Meta::new(Clock::system(), 16, 7, None).with_cas_store(Box::new(Recorded(log.clone())));
         let n = 2 * CAS_BLOCK + 5;
         for _ in 0..n {
             let cas = meta.cas_for(CasMode::New, None);
             let recorded = log.lock().last().copied().unwrap_or(0);
-            assert!(cas <= recorded, "CAS {cas} handed out above ceiling {recorded}");
+            assert!(
+                cas <= recorded,
+                "CAS {cas} handed out above ceiling {recorded}"
+            );
         }
         // One page write per block, not per value.
         assert_eq!(log.lock().len(), 3);

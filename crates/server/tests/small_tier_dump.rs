@@ -122,7 +122,13 @@ fn cas_of(c: &mut TcpStream, n: u32) -> Vec<u64> {
             .expect("write");
         let reply = String::from_utf8_lossy(&read_until(c, b"END\r\n")).to_string();
         if let Some(line) = reply.lines().find(|l| l.starts_with("VALUE ")) {
-            out.push(line.split_whitespace().nth(4).expect("cas").parse().expect("cas"));
+            out.push(
+                line.split_whitespace()
+                    .nth(4)
+                    .expect("cas")
+                    .parse()
+                    .expect("cas"),
+            );
         }
     }
     out
@@ -149,7 +155,10 @@ fn kill9_never_hands_out_a_cas_value_again() {
     let sets: Vec<Vec<u8>> = (0..100).map(|k| set_req(k, 40)).collect();
     pipelined(&mut c, &sets);
     for cas in cas_of(&mut c, 100) {
-        assert!(cas > top, "CAS {cas} was handed out before the kill (up to {top})");
+        assert!(
+            cas > top,
+            "CAS {cas} was handed out before the kill (up to {top})"
+        );
     }
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);

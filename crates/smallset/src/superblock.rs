@@ -206,15 +206,17 @@ mod tests {
             any::<u64>(),
         )
             .prop_map(
-                |(clean, sets, generation, last_cas, flush_at, map_pages, boot_id, cas_ceiling)| Superblock {
-                    state: if clean { State::Clean } else { State::Open },
-                    sets,
-                    generation,
-                    last_cas,
-                    flush_at,
-                    map_pages,
-                    boot_id,
-                    cas_ceiling,
+                |(clean, sets, generation, last_cas, flush_at, map_pages, boot_id, cas_ceiling)| {
+                    Superblock {
+                        state: if clean { State::Clean } else { State::Open },
+                        sets,
+                        generation,
+                        last_cas,
+                        flush_at,
+                        map_pages,
+                        boot_id,
+                        cas_ceiling,
+                    }
                 },
             )
     }

@@ -464,7 +464,11 @@ fn a_cas_ceiling_survives_every_kind_of_stop() {
     let killed = dev.image();
     drop(t);
     let t = open(&Arc::new(MemoryDevice::from_image("k", killed)));
-    assert_eq!(t.recovered().last_cas, 1_000, "a kill continues above the ceiling");
+    assert_eq!(
+        t.recovered().last_cas,
+        1_000,
+        "a kill continues above the ceiling"
+    );
     drop(t);
     // A clean close with a smaller counter keeps the ceiling; one raised after close too.
     let dev = device(64);

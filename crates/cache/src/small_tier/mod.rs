@@ -443,7 +443,10 @@ mod tests {
         drop(c);
         for round in 0..2 {
             let c = cache_on(Arc::new(MemoryDevice::from_image("crashed", image.clone())));
-            assert!(c.last_cas() >= top, "round {round}: CAS restarts below {top}");
+            assert!(
+                c.last_cas() >= top,
+                "round {round}: CAS restarts below {top}"
+            );
             for i in 0..20u32 {
                 let v = Bytes::from(vec![4; 50]);
                 let cas = c.set_now(&key(i), ItemWrite::new(v, 0, 0)).unwrap();
@@ -462,7 +465,10 @@ mod tests {
         blank_pages.truncate(4096);
         blank_pages.resize(8 << 20, 0);
         let c = cache_on(Arc::new(MemoryDevice::from_image("crashed", blank_pages)));
-        assert!(c.last_cas() >= top, "only the superblock survived: still above");
+        assert!(
+            c.last_cas() >= top,
+            "only the superblock survived: still above"
+        );
     }
 
     /// Every live key of the cache, counted in the dumps (all parts).
@@ -478,7 +484,12 @@ mod tests {
 
     fn small_stat(c: &Cache, name: &str) -> u64 {
         let s = c.stats_section("small").unwrap();
-        s.into_iter().find(|(k, _)| k == name).unwrap().1.parse().unwrap()
+        s.into_iter()
+            .find(|(k, _)| k == name)
+            .unwrap()
+            .1
+            .parse()
+            .unwrap()
     }
 
     /// The dumps list every live small item exactly once and no deleted, replaced, expired
@@ -502,7 +513,11 @@ mod tests {
             for k in &live {
                 assert_eq!(seen.get(k), Some(&1), "merged {merged}: {k:?} listed once");
             }
-            assert_eq!(seen.len(), live.len(), "merged {merged}: nothing deleted listed");
+            assert_eq!(
+                seen.len(),
+                live.len(),
+                "merged {merged}: nothing deleted listed"
+            );
             assert!(small_stat(&c, "small_items") > 0, "the tier holds items");
         }
         let est = small_stat(&c, "small_live_items_estimate");
