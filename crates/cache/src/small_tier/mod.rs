@@ -14,7 +14,10 @@
 //! items the flash log did not take to the tier and closes it cleanly, and the next open
 //! serves them again, continuing the CAS counter and delayed `flush_all` the tier recorded;
 //! after a kill the tier keeps the sets that had nothing staged (its dirty map) and empties
-//! the rest, so a lost staged delete or overwrite never brings an old value back.
+//! the rest, so a lost staged delete or overwrite never brings an old value back. The
+//! cache's CAS counter records a ceiling in the tier's superblock a block ahead
+//! (`Meta::with_cas_store`), so no CAS value handed out before a kill is handed out again.
+//! The dumps list the tier's items after the index's (`dump::small`).
 //! A RAM version of a small item is not written to the flash log while it is in RAM. Meta
 //! flags of a small item: `stale`/`win` items are not sent to the tier; `fetched` reads
 //! false there.
