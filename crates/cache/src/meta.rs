@@ -135,7 +135,8 @@ impl Meta {
 
     /// Record a ceiling at least `cas` + [`CAS_BLOCK`] before `cas` is handed out. A failed
     /// record is logged and the value handed out anyway (a write must not fail for it); the
-    /// next value past the old ceiling tries again.
+    /// first value past the block tries again (one page write a block, even on a failing
+    /// device).
     #[cold]
     fn raise_ceiling(&self, cas: u64) {
         let Some(store) = &self.cas_store else {
@@ -146,13 +147,13 @@ impl Meta {
             return;
         }
         let next = cas.saturating_add(CAS_BLOCK);
-        match store.reserve(next) {
-            Ok(()) => self.ceiling.store(next, Release),
-            Err(e) => log::error!(
+        if let Err(e) = store.reserve(next) {
+            log::error!(
                 "CAS ceiling {next} not recorded ({e}); a restart after a kill may reuse CAS \
                  values"
-            ),
+            );
         }
+        self.ceiling.store(next, Release);
     }
 
     /// The CAS ceiling recorded (`u64::MAX` without a store).
@@ -256,6 +257,28 @@ mod tests {
         // Kept or explicit CAS values need no reservation.
         assert_eq!(meta.cas_for(CasMode::Keep, Some(3)), 3);
         assert_eq!(log.lock().len(), 3);
+    }
+
+    /// A store that always fails.
+    #[derive(Debug)]
+    struct Failing(Arc<Mutex<u64>>);
+
+    impl CasStore for Failing {
+        fn reserve(&self, _: u64) -> Result<(), String> {
+            *self.0.lock() += 1;
+            Err("device failed".into())
+        }
+    }
+
+    #[test]
+    fn a_failing_store_is_tried_once_a_block_and_values_still_handed_out() {
+        let tries = Arc::new(Mutex::new(0));
+        let meta = Meta::new(Clock::system(), 16, 0, None)
+            .with_cas_store(Box::new(Failing(tries.clone())));
+        for want in 1..=CAS_BLOCK + 2 {
+            assert_eq!(meta.cas_for(CasMode::New, None), want);
+        }
+        assert_eq!(*tries.lock(), 2);
     }
 
     #[test]
