@@ -5,6 +5,12 @@
 //! and store time). A flash record that no longer verifies or is not a live item (moved,
 //! overwritten, reclaimed meanwhile) is left out: a dump is a snapshot, not a transaction.
 //!
+//! The small-object tier's items have no index slot: they are listed after the shards, a
+//! range of sets a part (`small`), each set's page read once; the tier's staged state
+//! shadows its pages, and expiry and `flush_all` are judged here as for the other tiers. A
+//! key the tier holds has no index slot (`small_tier`'s invariant), so no key is listed
+//! twice.
+//!
 //! Threads: the caller's task; takes one shard lock at a time and never holds it across IO.
 use bytes::Bytes;
 
@@ -82,4 +88,32 @@ fn flash_info(meta: &Meta, rec: &flashtier_flash::Record, freq: u8, now: u32) ->
         size: HEADER + rec.key.len() as u32 + value_len,
         flash_only: true,
     })
+}
+
+/// The live items of the small tier's dump part `part` (see the module docs). A page entry
+/// is `flash_only` (class 2); a staged one is in RAM (class 1).
+pub(crate) async fn small(core: &Core, part: usize) -> Vec<ItemInfo> {
+    let listed = core.small.dump_part(part).await;
+    let now = core.cfg.clock.now();
+    listed
+        .into_iter()
+        .filter(|l| {
+            !core
+                .meta
+                .dead_at(l.item.meta.exptime, l.item.meta.stored, now)
+        })
+        .map(|l| {
+            let value_len = l.item.value.len() as u32;
+            ItemInfo {
+                size: HEADER + l.key.len() as u32 + value_len,
+                key: l.key,
+                exptime: l.item.meta.exptime,
+                last_access: l.item.meta.stored,
+                cas: l.item.meta.cas,
+                fetched: false,
+                value_len,
+                flash_only: !l.staged,
+            }
+        })
+        .collect()
 }

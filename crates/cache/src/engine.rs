@@ -155,12 +155,16 @@ impl Cache {
             Some(r) => (last_cas.max(r.last_cas), flush_at.max(r.flush_at)),
             None => (last_cas, flush_at),
         };
+        let mut meta = Meta::new(cfg.clock.clone(), 2 * cfg.ghost_len(), last_cas, flush_at);
+        if let Some(store) = small.cas_store() {
+            meta = meta.with_cas_store(store);
+        }
         let core = Arc::new(Core {
             small,
             slots,
             ram: RamTier::new(&cfg),
             lower,
-            meta: Meta::new(cfg.clock.clone(), 2 * cfg.ghost_len(), last_cas, flush_at),
+            meta,
             cfg,
         });
         if let Some(h) = &handler {

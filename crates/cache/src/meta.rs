@@ -5,13 +5,34 @@
 //! A leaf: it knows no tier, only times, hashes and counts, so the RAM tier, the flash tier
 //! and the core all read it without importing each other.
 //!
+//! CAS values are reserved in blocks of [`CAS_BLOCK`] when a [`CasStore`] is attached (the
+//! small tier's superblock): a value past the recorded ceiling is handed out only after the
+//! next ceiling was written, so a restart after a kill, which continues above the recorded
+//! ceiling, never hands out a CAS value a client may still hold for a lost version.
+//!
 //! # Threads
-//! Relaxed atomics, any thread; no lock.
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+//! Relaxed atomics, any thread; the ceiling is raised under `reserving` (once per block).
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
+
+use parking_lot::Mutex;
 
 use crate::clock::Clock;
 use crate::item::CasMode;
 use crate::ledger::{Cause, Ledger};
+
+/// CAS values reserved per ceiling write (a superblock page write per this many new
+/// versions). Default: 2^20.
+pub const CAS_BLOCK: u64 = 1 << 20;
+
+/// Where the CAS ceiling is recorded so that it survives a kill (the small tier's superblock).
+pub trait CasStore: Send + Sync + std::fmt::Debug {
+    /// Record that values up to `ceiling` may be handed out; return once a kill would keep
+    /// it.
+    fn reserve(&self, ceiling: u64) -> Result<(), String>;
+}
 
 /// `flush_at` when no delayed `flush_all` is pending.
 const NO_FLUSH: u64 = u64::MAX;
@@ -55,6 +76,13 @@ pub(crate) struct Meta {
     clock: Clock,
     /// The last CAS value handed out.
     next_cas: AtomicU64,
+    /// No CAS value above this may be handed out before `cas_store` recorded a higher one
+    /// (`u64::MAX` without a store).
+    ceiling: AtomicU64,
+    /// Where ceilings are recorded, if anywhere.
+    cas_store: Option<Box<dyn CasStore>>,
+    /// Held while raising the ceiling.
+    reserving: Mutex<()>,
     /// Time of the pending delayed `flush_all`, or `NO_FLUSH`.
     flush_at: AtomicU64,
     /// How keys last left, for classifying GET misses (`get_misses_*`).
@@ -68,10 +96,21 @@ impl Meta {
         Self {
             clock,
             next_cas: AtomicU64::new(last_cas),
+            ceiling: AtomicU64::new(u64::MAX),
+            cas_store: None,
+            reserving: Mutex::new(()),
             flush_at: AtomicU64::new(flush_at.map_or(NO_FLUSH, u64::from)),
             ledger: Ledger::new(ledger_len),
             counters: Counters::default(),
         }
+    }
+
+    /// Record CAS ceilings in `store` from now on (before any CAS is handed out): the first
+    /// new value reserves a block.
+    pub fn with_cas_store(mut self, store: Box<dyn CasStore>) -> Self {
+        self.ceiling = AtomicU64::new(self.next_cas.load(Relaxed));
+        self.cas_store = Some(store);
+        self
     }
 
     /// Now, in unix seconds (the cache's clock).
@@ -84,8 +123,43 @@ impl Meta {
         match (mode, old) {
             (CasMode::Explicit(c), _) => c,
             (CasMode::Keep, Some(c)) => c,
-            _ => self.next_cas.fetch_add(1, Relaxed) + 1,
+            _ => {
+                let cas = self.next_cas.fetch_add(1, Relaxed) + 1;
+                if cas > self.ceiling.load(Acquire) {
+                    self.raise_ceiling(cas);
+                }
+                cas
+            }
         }
+    }
+
+    /// Record a ceiling at least `cas` + [`CAS_BLOCK`] before `cas` is handed out. A failed
+    /// record is logged and the value handed out anyway (a write must not fail for it); the
+    /// first value past the block tries again (one page write a block, even on a failing
+    /// device).
+    #[cold]
+    fn raise_ceiling(&self, cas: u64) {
+        let Some(store) = &self.cas_store else {
+            return;
+        };
+        let _one = self.reserving.lock();
+        if cas <= self.ceiling.load(Acquire) {
+            return;
+        }
+        let next = cas.saturating_add(CAS_BLOCK);
+        if let Err(e) = store.reserve(next) {
+            log::error!(
+                "CAS ceiling {next} not recorded ({e}); a restart after a kill may reuse CAS \
+                 values"
+            );
+        }
+        self.ceiling.store(next, Release);
+    }
+
+    /// The CAS ceiling recorded (`u64::MAX` without a store).
+    #[cfg(test)]
+    pub fn cas_ceiling(&self) -> u64 {
+        self.ceiling.load(Acquire)
     }
 
     /// The last CAS value handed out.
@@ -143,5 +217,91 @@ impl Meta {
         if !fetched {
             Counters::add(unfetched, 1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// Records every ceiling; what a kill would keep is the last one.
+    #[derive(Debug, Default)]
+    struct Recorded(Arc<Mutex<Vec<u64>>>);
+
+    impl CasStore for Recorded {
+        fn reserve(&self, ceiling: u64) -> Result<(), String> {
+            self.0.lock().push(ceiling);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn no_cas_value_is_handed_out_above_the_recorded_ceiling() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let meta =
+            Meta::new(Clock::system(), 16, 7, None).with_cas_store(Box::new(Recorded(log.clone())));
+        let n = 2 * CAS_BLOCK + 5;
+        for _ in 0..n {
+            let cas = meta.cas_for(CasMode::New, None);
+            let recorded = log.lock().last().copied().unwrap_or(0);
+            assert!(
+                cas <= recorded,
+                "CAS {cas} handed out above ceiling {recorded}"
+            );
+        }
+        // One page write per block, not per value.
+        assert_eq!(log.lock().len(), 3);
+        assert_eq!(meta.cas_ceiling(), log.lock()[2]);
+        // Kept or explicit CAS values need no reservation.
+        assert_eq!(meta.cas_for(CasMode::Keep, Some(3)), 3);
+        assert_eq!(log.lock().len(), 3);
+    }
+
+    /// A store that always fails.
+    #[derive(Debug)]
+    struct Failing(Arc<Mutex<u64>>);
+
+    impl CasStore for Failing {
+        fn reserve(&self, _: u64) -> Result<(), String> {
+            *self.0.lock() += 1;
+            Err("device failed".into())
+        }
+    }
+
+    #[test]
+    fn a_failing_store_is_tried_once_a_block_and_values_still_handed_out() {
+        let tries = Arc::new(Mutex::new(0));
+        let meta = Meta::new(Clock::system(), 16, 0, None)
+            .with_cas_store(Box::new(Failing(tries.clone())));
+        for want in 1..=CAS_BLOCK + 2 {
+            assert_eq!(meta.cas_for(CasMode::New, None), want);
+        }
+        assert_eq!(*tries.lock(), 2);
+    }
+
+    #[test]
+    fn concurrent_writers_never_pass_the_ceiling() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let meta = Arc::new(
+            Meta::new(Clock::system(), 16, 0, None).with_cas_store(Box::new(Recorded(log.clone()))),
+        );
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let (meta, log) = (meta.clone(), log.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..CAS_BLOCK / 2 + 10 {
+                        let cas = meta.cas_for(CasMode::New, None);
+                        let top = log.lock().iter().copied().max().unwrap_or(0);
+                        assert!(cas <= top);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(meta.last_cas() <= meta.cas_ceiling());
     }
 }

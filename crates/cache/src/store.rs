@@ -189,11 +189,16 @@ impl KvStore for Cache {
         self.core.lower.set_knob(name, value)
     }
 
+    /// The index shards, then the small tier's ranges of sets (`dump`).
     fn dump_parts(&self) -> usize {
-        self.core.slots.shard_count()
+        self.core.slots.shard_count() + self.core.small.dump_parts()
     }
 
     async fn dump_part(&self, part: usize) -> Vec<ItemInfo> {
-        crate::dump::shard(&self.core, part).await
+        let shards = self.core.slots.shard_count();
+        match part.checked_sub(shards) {
+            None => crate::dump::shard(&self.core, part).await,
+            Some(small) => crate::dump::small(&self.core, small).await,
+        }
     }
 }

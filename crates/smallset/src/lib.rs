@@ -19,6 +19,7 @@
 //! - `staging`: the staging buffer (one entry per key, newest wins, stamps).
 //! - `sets`: [`SmallSets`], the tier's handle, and [`SmallStore`], its contract.
 //! - `flusher`: the thread that merges staged batches into pages (RRIP inside a set).
+//! - `walk`: listing the live entries of a range of sets (the cache's dumps, [`Listed`]).
 //! - `stats`: the `small_*` counters. [`error`]: [`Error`].
 #![deny(unsafe_code)]
 
@@ -34,11 +35,13 @@ mod staging;
 mod stats;
 mod summary;
 pub mod superblock;
+mod walk;
 
 pub use config::SmallConfig;
 pub use error::Error;
 pub use format::ItemMeta;
 pub use recover::Recovered;
-pub use sets::{Lookup, SmallItem, SmallSets, SmallStore};
+pub use sets::{CasReserver, Lookup, SmallItem, SmallSets, SmallStore};
 pub use staging::Stamp;
 pub use summary::BYTES_PER_SET;
+pub use walk::Listed;

@@ -50,8 +50,10 @@ pub struct Recovered {
     /// Sets emptied because the run before had staged changes for them when it was killed
     /// (stat `small_recovered_dirty_sets`).
     pub dirty_sets: u64,
-    /// The largest CAS value the run before recorded or a kept entry carries (new CAS values
-    /// must continue above it); 0 when nothing was kept.
+    /// The largest CAS value the run before may have handed out, as far as the device knows:
+    /// the superblock's CAS ceiling (any run, any stop; `superblock`), its clean-stop CAS
+    /// and, when pages were kept, the largest CAS on them. New CAS values must continue
+    /// above it. 0 on a blank or unreadable device.
     pub last_cas: u64,
     /// The delayed `flush_all` the run before recorded, if any (kept pages only).
     pub flush_at: Option<u32>,
@@ -69,6 +71,10 @@ pub(crate) struct HeaderState {
     /// The dirty map cannot be trusted (a write failed): the boot id is written as zeros,
     /// so the next open after a kill starts fresh.
     pub distrusted: bool,
+    /// The CAS ceiling recorded (`reserve_cas`): no CAS value above it was handed out.
+    pub cas_ceiling: u64,
+    /// The CAS value a clean close recorded (kept when the ceiling is rewritten after it).
+    pub last_cas: u64,
 }
 
 /// The superblock's decision at open.
@@ -78,6 +84,9 @@ pub(crate) struct Opening {
     pub adopted: Option<Superblock>,
     /// The machine's boot id now.
     pub boot_id: [u8; 16],
+    /// The largest CAS value any run before may have handed out (the superblock's ceiling
+    /// and clean-stop CAS, if it could be read; else 0), kept pages or not.
+    pub cas_floor: u64,
 }
 
 /// Read page 0 of `dev`: refuse foreign data, keep the pages of a clean stop or of a kill on
@@ -94,6 +103,7 @@ pub(crate) fn open_device(dev: &dyn Device, layout: &Layout) -> Result<Opening, 
             generation: fresh_generation().max(after.saturating_add(2) | 1),
             adopted: None,
             boot_id,
+            cas_floor: 0,
         }
     };
     let opening = match superblock::decode(page.as_slice()) {
@@ -112,6 +122,7 @@ pub(crate) fn open_device(dev: &dyn Device, layout: &Layout) -> Result<Opening, 
             generation: sb.generation,
             adopted: Some(sb),
             boot_id,
+            cas_floor: 0,
         },
         Found::Ours(sb) if sb.boot_id == boot_id && boot_id != [0; 16] => {
             log::warn!(
@@ -123,6 +134,7 @@ pub(crate) fn open_device(dev: &dyn Device, layout: &Layout) -> Result<Opening, 
                 generation: sb.generation,
                 adopted: Some(sb),
                 boot_id,
+                cas_floor: 0,
             }
         }
         Found::Ours(sb) => fresh(
@@ -130,7 +142,16 @@ pub(crate) fn open_device(dev: &dyn Device, layout: &Layout) -> Result<Opening, 
             Some("the last run did not stop cleanly on this boot (or its dirty map failed)"),
         ),
     };
-    Ok(opening)
+    // CAS values continue above what any run before may have handed out, pages kept or not:
+    // a client may still hold one.
+    let cas_floor = match superblock::decode(page.as_slice()) {
+        Found::Ours(sb) => sb.cas_ceiling.max(sb.last_cas),
+        _ => 0,
+    };
+    Ok(Opening {
+        cas_floor,
+        ..opening
+    })
 }
 
 /// A generation no earlier run used (nanoseconds since the epoch, odd).
@@ -152,7 +173,7 @@ pub(crate) fn adopt(inner: &Inner, sb: &Superblock) -> Result<Recovered, Error> 
         kept: true,
         items: 0,
         dirty_sets: 0,
-        last_cas: sb.last_cas,
+        last_cas: sb.last_cas.max(sb.cas_ceiling),
         flush_at: sb.flush_at,
     };
     // The dirty map, read through the path it was written through.
@@ -238,15 +259,22 @@ fn open_block(inner: &Inner, h: &HeaderState) -> Superblock {
         flush_at: h.flush_at,
         map_pages: inner.layout.map_pages,
         boot_id: if h.distrusted { [0; 16] } else { inner.boot_id },
+        cas_ceiling: h.cas_ceiling,
     }
 }
 
 /// Mark the device in use (at open, before any change is accepted): the superblock first,
 /// then, for a fresh generation, a clean map (a kill between the two leaves the new
 /// generation with stale dirty marks, which only empty sets already empty).
-pub(crate) fn begin(inner: &Inner, fresh: bool, flush_at: Option<u32>) -> Result<(), Error> {
+pub(crate) fn begin(
+    inner: &Inner,
+    fresh: bool,
+    flush_at: Option<u32>,
+    cas_floor: u64,
+) -> Result<(), Error> {
     let mut h = inner.header.lock();
     h.flush_at = flush_at;
+    h.cas_ceiling = cas_floor;
     write(inner, &open_block(inner, &h), true)?;
     if fresh {
         let zero = AlignedBuf::zeroed(inner.layout.map_pages as usize * SET_BYTES);
@@ -332,6 +360,35 @@ pub(crate) fn close(inner: &Inner, last_cas: u64, flush_at: Option<u32>) -> Resu
         true,
     )?;
     h.clean = true;
+    h.last_cas = last_cas;
+    Ok(())
+}
+
+/// Record that CAS values up to `ceiling` may be handed out: the superblock is rewritten
+/// (same state) with the new ceiling before this returns, so an open after a kill continues
+/// above it. A plain write, no sync: it survives the process (a kill); a power cut that
+/// loses it also restarts the tier empty. Does nothing when `ceiling` is not above the one
+/// recorded.
+pub(crate) fn reserve_cas(inner: &Inner, ceiling: u64) -> Result<(), Error> {
+    let mut h = inner.header.lock();
+    if ceiling <= h.cas_ceiling {
+        return Ok(());
+    }
+    let old = h.cas_ceiling;
+    h.cas_ceiling = ceiling;
+    let sb = if h.clean {
+        Superblock {
+            state: State::Clean,
+            last_cas: h.last_cas,
+            ..open_block(inner, &h)
+        }
+    } else {
+        open_block(inner, &h)
+    };
+    if let Err(e) = write(inner, &sb, false) {
+        h.cas_ceiling = old;
+        return Err(e);
+    }
     Ok(())
 }
 

@@ -186,8 +186,10 @@ impl SmallSets {
                     r.dirty_sets
                 );
             }
+            inner.recovered.last_cas = inner.recovered.last_cas.max(opening.cas_floor);
             let flush_at = inner.recovered.flush_at;
-            recover::begin(&inner, opening.adopted.is_none(), flush_at)?;
+            let floor = inner.recovered.last_cas;
+            recover::begin(&inner, opening.adopted.is_none(), flush_at, floor)?;
             // Dirty marks become stores to a mapping where the device can map (a file).
             let map_len = u64::from(layout.map_pages) * SET_BYTES as u64;
             if let Err(e) = inner.dev.journal_attach(layout.map_off(), map_len) {
@@ -222,6 +224,22 @@ impl SmallSets {
         recover::close(&self.inner, last_cas, flush_at)
     }
 
+    /// Record, durably for a kill, that CAS values up to `ceiling` may be handed out (the
+    /// superblock's CAS ceiling); the next open continues above it ([`Recovered::last_cas`]),
+    /// so no CAS value handed out before a crash is handed out again. Call it before handing
+    /// out a value past the last ceiling recorded; reserve in blocks, it writes a page.
+    pub fn reserve_cas(&self, ceiling: u64) -> Result<(), Error> {
+        recover::reserve_cas(&self.inner, ceiling)
+    }
+
+    /// A handle that reserves CAS values ([`Self::reserve_cas`]) and may outlive this one
+    /// (the cache's CAS counter holds it).
+    pub fn cas_reserver(&self) -> CasReserver {
+        CasReserver {
+            inner: self.inner.clone(),
+        }
+    }
+
     /// True once [`Self::close`] was called.
     pub fn is_closed(&self) -> bool {
         self.inner.sealed.load(Relaxed)
@@ -248,6 +266,33 @@ impl SmallSets {
     /// Number of sets.
     pub fn sets(&self) -> u32 {
         self.inner.sets
+    }
+
+    /// Keys a lookup would find: exact when nothing is staged, else an estimate (stat
+    /// `small_live_items_estimate`, docs/stats.md).
+    pub fn live_items_estimate(&self) -> u64 {
+        self.inner.live_items_estimate()
+    }
+}
+
+/// Reserves CAS values in the tier's superblock ([`SmallSets::reserve_cas`]).
+#[derive(Clone)]
+pub struct CasReserver {
+    inner: Arc<Inner>,
+}
+
+impl CasReserver {
+    /// See [`SmallSets::reserve_cas`].
+    pub fn reserve(&self, ceiling: u64) -> Result<(), Error> {
+        recover::reserve_cas(&self.inner, ceiling)
+    }
+}
+
+impl std::fmt::Debug for CasReserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CasReserver")
+            .field("device", &self.inner.dev_name)
+            .finish_non_exhaustive()
     }
 }
 

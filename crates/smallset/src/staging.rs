@@ -244,6 +244,20 @@ impl Staging {
         }
     }
 
+    /// Copies of `set`'s staged entries (the dump's view of the set, `walk`).
+    pub fn entries_of(&self, set: u32) -> Vec<Staged> {
+        self.part(set).lock().get(&set).cloned().unwrap_or_default()
+    }
+
+    /// Run `f` on every staged entry with its set, one partition locked at a time (stats).
+    pub fn for_each(&self, mut f: impl FnMut(u32, &Staged)) {
+        for p in &self.parts {
+            for (&set, list) in p.lock().iter() {
+                list.iter().for_each(|s| f(set, s));
+            }
+        }
+    }
+
     /// Forget everything staged (`flush_all`); every stamp changes.
     pub fn clear(&self) {
         self.epoch.fetch_add(1, Relaxed);

@@ -15,7 +15,8 @@
 //! | 36 | 4 | set page bytes (4096) |
 //! | 40 | 4 | dirty-map pages (after this one; the sets follow them) |
 //! | 44 | 16 | boot id of the machine while open (`/proc/sys/kernel/random/boot_id`) |
-//! | 60 | … | zero |
+//! | 60 | 8 | CAS ceiling: no CAS value above it was handed out (0 unknown; zero in builds before it) |
+//! | 68 | … | zero |
 //!
 //! Why a state and a boot id: the tier stages deletes and overwrites in RAM and marks their
 //! set dirty in the dirty map (`dirty`) through the page cache first. A clean close merges
@@ -23,6 +24,10 @@
 //! same boot was killed (`kill -9`): the page cache kept the dirty map, so every set not
 //! dirty is trusted. An `open` superblock of another boot (a power cut, a kernel crash) may
 //! have lost dirty marks with the page cache: nothing is trusted, a fresh generation starts.
+//! Why a CAS ceiling: CAS values handed to versions that lived only in RAM die with a kill, so
+//! the largest CAS on the kept pages may be below one a client still holds. The cache reserves
+//! CAS values in blocks and writes the block's end here before handing out a value past the
+//! old one (`SmallSets::reserve_cas`); an open continues above it.
 //! Decoding reads untrusted bytes: no indexing, no unwrap.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
@@ -35,7 +40,7 @@ pub const VERSION: u16 = 1;
 /// Byte offset of the crc field.
 const CRC_AT: usize = 8;
 /// Bytes of the fields (the rest of the page is zero).
-const FIELDS: usize = 60;
+const FIELDS: usize = 68;
 
 /// Whether the set pages may be trusted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +68,9 @@ pub struct Superblock {
     pub map_pages: u32,
     /// The machine's boot id while the tier was open (zeros: unknown).
     pub boot_id: [u8; 16],
+    /// No CAS value above this was handed out while the superblock was written (0: none
+    /// recorded). New CAS values continue above it after any stop.
+    pub cas_ceiling: u64,
 }
 
 /// What page 0 holds.
@@ -96,6 +104,7 @@ pub fn encode(sb: &Superblock) -> [u8; SET_BYTES] {
     put(&mut p, 36, &(SET_BYTES as u32).to_le_bytes());
     put(&mut p, 40, &sb.map_pages.to_le_bytes());
     put(&mut p, 44, &sb.boot_id);
+    put(&mut p, 60, &sb.cas_ceiling.to_le_bytes());
     let crc = crc32c::crc32c(&p);
     put(&mut p, CRC_AT, &crc.to_le_bytes());
     p
@@ -145,6 +154,9 @@ pub fn decode(page: &[u8]) -> Found {
     let Some(boot_id) = page.get(44..60).and_then(|b| <[u8; 16]>::try_from(b).ok()) else {
         return Found::OursUnknown("short superblock");
     };
+    let Some(cas_ceiling) = le64(page, 60) else {
+        return Found::OursUnknown("short superblock");
+    };
     Found::Ours(Superblock {
         state,
         sets,
@@ -153,6 +165,7 @@ pub fn decode(page: &[u8]) -> Found {
         flush_at: (flush_at != 0).then_some(flush_at),
         map_pages,
         boot_id,
+        cas_ceiling,
     })
 }
 
@@ -190,16 +203,20 @@ mod tests {
             proptest::option::of(1u32..),
             any::<u32>(),
             any::<[u8; 16]>(),
+            any::<u64>(),
         )
             .prop_map(
-                |(clean, sets, generation, last_cas, flush_at, map_pages, boot_id)| Superblock {
-                    state: if clean { State::Clean } else { State::Open },
-                    sets,
-                    generation,
-                    last_cas,
-                    flush_at,
-                    map_pages,
-                    boot_id,
+                |(clean, sets, generation, last_cas, flush_at, map_pages, boot_id, cas_ceiling)| {
+                    Superblock {
+                        state: if clean { State::Clean } else { State::Open },
+                        sets,
+                        generation,
+                        last_cas,
+                        flush_at,
+                        map_pages,
+                        boot_id,
+                        cas_ceiling,
+                    }
                 },
             )
     }
@@ -225,6 +242,7 @@ mod tests {
             flush_at: Some(0x3132_3334),
             map_pages: 0x4142_4344,
             boot_id: [0x55; 16],
+            cas_ceiling: 0x6162_6364_6566_6768,
         });
         assert_eq!(&p[0..4], b"FTSB");
         assert_eq!(&p[4..8], &[1, 0, 2, 0]);
@@ -235,7 +253,9 @@ mod tests {
         assert_eq!(&p[36..40], &4096u32.to_le_bytes());
         assert_eq!(&p[40..44], &[0x44, 0x43, 0x42, 0x41]);
         assert_eq!(&p[44..60], &[0x55; 16]);
-        assert!(p[60..].iter().all(|&b| b == 0));
+        assert_eq!(p[60], 0x68);
+        assert_eq!(p[67], 0x61);
+        assert!(p[68..].iter().all(|&b| b == 0));
     }
 
     proptest! {

@@ -451,3 +451,40 @@ fn a_crash_while_the_flusher_merges_never_serves_a_replaced_value() {
     }
     assert!(kept > 0, "some sets had nothing staged at some crash");
 }
+
+/// A recorded CAS ceiling survives a kill, a clean close after it and a fresh generation:
+/// every later open continues above it.
+#[test]
+fn a_cas_ceiling_survives_every_kind_of_stop() {
+    let dev = device(64);
+    let t = open(&dev);
+    assert_eq!(t.recovered().last_cas, 0);
+    t.reserve_cas(1_000).unwrap();
+    t.reserve_cas(500).unwrap();
+    let killed = dev.image();
+    drop(t);
+    let t = open(&Arc::new(MemoryDevice::from_image("k", killed)));
+    assert_eq!(
+        t.recovered().last_cas,
+        1_000,
+        "a kill continues above the ceiling"
+    );
+    drop(t);
+    // A clean close with a smaller counter keeps the ceiling; one raised after close too.
+    let dev = device(64);
+    let t = open(&dev);
+    t.reserve_cas(3_000).unwrap();
+    t.close(2_500, None).unwrap();
+    t.reserve_cas(4_000).unwrap();
+    drop(t);
+    let t = open(&dev);
+    assert_eq!(t.recovered().last_cas, 4_000);
+    assert_eq!(stat(&t, "small_restart_clean"), 1);
+    drop(t);
+    // A resized file starts a fresh generation but keeps counting above the ceiling.
+    let mut image = dev.image();
+    image.resize(image.len() + 8 * 4096, 0);
+    let t = open(&Arc::new(MemoryDevice::from_image("r", image)));
+    assert!(!t.recovered().kept);
+    assert_eq!(t.recovered().last_cas, 4_000);
+}

@@ -14,7 +14,10 @@
 //! items the flash log did not take to the tier and closes it cleanly, and the next open
 //! serves them again, continuing the CAS counter and delayed `flush_all` the tier recorded;
 //! after a kill the tier keeps the sets that had nothing staged (its dirty map) and empties
-//! the rest, so a lost staged delete or overwrite never brings an old value back.
+//! the rest, so a lost staged delete or overwrite never brings an old value back. The
+//! cache's CAS counter records a ceiling in the tier's superblock a block ahead
+//! (`Meta::with_cas_store`), so no CAS value handed out before a kill is handed out again.
+//! The dumps list the tier's items after the index's (`dump::small`).
 //! A RAM version of a small item is not written to the flash log while it is in RAM. Meta
 //! flags of a small item: `stale`/`win` items are not sent to the tier; `fetched` reads
 //! false there.
@@ -33,6 +36,9 @@ use crate::ram::arena::RecordRef;
 use crate::ram::record::{F_STALE, F_WIN};
 use crate::{Item, ItemMeta};
 pub use config::{SmallDevice, SmallSettings};
+
+/// Sets a dump part reads (1 MiB of pages, all in flight together).
+const SETS_PER_PART: u32 = 256;
 
 /// What phase 1 saw of the small tier (see `Small::view`).
 #[derive(Clone, Debug)]
@@ -151,6 +157,15 @@ impl Small {
         }
     }
 
+    /// The tier's CAS ceiling recorder for the cache's counter (`Meta::with_cas_store`), or
+    /// `None` when the tier is off.
+    pub(crate) fn cas_store(&self) -> Option<Box<dyn crate::meta::CasStore>> {
+        match self {
+            Small::Off => None,
+            Small::On { sets, .. } => Some(Box::new(sets.cas_reserver())),
+        }
+    }
+
     /// A delayed `flush_all` to `at`: the tier records it, so a restart that keeps its pages
     /// judges them by it (`SmallSets::flush_later`).
     pub(crate) fn flush_later(&self, at: u32) {
@@ -166,6 +181,27 @@ impl Small {
         }
     }
 
+    /// Parts the dumps walk the tier in ([`SETS_PER_PART`] sets each; 0 when off).
+    pub(crate) fn dump_parts(&self) -> usize {
+        match self {
+            Small::Off => 0,
+            Small::On { sets, .. } => sets.sets().div_ceil(SETS_PER_PART) as usize,
+        }
+    }
+
+    /// The live entries of dump part `part` (staging shadows pages; expiry and `flush_all`
+    /// are the caller's to judge), each page read once.
+    pub(crate) async fn dump_part(&self, part: usize) -> Vec<flashtier_smallset::Listed> {
+        let Small::On { sets, .. } = self else {
+            return Vec::new();
+        };
+        let Ok(part) = u32::try_from(part) else {
+            return Vec::new();
+        };
+        let first = part.saturating_mul(SETS_PER_PART);
+        sets.list_sets(first, SETS_PER_PART).await
+    }
+
     /// The `small` stats section (with the setting), or `None` when off.
     pub(crate) fn stats(&self) -> Option<Vec<(String, String)>> {
         let Small::On { sets, item_max } = self else {
@@ -174,6 +210,12 @@ impl Small {
         let mut v = vec![("small_item_max".to_string(), item_max.to_string())];
         v.extend(sets.stats());
         Some(v)
+    }
+}
+
+impl crate::meta::CasStore for flashtier_smallset::CasReserver {
+    fn reserve(&self, ceiling: u64) -> Result<(), String> {
+        flashtier_smallset::CasReserver::reserve(self, ceiling).map_err(|e| e.to_string())
     }
 }
 
@@ -381,5 +423,111 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// CAS values handed to versions that lived only in RAM die with a kill; the tier's
+    /// recorded CAS ceiling keeps a restart from handing any of them out again.
+    #[test]
+    fn a_crash_never_hands_out_a_cas_value_again() {
+        let dev = Arc::new(MemoryDevice::new("small", 8 << 20));
+        let c = cache_on(dev.clone());
+        // A few items on pages, then newer versions only in RAM (with the largest CAS).
+        fill(&c, 4000, 150);
+        c.small_flush_staged();
+        let mut handed = Vec::new();
+        for i in 0..50u32 {
+            let v = Bytes::from(vec![3; 50]);
+            handed.push(c.set_now(&key(i), ItemWrite::new(v, 0, 0)).unwrap());
+        }
+        let top = *handed.iter().max().unwrap();
+        assert_eq!(top, c.last_cas());
+        // What a kill -9 now would leave on the device.
+        let image = dev.image();
+        drop(c);
+        for round in 0..2 {
+            let c = cache_on(Arc::new(MemoryDevice::from_image("crashed", image.clone())));
+            assert!(
+                c.last_cas() >= top,
+                "round {round}: CAS restarts below {top}"
+            );
+            for i in 0..20u32 {
+                let v = Bytes::from(vec![4; 50]);
+                let cas = c.set_now(&key(i), ItemWrite::new(v, 0, 0)).unwrap();
+                assert!(cas > top, "CAS {cas} handed out before the crash too");
+            }
+        }
+        // Also when the kill lands on a fresh start (nothing kept): the ceiling is read from
+        // any superblock of ours.
+        let mut blank_pages = image.clone();
+        let c = cache_on(Arc::new(MemoryDevice::from_image("crashed", image)));
+        let cas = c
+            .set_now(b"x", ItemWrite::new(Bytes::from_static(b"x"), 0, 0))
+            .unwrap();
+        assert!(cas > top);
+        drop(c);
+        blank_pages.truncate(4096);
+        blank_pages.resize(8 << 20, 0);
+        let c = cache_on(Arc::new(MemoryDevice::from_image("crashed", blank_pages)));
+        assert!(
+            c.last_cas() >= top,
+            "only the superblock survived: still above"
+        );
+    }
+
+    /// Every live key of the cache, counted in the dumps (all parts).
+    fn dumped(c: &Cache) -> std::collections::HashMap<Vec<u8>, usize> {
+        let mut seen = std::collections::HashMap::new();
+        for p in 0..c.dump_parts() {
+            for info in crate::block::block_on(c.dump_part(p)) {
+                *seen.entry(info.key.to_vec()).or_insert(0) += 1;
+            }
+        }
+        seen
+    }
+
+    fn small_stat(c: &Cache, name: &str) -> u64 {
+        let s = c.stats_section("small").unwrap();
+        s.into_iter()
+            .find(|(k, _)| k == name)
+            .unwrap()
+            .1
+            .parse()
+            .unwrap()
+    }
+
+    /// The dumps list every live small item exactly once and no deleted, replaced, expired
+    /// or flushed one, staged state winning over pages; once merged, `curr_items` plus the
+    /// tier's count is the number of live keys exactly.
+    #[test]
+    fn dumps_list_small_items_and_the_tier_counts_them() {
+        let c = cache();
+        let want = churn(&c);
+        let live: Vec<Vec<u8>> = want
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.is_some())
+            .map(|(i, _)| key(i as u32))
+            .collect();
+        for merged in [false, true] {
+            if merged {
+                c.small_flush_staged();
+            }
+            let seen = dumped(&c);
+            for k in &live {
+                assert_eq!(seen.get(k), Some(&1), "merged {merged}: {k:?} listed once");
+            }
+            assert_eq!(
+                seen.len(),
+                live.len(),
+                "merged {merged}: nothing deleted listed"
+            );
+            assert!(small_stat(&c, "small_items") > 0, "the tier holds items");
+        }
+        let est = small_stat(&c, "small_live_items_estimate");
+        assert_eq!(c.stats().curr_items + est, live.len() as u64);
+        // flush_all: nothing of the tier is listed any more.
+        c.core.flush_all(0);
+        assert!(dumped(&c).is_empty());
+        assert_eq!(small_stat(&c, "small_live_items_estimate"), 0);
     }
 }
