@@ -102,8 +102,8 @@ grow = (b["rss_anon_kb"] - a["rss_anon_kb"]) * 1024
 print(f"RSS (anon) growth step1->step2: {grow/2**20:.1f} MiB for +{n:.0f} objects = {grow/max(n,1):.2f} B/object")
 print(f"RSS (anon) at step2 minus start: {(b['rss_anon_kb']-s['rss_anon_kb'])/1024:.1f} MiB "
       f"= {(b['rss_anon_kb']-s['rss_anon_kb'])*1024/max(objs(b),1):.2f} B per object held")
-print(f"small summaries: {b.get('small_summary_bytes',0)/2**20:.1f} MiB = "
-      f"{b.get('small_summary_bytes',0)/max(b.get('small_items',1),1):.2f} B per small object; "
+print(f"small summaries: {b.get('small_set_filter_bytes',0)/2**20:.1f} MiB = "
+      f"{b.get('small_set_filter_bytes',0)/max(b.get('small_items',1),1):.2f} B per small object; "
       f"staged {b.get('small_staged_bytes',0)/2**20:.1f} MiB")
 print(f"flash bytes written per value byte SET (small tier): {b.get('small_write_amplification')} "
       f"({b.get('small_bytes_written',0)/2**30:.2f} GiB written, {b.get('small_bytes_stored',0)/2**30:.2f} GiB stored); "

@@ -223,3 +223,37 @@ fn ram_only_metrics() {
     assert_eq!(http(admin, "GET", "/knobs"), (200, String::new()));
     assert_eq!(http(admin, "POST", "/knobs?item_size=1").0, 400);
 }
+
+/// With the small-object tier on, `/metrics` carries `stats small` too (its live-item count
+/// as a gauge, its page counters as counters), and promtool still finds nothing.
+#[test]
+fn metrics_include_the_small_tier() {
+    let dir = scratch_dir("kv-admin-small");
+    let spec = format!("{}:16MiB", dir.join("small.bin").display());
+    let (server, admin) = start_with_admin(&[
+        "--memory",
+        "8MiB",
+        "--small-item-max",
+        "200",
+        "--small-flash",
+        &spec,
+    ]);
+    let mut c = server.connect();
+    assert_eq!(
+        roundtrip(&mut c, b"set k 0 0 3\r\nabc\r\n", b"\r\n"),
+        "STORED\r\n"
+    );
+    let (code, text) = http(admin, "GET", "/metrics");
+    assert_eq!(code, 200);
+    for needle in [
+        "# TYPE flashtier_small_live_items_estimate gauge",
+        "# TYPE flashtier_small_sets gauge",
+        "# TYPE flashtier_small_page_writes_total counter",
+        "flashtier_small_restart_clean 0",
+    ] {
+        assert!(text.contains(needle), "no {needle:?} in\n{text}");
+    }
+    promtool_clean(&text);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

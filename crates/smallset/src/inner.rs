@@ -140,7 +140,7 @@ impl Inner {
             ),
             ("small_staged_items", staged.to_string()),
             ("small_staged_bytes", i.staging.bytes().to_string()),
-            ("small_summary_bytes", summary.to_string()),
+            ("small_set_filter_bytes", summary.to_string()),
             ("small_ram_bytes", (summary + i.staging.bytes()).to_string()),
             ("small_inserts", g(&c.inserts).to_string()),
             ("small_inserts_refused", g(&c.inserts_refused).to_string()),

@@ -48,10 +48,12 @@ fn route<S: KvStore>(req: &Request, ctx: &Context<S>) -> Response {
     }
 }
 
-/// General `stats`, then `stats extstore` (absent without flash).
+/// General `stats`, then `stats extstore` (absent without flash) and `stats small` (absent
+/// without the small-object tier).
 fn stat_pairs<S: KvStore>(ctx: &Context<S>) -> Vec<(String, String)> {
     let mut v = general_pairs(ctx);
     v.extend(ctx.store.stats_section("extstore").unwrap_or_default());
+    v.extend(ctx.store.stats_section("small").unwrap_or_default());
     v
 }
 
@@ -123,6 +125,18 @@ fn is_gauge(name: &str) -> bool {
         "extstore_device_bytes_per_byte_stored",
         "extstore_write_back_queue",
         "extstore_write_back_lag_ms",
+        "small_item_max",
+        "small_sets",
+        "small_items",
+        "small_live_items_estimate",
+        "small_staged_items",
+        "small_staged_bytes",
+        "small_set_filter_bytes",
+        "small_ram_bytes",
+        "small_write_amplification",
+        "small_restart_clean",
+        "small_recovered_items",
+        "small_recovered_dirty_sets",
     ];
     GAUGES.contains(&name)
         || name.starts_with("extstore_knob_")
