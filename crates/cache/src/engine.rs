@@ -118,11 +118,17 @@ impl Cache {
     pub fn new(cfg: CacheConfig) -> Result<Self, StartError> {
         cfg.validate().map_err(StartError::Config)?;
         let handler = cfg.flash.as_ref().map(|_| Arc::new(Handler::new()));
-        let (slots, lower, last_cas, flush_at) = match (&cfg.flash, &handler) {
+        let (slots, lower, last_cas, flush_at, replay) = match (&cfg.flash, &handler) {
             (Some(settings), Some(handler)) => {
                 let h: Arc<dyn flashtier_flash::ReclaimHandler> = handler.clone();
                 match recovery::open(settings, cfg.index_shards, &cfg.clock, h) {
-                    Ok(o) => (o.slots, Lower::Flash(o.tier), o.last_cas, o.flush_at),
+                    Ok(o) => (
+                        o.slots,
+                        Lower::Flash(o.tier),
+                        o.last_cas,
+                        o.flush_at,
+                        o.replay,
+                    ),
                     Err(e) => {
                         handler.close();
                         return Err(StartError::Flash(e));
@@ -135,6 +141,7 @@ impl Cache {
                 Lower::None,
                 0,
                 None,
+                Vec::new(),
             ),
         };
         let small = match Small::open(cfg.small.as_ref()) {
@@ -169,6 +176,18 @@ impl Cache {
         });
         if let Some(h) = &handler {
             h.ready(Arc::downgrade(&core));
+        }
+        // The journal's replay appends may need reclaim to free a segment (a crash under a
+        // load that outran reclaim leaves the flash at its reserve), and reclaim answers
+        // through the handler: so only now, before anything else runs or serves.
+        if let Some(tier) = core.lower.flash() {
+            if let Err(e) = recovery::replay(tier, &replay) {
+                let _ = tier.engine().close();
+                if let Some(h) = &handler {
+                    h.close();
+                }
+                return Err(StartError::Flash(e));
+            }
         }
         let sweeper = match core.cfg.sweep_interval {
             Some(every) => match Sweeper::spawn_fn("flashtier-sweeper", every, {

@@ -17,9 +17,11 @@
 //! untrusted (a power cut under `journal_mode=write`), nothing recovered is served: the
 //! flash tier starts empty behind a durable `flush_all` marker.
 //!
-//! [`open`] does it all: opens the engine (formatting a blank device or recovering what is on
-//! it), folds records and journal entries, rebuilds the index under the seed stored on flash,
-//! builds the [`FlashTier`] and replays.
+//! [`open`] opens the engine (formatting a blank device or recovering what is on it), folds
+//! records and journal entries, rebuilds the index under the seed stored on flash and builds
+//! the [`FlashTier`]; [`replay`] runs once the cache is built and its reclaim handler answers
+//! (the replay's appends may need reclaim to free a segment: a crash under a write load that
+//! outran reclaim leaves the flash at its reserve), before the cache serves.
 //!
 //! Runs on the thread calling `Cache::new`, before the cache is shared.
 use std::collections::HashMap;
@@ -226,11 +228,13 @@ pub(crate) struct Opened {
     pub last_cas: u64,
     /// A delayed `flush_all` still pending.
     pub flush_at: Option<u32>,
+    /// Journal entries the log lacks: [`replay`] them before serving.
+    pub replay: Vec<Entry>,
 }
 
 /// Open the flash tier `settings` describe and rebuild an index of `shards` shards from it
 /// (see the module docs); the engine's reclaimer asks `handler`, which answers once the
-/// cache is built. If the replay fails the engine is closed again.
+/// cache is built. The caller runs [`replay`] on `Opened::replay` once `handler` answers.
 pub(crate) fn open(
     settings: &FlashSettings,
     shards: usize,
@@ -288,21 +292,19 @@ pub(crate) fn open(
         .store(rebuilt.last_delayed, Ordering::Relaxed);
     Counters::add(&tier.counters.recovered, rebuilt.items.len() as u64);
     Counters::add(&tier.counters.journal_cold_starts, u64::from(cold));
-    if let Err(e) = replay(&tier, &rebuilt) {
-        let _ = tier.flash.close();
-        return Err(e);
-    }
     Ok(Opened {
         tier,
         slots,
         last_cas: rebuilt.max_version,
         flush_at: rebuilt.flush_at,
+        replay: rebuilt.replay,
     })
 }
 
-/// Before serving: append every entry of `rebuilt.replay` to the log again (same version),
-/// flush, and start the journal's new epoch. Counts what it replayed.
-fn replay(tier: &FlashTier, rebuilt: &Rebuilt) -> Result<(), flashtier_flash::Error> {
+/// Before serving, once the engine's reclaim handler answers (its appends may wait for
+/// reclaim to free a segment): append every entry of `entries` to the log again (same
+/// version), flush, and start the journal's new epoch. Counts what it replayed.
+pub(crate) fn replay(tier: &FlashTier, entries: &[Entry]) -> Result<(), flashtier_flash::Error> {
     let Some(journal) = tier.flash.journal() else {
         return Ok(());
     };
@@ -310,12 +312,12 @@ fn replay(tier: &FlashTier, rebuilt: &Rebuilt) -> Result<(), flashtier_flash::Er
         .tiering
         .append_wait()
         .max(std::time::Duration::from_secs(5));
-    for e in &rebuilt.replay {
+    for e in entries {
         tier.flash.append_blocking(STREAM, &record_of(e), wait)?;
     }
     tier.flash.flush().wait()?;
     journal.begin()?;
-    Counters::add(&tier.counters.journal_replayed, rebuilt.replay.len() as u64);
+    Counters::add(&tier.counters.journal_replayed, entries.len() as u64);
     Ok(())
 }
 

@@ -130,6 +130,7 @@ pub(crate) fn open(name: &str, tune: impl FnOnce(&mut FlashSettings)) -> (FlashT
     let clock = Clock::system();
     let handler = Arc::new(flashtier_flash::DropAll);
     let opened = recovery::open(&settings, 4, &clock, handler).unwrap();
+    recovery::replay(&opened.tier, &opened.replay).unwrap();
     let cfg = CacheConfig::builder()
         .memory_limit(4 << 16)
         .segment_size(1 << 16)
