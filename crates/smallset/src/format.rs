@@ -29,6 +29,7 @@
 //! Decoding reads untrusted bytes: no indexing, no unwrap.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
+use crate::le::{le16, le32, le64, put};
 use bytes::Bytes;
 
 /// Bytes of one set page.
@@ -253,24 +254,6 @@ fn entry_at(page: &Bytes, at: usize) -> Option<(Entry, usize)> {
         rrip,
     };
     Some((e, end))
-}
-
-fn put(dst: &mut [u8], at: usize, bytes: &[u8]) {
-    if let Some(d) = dst.get_mut(at..at + bytes.len()) {
-        d.copy_from_slice(bytes);
-    }
-}
-
-fn le16(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-
-fn le32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn le64(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
 #[cfg(test)]

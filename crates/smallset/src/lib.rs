@@ -23,12 +23,14 @@
 //! - `stats`: the `small_*` counters. [`error`]: [`Error`].
 #![deny(unsafe_code)]
 
+mod block_on;
 mod config;
 mod dirty;
 pub mod error;
 mod flusher;
 pub mod format;
 mod inner;
+mod le;
 mod recover;
 mod sets;
 mod staging;
@@ -37,6 +39,7 @@ mod summary;
 pub mod superblock;
 mod walk;
 
+pub use block_on::block_on;
 pub use config::SmallConfig;
 pub use error::Error;
 pub use format::ItemMeta;

@@ -32,6 +32,7 @@
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
 use crate::format::SET_BYTES;
+use crate::le::{le16, le32, le64, put};
 
 /// `FTSB`, little-endian.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"FTSB");
@@ -167,24 +168,6 @@ pub fn decode(page: &[u8]) -> Found {
         boot_id,
         cas_ceiling,
     })
-}
-
-fn put(dst: &mut [u8], at: usize, bytes: &[u8]) {
-    if let Some(d) = dst.get_mut(at..at + bytes.len()) {
-        d.copy_from_slice(bytes);
-    }
-}
-
-fn le16(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-
-fn le32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn le64(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
 #[cfg(test)]

@@ -95,33 +95,11 @@ impl SmallSets {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use std::collections::HashMap;
-    use std::future::Future;
     use std::sync::Arc;
-    use std::task::{Context, Poll, Wake, Waker};
 
     use flashtier_flash::MemoryDevice;
 
-    use crate::{ItemMeta, SmallConfig, SmallSets, SmallStore};
-
-    struct Unpark(std::thread::Thread);
-
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-
-    fn block_on<F: Future>(f: F) -> F::Output {
-        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-        let mut cx = Context::from_waker(&waker);
-        let mut f = std::pin::pin!(f);
-        loop {
-            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-                return v;
-            }
-            std::thread::park();
-        }
-    }
+    use crate::{block_on, ItemMeta, SmallConfig, SmallSets, SmallStore};
 
     fn meta(cas: u64) -> ItemMeta {
         ItemMeta {

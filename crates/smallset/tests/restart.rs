@@ -3,32 +3,11 @@
 //! device taken mid-run) never lets a deleted or replaced value be served; a change after a
 //! clean close is not vouched for; foreign files are refused untouched.
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
 
 use flashtier_flash::{Device, MemoryDevice};
-use flashtier_smallset::{ItemMeta, SmallConfig, SmallSets, SmallStore};
+use flashtier_smallset::{block_on, ItemMeta, SmallConfig, SmallSets, SmallStore};
 use proptest::prelude::*;
-
-struct Unpark(std::thread::Thread);
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-fn block_on<F: Future>(f: F) -> F::Output {
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::park();
-    }
-}
 
 fn cfg() -> SmallConfig {
     SmallConfig {
