@@ -179,15 +179,16 @@ impl Session {
                 Decoded::Request { request, swallow } => {
                     let authenticating = ctx.settings.auth.is_some() && !self.authenticated;
                     let plain = swallow == 0 && !authenticating && is_plain_read(&request);
-                    // What it touches, once other requests are in flight (`None`: it runs
-                    // alone, after all of them).
-                    let access = if window.is_empty() {
-                        None
-                    } else if swallow == 0 && !authenticating {
-                        Access::of(&request, plain)
-                    } else {
-                        None
-                    };
+                    // What it touches, if it runs in the window: any request on named
+                    // keys while others are in flight, or a read that may wait for the
+                    // device (so the requests behind it go on meanwhile). `None`: it runs
+                    // in place — alone after everything in flight, or with nothing in
+                    // flight and nothing to wait for (a write, a RAM hit, a miss), without
+                    // the window's allocations.
+                    let windowed = swallow == 0
+                        && !authenticating
+                        && (!window.is_empty() || (plain && may_wait(&*ctx.store, &request)));
+                    let access = windowed.then(|| Access::of(&request, plain)).flatten();
                     // With requests in flight, one on named keys waits for room in the
                     // window and for the running ones on its keys; anything else for the
                     // window to empty (replies in order, a read after a write sees it).
@@ -209,9 +210,9 @@ impl Session {
                     if authenticating {
                         self.authenticate(ctx, request);
                     } else if let Some(access) = access {
-                        // Beside the requests in flight: its reply waits its turn.
-                        let write = access.write;
-                        if write {
+                        // In the window: its reply waits its turn. (A write gets here only
+                        // beside requests in flight.)
+                        if access.write {
                             Stats::incr(&ctx.stats.windowed_writes);
                         } else if window.len() == 1 {
                             // A second read joining one in flight starts a run of reads.
@@ -227,23 +228,7 @@ impl Session {
                             // need not wait.
                             window.collect(&mut self.output).await;
                         }
-                    } else if plain && may_wait(&*ctx.store, &request) {
-                        // A read that may wait for the device: in the window, so the
-                        // requests behind it go on meanwhile.
-                        let access = Access::of(&request, true).unwrap_or(Access {
-                            keys: crate::access::Keys::All,
-                            write: false,
-                        });
-                        window.push(Self::run_apart(ctx, request), access);
-                        if logging {
-                            window.finish(&mut self.output).await;
-                        } else {
-                            window.collect(&mut self.output).await;
-                        }
                     } else {
-                        // Nothing ahead of it: run in place, without the window's
-                        // allocations (a write, a RAM hit, a miss, or a request that runs
-                        // alone).
                         match execute(ctx, request, &mut self.output).await {
                             Flow::Close => return Pump::Quit,
                             Flow::Dump(state) => self.dump = Some(state),
