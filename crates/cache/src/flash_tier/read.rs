@@ -30,8 +30,10 @@ pub(crate) struct View {
     pub(crate) found: Option<(u64, FlashItem)>,
     /// Candidates whose read failed.
     pub(crate) failed: Vec<(u64, flashtier_flash::Error)>,
-    /// Candidates were not read: all are taken as the key's.
+    /// A blind view: no item wanted; `taken` are the candidates to take as the key's.
     pub(crate) blind: bool,
+    /// In a blind view, the candidates whose record holds the key or could not be read.
+    pub(crate) taken: Vec<u64>,
     /// What phase 1 saw of the small-object tier (`small_tier`), when it is on.
     pub(crate) small: Option<crate::small_tier::SmallSeen>,
 }
@@ -42,7 +44,8 @@ pub(crate) enum Recheck {
     Retry,
     /// No flash slot holds the key.
     Absent,
-    /// Flash slots taken as the key's without reading them (a blind view); may be empty.
+    /// Flash slots a blind view takes as the key's (checked, see the module docs); may be
+    /// empty.
     Blind(Vec<u64>),
     /// The flash slot phase 1 read the item from, unchanged.
     Found { pos: Pos, e: Entry, item: FlashItem },
@@ -78,6 +81,14 @@ impl FlashTier {
         };
         if !read {
             v.blind = true;
+            for loc in v.cands.clone() {
+                Counters::add(&self.counters.write_check_reads, 1);
+                match self.flash.read(Location::unpack(loc)).await {
+                    Ok(rec) if rec.header.key_id == hash && rec.key == key => v.taken.push(loc),
+                    Ok(_) => Counters::add(&self.counters.collisions, 1),
+                    Err(_) => v.taken.push(loc),
+                }
+            }
             return v;
         }
         for loc in v.cands.clone() {
@@ -110,7 +121,7 @@ impl FlashTier {
             return Ok(Recheck::Retry);
         }
         if view.blind {
-            return Ok(Recheck::Blind(cands));
+            return Ok(Recheck::Blind(view.taken.clone()));
         }
         for (loc, err) in &view.failed {
             if is_corrupt(err) {

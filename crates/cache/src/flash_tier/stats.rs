@@ -27,6 +27,7 @@ pub(crate) fn extstore(tier: &FlashTier, slots: &Index, ledger: &Ledger) -> Vec<
         ("extstore_bytes_read", g(&t.bytes_read)),
         ("extstore_hits", g(&t.hits)),
         ("extstore_tag_collisions", g(&t.collisions)),
+        ("extstore_write_check_reads", g(&t.write_check_reads)),
         ("extstore_objects_promoted", g(&t.promoted)),
         ("extstore_promotions_abandoned", g(&t.promotions_abandoned)),
         ("extstore_promotions_skipped", g(&t.promotions_skipped)),

@@ -44,6 +44,9 @@ pub struct TierCounters {
     pub hits: AtomicU64,
     /// Flash reads that found another key (tag collisions).
     pub collisions: AtomicU64,
+    /// Flash records a blind write (SET without an old CAS, delete) read to check that a
+    /// tag-matching slot is its key's before taking it (see `read`).
+    pub write_check_reads: AtomicU64,
     /// Items copied back to RAM on a repeat hit.
     pub promoted: AtomicU64,
     /// Promotions given up after space was taken: the slot changed meanwhile (a SET,

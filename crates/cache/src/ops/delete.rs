@@ -1,5 +1,6 @@
-//! DELETE without reading flash (`Cache::delete`): a RAM item is removed (false if it was
-//! dead); tag-matching flash slots are removed, marked dead and covered by a tombstone,
+//! DELETE that needs no item (`Cache::delete`): a RAM item is removed (false if it was
+//! dead); tag-matching flash slots whose record holds the key (one read each, see
+//! `flash_tier::read` on blind views) are removed, marked dead and covered by a tombstone,
 //! answering true without knowing whether that item had expired (memcached would say
 //! `NOT_FOUND`). `delete_now` deletes through `update` instead, which reads a flash-resident
 //! item and judges it.
@@ -9,7 +10,7 @@ use crate::ops::{Current, Op, Step};
 use crate::ram::tier::Existing;
 use crate::Error;
 
-/// A delete that never reads flash (a blind view).
+/// A delete that needs no item (a blind view: flash is read only to check tag-matching slots).
 pub(crate) struct Delete;
 
 impl Op for Delete {

@@ -222,7 +222,8 @@ pub(crate) enum Current<'a> {
     Flash { pos: Pos, e: Entry, item: FlashItem },
     /// A live small-tier copy, as phase 1 read it (no index slot).
     Small(SmallItem),
-    /// Flash slots taken as the key's without reading them (a blind view); may be empty.
+    /// Flash slots a blind view takes as the key's (checked by a read, see
+    /// `flash_tier::read`); may be empty.
     Blind(Vec<u64>),
 }
 

@@ -1,7 +1,8 @@
 //! UPDATE (read-modify-write) and SET. Phase 2 reads the current item under the shard lock,
 //! calls the closure and applies its decision before unlocking, so the change is atomic per
 //! key. SET is an update whose closure always puts; with `CasMode::Keep` it takes the CAS of
-//! whatever is stored, live or not, and reads no flash (a blind view, see `flash_tier::read`).
+//! whatever is stored, live or not; without it a SET reads no item (a blind view, see
+//! `flash_tier::read`: a tag-matching flash slot is read only to check it holds the key).
 //! Without flash the same loop runs once: phase 1 has nothing to read and phase 2 never asks
 //! for a retry (no flash slots to change, no back-pressure to await).
 use std::marker::PhantomData;

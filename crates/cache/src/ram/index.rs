@@ -1,16 +1,21 @@
 //! The compact index: key hash → (tier, location), with no key stored.
 //!
 //! # Why
-//! The index must stay small enough that a flash-resident item costs ≤ 16 bytes of RAM, all in
-//! the index. So a slot holds only a hash tag and a location; the key lives in the record and
-//! the caller compares it after reading the record. A tag that matches a different key (a
-//! collision) is therefore harmless: the caller's predicate rejects it and the search goes on.
+//! The index must stay small enough that a flash-resident item costs ≤ 12 bytes of RAM with
+//! everything counted (issue 26), and the index is most of it. So a slot holds only a hash tag
+//! and a location; the key lives in the record and the caller compares it after reading the
+//! record. A tag that matches a different key (a collision) is therefore harmless to a reader:
+//! the caller's predicate rejects it and the search goes on. A writer that would take a
+//! tag-matching flash slot as its key's without looking reads it first (`flash_tier::read`),
+//! so a collision costs one flash read, never another key's item.
 //!
 //! # Layout
-//! 1024 mutex shards of 64-byte buckets, 6 slots of 8 bytes (valid, tier, frequency, size
-//! hint, tag, location); the home bucket comes from the tag alone, so a table regrows without
-//! keys; linear probing with per-bucket overflow counters, no tombstones. Byte and bit
-//! tables: docs/format.md, "RAM layouts".
+//! 1024 mutex shards of 64-byte buckets, 7 slots of 9 bytes (tier, frequency, size hint,
+//! location, 24-bit tag; a tag is never 0 in its low 16 bits, so a zero word is an empty
+//! slot) and an 8-bit overflow counter; the home bucket comes from the tag alone, so a table
+//! regrows without keys; linear probing with per-bucket overflow counters, no tombstones.
+//! (Until issue 26: 6 slots of 10 bytes with a 31-bit tag, 12.4 B per entry at the tables'
+//! mean load against 10.6 B now.) Byte and bit tables: docs/format.md, "RAM layouts".
 //!
 //! # Threads
 //! Any thread; each operation holds one shard's mutex. The index itself never blocks on
@@ -22,14 +27,14 @@ use parking_lot::{Mutex, MutexGuard};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Slots per bucket.
-pub const SLOTS: usize = 6;
+pub const SLOTS: usize = 7;
 /// Load factor above which a table grows.
 const MAX_LOAD: f64 = 0.9;
 /// How much a table grows (its buckets × 1.1, at least one more). A smaller step keeps the
 /// tables fuller: with staggered shards the mean load is `MAX_LOAD × (1 − 1/GROWTH) ÷
-/// ln GROWTH`, 0.807 at 1.25 (13.2 bytes per entry) and 0.859 at 1.1 (12.4), for about twice
-/// the rehashing while the index grows (each entry moved 11 times in all instead of 5;
-/// measurements in docs/eviction.md, "RAM per flash item").
+/// ln GROWTH`, 0.807 at 1.25 and 0.859 at 1.1 (10.6 bytes per entry with 7 slots a bucket),
+/// for about twice the rehashing while the index grows (each entry moved 11 times in all
+/// instead of 5; measurements in docs/eviction.md, "RAM per flash item").
 const GROWTH: f64 = 1.1;
 /// The load of a table right after it grew: the lowest a grown table has.
 const GROWN_LOAD: f64 = MAX_LOAD / GROWTH;
@@ -37,12 +42,16 @@ const GROWN_LOAD: f64 = MAX_LOAD / GROWTH;
 pub const LOC_BITS: u32 = 40;
 /// Largest encodable location.
 pub const MAX_LOC: u64 = (1 << LOC_BITS) - 1;
+/// Bits of the tag (hash bits `[64 − TAG_BITS, 64)`).
+pub const TAG_BITS: u32 = 24;
 
-const VALID: u64 = 1 << 63;
-const TIER_FLASH: u64 = 1 << 62;
-const FREQ_SHIFT: u32 = 60;
-const SIZE_SHIFT: u32 = 55;
-const TAG_SHIFT: u32 = 40;
+const SIZE_SHIFT: u32 = 40;
+const FREQ_SHIFT: u32 = 45;
+const TIER_FLASH: u64 = 1 << 47;
+const TAG_SHIFT: u32 = 48;
+/// An overflow counter at this value is stuck there (never decremented): lookups past it
+/// keep probing, which is always correct, only slower. Reset when the table regrows.
+const OVERFLOW_STUCK: u8 = u8::MAX;
 
 /// Which tier a slot's location refers to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,9 +88,14 @@ impl Entry {
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C, align(64))]
 pub struct Bucket {
+    /// Slot words: location, size hint, frequency, tier and the tag's low 16 bits (never 0
+    /// in a used slot).
     slots: [u64; SLOTS],
-    ext: [u16; SLOTS],
-    overflow: u32,
+    /// The tag's high 8 bits, per slot.
+    hi: [u8; SLOTS],
+    /// Entries whose home is at or before this bucket that live after it (saturating, see
+    /// [`OVERFLOW_STUCK`]).
+    overflow: u8,
 }
 
 const _: () = assert!(std::mem::size_of::<Bucket>() == 64);
@@ -93,20 +107,28 @@ pub struct Pos {
     slot: usize,
 }
 
+/// The 24-bit tag of `hash`: its top bits, with the low 16 bits never 0 (a used slot's word
+/// is never 0).
 fn tag_of(hash: u64) -> u32 {
-    (hash >> 33) as u32
+    let t = (hash >> (64 - TAG_BITS)) as u32;
+    if t & 0xffff == 0 {
+        t | 1
+    } else {
+        t
+    }
 }
 
-fn encode(tag: u32, e: Entry) -> (u64, u16) {
+fn encode(tag: u32, e: Entry) -> (u64, u8) {
     debug_assert!(e.loc <= MAX_LOC);
-    let mut w = VALID | (e.loc & MAX_LOC);
+    debug_assert!(tag & 0xffff != 0 && tag < 1 << TAG_BITS);
+    let mut w = e.loc & MAX_LOC;
     if e.tier == Tier::Flash {
         w |= TIER_FLASH;
     }
     w |= (u64::from(e.freq.min(3))) << FREQ_SHIFT;
     w |= (u64::from(e.size_hint & 31)) << SIZE_SHIFT;
-    w |= (u64::from(tag >> 16) & 0x7fff) << TAG_SHIFT;
-    (w, tag as u16)
+    w |= u64::from(tag & 0xffff) << TAG_SHIFT;
+    (w, (tag >> 16) as u8)
 }
 
 fn decode(w: u64) -> Entry {
@@ -122,8 +144,12 @@ fn decode(w: u64) -> Entry {
     }
 }
 
-fn slot_tag(w: u64, ext: u16) -> u32 {
-    ((((w >> TAG_SHIFT) & 0x7fff) as u32) << 16) | u32::from(ext)
+fn used(w: u64) -> bool {
+    w != 0
+}
+
+fn slot_tag(w: u64, hi: u8) -> u32 {
+    (u32::from(hi) << 16) | (w >> TAG_SHIFT) as u32
 }
 
 /// The size-hint class for a record of `bytes` bytes: ceil(log2(bytes)), capped at 31.
@@ -160,7 +186,7 @@ impl Table {
     }
 
     fn home(&self, tag: u32) -> usize {
-        ((u64::from(tag) * self.buckets.len() as u64) >> 31) as usize
+        ((u64::from(tag) * self.buckets.len() as u64) >> TAG_BITS) as usize
     }
 
     fn next(&self, b: usize) -> usize {
@@ -180,7 +206,7 @@ impl Table {
             let bucket = &self.buckets[b];
             for s in 0..SLOTS {
                 let w = bucket.slots[s];
-                if w & VALID != 0 && slot_tag(w, bucket.ext[s]) == tag {
+                if used(w) && slot_tag(w, bucket.hi[s]) == tag {
                     let e = decode(w);
                     if pred(e) {
                         return Some((Pos { bucket: b, slot: s }, e));
@@ -203,25 +229,27 @@ impl Table {
     /// Overwrite the entry at `pos` (same key, so same tag).
     pub fn set(&mut self, pos: Pos, e: Entry) {
         let bucket = &mut self.buckets[pos.bucket];
-        let tag = slot_tag(bucket.slots[pos.slot], bucket.ext[pos.slot]);
-        let (w, ext) = encode(tag, e);
+        let tag = slot_tag(bucket.slots[pos.slot], bucket.hi[pos.slot]);
+        let (w, hi) = encode(tag, e);
         bucket.slots[pos.slot] = w;
-        bucket.ext[pos.slot] = ext;
+        bucket.hi[pos.slot] = hi;
     }
 
     /// Remove the entry at `pos`, fixing the overflow counters between its home and `pos`.
     pub fn remove(&mut self, pos: Pos) -> Entry {
         let w = self.buckets[pos.bucket].slots[pos.slot];
-        let tag = slot_tag(w, self.buckets[pos.bucket].ext[pos.slot]);
+        let tag = slot_tag(w, self.buckets[pos.bucket].hi[pos.slot]);
         let mut b = self.home(tag);
         while b != pos.bucket {
             let o = &mut self.buckets[b].overflow;
             debug_assert!(*o > 0);
-            *o = o.saturating_sub(1);
+            if *o != OVERFLOW_STUCK {
+                *o = o.saturating_sub(1);
+            }
             b = self.next(b);
         }
         self.buckets[pos.bucket].slots[pos.slot] = 0;
-        self.buckets[pos.bucket].ext[pos.slot] = 0;
+        self.buckets[pos.bucket].hi[pos.slot] = 0;
         self.len -= 1;
         decode(w)
     }
@@ -237,22 +265,22 @@ impl Table {
             self.regrow(((n as f64 * GROWTH) as usize).max(n + 1));
             delta = self.memory_bytes() as isize - before;
         }
-        let (w, ext) = encode(tag_of(hash), e);
-        self.place(w, ext);
+        let (w, hi) = encode(tag_of(hash), e);
+        self.place(w, hi);
         delta
     }
 
-    fn place(&mut self, w: u64, ext: u16) {
-        let mut b = self.home(slot_tag(w, ext));
+    fn place(&mut self, w: u64, hi: u8) {
+        let mut b = self.home(slot_tag(w, hi));
         loop {
             let bucket = &mut self.buckets[b];
-            if let Some(s) = bucket.slots.iter().position(|&x| x & VALID == 0) {
+            if let Some(s) = bucket.slots.iter().position(|&x| !used(x)) {
                 bucket.slots[s] = w;
-                bucket.ext[s] = ext;
+                bucket.hi[s] = hi;
                 self.len += 1;
                 return;
             }
-            bucket.overflow += 1;
+            bucket.overflow = bucket.overflow.saturating_add(1);
             b = self.next(b);
         }
     }
@@ -262,8 +290,8 @@ impl Table {
         self.len = 0;
         for bucket in &old {
             for s in 0..SLOTS {
-                if bucket.slots[s] & VALID != 0 {
-                    self.place(bucket.slots[s], bucket.ext[s]);
+                if used(bucket.slots[s]) {
+                    self.place(bucket.slots[s], bucket.hi[s]);
                 }
             }
         }
@@ -275,7 +303,7 @@ impl Table {
         self.buckets
             .iter()
             .flat_map(|b| b.slots.iter())
-            .filter(|&&w| w & VALID != 0 && (w & TIER_FLASH != 0) == want)
+            .filter(|&&w| used(w) && (w & TIER_FLASH != 0) == want)
             .count()
     }
 
@@ -283,7 +311,7 @@ impl Table {
     pub fn for_each(&self, mut f: impl FnMut(Entry)) {
         for bucket in self.buckets.iter() {
             for &w in &bucket.slots {
-                if w & VALID != 0 {
+                if used(w) {
                     f(decode(w));
                 }
             }
@@ -294,7 +322,7 @@ impl Table {
     pub fn drain(&mut self, mut f: impl FnMut(Entry)) {
         for bucket in &mut self.buckets {
             for s in 0..SLOTS {
-                if bucket.slots[s] & VALID != 0 {
+                if used(bucket.slots[s]) {
                     f(decode(bucket.slots[s]));
                 }
             }
@@ -502,9 +530,17 @@ mod tests {
             size_hint: 17,
             loc: MAX_LOC,
         };
-        let (w, x) = encode(0x7fff_abcd, e);
+        let (w, x) = encode(0xff_abcd, e);
         assert_eq!(decode(w), e);
-        assert_eq!(slot_tag(w, x), 0x7fff_abcd);
+        assert_eq!(slot_tag(w, x), 0xff_abcd);
+        // The smallest entry still makes a used word: the tag's low 16 bits are never 0.
+        for h in [0u64, 1, 0xff00_0000_0000_0000, u64::MAX] {
+            let t = tag_of(h);
+            assert!(t & 0xffff != 0 && t < 1 << TAG_BITS, "{h:#x}");
+            let (w, x) = encode(t, ram(0));
+            assert!(used(w));
+            assert_eq!(slot_tag(w, x), t);
+        }
     }
 
     #[test]
