@@ -42,7 +42,8 @@ impl crate::engine::Core {
                 ),
                 kv("segment_size", self.cfg.segment_size.to_string()),
                 kv("index_shards", self.cfg.index_shards.to_string()),
-                kv("hash_seed", self.cfg.hash_seed.to_string()),
+                // The index's: with flash, the seed stored on flash replaces the configured one.
+                kv("hash_seed", self.slots.seed().to_string()),
                 kv(
                     "sweep_interval_ms",
                     self.cfg
@@ -125,9 +126,14 @@ impl crate::engine::Core {
         let flash_work = self.lower.flash().map_or(0, |t| {
             flashtier_flash::FlashStats::get(&t.engine().stats().work_bytes)
         });
+        let queue = self
+            .lower
+            .flash()
+            .map_or(0, |t| t.write_back_queue_bytes() as u64);
+        add("write_back_queue_bytes", queue);
         add(
             "ram_known_bytes",
-            malloced + index + ghost + ledger + flash_work,
+            malloced + index + ghost + ledger + flash_work + queue,
         );
         v
     }

@@ -522,6 +522,11 @@ impl FlashTier {
         &self.gate
     }
 
+    /// Bytes the write-back queue's buffer holds (`write_back_queue_bytes`).
+    pub(crate) fn write_back_queue_bytes(&self) -> usize {
+        self.dirty.memory_bytes()
+    }
+
     /// The flash engine.
     pub(crate) fn engine(&self) -> &Flash {
         &self.flash

@@ -375,6 +375,11 @@ impl Index {
         xxh3_64_with_seed(key, self.seed)
     }
 
+    /// The seed keys are hashed with (with flash, the one stored on flash).
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
     /// Lock the shard owning `hash`.
     pub fn lock(&self, hash: u64) -> Shard<'_> {
         let i = (hash & self.mask) as usize;
