@@ -577,7 +577,7 @@ mod tests {
     }
 
     #[test]
-    fn bytes_per_entry_stays_under_16() {
+    fn bytes_per_entry_stays_under_11() {
         let idx = Index::new(1024, 7, 2);
         let mut report = Vec::new();
         let mut n = 0u64;
@@ -589,7 +589,7 @@ mod tests {
             }
             let bpe = idx.memory_bytes() as f64 / n as f64;
             report.push((n, bpe));
-            assert!(bpe <= 16.0, "{n} entries: {bpe:.2} bytes/entry");
+            assert!(bpe <= 11.0, "{n} entries: {bpe:.2} bytes/entry");
             // Grown with its entries: the reported cost is plainly bytes ÷ entries.
             assert!((idx.bytes_per_entry() - bpe).abs() < 1e-9, "{n} entries");
         }
@@ -626,6 +626,65 @@ mod tests {
         let emptied = idx.bytes_per_entry();
         assert!(emptied <= grown * GROWTH + 1e-9, "{emptied} vs {grown}");
         assert!(emptied < 16.0, "{emptied}");
+    }
+
+    /// Hundreds of entries with one tag: every bucket on their probe run is full and the
+    /// home bucket's overflow counter passes 255 and sticks; every entry stays findable
+    /// through removals in any order, and a removed one is gone.
+    #[test]
+    fn full_buckets_and_a_stuck_overflow_counter() {
+        let mut t = Table::with_buckets(1);
+        let h = 0xabcd_ef00_0000_0005u64;
+        let n = 700u64;
+        for loc in 0..n {
+            t.insert(h, ram(loc));
+        }
+        let home = t.home(tag_of(h));
+        assert_eq!(t.buckets[home].overflow, OVERFLOW_STUCK);
+        assert!(t.buckets[home].slots.iter().all(|&w| used(w)));
+        // Remove in a scrambled order (a permutation: 389 is prime to 700).
+        let mut present: Vec<bool> = vec![true; n as usize];
+        for i in 0..n {
+            let loc = (i * 389) % n;
+            let (p, e) = t.find(h, |e| e.loc == loc).expect("present");
+            assert_eq!(t.remove(p), e);
+            present[loc as usize] = false;
+            if i % 50 == 0 {
+                for (l, &p) in present.iter().enumerate() {
+                    assert_eq!(t.find(h, |e| e.loc == l as u64).is_some(), p, "loc {l}");
+                }
+            }
+        }
+        assert_eq!(t.len(), 0);
+        assert!(t.find(h, |_| true).is_none());
+        // Still usable, and a regrow clears the stuck counter.
+        for loc in 0..n {
+            t.insert(h ^ (loc << 40), ram(loc));
+        }
+        for loc in 0..n {
+            assert!(t.find(h ^ (loc << 40), |e| e.loc == loc).is_some());
+        }
+    }
+
+    /// A tag whose low 16 bits are 0 is stored as 1 there: it shares slots' tags with its
+    /// neighbour (a collision the predicate resolves), and its slots are never empty.
+    #[test]
+    fn a_tag_with_zero_low_bits_is_a_used_slot() {
+        let mut t = Table::with_buckets(4);
+        let zero = 0x1200_00ff_0000_0000u64; // tag 0x120000
+        let one = 0x1200_01ff_0000_0000u64; // tag 0x120001
+        t.insert(zero, ram(1));
+        t.insert(one, ram(2));
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.find(zero, |e| e.loc == 1).map(|(_, e)| e.loc), Some(1));
+        assert_eq!(t.find(zero, |e| e.loc == 2).map(|(_, e)| e.loc), Some(2));
+        let (p, _) = t.find(zero, |e| e.loc == 1).unwrap();
+        t.remove(p);
+        assert!(t.find(zero, |e| e.loc == 1).is_none());
+        assert!(t.find(one, |e| e.loc == 2).is_some());
+        let mut seen = 0;
+        t.for_each(|_| seen += 1);
+        assert_eq!(seen, 1);
     }
 
     #[derive(Clone, Debug)]
@@ -689,6 +748,72 @@ mod tests {
                 let found = t.find(hash(*k), |e| owner[&e.loc] == *k);
                 prop_assert_eq!(found.map(|(_, e)| e.loc), Some(*loc));
             }
+        }
+
+        /// The same against a `HashMap` with tags forced to collide: each key's hash takes
+        /// one of `tags` top-24-bit values (so many keys share a tag and a home bucket) and
+        /// random low bits; entries are RAM or flash with any frequency and size hint, and
+        /// every slot's fields, the per-tier counts and a full walk agree with the model.
+        #[test]
+        fn behaves_like_a_map_with_forced_tag_collisions(
+            ops in proptest::collection::vec(op(), 1..600),
+            tags in 1u64..6,
+            buckets in 1usize..4,
+        ) {
+            let mut t = Table::with_buckets(buckets);
+            let hash = |k: u16| -> u64 {
+                let top = u64::from(k) % tags * 0x00_1000_0001 % (1 << TAG_BITS);
+                (top << 40) | (xxh3_64_with_seed(&k.to_le_bytes(), 3) >> 24)
+            };
+            let entry = |loc: u64| Entry {
+                tier: if loc % 3 == 0 { Tier::Flash } else { Tier::Ram },
+                freq: (loc % 4) as u8,
+                size_hint: (loc % 32) as u8,
+                loc: loc * 0x1_0000_0007 % MAX_LOC,
+            };
+            let mut model: HashMap<u16, u64> = HashMap::new();
+            let mut owner: HashMap<u64, u16> = HashMap::new();
+            let mut next = 0u64;
+            for op in ops {
+                match op {
+                    Op::Insert(k) => {
+                        if let Some((p, _)) = t.find(hash(k), |e| owner[&e.loc] == k) {
+                            t.remove(p);
+                        }
+                        next += 1;
+                        let e = entry(next);
+                        owner.insert(e.loc, k);
+                        t.insert(hash(k), e);
+                        model.insert(k, next);
+                    }
+                    Op::Remove(k) => {
+                        let found = t.find(hash(k), |e| owner[&e.loc] == k);
+                        prop_assert_eq!(found.is_some(), model.contains_key(&k));
+                        if let Some((p, e)) = found {
+                            prop_assert_eq!(t.remove(p), e);
+                            model.remove(&k);
+                        }
+                    }
+                    Op::Set(k, f) => {
+                        if let Some((p, e)) = t.find(hash(k), |e| owner[&e.loc] == k) {
+                            t.set(p, Entry { freq: f % 4, ..e });
+                            prop_assert_eq!(t.get(p), Entry { freq: f % 4, ..e });
+                            t.set(p, e);
+                        }
+                    }
+                }
+                prop_assert_eq!(t.len(), model.len());
+            }
+            for (k, n) in &model {
+                let found = t.find(hash(*k), |e| owner[&e.loc] == *k);
+                prop_assert_eq!(found.map(|(_, e)| e), Some(entry(*n)));
+            }
+            let flash = model.values().filter(|&&n| n % 3 == 0).count();
+            prop_assert_eq!(t.count_tier(Tier::Flash), flash);
+            prop_assert_eq!(t.count_tier(Tier::Ram), model.len() - flash);
+            let mut walked = 0;
+            t.for_each(|_| walked += 1);
+            prop_assert_eq!(walked, model.len());
         }
     }
 }
