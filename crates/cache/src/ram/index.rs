@@ -766,7 +766,7 @@ mod tests {
                 (top << 40) | (xxh3_64_with_seed(&k.to_le_bytes(), 3) >> 24)
             };
             let entry = |loc: u64| Entry {
-                tier: if loc % 3 == 0 { Tier::Flash } else { Tier::Ram },
+                tier: if loc.is_multiple_of(3) { Tier::Flash } else { Tier::Ram },
                 freq: (loc % 4) as u8,
                 size_hint: (loc % 32) as u8,
                 loc: loc * 0x1_0000_0007 % MAX_LOC,
@@ -808,7 +808,7 @@ mod tests {
                 let found = t.find(hash(*k), |e| owner[&e.loc] == *k);
                 prop_assert_eq!(found.map(|(_, e)| e), Some(entry(*n)));
             }
-            let flash = model.values().filter(|&&n| n % 3 == 0).count();
+            let flash = model.values().filter(|&&n| n.is_multiple_of(3)).count();
             prop_assert_eq!(t.count_tier(Tier::Flash), flash);
             prop_assert_eq!(t.count_tier(Tier::Ram), model.len() - flash);
             let mut walked = 0;
