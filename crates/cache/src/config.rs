@@ -202,6 +202,11 @@ pub struct CacheConfig {
     pub segment_size: usize,
     /// Index shards (a power of two). Default: `1024`.
     pub index_shards: usize,
+    /// Location bits of an index slot, or `None` (the default) for as few as the RAM limit
+    /// and the flash devices need: the location field's other bits then hold check bits,
+    /// more of the key's hash compared on every lookup (`ram/index.rs`). `Some(40)` keeps no
+    /// check bits (the tests of the checked write path use it).
+    pub index_loc_bits: Option<u32>,
     /// Hash seed. Default: `0x666c_6173_6874_6965` ("flashtie"). It will be stored on flash so
     /// a restart hashes the same way; settable for that reason.
     pub hash_seed: u64,
@@ -238,6 +243,7 @@ impl Default for CacheConfig {
             max_item_size: 1 << 20,
             segment_size: 1 << 20,
             index_shards: 1024,
+            index_loc_bits: None,
             hash_seed: 0x666c_6173_6874_6965,
             eviction: EvictionPolicy::S3Fifo,
             small_percent: 10,
@@ -351,6 +357,24 @@ impl CacheConfig {
         }
     }
 
+    /// RAM arena locations are below this (segment ids × words a segment; `validate` keeps it
+    /// within the index's 40 location bits).
+    pub(crate) fn ram_loc_bound(&self) -> u64 {
+        let s = self.segment_size;
+        (2 * (self.memory_limit / s) + 4) as u64 * (s as u64 / 8)
+    }
+
+    /// The index for locations below `loc_bound` (RAM's and, with flash, the devices'):
+    /// `index_loc_bits` if set, else as few location bits as the bound needs.
+    pub(crate) fn index(&self, seed: u64, loc_bound: u64) -> crate::ram::index::Index {
+        use crate::ram::index::Index;
+        // Index tables start at 2 buckets per shard (staggered up to 2.5).
+        match self.index_loc_bits {
+            Some(bits) => Index::with_loc_bits(self.index_shards, seed, 2, bits),
+            None => Index::for_locations(self.index_shards, seed, 2, loc_bound),
+        }
+    }
+
     /// Check every setting; see [`ConfigError`].
     pub fn validate(&self) -> Result<(), ConfigError> {
         let s = self.segment_size;
@@ -376,8 +400,7 @@ impl CacheConfig {
         if !(1..=90).contains(&self.small_percent) {
             return Err(ConfigError::SmallPercent(self.small_percent));
         }
-        let ids = (2 * (self.memory_limit / s) + 4) as u64;
-        if ids * (s as u64 / 8) > crate::ram::index::MAX_LOC {
+        if self.ram_loc_bound() > crate::ram::index::MAX_LOC {
             return Err(ConfigError::TooManySegments);
         }
         if let Some(sm) = &self.small {
@@ -424,6 +447,10 @@ impl CacheConfigBuilder {
     }
     pub fn index_shards(mut self, n: usize) -> Self {
         self.cfg.index_shards = n;
+        self
+    }
+    pub fn index_loc_bits(mut self, bits: u32) -> Self {
+        self.cfg.index_loc_bits = Some(bits);
         self
     }
     pub fn hash_seed(mut self, seed: u64) -> Self {

@@ -121,7 +121,7 @@ impl Cache {
         let (slots, lower, last_cas, flush_at, replay) = match (&cfg.flash, &handler) {
             (Some(settings), Some(handler)) => {
                 let h: Arc<dyn flashtier_flash::ReclaimHandler> = handler.clone();
-                match recovery::open(settings, cfg.index_shards, &cfg.clock, h) {
+                match recovery::open(settings, &cfg, h) {
                     Ok(o) => (
                         o.slots,
                         Lower::Flash(o.tier),
@@ -135,9 +135,8 @@ impl Cache {
                     }
                 }
             }
-            // Index tables start at 2 buckets per shard (staggered up to 2.5).
             _ => (
-                Index::new(cfg.index_shards, cfg.hash_seed, 2),
+                cfg.index(cfg.hash_seed, cfg.ram_loc_bound()),
                 Lower::None,
                 0,
                 None,

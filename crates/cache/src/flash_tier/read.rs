@@ -2,10 +2,23 @@
 //! under its shard lock, unlock, and read them until one holds the key. A record of another
 //! key (a tag collision) is skipped; failed reads are kept for phase 2's re-check
 //! ([`FlashTier::recheck`]), which drops a slot whose record is gone for good (checksum, freed
-//! segment) and fails the request on any other error. A key found in RAM reads nothing. A
-//! *blind* view (a SET that needs no old CAS, a delete) reads nothing and takes every
-//! candidate as the key's: another key's item is then lost (about once per 2^31 keys per
-//! shard, with 41 bits of hash in shard + tag), never served.
+//! segment) and fails the request on any other error. A key found in RAM reads nothing.
+//!
+//! A *blind* view (a SET that needs no old CAS, a delete) needs no item, only the slots to
+//! take as the key's. How it gets them depends on how many bits of the key's hash the index
+//! compares (`Index::hash_bits`: 10 shard bits, a 24-bit tag and the check bits the
+//! locations leave free; issue 26's 7-slot buckets):
+//! - at least [`UNCHECKED_HASH_BITS`] (41, the 6-slot index's shard + 31-bit tag; any
+//!   device set up to 64 GiB with a RAM limit below 64 GiB): every candidate is taken
+//!   unread. Another key's item is then lost about once per 2^(bits − 10) keys per shard —
+//!   no more often than before issue 26 — never served.
+//! - fewer (a larger flash, or `index_loc_bits` set): every candidate is read and only those
+//!   whose record holds the key (header hash and key compared) are taken, or whose read
+//!   failed (at worst another key's item is lost, never served). Unread, such a narrower
+//!   match would lose other keys' items up to 128 times as often (a 300k-key fill lost 4 with
+//!   a 23-bit tag and no check bits). A key not on flash usually has no candidate and reads
+//!   nothing; an overwrite or delete of a key on flash pays one read
+//!   (`extstore_write_check_reads`).
 //!
 //! # Threads
 //! Any caller; the shard lock is held only to collect the candidates, never across a read.
@@ -17,6 +30,10 @@ use crate::flash_tier::{flash_err, is_corrupt, RamAccess};
 use crate::meta::Counters;
 use crate::ram::index::{Entry, Pos, Shard, Tier};
 use crate::Error;
+
+/// A blind view takes tag-matching flash slots unread when the index compares at least this
+/// many bits of the hash (see the module docs).
+pub(crate) const UNCHECKED_HASH_BITS: u32 = 41;
 
 /// Flash reads in flight at once in [`FlashTier::read_batch`].
 const READ_BATCH: usize = 64;
@@ -30,9 +47,10 @@ pub(crate) struct View {
     pub(crate) found: Option<(u64, FlashItem)>,
     /// Candidates whose read failed.
     pub(crate) failed: Vec<(u64, flashtier_flash::Error)>,
-    /// A blind view: no item wanted; `taken` are the candidates to take as the key's.
+    /// A blind view: no item wanted; `taken` are the candidates to take as the key's (all of
+    /// them, or, with a narrow index, those whose record holds the key or could not be read).
     pub(crate) blind: bool,
-    /// In a blind view, the candidates whose record holds the key or could not be read.
+    /// In a blind view, the candidates to take.
     pub(crate) taken: Vec<u64>,
     /// What phase 1 saw of the small-object tier (`small_tier`), when it is on.
     pub(crate) small: Option<crate::small_tier::SmallSeen>,
@@ -81,6 +99,10 @@ impl FlashTier {
         };
         if !read {
             v.blind = true;
+            if ram.slots().hash_bits() >= UNCHECKED_HASH_BITS {
+                v.taken = v.cands.clone();
+                return v;
+            }
             for loc in v.cands.clone() {
                 Counters::add(&self.counters.write_check_reads, 1);
                 match self.flash.read(Location::unpack(loc)).await {

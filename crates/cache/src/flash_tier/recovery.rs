@@ -31,8 +31,7 @@ use std::sync::Arc;
 use flashtier_flash::journal::{record_of, Entry};
 use flashtier_flash::{Flash, Location, ReclaimHandler, RecordMeta};
 
-use crate::clock::Clock;
-use crate::config::{FlashDevices, FlashSettings};
+use crate::config::{CacheConfig, FlashDevices, FlashSettings};
 use crate::flash_tier::kv_record::{KvKind, KvRecord};
 use crate::flash_tier::tier::FlashTier;
 use crate::flash_tier::{entry_of, hot_stream, STREAM};
@@ -232,15 +231,16 @@ pub(crate) struct Opened {
     pub replay: Vec<Entry>,
 }
 
-/// Open the flash tier `settings` describe and rebuild an index of `shards` shards from it
-/// (see the module docs); the engine's reclaimer asks `handler`, which answers once the
-/// cache is built. The caller runs [`replay`] on `Opened::replay` once `handler` answers.
+/// Open the flash tier `settings` describe and rebuild the index `cfg` sets (shards,
+/// location bits for its RAM and these devices) from it (see the module docs); the engine's
+/// reclaimer asks `handler`, which answers once the cache is built. The caller runs
+/// [`replay`] on `Opened::replay` once `handler` answers.
 pub(crate) fn open(
     settings: &FlashSettings,
-    shards: usize,
-    clock: &Clock,
+    cfg: &CacheConfig,
     handler: Arc<dyn ReclaimHandler>,
 ) -> Result<Opened, flashtier_flash::Error> {
+    let clock = &cfg.clock;
     let mut rec = Recovered::default();
     let engine = settings.engine_config();
     let reserve = engine.reserve_segments;
@@ -269,8 +269,9 @@ pub(crate) fn open(
         );
         rebuilt.go_cold();
     }
-    // Index tables start at 2 buckets per shard (staggered up to 2.5).
-    let slots = Index::new(shards, info.hash_seed, 2);
+    // Flash locations are 16-byte units of the devices' global address space.
+    let flash_bound = u64::from(info.segments) * info.segment_size / 16;
+    let slots = cfg.index(info.hash_seed, flash_bound.max(cfg.ram_loc_bound()));
     for &(key_id, loc) in &rebuilt.items {
         slots.lock(key_id).insert(key_id, entry_of(loc, 0));
     }

@@ -129,15 +129,16 @@ pub(crate) fn open(name: &str, tune: impl FnOnce(&mut FlashSettings)) -> (FlashT
     tune(&mut settings);
     let clock = Clock::system();
     let handler = Arc::new(flashtier_flash::DropAll);
-    let opened = recovery::open(&settings, 4, &clock, handler).unwrap();
-    recovery::replay(&opened.tier, &opened.replay).unwrap();
     let cfg = CacheConfig::builder()
         .memory_limit(4 << 16)
         .segment_size(1 << 16)
         .max_item_size(1 << 16)
+        .index_shards(4)
         .clock(clock.clone())
         .build()
         .unwrap();
+    let opened = recovery::open(&settings, &cfg, handler).unwrap();
+    recovery::replay(&opened.tier, &opened.replay).unwrap();
     let ram = FakeRam {
         slots: opened.slots,
         meta: Meta::new(clock, 1024, opened.last_cas, None),

@@ -44,6 +44,11 @@ pub const LOC_BITS: u32 = 40;
 pub const MAX_LOC: u64 = (1 << LOC_BITS) - 1;
 /// Bits of the tag (hash bits `[64 − TAG_BITS, 64)`).
 pub const TAG_BITS: u32 = 24;
+/// The fewest location bits an index keeps (its largest number of check bits is
+/// `LOC_BITS − MIN_LOC_BITS` = 30, hash bits `[10, 40)`).
+pub const MIN_LOC_BITS: u32 = 10;
+/// First hash bit of the check bits.
+const CHECK_SHIFT: u32 = 10;
 
 const SIZE_SHIFT: u32 = 40;
 const FREQ_SHIFT: u32 = 45;
@@ -118,10 +123,26 @@ fn tag_of(hash: u64) -> u32 {
     }
 }
 
-fn encode(tag: u32, e: Entry) -> (u64, u8) {
-    debug_assert!(e.loc <= MAX_LOC);
+/// The check bits of `hash` for an index keeping `loc_bits` location bits: hash bits from
+/// [`CHECK_SHIFT`], as many as the location field leaves free (`LOC_BITS − loc_bits`).
+fn check_of(hash: u64, loc_bits: u32) -> u64 {
+    (hash >> CHECK_SHIFT) & ((1u64 << (LOC_BITS - loc_bits)) - 1)
+}
+
+/// A slot for `e` with `tag` and, above its `loc_bits` location bits, `check`.
+///
+/// # Panics
+/// If `e.loc` needs more than `loc_bits` bits: the index was sized wrong, and storing the
+/// location would make the slot name another record.
+fn encode(tag: u32, check: u64, loc_bits: u32, e: Entry) -> (u64, u8) {
+    assert!(
+        e.loc >> loc_bits == 0,
+        "index location {:#x} beyond {loc_bits} bits",
+        e.loc
+    );
     debug_assert!(tag & 0xffff != 0 && tag < 1 << TAG_BITS);
-    let mut w = e.loc & MAX_LOC;
+    let mut w = e.loc | (check << loc_bits);
+    debug_assert!(w <= MAX_LOC);
     if e.tier == Tier::Flash {
         w |= TIER_FLASH;
     }
@@ -131,7 +152,7 @@ fn encode(tag: u32, e: Entry) -> (u64, u8) {
     (w, (tag >> 16) as u8)
 }
 
-fn decode(w: u64) -> Entry {
+fn decode(w: u64, loc_bits: u32) -> Entry {
     Entry {
         tier: if w & TIER_FLASH != 0 {
             Tier::Flash
@@ -140,8 +161,13 @@ fn decode(w: u64) -> Entry {
         },
         freq: ((w >> FREQ_SHIFT) & 3) as u8,
         size_hint: ((w >> SIZE_SHIFT) & 31) as u8,
-        loc: w & MAX_LOC,
+        loc: w & ((1u64 << loc_bits) - 1),
     }
+}
+
+/// The check bits a slot word holds (above its `loc_bits` location bits).
+fn slot_check(w: u64, loc_bits: u32) -> u64 {
+    (w & MAX_LOC) >> loc_bits
 }
 
 fn used(w: u64) -> bool {
@@ -164,14 +190,24 @@ pub fn size_hint(bytes: usize) -> u8 {
 pub struct Table {
     buckets: Vec<Bucket>,
     len: usize,
+    /// Location bits of a slot; the location field's bits above them hold check bits.
+    loc_bits: u32,
 }
 
 impl Table {
-    /// A table with `buckets` buckets (at least 1).
+    /// A table with `buckets` buckets (at least 1) and all 40 location bits (no check bits).
+    #[cfg(test)]
     pub fn with_buckets(buckets: usize) -> Self {
+        Self::new(buckets, LOC_BITS)
+    }
+
+    /// A table with `buckets` buckets (at least 1) whose locations fit in `loc_bits` bits
+    /// (clamped to [`MIN_LOC_BITS`]..=[`LOC_BITS`]).
+    pub fn new(buckets: usize, loc_bits: u32) -> Self {
         Self {
             buckets: vec![Bucket::default(); buckets.max(1)],
             len: 0,
+            loc_bits: loc_bits.clamp(MIN_LOC_BITS, LOC_BITS),
         }
     }
 
@@ -201,13 +237,17 @@ impl Table {
     /// `pred` typically reads the record at the location and compares the key.
     pub fn find(&self, hash: u64, mut pred: impl FnMut(Entry) -> bool) -> Option<(Pos, Entry)> {
         let tag = tag_of(hash);
+        let check = check_of(hash, self.loc_bits);
         let mut b = self.home(tag);
         for _ in 0..self.buckets.len() {
             let bucket = &self.buckets[b];
             for s in 0..SLOTS {
                 let w = bucket.slots[s];
-                if used(w) && slot_tag(w, bucket.hi[s]) == tag {
-                    let e = decode(w);
+                if used(w)
+                    && slot_tag(w, bucket.hi[s]) == tag
+                    && slot_check(w, self.loc_bits) == check
+                {
+                    let e = decode(w, self.loc_bits);
                     if pred(e) {
                         return Some((Pos { bucket: b, slot: s }, e));
                     }
@@ -223,14 +263,16 @@ impl Table {
 
     /// The entry at `pos`.
     pub fn get(&self, pos: Pos) -> Entry {
-        decode(self.buckets[pos.bucket].slots[pos.slot])
+        decode(self.buckets[pos.bucket].slots[pos.slot], self.loc_bits)
     }
 
     /// Overwrite the entry at `pos` (same key, so same tag).
     pub fn set(&mut self, pos: Pos, e: Entry) {
         let bucket = &mut self.buckets[pos.bucket];
-        let tag = slot_tag(bucket.slots[pos.slot], bucket.hi[pos.slot]);
-        let (w, hi) = encode(tag, e);
+        let old = bucket.slots[pos.slot];
+        let tag = slot_tag(old, bucket.hi[pos.slot]);
+        let check = slot_check(old, self.loc_bits);
+        let (w, hi) = encode(tag, check, self.loc_bits, e);
         bucket.slots[pos.slot] = w;
         bucket.hi[pos.slot] = hi;
     }
@@ -251,7 +293,7 @@ impl Table {
         self.buckets[pos.bucket].slots[pos.slot] = 0;
         self.buckets[pos.bucket].hi[pos.slot] = 0;
         self.len -= 1;
-        decode(w)
+        decode(w, self.loc_bits)
     }
 
     /// Insert a new entry for `hash` (the caller has checked the key is absent). Returns the
@@ -265,7 +307,12 @@ impl Table {
             self.regrow(((n as f64 * GROWTH) as usize).max(n + 1));
             delta = self.memory_bytes() as isize - before;
         }
-        let (w, hi) = encode(tag_of(hash), e);
+        let (w, hi) = encode(
+            tag_of(hash),
+            check_of(hash, self.loc_bits),
+            self.loc_bits,
+            e,
+        );
         self.place(w, hi);
         delta
     }
@@ -312,7 +359,7 @@ impl Table {
         for bucket in self.buckets.iter() {
             for &w in &bucket.slots {
                 if used(w) {
-                    f(decode(w));
+                    f(decode(w, self.loc_bits));
                 }
             }
         }
@@ -323,7 +370,7 @@ impl Table {
         for bucket in &mut self.buckets {
             for s in 0..SLOTS {
                 if used(bucket.slots[s]) {
-                    f(decode(bucket.slots[s]));
+                    f(decode(bucket.slots[s], self.loc_bits));
                 }
             }
             *bucket = Bucket::default();
@@ -340,6 +387,7 @@ pub struct Index {
     seed: u64,
     len: AtomicU64,
     table_bytes: AtomicI64,
+    loc_bits: u32,
 }
 
 /// A locked shard. Entry-count and memory accounting go through it.
@@ -351,13 +399,30 @@ pub struct Shard<'a> {
 impl Index {
     /// An index with `shards` shards (rounded up to a power of two) hashing with `seed`.
     /// `base_buckets` is the smallest initial table (in buckets); see the stagger rule above.
+    #[cfg(test)]
     pub fn new(shards: usize, seed: u64, base_buckets: usize) -> Self {
+        Self::with_loc_bits(shards, seed, base_buckets, LOC_BITS)
+    }
+
+    /// [`Self::new`] for locations below `loc_bound` (RAM's and flash's largest, exclusive):
+    /// the location field's bits a location never needs hold check bits, more hash bits
+    /// compared on every lookup at no RAM cost (see [`Self::hash_bits`]).
+    pub fn for_locations(shards: usize, seed: u64, base_buckets: usize, loc_bound: u64) -> Self {
+        // One bit of margin over the bound.
+        let bits = u64::BITS - loc_bound.leading_zeros() + 1;
+        Self::with_loc_bits(shards, seed, base_buckets, bits)
+    }
+
+    /// [`Self::new`] with `loc_bits` location bits a slot (clamped to
+    /// [`MIN_LOC_BITS`]..=[`LOC_BITS`]).
+    pub fn with_loc_bits(shards: usize, seed: u64, base_buckets: usize, loc_bits: u32) -> Self {
         let n = shards.max(1).next_power_of_two();
+        let loc_bits = loc_bits.clamp(MIN_LOC_BITS, LOC_BITS);
         let base = base_buckets.max(1) as f64;
         let tables: Vec<Mutex<Table>> = (0..n)
             .map(|i| {
                 let b = (base * GROWTH.powf(i as f64 / n as f64)).ceil() as usize;
-                Mutex::new(Table::with_buckets(b))
+                Mutex::new(Table::new(b, loc_bits))
             })
             .collect();
         let bytes: usize = tables.iter().map(|t| t.lock().memory_bytes()).sum();
@@ -367,7 +432,15 @@ impl Index {
             seed,
             len: AtomicU64::new(0),
             table_bytes: AtomicI64::new(bytes as i64),
+            loc_bits,
         }
+    }
+
+    /// Bits of a key's hash a slot lookup compares: the shard's, the 24-bit tag and the check
+    /// bits the locations leave free. Two keys agreeing on all of them share their slots'
+    /// lookups (a collision: told apart only by reading the record).
+    pub fn hash_bits(&self) -> u32 {
+        self.shards.len().trailing_zeros() + TAG_BITS + (LOC_BITS - self.loc_bits)
     }
 
     /// The 64-bit hash of `key` under this index's seed.
@@ -535,14 +608,14 @@ mod tests {
             size_hint: 17,
             loc: MAX_LOC,
         };
-        let (w, x) = encode(0xff_abcd, e);
-        assert_eq!(decode(w), e);
+        let (w, x) = encode(0xff_abcd, 0, LOC_BITS, e);
+        assert_eq!(decode(w, LOC_BITS), e);
         assert_eq!(slot_tag(w, x), 0xff_abcd);
         // The smallest entry still makes a used word: the tag's low 16 bits are never 0.
         for h in [0u64, 1, 0xff00_0000_0000_0000, u64::MAX] {
             let t = tag_of(h);
             assert!(t & 0xffff != 0 && t < 1 << TAG_BITS, "{h:#x}");
-            let (w, x) = encode(t, ram(0));
+            let (w, x) = encode(t, 0, LOC_BITS, ram(0));
             assert!(used(w));
             assert_eq!(slot_tag(w, x), t);
         }
@@ -666,6 +739,56 @@ mod tests {
         }
     }
 
+    /// Check bits: keys with one tag but different hash bits `[10, 40)` are not each other's
+    /// candidates when the locations leave bits free; an update keeps a slot's check bits;
+    /// with all 40 location bits they collide as before.
+    #[test]
+    fn check_bits_tell_keys_of_one_tag_apart() {
+        let a = 0x1234_5600_0000_0000u64;
+        let b = a | (1 << 20); // same shard bits and tag, another check bit
+        let mut narrow = Table::new(2, 24);
+        let mut wide = Table::with_buckets(2);
+        for t in [&mut narrow, &mut wide] {
+            t.insert(a, ram(1));
+            t.insert(b, ram(2));
+        }
+        let cands = |t: &Table, h| {
+            let mut v = Vec::new();
+            t.find(h, |e| {
+                v.push(e.loc);
+                false
+            });
+            v
+        };
+        assert_eq!(cands(&narrow, a), vec![1]);
+        assert_eq!(cands(&narrow, b), vec![2]);
+        assert_eq!(cands(&wide, a).len(), 2);
+        let (p, e) = narrow.find(b, |_| true).unwrap();
+        narrow.set(
+            p,
+            Entry {
+                freq: 3,
+                tier: Tier::Flash,
+                loc: (1 << 24) - 1,
+                ..e
+            },
+        );
+        assert_eq!(cands(&narrow, b), vec![(1 << 24) - 1]);
+        assert_eq!(cands(&narrow, a), vec![1]);
+        let idx = Index::with_loc_bits(1024, 7, 2, 30);
+        assert_eq!(idx.hash_bits(), 10 + TAG_BITS + 10);
+        assert_eq!(Index::new(1024, 7, 2).hash_bits(), 34);
+        // 2 GiB of flash (2^27 units) and a 64 MiB RAM limit: 29 location bits, 45 hash bits.
+        assert_eq!(Index::for_locations(1024, 7, 2, 1 << 27).hash_bits(), 45);
+    }
+
+    #[test]
+    #[should_panic(expected = "beyond 24 bits")]
+    fn a_location_beyond_the_location_bits_fails_loudly() {
+        let mut t = Table::new(2, 24);
+        t.insert(5, ram(1 << 24));
+    }
+
     /// A tag whose low 16 bits are 0 is stored as 1 there: it shares slots' tags with its
     /// neighbour (a collision the predicate resolves), and its slots are never empty.
     #[test]
@@ -759,8 +882,9 @@ mod tests {
             ops in proptest::collection::vec(op(), 1..600),
             tags in 1u64..6,
             buckets in 1usize..4,
+            loc_bits in prop_oneof![Just(LOC_BITS), MIN_LOC_BITS..LOC_BITS],
         ) {
-            let mut t = Table::with_buckets(buckets);
+            let mut t = Table::new(buckets, loc_bits);
             let hash = |k: u16| -> u64 {
                 let top = u64::from(k) % tags * 0x00_1000_0001 % (1 << TAG_BITS);
                 (top << 40) | (xxh3_64_with_seed(&k.to_le_bytes(), 3) >> 24)
@@ -769,7 +893,7 @@ mod tests {
                 tier: if loc.is_multiple_of(3) { Tier::Flash } else { Tier::Ram },
                 freq: (loc % 4) as u8,
                 size_hint: (loc % 32) as u8,
-                loc: loc * 0x1_0000_0007 % MAX_LOC,
+                loc: loc % (1 << MIN_LOC_BITS),
             };
             let mut model: HashMap<u16, u64> = HashMap::new();
             let mut owner: HashMap<u64, u16> = HashMap::new();
