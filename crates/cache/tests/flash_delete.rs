@@ -47,7 +47,7 @@ fn deletes_do_not_read_flash_and_survive_restart() {
     }
     assert_eq!(reads(&c), before, "a delete read an item");
     // The default index compares enough hash bits for deletes to take slots unread.
-    assert!(common::ext_stat(&c, "extstore_index_hash_bits") >= 41);
+    assert!(common::ext_stat(&c, "extstore_index_hash_width") >= 41);
     assert_eq!(common::ext_stat(&c, "extstore_write_check_reads"), 0);
     assert!(!common::block_on(c.delete(b"never-stored")).unwrap());
     assert_eq!(c.stats().curr_items, n / 2);

@@ -1,5 +1,5 @@
 //! Tag collisions on flash (issue 26). The index compares 10 shard bits, a 24-bit tag and
-//! the check bits its locations leave free (`extstore_index_hash_bits`). With few check bits
+//! the check bits its locations leave free (`extstore_index_hash_width`). With few check bits
 //! (here forced: `index_loc_bits(40)`, none, 34 bits in all) two keys whose hashes agree on
 //! those bits share every flash slot lookup: a reader skips the other key's record after
 //! reading it, and a write that needs no item (SET, `Cache::delete`) reads a tag-matching flash
@@ -74,7 +74,7 @@ fn a_write_never_takes_another_keys_item_on_a_tag_collision() {
     let dev = Arc::new(MemoryDevice::new("collide", 32 << 20));
     let d: Arc<dyn Device> = dev.clone();
     let c = open(d.clone(), Some(40));
-    assert_eq!(common::ext_stat(&c, "extstore_index_hash_bits"), 34);
+    assert_eq!(common::ext_stat(&c, "extstore_index_hash_width"), 34);
     let (a, b) = colliding_pair(setting(&c, "hash_seed"), setting(&c, "index_shards"));
     let va = common::value(1, 3000);
     c.set_now(&a, ItemWrite::new(va.clone(), 0, 0)).unwrap();
@@ -131,7 +131,7 @@ fn blind_writes_read_only_when_the_index_is_narrow() {
     for (loc_bits, name) in [(Some(40), "narrow"), (None, "default")] {
         let dev = Arc::new(MemoryDevice::new(name, 32 << 20));
         let c = open(dev, loc_bits);
-        let bits = common::ext_stat(&c, "extstore_index_hash_bits");
+        let bits = common::ext_stat(&c, "extstore_index_hash_width");
         push_to_flash(&c, 0);
         let checks = common::ext_stat(&c, "extstore_write_check_reads");
         for i in 0..200u64 {

@@ -61,7 +61,7 @@ pub(crate) fn extstore(tier: &FlashTier, slots: &Index, ledger: &Ledger) -> Vec<
         ),
         ("extstore_index_items", items),
         ("extstore_index_bytes", index_bytes),
-        ("extstore_index_hash_bits", u64::from(slots.hash_bits())),
+        ("extstore_index_hash_width", u64::from(slots.hash_bits())),
         ("extstore_written_back", g(&t.written_back)),
         ("extstore_write_back_queue", tier.dirty.len() as u64),
         (
