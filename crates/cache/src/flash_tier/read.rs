@@ -9,7 +9,7 @@
 //! compares (`Index::hash_bits`: 10 shard bits, a 24-bit tag and the check bits the
 //! locations leave free; issue 26's 7-slot buckets):
 //! - at least [`UNCHECKED_HASH_BITS`] (41, the 6-slot index's shard + 31-bit tag; any
-//!   device set up to 64 GiB with a RAM limit below 64 GiB): every candidate is taken
+//!   device set under 64 GiB with a RAM limit under 16 GiB): every candidate is taken
 //!   unread. Another key's item is then lost about once per 2^(bits − 10) keys per shard —
 //!   no more often than before issue 26 — never served.
 //! - fewer (a larger flash, or `index_loc_bits` set): every candidate is read and only those
