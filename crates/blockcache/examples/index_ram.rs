@@ -3,15 +3,13 @@
 //! fills an index to `capacity_blocks` with blocks at random LBAs of the backing, clean or
 //! with some dirty, and reports `index_bytes ÷ capacity_blocks` (the index's own accounting:
 //! table plus dirty table and sets), the resident-set growth per block (Linux
-//! `/proc/self/statm`, each case in a fresh process), the sketch's bytes per block (kept per
-//! block record of the device, beside the index) and the CPU time per insert and per lookup
-//! (a hit, then a miss, for every block). `hashmap` is the layout before the flat table: a
-//! `HashMap<u64, [u64; 4]>`.
+//! `/proc/self/statm`, each case in a fresh process) and the sketch's bytes per block (kept
+//! per block record of the device, beside the index). `hashmap` is the layout before the
+//! flat tables: a `HashMap<u64, [u64; 4]>`. CPU per operation: the `index_cpu` example.
 //!
 //! Run: `cargo run --release -p flashtier-blockcache --example index_ram [CACHE_MIB...]`
 //! (default 32 512 65536, a 1 TiB backing of 4 KiB blocks; `BACKING_GIB=` to change it).
 use std::collections::HashMap;
-use std::time::Instant;
 
 use flashtier_blockcache::index::Index;
 use flashtier_blockcache::{planned_index_shape, BlockCacheConfig};
@@ -46,13 +44,12 @@ fn case(cap_mib: u64, backing_gib: u64, kind: &str) {
     let limit = shape.lba_limit;
     let n = capacity;
     let before = rss();
-    let t = Instant::now();
-    let (accounted, len, sketch, slot, hit_ns, miss_ns) = if kind == "hashmap" {
+    let (accounted, len, sketch, slot) = if kind == "hashmap" {
         let mut m: HashMap<u64, [u64; 4]> = HashMap::new();
         for (i, lba) in lbas(n, limit, 0).enumerate() {
             m.insert(lba, [i as u64; 4]);
         }
-        (m.capacity() * 41, m.len(), 0, 41, 0.0, 0.0)
+        (m.capacity() * 41, m.len(), 0, 41)
     } else {
         let every = match kind {
             "clean" => 0,
@@ -61,45 +58,29 @@ fn case(cap_mib: u64, backing_gib: u64, kind: &str) {
         };
         let mut ix = Index::for_device(0, shape);
         // Locations as the engine hands them out: block records one after another.
-        let record = 4096 + 40;
+        let record: u64 = 4096 + 40;
         for (i, lba) in lbas(n, limit, 0).enumerate() {
             let v = ix.take_version();
-            let loc = flashtier_flash::Location::new(i as u64 * ((record + 15) / 16 * 16), record)
+            let loc = flashtier_flash::Location::new(i as u64 * (record.div_ceil(16) * 16), record)
                 .map(|l| l.pack())
                 .unwrap_or(0);
             ix.put(lba, loc, v, every != 0 && (i as u64).is_multiple_of(every));
         }
-        let t = Instant::now();
-        let mut found = 0u64;
-        for lba in lbas(n, limit, 0) {
-            found += u64::from(ix.get(lba).is_some());
-        }
-        let hit = t.elapsed().as_nanos() as f64 / n as f64;
-        let t = Instant::now();
-        for lba in lbas(n, limit, 0x5555) {
-            found += u64::from(ix.get(lba).is_some());
-        }
-        let miss = t.elapsed().as_nanos() as f64 / n as f64;
-        assert!(found >= ix.len() as u64);
+        let found = lbas(n, limit, 0).filter(|l| ix.get(*l).is_some()).count();
+        assert_eq!(found as u64, n, "every block inserted is found");
         (
             ix.ram_bytes(),
             ix.len(),
             ix.sketch_bytes(),
             ix.table_shape().0,
-            hit,
-            miss,
         )
     };
-    let insert_ns = t.elapsed().as_nanos() as f64 / n as f64;
     let after = rss();
     println!(
-        "| {cap_mib} MiB | {kind} | {n} | {len} | {slot} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {:.0} |",
+        "| {cap_mib} MiB | {kind} | {n} | {len} | {slot} | {:.2} | {:.2} | {:.2} |",
         accounted as f64 / n as f64,
         after.saturating_sub(before) as f64 / n as f64,
         sketch as f64 / n as f64,
-        insert_ns,
-        hit_ns,
-        miss_ns,
     );
 }
 
@@ -128,8 +109,8 @@ fn main() {
         return;
     };
     println!("backing {backing} GiB of 4 KiB blocks");
-    println!("| cache | case | capacity_blocks | cached | slot B | index_bytes / capacity_blocks | RSS growth B/block | sketch B/block | ns/insert (fill, wall) | ns/hit lookup | ns/miss lookup |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| cache | case | capacity_blocks | cached | slot B | index_bytes / capacity_blocks | RSS growth B/block | sketch B/block |");
+    println!("|---|---|---|---|---|---|---|---|");
     for cap in sizes {
         for kind in ["hashmap", "clean", "dirty10"] {
             let ok = std::process::Command::new(&me)

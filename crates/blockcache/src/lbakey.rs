@@ -116,9 +116,11 @@ impl KeySplit {
     pub(crate) fn join(&self, home: usize, key: u64) -> u64 {
         let rbits = self.bits - self.qbits;
         // The first quotient whose home is `home`: ceil(home × 2^qbits / n).
-        let first =
-            ((u128::from(home as u64) << self.qbits) + u128::from(self.n) - 1) / u128::from(self.n);
-        let first = first as u64;
+        let first = if self.qbits < 32 && (home as u64) < 1 << 32 {
+            ((home as u64) << self.qbits).div_ceil(self.n)
+        } else {
+            ((u128::from(home as u64) << self.qbits).div_ceil(u128::from(self.n))) as u64
+        };
         let low = (key >> rbits) & 1;
         let q = if first & 1 == low { first } else { first + 1 };
         let r = if rbits == 0 {

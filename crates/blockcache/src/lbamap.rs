@@ -87,6 +87,8 @@ pub struct LbaMap {
     split: KeySplit,
     shape: Shape,
     len: usize,
+    /// Slots between two looks of the CLOCK hand (see [`LbaMap::clock_slot`]).
+    clock_stride: usize,
 }
 
 impl Default for LbaMap {
@@ -131,6 +133,7 @@ impl LbaMap {
             split,
             shape,
             len: 0,
+            clock_stride: stride_for(n as usize),
         }
     }
 
@@ -160,13 +163,28 @@ impl LbaMap {
     }
 
     fn read(&self, i: usize) -> u128 {
+        let at = i * self.width;
+        if self.width <= 8 {
+            // The usual case (6 or 7 bytes): one 8-byte load.
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&self.bytes[at..at + 8]);
+            return u128::from(u64::from_le_bytes(w)) & self.slot_mask;
+        }
         let mut w = [0u8; WINDOW];
-        w.copy_from_slice(&self.bytes[i * self.width..i * self.width + WINDOW]);
+        w.copy_from_slice(&self.bytes[at..at + WINDOW]);
         u128::from_le_bytes(w) & self.slot_mask
     }
 
     fn write(&mut self, i: usize, v: u128) {
         let at = i * self.width;
+        if self.width <= 8 {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&self.bytes[at..at + 8]);
+            let mask = self.slot_mask as u64;
+            let new = (u64::from_le_bytes(w) & !mask) | (v as u64 & mask);
+            self.bytes[at..at + 8].copy_from_slice(&new.to_le_bytes());
+            return;
+        }
         let mut w = [0u8; WINDOW];
         w.copy_from_slice(&self.bytes[at..at + WINDOW]);
         let old = u128::from_le_bytes(w);
@@ -362,6 +380,20 @@ impl LbaMap {
         }
     }
 
+    /// The slot the CLOCK hand looks at in its `k`th step of a sweep: steps of
+    /// `clock_stride` slots, not consecutive ones. Evictions stepping through consecutive
+    /// slots would empty the region behind the hand while inserts land everywhere, leaving
+    /// the slots just ahead of it fuller than the table can hold (runs past [`MAX_DISP`],
+    /// the table doubles: measured, docs/block-cache.md); a stride near `n / φ` spreads
+    /// each sweep's evictions over the whole table. Each slot is still looked at once a
+    /// sweep (the stride is coprime with `n`).
+    fn clock_slot(&self, k: usize) -> usize {
+        match (k as u64).checked_mul(self.clock_stride as u64) {
+            Some(x) => (x % self.n as u64) as usize,
+            None => ((k as u128 * self.clock_stride as u128) % self.n as u128) as usize,
+        }
+    }
+
     /// CLOCK: advance `hand` to the next clean entry whose count is 0 (lowering the counts
     /// it passes) for which `skip` is false (`skip` is asked only if `skipping`). At most
     /// four sweeps of the table; `None` if every entry is dirty or skipped.
@@ -375,8 +407,9 @@ impl LbaMap {
             return None;
         }
         for _ in 0..4 * self.n {
-            let i = *hand % self.n;
-            *hand = i + 1;
+            let k = *hand % self.n;
+            *hand = k + 1;
+            let i = self.clock_slot(k);
             let s = self.read(i);
             if Self::disp(s).is_none() || s & DIRTY != 0 {
                 continue;
@@ -450,6 +483,21 @@ impl LbaMap {
         bigger.put(extra.0, extra.1, Some(extra.2));
         *self = bigger;
     }
+}
+
+/// A stride near `n / φ` coprime with `n`.
+fn stride_for(n: usize) -> usize {
+    let gcd = |mut a: usize, mut b: usize| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let mut s = ((n as f64 * 0.618_034) as usize).max(1);
+    while gcd(s, n) != 1 {
+        s += 1;
+    }
+    s
 }
 
 #[cfg(test)]
@@ -672,5 +720,78 @@ mod tests {
             m.clock_victim(&mut hand, true, |_| false).map(|v| v.0),
             Some(3)
         );
+    }
+}
+
+#[cfg(test)]
+mod churn {
+    use super::*;
+
+    /// Entries' distance from home after `steps` replacements by the CLOCK hand (no block
+    /// read: the hand evicts whatever it reaches) at the sized load: (slots, max, mean).
+    fn churn(n: u64, steps: u64) -> (usize, u64, f64) {
+        let mut m = LbaMap::new(Shape {
+            entries: n,
+            lba_limit: 1 << 28,
+            loc_bits: 30,
+        });
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % (1 << 28)
+        };
+        while (m.len() as u64) < n {
+            m.insert(
+                next(),
+                Stored {
+                    loc: 1,
+                    dirty: false,
+                },
+            );
+        }
+        let mut hand = 0;
+        for _ in 0..steps {
+            let l = next();
+            if m.contains_key(l) {
+                continue;
+            }
+            let (v, _) = m.clock_victim(&mut hand, false, |_| false).unwrap();
+            m.remove(v);
+            m.insert(
+                l,
+                Stored {
+                    loc: 1,
+                    dirty: false,
+                },
+            );
+        }
+        let (mut max, mut sum) = (0, 0);
+        for i in 0..m.n {
+            if let Some(d) = LbaMap::disp(m.read(i)) {
+                max = max.max(d);
+                sum += d;
+            }
+        }
+        (m.slots(), max, sum as f64 / m.len() as f64)
+    }
+
+    #[test]
+    fn clock_evictions_do_not_crowd_the_table() {
+        let n = 200_000;
+        let sized = LbaMap::new(Shape {
+            entries: n,
+            lba_limit: 1 << 28,
+            loc_bits: 30,
+        })
+        .slots();
+        let (slots, max, mean) = churn(n, 4 * n);
+        eprintln!(
+            "after {} replacements: {slots} slots, distance max {max} mean {mean:.2}",
+            4 * n
+        );
+        assert_eq!(slots, sized, "the table grew (max {max}, mean {mean:.1})");
+        assert!(mean < 8.0, "mean distance {mean:.1}");
     }
 }
