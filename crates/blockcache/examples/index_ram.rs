@@ -44,12 +44,12 @@ fn case(cap_mib: u64, backing_gib: u64, kind: &str) {
     let limit = shape.lba_limit;
     let n = capacity;
     let before = rss();
-    let (accounted, len, sketch, slot) = if kind == "hashmap" {
+    let (accounted, len, sketch, slot, after) = if kind == "hashmap" {
         let mut m: HashMap<u64, [u64; 4]> = HashMap::new();
         for (i, lba) in lbas(n, limit, 0).enumerate() {
             m.insert(lba, [i as u64; 4]);
         }
-        (m.capacity() * 41, m.len(), 0, 41)
+        (m.capacity() * 41, m.len(), 0, 41, rss())
     } else {
         let every = match kind {
             "clean" => 0,
@@ -73,9 +73,9 @@ fn case(cap_mib: u64, backing_gib: u64, kind: &str) {
             ix.len(),
             ix.sketch_bytes(),
             ix.table_shape().0,
+            rss(),
         )
     };
-    let after = rss();
     println!(
         "| {cap_mib} MiB | {kind} | {n} | {len} | {slot} | {:.2} | {:.2} | {:.2} |",
         accounted as f64 / n as f64,
