@@ -247,7 +247,7 @@ impl BlockIo {
             (None, other) => {
                 let stats = &self.stats;
                 self.blocks.locked(|index| match index.get(lba) {
-                    Some(now) if now.loc == e.loc && now.version == e.version => {
+                    Some(now) if now == e => {
                         add(&stats.ssd_read_errors, 1);
                         if now.dirty {
                             let why = match other {

@@ -113,11 +113,11 @@ impl Blocks {
         self.index.lock().dirty_at_or_below(v) as u64
     }
 
-    /// Every clean block as (LBA, version), and a fresh version taken in the same critical
-    /// section (a shutdown snapshot).
+    /// Every clean block as (LBA, packed location), and a fresh version taken in the same
+    /// critical section (a shutdown snapshot).
     pub(crate) fn clean_snapshot(&self) -> (Vec<(u64, u64)>, u64) {
         let mut index = self.index.lock();
-        let e = index.clean_versions().collect();
+        let e = index.clean_locations().collect();
         (e, index.take_version())
     }
 

@@ -145,9 +145,12 @@ impl Fence {
             .map_or(u64::MAX, |t| t.load(Ordering::Acquire))
     }
 
-    /// Reclaim drops block record `(lba, version)` while the index holds `indexed` (the
-    /// version of the LBA's entry, if any). With a newer entry the dropped record is
-    /// shadowed (the engine flushes before every erase, so the newer one is durable by then).
+    /// Reclaim drops block record `(lba, version)`; `shadowed`: the index holds another
+    /// record of the LBA that is newer (the index holds the newest record the cache has, so
+    /// a clean entry elsewhere, whose version the index does not keep, is at least as new:
+    /// the same version only as a copy of the same record, which shadows it as well). A
+    /// shadowed record needs nothing (the engine flushes before every erase, so the newer one
+    /// is durable by then).
     /// Otherwise it may be the newest record of its LBA: a *drop intent* `(lba, 1, version)`
     /// makes every older one stale (durable by that same flush); if it cannot be appended,
     /// the region's floor rises instead. Reclaimer thread; no lock of the cache held.
@@ -157,9 +160,9 @@ impl Fence {
         blocks: &Blocks,
         lba: u64,
         version: u64,
-        indexed: Option<u64>,
+        shadowed: bool,
     ) {
-        if indexed.is_some_and(|v| v > version) {
+        if shadowed {
             return;
         }
         let rec = BlockRecord::Intent {

@@ -174,7 +174,7 @@ mod tests {
             }
         ));
         // A block dirtied after the last start is not waited for.
-        let v3 = index.locked(|ix| ix.get(3).map(|e| e.version).unwrap_or(0));
+        let v3 = index.locked(|ix| ix.get(3).and_then(|e| e.version).unwrap_or(0));
         index.locked(|ix| ix.mark_clean(2, v2));
         index.locked(|ix| ix.mark_clean(3, v3));
         dirty(&index, 4);

@@ -1,12 +1,16 @@
-//! The RAM index: LBA → (flash location, version, dirty) in an [`LbaMap`], plus the dirty sets
-//! that drive writeback order; per-block state only dirty blocks need lives in `dirty_meta`, so
-//! a clean block costs one table slot.
+//! The RAM index: LBA → (flash location, dirty) in an [`LbaMap`], plus the dirty table and
+//! the dirty sets that drive writeback order. A clean block costs one table slot (6–7 bytes,
+//! see [`crate::lbamap`]): no LBA, no version. Everything only dirty blocks need — their
+//! version, FIFO order and last access — lives in `dirty_meta`, bounded by the dirty limit.
 //!
-//! Invariants: an entry's `version` is the highest version of that LBA the cache holds; an
-//! entry is dirty iff its LBA is in `dirty_meta` iff its version is in `dirty_versions` and it
-//! is in `fifo` and `by_lba`; a dirty entry is never removed (only made clean by writeback or
+//! Invariants: an entry is the newest record of its LBA the cache holds; an entry is dirty
+//! iff its LBA is in `dirty_meta` iff its version is in `dirty_versions` and it is in `fifo`
+//! and `by_lba`; a dirty entry is never removed (only made clean by writeback or
 //! superseded). Versions are handed out under the same mutex as the update, so the smallest
-//! dirty version is exact.
+//! dirty version is exact. A clean block's version is not kept: it is in its record's
+//! header on flash (the read check, reclaim and the fence do not need it from here, see
+//! [`Entry::version`]), and a put always carries a version newer than every clean entry's
+//! (it was just taken, or the index was empty: recovery).
 //!
 //! Fields are private: callers go through its methods, under the one mutex of
 //! `crate::blocks::Blocks`, taken by request tasks, the writeback task and the engine's
@@ -14,9 +18,35 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
-pub use crate::lbamap::{Entry, LbaMap};
+pub use crate::lbamap::{LbaMap, Shape, Stored};
+pub use crate::loccode::LocCode;
 use crate::sketch::Sketch;
 use crate::tunables::FlushOrder;
+
+/// One cached block (returned by value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Packed [`flashtier_flash::Location`].
+    pub loc: u64,
+    /// Version of the record at `loc` if the block is dirty; `None` for a clean block (its
+    /// version is in the record's header: the index does not keep it).
+    pub version: Option<u64>,
+    /// The record is dirty (not yet on the backing).
+    pub dirty: bool,
+}
+
+/// What the index is sized for (see [`Index::for_device`]).
+#[derive(Clone, Copy, Debug)]
+pub struct IndexShape {
+    /// Blocks the cache holds (the table holds them without growing).
+    pub blocks: u64,
+    /// Block records the device holds (the sketch's size).
+    pub sketch_blocks: u64,
+    /// LBAs are below this (the backing's block count).
+    pub lba_limit: u64,
+    /// How locations are stored.
+    pub loc: LocCode,
+}
 
 /// What a put replaced.
 #[derive(Debug, Default)]
@@ -32,6 +62,8 @@ pub struct PutOutcome {
 /// What only a dirty block needs.
 #[derive(Clone, Copy, Debug)]
 struct DirtyMeta {
+    /// Version of the dirty record.
+    version: u64,
     /// Order of first becoming dirty (key in `fifo`).
     seq: u64,
     /// Access clock at the last read or write (LRU flush order).
@@ -41,8 +73,10 @@ struct DirtyMeta {
 /// The index proper.
 #[derive(Debug, Default)]
 pub struct Index {
-    /// LBA → entry.
+    /// LBA → location code and dirty flag.
     map: LbaMap,
+    /// How `map` stores locations.
+    loc: LocCode,
     /// Dirty LBA → its order and last access.
     dirty_meta: HashMap<u64, DirtyMeta>,
     /// dirty seq → (LBA, when it became dirty).
@@ -71,15 +105,63 @@ impl Index {
         Self::with_capacity(max_seen, 0)
     }
 
-    /// An empty index sized for `blocks` cached blocks (it grows past that if needed).
+    /// An empty index sized for `blocks` cached blocks of any LBA and location (it grows
+    /// past that if needed).
     pub fn with_capacity(max_seen: u64, blocks: u64) -> Self {
+        Self::for_device(
+            max_seen,
+            IndexShape {
+                blocks,
+                sketch_blocks: blocks,
+                lba_limit: u64::MAX,
+                loc: LocCode::default(),
+            },
+        )
+    }
+
+    /// An empty index for a device and backing of `shape`: the table stores only as many
+    /// bits of LBA and location as they need.
+    pub fn for_device(max_seen: u64, shape: IndexShape) -> Self {
         Index {
-            map: LbaMap::with_capacity(blocks as usize),
-            sketch: Sketch::with_capacity(blocks),
+            map: LbaMap::new(Shape {
+                entries: shape.blocks,
+                lba_limit: shape.lba_limit,
+                loc_bits: shape.loc.bits(),
+            }),
+            loc: shape.loc,
+            sketch: Sketch::with_capacity(shape.sketch_blocks),
             next_version: max_seen + 1,
             next_dirty_seq: 1,
             ..Default::default()
         }
+    }
+
+    /// The entry of a stored slot.
+    fn entry(&self, lba: u64, s: Stored) -> Entry {
+        Entry {
+            loc: self.loc.decode(s.loc),
+            version: if s.dirty {
+                self.dirty_meta.get(&lba).map(|d| d.version)
+            } else {
+                None
+            },
+            dirty: s.dirty,
+        }
+    }
+
+    /// The code of `loc`, checked: every location the index is given is a block record
+    /// within the device the index was sized for.
+    fn code(&self, loc: u64) -> u64 {
+        assert!(
+            self.loc.exact(loc),
+            "location {loc:#x} is not a block record of the indexed device"
+        );
+        self.loc.encode(loc)
+    }
+
+    /// Bytes a table slot, and slots (see [`crate::lbamap`]).
+    pub fn table_shape(&self) -> (usize, usize) {
+        (self.map.slot_bytes(), self.map.slots())
     }
 
     /// Take a fresh version.
@@ -106,7 +188,7 @@ impl Index {
 
     /// The entry of `lba`, without counting an access.
     pub fn get(&self, lba: u64) -> Option<Entry> {
-        self.map.get(lba)
+        self.map.get(lba).map(|s| self.entry(lba, s))
     }
 
     /// Whether `lba` is cached.
@@ -136,15 +218,16 @@ impl Index {
 
     /// Reclaim moved `lba`'s record to `loc`.
     pub fn set_loc(&mut self, lba: u64, loc: u64) -> bool {
-        self.map.set_loc(lba, loc)
+        let code = self.code(loc);
+        self.map.set_loc(lba, code)
     }
 
-    /// Clean blocks as (LBA, version).
-    pub fn clean_versions(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+    /// Clean blocks as (LBA, packed location).
+    pub fn clean_locations(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.map
             .iter()
             .filter(|(_, e)| !e.dirty)
-            .map(|(l, e)| (l, e.version))
+            .map(|(l, e)| (l, self.loc.decode(e.loc)))
     }
 
     /// Location of the newest persisted watermark record.
@@ -213,7 +296,7 @@ impl Index {
     pub fn lookup(&mut self, lba: u64) -> Option<Entry> {
         self.clock += 1;
         self.sketch.add(lba);
-        let e = self.map.get(lba)?;
+        let e = self.get(lba)?;
         self.map.touch(lba);
         if e.dirty {
             if let Some(d) = self.dirty_meta.get_mut(&lba) {
@@ -240,34 +323,34 @@ impl Index {
     /// Approximate bytes of RAM the index holds: the table exactly, the dirty sets by
     /// their element sizes plus typical B-tree and hash-table overhead.
     pub fn ram_bytes(&self) -> usize {
-        // hashbrown: (8 + 16) bytes + 1 control byte a bucket, buckets >= 8/7 of entries;
+        // hashbrown: (8 + 24) bytes + 1 control byte a bucket, buckets >= 8/7 of entries;
         // B-tree nodes: elements ~2/3 full plus edges, ~1.6x the elements' size.
-        let dirty = self.dirty_meta.capacity() * 25
+        let dirty = self.dirty_meta.capacity() * 33
             + self.fifo.len() * 32 * 8 / 5
             + (self.by_lba.len() + self.dirty_versions.len() + self.writing.len()) * 8 * 8 / 5;
         self.map.ram_bytes() + dirty
     }
 
-    fn clear_dirty(&mut self, lba: u64, e: &Entry) {
-        if e.dirty {
-            if let Some(d) = self.dirty_meta.remove(&lba) {
-                self.fifo.remove(&d.seq);
-            }
+    fn clear_dirty(&mut self, lba: u64) {
+        if let Some(d) = self.dirty_meta.remove(&lba) {
+            self.fifo.remove(&d.seq);
             self.by_lba.remove(&lba);
-            self.dirty_versions.remove(&e.version);
+            self.dirty_versions.remove(&d.version);
         }
     }
 
-    /// Record that `lba` now lives at `loc` with `version` (dirty or clean). If the index
-    /// already holds a newer version the new record is the dead one.
+    /// Record that `lba` now lives at `loc` with `version` (dirty or clean). `version` is
+    /// newer than every clean entry's (see the module doc); if the index holds a dirty entry
+    /// of a newer version, the new record is the dead one.
     pub fn put(&mut self, lba: u64, loc: u64, version: u64, dirty: bool) -> PutOutcome {
         self.clock += 1;
+        let code = self.code(loc);
         let mut out = PutOutcome::default();
         let mut stays_dirty = false;
-        if let Some(o) = self.map.get(lba) {
+        if let Some(o) = self.get(lba) {
             out.hit = true;
             out.was_dirty = o.dirty;
-            if o.version > version {
+            if o.version.is_some_and(|v| v > version) {
                 out.dead = Some(loc);
                 return out;
             }
@@ -275,9 +358,11 @@ impl Index {
             if dirty && o.dirty {
                 // Keeps its place in the FIFO (order of first becoming dirty).
                 stays_dirty = true;
-                self.dirty_versions.remove(&o.version);
+                if let Some(v) = o.version {
+                    self.dirty_versions.remove(&v);
+                }
             } else {
-                self.clear_dirty(lba, &o);
+                self.clear_dirty(lba);
             }
         }
         if dirty {
@@ -285,34 +370,34 @@ impl Index {
             if stays_dirty {
                 if let Some(d) = self.dirty_meta.get_mut(&lba) {
                     d.access = clock;
+                    d.version = version;
                 }
             } else {
                 let seq = self.next_dirty_seq;
                 self.next_dirty_seq += 1;
                 self.fifo.insert(seq, (lba, Instant::now()));
                 self.by_lba.insert(lba);
-                self.dirty_meta
-                    .insert(lba, DirtyMeta { seq, access: clock });
+                self.dirty_meta.insert(
+                    lba,
+                    DirtyMeta {
+                        version,
+                        seq,
+                        access: clock,
+                    },
+                );
             }
             self.dirty_versions.insert(version);
         }
-        self.map.insert(
-            lba,
-            Entry {
-                loc,
-                version,
-                dirty,
-            },
-        );
+        self.map.insert(lba, Stored { loc: code, dirty });
         out
     }
 
     /// Writeback of `version` finished: clean the entry if it still holds that version.
     pub fn mark_clean(&mut self, lba: u64, version: u64) -> bool {
-        match self.map.get(lba) {
-            Some(e) if e.version == version && e.dirty => {
-                self.clear_dirty(lba, &e);
-                self.map.insert(lba, Entry { dirty: false, ..e });
+        match self.get(lba) {
+            Some(e) if e.dirty && e.version == Some(version) => {
+                self.clear_dirty(lba);
+                self.map.set_dirty(lba, false);
                 true
             }
             _ => false,
@@ -322,9 +407,9 @@ impl Index {
     /// Remove the entry if it is at `loc` (reclaim dropped or lost it, or a write-through
     /// invalidated it). Returns the removed entry.
     pub fn remove_at(&mut self, lba: u64, loc: u64) -> Option<Entry> {
-        match self.map.get(lba) {
+        match self.get(lba) {
             Some(e) if e.loc == loc => {
-                self.clear_dirty(lba, &e);
+                self.clear_dirty(lba);
                 self.map.remove(lba);
                 Some(e)
             }
@@ -368,10 +453,12 @@ impl Index {
     pub fn next_victim(&mut self) -> Option<(u64, Entry)> {
         let mut hand = self.hand;
         let writing = &self.writing;
-        let v = self.map.clock_victim(&mut hand, |l| writing.contains(&l));
+        let v = self
+            .map
+            .clock_victim(&mut hand, !writing.is_empty(), |l| writing.contains(&l));
         // The hand stopped just past the victim's slot.
         self.hand = if v.is_some() { hand - 1 } else { hand };
-        v
+        v.map(|(l, s)| (l, self.entry(l, s)))
     }
 
     /// Make room for one more block: remove the clean block the CLOCK hand chooses (not
@@ -379,9 +466,12 @@ impl Index {
     pub fn evict_clean(&mut self) -> Option<(u64, Entry)> {
         let mut hand = self.hand;
         let writing = &self.writing;
-        let v = self.map.clock_victim(&mut hand, |l| writing.contains(&l));
+        let v = self
+            .map
+            .clock_victim(&mut hand, !writing.is_empty(), |l| writing.contains(&l));
         self.hand = hand;
-        let (lba, e) = v?;
+        let (lba, s) = v?;
+        let e = self.entry(lba, s);
         self.map.remove(lba);
         Some((lba, e))
     }
@@ -416,12 +506,19 @@ mod tests {
         assert!(index.mark_clean(8, v2));
         assert_eq!(index.dirty(), 0);
         assert_eq!(index.clean_watermark(), v3);
-        // an older version loses
+        // A clean entry keeps no version; a dirty one does.
+        assert_eq!(index.get(7).and_then(|e| e.version), None);
+        let v4 = index.take_version();
+        index.put(7, 400, v4, true);
+        assert_eq!(index.get(7).and_then(|e| e.version), Some(v4));
+        // An older version loses against a dirty entry.
         let o = index.put(7, 50, v1, false);
         assert_eq!(o.dead, Some(50));
-        assert_eq!(index.get(7).map(|e| e.loc), Some(300));
-        assert!(index.remove_at(7, 300).is_some());
+        assert_eq!(index.get(7).map(|e| e.loc), Some(400));
+        assert!(index.mark_clean(7, v4));
+        assert!(index.remove_at(7, 400).is_some());
         assert!(index.lookup(7).is_none());
+        assert_eq!(index.clean_locations().collect::<Vec<_>>(), vec![(8, 200)]);
     }
 
     #[test]

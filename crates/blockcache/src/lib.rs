@@ -16,7 +16,8 @@
 //! - `writeback`: `Writeback` (task, pick, batch, watermark, rate); [`flush`]: flush jobs.
 //! - [`switch`]: `ModeSwitch`; `admission` + [`seq`]: what is cached; [`warm`]: warm restart;
 //!   `fence` + `fence_found`: backing-write intents and floors (clean blocks survive a crash).
-//! - [`index`] + [`lbamap`]: the LBA index (private fields, methods only); `sketch`: how
+//! - [`index`] + [`lbamap`] + `lbakey`: the LBA index (private fields, methods only; the
+//!   table stores no LBA and no clean block's version); `sketch`: how
 //!   often blocks were accessed lately (the admission filter).
 //! - [`tunables`] ([`Mode`], [`FlushOrder`], [`TUNABLES`]), [`stats`], [`mod@error`].
 #![deny(unsafe_code)]
@@ -33,7 +34,9 @@ mod fence_found;
 pub mod flush;
 mod geometry;
 pub mod index;
+mod lbakey;
 pub mod lbamap;
+mod loccode;
 mod log_limit;
 mod meta_log;
 mod open;
@@ -52,6 +55,7 @@ mod writeback;
 pub use cache::{BlockCache, BlockCacheConfig, RecoveryInfo};
 pub use error::Error;
 pub use flush::FlushState;
+pub use open::planned_index_shape;
 pub use retry::RETRY_MAX;
 pub use stats::BlockStats;
 pub use switch::{SwitchPhase, SwitchStatus};

@@ -26,11 +26,12 @@ use crate::error::Error;
 use crate::fence::Fence;
 use crate::fence_found::{verdict, Verdict};
 use crate::geometry;
-use crate::index::Index;
+use crate::index::{Index, IndexShape, LocCode};
 use crate::reclaim::Handler;
 use crate::record::{RecordKind, FLAG_DIRTY};
 use crate::stats::BlockStats;
 use crate::tunables::Tunables;
+use flashtier_flash::format::record::RECORD_HEADER_LEN;
 
 impl BlockCache {
     /// Open a cache on `PATH:SIZE` flash specs over `backing` (recovering dirty blocks).
@@ -88,10 +89,22 @@ impl BlockCache {
         let (flash, info) = open(fc, handler, &mut |m| scan.offer(m, nblocks, &durable.fence))?;
         let flash = Arc::new(flash);
         durable.set_flash(&flash);
-        let record = flashtier_flash::format::record::padded_len(0, bs as usize) as u64;
-        // Sized for every block record the device can hold: the table never grows.
-        let table = info.capacity / record + 1;
-        let rec = scan.recover(&flash, &blocks, &durable.fence, bs, nblocks, table);
+        // A set formatted with other sizes keeps them, with the engine's chunk for them.
+        let chunk = if info.segment_size == segment {
+            chunk
+        } else {
+            FlashConfig::chunk_for(info.segment_size)
+        };
+        let (shape, capacity_blocks) = index_shape(
+            u64::from(info.segments),
+            info.segment_size,
+            info.capacity,
+            chunk,
+            bs,
+            kept_free,
+            nblocks,
+        );
+        let rec = scan.recover(&flash, &blocks, &durable.fence, bs, nblocks, shape);
         durable.set_wm_persisted(rec.watermark);
         // Consume the snapshot before anything can reach the backing: a durable session
         // record newer than the marker makes it invalid for every later recovery.
@@ -101,15 +114,6 @@ impl BlockCache {
             .fence
             .persist_blocking(durable.log(), &blocks, &flash)
             .map_err(Error::Config)?;
-        // A set formatted with other sizes keeps them, with the engine's chunk for them.
-        let chunk = if info.segment_size == segment {
-            chunk
-        } else {
-            FlashConfig::chunk_for(info.segment_size)
-        };
-        let per_segment = geometry::records_per_segment(info.segment_size, chunk, record);
-        let capacity_blocks =
-            geometry::capacity_blocks(u64::from(info.segments), per_segment, kept_free).max(16);
         let cache = Arc::new(BlockCache {
             io: BlockIo::new(blocks, stats, flash, backing, bs, capacity_blocks),
             durable,
@@ -127,6 +131,57 @@ impl BlockCache {
         }
         Ok(cache)
     }
+}
+
+/// The index's shape and the blocks the cache holds (`capacity_blocks`) on `segments`
+/// segments of `segment_size` bytes (`capacity` bytes in all) written in chunks of `chunk`
+/// bytes, for a backing of `nblocks` blocks of `bs` bytes. The table is sized for
+/// `capacity_blocks` (it grows only if recovery finds more), the sketch for every block
+/// record the device can hold.
+fn index_shape(
+    segments: u64,
+    segment_size: u64,
+    capacity: u64,
+    chunk: u64,
+    bs: u64,
+    kept_free: u64,
+    nblocks: u64,
+) -> (IndexShape, u64) {
+    let record = flashtier_flash::format::record::padded_len(0, bs as usize) as u64;
+    let per_segment = geometry::records_per_segment(segment_size, chunk, record);
+    let capacity_blocks = geometry::capacity_blocks(segments, per_segment, kept_free).max(16);
+    let shape = IndexShape {
+        blocks: capacity_blocks,
+        sketch_blocks: capacity / record + 1,
+        lba_limit: nblocks,
+        loc: LocCode::for_records(
+            (segments * segment_size).max(capacity),
+            (RECORD_HEADER_LEN as u64) + bs,
+        ),
+    };
+    (shape, capacity_blocks)
+}
+
+/// The index shape and `capacity_blocks` that opening a freshly formatted cache device of
+/// `cap` bytes in front of a backing of `size` bytes with `cfg` would give, computed
+/// without a device (the `index_ram` example measures RAM at sizes no test allocates).
+pub fn planned_index_shape(
+    cap: u64,
+    size: u64,
+    cfg: &BlockCacheConfig,
+) -> Result<(IndexShape, u64), Error> {
+    let (bs, fc, _) = settings(cap, size, cfg)?;
+    let segments =
+        cap.saturating_sub(flashtier_flash::format::superblock::SUPERBLOCK_AREA) / fc.segment_size;
+    Ok(index_shape(
+        segments,
+        fc.segment_size,
+        segments * fc.segment_size,
+        fc.chunk_size,
+        bs,
+        geometry::kept_free(&fc),
+        size / bs,
+    ))
 }
 
 /// Check the settings against the backing's `size`: the block size, the initial tunables and
@@ -222,7 +277,7 @@ impl Scan {
         }
     }
 
-    /// Rebuild `blocks` (a table of `table` slots) from what was found: dirty blocks above
+    /// Rebuild `blocks` (an index of `shape`) from what was found: dirty blocks above
     /// the watermark, clean blocks proven current by the snapshot or the fence; mark every
     /// other record dead.
     fn recover(
@@ -232,7 +287,7 @@ impl Scan {
         fence: &Fence,
         bs: u64,
         nblocks: u64,
-        table: u64,
+        shape: IndexShape,
     ) -> RecoveryInfo {
         let Scan {
             newest,
@@ -271,7 +326,11 @@ impl Scan {
         let intent_of = fences.fences(&newest);
         // Rebuilt under the index mutex: reclaim waits until every block is back.
         blocks.locked(|index| {
-            *index = Index::with_capacity(max_version, table);
+            let shape = IndexShape {
+                blocks: shape.blocks.max(newest.len() as u64),
+                ..shape
+            };
+            *index = Index::for_device(max_version, shape);
             index.set_wm_loc(wm.map(|w| w.location.pack()));
             for (lba, m) in newest {
                 let v = verdict(
@@ -280,7 +339,7 @@ impl Scan {
                     watermark,
                     intent_of.get(&lba).copied().unwrap_or(0),
                     floors.then(|| fence.floor(lba)),
-                    snapshot.get(&lba) == Some(&m.version),
+                    snapshot.get(&lba) == Some(&m.location.pack()),
                 );
                 match v {
                     Verdict::Dirty => {

@@ -96,21 +96,21 @@ impl ReclaimHandler for Handler {
                     } else {
                         index.remove_at(rec.key_id, loc);
                         add(&stats.replacements, 1);
-                        note = Some(None);
+                        note = Some(false);
                         Decision::Drop
                     }
                 }
                 other => {
                     if is_block {
-                        note = Some(other.map(|e| e.version));
+                        note = Some(other.is_some_and(|e| shadows(&e, rec.version)));
                     }
                     Decision::Drop
                 }
             }
         });
-        if let Some(indexed) = note {
+        if let Some(shadowed) = note {
             d.fence
-                .dropped(d.log(), &self.blocks, rec.key_id, rec.version, indexed);
+                .dropped(d.log(), &self.blocks, rec.key_id, rec.version, shadowed);
         }
         decision
     }
@@ -215,14 +215,13 @@ impl ReclaimHandler for Handler {
             return;
         }
         let (indexed, removed) = self.blocks.locked(|index| {
-            let indexed = index.get(rec.key_id).map(|e| e.version);
+            let indexed = index.get(rec.key_id);
             (indexed, index.remove_at(rec.key_id, rec.location.pack()))
         });
-        let current = indexed == Some(rec.version);
-        let newer = if current { None } else { indexed };
+        let shadowed = removed.is_none() && indexed.is_some_and(|e| shadows(&e, rec.version));
         let d = &self.durable;
         d.fence
-            .dropped(d.log(), &self.blocks, rec.key_id, rec.version, newer);
+            .dropped(d.log(), &self.blocks, rec.key_id, rec.version, shadowed);
         if let Some(e) = removed {
             if e.dirty {
                 add(&d.stats().dirty_lost, 1);
@@ -234,6 +233,14 @@ impl ReclaimHandler for Handler {
             }
         }
     }
+}
+
+/// Whether index entry `e`, at another location than a dropped record of its LBA at
+/// `version`, shadows it: a dirty entry if newer (its version is known); a clean entry
+/// always — the index holds the newest record of its LBA the cache has, so a clean entry
+/// elsewhere is newer or a copy of the same record (see `Fence::dropped`).
+fn shadows(e: &crate::index::Entry, version: u64) -> bool {
+    e.version.is_none_or(|v| v > version)
 }
 
 #[cfg(test)]

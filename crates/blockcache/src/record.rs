@@ -133,18 +133,22 @@ impl RecordKind {
     }
 }
 
-/// The value of `rec` if it is block `lba` at `version` and `block_size` bytes long: the
-/// only way the block face trusts a record it read.
+/// The value of `rec` if it is block `lba` (at `version` when the index knows it: a dirty
+/// block) and `block_size` bytes long: the only way the block face trusts a record it read.
+/// A clean block's version is not in the index. Without it the check still cannot return
+/// a value older than the indexed one: once the location is reused, it can hold a record of
+/// this LBA only as a copy of a live one (reclaim keeps only indexed records; older ones
+/// are dead and never copied), i.e. the indexed record or a newer write racing this read.
 pub(crate) fn checked_block(
     rec: &Record,
     lba: u64,
-    version: u64,
+    version: Option<u64>,
     block_size: u64,
 ) -> Option<Bytes> {
     let h = &rec.header;
     let matches = h.kind == KIND_BLOCK
         && h.key_id == lba
-        && h.version == version
+        && version.is_none_or(|v| h.version == v)
         && rec.value.len() as u64 == block_size;
     matches.then(|| rec.value.clone())
 }
@@ -181,12 +185,27 @@ mod tests {
         .write();
         assert_eq!((w.kind, w.key_id, w.flags), (KIND_BLOCK, 9, FLAG_DIRTY));
         let r = read_back(&w);
-        assert_eq!(checked_block(&r, 9, 3, 512).as_deref(), Some(&data[..]));
-        assert!(checked_block(&r, 8, 3, 512).is_none(), "another LBA");
-        assert!(checked_block(&r, 9, 4, 512).is_none(), "another version");
-        assert!(checked_block(&r, 9, 3, 4096).is_none(), "another length");
+        assert_eq!(
+            checked_block(&r, 9, Some(3), 512).as_deref(),
+            Some(&data[..])
+        );
+        // A clean block: no version to compare, the rest still checked.
+        assert_eq!(checked_block(&r, 9, None, 512).as_deref(), Some(&data[..]));
+        assert!(
+            checked_block(&r, 8, None, 512).is_none(),
+            "another LBA, clean"
+        );
+        assert!(checked_block(&r, 8, Some(3), 512).is_none(), "another LBA");
+        assert!(
+            checked_block(&r, 9, Some(4), 512).is_none(),
+            "another version"
+        );
+        assert!(
+            checked_block(&r, 9, Some(3), 4096).is_none(),
+            "another length"
+        );
         let wm = read_back(&BlockRecord::Watermark { version: 3 }.write());
-        assert!(checked_block(&wm, WM_KEY, 3, 0).is_none(), "not a block");
+        assert!(checked_block(&wm, WM_KEY, None, 0).is_none(), "not a block");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Warm restart: clean cached blocks survive a clean shutdown, never a crash.
 //!
 //! Rule: a clean block record is trusted at open only if a valid shutdown snapshot lists its
-//! exact `(LBA, version)`. Shutdown takes every stripe lock, writes the snapshot chunks and
+//! exact `(LBA, location)` (the location, not the version: the index keeps no clean block's
+//! version; no record newer than the marker exists, so the record at that location is the
+//! one the cache held; a reclaim copy made after the snapshot only makes the block cold). Shutdown takes every stripe lock, writes the snapshot chunks and
 //! then the marker, all at one fresh version `M`, each made durable. The snapshot is valid only
 //! if the marker's version is the highest on the device, its geometry matches and every chunk
 //! is found; open then writes a session record above `M` that reclaim keeps (`Warm`), so a
@@ -21,7 +23,9 @@ use crate::error::Error;
 use crate::meta_log::{MetaLog, STREAM_META};
 use crate::record::{BlockRecord, RecordKind};
 
-const MAGIC: &[u8; 8] = b"FTWARM01";
+/// `FTWARM01` listed `(LBA, version)`: such a snapshot is not trusted (the block face
+/// starts cold for clean blocks once, after the upgrade).
+const MAGIC: &[u8; 8] = b"FTWARM02";
 const MARKER_LEN: usize = 40;
 const ENTRY_LEN: usize = 16;
 /// Largest snapshot chunk value (bytes).
@@ -75,7 +79,7 @@ impl Found {
         v
     }
 
-    /// The snapshot as LBA → version, or why it cannot be trusted.
+    /// The snapshot as LBA → packed location, or why it cannot be trusted.
     pub fn load(
         &self,
         flash: &Flash,

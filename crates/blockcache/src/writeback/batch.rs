@@ -193,7 +193,10 @@ async fn read_picks(io: &BlockIo, picks: &[(u64, Entry, bool)]) -> Vec<ReadBlock
             .and_then(|r| checked_block(&r, lba, e.version, io.block_size))
         {
             add(&io.stats.ssd_reads, 1);
-            blocks.push((lba, e.version, due, block));
+            // Picks are dirty: the index knows their version.
+            if let Some(v) = e.version {
+                blocks.push((lba, v, due, block));
+            }
         }
     }
     blocks.sort_unstable_by_key(|b| b.0);
