@@ -221,6 +221,33 @@ impl SegmentTable {
         Some(seg)
     }
 
+    /// The oldest sealed segment on a device not `out` whose value records are all dead
+    /// ([`SegInfo::values_all_dead`]), marked `Reclaiming`: reclaim frees such segments
+    /// ahead of need and in batches, since freeing one early costs no live item.
+    pub(crate) fn pick_dead_victim(&mut self, out: &[bool]) -> Option<u32> {
+        let seg = self.dead_victim(out)?;
+        self.segs[seg as usize].state = SegState::Reclaiming;
+        Some(seg)
+    }
+
+    /// True when [`Self::pick_dead_victim`] would find a segment.
+    pub(crate) fn has_dead_victim(&self, out: &[bool]) -> bool {
+        self.dead_victim(out).is_some()
+    }
+
+    fn dead_victim(&self, out: &[bool]) -> Option<u32> {
+        self.segs
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                s.state == SegState::Sealed
+                    && !out.get(s.dev).copied().unwrap_or(true)
+                    && s.values_all_dead()
+            })
+            .min_by_key(|(_, s)| s.order)
+            .map(|(i, _)| i as u32)
+    }
+
     /// Reclaim of `seg` failed: back to sealed, or retired (`Failed`: never read, written,
     /// reused or picked again) when it could not be read.
     pub(crate) fn reclaim_failed(&mut self, seg: u32, unreadable: bool) {

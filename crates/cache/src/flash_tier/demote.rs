@@ -35,8 +35,22 @@ impl LowerTier for FlashTier {
             Some(p) => Location::unpack(p),
             None => {
                 let value = rec.value();
-                match self.try_append(STREAM, &KvRecord::Put(Put::of(hash, key, &value, h))) {
+                let put = KvRecord::Put(Put::of(hash, key, &value, h));
+                // A cold item (never fetched) is not worth a wait when flash is behind: it
+                // is evicted, as memcached's extstore drops what its write buffers cannot
+                // take (docs/eviction.md, "Refill over a full flash").
+                let cold = h.rflags & F_FETCHED == 0 && self.tiering.evict_when_busy();
+                let res = if cold {
+                    self.try_append_or_drop(STREAM, &put)
+                } else {
+                    self.try_append(STREAM, &put)
+                };
+                match res {
                     Ok(loc) => loc,
+                    Err(true) if cold => {
+                        Counters::add(&self.counters.evictions_flash_busy, 1);
+                        return Taken::Drop;
+                    }
                     Err(true) => return Taken::Later,
                     Err(false) => return Taken::Drop,
                 }
@@ -60,6 +74,13 @@ impl LowerTier for FlashTier {
 
     fn cover_or_stall(&self, hash: u64, key: &[u8], stall: bool) -> Option<bool> {
         let rec = KvRecord::Tombstone { key_id: hash, key };
+        if self.journaled() {
+            // The crash journal takes the tombstone in the same call and appends it to the
+            // log again if flash refuses it now (`flash_journal_uncovered`): the write need
+            // not wait for flash (docs/eviction.md, "Refill over a full flash").
+            let _ = self.try_append_or_drop(STREAM, &rec);
+            return Some(true);
+        }
         match self.append_or_stall(STREAM, &rec, stall) {
             Ok(_) => Some(true),
             Err(true) if stall => None,

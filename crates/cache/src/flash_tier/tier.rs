@@ -24,6 +24,16 @@ use crate::flash_tier::{flash_err, RamAccess, SMALL_KEEP_DIVISOR, STREAM};
 use crate::knobs::Tiering;
 use crate::Error;
 
+/// How an append meets back-pressure (`Busy`, `NoSpace`): never waits and marks the gate
+/// (`Stall(false)`), the same but reported to a caller that will await room (`Stall(true)`),
+/// waits on this thread (`Block`), or reported to a caller that drops the value (`Drop`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    Stall(bool),
+    Block,
+    Drop,
+}
+
 /// `value_mean` is fixed point with this many fraction bits.
 const MEAN_SHIFT: u32 = 8;
 /// `value_mean` averages over about 2^this many appends.
@@ -79,6 +89,10 @@ pub struct TierCounters {
     /// the item was copied within RAM instead (it is appended later) rather than waited for
     /// under the lock.
     pub evictions_deferred: AtomicU64,
+    /// RAM evictions of a cold item (never fetched) not yet on flash that the engine refused
+    /// for back-pressure, dropped at once rather than waited for or kept (the
+    /// `evict_when_busy` knob): counted in `evictions` too.
+    pub evictions_flash_busy: AtomicU64,
     /// Items rebuilt into the index at open.
     pub recovered: AtomicU64,
     /// Dirty versions appended by the write-back pass (window elapsed, or close).
@@ -305,22 +319,25 @@ impl FlashTier {
         rec: &KvRecord<'_>,
         stall: bool,
     ) -> Result<Location, bool> {
-        self.append_full(stream, rec, stall, false)
+        self.append_full(stream, rec, Wait::Stall(stall))
+    }
+
+    /// [`Self::try_append`] of a record its caller can do without if flash refuses it for
+    /// back-pressure — a cold item evicted while flash is busy (dropped), a tombstone the
+    /// crash journal holds (the journal appends it again): that refusal neither marks the
+    /// gate (no operation waits for it) nor counts as a write skipped or a marker failure.
+    pub fn try_append_or_drop(&self, stream: u8, rec: &KvRecord<'_>) -> Result<Location, bool> {
+        self.append_full(stream, rec, Wait::Drop)
     }
 
     /// [`Self::append`], waiting up to the `append_wait` knob on back-pressure (blocking the
     /// thread). Only for callers holding no lock (a `flush_all` marker).
     pub fn append_unlocked(&self, stream: u8, rec: &KvRecord<'_>) -> Option<Location> {
-        self.append_full(stream, rec, false, true).ok()
+        self.append_full(stream, rec, Wait::Block).ok()
     }
 
-    fn append_full(
-        &self,
-        stream: u8,
-        rec: &KvRecord<'_>,
-        stall: bool,
-        block: bool,
-    ) -> Result<Location, bool> {
+    fn append_full(&self, stream: u8, rec: &KvRecord<'_>, wait: Wait) -> Result<Location, bool> {
+        let stall = wait == Wait::Stall(true);
         if let KvRecord::Put(p) = rec {
             if (p.value.len() as u64) < self.tiering.item_size() {
                 add(&self.counters.write_skipped, 1);
@@ -333,17 +350,18 @@ impl FlashTier {
         if let KvRecord::Tombstone { .. } = rec {
             w.flags = self.flash.horizon();
         }
-        let res = if block {
-            self.flash
-                .append_blocking(stream, &w, self.tiering.append_wait())
-        } else {
-            self.append_write(stream, &w)
+        let res = match wait {
+            Wait::Block => self
+                .flash
+                .append_blocking(stream, &w, self.tiering.append_wait()),
+            Wait::Drop => self.flash.append(stream, &w),
+            Wait::Stall(_) => self.append_write(stream, &w),
         };
         let pressure = matches!(
             res,
             Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)
         );
-        if stall && pressure {
+        if pressure && (stall || wait == Wait::Drop) {
             return Err(true);
         }
         if matches!(rec, KvRecord::Tombstone { .. } | KvRecord::Flush { .. }) {
@@ -356,6 +374,7 @@ impl FlashTier {
                 add(&c.bytes_written, p.value.len() as u64);
                 self.note_value_len(p.value.len());
             }
+            (_, Err(_)) if pressure && wait == Wait::Drop => {}
             (KvRecord::Put(_), Err(_)) => add(&c.write_skipped, 1),
             (KvRecord::Tombstone { .. }, Ok(_)) => add(&c.tombstones, 1),
             (KvRecord::Flush { at: 0 }, Ok(_)) => {
