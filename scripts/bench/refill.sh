@@ -10,14 +10,15 @@
 #
 # Usage: scripts/bench/refill.sh [OUT_DIR]   (root)
 # Env [default]: ROUNDS [3]  MEM [64]  FLASH [1G]  CG_MB [192]  KEYS [150000]  VALUE [4096]
-#   SERVERS ["ft memcached"] (memcached runs -t SERVER_THREADS [2] unless MC_THREADS)
+#   SERVERS ["ft memcached-t4 memcached-t2"] (memcached-tN runs memcached -t N; `memcached`
+#   runs -t MC_THREADS [2]; flashtier runs --threads 2)
 # Output: OUT/summary.tsv (one line per server and phase: SETs/s, server CPU s, append
 # waits and their time, reclaim counters), OUT/raw/, OUT/run.log.
 NAME=refill
 ROOT_GUESS=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:-$ROOT_GUESS/bench-results/refill-$(date -u +%Y%m%dT%H%M%SZ)}
 ROUNDS=${ROUNDS:-3} MEM=${MEM:-64} FLASH=${FLASH:-1G} CG_MB=${CG_MB:-192}
-KEYS=${KEYS:-150000} VALUE=${VALUE:-4096} SERVERS=${SERVERS:-ft memcached}
+KEYS=${KEYS:-150000} VALUE=${VALUE:-4096} SERVERS=${SERVERS:-ft memcached-t4 memcached-t2}
 # shellcheck source=scripts/bench/lib.sh
 source "$(dirname "$0")/lib.sh"
 HELPER=(python3 "$ROOT/scripts/bench/clients.py")
@@ -69,6 +70,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
     DIR=$OUT/raw/r$round/$label; mkdir -p "$DIR"
     case "$label" in
       memcached) kind=memcached; SERVER_THREADS=$MC_THREADS ;;
+      memcached-t[0-9]*) kind=memcached; SERVER_THREADS=${label#memcached-t} ;;
       ft) kind=flashtier; FLASHTIER_BIN=$DEFAULT_FT; SERVER_THREADS=2 ;;
       ft-*) kind=flashtier; var=FT_${label#ft-}; FLASHTIER_BIN=${!var:?set $var to a binary}; SERVER_THREADS=2 ;;
       *) die "unknown server $label" ;;

@@ -54,7 +54,7 @@ pub(crate) fn run(inner: &Arc<Inner>) {
             }
             state.reclaim.set_running(true);
         }
-        let res = reclaim_pass(inner, false);
+        let res = reclaim_pass(inner, false, true);
         inner.state.lock().reclaim.set_running(false);
         inner.wake.notify_all();
         match res {
@@ -74,9 +74,10 @@ pub(crate) fn wanted(inner: &Inner, state: &crate::state::State) -> bool {
 }
 
 /// Reclaim until `free_high_watermark` spare segments exist (or one victim if `force`), and
-/// beyond it, up to [`DEAD_AHEAD`] more, by freeing segments whose values are all dead.
-/// Victims go in batches of up to [`RECLAIM_BATCH`] under one flush.
-pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool) -> Result<u32> {
+/// with `ahead` (the background reclaimer) beyond it, up to [`DEAD_AHEAD`] more, by freeing
+/// segments whose values are all dead. Victims go in batches of up to [`RECLAIM_BATCH`]
+/// under one flush.
+pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool, ahead: bool) -> Result<u32> {
     let mut freed = 0;
     loop {
         let started = Instant::now();
@@ -106,7 +107,10 @@ pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool) -> Result<u32> {
                     None => break,
                 }
             }
-            while batch.len() < RECLAIM_BATCH && spare + (batch.len() as u32) < high + DEAD_AHEAD {
+            while ahead
+                && batch.len() < RECLAIM_BATCH
+                && spare + (batch.len() as u32) < high + DEAD_AHEAD
+            {
                 match state.segments.pick_dead_victim(&out) {
                     Some(seg) => {
                         FlashStats::add(&inner.stats.reclaims_ahead, 1);
@@ -345,6 +349,7 @@ fn finish(inner: &Arc<Inner>, ready: &[Prepared]) -> Result<u32> {
         e
     };
     let flushing = Instant::now();
+    FlashStats::add(&inner.stats.reclaim_batches, 1);
     let flushed = inner.flush().wait();
     FlashStats::add(
         &inner.stats.reclaim_flush_us,

@@ -364,6 +364,34 @@ mod tests {
     }
 
     #[test]
+    fn a_dead_victim_has_every_value_dead_and_goes_oldest_first() {
+        let mut t = table(6);
+        let a = fill_and_seal(&mut t, 2);
+        let b = fill_and_seal(&mut t, 2);
+        let c = fill_and_seal(&mut t, 2);
+        // Only tombstones: nothing for users to mark dead, so never a dead victim.
+        let (tomb, _) = t.open((&[false], &[0], None), &UUID, 0).unwrap();
+        t.add_record(tomb, 64, 0, crate::format::record::kind::TOMBSTONE);
+        t.seal(tomb).unwrap();
+        assert!(!t.has_dead_victim(&[false]));
+        t.mark_dead(a);
+        assert!(!t.has_dead_victim(&[false]), "half of a is live");
+        for seg in [c, c, b, b] {
+            t.mark_dead(seg);
+        }
+        assert!(t.has_dead_victim(&[false]));
+        assert!(!t.has_dead_victim(&[true]), "its device is out");
+        assert_eq!(t.pick_dead_victim(&[false]), Some(b), "older than c");
+        assert_eq!(t.get(b).unwrap().state, SegState::Reclaiming);
+        assert_eq!(t.pick_dead_victim(&[false]), Some(c));
+        assert_eq!(
+            t.pick_dead_victim(&[false]),
+            None,
+            "a is half live, tomb has no values"
+        );
+    }
+
+    #[test]
     fn lifecycle_free_open_sealed_reclaimed_free() {
         let mut t = table(3);
         assert_eq!(t.free_total(&[false]), 3);

@@ -171,6 +171,9 @@ stats! {
     /// Of `reclaim_us`, microseconds waiting for the durability flush before the erase
     /// (the chunk writes in flight, then the device sync).
     reclaim_flush_us,
+    /// Batches of victims reclaim freed under one flush (at most `RECLAIM_BATCH`, 8, each):
+    /// `reclaims` ÷ this is the mean batch.
+    reclaim_batches,
     /// Victims reclaim took ahead of need (beyond `free_high_watermark`) because their value
     /// records were all dead: freed at no cost in items (a part of `reclaims`).
     reclaims_ahead,
