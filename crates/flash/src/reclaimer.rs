@@ -31,7 +31,8 @@ use crate::stats::FlashStats;
 
 /// Victims freed together: one durability flush (the chunk writes in flight, then a device
 /// sync) covers them all instead of one each. That flush is most of a victim's cost while
-/// writers keep the device busy (docs/eviction.md, "Refill over a full flash").
+/// writers keep the device busy (docs/eviction.md, "Refill over a full flash"). A batch
+/// holds at most one victim chosen by policy; the others are dead victims.
 pub(crate) const RECLAIM_BATCH: usize = 8;
 
 /// Free segments reclaim keeps beyond `free_high_watermark` when it can do so by freeing
@@ -101,10 +102,13 @@ pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool, ahead: bool) -> Resu
             let out = state.health.out_mask().to_vec();
             let policy = inner.knobs.policy();
             let mut batch = Vec::new();
-            while batch.len() < needed.min(RECLAIM_BATCH) {
-                match state.segments.pick_victim(&out, policy, now_unix()) {
-                    Some(seg) => batch.push(seg),
-                    None => break,
+            // One victim by policy per batch: its keeps (up to `keep_limit` of it) go to the
+            // reclaim stream, whose only room may be the reserve until the batch's erases;
+            // the reserve holds one victim's keeps, not several. Dead victims keep at most
+            // their needed tombstones.
+            if needed > 0 {
+                if let Some(seg) = state.segments.pick_victim(&out, policy, now_unix()) {
+                    batch.push(seg);
                 }
             }
             while ahead

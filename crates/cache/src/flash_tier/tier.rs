@@ -26,12 +26,34 @@ use crate::Error;
 
 /// How an append meets back-pressure (`Busy`, `NoSpace`): never waits and marks the gate
 /// (`Stall(false)`), the same but reported to a caller that will await room (`Stall(true)`),
-/// waits on this thread (`Block`), or reported to a caller that drops the value (`Drop`).
+/// waits on this thread (`Block`), reported at once to a caller that drops the value when
+/// the write buffers are in flight and marks the gate when no segment is free
+/// (`DropIfBusy`), or neither waits nor marks the gate, the record being journaled
+/// (`Journaled`: the journal appends it again).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Wait {
     Stall(bool),
     Block,
-    Drop,
+    DropIfBusy,
+    Journaled,
+}
+
+/// Why an append was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The write buffers are in flight (back-pressure).
+    Busy,
+    /// No segment is free beyond the reserve: reclaim is behind (back-pressure).
+    NoSpace,
+    /// Anything else (too small for flash, no device takes writes, closed).
+    Other,
+}
+
+impl Refused {
+    /// Back-pressure: waiting may help.
+    pub fn pressure(self) -> bool {
+        self != Refused::Other
+    }
 }
 
 /// `value_mean` is fixed point with this many fraction bits.
@@ -320,14 +342,22 @@ impl FlashTier {
         stall: bool,
     ) -> Result<Location, bool> {
         self.append_full(stream, rec, Wait::Stall(stall))
+            .map_err(Refused::pressure)
     }
 
-    /// [`Self::try_append`] of a record its caller can do without if flash refuses it for
-    /// back-pressure — a cold item evicted while flash is busy (dropped), a tombstone the
-    /// crash journal holds (the journal appends it again): that refusal neither marks the
-    /// gate (no operation waits for it) nor counts as a write skipped or a marker failure.
-    pub fn try_append_or_drop(&self, stream: u8, rec: &KvRecord<'_>) -> Result<Location, bool> {
-        self.append_full(stream, rec, Wait::Drop)
+    /// [`Self::try_append`] of a cold item being evicted: refused because the write
+    /// buffers are in flight (`Refused::Busy`), it is not counted or waited for (the caller
+    /// drops it); refused for want of a free segment it marks the gate as any refusal does.
+    pub fn try_append_cold(&self, stream: u8, rec: &KvRecord<'_>) -> Result<Location, Refused> {
+        self.append_full(stream, rec, Wait::DropIfBusy)
+    }
+
+    /// Append a tombstone or marker the crash journal holds: a refusal for back-pressure
+    /// neither marks the gate nor counts as a marker failure; the journal entry is committed
+    /// as not covered and the journal appends the record again (`flash_journal_uncovered`).
+    pub fn append_journaled(&self, stream: u8, rec: &KvRecord<'_>) -> Result<Location, bool> {
+        self.append_full(stream, rec, Wait::Journaled)
+            .map_err(Refused::pressure)
     }
 
     /// [`Self::append`], waiting up to the `append_wait` knob on back-pressure (blocking the
@@ -336,12 +366,12 @@ impl FlashTier {
         self.append_full(stream, rec, Wait::Block).ok()
     }
 
-    fn append_full(&self, stream: u8, rec: &KvRecord<'_>, wait: Wait) -> Result<Location, bool> {
+    fn append_full(&self, stream: u8, rec: &KvRecord<'_>, wait: Wait) -> Result<Location, Refused> {
         let stall = wait == Wait::Stall(true);
         if let KvRecord::Put(p) = rec {
             if (p.value.len() as u64) < self.tiering.item_size() {
                 add(&self.counters.write_skipped, 1);
-                return Err(false);
+                return Err(Refused::Other);
             }
         }
         let version = self.next_version(rec.min_version());
@@ -354,15 +384,28 @@ impl FlashTier {
             Wait::Block => self
                 .flash
                 .append_blocking(stream, &w, self.tiering.append_wait()),
-            Wait::Drop => self.flash.append(stream, &w),
+            Wait::Journaled => self.flash.append(stream, &w),
+            Wait::DropIfBusy => match self.flash.append(stream, &w) {
+                Err(flashtier_flash::Error::Busy(_)) => return Err(Refused::Busy),
+                Err(flashtier_flash::Error::NoSpace) => {
+                    if !self.tiering.append_wait().is_zero() {
+                        self.gate.pressure();
+                    }
+                    Err(flashtier_flash::Error::NoSpace)
+                }
+                other => other,
+            },
             Wait::Stall(_) => self.append_write(stream, &w),
         };
-        let pressure = matches!(
-            res,
-            Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)
-        );
-        if pressure && (stall || wait == Wait::Drop) {
-            return Err(true);
+        let refused = match &res {
+            Ok(_) => Refused::Other,
+            Err(flashtier_flash::Error::Busy(_)) => Refused::Busy,
+            Err(flashtier_flash::Error::NoSpace) => Refused::NoSpace,
+            Err(_) => Refused::Other,
+        };
+        let pressure = res.is_err() && refused.pressure();
+        if pressure && stall {
+            return Err(refused);
         }
         if matches!(rec, KvRecord::Tombstone { .. } | KvRecord::Flush { .. }) {
             self.journal_commit(&w, res.is_ok());
@@ -374,7 +417,7 @@ impl FlashTier {
                 add(&c.bytes_written, p.value.len() as u64);
                 self.note_value_len(p.value.len());
             }
-            (_, Err(_)) if pressure && wait == Wait::Drop => {}
+            (_, Err(_)) if pressure && wait == Wait::Journaled => {}
             (KvRecord::Put(_), Err(_)) => add(&c.write_skipped, 1),
             (KvRecord::Tombstone { .. }, Ok(_)) => add(&c.tombstones, 1),
             (KvRecord::Flush { at: 0 }, Ok(_)) => {
@@ -384,7 +427,7 @@ impl FlashTier {
             (KvRecord::CasCheckpoint { .. }, Ok(_)) => {}
             (_, Err(_)) => add(&c.marker_failures, 1),
         }
-        res.map_err(|_| pressure)
+        res.map_err(|_| refused)
     }
 
     /// One engine append; never waits (callers may hold a shard lock). A refusal for
