@@ -69,7 +69,8 @@ pub struct FlashSettings {
     /// back-pressure (write buffers in flight, no free segment) is dropped — an eviction,
     /// counted in `extstore_evictions_flash_busy` — instead of making its write wait up to
     /// `append_wait` or staying in RAM; a fetched item still waits. Runtime knob
-    /// `evict_when_busy`. Default: `true`.
+    /// `evict_when_busy`. Default: `false` (then no item leaves while flash has room); the
+    /// `flashtier kv` server turns it on.
     pub evict_when_busy: bool,
     /// While flash is short of room, reclaim drops the flash copy of an item RAM holds
     /// instead of rewriting it: the RAM copy loses its home and is written again when RAM
@@ -123,7 +124,7 @@ impl FlashSettings {
             recache_rate: 1,
             drop_under: None,
             drop_unread: false,
-            evict_when_busy: true,
+            evict_when_busy: false,
             ram_exclusive: true,
             write_budget: crate::flash_tier::WRITE_BUDGET,
             force_format: false,

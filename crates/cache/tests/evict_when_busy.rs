@@ -1,4 +1,4 @@
-//! `evict_when_busy` (default on): while every flash write buffer is in flight (a device
+//! `evict_when_busy` (on in `flashtier kv`, off in the library's default): while every flash write buffer is in flight (a device
 //! slower than the writer), a cold item RAM evicts is dropped at once — counted in
 //! `extstore_evictions_flash_busy` and `evictions` — and the SET that evicted it does not
 //! wait for flash; every key still held reads its own value. With the knob off the same SET
@@ -70,6 +70,7 @@ fn open(gated: Arc<Gated>) -> Cache {
     let c = Cache::new(cfg).unwrap();
     c.set_knob("write_back_ms", "600000").unwrap();
     c.set_knob("append_wait_ms", "60000").unwrap();
+    c.set_knob("evict_when_busy", "1").unwrap();
     c
 }
 
