@@ -65,6 +65,13 @@ pub struct FlashSettings {
     /// Reclaim drops items never hit even while flash has room (memcached's
     /// `ext_drop_unread`). Runtime knob `drop_unread`. Default: `false`.
     pub drop_unread: bool,
+    /// A cold item (never fetched) that RAM evicts while flash refuses appends for
+    /// back-pressure (write buffers in flight, no free segment) is dropped — an eviction,
+    /// counted in `extstore_evictions_flash_busy` — instead of making its write wait up to
+    /// `append_wait` or staying in RAM; a fetched item still waits. Runtime knob
+    /// `evict_when_busy`. Default: `false` (then no item leaves while flash has room); the
+    /// `flashtier kv` server turns it on.
+    pub evict_when_busy: bool,
     /// While flash is short of room, reclaim drops the flash copy of an item RAM holds
     /// instead of rewriting it: the RAM copy loses its home and is written again when RAM
     /// evicts it, so RAM adds to capacity instead of mirroring flash. Runtime knob
@@ -117,6 +124,7 @@ impl FlashSettings {
             recache_rate: 1,
             drop_under: None,
             drop_unread: false,
+            evict_when_busy: false,
             ram_exclusive: true,
             write_budget: crate::flash_tier::WRITE_BUDGET,
             force_format: false,
@@ -156,7 +164,7 @@ impl FlashSettings {
                 reclaim_policy: flashtier_flash::ReclaimPolicy::CostBenefit,
                 // Smaller chunks, as many bytes in flight per stream (4 MiB): fewer chunks
                 // in flight refused appends under a fast load.
-                max_chunks_in_flight: ((4 << 20) / base.chunk_size).clamp(4, 16) as usize,
+                max_chunks_in_flight: ((8 << 20) / base.chunk_size).clamp(8, 16) as usize,
                 ..base
             }
         });

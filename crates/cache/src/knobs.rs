@@ -28,6 +28,7 @@ pub const TIERING_KNOBS: &[&str] = &[
     "append_wait_ms",
     "write_back_ms",
     "write_budget",
+    "evict_when_busy",
 ];
 
 /// memcached `extstore` knobs flashtier refuses, with why.
@@ -63,6 +64,7 @@ pub struct Tiering {
     write_back_ms: AtomicU64,
     /// `write_budget` in millionths.
     write_budget_ppm: AtomicU64,
+    evict_when_busy: AtomicBool,
 }
 
 /// The largest `write_budget` accepted.
@@ -82,6 +84,7 @@ impl Tiering {
             write_budget_ppm: AtomicU64::new(
                 (settings.write_budget.clamp(0.0, WRITE_BUDGET_MAX) * 1e6) as u64,
             ),
+            evict_when_busy: AtomicBool::new(settings.evict_when_busy),
         }
     }
 
@@ -115,6 +118,12 @@ impl Tiering {
         self.write_budget_ppm.load(Relaxed) as f64 / 1e6
     }
 
+    /// A cold item RAM evicts while flash refuses appends for back-pressure is dropped (an
+    /// eviction) instead of waited for.
+    pub fn evict_when_busy(&self) -> bool {
+        self.evict_when_busy.load(Relaxed)
+    }
+
     /// Current values as text, in [`TIERING_KNOBS`] order.
     pub fn list(&self) -> Vec<(String, String)> {
         vec![
@@ -135,6 +144,10 @@ impl Tiering {
             ),
             ("write_back_ms".into(), self.write_back_ms().to_string()),
             ("write_budget".into(), self.write_budget().to_string()),
+            (
+                "evict_when_busy".into(),
+                u8::from(self.evict_when_busy()).to_string(),
+            ),
         ]
     }
 
@@ -159,6 +172,7 @@ impl Tiering {
             // memcached: any non-zero integer is "on".
             "drop_unread" => int().map(|n| self.drop_unread.store(n != 0, Relaxed)),
             "ram_exclusive" => int().map(|n| self.ram_exclusive.store(n != 0, Relaxed)),
+            "evict_when_busy" => int().map(|n| self.evict_when_busy.store(n != 0, Relaxed)),
             "append_wait_ms" => int().and_then(|n| {
                 if n > 60_000 {
                     return Err(bad("at most 60000"));

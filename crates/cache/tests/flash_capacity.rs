@@ -1,6 +1,7 @@
 //! Acceptance: with 8 MiB of RAM over a 256 MiB flash file, 40k items of 4 KiB (160 MiB, 20×
 //! the RAM) all stay retrievable byte-exact with zero evictions: RAM evictions become flash
-//! slots. Reports the RAM spent per flash-resident item (index bytes / items, and RSS growth).
+//! slots (with `evict_when_busy` off, the library's default; on, as `flashtier kv` runs, a
+//! never-read item evicted while the write buffers are all in flight is dropped instead). Reports the RAM spent per flash-resident item (index bytes / items, and RSS growth).
 //!
 //! The full-size run (64 MiB RAM, 2 GiB flash, 300k × 4 KiB) is the same test with
 //! `FLASH_CAPACITY_FULL=1` (run it with `--release`; it needs ~2 GiB free under
@@ -45,6 +46,9 @@ fn no_evictions_while_flash_has_room() {
         .unwrap();
     let rss0 = common::rss_bytes();
     let cache = Cache::new(cfg).unwrap();
+    // The rule under test is "no eviction while flash has room": `evict_when_busy` stays
+    // off (the library's default; the server turns it on: docs/eviction.md, "Refill over a
+    // full flash").
     let t = Instant::now();
     let mut rss_half = 0;
     for id in 0..n {

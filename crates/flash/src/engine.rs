@@ -256,7 +256,7 @@ impl Flash {
     /// reclaim victims until the free target is met or none is left. Returns segments freed.
     /// With `force`, reclaim one victim even if enough segments are free.
     pub fn reclaim_now(&self, force: bool) -> Result<u32> {
-        crate::reclaimer::reclaim_pass(&self.inner, force)
+        crate::reclaimer::reclaim_pass(&self.inner, force, false)
     }
 
     /// Stop background reclaim until close, waiting for the victim under way to finish:

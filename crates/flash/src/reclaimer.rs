@@ -24,10 +24,21 @@ use crate::format::record::{self, kind, Record};
 use crate::format::segment::{decode_summary, tail_len, Footer, SummaryEntry, FOOTER_LEN};
 use crate::handler::{Decision, RecordMeta, RecordWrite};
 use crate::inner::Inner;
-use crate::io::{read_blocking, run_batch, run_one, AlignedBuf, IoOp};
+use crate::io::{read_blocking, run_batch, AlignedBuf, IoOp};
 use crate::location::{Location, PAGE};
 use crate::recovery::scan;
 use crate::stats::FlashStats;
+
+/// Victims freed together: one durability flush (the chunk writes in flight, then a device
+/// sync) covers them all instead of one each. That flush is most of a victim's cost while
+/// writers keep the device busy (docs/eviction.md, "Refill over a full flash"). A batch
+/// holds at most one victim chosen by policy; the others are dead victims.
+pub(crate) const RECLAIM_BATCH: usize = 8;
+
+/// Free segments reclaim keeps beyond `free_high_watermark` when it can do so by freeing
+/// segments whose value records are all dead: those hold nothing the user indexes, so
+/// freeing them early costs no item, and writers find room instead of waiting for a pass.
+pub(crate) const DEAD_AHEAD: u32 = 8;
 
 pub(crate) fn run(inner: &Arc<Inner>) {
     loop {
@@ -37,14 +48,14 @@ pub(crate) fn run(inner: &Arc<Inner>) {
                 if state.closed() {
                     return;
                 }
-                if !state.reclaim.paused() && inner.spare(&state) < inner.knobs.free_low() {
+                if !state.reclaim.paused() && wanted(inner, &state) {
                     break;
                 }
                 inner.wake.wait_for(&mut state, Duration::from_secs(1));
             }
             state.reclaim.set_running(true);
         }
-        let res = reclaim_pass(inner, false);
+        let res = reclaim_pass(inner, false, true);
         inner.state.lock().reclaim.set_running(false);
         inner.wake.notify_all();
         match res {
@@ -54,61 +65,143 @@ pub(crate) fn run(inner: &Arc<Inner>) {
     }
 }
 
-/// Reclaim until `free_high_watermark` spare segments exist (or one victim if `force`).
-pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool) -> Result<u32> {
+/// True when the reclaimer should run a pass: fewer spare segments than the low watermark,
+/// or fewer than the high one plus [`DEAD_AHEAD`] while a segment of dead values waits.
+pub(crate) fn wanted(inner: &Inner, state: &crate::state::State) -> bool {
+    let spare = inner.spare(state);
+    spare < inner.knobs.free_low()
+        || (spare < inner.knobs.free_high() + DEAD_AHEAD
+            && state.segments.has_dead_victim(state.health.out_mask()))
+}
+
+/// Reclaim until `free_high_watermark` spare segments exist (or one victim if `force`), and
+/// with `ahead` (the background reclaimer) beyond it, up to [`DEAD_AHEAD`] more, by freeing
+/// segments whose values are all dead. Victims go in batches of up to [`RECLAIM_BATCH`]
+/// under one flush.
+pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool, ahead: bool) -> Result<u32> {
     let mut freed = 0;
     loop {
         let started = Instant::now();
-        let victim = {
+        let batch = {
             let mut guard = inner.state.lock();
             let state = &mut *guard;
             if state.closed() {
                 return Err(Error::Closed);
             }
-            let enough = inner.spare(state) >= inner.knobs.free_high();
-            if (enough || state.reclaim.paused()) && !(force && freed == 0) {
+            let first = force && freed == 0;
+            if state.reclaim.paused() && !first {
                 break;
             }
-            let out = state.health.out_mask();
-            state
-                .segments
-                .pick_victim(out, inner.knobs.policy(), now_unix())
-        };
-        let Some(seg) = victim else { break };
-        if let Err(e) = reclaim_segment(inner, seg) {
-            // A victim that cannot be read is retired (never reused, never picked again, its
-            // reads fail) rather than retried forever; other failures leave it sealed.
-            let unreadable = matches!(
-                &e,
-                Error::Io {
-                    op: "read summary" | "scan" | "read",
-                    ..
+            let spare = inner.spare(state);
+            let high = inner.knobs.free_high();
+            let needed = if first {
+                1
+            } else {
+                high.saturating_sub(spare) as usize
+            };
+            let out = state.health.out_mask().to_vec();
+            let policy = inner.knobs.policy();
+            let mut batch = Vec::new();
+            // One victim by policy per batch: its keeps (up to `keep_limit` of it) go to the
+            // reclaim stream, whose only room may be the reserve until the batch's erases;
+            // the reserve holds one victim's keeps, not several. Dead victims keep at most
+            // their needed tombstones.
+            if needed > 0 {
+                if let Some(seg) = state.segments.pick_victim(&out, policy, now_unix()) {
+                    batch.push(seg);
                 }
-            );
-            let mut state = inner.state.lock();
-            state.segments.reclaim_failed(seg, unreadable);
-            if unreadable {
-                FlashStats::add(&inner.stats.read_errors, 1);
-                FlashStats::add(&inner.stats.segments_retired, 1);
-                inner.update_gauges(&state);
-                log::error!(
-                    "flash reclaim: segment {seg} cannot be read ({e}): retired (never reused \
-                     this run); records it held that the user still indexes are lost (their \
-                     reads fail and are counted)"
-                );
             }
-            return Err(e);
+            while ahead
+                && batch.len() < RECLAIM_BATCH
+                && spare + (batch.len() as u32) < high + DEAD_AHEAD
+            {
+                match state.segments.pick_dead_victim(&out) {
+                    Some(seg) => {
+                        FlashStats::add(&inner.stats.reclaims_ahead, 1);
+                        batch.push(seg);
+                    }
+                    None => break,
+                }
+            }
+            batch
+        };
+        if batch.is_empty() {
+            break;
         }
-        freed += 1;
+        freed += reclaim_batch(inner, &batch)?;
         let rate = inner.knobs.reclaim_rate();
         if rate > 0 {
-            let budget = Duration::from_secs_f64(inner.seg_size as f64 / rate as f64);
+            let bytes = inner.seg_size * batch.len() as u64;
+            let budget = Duration::from_secs_f64(bytes as f64 / rate as f64);
             if let Some(rest) = budget.checked_sub(started.elapsed()) {
                 std::thread::sleep(rest);
             }
         }
     }
     Ok(freed)
+}
+
+/// Reclaim the victims `segs` (all `Reclaiming`): each one's records decided and its keeps
+/// copied, then one flush for all, then each erased and freed. Returns how many were freed;
+/// the first victim that fails ends the batch (the ones decided before it are still
+/// flushed and freed; the ones after it go back to sealed) and its error is returned.
+fn reclaim_batch(inner: &Arc<Inner>, segs: &[u32]) -> Result<u32> {
+    let started = Instant::now();
+    let mut ready = Vec::with_capacity(segs.len());
+    let mut failure = None;
+    for &seg in segs {
+        if failure.is_some() {
+            inner.state.lock().segments.reclaim_failed(seg, false);
+            continue;
+        }
+        match prepare(inner, seg) {
+            Ok(p) => ready.push(p),
+            Err(e) => {
+                victim_failed(inner, seg, &e);
+                failure = Some(e);
+            }
+        }
+    }
+    let freed = match finish(inner, &ready) {
+        Ok(n) => n,
+        Err(e) => {
+            failure.get_or_insert(e);
+            0
+        }
+    };
+    FlashStats::add(
+        &inner.stats.reclaim_us,
+        started.elapsed().as_micros() as u64,
+    );
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(freed),
+    }
+}
+
+/// Victim `seg` could not be reclaimed (`e`): one that cannot be read is retired (never
+/// reused, never picked again, its reads fail) rather than retried forever; other failures
+/// leave it sealed.
+fn victim_failed(inner: &Inner, seg: u32, e: &Error) {
+    let unreadable = matches!(
+        e,
+        Error::Io {
+            op: "read summary" | "scan" | "read",
+            ..
+        }
+    );
+    let mut state = inner.state.lock();
+    state.segments.reclaim_failed(seg, unreadable);
+    if unreadable {
+        FlashStats::add(&inner.stats.read_errors, 1);
+        FlashStats::add(&inner.stats.segments_retired, 1);
+        inner.update_gauges(&state);
+        log::error!(
+            "flash reclaim: segment {seg} cannot be read ({e}): retired (never reused \
+             this run); records it held that the user still indexes are lost (their \
+             reads fail and are counted)"
+        );
+    }
 }
 
 /// What reclaim needs of its victim's row, read under the lock before any IO.
@@ -215,7 +308,15 @@ impl<'a> Verdicts<'a> {
     }
 }
 
-fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
+/// A victim whose records are decided (keeps copied, drop notes appended), waiting for the
+/// batch's flush before its erase.
+struct Prepared {
+    v: Victim,
+    dropped: u64,
+}
+
+/// Decide victim `seg`'s records and copy its keeps into the reclaim stream.
+fn prepare(inner: &Arc<Inner>, seg: u32) -> Result<Prepared> {
     let v = Victim::of(inner, seg)?;
     let (entries, data) = read_entries(inner, &v)?;
     // A segment without a readable summary was scanned whole: its area is working memory.
@@ -229,16 +330,46 @@ fn reclaim_segment(inner: &Arc<Inner>, seg: u32) -> Result<()> {
         copy_keeps(inner, &v, &keeps, data.as_ref(), &mut verdicts)?;
     }
     write_notes(inner, &verdicts.notes);
-    // The copies and notes must be durable before the originals disappear, and so must
-    // whatever superseded a dropped record (a newer version or tombstone may still sit in
-    // a write buffer).
-    inner.flush().wait()?;
-    FlashStats::add(&inner.stats.records_dropped, verdicts.dropped);
+    Ok(Prepared {
+        v,
+        dropped: verdicts.dropped,
+    })
+}
+
+/// Flush, then erase and free every victim of `ready`. The copies and notes must be durable
+/// before the originals disappear, and so must whatever superseded a dropped record (a newer
+/// version or tombstone may still sit in a write buffer): one flush covers the batch. On a
+/// failure before the erases every victim goes back to sealed; an erase that fails leaves
+/// its victim sealed and the others are still freed.
+fn finish(inner: &Arc<Inner>, ready: &[Prepared]) -> Result<u32> {
+    if ready.is_empty() {
+        return Ok(0);
+    }
+    let back = |e: Error| {
+        let mut state = inner.state.lock();
+        for p in ready {
+            state.segments.reclaim_failed(p.v.seg, false);
+        }
+        e
+    };
+    let flushing = Instant::now();
+    FlashStats::add(&inner.stats.reclaim_batches, 1);
+    let flushed = inner.flush().wait();
+    FlashStats::add(
+        &inner.stats.reclaim_flush_us,
+        flushing.elapsed().as_micros() as u64,
+    );
+    flushed.map_err(back)?;
+    FlashStats::add(
+        &inner.stats.records_dropped,
+        ready.iter().map(|p| p.dropped).sum(),
+    );
+    let name = &ready[0].v.name;
     inner
         .handler
         .before_erase()
-        .map_err(|e| Error::io(&v.name, "before erase", std::io::Error::other(e)))?;
-    erase(inner, &v)
+        .map_err(|e| back(Error::io(name, "before erase", std::io::Error::other(e))))?;
+    erase(inner, ready)
 }
 
 /// The victim's summary entries: from its summary if it has a valid one, else by scanning
@@ -408,33 +539,49 @@ fn copy_one(inner: &Arc<Inner>, m: &RecordMeta, rec: &Record, verdicts: &mut Ver
     }
 }
 
-/// Zero the victim's header page so recovery never resurrects its records, then free it.
-fn erase(inner: &Arc<Inner>, v: &Victim) -> Result<()> {
+/// Zero each victim's header page so recovery never resurrects its records (one batch of
+/// writes), then free it. A victim whose write fails stays sealed and its device is failed;
+/// the error of the first such write is returned after the others are freed.
+fn erase(inner: &Arc<Inner>, ready: &[Prepared]) -> Result<u32> {
     let zero = Arc::new(AlignedBuf::zeroed(PAGE as usize));
-    if let Err(e) = run_one(
-        inner.exec.as_ref(),
-        IoOp::Write {
-            dev: v.dev,
-            off: v.dev_off,
-            buf: zero,
-        },
-    ) {
-        FlashStats::add(&inner.stats.write_errors, 1);
-        let mut state = inner.state.lock();
-        inner.device_error(
-            &mut state,
-            v.dev,
-            "write (reclaim, segment header)",
-            &e.to_string(),
-        );
-        return Err(Error::io(&v.name, "write", e));
-    }
-    FlashStats::add(&inner.stats.device_bytes_written, PAGE);
+    let ops = ready
+        .iter()
+        .map(|p| IoOp::Write {
+            dev: p.v.dev,
+            off: p.v.dev_off,
+            buf: Arc::clone(&zero),
+        })
+        .collect();
+    let results = run_batch(inner.exec.as_ref(), ops);
     let mut state = inner.state.lock();
-    state.segments.release(v.seg);
-    FlashStats::add(&inner.stats.reclaims, 1);
+    let mut freed = 0;
+    let mut failure = None;
+    for (p, r) in ready.iter().zip(results) {
+        match r {
+            Ok(_) => {
+                FlashStats::add(&inner.stats.device_bytes_written, PAGE);
+                state.segments.release(p.v.seg);
+                FlashStats::add(&inner.stats.reclaims, 1);
+                freed += 1;
+            }
+            Err(e) => {
+                FlashStats::add(&inner.stats.write_errors, 1);
+                state.segments.reclaim_failed(p.v.seg, false);
+                inner.device_error(
+                    &mut state,
+                    p.v.dev,
+                    "write (reclaim, segment header)",
+                    &e.to_string(),
+                );
+                failure.get_or_insert(Error::io(&p.v.name, "write", e));
+            }
+        }
+    }
     inner.update_gauges(&state);
-    Ok(())
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(freed),
+    }
 }
 
 /// Kept records closer than this to the previous one's end are read in the same group (the

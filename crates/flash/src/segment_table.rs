@@ -221,6 +221,33 @@ impl SegmentTable {
         Some(seg)
     }
 
+    /// The oldest sealed segment on a device not `out` whose value records are all dead
+    /// ([`SegInfo::values_all_dead`]), marked `Reclaiming`: reclaim frees such segments
+    /// ahead of need and in batches, since freeing one early costs no live item.
+    pub(crate) fn pick_dead_victim(&mut self, out: &[bool]) -> Option<u32> {
+        let seg = self.dead_victim(out)?;
+        self.segs[seg as usize].state = SegState::Reclaiming;
+        Some(seg)
+    }
+
+    /// True when [`Self::pick_dead_victim`] would find a segment.
+    pub(crate) fn has_dead_victim(&self, out: &[bool]) -> bool {
+        self.dead_victim(out).is_some()
+    }
+
+    fn dead_victim(&self, out: &[bool]) -> Option<u32> {
+        self.segs
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                s.state == SegState::Sealed
+                    && !out.get(s.dev).copied().unwrap_or(true)
+                    && s.values_all_dead()
+            })
+            .min_by_key(|(_, s)| s.order)
+            .map(|(i, _)| i as u32)
+    }
+
     /// Reclaim of `seg` failed: back to sealed, or retired (`Failed`: never read, written,
     /// reused or picked again) when it could not be read.
     pub(crate) fn reclaim_failed(&mut self, seg: u32, unreadable: bool) {
@@ -334,6 +361,34 @@ mod tests {
         }
         t.seal(seg).unwrap();
         seg
+    }
+
+    #[test]
+    fn a_dead_victim_has_every_value_dead_and_goes_oldest_first() {
+        let mut t = table(6);
+        let a = fill_and_seal(&mut t, 2);
+        let b = fill_and_seal(&mut t, 2);
+        let c = fill_and_seal(&mut t, 2);
+        // Only tombstones: nothing for users to mark dead, so never a dead victim.
+        let (tomb, _) = t.open((&[false], &[0], None), &UUID, 0).unwrap();
+        t.add_record(tomb, 64, 0, crate::format::record::kind::TOMBSTONE);
+        t.seal(tomb).unwrap();
+        assert!(!t.has_dead_victim(&[false]));
+        t.mark_dead(a);
+        assert!(!t.has_dead_victim(&[false]), "half of a is live");
+        for seg in [c, c, b, b] {
+            t.mark_dead(seg);
+        }
+        assert!(t.has_dead_victim(&[false]));
+        assert!(!t.has_dead_victim(&[true]), "its device is out");
+        assert_eq!(t.pick_dead_victim(&[false]), Some(b), "older than c");
+        assert_eq!(t.get(b).unwrap().state, SegState::Reclaiming);
+        assert_eq!(t.pick_dead_victim(&[false]), Some(c));
+        assert_eq!(
+            t.pick_dead_victim(&[false]),
+            None,
+            "a is half live, tomb has no values"
+        );
     }
 
     #[test]

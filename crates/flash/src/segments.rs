@@ -140,6 +140,12 @@ impl SegInfo {
         }
     }
 
+    /// Every value record (at least one) is marked dead: freeing the segment drops nothing
+    /// the user still indexes but its tombstones and markers (it decides about those).
+    pub(crate) fn values_all_dead(&self) -> bool {
+        self.puts > 0 && self.dead >= self.puts
+    }
+
     /// Count `n` more value records dead (never more than there are); false if every one
     /// was dead already.
     pub(crate) fn add_dead(&mut self, n: u32) -> bool {

@@ -165,6 +165,21 @@ stats! {
     /// Times the ring stayed full past the wait and its oldest entries were given up (the
     /// next start is then empty).
     journal_entries_given_up,
+    /// Microseconds reclaim spent on victims (summary reads, verdicts, copies, the flush
+    /// before the erases, the erases): with `reclaims`, the time it takes to free a segment.
+    reclaim_us,
+    /// Of `reclaim_us`, microseconds waiting for the durability flush before the erase
+    /// (the chunk writes in flight, then the device sync).
+    reclaim_flush_us,
+    /// Batches of victims reclaim freed under one flush (at most `RECLAIM_BATCH`, 8, each):
+    /// `reclaims` ÷ this is the mean batch.
+    reclaim_batches,
+    /// Victims reclaim took ahead of need (beyond `free_high_watermark`) because their value
+    /// records were all dead: freed at no cost in items (a part of `reclaims`).
+    reclaims_ahead,
+    /// Appends refused because no segment was free beyond the reserve (`NoSpace`; a part of
+    /// `append_rejected`, the rest are write buffers in flight).
+    append_no_space,
     /// Gauge: the bound on `work_bytes` from the configuration: the chunk buffer limit
     /// (`max_chunk_buffers`) plus reclaim's read window (one chunk), times `chunk_size`.
     work_limit_bytes,

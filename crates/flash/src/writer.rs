@@ -229,7 +229,10 @@ impl Inner {
     fn open_segment(&self, state: &mut State, stream: StreamId) -> Result<()> {
         let reserve = self.cfg.reserve_segments as usize;
         let free = state.free_total();
-        if free <= self.knobs.free_low() as usize + reserve {
+        // The reclaimer runs below the low watermark, and below the high one plus
+        // `DEAD_AHEAD` while segments of dead values can be freed (`reclaimer::wanted`).
+        let ahead = self.knobs.free_high() + crate::reclaimer::DEAD_AHEAD;
+        if free <= ahead as usize + reserve {
             self.wake.notify_all();
         }
         let refused = |state: &State| {
@@ -237,6 +240,7 @@ impl Inner {
             Err(if state.health.all_out() {
                 Error::DeviceFailed(format!("all {} devices", state.health.len()))
             } else {
+                FlashStats::add(&self.stats.append_no_space, 1);
                 Error::NoSpace
             })
         };

@@ -226,6 +226,41 @@ fn background_reclaimer_keeps_appends_going() {
     f.close().unwrap();
 }
 
+/// Segments whose values are all dead are freed by the background reclaimer before the low
+/// watermark, several under one flush (issue 30: a refill over a full flash waited for
+/// reclaim passes of one victim and one flush each). Overwriting keys in order kills whole
+/// segments; the index stays exact throughout.
+#[test]
+fn dead_segments_are_freed_ahead_in_batches() {
+    let index = Arc::new(Index::default());
+    let cfg = FlashConfig {
+        flush_interval: None,
+        ..FlashConfig::small()
+    };
+    let f = open(cfg, Arc::clone(&index));
+    let mut latest = HashMap::new();
+    for i in 0..8000u64 {
+        let key = i % 400;
+        put(&f, &index, 0, key, i, 0, false);
+        latest.insert(key, i);
+    }
+    f.flush().wait().unwrap();
+    let s = f.stats();
+    let reclaims = FlashStats::get(&s.reclaims);
+    let batches = FlashStats::get(&s.reclaim_batches);
+    assert!(
+        FlashStats::get(&s.reclaims_ahead) > 0,
+        "nothing freed ahead"
+    );
+    assert!(
+        batches > 0 && batches < reclaims,
+        "{reclaims} victims in {batches} batches: never more than one under a flush"
+    );
+    assert!(FlashStats::get(&s.reclaim_us) >= FlashStats::get(&s.reclaim_flush_us));
+    verify(&f, &index, &latest);
+    f.close().unwrap();
+}
+
 /// After `pause_reclaim` the background reclaimer frees nothing, however full the flash
 /// (a clean shutdown relies on it); `reclaim_now` still works.
 #[test]

@@ -12,7 +12,7 @@
 use flashtier_flash::Location;
 
 use crate::flash_tier::kv_record::{KvRecord, Put};
-use crate::flash_tier::tier::FlashTier;
+use crate::flash_tier::tier::{FlashTier, Refused};
 use crate::flash_tier::{entry_of, home_word, STREAM};
 use crate::meta::Counters;
 use crate::ram::arena::RecordRef;
@@ -35,10 +35,32 @@ impl LowerTier for FlashTier {
             Some(p) => Location::unpack(p),
             None => {
                 let value = rec.value();
-                match self.try_append(STREAM, &KvRecord::Put(Put::of(hash, key, &value, h))) {
+                let put = KvRecord::Put(Put::of(hash, key, &value, h));
+                // A cold item (never fetched) is not worth a wait while the write buffers
+                // are in flight: it is evicted, as memcached's extstore drops what its
+                // write buffers cannot take. With no free segment (reclaim behind) it waits
+                // as before: reclaim then drops cold items that are older instead
+                // (docs/eviction.md, "Refill over a full flash").
+                let cold = h.rflags & F_FETCHED == 0 && self.tiering.evict_when_busy();
+                let res = if cold {
+                    self.try_append_cold(STREAM, &put)
+                } else {
+                    self.try_append(STREAM, &put).map_err(|p| {
+                        if p {
+                            Refused::NoSpace
+                        } else {
+                            Refused::Other
+                        }
+                    })
+                };
+                match res {
                     Ok(loc) => loc,
-                    Err(true) => return Taken::Later,
-                    Err(false) => return Taken::Drop,
+                    Err(Refused::Busy) if cold => {
+                        Counters::add(&self.counters.evictions_flash_busy, 1);
+                        return Taken::Drop;
+                    }
+                    Err(Refused::Busy | Refused::NoSpace) => return Taken::Later,
+                    Err(Refused::Other) => return Taken::Drop,
                 }
             }
         };
@@ -60,6 +82,13 @@ impl LowerTier for FlashTier {
 
     fn cover_or_stall(&self, hash: u64, key: &[u8], stall: bool) -> Option<bool> {
         let rec = KvRecord::Tombstone { key_id: hash, key };
+        if self.journaled() {
+            // The crash journal takes the tombstone in the same call and appends it to the
+            // log again if flash refuses it now (`flash_journal_uncovered`): the write need
+            // not wait for flash (docs/eviction.md, "Refill over a full flash").
+            let _ = self.append_journaled(STREAM, &rec);
+            return Some(true);
+        }
         match self.append_or_stall(STREAM, &rec, stall) {
             Ok(_) => Some(true),
             Err(true) if stall => None,

@@ -73,6 +73,7 @@ pub(crate) fn extstore(tier: &FlashTier, slots: &Index, ledger: &Ledger) -> Vec<
         ("extstore_append_wait_us", g(&tier.gate.wait_us)),
         ("extstore_append_wait_timeouts", g(&tier.gate.wait_timeouts)),
         ("extstore_evictions_deferred", g(&t.evictions_deferred)),
+        ("extstore_evictions_flash_busy", g(&t.evictions_flash_busy)),
         ("extstore_reclaim_kept_hit", g(&t.reclaim_kept_hit)),
         ("extstore_reclaim_kept_unhit", g(&t.reclaim_kept_unhit)),
         ("extstore_reclaim_kept_small", g(&t.reclaim_kept_small)),

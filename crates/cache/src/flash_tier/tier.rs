@@ -24,6 +24,38 @@ use crate::flash_tier::{flash_err, RamAccess, SMALL_KEEP_DIVISOR, STREAM};
 use crate::knobs::Tiering;
 use crate::Error;
 
+/// How an append meets back-pressure (`Busy`, `NoSpace`): never waits and marks the gate
+/// (`Stall(false)`), the same but reported to a caller that will await room (`Stall(true)`),
+/// waits on this thread (`Block`), reported at once to a caller that drops the value when
+/// the write buffers are in flight and marks the gate when no segment is free
+/// (`DropIfBusy`), or neither waits nor marks the gate, the record being journaled
+/// (`Journaled`: the journal appends it again).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    Stall(bool),
+    Block,
+    DropIfBusy,
+    Journaled,
+}
+
+/// Why an append was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The write buffers are in flight (back-pressure).
+    Busy,
+    /// No segment is free beyond the reserve: reclaim is behind (back-pressure).
+    NoSpace,
+    /// Anything else (too small for flash, no device takes writes, closed).
+    Other,
+}
+
+impl Refused {
+    /// Back-pressure: waiting may help.
+    pub fn pressure(self) -> bool {
+        self != Refused::Other
+    }
+}
+
 /// `value_mean` is fixed point with this many fraction bits.
 const MEAN_SHIFT: u32 = 8;
 /// `value_mean` averages over about 2^this many appends.
@@ -82,6 +114,10 @@ pub struct TierCounters {
     /// the item was copied within RAM instead (it is appended later) rather than waited for
     /// under the lock.
     pub evictions_deferred: AtomicU64,
+    /// RAM evictions of a cold item (never fetched) not yet on flash that the engine refused
+    /// for back-pressure, dropped at once rather than waited for or kept (the
+    /// `evict_when_busy` knob): counted in `evictions` too.
+    pub evictions_flash_busy: AtomicU64,
     /// Items rebuilt into the index at open.
     pub recovered: AtomicU64,
     /// Dirty versions appended by the write-back pass (window elapsed, or close).
@@ -308,26 +344,37 @@ impl FlashTier {
         rec: &KvRecord<'_>,
         stall: bool,
     ) -> Result<Location, bool> {
-        self.append_full(stream, rec, stall, false)
+        self.append_full(stream, rec, Wait::Stall(stall))
+            .map_err(Refused::pressure)
+    }
+
+    /// [`Self::try_append`] of a cold item being evicted: refused because the write
+    /// buffers are in flight (`Refused::Busy`), it is not counted or waited for (the caller
+    /// drops it); refused for want of a free segment it marks the gate as any refusal does.
+    pub fn try_append_cold(&self, stream: u8, rec: &KvRecord<'_>) -> Result<Location, Refused> {
+        self.append_full(stream, rec, Wait::DropIfBusy)
+    }
+
+    /// Append a tombstone or marker the crash journal holds: a refusal for back-pressure
+    /// neither marks the gate nor counts as a marker failure; the journal entry is committed
+    /// as not covered and the journal appends the record again (`flash_journal_uncovered`).
+    pub fn append_journaled(&self, stream: u8, rec: &KvRecord<'_>) -> Result<Location, bool> {
+        self.append_full(stream, rec, Wait::Journaled)
+            .map_err(Refused::pressure)
     }
 
     /// [`Self::append`], waiting up to the `append_wait` knob on back-pressure (blocking the
     /// thread). Only for callers holding no lock (a `flush_all` marker).
     pub fn append_unlocked(&self, stream: u8, rec: &KvRecord<'_>) -> Option<Location> {
-        self.append_full(stream, rec, false, true).ok()
+        self.append_full(stream, rec, Wait::Block).ok()
     }
 
-    fn append_full(
-        &self,
-        stream: u8,
-        rec: &KvRecord<'_>,
-        stall: bool,
-        block: bool,
-    ) -> Result<Location, bool> {
+    fn append_full(&self, stream: u8, rec: &KvRecord<'_>, wait: Wait) -> Result<Location, Refused> {
+        let stall = wait == Wait::Stall(true);
         if let KvRecord::Put(p) = rec {
             if (p.value.len() as u64) < self.tiering.item_size() {
                 add(&self.counters.write_skipped, 1);
-                return Err(false);
+                return Err(Refused::Other);
             }
         }
         let version = self.next_version(rec.min_version());
@@ -336,18 +383,32 @@ impl FlashTier {
         if let KvRecord::Tombstone { .. } = rec {
             w.flags = self.flash.horizon();
         }
-        let res = if block {
-            self.flash
-                .append_blocking(stream, &w, self.tiering.append_wait())
-        } else {
-            self.append_write(stream, &w)
+        let res = match wait {
+            Wait::Block => self
+                .flash
+                .append_blocking(stream, &w, self.tiering.append_wait()),
+            Wait::Journaled => self.flash.append(stream, &w),
+            Wait::DropIfBusy => match self.flash.append(stream, &w) {
+                Err(flashtier_flash::Error::Busy(_)) => return Err(Refused::Busy),
+                Err(flashtier_flash::Error::NoSpace) => {
+                    if !self.tiering.append_wait().is_zero() {
+                        self.gate.pressure();
+                    }
+                    Err(flashtier_flash::Error::NoSpace)
+                }
+                other => other,
+            },
+            Wait::Stall(_) => self.append_write(stream, &w),
         };
-        let pressure = matches!(
-            res,
-            Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)
-        );
-        if stall && pressure {
-            return Err(true);
+        let refused = match &res {
+            Ok(_) => Refused::Other,
+            Err(flashtier_flash::Error::Busy(_)) => Refused::Busy,
+            Err(flashtier_flash::Error::NoSpace) => Refused::NoSpace,
+            Err(_) => Refused::Other,
+        };
+        let pressure = res.is_err() && refused.pressure();
+        if pressure && stall {
+            return Err(refused);
         }
         if matches!(rec, KvRecord::Tombstone { .. } | KvRecord::Flush { .. }) {
             self.journal_commit(&w, res.is_ok());
@@ -359,6 +420,7 @@ impl FlashTier {
                 add(&c.bytes_written, p.value.len() as u64);
                 self.note_value_len(p.value.len());
             }
+            (_, Err(_)) if pressure && wait == Wait::Journaled => {}
             (KvRecord::Put(_), Err(_)) => add(&c.write_skipped, 1),
             (KvRecord::Tombstone { .. }, Ok(_)) => add(&c.tombstones, 1),
             (KvRecord::Flush { at: 0 }, Ok(_)) => {
@@ -368,7 +430,7 @@ impl FlashTier {
             (KvRecord::CasCheckpoint { .. }, Ok(_)) => {}
             (_, Err(_)) => add(&c.marker_failures, 1),
         }
-        res.map_err(|_| pressure)
+        res.map_err(|_| refused)
     }
 
     /// One engine append; never waits (callers may hold a shard lock). A refusal for

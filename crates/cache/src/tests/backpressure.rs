@@ -139,6 +139,9 @@ fn eviction_flash_refuses_waits_outside_every_lock() {
     let n = fill(&c);
     let tier = || c.tier();
     c.set_knob("append_wait_ms", "60000").unwrap();
+    // No segment is free (reclaim behind, here stopped): even a cold item's eviction
+    // waits, `evict_when_busy` or not (it drops only while the write buffers are in flight:
+    // tests/evict_when_busy.rs).
     let evictions = c.stats().evictions;
     // Every RAM item is dirty (write-back window 600 s): evicting one needs an append,
     // which flash refuses; the writer stalls and waits holding nothing.
