@@ -165,12 +165,15 @@ fn ram_exclusive_frees_flash_copies_of_ram_items() {
 }
 
 /// `write_budget` bounds how much reclaim compacts: at `0` no unhit item is ever rewritten
-/// once flash is full (each is dropped), at `3` many are, and the cache then holds more of
-/// what was written (every item served byte-exact either way).
+/// once flash is full (each is dropped), at `3` many are, and reclaim then drops fewer of
+/// the items written (every item served byte-exact either way). How many items are held at
+/// the end also depends on how many segments reclaim happened to have freed when the loop
+/// stopped, which a loaded machine's timing moves by ±20 %: it was seen equal or lower with
+/// the budget, so the test compares the drops, not the count held.
 #[test]
 fn write_budget_decides_how_much_reclaim_compacts() {
     const KEYS: u64 = 6000;
-    let mut held = Vec::new();
+    let mut dropped = Vec::new();
     for budget in ["0", "3"] {
         let d: Arc<dyn Device> = Arc::new(MemoryDevice::new("budget", 4 << 20));
         // Write-through, nothing read: every item is unhit when reclaim meets it.
@@ -191,7 +194,11 @@ fn write_budget_decides_how_much_reclaim_compacts() {
         } else {
             assert!(kept > 0, "a budget of 3 compacted nothing");
         }
-        held.push(served_of(&c, KEYS));
+        served_of(&c, KEYS);
+        dropped.push(ext(&c, "extstore_reclaim_dropped_old"));
     }
-    assert!(held[1] > held[0], "held {held:?}: compaction kept no more");
+    assert!(
+        dropped[1] < dropped[0],
+        "dropped {dropped:?}: compaction dropped no fewer"
+    );
 }
