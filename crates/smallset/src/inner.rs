@@ -14,6 +14,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::config::SmallConfig;
 use crate::dirty::DirtyMap;
 use crate::format::{Layout, SET_BYTES};
+use crate::klog::KLog;
 use crate::recover::{HeaderState, Recovered};
 use crate::staging::Staging;
 use crate::stats::Counters;
@@ -35,6 +36,8 @@ pub(crate) struct Inner {
     pub(crate) generation: AtomicU64,
     pub(crate) summaries: Summaries,
     pub(crate) staging: Staging,
+    /// The on-flash log in front of the sets and its RAM index (`klog`), if the layout has one.
+    pub(crate) klog: Option<KLog>,
     pub(crate) cfg: SmallConfig,
     pub(crate) counters: Counters,
     /// Set when work is staged past the budget or at close; the flusher waits on it.
@@ -74,11 +77,25 @@ impl Inner {
 
     /// Read set `set`'s page.
     pub(crate) fn read_page(&self, set: u32) -> impl Future<Output = Result<Bytes, Error>> {
+        self.read_at(self.layout.page_off(set))
+    }
+
+    /// Staged bytes from which the flusher is woken: the log's append size, or without a
+    /// log the staging budget.
+    pub(crate) fn kick_at(&self) -> u64 {
+        match self.klog {
+            Some(_) => crate::config::LOG_APPEND_BYTES.min(self.cfg.staging_bytes),
+            None => self.cfg.staging_bytes,
+        }
+    }
+
+    /// Read the 4 KiB page at byte `off`.
+    pub(crate) fn read_at(&self, off: u64) -> impl Future<Output = Result<Bytes, Error>> {
         let (promise, done) = flashtier_flash::completion::pair();
         self.exec.submit(IoRequest {
             op: IoOp::Read {
                 dev: 0,
-                off: self.layout.page_off(set),
+                off,
                 buf: AlignedBuf::zeroed(SET_BYTES),
             },
             done: Box::new(move |r| promise.complete(Ok(r))),
@@ -110,6 +127,11 @@ impl Inner {
                 _ => {}
             }
         });
+        // Log puts count as new keys, log deletes as removing one (an estimate).
+        if let Some(l) = &self.klog {
+            let dels = l.index.deletes();
+            delta += (l.index.live() - dels) as i64 - dels as i64;
+        }
         self.counters
             .items
             .load(Relaxed)
@@ -123,6 +145,15 @@ impl Inner {
         let g = |a: &AtomicU64| a.load(Relaxed);
         let staged = i.staging.len();
         let summary = i.summaries.ram_bytes();
+        let (log_pages, log_used, log_items, log_index) = match &i.klog {
+            Some(l) => (
+                u64::from(l.pages),
+                l.used(),
+                l.index.live(),
+                l.index.ram_bytes(),
+            ),
+            None => (0, 0, 0, 0),
+        };
         let stored = g(&c.bytes_stored);
         let written = g(&c.bytes_written);
         let wa = if stored == 0 {
@@ -133,7 +164,10 @@ impl Inner {
         let list: Vec<(&str, String)> = vec![
             ("small_sets", i.sets.to_string()),
             ("small_sets_used", g(&c.sets_used).to_string()),
-            ("small_items", (g(&c.items) + staged).to_string()),
+            (
+                "small_items",
+                (g(&c.items) + staged + log_items).to_string(),
+            ),
             (
                 "small_live_items_estimate",
                 self.live_items_estimate().to_string(),
@@ -141,11 +175,39 @@ impl Inner {
             ("small_staged_items", staged.to_string()),
             ("small_staged_bytes", i.staging.bytes().to_string()),
             ("small_set_filter_bytes", summary.to_string()),
-            ("small_ram_bytes", (summary + i.staging.bytes()).to_string()),
+            (
+                "small_ram_bytes",
+                (summary + i.staging.bytes() + log_index).to_string(),
+            ),
+            ("small_log_pages", log_pages.to_string()),
+            ("small_log_pages_used", log_used.to_string()),
+            ("small_log_items", log_items.to_string()),
+            ("small_log_index_bytes", log_index.to_string()),
+            ("small_log_hits", g(&c.log_hits).to_string()),
+            ("small_log_page_reads", g(&c.log_page_reads).to_string()),
+            (
+                "small_log_pages_written",
+                g(&c.log_pages_written).to_string(),
+            ),
+            (
+                "small_log_bytes_written",
+                g(&c.log_bytes_written).to_string(),
+            ),
+            ("small_log_merges", g(&c.log_merges).to_string()),
+            ("small_log_sets_merged", g(&c.log_sets_merged).to_string()),
+            (
+                "small_log_objects_merged",
+                g(&c.log_objects_merged).to_string(),
+            ),
+            ("small_log_dropped", g(&c.log_dropped).to_string()),
+            ("small_log_lost_sets", g(&c.log_lost_sets).to_string()),
             ("small_inserts", g(&c.inserts).to_string()),
             ("small_inserts_refused", g(&c.inserts_refused).to_string()),
             ("small_deletes_staged", g(&c.deletes).to_string()),
-            ("small_hits", (g(&c.hits) + g(&c.staging_hits)).to_string()),
+            (
+                "small_hits",
+                (g(&c.hits) + g(&c.staging_hits) + g(&c.log_hits)).to_string(),
+            ),
             ("small_staging_hits", g(&c.staging_hits).to_string()),
             ("small_misses", g(&c.misses).to_string()),
             ("small_filter_negatives", g(&c.filter_negatives).to_string()),
