@@ -96,7 +96,6 @@ proptest! {
 
 fn check(t: &SmallSets, ops: Vec<Op>) -> Result<(), TestCaseError> {
     {
-        let t = t;
         let mut model: HashMap<u16, (Vec<u8>, u64)> = HashMap::new();
         let mut cas = 0u64;
         for op in ops {
