@@ -66,6 +66,10 @@ pub struct KvConfig {
     /// limit (`--small-item-max`; 0 = off). Default: none, 0.
     pub small: Option<(PathBuf, u64)>,
     pub small_item_max: u64,
+    /// The small tier's log, percent of its file (`--small-log-percent`; 0 off). Default: 5.
+    pub small_log_percent: u32,
+    /// The small tier's log admission threshold (`--small-log-merge-min`). Default: 1.
+    pub small_log_merge_min: u64,
     /// Runtime knobs to set at startup, in order (`--knob NAME=VALUE`, memcached's
     /// `-o ext_item_size=...` and friends, the file's `[knobs]`). Default: none.
     pub knobs: Vec<(String, String)>,
@@ -292,9 +296,19 @@ impl KvConfig {
             None => None,
         };
         let (small, small_item_max) = small_flags(a)?;
+        let small_log_percent = a.small_log_percent.unwrap_or(5);
+        if small_log_percent > 90 {
+            usage!("--small-log-percent {small_log_percent}: expected 0 to 90");
+        }
+        let small_log_merge_min = a.small_log_merge_min.unwrap_or(1);
+        if small_log_merge_min == 0 {
+            usage!("--small-log-merge-min 0: expected at least 1");
+        }
         let cfg = Self {
             small,
             small_item_max,
+            small_log_percent,
+            small_log_merge_min,
             memcached,
             listen,
             unix,
