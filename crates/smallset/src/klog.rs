@@ -319,7 +319,8 @@ pub(crate) fn merge_tail(inner: &Inner, log: &KLog) -> bool {
             .collect(),
     );
     let generation = inner.generation.load(Relaxed);
-    let mut cache: HashMap<u32, Bytes> = HashMap::new();
+    Counters::add(&inner.counters.log_page_reads, seg);
+    let mut cache: Decoded = HashMap::new();
     let mut candidates: Vec<u32> = Vec::new();
     let mut unreadable = false;
     for (&seq, r) in seqs.iter().zip(reads) {
@@ -333,12 +334,12 @@ pub(crate) fn merge_tail(inner: &Inner, log: &KLog) -> bool {
         match format::decode_log(&page, seq as u32, generation) {
             Page::Valid(es) => {
                 candidates.extend(es.iter().map(|e| inner.set_of(key_hash(&e.key))));
+                cache.insert(slot, Some(es));
             }
             // Written but not this generation's (a flush_all since): nothing indexed.
             Page::Empty => {}
             Page::Corrupt(_) => unreadable = true,
         }
-        cache.insert(slot, page);
     }
     if unreadable {
         // Which sets point into the damaged pages is known only to the index.
@@ -373,7 +374,11 @@ struct Plan {
 }
 
 /// Merge `sets` (each with every log object it has) into their pages.
-fn merge_sets(inner: &Inner, log: &KLog, sets: &[u32], cache: &mut HashMap<u32, Bytes>) -> bool {
+/// Log pages read for a merge, decoded once (`None`: unreadable, damaged or rewritten).
+type Decoded = HashMap<u32, Option<Vec<Entry>>>;
+
+fn merge_sets(inner: &Inner, log: &KLog, sets: &[u32], cache: &mut Decoded) -> bool {
+    let generation = inner.generation.load(Relaxed);
     let located: Vec<(u32, Vec<Located>)> = sets
         .iter()
         .map(|&set| (set, inner.staging.with_set(set, |_| log.locate(set))))
@@ -398,12 +403,26 @@ fn merge_sets(inner: &Inner, log: &KLog, sets: &[u32], cache: &mut HashMap<u32, 
     );
     Counters::add(&inner.counters.log_page_reads, need.len() as u64);
     for (slot, r) in need.into_iter().zip(reads) {
-        match r {
-            Ok(Some(buf)) => {
-                cache.insert(slot, buf.into_bytes());
+        let seq = log
+            .slot_seq
+            .get(slot as usize)
+            .map_or(u64::MAX, |s| s.load(Relaxed));
+        let decoded = match r {
+            Ok(Some(buf)) => match format::decode_log(&buf.into_bytes(), seq as u32, generation) {
+                Page::Valid(es) => Some(es),
+                Page::Empty => None,
+                Page::Corrupt(why) => {
+                    Counters::add(&inner.counters.corrupt_pages, 1);
+                    log::warn!("small tier: log slot {slot} read back corrupt ({why})");
+                    None
+                }
+            },
+            _ => {
+                Counters::add(&inner.counters.io_errors, 1);
+                None
             }
-            _ => Counters::add(&inner.counters.io_errors, 1),
-        }
+        };
+        cache.insert(slot, decoded);
     }
     let mut plans = Vec::with_capacity(located.len());
     for (set, list) in located {
@@ -415,8 +434,11 @@ fn merge_sets(inner: &Inner, log: &KLog, sets: &[u32], cache: &mut HashMap<u32, 
         // Oldest first, so a newer version of a key replaces an older one.
         for at in list.iter().rev() {
             let read = match cache.get(&at.slot) {
-                Some(page) => pick(inner, page, at),
-                None => LogRead::Lost,
+                Some(Some(es)) => es
+                    .get(at.r.pos as usize)
+                    .cloned()
+                    .map_or(LogRead::Lost, LogRead::Entry),
+                _ => LogRead::Lost,
             };
             let e = match read {
                 LogRead::Entry(e) if inner.set_of(key_hash(&e.key)) == set => e,
