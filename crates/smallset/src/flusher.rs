@@ -122,17 +122,18 @@ pub(crate) fn write_sets(
             .map(|(set, _, _)| IoOp::Read {
                 dev: 0,
                 off: inner.layout.page_off(*set),
-                buf: AlignedBuf::zeroed(SET_BYTES),
+                buf: inner.page_buf(SET_BYTES),
             })
             .collect(),
     );
     let now = unix_now();
     let mut all = true;
     let mut writes = Vec::with_capacity(plans.len());
+    let mut bufs = Vec::with_capacity(plans.len());
     let mut done = Vec::with_capacity(plans.len());
     for ((set, staged, empty), read) in plans.into_iter().zip(reads) {
         let old = match read {
-            Ok(Some(buf)) => page_entries(inner, &buf.into_bytes(), set, generation),
+            Ok(Some(buf)) => page_entries(inner, &inner.bytes_of(buf), set, generation),
             _ => {
                 Counters::add(&inner.counters.io_errors, 1);
                 all = false;
@@ -146,7 +147,7 @@ pub(crate) fn write_sets(
         } else {
             merge(inner, old, inner.summaries.hits(set), &staged, now)
         };
-        let mut buf = AlignedBuf::zeroed(SET_BYTES);
+        let mut buf = inner.page_buf(SET_BYTES);
         if let Err(why) = format::encode(buf.as_mut_slice(), set, generation, &kept) {
             log::error!("small tier: set {set} could not be encoded ({why})");
             all = false;
@@ -154,14 +155,17 @@ pub(crate) fn write_sets(
         }
         let filter = filter_of(kept.iter().map(|e| key_hash(&e.key)));
         inner.summaries.widen(set, filter);
+        let buf = Arc::new(buf);
+        bufs.push(buf.clone());
         writes.push(IoOp::Write {
             dev: 0,
             off: inner.layout.page_off(set),
-            buf: Arc::new(buf),
+            buf,
         });
         done.push((set, staged, filter, old_len, kept.len()));
     }
     let results = run_all(inner, writes);
+    inner.recycle(bufs);
     let mut any = false;
     for ((set, staged, filter, old_len, new_len), r) in done.into_iter().zip(results) {
         if let Err(e) = r {

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use flashtier_flash::io::pool::{PooledBuf, ReadPool};
 use flashtier_flash::io::{AlignedBuf, Executor, IoOp, IoRequest};
 use flashtier_flash::Device;
 use parking_lot::{Condvar, Mutex};
@@ -28,6 +29,8 @@ pub(crate) struct Inner {
     /// set pages are read and written through `exec`.
     pub(crate) dev: Arc<dyn Device>,
     pub(crate) exec: Box<dyn Executor>,
+    /// Recycled page buffers (reads and writes take them instead of allocating and zeroing).
+    pub(crate) pool: Arc<ReadPool>,
     pub(crate) sets: u32,
     /// Where the superblock, the dirty map and the sets are.
     pub(crate) layout: Layout,
@@ -89,6 +92,26 @@ impl Inner {
         }
     }
 
+    /// A buffer of `len` bytes (whole pages) from the pool, contents undefined: the caller
+    /// overwrites all of it (a read, or an encode that fills every byte).
+    pub(crate) fn page_buf(&self, len: usize) -> AlignedBuf {
+        self.pool.take(len)
+    }
+
+    /// A read buffer as `Bytes` that return it to the pool when dropped.
+    pub(crate) fn bytes_of(&self, buf: AlignedBuf) -> Bytes {
+        PooledBuf::into_bytes(buf, self.pool.clone())
+    }
+
+    /// Give written buffers back to the pool (those the executor no longer holds).
+    pub(crate) fn recycle(&self, bufs: Vec<Arc<AlignedBuf>>) {
+        for b in bufs {
+            if let Ok(b) = Arc::try_unwrap(b) {
+                self.pool.give(b);
+            }
+        }
+    }
+
     /// Read the 4 KiB page at byte `off`.
     pub(crate) fn read_at(&self, off: u64) -> impl Future<Output = Result<Bytes, Error>> {
         let (promise, done) = flashtier_flash::completion::pair();
@@ -96,13 +119,14 @@ impl Inner {
             op: IoOp::Read {
                 dev: 0,
                 off,
-                buf: AlignedBuf::zeroed(SET_BYTES),
+                buf: self.page_buf(SET_BYTES),
             },
             done: Box::new(move |r| promise.complete(Ok(r))),
         });
+        let pool = self.pool.clone();
         async move {
             match done.await {
-                Ok(Ok(Some(buf))) => Ok(buf.into_bytes()),
+                Ok(Ok(Some(buf))) => Ok(PooledBuf::into_bytes(buf, pool)),
                 Ok(Ok(None)) => Err(Error::Io(std::io::Error::other("read returned no buffer"))),
                 Ok(Err(e)) => Err(Error::Io(e)),
                 Err(_) => Err(Error::Closed),

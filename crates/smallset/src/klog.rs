@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flashtier_flash::io::{AlignedBuf, IoOp};
+use flashtier_flash::io::IoOp;
 
 use crate::format::{self, Entry, Page, CAPACITY, LOG_DELETE, LOG_PUT, MAX_ENTRIES, SET_BYTES};
 use crate::inner::{key_hash, Inner};
@@ -219,11 +219,12 @@ pub(crate) fn append(inner: &Inner, log: &KLog) -> bool {
     let head = log.head.load(Relaxed);
     // One write per run of consecutive slots.
     let mut writes = Vec::new();
+    let mut bufs = Vec::new();
     let mut k = 0u64;
     while k < n {
         let first = log.slot(head + k);
         let run = (n - k).min(u64::from(log.pages - first));
-        let mut buf = AlignedBuf::zeroed(run as usize * SET_BYTES);
+        let mut buf = inner.page_buf(run as usize * SET_BYTES);
         for j in 0..run {
             let seq = head + k + j;
             let entries: Vec<Entry> = pages[(k + j) as usize]
@@ -237,14 +238,18 @@ pub(crate) fn append(inner: &Inner, log: &KLog) -> bool {
                 return false;
             }
         }
+        let buf = Arc::new(buf);
+        bufs.push(buf.clone());
         writes.push(IoOp::Write {
             dev: 0,
             off: inner.layout.log_off(first),
-            buf: Arc::new(buf),
+            buf,
         });
         k += run;
     }
-    for r in crate::flusher::run_all(inner, writes) {
+    let results = crate::flusher::run_all(inner, writes);
+    inner.recycle(bufs);
+    for r in results {
         if let Err(e) = r {
             Counters::add(&inner.counters.io_errors, 1);
             log::warn!("small tier: a log write failed: {e}");
@@ -314,7 +319,7 @@ pub(crate) fn merge_tail(inner: &Inner, log: &KLog) -> bool {
             .map(|&s| IoOp::Read {
                 dev: 0,
                 off: inner.layout.log_off(log.slot(s)),
-                buf: AlignedBuf::zeroed(SET_BYTES),
+                buf: inner.page_buf(SET_BYTES),
             })
             .collect(),
     );
@@ -330,7 +335,7 @@ pub(crate) fn merge_tail(inner: &Inner, log: &KLog) -> bool {
             unreadable = true;
             continue;
         };
-        let page = buf.into_bytes();
+        let page = inner.bytes_of(buf);
         match format::decode_log(&page, seq as u32, generation) {
             Page::Valid(es) => {
                 candidates.extend(es.iter().map(|e| inner.set_of(key_hash(&e.key))));
@@ -397,7 +402,7 @@ fn merge_sets(inner: &Inner, log: &KLog, sets: &[u32], cache: &mut Decoded) -> b
             .map(|&slot| IoOp::Read {
                 dev: 0,
                 off: inner.layout.log_off(slot),
-                buf: AlignedBuf::zeroed(SET_BYTES),
+                buf: inner.page_buf(SET_BYTES),
             })
             .collect(),
     );
@@ -408,7 +413,8 @@ fn merge_sets(inner: &Inner, log: &KLog, sets: &[u32], cache: &mut Decoded) -> b
             .get(slot as usize)
             .map_or(u64::MAX, |s| s.load(Relaxed));
         let decoded = match r {
-            Ok(Some(buf)) => match format::decode_log(&buf.into_bytes(), seq as u32, generation) {
+            Ok(Some(buf)) => match format::decode_log(&inner.bytes_of(buf), seq as u32, generation)
+            {
                 Page::Valid(es) => Some(es),
                 Page::Empty => None,
                 Page::Corrupt(why) => {

@@ -164,6 +164,7 @@ impl SmallSets {
             dev_name: dev.name().to_string(),
             dev,
             exec,
+            pool: Arc::new(flashtier_flash::io::pool::ReadPool::default()),
             sets,
             generation: AtomicU64::new(opening.generation),
             layout,
