@@ -53,6 +53,12 @@ impl DirtyMap {
         self.put(dev, set, 0);
     }
 
+    /// Whether `set` is marked dirty (tests).
+    #[cfg(test)]
+    pub(crate) fn is_dirty(&self, set: u32) -> Option<bool> {
+        self.flags.get(set as usize).map(|f| f.load(Relaxed) == 1)
+    }
+
     fn put(&self, dev: &dyn Device, set: u32, v: u8) {
         let Some(f) = self.flags.get(set as usize) else {
             return;

@@ -151,10 +151,9 @@ impl Inner {
                 _ => {}
             }
         });
-        // Log puts count as new keys, log deletes as removing one (an estimate).
+        // The log's objects, judged by the filter when they were appended.
         if let Some(l) = &self.klog {
-            let dels = l.index.deletes();
-            delta += (l.index.live() - dels) as i64 - dels as i64;
+            delta += l.index.estimate_delta();
         }
         self.counters
             .items

@@ -23,6 +23,11 @@ use crate::format::MAX_ENTRIES;
 /// Entry slots per log page.
 pub(crate) const PER_PAGE: u32 = MAX_ENTRIES as u32;
 const DELETE_BIT: u64 = 1 << 48;
+/// The object counts +1 in the live-items estimate (a put whose key the set's filter said
+/// was not on the page when it was appended).
+const ADDS_BIT: u64 = 1 << 49;
+/// The object counts −1 (a delete whose key the filter said may be on the page).
+const SUBS_BIT: u64 = 1 << 50;
 
 /// One log object of a set, as the index knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +40,8 @@ pub(crate) struct LogRef {
     pub tag: u16,
     /// A delete (tombstone).
     pub delete: bool,
+    /// What it adds to the live-items estimate (+1, 0, −1).
+    pub delta: i8,
 }
 
 /// The tag of a key hash (bits the set and filter choice do not use directly).
@@ -48,6 +55,8 @@ pub(crate) struct LogIndex {
     links: Vec<AtomicU64>,
     live: AtomicU64,
     deletes: AtomicU64,
+    /// Sum of the objects' estimate deltas (`ADDS_BIT` +1, `SUBS_BIT` −1).
+    delta: std::sync::atomic::AtomicI64,
 }
 
 impl LogIndex {
@@ -60,11 +69,13 @@ impl LogIndex {
                 .collect(),
             live: AtomicU64::new(0),
             deletes: AtomicU64::new(0),
+            delta: std::sync::atomic::AtomicI64::new(0),
         }
     }
 
     /// Record the object at `slot`/`pos` as `set`'s newest (caller holds the set's lock).
-    pub(crate) fn push(&self, set: u32, slot: u32, pos: u32, tag: u16, delete: bool) {
+    /// `delta` is what it adds to the live-items estimate (+1, 0 or −1).
+    pub(crate) fn push(&self, set: u32, slot: u32, pos: u32, tag: u16, delete: bool, delta: i8) {
         let (Some(head), Some(idx)) = (
             self.heads.get(set as usize),
             slot.checked_mul(PER_PAGE)
@@ -78,7 +89,13 @@ impl LogIndex {
         };
         let next = u64::from(head.load(Relaxed));
         let d = if delete { DELETE_BIT } else { 0 };
-        link.store(next | (u64::from(tag) << 32) | d, Relaxed);
+        let e = match delta {
+            1.. => ADDS_BIT,
+            0 => 0,
+            _ => SUBS_BIT,
+        };
+        link.store(next | (u64::from(tag) << 32) | d | e, Relaxed);
+        self.delta.fetch_add(i64::from(delta.signum()), Relaxed);
         head.store(idx + 1, Relaxed);
         self.live.fetch_add(1, Relaxed);
         if delete {
@@ -101,6 +118,13 @@ impl LogIndex {
                 pos: idx % PER_PAGE,
                 tag: (l >> 32) as u16,
                 delete: l & DELETE_BIT != 0,
+                delta: if l & ADDS_BIT != 0 {
+                    1
+                } else if l & SUBS_BIT != 0 {
+                    -1
+                } else {
+                    0
+                },
             });
             at = l as u32;
         }
@@ -122,8 +146,10 @@ impl LogIndex {
             h.store(0, Relaxed);
         }
         let dels = refs.iter().filter(|r| r.delete).count() as u64;
+        let delta: i64 = refs.iter().map(|r| i64::from(r.delta)).sum();
         self.live.fetch_sub(refs.len() as u64, Relaxed);
         self.deletes.fetch_sub(dels, Relaxed);
+        self.delta.fetch_sub(delta, Relaxed);
     }
 
     /// Forget everything (`flush_all`, under `merging`, every partition quiet for the log).
@@ -133,6 +159,15 @@ impl LogIndex {
         }
         self.live.store(0, Relaxed);
         self.deletes.store(0, Relaxed);
+        self.delta.store(0, Relaxed);
+    }
+
+    /// What the log's objects add to the live-items estimate: +1 a put whose key the set's
+    /// filter said was not on the page, −1 a delete whose key it said may be there (as for
+    /// staged entries, `Inner::live_items_estimate`); a later object of the same key in the
+    /// log counts again, so the error grows with overwrites inside the log.
+    pub(crate) fn estimate_delta(&self) -> i64 {
+        self.delta.load(Relaxed)
     }
 
     /// Objects in the log the index refers to (puts and deletes).
@@ -159,9 +194,9 @@ mod tests {
     fn chains_are_per_set_newest_first_and_taken_whole() {
         let x = LogIndex::new(4, 2);
         assert_eq!(x.ram_bytes(), 4 * 4 + 2 * 32 * 8);
-        x.push(1, 0, 0, 7, false);
-        x.push(2, 0, 1, 8, false);
-        x.push(1, 1, 5, 9, true);
+        x.push(1, 0, 0, 7, false, 1);
+        x.push(2, 0, 1, 8, false, 0);
+        x.push(1, 1, 5, 9, true, -1);
         assert_eq!(
             x.refs(1),
             vec![
@@ -169,31 +204,33 @@ mod tests {
                     slot: 1,
                     pos: 5,
                     tag: 9,
-                    delete: true
+                    delete: true,
+                    delta: -1,
                 },
                 LogRef {
                     slot: 0,
                     pos: 0,
                     tag: 7,
-                    delete: false
+                    delete: false,
+                    delta: 1,
                 },
             ]
         );
         assert_eq!(x.refs(2).len(), 1);
         assert!(x.is_empty(0) && !x.is_empty(1));
-        assert_eq!((x.live(), x.deletes()), (3, 1));
+        assert_eq!((x.live(), x.deletes(), x.estimate_delta()), (3, 1, 0));
         x.take(1);
         assert!(x.is_empty(1));
-        assert_eq!((x.live(), x.deletes()), (1, 0));
+        assert_eq!((x.live(), x.deletes(), x.estimate_delta()), (1, 0, 0));
         assert_eq!(x.refs(2)[0].slot, 0);
         // A reused link (slot 0 rewritten after set 1 was taken) starts a fresh chain.
-        x.push(3, 0, 0, 1, false);
+        x.push(3, 0, 0, 1, false, 1);
         assert_eq!(x.refs(3).len(), 1);
         x.clear();
         assert!(x.refs(2).is_empty() && x.live() == 0);
         // Out of range is ignored, never a panic.
-        x.push(99, 0, 0, 1, false);
-        x.push(0, 9, 0, 1, false);
+        x.push(99, 0, 0, 1, false, 0);
+        x.push(0, 9, 0, 1, false, 0);
         assert!(x.refs(99).is_empty() && x.is_empty(0));
     }
 
