@@ -176,6 +176,7 @@ impl LogIndex {
     }
 
     /// Deletes among them.
+    #[cfg(test)]
     pub(crate) fn deletes(&self) -> u64 {
         self.deletes.load(Relaxed)
     }

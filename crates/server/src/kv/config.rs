@@ -295,15 +295,7 @@ impl KvConfig {
             }
             None => None,
         };
-        let (small, small_item_max) = small_flags(a)?;
-        let small_log_percent = a.small_log_percent.unwrap_or(5);
-        if small_log_percent > 90 {
-            usage!("--small-log-percent {small_log_percent}: expected 0 to 90");
-        }
-        let small_log_merge_min = a.small_log_merge_min.unwrap_or(1);
-        if small_log_merge_min == 0 {
-            usage!("--small-log-merge-min 0: expected at least 1");
-        }
+        let (small, small_item_max, small_log_percent, small_log_merge_min) = small_flags(a)?;
         let cfg = Self {
             small,
             small_item_max,
@@ -527,9 +519,13 @@ fn flash_spec(v: &str, what: &str) -> anyhow::Result<String> {
     Ok(v.to_string())
 }
 
+/// The small tier's flags: file and size, item size limit, log percent, log merge minimum.
+type SmallFlags = (Option<(PathBuf, u64)>, u64, u32, u64);
+
 /// `--small-flash PATH:SIZE` and `--small-item-max BYTES` (the small-object tier; a limit
-/// above 0 needs the file).
-fn small_flags(a: &KvArgs) -> anyhow::Result<(Option<(PathBuf, u64)>, u64)> {
+/// above 0 needs the file), `--small-log-percent` (0..=90, default 5) and
+/// `--small-log-merge-min` (≥ 1, default 1).
+fn small_flags(a: &KvArgs) -> anyhow::Result<SmallFlags> {
     let small = match &a.small_flash {
         Some(text) => {
             let Some((path, size)) = text.rsplit_once(':') else {
@@ -545,7 +541,15 @@ fn small_flags(a: &KvArgs) -> anyhow::Result<(Option<(PathBuf, u64)>, u64)> {
     if max > 0 && small.is_none() {
         usage!("--small-item-max {max} needs --small-flash PATH:SIZE");
     }
-    Ok((small, max))
+    let percent = a.small_log_percent.unwrap_or(5);
+    if percent > 90 {
+        usage!("--small-log-percent {percent}: expected 0 to 90");
+    }
+    let merge_min = a.small_log_merge_min.unwrap_or(1);
+    if merge_min == 0 {
+        usage!("--small-log-merge-min 0: expected at least 1");
+    }
+    Ok((small, max, percent, merge_min))
 }
 
 #[cfg(test)]
