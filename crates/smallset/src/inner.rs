@@ -92,10 +92,15 @@ impl Inner {
         }
     }
 
-    /// A buffer of `len` bytes (whole pages) from the pool, contents undefined: the caller
-    /// overwrites all of it (a read, or an encode that fills every byte).
+    /// A buffer of `len` bytes (whole pages), contents undefined: the caller overwrites all
+    /// of it (a read, or an encode that fills every byte). Single pages come from the pool;
+    /// longer ones (log appends) are allocated, so the pool holds at most its 256 pages.
     pub(crate) fn page_buf(&self, len: usize) -> AlignedBuf {
-        self.pool.take(len)
+        if len == SET_BYTES {
+            self.pool.take(len)
+        } else {
+            AlignedBuf::zeroed(len)
+        }
     }
 
     /// A read buffer as `Bytes` that return it to the pool when dropped.
@@ -103,11 +108,14 @@ impl Inner {
         PooledBuf::into_bytes(buf, self.pool.clone())
     }
 
-    /// Give written buffers back to the pool (those the executor no longer holds).
+    /// Give written single-page buffers back to the pool (those the executor no longer
+    /// holds).
     pub(crate) fn recycle(&self, bufs: Vec<Arc<AlignedBuf>>) {
         for b in bufs {
             if let Ok(b) = Arc::try_unwrap(b) {
-                self.pool.give(b);
+                if b.len() == SET_BYTES {
+                    self.pool.give(b);
+                }
             }
         }
     }
