@@ -3,8 +3,9 @@
 //! (`summary`) and the staging buffer (`staging`), whose batches the flusher thread
 //! (`flusher`) merges into pages. [`SmallStore`] is its whole contract with the cache.
 //!
-//! A lookup asks the staging buffer (exact), then the set's filter (a "no" costs no read),
-//! then reads the one page. A remove stages a delete whenever a copy may exist (staged, or
+//! A lookup asks the staging buffer (exact), then the on-flash log's index (`klog`: a log
+//! page read per object of the set whose tag matches, newest first), then the set's filter
+//! (a "no" costs no read), then reads the one page. A remove stages a delete whenever a copy may exist (staged, or
 //! the filter says maybe), so no older copy can come back. Restarts (`recover`): after a
 //! clean [`SmallSets::close`] the next open serves the same items; after a kill it keeps
 //! every set the dirty map (`dirty`) does not mark; after a power cut it starts empty.
