@@ -271,14 +271,21 @@ pub(crate) fn append(inner: &Inner, log: &KLog) -> bool {
         let slot = log.slot(head + j as u64);
         for (pos, (set, s)) in page.iter().enumerate() {
             let delete = matches!(s.change, Change::Delete);
-            let delta = match (delete, inner.summaries.may_hold(*set, s.hash)) {
-                (false, false) => 1,
-                (true, true) => -1,
-                _ => 0,
-            };
+            let tag = tag_of(s.hash);
             inner.staging.with_set(*set, |_| {
-                log.index
-                    .push(*set, slot, pos as u32, tag_of(s.hash), delete, delta);
+                // Whether the key is live before this object: its newest log object of the
+                // same tag decides, else the set's filter (an estimate: tags and filters
+                // can collide).
+                let present = match log.index.refs(*set).iter().find(|r| r.tag == tag) {
+                    Some(r) => !r.delete,
+                    None => inner.summaries.may_hold(*set, s.hash),
+                };
+                let delta = match (delete, present) {
+                    (false, false) => 1,
+                    (true, true) => -1,
+                    _ => 0,
+                };
+                log.index.push(*set, slot, pos as u32, tag, delete, delta);
             });
             flushed.entry(*set).or_default().push((*s).clone());
         }

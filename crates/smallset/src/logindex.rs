@@ -162,10 +162,10 @@ impl LogIndex {
         self.delta.store(0, Relaxed);
     }
 
-    /// What the log's objects add to the live-items estimate: +1 a put whose key the set's
-    /// filter said was not on the page, −1 a delete whose key it said may be there (as for
-    /// staged entries, `Inner::live_items_estimate`); a later object of the same key in the
-    /// log counts again, so the error grows with overwrites inside the log.
+    /// What the log's objects add to the live-items estimate: +1 a put of a key that was
+    /// not live, −1 a delete of one that was — judged when appended by the key's newest
+    /// log object of the same tag, else the set's filter (as for staged entries,
+    /// `Inner::live_items_estimate`); off by tag collisions and filter false positives.
     pub(crate) fn estimate_delta(&self) -> i64 {
         self.delta.load(Relaxed)
     }
