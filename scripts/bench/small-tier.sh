@@ -116,8 +116,14 @@ except Exception as e:
 hits = g.get("get_hits", 0) - b.get("get_hits", 0)
 miss = g.get("get_misses", 0) - b.get("get_misses", 0)
 reads = g.get("small_page_reads", 0) - b.get("small_page_reads", 0)
+log_reads = g.get("small_log_page_reads", 0) - b.get("small_log_page_reads", 0)
+print(f"small log: {b.get('small_log_pages', 0):.0f} pages, {b.get('small_log_items', 0):.0f} objects "
+      f"indexed in {b.get('small_log_index_bytes', 0)/2**20:.1f} MiB; small_ram_bytes "
+      f"{b.get('small_ram_bytes', 0)/2**20:.1f} MiB; log merges {b.get('small_log_merges', 0):.0f}, "
+      f"{b.get('small_log_objects_merged', 0):.0f} objects in {b.get('small_log_sets_merged', 0):.0f} set rewrites, "
+      f"dropped {b.get('small_log_dropped', 0):.0f}; GET phase log page reads {log_reads:.0f}")
 cpu = (g["cpu_ticks"] - b["cpu_ticks"]) / 100.0
 print(f"GET phase: {hits:.0f} hits, {miss:.0f} misses (hit ratio {hits/max(hits+miss,1):.3f}), "
-      f"{reads:.0f} small page reads, server CPU {cpu:.1f} s "
+      f"{reads:.0f} small page reads (+{log_reads:.0f} log), server CPU {cpu:.1f} s "
       f"= {cpu*1e6/max(hits+miss,1):.1f} us per GET; load avg {g['loadavg']}")
 PY

@@ -164,7 +164,7 @@ pub struct KvArgs {
     /// Small-object flash tier (issue 28) as PATH:SIZE: values of at most --small-item-max
     /// bytes leave RAM for 4 KiB set pages in this file instead of the flash log, with no RAM
     /// index entry each (docs/eviction.md, "Small objects"). Kept across a clean stop; after
-    /// kill -9 the sets with staged changes are emptied, the rest kept. Default: none.
+    /// kill -9 the sets with staged or logged changes are emptied, the rest kept. Default: none.
     #[arg(long, value_name = "PATH:SIZE")]
     pub small_flash: Option<String>,
 
@@ -172,6 +172,18 @@ pub struct KvArgs {
     /// Needs --small-flash. Default: 0 (off).
     #[arg(long, value_name = "BYTES")]
     pub small_item_max: Option<u64>,
+
+    /// Percent of the --small-flash file for the on-flash log in front of its sets
+    /// (Kangaroo's KLog: inserts are appended there and merged into sets grouped by set).
+    /// 0 turns the log off; at most 90. A changed value starts the file empty. Default: 5.
+    #[arg(long, value_name = "PERCENT")]
+    pub small_log_percent: Option<u32>,
+
+    /// Kangaroo's admission threshold for the small tier's log: a merge rewrites a set only
+    /// when it gains at least N objects, else drops them (never when that could uncover an
+    /// older version). Default: 1 (always rewrite).
+    #[arg(long, value_name = "N")]
+    pub small_log_merge_min: Option<u64>,
 
     /// Run with no flash tier (RAM only, like plain memcached). Conflicts with --flash and
     /// -o ext_path.

@@ -4,19 +4,36 @@
 /// Settings of the small tier.
 #[derive(Clone, Debug)]
 pub struct SmallConfig {
-    /// The staging buffer's budget in bytes: the flusher merges while more is staged.
-    /// Inserts are refused past twice this. Default: `16 MiB`.
+    /// The staging buffer's budget in bytes. Without a log the flusher merges into sets
+    /// while more is staged; with one it is the page-building buffer in front of the log
+    /// (appended from [`LOG_APPEND_BYTES`] on). Inserts are refused past twice this.
+    /// Default: `16 MiB`.
     pub staging_bytes: u64,
     /// Sets merged per flusher batch (their reads, then their writes, in flight at once).
     /// Default: 512.
     pub batch_sets: usize,
+    /// Fraction of the device (after the superblock) for the on-flash log in front of the
+    /// sets (`klog`, Kangaroo's KLog); 0 (or too few pages for [`crate::format::MIN_LOG_PAGES`])
+    /// turns it off: staged batches then go straight to set pages. At most 0.9. A changed
+    /// value changes the layout: the next open starts the file empty. Default: `0.05`.
+    pub log_fraction: f64,
+    /// Kangaroo's admission threshold: a log merge rewrites a set only when it brings at
+    /// least this many new objects (or any delete, or a key the set may hold); fewer are
+    /// dropped (a miss later, never a wrong value; stat `small_log_dropped`). 1 rewrites
+    /// every set. Default: 1.
+    pub merge_min: usize,
 }
+
+/// Staged bytes from which the flusher appends to the log (a few pages' worth).
+pub const LOG_APPEND_BYTES: u64 = 256 << 10;
 
 impl Default for SmallConfig {
     fn default() -> Self {
         Self {
             staging_bytes: 16 << 20,
             batch_sets: 512,
+            log_fraction: 0.05,
+            merge_min: 1,
         }
     }
 }

@@ -1,13 +1,14 @@
 //! The dirty map: one byte a set on the device (pages 1..=m, `format::Layout`), 1 while the
-//! set may have staged changes its page lacks. What lets a restart after `kill -9` keep the
+//! set may have staged changes, or objects in the on-flash log (`klog`, not persisted), that
+//! its page lacks. What lets a restart after `kill -9` keep the
 //! pages of every other set: a set whose page a lost staged delete or overwrite would make
 //! lie is dirty on the device, and the open empties it.
 //!
 //! Invariants: a set is marked dirty on the device (through the page cache:
 //! `Device::journal_write`, which survives the process) *before* its first staged change is
 //! visible, under the staging partition's lock; it is marked clean only after a merge wrote
-//! its page and left nothing staged for it, under the same lock (`Staging::stage`,
-//! `Staging::done`). A byte belongs to one set, so one partition: no two writers race on a
+//! its page and left nothing staged or logged for it, under the same lock (`Staging::stage`,
+//! `Staging::done`, `klog`'s merge). A byte belongs to one set, so one partition: no two writers race on a
 //! byte. Writes to the map are serialized by `write` (devices without a page cache patch
 //! whole pages). A power cut may lose marks: the superblock's boot id catches that.
 //!
@@ -51,6 +52,12 @@ impl DirtyMap {
     /// Mark `set` clean: its page holds everything staged for it.
     pub(crate) fn clear(&self, dev: &dyn Device, set: u32) {
         self.put(dev, set, 0);
+    }
+
+    /// Whether `set` is marked dirty (tests).
+    #[cfg(test)]
+    pub(crate) fn is_dirty(&self, set: u32) -> Option<bool> {
+        self.flags.get(set as usize).map(|f| f.load(Relaxed) == 1)
     }
 
     fn put(&self, dev: &dyn Device, set: u32, v: u8) {

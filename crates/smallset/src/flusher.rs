@@ -1,4 +1,6 @@
-//! The flusher: merges staged batches into set pages. A batch is the sets with the most
+//! The flusher: appends staged entries to the on-flash log (`klog`, which merges its oldest
+//! segment into the sets when it needs room), or, with no log, merges staged batches into set
+//! pages. A batch is the sets with the most
 //! staged bytes (`Staging::take_batch`); for each, one page read and one page write, all of a
 //! batch's reads in flight together, then all its writes.
 //!
@@ -46,6 +48,20 @@ pub(crate) fn run(inner: &Arc<Inner>) {
         if inner.closed.load(Relaxed) {
             return;
         }
+        if let Some(log) = &inner.klog {
+            // Append from a few pages' worth staged, and on each tick whatever is staged.
+            let mut tick = true;
+            while (inner.staging.bytes() > inner.kick_at() || (tick && !inner.staging.is_empty()))
+                && !inner.closed.load(Relaxed)
+            {
+                tick = false;
+                let _one_at_a_time = inner.merging.lock();
+                if !crate::klog::append(inner, log) {
+                    break;
+                }
+            }
+            continue;
+        }
         // Merge down to three quarters of the budget, so batches stay large.
         let low = inner.cfg.staging_bytes / 4 * 3;
         while inner.staging.bytes() > low && !inner.closed.load(Relaxed) {
@@ -56,8 +72,13 @@ pub(crate) fn run(inner: &Arc<Inner>) {
     }
 }
 
-/// Merge everything staged (tests and tools; blocks).
+/// Merge everything staged, and the whole log (tests, tools, close; blocks).
 pub(crate) fn drain(inner: &Inner) {
+    if let Some(log) = &inner.klog {
+        let _one_at_a_time = inner.merging.lock();
+        crate::klog::drain(inner, log);
+        return;
+    }
     for _ in 0..1_000_000 {
         if inner.staging.is_empty() || !flush_batch(inner) {
             return;
@@ -72,54 +93,88 @@ fn flush_batch(inner: &Inner) -> bool {
     if batch.is_empty() {
         return false;
     }
+    let plans = batch
+        .into_iter()
+        .map(|(set, staged)| (set, staged, false))
+        .collect();
+    let (any, _) = write_sets(inner, plans, |set, staged| {
+        inner.staging.done_then(set, staged, || {
+            inner.dirty.clear(&*inner.dev, set);
+        });
+    });
+    any
+}
+
+/// Rewrite the pages of `plans` — `(set, changes, empty)`: each set's page merged with its
+/// changes (newest per key), or emptied when `empty` — one read and one write a set, all
+/// reads in flight together, then all writes. `written(set, changes)` runs after a set's page
+/// is written and its filter stored. Returns (any page written, every page written).
+pub(crate) fn write_sets(
+    inner: &Inner,
+    plans: Vec<(u32, Vec<Staged>, bool)>,
+    written: impl Fn(u32, &[Staged]),
+) -> (bool, bool) {
     let generation = inner.generation.load(Relaxed);
     let reads = run_all(
         inner,
-        batch
+        plans
             .iter()
-            .map(|(set, _)| IoOp::Read {
+            .map(|(set, _, _)| IoOp::Read {
                 dev: 0,
                 off: inner.layout.page_off(*set),
-                buf: AlignedBuf::zeroed(SET_BYTES),
+                buf: inner.page_buf(SET_BYTES),
             })
             .collect(),
     );
     let now = unix_now();
-    let mut writes = Vec::with_capacity(batch.len());
-    let mut plans = Vec::with_capacity(batch.len());
-    for ((set, staged), read) in batch.iter().zip(reads) {
+    let mut all = true;
+    let mut writes = Vec::with_capacity(plans.len());
+    let mut bufs = Vec::with_capacity(plans.len());
+    let mut done = Vec::with_capacity(plans.len());
+    for ((set, staged, empty), read) in plans.into_iter().zip(reads) {
         let old = match read {
-            Ok(Some(buf)) => page_entries(inner, &buf.into_bytes(), *set, generation),
+            Ok(Some(buf)) => page_entries(inner, &inner.bytes_of(buf), set, generation),
             _ => {
                 Counters::add(&inner.counters.io_errors, 1);
+                all = false;
                 continue;
             }
         };
         let old_len = old.len();
-        let kept = merge(inner, old, inner.summaries.hits(*set), staged, now);
-        let mut buf = AlignedBuf::zeroed(SET_BYTES);
-        if let Err(why) = format::encode(buf.as_mut_slice(), *set, generation, &kept) {
+        let kept = if empty {
+            Counters::add(&inner.counters.log_lost_sets, 1);
+            Vec::new()
+        } else {
+            merge(inner, old, inner.summaries.hits(set), &staged, now)
+        };
+        let mut buf = inner.page_buf(SET_BYTES);
+        if let Err(why) = format::encode(buf.as_mut_slice(), set, generation, &kept) {
             log::error!("small tier: set {set} could not be encoded ({why})");
+            all = false;
             continue;
         }
         let filter = filter_of(kept.iter().map(|e| key_hash(&e.key)));
-        inner.summaries.widen(*set, filter);
+        inner.summaries.widen(set, filter);
+        let buf = Arc::new(buf);
+        bufs.push(buf.clone());
         writes.push(IoOp::Write {
             dev: 0,
-            off: inner.layout.page_off(*set),
-            buf: Arc::new(buf),
+            off: inner.layout.page_off(set),
+            buf,
         });
-        plans.push((*set, staged, filter, old_len, kept.len()));
+        done.push((set, staged, filter, old_len, kept.len()));
     }
     let results = run_all(inner, writes);
-    let mut ok = false;
-    for ((set, staged, filter, old_len, new_len), r) in plans.into_iter().zip(results) {
+    inner.recycle(bufs);
+    let mut any = false;
+    for ((set, staged, filter, old_len, new_len), r) in done.into_iter().zip(results) {
         if let Err(e) = r {
             Counters::add(&inner.counters.io_errors, 1);
             log::warn!("small tier: writing set {set} failed: {e}");
+            all = false;
             continue;
         }
-        ok = true;
+        any = true;
         Counters::add(&inner.counters.page_writes, 1);
         Counters::add(&inner.counters.bytes_written, SET_BYTES as u64);
         if inner.generation.load(Relaxed) == generation {
@@ -134,12 +189,10 @@ fn flush_batch(inner: &Inner) -> bool {
                 c.sets_used.fetch_sub(1, Relaxed);
             }
         }
-        inner.staging.done_then(set, staged, || {
-            inner.dirty.clear(&*inner.dev, set);
-        });
+        written(set, &staged);
         crate::recover::check_map(inner);
     }
-    ok
+    (any, all)
 }
 
 /// The entries of a page read back (empty if it is blank, of another generation or corrupt).
@@ -209,7 +262,7 @@ pub(crate) fn merge(
 }
 
 /// Run `ops` through the executor and wait for all of them; results in order.
-fn run_all(inner: &Inner, ops: Vec<IoOp>) -> Vec<std::io::Result<Option<AlignedBuf>>> {
+pub(crate) fn run_all(inner: &Inner, ops: Vec<IoOp>) -> Vec<std::io::Result<Option<AlignedBuf>>> {
     let n = ops.len();
     let (tx, rx) = std::sync::mpsc::channel();
     for (i, op) in ops.into_iter().enumerate() {
@@ -234,7 +287,7 @@ fn run_all(inner: &Inner, ops: Vec<IoOp>) -> Vec<std::io::Result<Option<AlignedB
 }
 
 /// Unix time now, in seconds (expiry is judged in unix seconds, as the cache stores it).
-fn unix_now() -> u32 {
+pub(crate) fn unix_now() -> u32 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as u32)

@@ -6,11 +6,11 @@
 //! | 0 | 4 | magic `FTSS` |
 //! | 4 | 2 | format version (1) |
 //! | 6 | 2 | entry count (≤ [`MAX_ENTRIES`]) |
-//! | 8 | 4 | set index (a page written to the wrong set is refused) |
+//! | 8 | 4 | set index (a page written to the wrong set is refused); a log page's sequence number |
 //! | 12 | 4 | crc32c of the whole page with this field zeroed |
 //! | 16 | 8 | generation: the tier's run and `flush_all` epoch; another one reads as empty |
 //! | 24 | 4 | bytes of entries after the header |
-//! | 28 | 4 | reserved, zero |
+//! | 28 | 4 | kind: 0 a set page, 1 a log page (`klog`); zero in builds before the log |
 //! | 32 | … | entries, packed, no padding |
 //!
 //! An entry is a 24-byte header — key length `u8`, RRIP value `u8` (0 near … 3 distant),
@@ -19,7 +19,14 @@
 //! never holds two versions of a key; the newer version of a key, or its delete, lives in the
 //! staging buffer and shadows the page until the next merge rewrites it.
 //!
-//! Set *i*'s page is page 1 + *m* + *i* of the device ([`Layout`]); page 0 is the
+//! A log page (the on-flash log in front of the sets, `klog`) is the same page with kind 1,
+//! its sequence number in place of the set index (a slot rewritten since reads as stale,
+//! not corrupt), entries of any sets in append order, and the RRIP byte saying what an
+//! entry is: [`LOG_PUT`] or [`LOG_DELETE`] (a tombstone: no value, meta zero). A page of
+//! one kind never decodes as the other.
+//!
+//! Set *i*'s page is page 1 + *m* + *i* of the device ([`Layout`]), the *l* log pages follow
+//! the sets; page 0 is the
 //! superblock (`superblock`), pages 1..=*m* the dirty map (`dirty`). A page of another generation reads as empty whatever else it holds (its
 //! set index is not checked), so pages of an older layout or run are dead, not corrupt.
 //!
@@ -50,30 +57,57 @@ pub const FORMAT_VERSION: u16 = 1;
 pub const RRIP_MAX: u8 = 3;
 /// Byte offset of the crc field.
 const CRC_AT: usize = 12;
+/// Byte offset of the kind field.
+const KIND_AT: usize = 28;
+/// Kind of a set page.
+pub const KIND_SET: u32 = 0;
+/// Kind of a log page.
+pub const KIND_LOG: u32 = 1;
+/// A log entry that is a new version.
+pub const LOG_PUT: u8 = 0;
+/// A log entry that is a delete (tombstone).
+pub const LOG_DELETE: u8 = 1;
 
 /// Set pages one dirty-map page covers (one byte a set, `dirty`).
 pub const SETS_PER_MAP_PAGE: u64 = SET_BYTES as u64;
 
 /// Where things are on a device of `pages` 4 KiB pages: page 0 the superblock, then the
-/// dirty map (one byte a set), then the set pages.
+/// dirty map (one byte a set), then the set pages, then the log pages (`klog`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     /// Set pages.
     pub sets: u32,
     /// Dirty-map pages (from page 1).
     pub map_pages: u32,
+    /// Log pages (after the sets; 0: no on-flash log).
+    pub log_pages: u32,
 }
 
+/// Fewest log pages a log may have (below this the log is off).
+pub const MIN_LOG_PAGES: u64 = 4;
+
 impl Layout {
-    /// The layout of a device of `pages` pages (`None`: too small for one set, or more than
-    /// 2^32 sets).
+    /// The layout of a device of `pages` pages with no log (`None`: too small for one set,
+    /// or more than 2^32 sets).
     pub fn of(pages: u64) -> Option<Self> {
+        Self::with_log(pages, 0.0)
+    }
+
+    /// The layout of a device of `pages` pages whose log takes `log_fraction` of the pages
+    /// after the superblock (rounded down; fewer than [`MIN_LOG_PAGES`] means no log).
+    pub fn with_log(pages: u64, log_fraction: f64) -> Option<Self> {
         let rest = pages.checked_sub(1)?;
+        let mut log = (rest as f64 * log_fraction.clamp(0.0, 0.9)) as u64;
+        if log < MIN_LOG_PAGES {
+            log = 0;
+        }
+        let rest = rest - log;
         let map_pages = rest.div_ceil(SETS_PER_MAP_PAGE + 1);
         let sets = u32::try_from(rest - map_pages).ok()?;
         (sets > 0).then_some(Self {
             sets,
             map_pages: u32::try_from(map_pages).ok()?,
+            log_pages: u32::try_from(log).ok()?,
         })
     }
 
@@ -85,6 +119,11 @@ impl Layout {
     /// Byte offset of set `set`'s page.
     pub fn page_off(&self, set: u32) -> u64 {
         (1 + u64::from(self.map_pages) + u64::from(set)) * SET_BYTES as u64
+    }
+
+    /// Byte offset of log slot `slot` (`slot < log_pages`).
+    pub fn log_off(&self, slot: u32) -> u64 {
+        (1 + u64::from(self.map_pages) + u64::from(self.sets) + u64::from(slot)) * SET_BYTES as u64
     }
 }
 
@@ -145,6 +184,27 @@ pub fn encode(
     generation: u64,
     entries: &[Entry],
 ) -> Result<(), &'static str> {
+    encode_kind(page, KIND_SET, set, generation, entries)
+}
+
+/// Encode `entries` (RRIP byte [`LOG_PUT`] or [`LOG_DELETE`]) as the log page of sequence
+/// number `seq` (its low 32 bits) of generation `generation`.
+pub fn encode_log(
+    page: &mut [u8],
+    seq: u32,
+    generation: u64,
+    entries: &[Entry],
+) -> Result<(), &'static str> {
+    encode_kind(page, KIND_LOG, seq, generation, entries)
+}
+
+fn encode_kind(
+    page: &mut [u8],
+    kind: u32,
+    set: u32,
+    generation: u64,
+    entries: &[Entry],
+) -> Result<(), &'static str> {
     if page.len() != SET_BYTES {
         return Err("page buffer is not SET_BYTES long");
     }
@@ -177,6 +237,7 @@ pub fn encode(
     put(page, 8, &set.to_le_bytes());
     put(page, 16, &generation.to_le_bytes());
     put(page, 24, &((at - HEADER_BYTES) as u32).to_le_bytes());
+    put(page, KIND_AT, &kind.to_le_bytes());
     let crc = crc32c::crc32c(page);
     put(page, CRC_AT, &crc.to_le_bytes());
     Ok(())
@@ -184,6 +245,17 @@ pub fn encode(
 
 /// Decode a page read from set `set`'s slot, for generation `generation`.
 pub fn decode(page: &Bytes, set: u32, generation: u64) -> Page {
+    decode_kind(page, KIND_SET, set, generation)
+}
+
+/// Decode a log page read for sequence number `seq` (low 32 bits), generation
+/// `generation`: a page of another sequence number (the slot was rewritten since) or
+/// generation reads as [`Page::Empty`].
+pub fn decode_log(page: &Bytes, seq: u32, generation: u64) -> Page {
+    decode_kind(page, KIND_LOG, seq, generation)
+}
+
+fn decode_kind(page: &Bytes, kind: u32, set: u32, generation: u64) -> Page {
     if page.len() != SET_BYTES {
         return Page::Corrupt("short page");
     }
@@ -205,7 +277,13 @@ pub fn decode(page: &Bytes, set: u32, generation: u64) -> Page {
     if le64(page, 16) != Some(generation) {
         return Page::Empty;
     }
+    if le32(page, KIND_AT) != Some(kind) {
+        return Page::Corrupt("page of another kind (set or log)");
+    }
     if le32(page, 8) != Some(set) {
+        if kind == KIND_LOG {
+            return Page::Empty;
+        }
         return Page::Corrupt("page of another set");
     }
     let count = le16(page, 6).unwrap_or(0) as usize;

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use flashtier_flash::io::pool::{PooledBuf, ReadPool};
 use flashtier_flash::io::{AlignedBuf, Executor, IoOp, IoRequest};
 use flashtier_flash::Device;
 use parking_lot::{Condvar, Mutex};
@@ -14,6 +15,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::config::SmallConfig;
 use crate::dirty::DirtyMap;
 use crate::format::{Layout, SET_BYTES};
+use crate::klog::KLog;
 use crate::recover::{HeaderState, Recovered};
 use crate::staging::Staging;
 use crate::stats::Counters;
@@ -27,6 +29,8 @@ pub(crate) struct Inner {
     /// set pages are read and written through `exec`.
     pub(crate) dev: Arc<dyn Device>,
     pub(crate) exec: Box<dyn Executor>,
+    /// Recycled page buffers (reads and writes take them instead of allocating and zeroing).
+    pub(crate) pool: Arc<ReadPool>,
     pub(crate) sets: u32,
     /// Where the superblock, the dirty map and the sets are.
     pub(crate) layout: Layout,
@@ -35,6 +39,8 @@ pub(crate) struct Inner {
     pub(crate) generation: AtomicU64,
     pub(crate) summaries: Summaries,
     pub(crate) staging: Staging,
+    /// The on-flash log in front of the sets and its RAM index (`klog`), if the layout has one.
+    pub(crate) klog: Option<KLog>,
     pub(crate) cfg: SmallConfig,
     pub(crate) counters: Counters,
     /// Set when work is staged past the budget or at close; the flusher waits on it.
@@ -74,18 +80,61 @@ impl Inner {
 
     /// Read set `set`'s page.
     pub(crate) fn read_page(&self, set: u32) -> impl Future<Output = Result<Bytes, Error>> {
+        self.read_at(self.layout.page_off(set))
+    }
+
+    /// Staged bytes from which the flusher is woken: the log's append size, or without a
+    /// log the staging budget.
+    pub(crate) fn kick_at(&self) -> u64 {
+        match self.klog {
+            Some(_) => crate::config::LOG_APPEND_BYTES.min(self.cfg.staging_bytes),
+            None => self.cfg.staging_bytes,
+        }
+    }
+
+    /// A buffer of `len` bytes (whole pages), contents undefined: the caller overwrites all
+    /// of it (a read, or an encode that fills every byte). Single pages come from the pool;
+    /// longer ones (log appends) are allocated, so the pool holds at most its 256 pages.
+    pub(crate) fn page_buf(&self, len: usize) -> AlignedBuf {
+        if len == SET_BYTES {
+            self.pool.take(len)
+        } else {
+            AlignedBuf::zeroed(len)
+        }
+    }
+
+    /// A read buffer as `Bytes` that return it to the pool when dropped.
+    pub(crate) fn bytes_of(&self, buf: AlignedBuf) -> Bytes {
+        PooledBuf::into_bytes(buf, self.pool.clone())
+    }
+
+    /// Give written single-page buffers back to the pool (those the executor no longer
+    /// holds).
+    pub(crate) fn recycle(&self, bufs: Vec<Arc<AlignedBuf>>) {
+        for b in bufs {
+            if let Ok(b) = Arc::try_unwrap(b) {
+                if b.len() == SET_BYTES {
+                    self.pool.give(b);
+                }
+            }
+        }
+    }
+
+    /// Read the 4 KiB page at byte `off`.
+    pub(crate) fn read_at(&self, off: u64) -> impl Future<Output = Result<Bytes, Error>> {
         let (promise, done) = flashtier_flash::completion::pair();
         self.exec.submit(IoRequest {
             op: IoOp::Read {
                 dev: 0,
-                off: self.layout.page_off(set),
-                buf: AlignedBuf::zeroed(SET_BYTES),
+                off,
+                buf: self.page_buf(SET_BYTES),
             },
             done: Box::new(move |r| promise.complete(Ok(r))),
         });
+        let pool = self.pool.clone();
         async move {
             match done.await {
-                Ok(Ok(Some(buf))) => Ok(buf.into_bytes()),
+                Ok(Ok(Some(buf))) => Ok(PooledBuf::into_bytes(buf, pool)),
                 Ok(Ok(None)) => Err(Error::Io(std::io::Error::other("read returned no buffer"))),
                 Ok(Err(e)) => Err(Error::Io(e)),
                 Err(_) => Err(Error::Closed),
@@ -110,6 +159,10 @@ impl Inner {
                 _ => {}
             }
         });
+        // The log's objects, judged by the filter when they were appended.
+        if let Some(l) = &self.klog {
+            delta += l.index.estimate_delta();
+        }
         self.counters
             .items
             .load(Relaxed)
@@ -123,6 +176,15 @@ impl Inner {
         let g = |a: &AtomicU64| a.load(Relaxed);
         let staged = i.staging.len();
         let summary = i.summaries.ram_bytes();
+        let (log_pages, log_used, log_items, log_index) = match &i.klog {
+            Some(l) => (
+                u64::from(l.pages),
+                l.used(),
+                l.index.live(),
+                l.index.ram_bytes(),
+            ),
+            None => (0, 0, 0, 0),
+        };
         let stored = g(&c.bytes_stored);
         let written = g(&c.bytes_written);
         let wa = if stored == 0 {
@@ -133,7 +195,10 @@ impl Inner {
         let list: Vec<(&str, String)> = vec![
             ("small_sets", i.sets.to_string()),
             ("small_sets_used", g(&c.sets_used).to_string()),
-            ("small_items", (g(&c.items) + staged).to_string()),
+            (
+                "small_items",
+                (g(&c.items) + staged + log_items).to_string(),
+            ),
             (
                 "small_live_items_estimate",
                 self.live_items_estimate().to_string(),
@@ -141,11 +206,39 @@ impl Inner {
             ("small_staged_items", staged.to_string()),
             ("small_staged_bytes", i.staging.bytes().to_string()),
             ("small_set_filter_bytes", summary.to_string()),
-            ("small_ram_bytes", (summary + i.staging.bytes()).to_string()),
+            (
+                "small_ram_bytes",
+                (summary + i.staging.bytes() + log_index).to_string(),
+            ),
+            ("small_log_pages", log_pages.to_string()),
+            ("small_log_pages_used", log_used.to_string()),
+            ("small_log_items", log_items.to_string()),
+            ("small_log_index_bytes", log_index.to_string()),
+            ("small_log_hits", g(&c.log_hits).to_string()),
+            ("small_log_page_reads", g(&c.log_page_reads).to_string()),
+            (
+                "small_log_pages_written",
+                g(&c.log_pages_written).to_string(),
+            ),
+            (
+                "small_log_bytes_written",
+                g(&c.log_bytes_written).to_string(),
+            ),
+            ("small_log_merges", g(&c.log_merges).to_string()),
+            ("small_log_sets_merged", g(&c.log_sets_merged).to_string()),
+            (
+                "small_log_objects_merged",
+                g(&c.log_objects_merged).to_string(),
+            ),
+            ("small_log_dropped", g(&c.log_dropped).to_string()),
+            ("small_log_lost_sets", g(&c.log_lost_sets).to_string()),
             ("small_inserts", g(&c.inserts).to_string()),
             ("small_inserts_refused", g(&c.inserts_refused).to_string()),
             ("small_deletes_staged", g(&c.deletes).to_string()),
-            ("small_hits", (g(&c.hits) + g(&c.staging_hits)).to_string()),
+            (
+                "small_hits",
+                (g(&c.hits) + g(&c.staging_hits) + g(&c.log_hits)).to_string(),
+            ),
             ("small_staging_hits", g(&c.staging_hits).to_string()),
             ("small_misses", g(&c.misses).to_string()),
             ("small_filter_negatives", g(&c.filter_negatives).to_string()),

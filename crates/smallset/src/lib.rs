@@ -1,12 +1,16 @@
 //! flashtier's small-object tier: items of a few hundred bytes kept on flash with no RAM
-//! entry per object (issue 28). Kangaroo's KSet (SOSP 2021) with its log in RAM: each key
-//! hashes to one 4 KiB set page; RAM holds a 20-byte summary per set (a Bloom filter, so a
-//! miss costs no read, and one hit bit per entry for RRIP eviction) and a bounded staging
-//! buffer that batches inserts and deletes per set, so one page rewrite carries several.
+//! entry per object (issue 28). Kangaroo (SOSP 2021): KSet — each key hashes to one 4 KiB
+//! set page; RAM holds a 20-byte summary per set (a Bloom filter, so a miss costs no read,
+//! and one hit bit per entry for RRIP eviction) — with KLog in front of it: a small staging
+//! buffer builds log pages, appended to an on-flash log whose RAM index costs 4 B a set and
+//! 8 B a log entry slot; the log's oldest part is merged into the sets grouped by set, so one
+//! page rewrite carries every log object of its set (`klog`). With the log off
+//! (`SmallConfig::log_fraction` 0) staged batches go straight to set pages.
 //! It knows keys only as bytes; expiry, CAS and flags are the cache's, carried as
 //! [`ItemMeta`]. Restarts (`recover`): a clean close merges everything staged and marks the
 //! superblock clean, and the next open serves the same items; after a kill the sets that had
-//! staged changes (the dirty map) are emptied and the rest kept, so no value a lost staged
+//! staged or logged changes (the dirty map) are emptied and the rest kept (the log is not
+//! persisted: it starts empty at every open), so no value a lost staged
 //! delete or overwrite had replaced is served; after a power cut it starts empty.
 //!
 //! # Layout
@@ -17,8 +21,11 @@
 //!   ([`Recovered`]).
 //! - `summary`: per-set Bloom filters and hit bits.
 //! - `staging`: the staging buffer (one entry per key, newest wins, stamps).
+//! - `klog`: the on-flash log — append, grouped merge of its oldest segment, lookups.
+//! - `logindex`: the log's RAM index (per-set chains of tags over the log's entry slots).
 //! - `sets`: [`SmallSets`], the tier's handle, and [`SmallStore`], its contract.
-//! - `flusher`: the thread that merges staged batches into pages (RRIP inside a set).
+//! - `flusher`: the thread that appends to the log (or, without one, merges staged batches
+//!   into pages), and the page merge itself (RRIP inside a set).
 //! - `walk`: listing the live entries of a range of sets (the cache's dumps, [`Listed`]).
 //! - `stats`: the `small_*` counters. [`error`]: [`Error`].
 #![deny(unsafe_code)]
@@ -30,7 +37,9 @@ pub mod error;
 mod flusher;
 pub mod format;
 mod inner;
+mod klog;
 mod le;
+mod logindex;
 mod recover;
 mod sets;
 mod staging;

@@ -115,7 +115,11 @@ pub(crate) fn open_device(dev: &dyn Device, layout: &Layout) -> Result<Opening, 
         }
         Found::Blank => fresh(0, None),
         Found::OursUnknown(why) => fresh(0, Some(why)),
-        Found::Ours(sb) if sb.sets != layout.sets || sb.map_pages != layout.map_pages => {
+        Found::Ours(sb)
+            if sb.sets != layout.sets
+                || sb.map_pages != layout.map_pages
+                || sb.log_pages != layout.log_pages =>
+        {
             fresh(sb.generation, Some("the file was resized"))
         }
         Found::Ours(sb) if sb.state == State::Clean => Opening {
@@ -258,6 +262,7 @@ fn open_block(inner: &Inner, h: &HeaderState) -> Superblock {
         last_cas: 0,
         flush_at: h.flush_at,
         map_pages: inner.layout.map_pages,
+        log_pages: inner.layout.log_pages,
         boot_id: if h.distrusted { [0; 16] } else { inner.boot_id },
         cas_ceiling: h.cas_ceiling,
     }
@@ -340,6 +345,13 @@ pub(crate) fn close(inner: &Inner, last_cas: u64, flush_at: Option<u32>) -> Resu
             "{}: {} staged changes could not be merged; their sets restart empty",
             inner.dev_name,
             inner.staging.len()
+        )));
+    }
+    if let Some(l) = inner.klog.as_ref().filter(|l| l.used() > 0) {
+        return Err(Error::Device(format!(
+            "{}: {} log pages could not be merged; their sets restart empty",
+            inner.dev_name,
+            l.used()
         )));
     }
     if h.distrusted {

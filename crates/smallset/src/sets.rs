@@ -3,8 +3,9 @@
 //! (`summary`) and the staging buffer (`staging`), whose batches the flusher thread
 //! (`flusher`) merges into pages. [`SmallStore`] is its whole contract with the cache.
 //!
-//! A lookup asks the staging buffer (exact), then the set's filter (a "no" costs no read),
-//! then reads the one page. A remove stages a delete whenever a copy may exist (staged, or
+//! A lookup asks the staging buffer (exact), then the on-flash log's index (`klog`: a log
+//! page read per object of the set whose tag matches, newest first), then the set's filter
+//! (a "no" costs no read), then reads the one page. A remove stages a delete whenever a copy may exist (staged, or
 //! the filter says maybe), so no older copy can come back. Restarts (`recover`): after a
 //! clean [`SmallSets::close`] the next open serves the same items; after a kill it keeps
 //! every set the dirty map (`dirty`) does not mark; after a power cut it starts empty.
@@ -33,6 +34,8 @@ use crate::config::SmallConfig;
 use crate::dirty::DirtyMap;
 use crate::format::{self, ItemMeta, Layout, Page, SET_BYTES};
 use crate::inner::{key_hash, Inner};
+use crate::klog::{KLog, LogRead};
+use crate::logindex::tag_of;
 use crate::recover::{self, HeaderState, Recovered};
 use crate::staging::{Change, Staging, Stamp};
 use crate::stats::Counters;
@@ -128,7 +131,12 @@ impl SmallSets {
     /// `MemoryDevice` in tests. Refuses a device whose page 0 is foreign; keeps what the
     /// restart rule allows (`recover`); marks the device in use (durably) before returning.
     pub fn with_device(dev: Arc<dyn Device>, cfg: SmallConfig) -> Result<Self, Error> {
-        let Some(layout) = Layout::of(dev.len() / SET_BYTES as u64) else {
+        if !(0.0..=0.9).contains(&cfg.log_fraction) || cfg.merge_min == 0 {
+            return Err(Error::Config(
+                "log_fraction must be in 0..=0.9 and merge_min ≥ 1".into(),
+            ));
+        }
+        let Some(layout) = Layout::with_log(dev.len() / SET_BYTES as u64, cfg.log_fraction) else {
             return Err(Error::Device(format!(
                 "{} is smaller than a superblock, a dirty map and one set, or holds more than \
                  2^32 sets",
@@ -157,6 +165,7 @@ impl SmallSets {
             dev_name: dev.name().to_string(),
             dev,
             exec,
+            pool: Arc::new(flashtier_flash::io::pool::ReadPool::default()),
             sets,
             generation: AtomicU64::new(opening.generation),
             layout,
@@ -164,6 +173,7 @@ impl SmallSets {
             boot_id: opening.boot_id,
             summaries: Summaries::new(sets),
             staging: Staging::default(),
+            klog: (layout.log_pages > 0).then(|| KLog::new(sets, layout.log_pages)),
             cfg,
             counters: Counters::default(),
             wake: Mutex::new(false),
@@ -258,9 +268,32 @@ impl SmallSets {
         self.inner.recovered
     }
 
-    /// Merge everything staged now and wait (tests, tools).
+    /// Merge everything staged, and everything in the on-flash log, into the set pages now
+    /// and wait (tests, tools).
     pub fn flush_staged(&self) {
         crate::flusher::drain(&self.inner);
+    }
+
+    /// Append everything staged to the on-flash log now (merging the log's oldest segments
+    /// into the sets as it needs room) and wait; without a log, merge everything staged
+    /// (tests, tools).
+    pub fn flush_to_log(&self) {
+        match &self.inner.klog {
+            Some(log) => {
+                let _one_at_a_time = self.inner.merging.lock();
+                for _ in 0..1_000_000 {
+                    if self.inner.staging.is_empty() || !crate::klog::append(&self.inner, log) {
+                        break;
+                    }
+                }
+            }
+            None => self.flush_staged(),
+        }
+    }
+
+    /// Log pages (0: no on-flash log).
+    pub fn log_pages(&self) -> u32 {
+        self.inner.layout.log_pages
     }
 
     /// Number of sets.
@@ -334,7 +367,7 @@ impl SmallStore for SmallSets {
         recover::after_change(i);
         Counters::add(&i.counters.inserts, 1);
         Counters::add(&i.counters.bytes_stored, value.len() as u64);
-        if i.staging.bytes() > i.cfg.staging_bytes {
+        if i.staging.bytes() > i.kick_at() {
             i.kick();
         }
         true
@@ -344,10 +377,21 @@ impl SmallStore for SmallSets {
         let i = &self.inner;
         let hash = key_hash(key);
         let set = i.set_of(hash);
-        // Staged first, then the filter: an entry leaves staging only after its page is
-        // written and the filter holds it, so one of the two always sees a copy.
-        let staged = i.staging.find(set, hash, key);
-        if staged.is_some() || i.summaries.may_hold(set, hash) {
+        // Staged and the log first, then the filter: an entry leaves staging only after the
+        // log indexes it, and the log only after its page is written and the filter holds
+        // it, so one of the three always sees a copy.
+        let tag = tag_of(hash);
+        let (staged, in_log) = i.staging.with_set(set, |list| {
+            let st = list
+                .and_then(|l| l.iter().find(|s| s.hash == hash && s.key == key))
+                .map(|s| s.change.clone());
+            let in_log = i
+                .klog
+                .as_ref()
+                .is_some_and(|l| l.index.refs(set).iter().any(|r| r.tag == tag && !r.delete));
+            (st, in_log)
+        });
+        if staged.is_some() || in_log || i.summaries.may_hold(set, hash) {
             if staged != Some(Change::Delete) {
                 let mark = || i.dirty.mark(&*i.dev, set);
                 i.staging
@@ -356,7 +400,7 @@ impl SmallStore for SmallSets {
                 recover::after_change(i);
                 Counters::add(&i.counters.deletes, 1);
             }
-            if i.staging.bytes() > i.cfg.staging_bytes {
+            if i.staging.bytes() > i.kick_at() {
                 i.kick();
             }
         }
@@ -374,7 +418,40 @@ impl SmallStore for SmallSets {
                 stamp,
                 item: None,
             };
-            match i.staging.find(set, hash, &key) {
+            let tag = tag_of(hash);
+            let (staged, logged) = i.staging.with_set(set, |list| {
+                let st = list
+                    .and_then(|l| l.iter().find(|s| s.hash == hash && s.key == key))
+                    .map(|s| s.change.clone());
+                let logged = match (&st, &i.klog) {
+                    (None, Some(l)) => l.locate(set),
+                    _ => Vec::new(),
+                };
+                (st, logged)
+            });
+            // The log, newest first: the first entry of the key decides.
+            for at in logged.iter().filter(|a| a.r.tag == tag) {
+                match crate::klog::read_entry(&i, at).await {
+                    LogRead::Entry(e) if e.key == key => {
+                        if let Change::Put { value, meta } = crate::klog::change_of(&e) {
+                            Counters::add(&i.counters.log_hits, 1);
+                            out.item = Some(SmallItem { value, meta });
+                        } else {
+                            Counters::add(&i.counters.misses, 1);
+                        }
+                        return Ok(out);
+                    }
+                    LogRead::Entry(_) => {}
+                    // Merged since the chain was copied: the set page holds it all.
+                    LogRead::Stale => break,
+                    // A lost entry may have been a delete: a miss, never an older version.
+                    LogRead::Lost => {
+                        Counters::add(&i.counters.misses, 1);
+                        return Ok(out);
+                    }
+                }
+            }
+            match staged {
                 Some(Change::Put { value, meta }) => {
                     Counters::add(&i.counters.staging_hits, 1);
                     out.item = Some(SmallItem { value, meta });
@@ -444,6 +521,9 @@ impl SmallStore for SmallSets {
         // The new generation is on the device before any staged delete is dropped.
         recover::next_generation(i);
         i.staging.clear();
+        if let Some(l) = &i.klog {
+            l.clear();
+        }
         i.summaries.clear();
         i.counters.items.store(0, Relaxed);
         i.counters.sets_used.store(0, Relaxed);

@@ -177,12 +177,39 @@ impl Staging {
     }
 
     /// The key's staged change, if any.
+    #[cfg(test)]
     pub fn find(&self, set: u32, hash: u64, key: &[u8]) -> Option<Change> {
         let part = self.part(set).lock();
         part.get(&set)?
             .iter()
             .find(|s| s.hash == hash && s.key == key)
             .map(|s| s.change.clone())
+    }
+
+    /// Run `f` on the set's staged entries (`None`: nothing staged) under its partition lock
+    /// (the log index's chains are read and changed under it too, `logindex`).
+    pub fn with_set<R>(&self, set: u32, f: impl FnOnce(Option<&[Staged]>) -> R) -> R {
+        let part = self.part(set).lock();
+        f(part.get(&set).map(Vec::as_slice))
+    }
+
+    /// Copies of whole sets' staged entries, about `max_bytes` of them (at least one set when
+    /// anything is staged), partition by partition. The entries stay staged until
+    /// [`Self::done`].
+    pub fn take_upto(&self, max_bytes: u64) -> Vec<(u32, Vec<Staged>)> {
+        let mut out = Vec::new();
+        let mut took = 0u64;
+        for p in &self.parts {
+            let part = p.lock();
+            for (&set, list) in part.iter() {
+                if took >= max_bytes && !out.is_empty() {
+                    return out;
+                }
+                took += list.iter().map(Staged::bytes).sum::<u64>();
+                out.push((set, list.clone()));
+            }
+        }
+        out
     }
 
     /// Copies of the staged entries of up to `max` sets, the sets with the most staged bytes
@@ -242,11 +269,6 @@ impl Staging {
             part.remove(&set);
             emptied();
         }
-    }
-
-    /// Copies of `set`'s staged entries (the dump's view of the set, `walk`).
-    pub fn entries_of(&self, set: u32) -> Vec<Staged> {
-        self.part(set).lock().get(&set).cloned().unwrap_or_default()
     }
 
     /// Run `f` on every staged entry with its set, one partition locked at a time (stats).

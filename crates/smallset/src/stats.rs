@@ -21,6 +21,15 @@ pub(crate) struct Counters {
     pub evictions: AtomicU64,
     pub corrupt_pages: AtomicU64,
     pub io_errors: AtomicU64,
+    pub log_hits: AtomicU64,
+    pub log_page_reads: AtomicU64,
+    pub log_pages_written: AtomicU64,
+    pub log_bytes_written: AtomicU64,
+    pub log_merges: AtomicU64,
+    pub log_sets_merged: AtomicU64,
+    pub log_objects_merged: AtomicU64,
+    pub log_dropped: AtomicU64,
+    pub log_lost_sets: AtomicU64,
     /// Gauge: entries on pages (approximate across a `flush_all` racing a merge).
     pub items: AtomicU64,
     /// Gauge: pages holding at least one entry.

@@ -5,7 +5,7 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 4 | magic `FTSB` |
-//! | 4 | 2 | format version (1) |
+//! | 4 | 2 | format version (2; 1 was written before the log and is read as 0 log pages) |
 //! | 6 | 2 | state: 1 open (in use, or stopped uncleanly), 2 clean (closed after a full merge) |
 //! | 8 | 4 | crc32c of the whole page with this field zeroed |
 //! | 12 | 4 | sets (pages after this one) |
@@ -16,7 +16,8 @@
 //! | 40 | 4 | dirty-map pages (after this one; the sets follow them) |
 //! | 44 | 16 | boot id of the machine while open (`/proc/sys/kernel/random/boot_id`) |
 //! | 60 | 8 | CAS ceiling: no CAS value above it was handed out (0 unknown; zero in builds before it) |
-//! | 68 | … | zero |
+//! | 68 | 4 | log pages (after the sets; `klog`); 0 in version 1 |
+//! | 72 | … | zero |
 //!
 //! Why a state and a boot id: the tier stages deletes and overwrites in RAM and marks their
 //! set dirty in the dirty map (`dirty`) through the page cache first. A clean close merges
@@ -37,11 +38,11 @@ use crate::le::{le16, le32, le64, put};
 /// `FTSB`, little-endian.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"FTSB");
 /// The superblock format version written.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Byte offset of the crc field.
 const CRC_AT: usize = 8;
 /// Bytes of the fields (the rest of the page is zero).
-const FIELDS: usize = 68;
+const FIELDS: usize = 72;
 
 /// Whether the set pages may be trusted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +73,8 @@ pub struct Superblock {
     /// No CAS value above this was handed out while the superblock was written (0: none
     /// recorded). New CAS values continue above it after any stop.
     pub cas_ceiling: u64,
+    /// Log pages after the sets (0: no log; a changed count reads as a resized file).
+    pub log_pages: u32,
 }
 
 /// What page 0 holds.
@@ -106,6 +109,7 @@ pub fn encode(sb: &Superblock) -> [u8; SET_BYTES] {
     put(&mut p, 40, &sb.map_pages.to_le_bytes());
     put(&mut p, 44, &sb.boot_id);
     put(&mut p, 60, &sb.cas_ceiling.to_le_bytes());
+    put(&mut p, 68, &sb.log_pages.to_le_bytes());
     let crc = crc32c::crc32c(&p);
     put(&mut p, CRC_AT, &crc.to_le_bytes());
     p
@@ -132,7 +136,8 @@ pub fn decode(page: &[u8]) -> Found {
     if le32(page, CRC_AT) != Some(crc32c::crc32c(&copy)) {
         return Found::OursUnknown("superblock checksum mismatch");
     }
-    if le16(page, 4) != Some(VERSION) {
+    let version = le16(page, 4);
+    if version != Some(VERSION) && version != Some(1) {
         return Found::OursUnknown("unknown superblock version");
     }
     if le32(page, 36) != Some(SET_BYTES as u32) || page.iter().skip(FIELDS).any(|&b| b != 0) {
@@ -155,9 +160,12 @@ pub fn decode(page: &[u8]) -> Found {
     let Some(boot_id) = page.get(44..60).and_then(|b| <[u8; 16]>::try_from(b).ok()) else {
         return Found::OursUnknown("short superblock");
     };
-    let Some(cas_ceiling) = le64(page, 60) else {
+    let (Some(cas_ceiling), Some(log_pages)) = (le64(page, 60), le32(page, 68)) else {
         return Found::OursUnknown("short superblock");
     };
+    if version == Some(1) && log_pages != 0 {
+        return Found::OursUnknown("unknown superblock layout");
+    }
     Found::Ours(Superblock {
         state,
         sets,
@@ -167,6 +175,7 @@ pub fn decode(page: &[u8]) -> Found {
         map_pages,
         boot_id,
         cas_ceiling,
+        log_pages,
     })
 }
 
@@ -186,10 +195,19 @@ mod tests {
             proptest::option::of(1u32..),
             any::<u32>(),
             any::<[u8; 16]>(),
-            any::<u64>(),
+            (any::<u64>(), any::<u32>()),
         )
             .prop_map(
-                |(clean, sets, generation, last_cas, flush_at, map_pages, boot_id, cas_ceiling)| {
+                |(
+                    clean,
+                    sets,
+                    generation,
+                    last_cas,
+                    flush_at,
+                    map_pages,
+                    boot_id,
+                    (cas_ceiling, log_pages),
+                )| {
                     Superblock {
                         state: if clean { State::Clean } else { State::Open },
                         sets,
@@ -199,6 +217,7 @@ mod tests {
                         map_pages,
                         boot_id,
                         cas_ceiling,
+                        log_pages,
                     }
                 },
             )
@@ -226,9 +245,10 @@ mod tests {
             map_pages: 0x4142_4344,
             boot_id: [0x55; 16],
             cas_ceiling: 0x6162_6364_6566_6768,
+            log_pages: 0x7172_7374,
         });
         assert_eq!(&p[0..4], b"FTSB");
-        assert_eq!(&p[4..8], &[1, 0, 2, 0]);
+        assert_eq!(&p[4..8], &[2, 0, 2, 0]);
         assert_eq!(&p[12..16], &[4, 3, 2, 1]);
         assert_eq!(p[16], 0x18);
         assert_eq!(p[24], 0x28);
@@ -238,7 +258,30 @@ mod tests {
         assert_eq!(&p[44..60], &[0x55; 16]);
         assert_eq!(p[60], 0x68);
         assert_eq!(p[67], 0x61);
-        assert!(p[68..].iter().all(|&b| b == 0));
+        assert_eq!(&p[68..72], &[0x74, 0x73, 0x72, 0x71]);
+        assert!(p[72..].iter().all(|&b| b == 0));
+    }
+
+    /// A version 1 superblock (before the log) reads as one with no log pages.
+    #[test]
+    fn version_one_reads_as_no_log() {
+        let s = Superblock {
+            state: State::Clean,
+            sets: 9,
+            generation: 5,
+            last_cas: 7,
+            flush_at: None,
+            map_pages: 1,
+            boot_id: [1; 16],
+            cas_ceiling: 8,
+            log_pages: 0,
+        };
+        let mut p = encode(&s);
+        p[4] = 1;
+        p[8..12].fill(0);
+        let crc = crc32c::crc32c(&p);
+        p[8..12].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode(&p), Found::Ours(s));
     }
 
     proptest! {

@@ -10,13 +10,23 @@ use flashtier_smallset::{block_on, ItemMeta, SmallConfig, SmallSets, SmallStore}
 use proptest::prelude::*;
 
 fn tier(sets: u64) -> SmallSets {
-    // Page 0 is the superblock, page 1 the dirty map (up to 4096 sets).
-    let dev = Arc::new(MemoryDevice::new("small", (sets + 2) * 4096));
+    tier_with_log(sets, 0, 1)
+}
+
+/// `sets` sets and `log` log pages (0: no log); `merge_min` is Kangaroo's threshold.
+fn tier_with_log(sets: u64, log: u64, merge_min: usize) -> SmallSets {
+    // Page 0 is the superblock, page 1 the dirty map (up to 4096 sets), the log last.
+    let pages = sets + 2 + log;
+    let dev = Arc::new(MemoryDevice::new("small", pages * 4096));
     let cfg = SmallConfig {
         staging_bytes: 64 << 10,
         batch_sets: 4,
+        log_fraction: (log as f64 + 0.5) / (pages - 1) as f64,
+        merge_min,
     };
-    SmallSets::with_device(dev, cfg).unwrap()
+    let t = SmallSets::with_device(dev, cfg).unwrap();
+    assert_eq!((u64::from(t.sets()), u64::from(t.log_pages())), (sets, log));
+    t
 }
 
 fn meta(cas: u64) -> ItemMeta {
@@ -39,6 +49,8 @@ enum Op {
     Remove(u16),
     Get(u16),
     Merge,
+    /// Append what is staged to the log (merging its tail only when it needs room).
+    Append,
     Clear,
 }
 
@@ -48,7 +60,7 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
         3 => (0u16..300).prop_map(Op::Remove),
         6 => (0u16..300).prop_map(Op::Get),
         1 => Just(Op::Merge),
-        1 => (0u8..20).prop_map(|_| Op::Merge),
+        3 => Just(Op::Append),
         1 => (0u8..40).prop_map(|x| if x == 0 { Op::Clear } else { Op::Merge }),
     ];
     proptest::collection::vec(op, 1..400)
@@ -65,7 +77,25 @@ proptest! {
 
     #[test]
     fn never_a_wrong_or_removed_value(ops in ops()) {
-        let t = tier(8);
+        check(&tier(8), ops)?;
+    }
+
+    /// The same with an on-flash log of 6 pages in front of the sets: lookups go through
+    /// the log's index, appends fill it and its merges run when it needs room.
+    #[test]
+    fn with_a_log_never_a_wrong_or_removed_value(ops in ops()) {
+        check(&tier_with_log(8, 6, 1), ops)?;
+    }
+
+    /// The same with Kangaroo's threshold at 3: sets gaining fewer new objects drop them.
+    #[test]
+    fn with_a_log_and_a_threshold_never_a_wrong_or_removed_value(ops in ops()) {
+        check(&tier_with_log(8, 6, 3), ops)?;
+    }
+}
+
+fn check(t: &SmallSets, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    {
         let mut model: HashMap<u16, (Vec<u8>, u64)> = HashMap::new();
         let mut cas = 0u64;
         for op in ops {
@@ -84,12 +114,13 @@ proptest! {
                     model.remove(&k);
                 }
                 Op::Get(k) => {
-                    let got = get(&t, k.to_string().as_bytes());
+                    let got = get(t, k.to_string().as_bytes());
                     if let Some(g) = got {
                         prop_assert_eq!(Some(&g), model.get(&k), "key {}", k);
                     }
                 }
                 Op::Merge => t.flush_staged(),
+                Op::Append => t.flush_to_log(),
                 Op::Clear => {
                     t.clear();
                     model.clear();
@@ -98,11 +129,12 @@ proptest! {
         }
         t.flush_staged();
         for k in 0..300u16 {
-            if let Some(g) = get(&t, k.to_string().as_bytes()) {
+            if let Some(g) = get(t, k.to_string().as_bytes()) {
                 prop_assert_eq!(Some(&g), model.get(&k), "key {} at the end", k);
             }
         }
     }
+    Ok(())
 }
 
 #[test]
@@ -178,4 +210,109 @@ fn a_removed_key_stays_gone_after_its_page_is_rewritten() {
         None,
         "cleared pages are of an old generation"
     );
+}
+
+fn stats_of(t: &SmallSets) -> HashMap<String, u64> {
+    t.stats()
+        .into_iter()
+        .filter_map(|(k, v)| v.parse().ok().map(|v| (k, v)))
+        .collect()
+}
+
+/// With a log: appended items are served from it, its merges carry many objects per set
+/// rewrite (grouped by set), and a delete or overwrite of a key whose latest version is in
+/// the log shadows it — staged, appended as a tombstone, and merged.
+#[test]
+fn with_a_log_lookups_read_it_and_merges_group_by_set() {
+    let t = tier_with_log(64, 16, 1);
+    let k = |i: u32| format!("key:{i}").into_bytes();
+    for i in 0..600u32 {
+        assert!(t.insert(&k(i), &[i as u8; 100], meta(i.into())));
+        if i % 50 == 49 {
+            t.flush_to_log();
+        }
+    }
+    t.flush_to_log();
+    let s = stats_of(&t);
+    assert_eq!(s["small_staged_items"], 0);
+    assert!(
+        s["small_log_items"] > 0 && s["small_log_merges"] > 0,
+        "{s:?}"
+    );
+    assert_eq!(s["small_log_index_bytes"], 64 * 4 + 16 * 32 * 8);
+    for i in 0..600u32 {
+        assert_eq!(
+            get(&t, &k(i)),
+            Some((vec![i as u8; 100], i.into())),
+            "key {i}"
+        );
+    }
+    let s = stats_of(&t);
+    assert!(s["small_log_hits"] > 0, "{s:?}");
+    let per_rewrite = s["small_log_objects_merged"] as f64 / s["small_log_sets_merged"] as f64;
+    assert!(
+        per_rewrite >= 3.0,
+        "{per_rewrite} objects per set rewrite: {s:?}"
+    );
+    // Deletes and overwrites of keys whose latest version is in the log.
+    let in_log: Vec<u32> = (0..600u32).rev().take(60).collect();
+    for &i in &in_log {
+        if i % 2 == 0 {
+            t.remove(&k(i));
+        } else {
+            assert!(t.insert(&k(i), b"new", meta(9999)));
+        }
+    }
+    let check = |when: &str| {
+        for &i in &in_log {
+            let want = (i % 2 == 1).then(|| (b"new".to_vec(), 9999));
+            assert_eq!(get(&t, &k(i)), want, "key {i} {when}");
+        }
+    };
+    check("staged");
+    t.flush_to_log();
+    check("in the log");
+    t.flush_staged();
+    assert_eq!(stats_of(&t)["small_log_items"], 0);
+    check("merged");
+    assert_eq!(stats_of(&t)["small_items"], 600 - 30);
+}
+
+/// Kangaroo's threshold: a set gaining fewer new objects than it is not rewritten (they
+/// are dropped), but never when dropping could uncover an older version.
+#[test]
+fn the_threshold_drops_small_gains_but_never_uncovers_an_older_version() {
+    let t = tier_with_log(64, 8, 4);
+    let k = |i: u32| format!("key:{i}").into_bytes();
+    // Old versions on pages (~8 a set: most sets gain enough), then newer versions and
+    // deletes of a few through the log: keys on pages must be rewritten, never dropped.
+    for i in 0..512u32 {
+        assert!(t.insert(&k(i), b"old", meta(1)));
+    }
+    t.flush_staged();
+    let present: Vec<u32> = (0..512u32).filter(|&i| get(&t, &k(i)).is_some()).collect();
+    assert!(present.len() > 300, "{} of 512 on pages", present.len());
+    for i in 0..64u32 {
+        assert!(t.insert(&k(i), b"new", meta(2)));
+        t.remove(&k(i + 64));
+    }
+    t.flush_staged();
+    for &i in present.iter().filter(|&&i| i < 128) {
+        let want = (i < 64).then(|| (b"new".to_vec(), 2));
+        assert_eq!(get(&t, &k(i)), want, "key {i}");
+    }
+    for i in 0..128u32 {
+        assert_ne!(get(&t, &k(i)), Some((b"old".to_vec(), 1)), "key {i}");
+    }
+    // Fresh keys, few per set: dropped, so misses (never wrong).
+    for i in 1000..1040u32 {
+        assert!(t.insert(&k(i), b"x", meta(3)));
+    }
+    t.flush_staged();
+    assert!(stats_of(&t)["small_log_dropped"] > 0);
+    for i in 1000..1040u32 {
+        if let Some(g) = get(&t, &k(i)) {
+            assert_eq!(g, (b"x".to_vec(), 3));
+        }
+    }
 }

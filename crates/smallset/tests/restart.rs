@@ -2,6 +2,7 @@
 //! flags, exptime, stored time, CAS) and every delete; a crash at any moment (a copy of the
 //! device taken mid-run) never lets a deleted or replaced value be served; a change after a
 //! clean close is not vouched for; foreign files are refused untouched.
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -13,17 +14,46 @@ fn cfg() -> SmallConfig {
     SmallConfig {
         staging_bytes: 64 << 10,
         batch_sets: 4,
+        log_fraction: 0.0,
+        merge_min: 1,
     }
 }
 
-/// A memory device of `sets` sets (≤ 4096: plus the superblock and one dirty-map page).
+thread_local! {
+    /// Log pages the devices of this thread's test get (0: no log; `with_log`).
+    static LOG: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Run `f` with devices that have `pages` log pages after their sets.
+fn with_log<R>(pages: u64, f: impl FnOnce() -> R) -> R {
+    LOG.with(|l| l.set(pages));
+    let r = f();
+    LOG.with(|l| l.set(0));
+    r
+}
+
+/// A memory device of `sets` sets (≤ 4096: plus the superblock and one dirty-map page),
+/// and the log pages `with_log` asks for.
 fn device(sets: u64) -> Arc<MemoryDevice> {
-    Arc::new(MemoryDevice::new("small", (sets + 2) * 4096))
+    let log = LOG.with(Cell::get);
+    Arc::new(MemoryDevice::new("small", (sets + 2 + log) * 4096))
 }
 
 fn open(dev: &Arc<MemoryDevice>) -> SmallSets {
     let d: Arc<dyn Device> = dev.clone();
-    SmallSets::with_device(d, cfg()).expect("open")
+    let log = LOG.with(Cell::get);
+    let pages = dev.len() / 4096;
+    let cfg = SmallConfig {
+        log_fraction: if log == 0 {
+            0.0
+        } else {
+            (log as f64 + 0.5) / (pages - 1) as f64
+        },
+        ..cfg()
+    };
+    let t = SmallSets::with_device(d, cfg).expect("open");
+    assert_eq!(u64::from(t.log_pages()), log);
+    t
 }
 
 /// Every field distinct per key and version, so a mix-up shows.
@@ -69,6 +99,8 @@ enum Op {
     Insert(u16),
     Remove(u16),
     Merge,
+    /// Append what is staged to the log (merging its oldest pages only as it needs room).
+    Append,
     Clear,
     /// Take a copy of the device now: what a `kill -9` here would leave.
     Crash,
@@ -78,8 +110,9 @@ fn ops(clear: bool) -> impl Strategy<Value = Vec<Op>> {
     let op = prop_oneof![
         8 => (0u16..300).prop_map(Op::Insert),
         4 => (0u16..300).prop_map(Op::Remove),
-        2 => Just(Op::Merge),
-        1 => Just(Op::Crash),
+        1 => Just(Op::Merge),
+        2 => Just(Op::Append),
+        2 => Just(Op::Crash),
         1 => (0u8..30).prop_map(move |x| if clear && x == 0 { Op::Clear } else { Op::Merge }),
     ];
     proptest::collection::vec(op, 1..300)
@@ -114,6 +147,7 @@ fn apply(
                 model.remove(k);
             }
             Op::Merge => t.flush_staged(),
+            Op::Append => t.flush_to_log(),
             Op::Clear => {
                 t.clear();
                 model.clear();
@@ -138,32 +172,13 @@ proptest! {
     /// (value, flags, exptime, stored, CAS), each removed or cleared key a miss.
     #[test]
     fn a_clean_reopen_keeps_every_item_exactly(ops in ops(true)) {
-        let dev = device(512);
-        let t = open(&dev);
-        let (model, _) = run(&t, &dev, &ops);
-        let last_cas = ops.len() as u64 + 7;
-        t.close(last_cas, Some(1_900_000_000)).expect("close");
-        drop(t);
-        let t = open(&dev);
-        let r = t.recovered();
-        prop_assert!(r.clean);
-        prop_assert_eq!(r.items, model.len() as u64);
-        prop_assert!(r.last_cas >= last_cas);
-        prop_assert_eq!(r.flush_at, Some(1_900_000_000));
-        for k in 0..300u16 {
-            prop_assert_eq!(get(&t, k), model.get(&k).cloned(), "key {}", k);
-        }
-        // A removed key stays gone through the next merges too (the filters were rebuilt:
-        // a remove after the restart finds the page copy).
-        for k in 0..300u16 {
-            if k % 3 == 0 {
-                t.remove(&key(k));
-            }
-        }
-        t.flush_staged();
-        for k in (0..300u16).step_by(3) {
-            prop_assert_eq!(get(&t, k), None, "key {} removed after the restart", k);
-        }
+        clean_reopen(&ops)?;
+    }
+
+    /// The same with an on-flash log: the close merges the log into the sets.
+    #[test]
+    fn with_a_log_a_clean_reopen_keeps_every_item_exactly(ops in ops(true)) {
+        with_log(24, || clean_reopen(&ops))?;
     }
 
     /// A crash at any moment (a device image taken mid-run, reopened on the same boot): the
@@ -171,42 +186,95 @@ proptest! {
     /// deleted, replaced or cleared value comes back.
     #[test]
     fn a_crash_never_serves_a_deleted_or_replaced_value(ops in ops(true)) {
-        let dev = device(16);
-        let t = open(&dev);
-        let (model, crashes) = run(&t, &dev, &ops);
-        let mut images = crashes;
-        images.push((dev.image(), model));
-        drop(t); // no close: a kill at the end
-        for (image, model) in images {
-            let d = Arc::new(MemoryDevice::from_image("crashed", image));
-            let t = open(&d);
-            prop_assert!(!t.recovered().clean);
-            for k in 0..300u16 {
-                if let Some(got) = get(&t, k) {
-                    prop_assert_eq!(Some(&got), model.get(&k), "key {} after a crash", k);
-                }
-            }
-        }
+        crash(&ops)?;
+    }
+
+    /// The same with an on-flash log (crash images while it holds objects, between appends
+    /// and merges): every set with anything in the log restarts empty.
+    #[test]
+    fn with_a_log_a_crash_never_serves_a_deleted_or_replaced_value(ops in ops(true)) {
+        with_log(8, || crash(&ops))?;
     }
 
     /// After a clean close, changes made anyway (and a crash before any other close) are not
     /// vouched for by the clean mark: the reopen never serves what they replaced or removed.
     #[test]
     fn changes_after_close_reopen_the_superblock(ops in ops(false), late in ops(true)) {
-        let dev = device(64);
-        let t = open(&dev);
-        let (mut model, mut version) = (Model::new(), 0);
-        apply(&t, &dev, &ops, &mut model, &mut version);
-        t.close(version, None).expect("close");
-        apply(&t, &dev, &late, &mut model, &mut version);
-        drop(t);
-        let t = open(&dev);
+        after_close(&ops, &late)?;
+    }
+
+    /// The same with an on-flash log.
+    #[test]
+    fn with_a_log_changes_after_close_reopen_the_superblock(ops in ops(false), late in ops(true)) {
+        with_log(12, || after_close(&ops, &late))?;
+    }
+}
+
+fn clean_reopen(ops: &[Op]) -> Result<(), TestCaseError> {
+    let dev = device(512);
+    let t = open(&dev);
+    let (model, _) = run(&t, &dev, ops);
+    let last_cas = ops.len() as u64 + 7;
+    t.close(last_cas, Some(1_900_000_000)).expect("close");
+    drop(t);
+    let t = open(&dev);
+    let r = t.recovered();
+    prop_assert!(r.clean);
+    prop_assert_eq!(r.items, model.len() as u64);
+    prop_assert!(r.last_cas >= last_cas);
+    prop_assert_eq!(r.flush_at, Some(1_900_000_000));
+    for k in 0..300u16 {
+        prop_assert_eq!(get(&t, k), model.get(&k).cloned(), "key {}", k);
+    }
+    // A removed key stays gone through the next merges too (the filters were rebuilt:
+    // a remove after the restart finds the page copy).
+    for k in 0..300u16 {
+        if k % 3 == 0 {
+            t.remove(&key(k));
+        }
+    }
+    t.flush_staged();
+    for k in (0..300u16).step_by(3) {
+        prop_assert_eq!(get(&t, k), None, "key {} removed after the restart", k);
+    }
+    Ok(())
+}
+
+fn crash(ops: &[Op]) -> Result<(), TestCaseError> {
+    let dev = device(16);
+    let t = open(&dev);
+    let (model, crashes) = run(&t, &dev, ops);
+    let mut images = crashes;
+    images.push((dev.image(), model));
+    drop(t); // no close: a kill at the end
+    for (image, model) in images {
+        let d = Arc::new(MemoryDevice::from_image("crashed", image));
+        let t = open(&d);
+        prop_assert!(!t.recovered().clean);
         for k in 0..300u16 {
             if let Some(got) = get(&t, k) {
-                prop_assert_eq!(Some(&got), model.get(&k), "key {}", k);
+                prop_assert_eq!(Some(&got), model.get(&k), "key {} after a crash", k);
             }
         }
     }
+    Ok(())
+}
+
+fn after_close(ops: &[Op], late: &[Op]) -> Result<(), TestCaseError> {
+    let dev = device(64);
+    let t = open(&dev);
+    let (mut model, mut version) = (Model::new(), 0);
+    apply(&t, &dev, ops, &mut model, &mut version);
+    t.close(version, None).expect("close");
+    apply(&t, &dev, late, &mut model, &mut version);
+    drop(t);
+    let t = open(&dev);
+    for k in 0..300u16 {
+        if let Some(got) = get(&t, k) {
+            prop_assert_eq!(Some(&got), model.get(&k), "key {}", k);
+        }
+    }
+    Ok(())
 }
 
 #[test]
@@ -396,6 +464,59 @@ fn a_kill_on_another_boot_keeps_nothing() {
 /// its set are staged must leave the set dirty.
 #[test]
 fn a_crash_while_the_flusher_merges_never_serves_a_replaced_value() {
+    crash_while_merging();
+}
+
+/// The same with an on-flash log: the flusher thread appends and merges the log's oldest
+/// segments while the images are taken (mid-append, mid-merge), and the test thread checks
+/// the log's own counters moved.
+#[test]
+fn with_a_log_a_crash_while_appends_and_merges_run_never_serves_a_replaced_value() {
+    with_log(16, crash_while_merging);
+}
+
+/// A kill while the log holds objects: their sets restart empty, every other set is kept,
+/// and nothing deleted or replaced through the log comes back.
+#[test]
+fn with_a_log_a_kill_empties_the_sets_it_held_and_keeps_the_others() {
+    with_log(16, || {
+        let dev = device(256);
+        let t = open(&dev);
+        for k in 0..200 {
+            assert!(t.insert(&key(k), &value(k, 1), meta(k, 1)));
+        }
+        t.flush_staged();
+        // Through the log: a replace, a delete, a new key; then a kill.
+        assert!(t.insert(&key(3), &value(3, 2), meta(3, 2)));
+        t.remove(&key(4));
+        assert!(t.insert(&key(250), &value(250, 2), meta(250, 2)));
+        t.flush_to_log();
+        assert!(stat(&t, "small_log_items") >= 3);
+        assert_eq!(
+            get(&t, 3),
+            Some((value(3, 2), meta(3, 2))),
+            "served from the log"
+        );
+        assert_eq!(get(&t, 4), None, "the log's tombstone shadows the page");
+        drop(t);
+        let t = open(&dev);
+        let dropped = stat(&t, "small_recovered_dirty_sets");
+        assert!((1..=3).contains(&dropped), "{dropped} dirty sets");
+        assert_eq!(stat(&t, "small_log_items"), 0, "the log starts empty");
+        assert_eq!(get(&t, 3), None);
+        assert_eq!(get(&t, 4), None);
+        assert_eq!(get(&t, 250), None);
+        let kept = (0..200).filter(|&k| get(&t, k).is_some()).count();
+        assert!(kept >= 190, "only {kept} of 200 kept");
+        for k in 0..200 {
+            if let Some(got) = get(&t, k) {
+                assert_eq!(got, (value(k, 1), meta(k, 1)));
+            }
+        }
+    });
+}
+
+fn crash_while_merging() {
     let dev = device(512);
     let t = open(&dev);
     let (mut model, mut version) = (Model::new(), 0u64);
@@ -418,6 +539,13 @@ fn a_crash_while_the_flusher_merges_never_serves_a_replaced_value() {
         if i % 2000 == 1999 {
             images.push((dev.image(), model.clone()));
         }
+    }
+    if LOG.with(Cell::get) > 0 {
+        assert!(stat(&t, "small_log_pages_written") > 0);
+        assert!(
+            stat(&t, "small_log_merges") > 0,
+            "the log's merges ran during the run"
+        );
     }
     drop(t);
     let mut kept = 0;

@@ -38,6 +38,13 @@ pub struct SmallSettings {
     /// RAM for staged inserts and deletes, in bytes; inserts are refused past twice this.
     /// Default: `16 MiB`.
     pub staging_bytes: u64,
+    /// Fraction of the device for the on-flash log in front of the sets (Kangaroo's KLog,
+    /// `flashtier_smallset::SmallConfig::log_fraction`); 0 turns it off. At most 0.9.
+    /// Default: `0.05`.
+    pub log_fraction: f64,
+    /// Kangaroo's admission threshold: a log merge rewrites a set only when it gains at
+    /// least this many objects (`SmallConfig::merge_min`). Default: 1 (always).
+    pub merge_min: usize,
 }
 
 impl SmallSettings {
@@ -47,6 +54,8 @@ impl SmallSettings {
             item_max,
             device,
             staging_bytes: 16 << 20,
+            log_fraction: 0.05,
+            merge_min: 1,
         }
     }
 
@@ -60,6 +69,15 @@ impl SmallSettings {
         }
         if self.staging_bytes < 64 << 10 {
             return Err("small staging below 64 KiB".into());
+        }
+        if !(0.0..=0.9).contains(&self.log_fraction) {
+            return Err(format!(
+                "small log fraction {} is outside 0..=0.9",
+                self.log_fraction
+            ));
+        }
+        if self.merge_min == 0 {
+            return Err("small log merge minimum must be at least 1".into());
         }
         if let SmallDevice::File { size, .. } = &self.device {
             if *size < 1 << 20 {

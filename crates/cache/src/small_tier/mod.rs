@@ -67,6 +67,8 @@ impl Small {
         };
         let cfg = flashtier_smallset::SmallConfig {
             staging_bytes: s.staging_bytes,
+            log_fraction: s.log_fraction,
+            merge_min: s.merge_min,
             ..Default::default()
         };
         let sets = match &s.device {

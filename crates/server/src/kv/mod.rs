@@ -77,7 +77,10 @@ fn build_store(cfg: &KvConfig, litter: &mut Litter) -> anyhow::Result<Arc<Cache>
                 path: path.clone(),
                 size: *size,
             };
-            builder = builder.small(SmallSettings::new(dev, n as usize));
+            let mut small = SmallSettings::new(dev, n as usize);
+            small.log_fraction = f64::from(cfg.small_log_percent) / 100.0;
+            small.merge_min = cfg.small_log_merge_min as usize;
+            builder = builder.small(small);
         }
     }
     let cache_cfg = builder.build().context("invalid cache configuration")?;

@@ -1,0 +1,645 @@
+//! The on-flash log in front of the sets (Kangaroo's KLog): what the staging buffer holds is
+//! appended, packed into 4 KiB log pages written in runs, to a ring of `Layout::log_pages`
+//! pages after the sets; the log's RAM index (`logindex`) says, per set, which log objects
+//! are its. When the ring needs room its oldest segment is merged into the sets **grouped by
+//! set**: every set with an object in the segment is rewritten once with *all* its log
+//! objects (from anywhere in the log), so one 4 KiB page rewrite carries everything the log
+//! gathered for the set instead of what a RAM buffer could hold.
+//!
+//! Why a log: a page rewrite per set carrying ~2 new objects wrote ~19 flash bytes per byte
+//! stored, and the RAM buffer that gathered them refused most inserts under load; the log
+//! gathers far more per set for a few bytes of RAM per object.
+//!
+//! Order (why no reader sees a wrong or missing value):
+//! - append: write the pages, record each page's sequence number for its slot, push each
+//!   object onto its set's chain, *then* drop it from staging (`Staging::done_then`). The set
+//!   stays dirty (`dirty`): the log is not kept across a kill.
+//! - merge of a set: read its page and its log objects, merge (newest version of a key wins;
+//!   a delete drops it), widen the filter, write the page, store the filter, then cut the
+//!   set's chain and, when nothing is staged for it either, mark it clean — under the set's
+//!   partition lock. A slot is rewritten only after the tail passed it, which needs every set
+//!   with an object in it merged.
+//! - a lookup copies its set's chain under the lock and reads log pages newest first: the
+//!   first entry of its key decides (a delete is a miss). A page whose sequence number moved
+//!   on was merged since: the set page then holds everything the copy named, so the lookup
+//!   goes to the set page.
+//! - a log page that cannot be read or decoded at merge time empties its sets (a lost delete
+//!   must not let an older version on the page come back).
+//!
+//! Restarts: the log is not persisted. A clean close appends what is staged and merges the
+//! whole log into the sets (`drain`); after a kill the dirty map empties every set with
+//! anything in the log; the log starts empty on every open.
+//!
+//! # Threads
+//! `append`, `merge_tail` and `drain` run under `Inner::merging` (the flusher thread, or
+//! `flush_staged`/close); lookups and walks on any caller.
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use flashtier_flash::io::IoOp;
+
+use crate::format::{self, Entry, Page, CAPACITY, LOG_DELETE, LOG_PUT, MAX_ENTRIES, SET_BYTES};
+use crate::inner::{key_hash, Inner};
+use crate::logindex::{tag_of, LogIndex, LogRef};
+use crate::staging::{Change, Staged};
+use crate::stats::Counters;
+
+/// The log's ring and index.
+pub(crate) struct KLog {
+    /// Log pages (slots).
+    pub(crate) pages: u32,
+    /// The RAM index.
+    pub(crate) index: LogIndex,
+    /// Sequence number of the page last written to each slot (set before its objects are
+    /// indexed).
+    slot_seq: Vec<AtomicU64>,
+    /// Next sequence number to write.
+    head: AtomicU64,
+    /// Oldest sequence number whose page may still hold indexed objects.
+    tail: AtomicU64,
+}
+
+/// A log object located for a reader: slot, sequence number, position, tag.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Located {
+    pub slot: u32,
+    pub seq: u64,
+    pub r: LogRef,
+}
+
+impl KLog {
+    pub(crate) fn new(sets: u32, pages: u32) -> Self {
+        Self {
+            pages,
+            index: LogIndex::new(sets, pages),
+            slot_seq: (0..pages).map(|_| AtomicU64::new(u64::MAX)).collect(),
+            head: AtomicU64::new(0),
+            tail: AtomicU64::new(0),
+        }
+    }
+
+    /// Pages holding indexed objects (or not yet passed by the tail).
+    pub(crate) fn used(&self) -> u64 {
+        self.head.load(Relaxed) - self.tail.load(Relaxed)
+    }
+
+    fn slot(&self, seq: u64) -> u32 {
+        (seq % u64::from(self.pages)) as u32
+    }
+
+    /// Pages merged at once when the ring needs room.
+    fn segment(&self) -> u64 {
+        u64::from((self.pages / 16).clamp(1, 1024))
+    }
+
+    /// Pages appended at most at once (room must stay for a segment).
+    fn max_append(&self) -> usize {
+        (self.pages / 4).clamp(1, 256) as usize
+    }
+
+    /// The set's log objects with their pages' sequence numbers, newest first (caller holds
+    /// the set's partition lock).
+    pub(crate) fn locate(&self, set: u32) -> Vec<Located> {
+        self.index
+            .refs(set)
+            .into_iter()
+            .map(|r| Located {
+                slot: r.slot,
+                seq: self
+                    .slot_seq
+                    .get(r.slot as usize)
+                    .map_or(u64::MAX, |s| s.load(Relaxed)),
+                r,
+            })
+            .collect()
+    }
+
+    /// Forget everything (`flush_all`, under `merging`): the tail jumps to the head.
+    pub(crate) fn clear(&self) {
+        self.index.clear();
+        self.tail.store(self.head.load(Relaxed), Relaxed);
+    }
+}
+
+/// What a log page read back says about one located object.
+pub(crate) enum LogRead {
+    /// The entry is there (its key may be another's with the same tag).
+    Entry(Entry),
+    /// The slot holds a newer page: the set was merged since the chain was copied.
+    Stale,
+    /// Unreadable or damaged.
+    Lost,
+}
+
+/// Read and decode the log page of `at` and pick its entry.
+pub(crate) async fn read_entry(inner: &Inner, at: &Located) -> LogRead {
+    let off = inner.layout.log_off(at.slot);
+    Counters::add(&inner.counters.log_page_reads, 1);
+    let page = match inner.read_at(off).await {
+        Ok(p) => p,
+        Err(_) => {
+            Counters::add(&inner.counters.io_errors, 1);
+            return LogRead::Lost;
+        }
+    };
+    pick(inner, &page, at)
+}
+
+pub(crate) fn pick(inner: &Inner, page: &Bytes, at: &Located) -> LogRead {
+    let generation = inner.generation.load(Relaxed);
+    match format::decode_log(page, at.seq as u32, generation) {
+        Page::Valid(es) => es
+            .into_iter()
+            .nth(at.r.pos as usize)
+            .map_or(LogRead::Lost, LogRead::Entry),
+        Page::Empty => LogRead::Stale,
+        Page::Corrupt(why) => {
+            Counters::add(&inner.counters.corrupt_pages, 1);
+            log::warn!("small tier: log slot {} read back corrupt ({why})", at.slot);
+            LogRead::Lost
+        }
+    }
+}
+
+/// A log entry as a staged change.
+pub(crate) fn change_of(e: &Entry) -> Change {
+    if e.rrip == LOG_DELETE {
+        Change::Delete
+    } else {
+        Change::Put {
+            value: e.value.clone(),
+            meta: e.meta,
+        }
+    }
+}
+
+/// Append one batch of staged entries to the log (making room first). False when nothing
+/// was staged or the device failed. Caller holds `merging`.
+pub(crate) fn append(inner: &Inner, log: &KLog) -> bool {
+    let limit = log.max_append();
+    let batch = inner
+        .staging
+        .take_upto(limit as u64 * CAPACITY as u64 * 3 / 4);
+    if batch.is_empty() {
+        return false;
+    }
+    // Pack: (set, staged entry) per position, pages in order.
+    let mut pages: Vec<Vec<(u32, &Staged)>> = vec![Vec::new()];
+    let mut used = 0usize;
+    'fill: for (set, staged) in &batch {
+        for s in staged {
+            let len = match &s.change {
+                Change::Put { value, .. } => format::entry_len(s.key.len(), value.len()),
+                Change::Delete => format::entry_len(s.key.len(), 0),
+            };
+            let full = pages.last().is_none_or(|p| p.len() >= MAX_ENTRIES);
+            if full || used + len > CAPACITY {
+                if pages.len() >= limit {
+                    break 'fill;
+                }
+                pages.push(Vec::new());
+                used = 0;
+            }
+            used += len;
+            if let Some(p) = pages.last_mut() {
+                p.push((*set, s));
+            }
+        }
+    }
+    pages.retain(|p| !p.is_empty());
+    let n = pages.len() as u64;
+    while u64::from(log.pages) - log.used() < n {
+        if !merge_tail(inner, log) {
+            return false;
+        }
+    }
+    let generation = inner.generation.load(Relaxed);
+    let head = log.head.load(Relaxed);
+    // One write per run of consecutive slots.
+    let mut writes = Vec::new();
+    let mut bufs = Vec::new();
+    let mut k = 0u64;
+    while k < n {
+        let first = log.slot(head + k);
+        let run = (n - k).min(u64::from(log.pages - first));
+        let mut buf = inner.page_buf(run as usize * SET_BYTES);
+        for j in 0..run {
+            let seq = head + k + j;
+            let entries: Vec<Entry> = pages[(k + j) as usize]
+                .iter()
+                .map(|(_, s)| log_entry(s))
+                .collect();
+            let at = j as usize * SET_BYTES;
+            let dst = &mut buf.as_mut_slice()[at..at + SET_BYTES];
+            if let Err(why) = format::encode_log(dst, seq as u32, generation, &entries) {
+                log::error!("small tier: a log page could not be encoded ({why})");
+                return false;
+            }
+        }
+        let buf = Arc::new(buf);
+        bufs.push(buf.clone());
+        writes.push(IoOp::Write {
+            dev: 0,
+            off: inner.layout.log_off(first),
+            buf,
+        });
+        k += run;
+    }
+    let results = crate::flusher::run_all(inner, writes);
+    inner.recycle(bufs);
+    for r in results {
+        if let Err(e) = r {
+            Counters::add(&inner.counters.io_errors, 1);
+            log::warn!("small tier: a log write failed: {e}");
+            return false;
+        }
+    }
+    let c = &inner.counters;
+    Counters::add(&c.log_pages_written, n);
+    Counters::add(&c.bytes_written, n * SET_BYTES as u64);
+    Counters::add(&c.log_bytes_written, n * SET_BYTES as u64);
+    for j in 0..n {
+        if let Some(s) = log.slot_seq.get(log.slot(head + j) as usize) {
+            s.store(head + j, Relaxed);
+        }
+    }
+    log.head.store(head + n, Relaxed);
+    let mut flushed: HashMap<u32, Vec<Staged>> = HashMap::new();
+    for (j, page) in pages.iter().enumerate() {
+        let slot = log.slot(head + j as u64);
+        for (pos, (set, s)) in page.iter().enumerate() {
+            let delete = matches!(s.change, Change::Delete);
+            let tag = tag_of(s.hash);
+            inner.staging.with_set(*set, |_| {
+                // Whether the key is live before this object: its newest log object of the
+                // same tag decides, else the set's filter (an estimate: tags and filters
+                // can collide).
+                let present = match log.index.refs(*set).iter().find(|r| r.tag == tag) {
+                    Some(r) => !r.delete,
+                    None => inner.summaries.may_hold(*set, s.hash),
+                };
+                let delta = match (delete, present) {
+                    (false, false) => 1,
+                    (true, true) => -1,
+                    _ => 0,
+                };
+                log.index.push(*set, slot, pos as u32, tag, delete, delta);
+            });
+            flushed.entry(*set).or_default().push((*s).clone());
+        }
+    }
+    for (set, list) in flushed {
+        // The set keeps its dirty mark: the log holds its objects now.
+        inner.staging.done_then(set, &list, || {});
+    }
+    true
+}
+
+fn log_entry(s: &Staged) -> Entry {
+    match &s.change {
+        Change::Put { value, meta } => Entry {
+            key: s.key.clone(),
+            value: value.clone(),
+            meta: *meta,
+            rrip: LOG_PUT,
+        },
+        Change::Delete => Entry {
+            key: s.key.clone(),
+            value: Bytes::new(),
+            meta: format::ItemMeta::default(),
+            rrip: LOG_DELETE,
+        },
+    }
+}
+
+/// Merge the log's oldest segment into the sets and move the tail past it. False when the
+/// log is empty or the device failed (the tail stays). Caller holds `merging`.
+pub(crate) fn merge_tail(inner: &Inner, log: &KLog) -> bool {
+    let tail = log.tail.load(Relaxed);
+    let head = log.head.load(Relaxed);
+    if tail == head {
+        return false;
+    }
+    let seg = log.segment().min(head - tail);
+    let seqs: Vec<u64> = (tail..tail + seg).collect();
+    let slots: HashSet<u32> = seqs.iter().map(|&s| log.slot(s)).collect();
+    let reads = crate::flusher::run_all(
+        inner,
+        seqs.iter()
+            .map(|&s| IoOp::Read {
+                dev: 0,
+                off: inner.layout.log_off(log.slot(s)),
+                buf: inner.page_buf(SET_BYTES),
+            })
+            .collect(),
+    );
+    let generation = inner.generation.load(Relaxed);
+    Counters::add(&inner.counters.log_page_reads, seg);
+    let mut cache: Decoded = HashMap::new();
+    let mut candidates: Vec<u32> = Vec::new();
+    let mut unreadable = false;
+    for (&seq, r) in seqs.iter().zip(reads) {
+        let slot = log.slot(seq);
+        let Ok(Some(buf)) = r else {
+            Counters::add(&inner.counters.io_errors, 1);
+            unreadable = true;
+            continue;
+        };
+        let page = inner.bytes_of(buf);
+        match format::decode_log(&page, seq as u32, generation) {
+            Page::Valid(es) => {
+                candidates.extend(es.iter().map(|e| inner.set_of(key_hash(&e.key))));
+                cache.insert(slot, Some(es));
+            }
+            // Written but not this generation's (a flush_all since): nothing indexed.
+            Page::Empty => {}
+            Page::Corrupt(_) => unreadable = true,
+        }
+    }
+    if unreadable {
+        // Which sets point into the damaged pages is known only to the index.
+        candidates = (0..inner.sets).collect();
+    }
+    candidates.sort_unstable();
+    candidates.dedup();
+    let sets: Vec<u32> = candidates
+        .into_iter()
+        .filter(|&set| {
+            inner.staging.with_set(set, |_| {
+                log.index.refs(set).iter().any(|r| slots.contains(&r.slot))
+            })
+        })
+        .collect();
+    for chunk in sets.chunks(inner.cfg.batch_sets.max(1)) {
+        if !merge_sets(inner, log, chunk, &mut cache) {
+            return false;
+        }
+    }
+    Counters::add(&inner.counters.log_merges, 1);
+    log.tail.store(tail + seg, Relaxed);
+    true
+}
+
+/// One set's merge plan: its log objects as changes (newest per key), and whether any of
+/// them was lost (then the set is emptied).
+struct Plan {
+    set: u32,
+    changes: Vec<Staged>,
+    lost: bool,
+}
+
+/// Merge `sets` (each with every log object it has) into their pages.
+/// Log pages read for a merge, decoded once (`None`: unreadable, damaged or rewritten).
+type Decoded = HashMap<u32, Option<Vec<Entry>>>;
+
+fn merge_sets(inner: &Inner, log: &KLog, sets: &[u32], cache: &mut Decoded) -> bool {
+    let generation = inner.generation.load(Relaxed);
+    let located: Vec<(u32, Vec<Located>)> = sets
+        .iter()
+        .map(|&set| (set, inner.staging.with_set(set, |_| log.locate(set))))
+        .collect();
+    // Log pages not read yet, all in flight together.
+    let mut need: Vec<u32> = located
+        .iter()
+        .flat_map(|(_, l)| l.iter().map(|a| a.slot))
+        .filter(|s| !cache.contains_key(s))
+        .collect();
+    need.sort_unstable();
+    need.dedup();
+    let reads = crate::flusher::run_all(
+        inner,
+        need.iter()
+            .map(|&slot| IoOp::Read {
+                dev: 0,
+                off: inner.layout.log_off(slot),
+                buf: inner.page_buf(SET_BYTES),
+            })
+            .collect(),
+    );
+    Counters::add(&inner.counters.log_page_reads, need.len() as u64);
+    for (slot, r) in need.into_iter().zip(reads) {
+        let seq = log
+            .slot_seq
+            .get(slot as usize)
+            .map_or(u64::MAX, |s| s.load(Relaxed));
+        let decoded = match r {
+            Ok(Some(buf)) => match format::decode_log(&inner.bytes_of(buf), seq as u32, generation)
+            {
+                Page::Valid(es) => Some(es),
+                Page::Empty => None,
+                Page::Corrupt(why) => {
+                    Counters::add(&inner.counters.corrupt_pages, 1);
+                    log::warn!("small tier: log slot {slot} read back corrupt ({why})");
+                    None
+                }
+            },
+            _ => {
+                Counters::add(&inner.counters.io_errors, 1);
+                None
+            }
+        };
+        cache.insert(slot, decoded);
+    }
+    let mut plans = Vec::with_capacity(located.len());
+    for (set, list) in located {
+        let mut plan = Plan {
+            set,
+            changes: Vec::new(),
+            lost: false,
+        };
+        // Oldest first, so a newer version of a key replaces an older one.
+        for at in list.iter().rev() {
+            let read = match cache.get(&at.slot) {
+                Some(Some(es)) => es
+                    .get(at.r.pos as usize)
+                    .cloned()
+                    .map_or(LogRead::Lost, LogRead::Entry),
+                _ => LogRead::Lost,
+            };
+            let e = match read {
+                LogRead::Entry(e) if inner.set_of(key_hash(&e.key)) == set => e,
+                _ => {
+                    plan.lost = true;
+                    continue;
+                }
+            };
+            let hash = key_hash(&e.key);
+            let s = Staged {
+                hash,
+                key: e.key.clone(),
+                change: change_of(&e),
+                seq: 0,
+            };
+            match plan.changes.iter_mut().find(|c| c.key == e.key) {
+                Some(old) => *old = s,
+                None => plan.changes.push(s),
+            }
+        }
+        plans.push(plan);
+    }
+    // Kangaroo's admission threshold: too few new objects for a page rewrite are dropped,
+    // unless dropping could uncover an older version (a delete, a key the set may hold).
+    let min = inner.cfg.merge_min;
+    let mut rewrite = Vec::with_capacity(plans.len());
+    for p in plans {
+        let puts = p.changes.len();
+        let droppable = !p.lost
+            && puts < min
+            && p.changes.iter().all(|c| {
+                matches!(c.change, Change::Put { .. }) && !inner.summaries.may_hold(p.set, c.hash)
+            });
+        if droppable {
+            Counters::add(&inner.counters.log_dropped, puts as u64);
+            taken(inner, log, p.set);
+        } else {
+            Counters::add(&inner.counters.log_objects_merged, puts as u64);
+            rewrite.push((p.set, p.changes, p.lost));
+        }
+    }
+    Counters::add(&inner.counters.log_sets_merged, rewrite.len() as u64);
+    let (_, all) = crate::flusher::write_sets(inner, rewrite, |set, _| taken(inner, log, set));
+    all
+}
+
+/// The set's page holds its log objects (or they were dropped): cut its chain, and mark it
+/// clean when nothing is staged for it either.
+fn taken(inner: &Inner, log: &KLog, set: u32) {
+    inner.staging.with_set(set, |staged| {
+        log.index.take(set);
+        if staged.is_none() {
+            inner.dirty.clear(&*inner.dev, set);
+        }
+    });
+}
+
+/// Append everything staged and merge the whole log into the sets (tests, tools, a clean
+/// close). Caller holds `merging`.
+pub(crate) fn drain(inner: &Inner, log: &KLog) {
+    for _ in 0..1_000_000 {
+        if inner.staging.is_empty() || !append(inner, log) {
+            break;
+        }
+    }
+    for _ in 0..1_000_000 {
+        if log.used() == 0 || !merge_tail(inner, log) {
+            break;
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use std::sync::Arc;
+
+    use flashtier_flash::{Device, MemoryDevice};
+
+    use super::*;
+    use crate::{block_on, ItemMeta, SmallConfig, SmallSets, SmallStore};
+
+    /// 16 sets and 8 log pages.
+    fn tier() -> (Arc<MemoryDevice>, SmallSets) {
+        let pages = 16 + 2 + 8;
+        let dev = Arc::new(MemoryDevice::new("small", pages * 4096));
+        let cfg = SmallConfig {
+            staging_bytes: 64 << 10,
+            batch_sets: 4,
+            log_fraction: 8.5 / (pages - 1) as f64,
+            merge_min: 1,
+        };
+        let d: Arc<dyn Device> = dev.clone();
+        let t = SmallSets::with_device(d, cfg).unwrap();
+        assert_eq!((t.sets(), t.log_pages()), (16, 8));
+        (dev, t)
+    }
+
+    fn meta(cas: u64) -> ItemMeta {
+        ItemMeta {
+            cas,
+            ..ItemMeta::default()
+        }
+    }
+
+    fn get(t: &SmallSets, k: &[u8]) -> Option<Vec<u8>> {
+        block_on(t.lookup(k))
+            .unwrap()
+            .item
+            .map(|i| i.value.to_vec())
+    }
+
+    /// Appended objects are found through their set's chain; a merge of the tail moves
+    /// them to the pages, cuts the chains and marks the sets clean; once the slot is
+    /// rewritten, a chain copied before reads it as stale.
+    #[test]
+    fn append_locate_merge_and_stale() {
+        let (_dev, t) = tier();
+        let i = &t.inner;
+        let log = i.klog.as_ref().unwrap();
+        for k in 0..10u8 {
+            assert!(t.insert(&[b'k', k], &[k; 50], meta(k.into())));
+        }
+        t.flush_to_log();
+        assert_eq!((log.used(), log.index.live()), (1, 10));
+        let set = i.set_of(key_hash(b"k\x03"));
+        let copied = i.staging.with_set(set, |_| log.locate(set));
+        let at = copied
+            .iter()
+            .find(|a| a.r.tag == tag_of(key_hash(b"k\x03")))
+            .copied()
+            .unwrap();
+        match block_on(read_entry(i, &at)) {
+            LogRead::Entry(e) => assert_eq!((&e.key[..], e.rrip), (&b"k\x03"[..], LOG_PUT)),
+            _ => panic!("the appended entry reads back"),
+        }
+        assert_eq!(i.dirty.is_dirty(set), Some(true), "in the log: dirty");
+        {
+            let _m = i.merging.lock();
+            assert!(merge_tail(i, log));
+        }
+        assert_eq!((log.used(), log.index.live()), (0, 0));
+        assert_eq!(i.dirty.is_dirty(set), Some(false), "merged: clean");
+        assert_eq!(get(&t, b"k\x03"), Some(vec![3; 50]));
+        // Fill the ring past the slot: the copied chain now reads stale.
+        for round in 0..9u8 {
+            for k in 0..40u8 {
+                t.insert(&[b'r', round, k], &[round; 60], meta(1));
+            }
+            t.flush_to_log();
+        }
+        assert!(matches!(block_on(read_entry(i, &at)), LogRead::Stale));
+        assert_eq!(get(&t, b"k\x03"), Some(vec![3; 50]));
+    }
+
+    /// A log page that cannot be read back at merge time empties the sets it holds objects
+    /// of: a tombstone on it must not let the page's older version come back.
+    #[test]
+    fn a_damaged_log_page_empties_its_sets() {
+        let (dev, t) = tier();
+        let i = &t.inner;
+        for k in 0..20u8 {
+            assert!(t.insert(&[b'k', k], b"old", meta(1)));
+        }
+        t.flush_staged();
+        for k in 0..20u8 {
+            t.remove(&[b'k', k]);
+        }
+        t.flush_to_log();
+        for k in 0..20u8 {
+            assert_eq!(get(&t, &[b'k', k]), None, "the tombstone shadows the page");
+        }
+        // Damage the log page (slot of the page just written).
+        let log = i.klog.as_ref().unwrap();
+        let slot = log.slot(log.head.load(Relaxed) - 1);
+        dev.write_at(&[0x5a; 4096], i.layout.log_off(slot)).unwrap();
+        for k in 0..20u8 {
+            assert_eq!(get(&t, &[b'k', k]), None, "a lost log entry is a miss");
+        }
+        t.flush_staged();
+        assert!(i.counters.log_lost_sets.load(Relaxed) > 0);
+        for k in 0..20u8 {
+            assert_eq!(get(&t, &[b'k', k]), None, "key {k} after the merge");
+        }
+    }
+}
