@@ -5,53 +5,14 @@
 //! waits for room (`append_wait_ms`).
 mod common;
 
-use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
-
-use flashtier_cache::flash::{Device, FlashConfig, IoBackend, MemoryDevice};
+use flashtier_cache::flash::{FlashConfig, IoBackend, MemoryDevice};
 use flashtier_cache::{Cache, ItemWrite, KvStore};
 
 use common::ext_stat as ext;
-
-/// A device whose writes wait while the gate is shut (a device slower than the writer).
-struct Gated {
-    inner: Arc<dyn Device>,
-    shut: Mutex<bool>,
-    cv: Condvar,
-}
-
-impl Gated {
-    fn set(&self, shut: bool) {
-        *self.shut.lock() = shut;
-        self.cv.notify_all();
-    }
-}
-
-impl Device for Gated {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
-        self.inner.read_at(buf, off)
-    }
-    fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
-        let mut shut = self.shut.lock();
-        while *shut {
-            self.cv.wait(&mut shut);
-        }
-        drop(shut);
-        self.inner.write_at(buf, off)
-    }
-    fn sync(&self) -> io::Result<()> {
-        self.inner.sync()
-    }
-}
+use common::gated::Gated;
 
 /// 256 KiB of RAM over a 16 MiB gated device, one chunk write in flight at most; versions
 /// stay in RAM (a write-back window of 10 minutes) until RAM evicts them.
@@ -75,11 +36,7 @@ fn open(gated: Arc<Gated>) -> Cache {
 }
 
 fn gated() -> Arc<Gated> {
-    Arc::new(Gated {
-        inner: Arc::new(MemoryDevice::new("gated", 16 << 20)),
-        shut: Mutex::new(false),
-        cv: Condvar::new(),
-    })
+    Gated::new(Arc::new(MemoryDevice::new("gated", 16 << 20)))
 }
 
 fn key(i: u64) -> Vec<u8> {

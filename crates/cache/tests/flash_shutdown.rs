@@ -6,54 +6,15 @@
 //! without a flash copy (waiting out back-pressure), so they are hits after a reopen.
 mod common;
 
-use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use parking_lot::{Condvar, Mutex};
 
 use flashtier_cache::flash::{Device, Faults, FaultyDevice, FlashConfig, IoBackend, MemoryDevice};
 use flashtier_cache::{Cache, ItemWrite, KvStore};
 
 use common::ext_stat as ext;
-
-/// A device whose writes wait while the gate is shut (a device slower than the writer).
-struct Gated {
-    inner: Arc<dyn Device>,
-    shut: Mutex<bool>,
-    cv: Condvar,
-}
-
-impl Gated {
-    fn set(&self, shut: bool) {
-        *self.shut.lock() = shut;
-        self.cv.notify_all();
-    }
-}
-
-impl Device for Gated {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
-        self.inner.read_at(buf, off)
-    }
-    fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
-        let mut shut = self.shut.lock();
-        while *shut {
-            self.cv.wait(&mut shut);
-        }
-        drop(shut);
-        self.inner.write_at(buf, off)
-    }
-    fn sync(&self) -> io::Result<()> {
-        self.inner.sync()
-    }
-}
+use common::gated::Gated;
 
 fn open(dev: Arc<dyn Device>) -> Cache {
     let engine = FlashConfig {
@@ -100,11 +61,7 @@ fn all_back(c: Cache, mem: &Arc<MemoryDevice>, keys: std::ops::Range<u64>) {
 #[test]
 fn items_refused_for_back_pressure_survive_a_clean_restart() {
     let mem = Arc::new(MemoryDevice::new("gated", 16 << 20));
-    let gated = Arc::new(Gated {
-        inner: mem.clone(),
-        shut: Mutex::new(false),
-        cv: Condvar::new(),
-    });
+    let gated = Gated::new(mem.clone());
     let c = open(gated.clone());
     gated.set(true);
     // Appends under a lock never wait: with the device stalled, write-through is refused

@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
+pub mod gated;
 pub mod model_ops;
 
 use std::future::Future;
