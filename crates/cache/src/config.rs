@@ -66,11 +66,11 @@ pub struct FlashSettings {
     /// `ext_drop_unread`). Runtime knob `drop_unread`. Default: `false`.
     pub drop_unread: bool,
     /// A cold item (never fetched) that RAM evicts while flash refuses appends for
-    /// back-pressure (write buffers in flight, no free segment) is dropped — an eviction,
+    /// back-pressure (write buffers in flight; with no free segment it waits) is dropped — an eviction,
     /// counted in `extstore_evictions_flash_busy` — instead of making its write wait up to
     /// `append_wait` or staying in RAM; a fetched item still waits. Runtime knob
-    /// `evict_when_busy`. Default: `false` (then no item leaves while flash has room); the
-    /// `flashtier kv` server turns it on.
+    /// `evict_when_busy`. Default: `false` (then no item leaves while flash has room), in the
+    /// `flashtier kv` server too.
     pub evict_when_busy: bool,
     /// While flash is short of room, reclaim drops the flash copy of an item RAM holds
     /// instead of rewriting it: the RAM copy loses its home and is written again when RAM

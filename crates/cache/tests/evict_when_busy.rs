@@ -1,4 +1,4 @@
-//! `evict_when_busy` (on in `flashtier kv`, off in the library's default): while every flash write buffer is in flight (a device
+//! `evict_when_busy` (a runtime knob, off by default): while every flash write buffer is in flight (a device
 //! slower than the writer), a cold item RAM evicts is dropped at once — counted in
 //! `extstore_evictions_flash_busy` and `evictions` — and the SET that evicted it does not
 //! wait for flash; every key still held reads its own value. With the knob off the same SET

@@ -65,9 +65,6 @@ fn build_store(cfg: &KvConfig, litter: &mut Litter) -> anyhow::Result<Arc<Cache>
         flash.reformat_on_mismatch = cfg.reformat_on_mismatch;
         // One io_uring per serving thread (see flashtier_memcache::Workers).
         flash.io_lanes = cfg.threads;
-        // The server never makes a SET wait on busy write buffers for a cold item
-        // (docs/eviction.md, "Refill over a full flash"); the library keeps its default off.
-        flash.evict_when_busy = true;
         builder = builder.flash(flash);
     }
     if let (Some((path, size)), n) = (&cfg.small, cfg.small_item_max) {
