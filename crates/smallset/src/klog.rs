@@ -104,7 +104,6 @@ impl KLog {
     pub(crate) fn locate(&self, set: u32) -> Vec<Located> {
         self.index
             .refs(set)
-            .into_iter()
             .map(|r| Located {
                 slot: r.slot,
                 seq: self
@@ -276,7 +275,7 @@ pub(crate) fn append(inner: &Inner, log: &KLog) -> bool {
                 // Whether the key is live before this object: its newest log object of the
                 // same tag decides, else the set's filter (an estimate: tags and filters
                 // can collide).
-                let present = match log.index.refs(*set).iter().find(|r| r.tag == tag) {
+                let present = match log.index.refs(*set).find(|r| r.tag == tag) {
                     Some(r) => !r.delete,
                     None => inner.summaries.may_hold(*set, s.hash),
                 };
@@ -368,7 +367,7 @@ pub(crate) fn merge_tail(inner: &Inner, log: &KLog) -> bool {
         .into_iter()
         .filter(|&set| {
             inner.staging.with_set(set, |_| {
-                log.index.refs(set).iter().any(|r| slots.contains(&r.slot))
+                log.index.refs(set).any(|r| slots.contains(&r.slot))
             })
         })
         .collect();

@@ -103,17 +103,21 @@ impl LogIndex {
         }
     }
 
-    /// The set's log objects, newest first (caller holds the set's lock).
-    pub(crate) fn refs(&self, set: u32) -> Vec<LogRef> {
-        let mut out = Vec::new();
+    /// The set's log objects, newest first (caller holds the set's lock). An iterator, not a
+    /// list: a GET's lookup and the merge's checks stop at the first match and allocate
+    /// nothing. At most `links.len()` steps, so a damaged chain cannot loop.
+    pub(crate) fn refs(&self, set: u32) -> impl Iterator<Item = LogRef> + '_ {
         let mut at = self.heads.get(set as usize).map_or(0, |h| h.load(Relaxed));
-        while at != 0 && out.len() < self.links.len() {
+        let mut steps = 0;
+        std::iter::from_fn(move || {
+            if at == 0 || steps >= self.links.len() {
+                return None;
+            }
+            steps += 1;
             let idx = at - 1;
-            let Some(link) = self.links.get(idx as usize) else {
-                break;
-            };
-            let l = link.load(Relaxed);
-            out.push(LogRef {
+            let l = self.links.get(idx as usize)?.load(Relaxed);
+            at = l as u32;
+            Some(LogRef {
                 slot: idx / PER_PAGE,
                 pos: idx % PER_PAGE,
                 tag: (l >> 32) as u16,
@@ -125,10 +129,8 @@ impl LogIndex {
                 } else {
                     0
                 },
-            });
-            at = l as u32;
-        }
-        out
+            })
+        })
     }
 
     /// True when the set has nothing in the log (caller holds the set's lock).
@@ -141,13 +143,16 @@ impl LogIndex {
 
     /// Forget the set's log objects (its page now holds them; caller holds its lock).
     pub(crate) fn take(&self, set: u32) {
-        let refs = self.refs(set);
+        let (mut n, mut dels, mut delta) = (0u64, 0u64, 0i64);
+        for r in self.refs(set) {
+            n += 1;
+            dels += u64::from(r.delete);
+            delta += i64::from(r.delta);
+        }
         if let Some(h) = self.heads.get(set as usize) {
             h.store(0, Relaxed);
         }
-        let dels = refs.iter().filter(|r| r.delete).count() as u64;
-        let delta: i64 = refs.iter().map(|r| i64::from(r.delta)).sum();
-        self.live.fetch_sub(refs.len() as u64, Relaxed);
+        self.live.fetch_sub(n, Relaxed);
         self.deletes.fetch_sub(dels, Relaxed);
         self.delta.fetch_sub(delta, Relaxed);
     }
@@ -199,7 +204,7 @@ mod tests {
         x.push(2, 0, 1, 8, false, 0);
         x.push(1, 1, 5, 9, true, -1);
         assert_eq!(
-            x.refs(1),
+            x.refs(1).collect::<Vec<_>>(),
             vec![
                 LogRef {
                     slot: 1,
@@ -217,22 +222,22 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(x.refs(2).len(), 1);
+        assert_eq!(x.refs(2).collect::<Vec<_>>().len(), 1);
         assert!(x.is_empty(0) && !x.is_empty(1));
         assert_eq!((x.live(), x.deletes(), x.estimate_delta()), (3, 1, 0));
         x.take(1);
         assert!(x.is_empty(1));
         assert_eq!((x.live(), x.deletes(), x.estimate_delta()), (1, 0, 0));
-        assert_eq!(x.refs(2)[0].slot, 0);
+        assert_eq!(x.refs(2).collect::<Vec<_>>()[0].slot, 0);
         // A reused link (slot 0 rewritten after set 1 was taken) starts a fresh chain.
         x.push(3, 0, 0, 1, false, 1);
-        assert_eq!(x.refs(3).len(), 1);
+        assert_eq!(x.refs(3).collect::<Vec<_>>().len(), 1);
         x.clear();
-        assert!(x.refs(2).is_empty() && x.live() == 0);
+        assert!(x.refs(2).collect::<Vec<_>>().is_empty() && x.live() == 0);
         // Out of range is ignored, never a panic.
         x.push(99, 0, 0, 1, false, 0);
         x.push(0, 9, 0, 1, false, 0);
-        assert!(x.refs(99).is_empty() && x.is_empty(0));
+        assert!(x.refs(99).collect::<Vec<_>>().is_empty() && x.is_empty(0));
     }
 
     #[test]

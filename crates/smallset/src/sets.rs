@@ -388,7 +388,7 @@ impl SmallStore for SmallSets {
             let in_log = i
                 .klog
                 .as_ref()
-                .is_some_and(|l| l.index.refs(set).iter().any(|r| r.tag == tag && !r.delete));
+                .is_some_and(|l| l.index.refs(set).any(|r| r.tag == tag && !r.delete));
             (st, in_log)
         });
         if staged.is_some() || in_log || i.summaries.may_hold(set, hash) {
