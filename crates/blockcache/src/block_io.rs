@@ -146,9 +146,8 @@ impl BlockIo {
     /// takes the place of the clean block the CLOCK hand picks; with none to give (all dirty)
     /// a clean block is refused with `Ok(None)` and a write goes ahead (dirty blocks are
     /// bounded by `dirty_max_pct`). A full or busy flash is the engine's error; waiting for
-    /// space is the caller's policy. `fence` is told the block has a record; each append that
-    /// adds a block (not a rewrite of a cached one) lets reclaim age one read count and
-    /// grants it `fill_moves` ([`Blocks::appended`]).
+    /// space is the caller's policy. `fence` is told the block has a record; each append
+    /// grants reclaim `fill_moves`.
     pub(crate) fn try_append(
         &self,
         fence: &Fence,
@@ -205,8 +204,7 @@ impl BlockIo {
             return Ok(None);
         };
         add(&self.stats.ssd_writes, 1);
-        self.blocks
-            .appended(!out.hit, self.capacity_blocks, fill_moves);
+        self.blocks.aged_one(self.capacity_blocks, fill_moves);
         Ok(Some(out))
     }
 

@@ -23,15 +23,14 @@ const FILL_SLACK: u64 = 32;
 #[derive(Debug)]
 pub(crate) struct Blocks {
     index: Mutex<Index>,
-    /// How many read counts reclaim may still lower: one per block the cache added (at most
-    /// `capacity_blocks` saved up), so counts age with the blocks coming in, as a CLOCK hand
-    /// moves with insertions — not with how often reclaim passes (which rises with the share
-    /// of records it must keep), nor with rewrites of cached blocks (see [`Blocks::appended`]).
+    /// How many read counts reclaim may still lower: one per block the cache appended (at
+    /// most `capacity_blocks` saved up), so counts age with the cache's own writes, not with
+    /// how often reclaim passes (which rises with the share of records it must keep).
     age_budget: AtomicU64,
     /// Below this many cached blocks reclaim moves clean blocks instead of dropping them
     /// (see [`Blocks::fill_line`]); 0 until open sets the capacity.
     fill_line: AtomicU64,
-    /// Fill moves reclaim may still make: `reclaim_fill_moves` per block the cache added
+    /// Fill moves reclaim may still make: `reclaim_fill_moves` per block the cache appended
     /// (at most `capacity_blocks` saved up), so moves cost at most that many flash writes
     /// per client write.
     fill_budget: AtomicU64,
@@ -148,24 +147,8 @@ impl Blocks {
         self.fill_line.load(Ordering::Relaxed)
     }
 
-    /// The cache appended one block record: if it `added` a block (a miss admitted, a write
-    /// of an uncached block), reclaim may lower one more read count and make `moves` more
-    /// fill moves (each at most `cap` saved up). A rewrite of a cached block adds neither.
-    ///
-    /// Why: in a memory cache a rewrite of a cached block replaces nothing, and in ARC it only
-    /// refreshes the block; here it is an append that brings reclaim round sooner. Crediting
-    /// it to the age budget made read counts of clean blocks run out about twice as fast per
-    /// read on a 30 % write mix (`oltp-rw`), so blocks read as often as on a read-only mix were
-    /// dropped; crediting only added blocks read +1.0 / +0.4 points there at 32 / 64 MiB with
-    /// the same flash writes (docs/block-cache.md, "Replaying traces").
-    pub(crate) fn appended(&self, added: bool, cap: u64, moves: u64) {
-        if added {
-            self.aged_one(cap, moves);
-        }
-    }
-
-    /// One block added: reclaim may lower one more read count (at most `cap` saved up) and
-    /// make `moves` more fill moves (at most `cap` saved up).
+    /// One block appended by the cache: reclaim may lower one more read count (at most
+    /// `cap` saved up) and make `moves` more fill moves (at most `cap` saved up).
     pub(crate) fn aged_one(&self, cap: u64, moves: u64) {
         let _ = self
             .age_budget
@@ -208,24 +191,6 @@ mod tests {
         }
         assert!((0..4).all(|_| b.take_age()));
         assert!(!b.take_age());
-    }
-
-    #[test]
-    fn a_rewrite_of_a_cached_block_credits_no_aging_and_no_fill_moves() {
-        let b = Blocks::default();
-        b.set_capacity(64);
-        for _ in 0..10 {
-            b.appended(false, 64, 2);
-        }
-        assert!(!b.take_age(), "rewrites age nothing");
-        assert!(!b.take_fill(0), "rewrites pay for no fill move");
-        for _ in 0..3 {
-            b.appended(true, 64, 2);
-        }
-        assert!((0..3).all(|_| b.take_age()));
-        assert!(!b.take_age());
-        assert!((0..6).all(|_| b.take_fill(0)), "two moves a block added");
-        assert!(!b.take_fill(0));
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! Invariant: the handler keeps every record newer than the persisted clean watermark, dirty
 //! blocks, blocks being written back and this run's warm-restart records, so a newer version is
 //! never evicted while an older dirty copy could come back at restart. Clean blocks with a
-//! read count are moved, other clean blocks dropped; reclaim lowers counts at the rate the
-//! cache adds blocks (not rewrites, not once per pass); a lost dirty record is appended again (same
+//! read count are moved, other clean blocks dropped; reclaim lowers counts at the rate of the
+//! cache's own appends, not once per pass; a lost dirty record is appended again (same
 //! version) or counted in `dirty_lost`. Details: docs/block-cache.md "Reclaim".
 //!
 //! Threads: the engine's reclaimer calls the handler; it shares [`Blocks`] with
@@ -74,7 +74,7 @@ impl ReclaimHandler for Handler {
                 };
             }
             // Every record reclaim looks at spends the budget, so a read count is lowered
-            // about once per `capacity_blocks` blocks added however many records reclaim keeps.
+            // about once per `capacity_blocks` appends however many records reclaim keeps.
             let age = self.blocks.take_age();
             match index.get(rec.key_id) {
                 Some(e) if e.loc == loc => {
