@@ -7,7 +7,9 @@
 //!
 //! Run: `cargo run --release -p flashtier-blockcache --example replay -- TRACE
 //! --cache-mib 32 [--reads-only] [--set NAME=VALUE]...` (`flash.*` names set the engine's
-//! knobs on the open cache). Prints one line of `key=value`.
+//! knobs on the open cache). Prints one line of `key=value`, with the process's CPU time over
+//! the replay (`cpu_secs`, all threads: requests, writeback, reclaim; in clock ticks of
+//! 10 ms) and per request.
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -42,6 +44,18 @@ fn load(path: &str) -> Vec<(u64, u32, bool)> {
             }
         })
         .collect()
+}
+
+/// CPU seconds this process used so far, all threads (user + system, from
+/// `/proc/self/stat`; 0 where that is not readable).
+fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map_or("", |r| r.1);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn main() {
@@ -96,6 +110,7 @@ fn main() {
         }
         let wb = cache.start();
         let started = std::time::Instant::now();
+        let cpu0 = cpu_secs();
         for (off, len, write) in &reqs {
             if *write {
                 let data = Bytes::from(vec![(off / BS) as u8; *len as usize]);
@@ -116,7 +131,8 @@ fn main() {
              read_hits={} read_hit_percent={} cached_blocks={} dirty_blocks={} \
              moved_dirty_blocks={} moved_clean_blocks={} \
              moved_fill_blocks={} replacements={} capacity_evictions={} history_hits={} \
-             admit_refusals={} uncached_sequential_reads={} flash_bytes_written={} secs={:.1}",
+             admit_refusals={} working_set_shifts={} uncached_sequential_reads={} \
+             flash_bytes_written={} secs={:.1} cpu_secs={:.2} cpu_us_per_request={:.1}",
             cache.capacity_blocks(),
             reqs.len(),
             stat("reads"),
@@ -131,9 +147,12 @@ fn main() {
             stat("capacity_evictions"),
             stat("history_hits"),
             stat("admit_refusals"),
+            stat("working_set_shifts"),
             stat("uncached_sequential_reads"),
             stat("flash_bytes_written"),
-            started.elapsed().as_secs_f64()
+            started.elapsed().as_secs_f64(),
+            cpu_secs() - cpu0,
+            (cpu_secs() - cpu0) * 1e6 / reqs.len().max(1) as f64
         );
         cache.stop();
         wb.abort();

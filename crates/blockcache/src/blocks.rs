@@ -63,10 +63,32 @@ impl Blocks {
         self.index.lock().lookup(lba)
     }
 
-    /// Look every block of `first..=last` up, counting the accesses.
-    pub(crate) fn lookup_all(&self, first: u64, last: u64) -> Vec<(u64, Option<Entry>)> {
+    /// Look every block of `first..=last` up, counting the accesses; `sequential`: the read
+    /// continues a sequential stream (not shown to the shift detector). Also returns whether
+    /// the working set moved (`Index::saw_read`): then every count was cleared and reclaim
+    /// may lower counts for a lap's worth of records at once.
+    pub(crate) fn lookup_all(
+        &self,
+        first: u64,
+        last: u64,
+        sequential: bool,
+    ) -> (Vec<(u64, Option<Entry>)>, bool) {
         let mut index = self.index.lock();
-        (first..=last).map(|l| (l, index.lookup(l))).collect()
+        let mut shifted = false;
+        let found = (first..=last)
+            .map(|l| {
+                let e = index.lookup(l);
+                if !sequential {
+                    shifted |= index.saw_read(e.is_none());
+                }
+                (l, e)
+            })
+            .collect();
+        if shifted {
+            self.age_budget
+                .store(self.fill_line.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        (found, shifted)
     }
 
     /// Whether `lba` is cached (not an access).

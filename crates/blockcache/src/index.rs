@@ -20,6 +20,7 @@ use std::time::Instant;
 
 pub use crate::lbamap::{LbaMap, Shape, Stored};
 pub use crate::loccode::LocCode;
+use crate::shift::ShiftDetector;
 use crate::sketch::Sketch;
 use crate::tunables::FlushOrder;
 
@@ -97,6 +98,8 @@ pub struct Index {
     hand: usize,
     /// How often each block was accessed lately (see [`Sketch`]): the admission filter.
     sketch: Sketch,
+    /// Watches the read miss ratio for a moved working set (see [`ShiftDetector`]).
+    shift: ShiftDetector,
 }
 
 impl Index {
@@ -130,6 +133,7 @@ impl Index {
             }),
             loc: shape.loc,
             sketch: Sketch::with_capacity(shape.sketch_blocks),
+            shift: ShiftDetector::new(shape.blocks),
             next_version: max_seen + 1,
             next_dirty_seq: 1,
             ..Default::default()
@@ -437,6 +441,18 @@ impl Index {
         self.sketch.estimate(lba)
     }
 
+    /// Count a read lookup outside a sequential stream for the shift detector; when it says
+    /// the working set moved, forget every access count (sketch and read counts: the old
+    /// hot set no longer shields itself) and return true.
+    pub fn saw_read(&mut self, miss: bool) -> bool {
+        if !self.shift.saw(miss) {
+            return false;
+        }
+        self.sketch.clear();
+        self.map.clear_refs();
+        true
+    }
+
     /// Count an access of `lba` (a rewrite of a cached block).
     pub fn touch(&mut self, lba: u64) {
         self.map.touch(lba);
@@ -541,6 +557,33 @@ mod tests {
         index.written(6);
         assert_eq!(index.frequency(6), 2, "a write is an access");
         assert_eq!(index.sketch_bytes(), 64 * 4);
+    }
+
+    #[test]
+    fn a_moved_working_set_clears_every_count() {
+        // 64 blocks: shift windows of 16 read lookups.
+        let mut index = Index::with_capacity(0, 64);
+        for lba in 0..8 {
+            let v = index.take_version();
+            index.put(lba, 100 + lba, v, false);
+        }
+        // Stable: the 8 cached blocks read over and over (all hits).
+        for round in 0..8 {
+            for lba in 0..8 {
+                let hit = index.lookup(lba).is_some();
+                assert!(!index.saw_read(!hit), "round {round}");
+            }
+        }
+        assert!(index.referenced(3) && index.frequency(3) >= 8);
+        // The reads move to blocks never cached: within a window the policy forgets.
+        let shifted = (1000..1016u64).any(|lba| {
+            let hit = index.lookup(lba).is_some();
+            index.saw_read(!hit)
+        });
+        assert!(shifted);
+        assert!(!index.referenced(3), "read counts cleared");
+        assert_eq!(index.frequency(3), 0, "sketch cleared");
+        assert!(index.contains(3), "nothing evicted by forgetting");
     }
 
     #[test]

@@ -368,6 +368,17 @@ impl LbaMap {
         r
     }
 
+    /// Forget every read count (the working set moved: `crate::shift`). One pass over the
+    /// slots, rare (at most once a window of `capacity_blocks / 4` reads).
+    pub fn clear_refs(&mut self) {
+        for i in 0..self.n {
+            let s = self.read(i);
+            if s & REF != 0 {
+                self.write(i, s & !REF);
+            }
+        }
+    }
+
     /// Mark `lba` dirty or clean; false if absent.
     pub fn set_dirty(&mut self, lba: u64, dirty: bool) -> bool {
         match self.find(lba) {
@@ -510,7 +521,7 @@ mod tests {
         Stored { loc, dirty }
     }
 
-    /// Apply `ops` (insert, remove, get, touch/take_ref) to a table of `shape` and to a
+    /// Apply `ops` (insert, remove, get, touch/take_ref, clear_refs) to a table of `shape` and to a
     /// `HashMap` model; every answer and the final contents must agree.
     fn check_against_model(shape: Shape, lbas: &[u64], ops: &[(u8, usize, u64)]) {
         let mut m = LbaMap::new(shape);
@@ -522,7 +533,13 @@ mod tests {
         };
         for (step, &(op, which, x)) in ops.iter().enumerate() {
             let lba = lbas[which % lbas.len()];
-            match op % 6 {
+            match op % 7 {
+                6 => {
+                    m.clear_refs();
+                    for v in model.values_mut() {
+                        v.1 = 0;
+                    }
+                }
                 0 | 1 => {
                     let e = st(x & loc_mask, x % 3 == 0);
                     m.insert(lba, e);

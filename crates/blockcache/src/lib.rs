@@ -18,7 +18,8 @@
 //!   `fence` + `fence_found`: backing-write intents and floors (clean blocks survive a crash).
 //! - [`index`] + [`lbamap`] + `lbakey`: the LBA index (private fields, methods only; the
 //!   table stores no LBA and no clean block's version); `sketch`: how
-//!   often blocks were accessed lately (the admission filter).
+//!   often blocks were accessed lately (the admission filter); `shift`: when the working
+//!   set moved (the policy forgets the old one).
 //! - [`tunables`] ([`Mode`], [`FlushOrder`], [`TUNABLES`]), [`stats`], [`mod@error`].
 #![deny(unsafe_code)]
 
@@ -45,6 +46,7 @@ pub mod record;
 mod request;
 mod retry;
 pub mod seq;
+mod shift;
 mod sketch;
 pub mod stats;
 pub mod switch;

@@ -33,7 +33,7 @@ use flashtier_flash::Location;
 
 use crate::block_io::{flash_err, Append, BACKING_IO};
 use crate::cache::BlockCache;
-use crate::index::{Entry, PutOutcome};
+use crate::index::PutOutcome;
 use crate::record::checked_block;
 use crate::stats::add;
 use crate::tunables::Mode;
@@ -62,7 +62,10 @@ impl BlockCache {
         };
         let seq = verdict.sequential;
         let mut out = vec![0u8; len as usize];
-        let entries: Vec<(u64, Option<Entry>)> = self.io.blocks.lookup_all(first, last);
+        let (entries, shifted) = self.io.blocks.lookup_all(first, last, seq);
+        if shifted {
+            add(&s.working_set_shifts, 1);
+        }
         let mut pending = Vec::new();
         let mut misses = Vec::new();
         for (lba, e) in entries {

@@ -98,6 +98,12 @@ impl Sketch {
             .unwrap_or(0)
     }
 
+    /// Forget every count (the working set moved: `crate::shift`).
+    pub fn clear(&mut self) {
+        self.words.fill(0);
+        self.added = 0;
+    }
+
     fn halve(&mut self) {
         for w in &mut self.words {
             *w = *w >> 1 & 0x7777_7777_7777_7777;
@@ -143,6 +149,10 @@ mod tests {
         assert!(s.estimate(9) <= 7, "{}", s.estimate(9));
         assert!(s.estimate(7) <= 1);
         assert_eq!(s.ram_bytes(), 1024 * 4, "fixed size");
+        s.clear();
+        assert_eq!((s.estimate(9), s.estimate(7)), (0, 0), "cleared");
+        s.add(9);
+        assert_eq!(s.estimate(9), 1);
         let mut none = Sketch::with_capacity(0);
         none.add(1);
         assert_eq!(none.estimate(1), 0);

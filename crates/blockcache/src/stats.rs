@@ -60,6 +60,9 @@ counters! {
     /// accessed no more often lately than the clean block it would replace (or, in a
     /// sequential stream, not accessed before lately).
     admit_refusals,
+    /// Times the working set moved (a window of `capacity_blocks / 4` random reads missed
+    /// far more than usual): the sketch and every read count were cleared.
+    working_set_shifts,
     /// Dirty (or not yet durably clean) blocks reclaim moved.
     moved_dirty_blocks,
     /// Dirty blocks written back (all causes).
