@@ -13,6 +13,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use flashtier_backend::{BackendError, BlockBackend};
@@ -25,7 +26,7 @@ use crate::index::{Entry, Index, PutOutcome};
 use crate::meta_log::STREAM_DATA;
 use crate::record::{checked_block, BlockRecord};
 use crate::retry;
-use crate::stats::{add, BlockStats};
+use crate::stats::{add, us_since, BlockStats};
 
 /// Stripe locks (by LBA modulo this).
 pub(crate) const STRIPES: u64 = 1024;
@@ -361,13 +362,24 @@ impl BlockIo {
     /// Persist every write that returned: the flash engine's, then the backing's if a write
     /// reached it since its last flush.
     pub(crate) async fn flush(&self) -> Result<(), BackendError> {
-        self.flash.flush().await.map_err(flash_err)?;
-        if self.backing_dirty.swap(false, Ordering::AcqRel) {
-            if let Err(e) = self.backing.flush().await {
-                self.backing_dirty.store(true, Ordering::Release);
-                return Err(e);
+        let s = &self.stats;
+        let started = Instant::now();
+        let r = self.flash.flush().await.map_err(flash_err);
+        add(&s.flush_cache_us, us_since(started));
+        let r = match r {
+            Ok(()) if self.backing_dirty.swap(false, Ordering::AcqRel) => {
+                let t = Instant::now();
+                add(&s.backing_flushes, 1);
+                let r = self.backing.flush().await;
+                add(&s.flush_backing_us, us_since(t));
+                if r.is_err() {
+                    self.backing_dirty.store(true, Ordering::Release);
+                }
+                r
             }
-        }
-        Ok(())
+            other => other,
+        };
+        add(&s.flush_us, us_since(started));
+        r
     }
 }

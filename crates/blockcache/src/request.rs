@@ -35,7 +35,7 @@ use crate::block_io::{flash_err, Append, BACKING_IO};
 use crate::cache::BlockCache;
 use crate::index::{Entry, PutOutcome};
 use crate::record::checked_block;
-use crate::stats::add;
+use crate::stats::{add, us_since};
 use crate::tunables::Mode;
 
 impl BlockCache {
@@ -45,6 +45,7 @@ impl BlockCache {
         if len == 0 {
             return Ok(Bytes::new());
         }
+        let started = Instant::now();
         let s = &self.io.stats;
         add(&s.read_requests, 1);
         let bs = self.io.block_size;
@@ -85,6 +86,8 @@ impl BlockCache {
                 None => misses.push(lba),
             }
         }
+        let blocks = last - first + 1;
+        let missed = misses.len() as u64;
         misses.sort_unstable();
         let mut i = 0;
         while i < misses.len() {
@@ -95,6 +98,16 @@ impl BlockCache {
             self.fill_run(misses[i], misses[j], &mut out, off, why, seq)
                 .await?;
             i = j + 1;
+        }
+        if missed == 0 {
+            add(&s.read_hit_requests, 1);
+            add(&s.read_hit_us, us_since(started));
+        } else {
+            add(&s.read_miss_requests, 1);
+            if missed < blocks {
+                add(&s.read_partial_requests, 1);
+            }
+            add(&s.read_miss_us, us_since(started));
         }
         Ok(Bytes::from(out))
     }
@@ -177,6 +190,13 @@ impl BlockCache {
         data: Bytes,
         fua: bool,
     ) -> Result<(), BackendError> {
+        let started = Instant::now();
+        let r = self.write_request(off, data, fua).await;
+        add(&self.io.stats.write_us, us_since(started));
+        r
+    }
+
+    async fn write_request(&self, off: u64, data: Bytes, fua: bool) -> Result<(), BackendError> {
         let len = data.len() as u64;
         check_range(off, len, self.io.size())?;
         let s = &self.io.stats;
@@ -197,7 +217,10 @@ impl BlockCache {
         // No write waits for space longer than this (see `write_stall_max_ms`).
         let deadline = Instant::now() + self.tunables.write_stall_max();
         if want_wb {
-            self.throttle(deadline).await?;
+            let t = Instant::now();
+            let r = self.throttle(deadline).await;
+            add(&s.write_wait_us, us_since(t));
+            r?;
         }
         let _stripes = self.io.lock_stripes(first, last).await;
         let any_dirty = self.io.blocks.any_dirty(first, last);
@@ -217,7 +240,11 @@ impl BlockCache {
                 }
             }
             if fua {
+                let t = Instant::now();
                 self.io.flash.flush().await.map_err(flash_err)?;
+                let us = us_since(t);
+                add(&s.flush_us, us);
+                add(&s.flush_cache_us, us);
             }
             return Ok(());
         }
@@ -298,6 +325,7 @@ impl BlockCache {
         wait: Option<Instant>,
     ) -> Result<Option<PutOutcome>, BackendError> {
         let mut stalled = false;
+        let mut waiting: Option<Instant> = None;
         loop {
             match self.io.try_append(
                 &self.durable.fence,
@@ -306,7 +334,12 @@ impl BlockCache {
                 why,
                 self.tunables.fill_moves(),
             ) {
-                Ok(out) => return Ok(out),
+                Ok(out) => {
+                    if let Some(t) = waiting {
+                        add(&self.io.stats.write_wait_us, us_since(t));
+                    }
+                    return Ok(out);
+                }
                 Err(e @ (flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)) => {
                     let Some(deadline) = wait else {
                         return Ok(None);
@@ -319,6 +352,7 @@ impl BlockCache {
                     }
                     // Busy: the stream's chunk writes are all in flight, which only time
                     // cures. NoSpace: flash is full, and space comes from writeback.
+                    waiting.get_or_insert_with(Instant::now);
                     if matches!(e, flashtier_flash::Error::NoSpace) {
                         if !stalled {
                             stalled = true;
