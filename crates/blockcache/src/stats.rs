@@ -164,6 +164,10 @@ counters! {
     flush_us,
     /// Microseconds of flush_us spent in the cache device's flush (write buffers, fdatasync).
     flush_cache_us,
+    /// Cache device flushes FLUSH requests and FUA writes ran: fewer than flushes + fua_writes
+    /// when a FLUSH found every earlier write covered by another's flush (group commit) or
+    /// no write since the last one.
+    flush_cache_syncs,
     /// FLUSH requests forwarded to the backing (a client write reached it since its last
     /// flush: write-through, write-around, sequential bypass).
     backing_flushes,
