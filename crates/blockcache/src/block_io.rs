@@ -11,21 +11,23 @@
 //! Lock order: stripes, then the index mutex, then `last_error`. Threads: request tasks, the
 //! writeback task and shutdown; flash completions arrive on the engine's IO threads.
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use flashtier_backend::{BackendError, BlockBackend};
 use flashtier_flash::{Flash, Location};
 use parking_lot::Mutex;
 
+use crate::barrier::Barrier;
 use crate::blocks::Blocks;
 use crate::fence::Fence;
 use crate::index::{Entry, Index, PutOutcome};
 use crate::meta_log::STREAM_DATA;
 use crate::record::{checked_block, BlockRecord};
 use crate::retry;
-use crate::stats::{add, BlockStats};
+use crate::stats::{add, us_since, BlockStats};
 
 /// Stripe locks (by LBA modulo this).
 pub(crate) const STRIPES: u64 = 1024;
@@ -67,8 +69,8 @@ pub(crate) struct BlockIo {
     /// Blocks the cache holds at most (records that fit beyond reclaim's reserve).
     pub(crate) capacity_blocks: u64,
     stripes: Vec<tokio::sync::Mutex<()>>,
-    /// A write reached the backing since the last backing flush.
-    backing_dirty: AtomicBool,
+    /// Group commit of client FLUSHes (what the last cache and backing flushes covered).
+    pub(crate) barrier: Barrier,
     /// The last backing or cache error seen.
     last_error: Mutex<Option<String>>,
 }
@@ -93,7 +95,7 @@ impl BlockIo {
             nblocks,
             capacity_blocks,
             stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
-            backing_dirty: AtomicBool::new(false),
+            barrier: Barrier::default(),
             last_error: Mutex::new(None),
         }
     }
@@ -327,7 +329,7 @@ impl BlockIo {
             .await?;
             pos += n;
         }
-        self.backing_dirty.store(true, Ordering::Release);
+        self.barrier.wrote_backing();
         Ok(())
     }
 
@@ -358,16 +360,34 @@ impl BlockIo {
         }
     }
 
-    /// Persist every write that returned: the flash engine's, then the backing's if a write
-    /// reached it since its last flush.
+    /// Persist every client write that returned before this call (`barrier`: a FLUSH that
+    /// finds them covered by another's flush, or arrives during one, shares it): the flash
+    /// engine's buffers and device, and the backing if a write reached it around the cache.
     pub(crate) async fn flush(&self) -> Result<(), BackendError> {
-        self.flash.flush().await.map_err(flash_err)?;
-        if self.backing_dirty.swap(false, Ordering::AcqRel) {
-            if let Err(e) = self.backing.flush().await {
-                self.backing_dirty.store(true, Ordering::Release);
-                return Err(e);
-            }
+        let s = &self.stats;
+        let started = Instant::now();
+        let r = self
+            .barrier
+            .sync(
+                || async {
+                    let t = Instant::now();
+                    let r = self.flash.flush().await.map_err(flash_err);
+                    add(&s.flush_cache_us, us_since(t));
+                    r
+                },
+                || async {
+                    let t = Instant::now();
+                    let r = self.backing.flush().await;
+                    add(&s.flush_backing_us, us_since(t));
+                    r
+                },
+            )
+            .await;
+        if let Ok(run) = r {
+            add(&s.flush_cache_syncs, u64::from(run.cache));
+            add(&s.backing_flushes, u64::from(run.backing));
         }
-        Ok(())
+        add(&s.flush_us, us_since(started));
+        r.map(|_| ())
     }
 }

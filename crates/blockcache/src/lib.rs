@@ -8,7 +8,8 @@
 //! - [`cache`]: [`BlockCache`], a composition of the components below, and its public API;
 //!   `open` (open and recovery), `request` (read, write, waiting for space), `backend` (the
 //!   trait impl). `impl BlockCache` lives in these three files only.
-//! - `block_io`: `BlockIo` (stripes, append, checked read, backing I/O), owning `blocks`
+//! - `block_io`: `BlockIo` (stripes, append, checked read, backing I/O, FLUSH through
+//!   `barrier`: group commit), owning `blocks`
 //!   (`Blocks`: the index behind its mutex); `retry`: the one backing retry policy;
 //!   [`record`]: every record kind and the one checked read.
 //! - `durability`: `Durability` (persisted watermark, `fence`, `warm` records), shared with
@@ -25,6 +26,7 @@
 
 mod admission;
 mod backend;
+mod barrier;
 mod block_io;
 mod blocks;
 pub mod cache;

@@ -5,7 +5,8 @@
 //! blocks, blocks being written back and this run's warm-restart records, so a newer version is
 //! never evicted while an older dirty copy could come back at restart. Clean blocks with a
 //! read count are moved, other clean blocks dropped; reclaim lowers counts at the rate of the
-//! cache's own appends, not once per pass; a lost dirty record is appended again (same
+//! cache's own appends, not once per pass; while a write waits for flash space copies are
+//! bounded per block appended (`Blocks::want_space`); a lost dirty record is appended again (same
 //! version) or counted in `dirty_lost`. Details: docs/block-cache.md "Reclaim".
 //!
 //! Threads: the engine's reclaimer calls the handler; it shares [`Blocks`] with
@@ -81,9 +82,10 @@ impl ReclaimHandler for Handler {
                     if e.dirty || rec.version > d.wm_persisted() || index.is_writing(rec.key_id) {
                         add(&stats.moved_dirty_blocks, 1);
                         Decision::Keep
-                    } else if index.referenced(rec.key_id) {
+                    } else if index.referenced(rec.key_id) && self.blocks.take_read_move() {
                         // Read since its count was last used up: worth a copy. The count is
-                        // lowered only within the age budget.
+                        // lowered only within the age budget. While a write waits for flash
+                        // space only within the read-move budget (`Blocks::want_space`).
                         if age {
                             index.take_ref(rec.key_id);
                         }
@@ -94,6 +96,9 @@ impl ReclaimHandler for Handler {
                         add(&stats.moved_fill_blocks, 1);
                         Decision::Keep
                     } else {
+                        if index.referenced(rec.key_id) {
+                            add(&stats.space_pressure_drops, 1);
+                        }
                         index.remove_at(rec.key_id, loc);
                         add(&stats.replacements, 1);
                         note = Some(false);

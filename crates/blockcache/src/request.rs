@@ -35,7 +35,7 @@ use crate::block_io::{flash_err, Append, BACKING_IO};
 use crate::cache::BlockCache;
 use crate::index::PutOutcome;
 use crate::record::checked_block;
-use crate::stats::add;
+use crate::stats::{add, us_since};
 use crate::tunables::Mode;
 
 impl BlockCache {
@@ -45,6 +45,7 @@ impl BlockCache {
         if len == 0 {
             return Ok(Bytes::new());
         }
+        let started = Instant::now();
         let s = &self.io.stats;
         add(&s.read_requests, 1);
         let bs = self.io.block_size;
@@ -88,6 +89,8 @@ impl BlockCache {
                 None => misses.push(lba),
             }
         }
+        let blocks = last - first + 1;
+        let missed = misses.len() as u64;
         misses.sort_unstable();
         let mut i = 0;
         while i < misses.len() {
@@ -98,6 +101,16 @@ impl BlockCache {
             self.fill_run(misses[i], misses[j], &mut out, off, why, seq)
                 .await?;
             i = j + 1;
+        }
+        if missed == 0 {
+            add(&s.read_hit_requests, 1);
+            add(&s.read_hit_us, us_since(started));
+        } else {
+            add(&s.read_miss_requests, 1);
+            if missed < blocks {
+                add(&s.read_partial_requests, 1);
+            }
+            add(&s.read_miss_us, us_since(started));
         }
         Ok(Bytes::from(out))
     }
@@ -180,6 +193,22 @@ impl BlockCache {
         data: Bytes,
         fua: bool,
     ) -> Result<(), BackendError> {
+        let started = Instant::now();
+        let r = self.write_request(off, data, fua).await;
+        // Counted whatever the outcome, before a FUA write's own flush: a flush that starts
+        // after this covers every block the request appended.
+        self.io.barrier.wrote();
+        let r = match r {
+            Ok(true) => self.io.flush().await,
+            Ok(false) => Ok(()),
+            Err(e) => Err(e),
+        };
+        add(&self.io.stats.write_us, us_since(started));
+        r
+    }
+
+    /// The write; `Ok(true)`: a FUA write the cache holds, which needs a cache flush.
+    async fn write_request(&self, off: u64, data: Bytes, fua: bool) -> Result<bool, BackendError> {
         let len = data.len() as u64;
         check_range(off, len, self.io.size())?;
         let s = &self.io.stats;
@@ -188,7 +217,7 @@ impl BlockCache {
             add(&s.fua_writes, 1);
         }
         if len == 0 {
-            return if fua { self.do_flush().await } else { Ok(()) };
+            return Ok(fua);
         }
         let bs = self.io.block_size;
         let (first, last) = (off / bs, (off + len - 1) / bs);
@@ -200,7 +229,10 @@ impl BlockCache {
         // No write waits for space longer than this (see `write_stall_max_ms`).
         let deadline = Instant::now() + self.tunables.write_stall_max();
         if want_wb {
-            self.throttle(deadline).await?;
+            let t = Instant::now();
+            let r = self.throttle(deadline).await;
+            add(&s.write_wait_us, us_since(t));
+            r?;
         }
         let _stripes = self.io.lock_stripes(first, last).await;
         let any_dirty = self.io.blocks.any_dirty(first, last);
@@ -219,10 +251,7 @@ impl BlockCache {
                     }
                 }
             }
-            if fua {
-                self.io.flash.flush().await.map_err(flash_err)?;
-            }
-            return Ok(());
+            return Ok(fua);
         }
         // Through or around: drop the cached copies, write the backing, then cache the new
         // content. A request cancelled or failing between the steps leaves the block
@@ -261,7 +290,8 @@ impl BlockCache {
             // Flash full: the block stays uncached.
             let _ = self.append(lba, &blk, Append::Written, None).await?;
         }
-        Ok(())
+        // A FUA write reached the backing with FUA: nothing for the cache to flush.
+        Ok(false)
     }
 
     pub(crate) async fn do_flush(&self) -> Result<(), BackendError> {
@@ -301,6 +331,7 @@ impl BlockCache {
         wait: Option<Instant>,
     ) -> Result<Option<PutOutcome>, BackendError> {
         let mut stalled = false;
+        let mut waiting: Option<Instant> = None;
         loop {
             match self.io.try_append(
                 &self.durable.fence,
@@ -309,7 +340,12 @@ impl BlockCache {
                 why,
                 self.tunables.fill_moves(),
             ) {
-                Ok(out) => return Ok(out),
+                Ok(out) => {
+                    if let Some(t) = waiting {
+                        add(&self.io.stats.write_wait_us, us_since(t));
+                    }
+                    return Ok(out);
+                }
                 Err(e @ (flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)) => {
                     let Some(deadline) = wait else {
                         return Ok(None);
@@ -322,7 +358,10 @@ impl BlockCache {
                     }
                     // Busy: the stream's chunk writes are all in flight, which only time
                     // cures. NoSpace: flash is full, and space comes from writeback.
+                    waiting.get_or_insert_with(Instant::now);
                     if matches!(e, flashtier_flash::Error::NoSpace) {
+                        // Reclaim drops clean blocks instead of copying them for a while.
+                        self.io.blocks.want_space();
                         if !stalled {
                             stalled = true;
                             add(&self.io.stats.write_stalls, 1);

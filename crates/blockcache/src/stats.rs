@@ -148,6 +148,43 @@ counters! {
     bypass_size_requests,
     /// Requests not admitted because they fell outside admit_offset_min..admit_offset_max.
     bypass_offset_requests,
+    /// READ requests served wholly from the cache device.
+    read_hit_requests,
+    /// READ requests that read at least one block from the backing.
+    read_miss_requests,
+    /// READ requests that read some blocks from the cache device and some from the backing
+    /// (also counted in read_miss_requests): a request hits only if all its blocks do.
+    read_partial_requests,
+    /// Microseconds READ requests served wholly from the cache took, summed.
+    read_hit_us,
+    /// Microseconds READ requests that went to the backing took, summed.
+    read_miss_us,
+    /// Microseconds WRITE requests took (waits for space included), summed.
+    write_us,
+    /// Microseconds writes waited for dirty or flash space, summed (part of write_us).
+    write_wait_us,
+    /// Microseconds FLUSH requests (and FUA writes' flushes) took, summed.
+    flush_us,
+    /// Microseconds of flush_us spent in the cache device's flush (write buffers, fdatasync).
+    flush_cache_us,
+    /// Cache device flushes FLUSH requests and FUA writes ran: fewer than flushes + fua_writes
+    /// when a FLUSH found every earlier write covered by another's flush (group commit) or
+    /// no write since the last one.
+    flush_cache_syncs,
+    /// FLUSH requests forwarded to the backing (a client write reached it since its last
+    /// flush: write-through, write-around, sequential bypass).
+    backing_flushes,
+    /// Microseconds of flush_us spent in the backing's flush.
+    flush_backing_us,
+    /// Read clean blocks reclaim dropped (also in replacements) instead of copying them,
+    /// because a write had found flash full within the last second (and no fill move was
+    /// left).
+    space_pressure_drops,
+}
+
+/// Microseconds since `t`, for the `*_us` counters.
+pub(crate) fn us_since(t: std::time::Instant) -> u64 {
+    u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Add `n` to a counter.
