@@ -260,6 +260,18 @@ impl Inner {
                 "small_recovered_dirty_sets",
                 i.recovered.dirty_sets.to_string(),
             ),
+            (
+                "small_recovered_log_items",
+                i.recovered.log_items.to_string(),
+            ),
+            (
+                "small_recovered_log_pages",
+                i.recovered.log_pages.to_string(),
+            ),
+            (
+                "small_recovered_log_lost_pages",
+                i.recovered.log_lost_pages.to_string(),
+            ),
         ];
         list.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }

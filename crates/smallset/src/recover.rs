@@ -23,6 +23,7 @@
 //! `open_device`, `adopt` and `begin` run in the opening thread before the tier is shared;
 //! the rest on any caller, serialized by `Inner::header`, which is never held together with a
 //! staging partition (`sets`, "Threads").
+use std::collections::HashMap;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
 use flashtier_flash::io::AlignedBuf;
@@ -30,8 +31,11 @@ use flashtier_flash::Device;
 
 use crate::format::{self, Layout, Page, SET_BYTES};
 use crate::inner::{key_hash, Inner};
+use crate::logindex::tag_of;
+use crate::logscan::Scan;
 use crate::summary::filter_of;
 use crate::superblock::{self, Found, State, Superblock};
+use crate::stats::Counters;
 use crate::Error;
 
 /// Set pages read per device read while scanning (256 KiB).
@@ -57,6 +61,14 @@ pub struct Recovered {
     pub last_cas: u64,
     /// The delayed `flush_all` the run before recorded, if any (kept pages only).
     pub flush_at: Option<u32>,
+    /// Log objects of the run before put back in the log's index: kept through a kill
+    /// (stat `small_recovered_log_items`; puts and deletes).
+    pub log_items: u64,
+    /// Log pages of the run before replayed (stat `small_recovered_log_pages`).
+    pub log_pages: u64,
+    /// Log pages of the recorded window that were missing, torn or unreadable (stat
+    /// `small_recovered_log_lost_pages`; every set not merged since was emptied).
+    pub log_lost_pages: u64,
 }
 
 /// What the superblock says, as this process last wrote it.
@@ -166,38 +178,49 @@ fn fresh_generation() -> u64 {
     t | 1
 }
 
-/// Keep the pages of `sb`'s run: empty its dirty sets (zero pages, then clean marks), then
-/// read every other set page to rebuild the filters and the item gauges and find the
-/// largest CAS. Pages that fail their checks read as empty (counted).
+/// Keep the pages of `sb`'s run: read the dirty map, scan the log's recorded window
+/// (`logscan`), read every set page (filters, item gauges, largest CAS, watermarks), empty
+/// the sets that cannot be trusted — dirty ones, and with a lost log page every set whose
+/// watermark is not past it — by writing them as empty pages whose watermark is the log's
+/// head (so none of their log objects is replayed by a later open either), then clear their
+/// marks and put the log's other objects back on their sets' chains, oldest first. Pages
+/// that fail their checks read as empty (counted).
 pub(crate) fn adopt(inner: &Inner, sb: &Superblock) -> Result<Recovered, Error> {
     let generation = inner.generation.load(Relaxed);
     let layout = &inner.layout;
     let mut out = Recovered {
         clean: sb.state == State::Clean,
         kept: true,
-        items: 0,
-        dirty_sets: 0,
         last_cas: sb.last_cas.max(sb.cas_ceiling),
         flush_at: sb.flush_at,
+        ..Recovered::default()
     };
-    // The dirty map, read through the path it was written through.
+    // The dirty map, read through the path it was written through; 1 = empty the set.
     let mut map = vec![0u8; inner.sets as usize];
     inner.dev.journal_read(&mut map, layout.map_off())?;
-    let zero = AlignedBuf::zeroed(SET_BYTES);
-    for (set, _) in map.iter().enumerate().filter(|(_, &b)| b != 0) {
-        inner
-            .dev
-            .write_at(zero.as_slice(), layout.page_off(set as u32))?;
-        out.dirty_sets += 1;
+    let dirty: Vec<u32> = (0..inner.sets)
+        .filter(|&s| map.get(s as usize).is_some_and(|&b| b != 0))
+        .collect();
+    let (tail, head) = match &inner.klog {
+        Some(_) => (sb.log_tail, sb.log_head),
+        None => (0, 0),
+    };
+    let scan = scan_log(inner, tail, head, generation)?;
+    let lost = scan.newest_lost();
+    if let Some(h) = lost {
+        log::warn!(
+            "small tier {}: {} log pages of the last run are lost (newest {h}); emptying every \
+             set not merged since",
+            inner.dev_name,
+            scan.lost.len()
+        );
     }
-    if out.dirty_sets > 0 {
-        inner.dev.sync()?;
-        for (set, _) in map.iter().enumerate().filter(|(_, &b)| b != 0) {
-            inner
-                .dev
-                .journal_write(&[0], layout.map_off() + set as u64)?;
-        }
-    }
+    // Watermarks of the sets the log has objects of (kept sets only).
+    let mut marks: HashMap<u32, u64> = scan
+        .pages
+        .iter()
+        .flat_map(|p| p.objs.iter().map(|o| (o.set, 0)))
+        .collect();
     let (mut items, mut used) = (0u64, 0u64);
     let mut first = 0u32;
     while first < inner.sets {
@@ -211,15 +234,27 @@ pub(crate) fn adopt(inner: &Inner, sb: &Superblock) -> Result<Recovered, Error> 
             let set = first + i;
             let at = i as usize * SET_BYTES;
             let page = bytes.slice(at..at + SET_BYTES);
-            let entries = match format::decode(&page, set, generation) {
-                Page::Valid(es) => es,
-                Page::Empty => continue,
+            let (entries, mark) = match format::decode(&page, set, generation) {
+                Page::Valid(es) => (es, format::mark_of(&page)),
+                Page::Empty => (Vec::new(), 0),
                 Page::Corrupt(why) => {
                     inner.counters.corrupt_pages.fetch_add(1, Relaxed);
                     log::warn!("small tier: set {set} corrupt at open ({why}); read as empty");
-                    continue;
+                    (Vec::new(), 0)
                 }
             };
+            let Some(flag) = map.get_mut(set as usize) else {
+                continue;
+            };
+            if *flag == 0 && lost.is_some_and(|h| mark <= h) {
+                *flag = 1;
+            }
+            if *flag != 0 {
+                continue;
+            }
+            if let Some(m) = marks.get_mut(&set) {
+                *m = mark;
+            }
             if entries.is_empty() {
                 continue;
             }
@@ -234,10 +269,85 @@ pub(crate) fn adopt(inner: &Inner, sb: &Superblock) -> Result<Recovered, Error> 
         }
         first += n;
     }
+    // Empty the untrusted sets: an empty page whose watermark is the log's head.
+    let mut empty = AlignedBuf::zeroed(SET_BYTES);
+    for set in (0..inner.sets).filter(|&s| map.get(s as usize).is_some_and(|&b| b != 0)) {
+        format::encode(empty.as_mut_slice(), set, generation, head, &[])
+            .map_err(|why| Error::Device(format!("an empty set page: {why}")))?;
+        inner.dev.write_at(empty.as_slice(), layout.page_off(set))?;
+        out.dirty_sets += 1;
+    }
+    if out.dirty_sets > 0 {
+        inner.dev.sync()?;
+        for &set in &dirty {
+            inner
+                .dev
+                .journal_write(&[0], layout.map_off() + u64::from(set))?;
+        }
+    }
+    // The log's objects back on their chains, oldest first (the newest ends up first).
+    if let Some(log) = &inner.klog {
+        for p in &scan.pages {
+            for (pos, o) in p.objs.iter().enumerate() {
+                let emptied = map.get(o.set as usize).is_none_or(|&b| b != 0);
+                if emptied || p.seq < marks.get(&o.set).copied().unwrap_or(u64::MAX) {
+                    continue;
+                }
+                let tag = tag_of(o.hash);
+                let present = match log.index.refs(o.set).find(|r| r.tag == tag) {
+                    Some(r) => !r.delete,
+                    None => inner.summaries.may_hold(o.set, o.hash),
+                };
+                let delta = match (o.delete, present) {
+                    (false, false) => 1,
+                    (true, true) => -1,
+                    _ => 0,
+                };
+                log.index.push(o.set, p.slot, pos as u32, tag, o.delete, delta);
+                out.log_items += 1;
+            }
+        }
+        log.restore(tail, head);
+        out.log_pages = scan.pages.len() as u64;
+        out.log_lost_pages = scan.lost.len() as u64;
+    }
     inner.counters.items.store(items, Relaxed);
     inner.counters.sets_used.store(used, Relaxed);
     out.items = items;
     Ok(out)
+}
+
+/// Read the log's window `[tail, head)` in runs of consecutive slots and scan it.
+fn scan_log(inner: &Inner, tail: u64, head: u64, generation: u64) -> Result<Scan, Error> {
+    let mut scan = Scan::default();
+    let Some(log) = &inner.klog else {
+        return Ok(scan);
+    };
+    let pages = u64::from(log.pages);
+    let mut seq = tail;
+    while seq < head {
+        let slot = (seq % pages) as u32;
+        let n = (head - seq)
+            .min(pages - u64::from(slot))
+            .min(u64::from(SCAN_PAGES));
+        let mut buf = AlignedBuf::zeroed(n as usize * SET_BYTES);
+        let read = inner
+            .dev
+            .read_at(buf.as_mut_slice(), inner.layout.log_off(slot));
+        if let Err(e) = &read {
+            log::warn!("small tier: reading log pages at open failed ({e})");
+        }
+        let bytes = buf.into_bytes();
+        for i in 0..n {
+            let at = i as usize * SET_BYTES;
+            let page = read.is_ok().then(|| bytes.slice(at..at + SET_BYTES));
+            scan.add(seq + i, slot + i as u32, page.as_ref(), generation, |h| {
+                inner.set_of(h)
+            });
+        }
+        seq += n;
+    }
+    Ok(scan)
 }
 
 /// Write `sb` as the superblock; with `sync`, sync the device after (pages written before
@@ -265,6 +375,37 @@ fn open_block(inner: &Inner, h: &HeaderState) -> Superblock {
         log_pages: inner.layout.log_pages,
         boot_id: if h.distrusted { [0; 16] } else { inner.boot_id },
         cas_ceiling: h.cas_ceiling,
+        log_tail: inner.klog.as_ref().map_or(0, |l| l.tail()),
+        log_head: inner.klog.as_ref().map_or(0, |l| l.head()),
+    }
+}
+
+/// Record the log's tail and head in the superblock (a plain write, no sync: it survives a
+/// kill; a power cut starts fresh anyway). After an append, before its sets' dirty marks are
+/// cleared; after a merge of the tail, before its slots are reused. False when the write
+/// failed (the caller then leaves the marks: a kill empties those sets).
+pub(crate) fn record_log(inner: &Inner) -> bool {
+    let h = inner.header.lock();
+    let sb = if h.clean {
+        Superblock {
+            state: State::Clean,
+            last_cas: h.last_cas,
+            ..open_block(inner, &h)
+        }
+    } else {
+        open_block(inner, &h)
+    };
+    match write(inner, &sb, false) {
+        Ok(()) => true,
+        Err(e) => {
+            Counters::add(&inner.counters.io_errors, 1);
+            log::error!(
+                "small tier {}: the log's head could not be recorded ({e}); its sets stay \
+                 dirty",
+                inner.dev_name
+            );
+            false
+        }
     }
 }
 
@@ -296,6 +437,10 @@ pub(crate) fn begin(
 pub(crate) fn next_generation(inner: &Inner) -> u64 {
     let mut h = inner.header.lock();
     let next = inner.generation.load(Relaxed).wrapping_add(2);
+    // Nothing of the old generation's log is replayed (`merging` is held: no append).
+    if let Some(l) = &inner.klog {
+        l.skip_to_head();
+    }
     h.flush_at = None;
     h.clean = false;
     let sb = Superblock {
