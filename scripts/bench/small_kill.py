@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The small-object tier across `kill -9` (issue 28), counted: fill N keys (version 1, values
-of VALUE bytes derived from key and version) into `flashtier kv -m MEM --small-flash
-S:SMALL_SIZE --small-item-max SMALL_MAX`, so the tier is full and its log holds objects;
+of VALUE bytes derived from key and version) into `flashtier kv -m MEM --ram-only
+--small-flash S:SMALL_SIZE --small-item-max SMALL_MAX` (no main flash log: only the small
+tier can keep an item across the kill), so the tier is full and its log holds objects;
 then overwrite every 10th key (version 2) and delete another 10th; wait SETTLE seconds (the
 flusher appends what is staged every 100 ms); `kill -9`; restart on the same file and GET
 every key. Prints, per trial: untouched keys served / untouched keys, keys served before the
@@ -52,8 +53,9 @@ def free_port():
 
 
 def start(path, port):
+    # --ram-only: no main flash log (its crash journal would serve keys the tier lost).
     args = ["nice", "-n", "19", BIN, "kv", "-l", "127.0.0.1", "-p", str(port), "-m", MEM,
-            "-t", "2", "--small-flash", f"{path}:{SMALL_SIZE}", "--small-item-max", SMALL_MAX]
+            "-t", "2", "--ram-only", "--small-flash", f"{path}:{SMALL_SIZE}", "--small-item-max", SMALL_MAX]
     t0 = time.monotonic()
     p = subprocess.Popen(args + EXTRA, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while True:

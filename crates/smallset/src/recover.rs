@@ -5,16 +5,24 @@
 //! been lost:
 //! - **clean stop** (superblock `clean`: everything staged merged, pages synced): every page
 //!   of the recorded generation is kept;
-//! - **killed** (superblock `open`, same boot id): the dirty map survived in the page cache;
-//!   the sets it marks dirty are emptied (written as zero pages, then marked clean), every
-//!   other page is kept. A set is marked dirty before its first staged change is visible,
-//!   and clean only after a merge left nothing staged for it;
+//! - **killed** (superblock `open`, same boot id): the dirty map survived in the page cache,
+//!   and the superblock's log window `[tail, head)` says which log pages to replay
+//!   (`logscan`). The sets the map marks dirty are emptied, and so is, if a page of the window
+//!   is lost, every set whose page's watermark (`format`) is not past the newest lost one —
+//!   written as empty pages whose watermark is the log's head, then marked clean; every other
+//!   page is kept, and each log object at or past its set's watermark goes back on its set's
+//!   chain, oldest first. A set is marked dirty before its first staged change is visible,
+//!   and clean only once nothing is staged for it and what was is in the log (its pages
+//!   written, the head recorded: `record_log`) or on its page;
 //! - **anything else** (another boot — a power cut may have lost dirty marks —, an unknown
 //!   boot id, a map write that failed, a resized file, a damaged superblock): a fresh
 //!   generation, every page of the run before reads as empty.
 //!
 //! The generation and the delayed `flush_all` time are written to the superblock before a
-//! `flush_all` returns, so a kill never brings back what it flushed. An adopting open
+//! `flush_all` returns (with an empty log window), so a kill never brings back what it
+//! flushed. The log's tail and head are written after each append (before its sets' dirty
+//! marks are cleared) and each merge of the log's oldest pages (before their slots are
+//! reused); docs/format.md, "The log across a kill", gives the whole rule and why it holds. An adopting open
 //! rebuilds each set's filter from its page (a remove must see every key on flash). A fresh
 //! open writes its superblock before it zeroes the old map (a kill between the two must not
 //! leave the old generation with a clean map).
@@ -396,7 +404,11 @@ pub(crate) fn record_log(inner: &Inner) -> bool {
         open_block(inner, &h)
     };
     match write(inner, &sb, false) {
-        Ok(()) => true,
+        Ok(()) => {
+            Counters::add(&inner.counters.log_records, 1);
+            Counters::add(&inner.counters.bytes_written, SET_BYTES as u64);
+            true
+        }
         Err(e) => {
             Counters::add(&inner.counters.io_errors, 1);
             log::error!(
