@@ -124,6 +124,7 @@ def trial(i):
             "before_bytes_written": int(before.get("small_bytes_written", 0)),
             "before_bytes_stored": int(before.get("small_bytes_stored", 0)),
             "before_log_bytes_written": int(before.get("small_log_bytes_written", 0)),
+            "before_log_records": int(before.get("small_log_records", 0)),
             "recovered_items": int(after.get("small_recovered_items", 0)),
             "recovered_log_items": int(after.get("small_recovered_log_items", 0)),
             "recovered_dirty_sets": int(after.get("small_recovered_dirty_sets", 0)),

@@ -237,7 +237,12 @@ fn kill9_after_the_log_took_every_change_replays_it() {
     let mut kept = 0;
     for (k, want) in &model {
         if let Some(v) = served(&mut c, *k) {
-            assert_eq!(Some(v), *want, "{}: served version {v} after kill -9", key(*k));
+            assert_eq!(
+                Some(v),
+                *want,
+                "{}: served version {v} after kill -9",
+                key(*k)
+            );
             kept += 1;
         }
     }

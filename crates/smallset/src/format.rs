@@ -496,16 +496,26 @@ mod tests {
     /// bits agree reads as empty, not as this lap's; a set page carries its watermark.
     #[test]
     fn log_sequence_and_watermark() {
-        let es = [entry(b"k", b"v", 1, LOG_PUT), entry(b"d", b"", 0, LOG_DELETE)];
+        let es = [
+            entry(b"k", b"v", 1, LOG_PUT),
+            entry(b"d", b"", 0, LOG_DELETE),
+        ];
         let mut p = vec![0u8; SET_BYTES];
         let seq = (5u64 << 32) | 17;
         encode_log(&mut p, seq, 9, &es).unwrap();
         let p = Bytes::from(p);
         assert_eq!(decode_log(&p, seq, 9), Page::Valid(es.to_vec()));
-        assert_eq!(decode_log(&p, 17, 9), Page::Empty, "an earlier lap's number");
+        assert_eq!(
+            decode_log(&p, 17, 9),
+            Page::Empty,
+            "an earlier lap's number"
+        );
         assert_eq!(decode_log(&p, seq, 11), Page::Empty, "another generation");
         assert_eq!(log_header(&p), Some((seq, 9)));
-        assert!(matches!(decode(&p, 17, 9), Page::Corrupt(_)), "never a set page");
+        assert!(
+            matches!(decode(&p, 17, 9), Page::Corrupt(_)),
+            "never a set page"
+        );
         let mut s = vec![0u8; SET_BYTES];
         encode(&mut s, 3, 9, 1234, &es[..1]).unwrap();
         let s = Bytes::from(s);
@@ -514,7 +524,11 @@ mod tests {
         assert_eq!(log_header(&s), None);
         let mut torn = p.to_vec();
         torn[36..].fill(0x77);
-        assert_eq!(log_header(&Bytes::from(torn)), None, "a torn page is refused");
+        assert_eq!(
+            log_header(&Bytes::from(torn)),
+            None,
+            "a torn page is refused"
+        );
     }
 
     fn entries() -> impl Strategy<Value = Vec<Entry>> {

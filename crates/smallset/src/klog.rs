@@ -65,6 +65,9 @@ pub(crate) struct KLog {
     head: AtomicU64,
     /// Oldest sequence number whose page may still hold indexed objects.
     tail: AtomicU64,
+    /// The head last written to the superblock (`recover::record_log`): a merged page's
+    /// watermark, so that no watermark is ever past the head an open replays up to.
+    recorded: AtomicU64,
 }
 
 /// A log object located for a reader: slot, sequence number, position, tag.
@@ -83,6 +86,7 @@ impl KLog {
             slot_seq: (0..pages).map(|_| AtomicU64::new(u64::MAX)).collect(),
             head: AtomicU64::new(0),
             tail: AtomicU64::new(0),
+            recorded: AtomicU64::new(0),
         }
     }
 
@@ -131,6 +135,16 @@ impl KLog {
         self.tail.load(Relaxed)
     }
 
+    /// The head last written to the superblock.
+    pub(crate) fn recorded(&self) -> u64 {
+        self.recorded.load(Relaxed)
+    }
+
+    /// A superblock write carrying `head` landed (`recover::write`).
+    pub(crate) fn note_recorded(&self, head: u64) {
+        self.recorded.fetch_max(head, Relaxed);
+    }
+
     /// Continue a log whose window `[tail, head)` was replayed at open (`recover`): the
     /// window's slots hold those sequence numbers (the index says which objects count).
     pub(crate) fn restore(&self, tail: u64, head: u64) {
@@ -141,6 +155,7 @@ impl KLog {
         }
         self.head.store(head, Relaxed);
         self.tail.store(tail, Relaxed);
+        self.recorded.store(head, Relaxed);
     }
 
     /// The tail jumps to the head (`flush_all`, under `merging`, before the new generation
@@ -547,8 +562,11 @@ fn merge_sets(inner: &Inner, log: &KLog, sets: &[u32], cache: &mut Decoded) -> b
         }
     }
     Counters::add(&inner.counters.log_sets_merged, rewrite.len() as u64);
-    // Every log object of these sets below the head is on their new pages (or lost by them).
-    let mark = log.head.load(Relaxed);
+    // Every log object of these sets below the head is on their new pages (or lost by them);
+    // the watermark is the head as recorded in the superblock (equal to it unless a record
+    // failed): a watermark past the recorded head would hide, after a kill, the objects the
+    // next run appends from that head on.
+    let mark = log.recorded();
     let (_, all) =
         crate::flusher::write_sets(inner, rewrite, mark, |set, _| taken(inner, log, set));
     all

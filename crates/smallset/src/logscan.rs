@@ -191,7 +191,9 @@ mod tests {
     /// this lap's.
     #[test]
     fn a_stale_page_from_an_earlier_lap_is_lost() {
-        let mut ring: Vec<Bytes> = (0..4u64).map(|s| page(s + 4, GEN, &[b"a"], false)).collect();
+        let mut ring: Vec<Bytes> = (0..4u64)
+            .map(|s| page(s + 4, GEN, &[b"a"], false))
+            .collect();
         ring[2] = page(2, GEN, &[b"old"], false); // seq 6's slot kept lap 0's page
         let s = scan(4, 8, 4, GEN, |i| Some(ring[i as usize].clone()), set_of);
         assert_eq!(seqs(&s), vec![4, 5, 7]);
@@ -212,7 +214,14 @@ mod tests {
         let mut torn = ring[3].to_vec();
         torn[36..].fill(0x77);
         ring[3] = Bytes::from(torn);
-        let s = scan(1, 8, 8, GEN, |i| (i != 5).then(|| ring[i as usize].clone()), set_of);
+        let s = scan(
+            1,
+            8,
+            8,
+            GEN,
+            |i| (i != 5).then(|| ring[i as usize].clone()),
+            set_of,
+        );
         assert_eq!(seqs(&s), vec![1, 2, 4, 6, 7]);
         assert_eq!(s.lost, vec![3, 5]);
         assert_eq!(s.newest_lost(), Some(5));

@@ -39,11 +39,12 @@ use flashtier_flash::Device;
 
 use crate::format::{self, Layout, Page, SET_BYTES};
 use crate::inner::{key_hash, Inner};
+use crate::klog::KLog;
 use crate::logindex::tag_of;
 use crate::logscan::Scan;
+use crate::stats::Counters;
 use crate::summary::filter_of;
 use crate::superblock::{self, Found, State, Superblock};
-use crate::stats::Counters;
 use crate::Error;
 
 /// Set pages read per device read while scanning (256 KiB).
@@ -242,18 +243,23 @@ pub(crate) fn adopt(inner: &Inner, sb: &Superblock) -> Result<Recovered, Error> 
             let set = first + i;
             let at = i as usize * SET_BYTES;
             let page = bytes.slice(at..at + SET_BYTES);
-            let (entries, mark) = match format::decode(&page, set, generation) {
-                Page::Valid(es) => (es, format::mark_of(&page)),
-                Page::Empty => (Vec::new(), 0),
+            let (entries, mark, corrupt) = match format::decode(&page, set, generation) {
+                Page::Valid(es) => (es, format::mark_of(&page), false),
+                Page::Empty => (Vec::new(), 0, false),
                 Page::Corrupt(why) => {
                     inner.counters.corrupt_pages.fetch_add(1, Relaxed);
-                    log::warn!("small tier: set {set} corrupt at open ({why}); read as empty");
-                    (Vec::new(), 0)
+                    log::warn!("small tier: set {set} corrupt at open ({why}); emptied");
+                    (Vec::new(), 0, true)
                 }
             };
             let Some(flag) = map.get_mut(set as usize) else {
                 continue;
             };
+            // A damaged page's watermark is unknown: replaying its log objects could bring
+            // back one its page had since replaced or evicted, so the set is emptied.
+            if corrupt {
+                *flag = 1;
+            }
             if *flag == 0 && lost.is_some_and(|h| mark <= h) {
                 *flag = 1;
             }
@@ -293,28 +299,8 @@ pub(crate) fn adopt(inner: &Inner, sb: &Superblock) -> Result<Recovered, Error> 
                 .journal_write(&[0], layout.map_off() + u64::from(set))?;
         }
     }
-    // The log's objects back on their chains, oldest first (the newest ends up first).
     if let Some(log) = &inner.klog {
-        for p in &scan.pages {
-            for (pos, o) in p.objs.iter().enumerate() {
-                let emptied = map.get(o.set as usize).is_none_or(|&b| b != 0);
-                if emptied || p.seq < marks.get(&o.set).copied().unwrap_or(u64::MAX) {
-                    continue;
-                }
-                let tag = tag_of(o.hash);
-                let present = match log.index.refs(o.set).find(|r| r.tag == tag) {
-                    Some(r) => !r.delete,
-                    None => inner.summaries.may_hold(o.set, o.hash),
-                };
-                let delta = match (o.delete, present) {
-                    (false, false) => 1,
-                    (true, true) => -1,
-                    _ => 0,
-                };
-                log.index.push(o.set, p.slot, pos as u32, tag, o.delete, delta);
-                out.log_items += 1;
-            }
-        }
+        out.log_items = replay(inner, log, &scan, &map, &marks);
         log.restore(tail, head);
         out.log_pages = scan.pages.len() as u64;
         out.log_lost_pages = scan.lost.len() as u64;
@@ -323,6 +309,35 @@ pub(crate) fn adopt(inner: &Inner, sb: &Superblock) -> Result<Recovered, Error> 
     inner.counters.sets_used.store(used, Relaxed);
     out.items = items;
     Ok(out)
+}
+
+/// Put the scanned log's objects back on their sets' chains, oldest page first (so the
+/// newest ends up first): those of sets not emptied (`map` 0) at or past their set's
+/// watermark (`marks`). Returns the objects indexed.
+fn replay(inner: &Inner, log: &KLog, scan: &Scan, map: &[u8], marks: &HashMap<u32, u64>) -> u64 {
+    let mut n = 0;
+    for p in &scan.pages {
+        for (pos, o) in p.objs.iter().enumerate() {
+            let emptied = map.get(o.set as usize).is_none_or(|&b| b != 0);
+            if emptied || p.seq < marks.get(&o.set).copied().unwrap_or(u64::MAX) {
+                continue;
+            }
+            let tag = tag_of(o.hash);
+            let present = match log.index.refs(o.set).find(|r| r.tag == tag) {
+                Some(r) => !r.delete,
+                None => inner.summaries.may_hold(o.set, o.hash),
+            };
+            let delta = match (o.delete, present) {
+                (false, false) => 1,
+                (true, true) => -1,
+                _ => 0,
+            };
+            log.index
+                .push(o.set, p.slot, pos as u32, tag, o.delete, delta);
+            n += 1;
+        }
+    }
+    n
 }
 
 /// Read the log's window `[tail, head)` in runs of consecutive slots and scan it.
@@ -365,6 +380,9 @@ fn write(inner: &Inner, sb: &Superblock, sync: bool) -> Result<(), Error> {
     let mut buf = AlignedBuf::zeroed(SET_BYTES);
     buf.as_mut_slice().copy_from_slice(&page);
     inner.dev.write_at(buf.as_slice(), 0)?;
+    if let Some(l) = &inner.klog {
+        l.note_recorded(sb.log_head);
+    }
     if sync {
         inner.dev.sync()?;
     }
@@ -393,7 +411,7 @@ fn open_block(inner: &Inner, h: &HeaderState) -> Superblock {
 /// cleared; after a merge of the tail, before its slots are reused. False when the write
 /// failed (the caller then leaves the marks: a kill empties those sets).
 pub(crate) fn record_log(inner: &Inner) -> bool {
-    let h = inner.header.lock();
+    let mut h = inner.header.lock();
     let sb = if h.clean {
         Superblock {
             state: State::Clean,
@@ -411,9 +429,13 @@ pub(crate) fn record_log(inner: &Inner) -> bool {
         }
         Err(e) => {
             Counters::add(&inner.counters.io_errors, 1);
+            // The appended sets stay dirty and later watermarks stay at the recorded head;
+            // a later record that lands would make the window cover pages merged past
+            // meanwhile, so from now on the superblock vouches for nothing after a kill.
+            h.distrusted = true;
             log::error!(
                 "small tier {}: the log's head could not be recorded ({e}); its sets stay \
-                 dirty",
+                 dirty and a kill restarts the tier empty",
                 inner.dev_name
             );
             false
@@ -513,7 +535,7 @@ pub(crate) fn close(inner: &Inner, last_cas: u64, flush_at: Option<u32>) -> Resu
     }
     if h.distrusted {
         return Err(Error::Device(format!(
-            "{}: its dirty map failed; the next start begins empty",
+            "{}: its dirty map or a log record failed; the next start begins empty",
             inner.dev_name
         )));
     }

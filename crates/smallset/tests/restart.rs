@@ -709,7 +709,9 @@ fn crash_while_merging() {
             }
         }
     }
-    println!("crash while merging: {kept} of {live} live keys served, {from_log} log objects replayed");
+    println!(
+        "crash while merging: {kept} of {live} live keys served, {from_log} log objects replayed"
+    );
     assert!(kept > 0, "some sets had nothing staged at some crash");
     if LOG.with(Cell::get) > 0 {
         assert!(from_log > 0, "the log's objects are replayed");
@@ -751,4 +753,134 @@ fn a_cas_ceiling_survives_every_kind_of_stop() {
     let t = open(&Arc::new(MemoryDevice::from_image("r", image)));
     assert!(!t.recovered().kept);
     assert_eq!(t.recovered().last_cas, 4_000);
+}
+
+/// A memory device whose superblock writes (page 0) fail while `fail` is set: the log's
+/// head cannot be recorded.
+struct NoSuperblock {
+    inner: Arc<MemoryDevice>,
+    fail: std::sync::atomic::AtomicBool,
+}
+
+impl Device for NoSuperblock {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, off)
+    }
+    fn write_at(&self, buf: &[u8], off: u64) -> std::io::Result<()> {
+        if off == 0 && self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(std::io::Error::from_raw_os_error(5));
+        }
+        self.inner.write_at(buf, off)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.inner.sync()
+    }
+}
+
+/// The log's head could not be recorded (superblock writes failing) while a set was merged:
+/// the page's watermark stays at the recorded head, so after a kill the next run's log
+/// objects of that set (appended from the recorded head on) are replayed over the page, not
+/// hidden behind it — and a kill after the failure serves nothing older either.
+#[test]
+fn with_a_log_a_failed_head_record_never_hides_a_newer_log_object() {
+    with_log(16, || {
+        let dev = device(64);
+        let w = Arc::new(NoSuperblock {
+            inner: dev.clone(),
+            fail: false.into(),
+        });
+        let log = LOG.with(Cell::get);
+        let cfg = SmallConfig {
+            log_fraction: (log as f64 + 0.5) / (dev.len() / 4096 - 1) as f64,
+            ..cfg()
+        };
+        let t = SmallSets::with_device(w.clone(), cfg).expect("open");
+        for k in 0..60 {
+            assert!(t.insert(&key(k), &value(k, 1), meta(k, 1)));
+        }
+        t.flush_staged();
+        w.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(t.insert(&key(7), &value(7, 2), meta(7, 2)));
+        t.flush_to_log(); // the head is not recorded: the set stays dirty
+        t.flush_staged(); // merged into its page anyway (watermark: the recorded head)
+        assert!(stat(&t, "small_io_errors") > 0);
+        assert_eq!(get(&t, 7), Some((value(7, 2), meta(7, 2))));
+        let image = dev.image();
+        drop(t);
+        // A kill now: the page's copy, or a miss; never version 1.
+        let d = Arc::new(MemoryDevice::from_image("killed", image));
+        let t = open(&d);
+        for k in 0..60 {
+            if let Some(got) = get(&t, k) {
+                let v = if k == 7 { 2 } else { 1 };
+                assert_eq!(
+                    got,
+                    (value(k, v), meta(k, v)),
+                    "key {k} after the first kill"
+                );
+            }
+        }
+        // The next run logs a newer version of the key, and is killed too.
+        assert!(t.insert(&key(7), &value(7, 3), meta(7, 3)));
+        t.flush_to_log();
+        drop(t);
+        let t = open(&d);
+        assert_eq!(stat(&t, "small_recovered_log_lost_pages"), 0);
+        match get(&t, 7) {
+            None => {}
+            Some(got) => assert_eq!(
+                got,
+                (value(7, 3), meta(7, 3)),
+                "never the page's older copy"
+            ),
+        }
+        for k in 0..60 {
+            if let Some(got) = get(&t, k) {
+                let v = match k {
+                    7 => 3,
+                    _ => 1,
+                };
+                assert_eq!(
+                    got,
+                    (value(k, v), meta(k, v)),
+                    "key {k} after the second kill"
+                );
+            }
+        }
+    });
+}
+
+/// A set page damaged at open: its watermark is unknown, so the set is emptied and none of
+/// its log objects is replayed (one of them may be older than what the page had).
+#[test]
+fn with_a_log_a_damaged_set_page_is_emptied_with_its_log_objects() {
+    with_log(16, || {
+        let dev = device(64);
+        let t = open(&dev);
+        for k in 0..100 {
+            assert!(t.insert(&key(k), &value(k, 1), meta(k, 1)));
+        }
+        t.flush_staged();
+        for k in 0..20 {
+            assert!(t.insert(&key(k), &value(k, 2), meta(k, 2)));
+        }
+        t.flush_to_log();
+        drop(t);
+        // Damage every set page (page 0 superblock, page 1 the dirty map, then the sets).
+        for set in 0..64u64 {
+            dev.poke((2 + set) * 4096 + 200, &[0xa5; 8]);
+        }
+        let t = open(&dev);
+        assert_eq!(stat(&t, "small_recovered_dirty_sets"), 64);
+        assert_eq!(stat(&t, "small_recovered_log_items"), 0);
+        for k in 0..100 {
+            assert_eq!(get(&t, k), None, "key {k}: its set page was damaged");
+        }
+    });
 }
