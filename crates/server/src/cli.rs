@@ -164,7 +164,8 @@ pub struct KvArgs {
     /// Small-object flash tier (issue 28) as PATH:SIZE: values of at most --small-item-max
     /// bytes leave RAM for this file (a small log of pages, then 4 KiB set pages) instead of
     /// the main flash log (--flash), with no RAM index entry each (docs/eviction.md, "Small objects"). Kept across a clean stop; after
-    /// kill -9 the sets with staged or logged changes are emptied, the rest kept. Default: none.
+    /// kill -9 its on-flash log is replayed and only the sets with changes still staged in RAM
+    /// are emptied, the rest kept. Default: none.
     #[arg(long, value_name = "PATH:SIZE")]
     pub small_flash: Option<String>,
 

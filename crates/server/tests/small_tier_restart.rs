@@ -2,7 +2,8 @@
 //! --small-flash`): after SIGTERM every key is its last value (deleted ones a miss), with
 //! or without the flash log beside it; after `kill -9` (alone and beside the flash log) no
 //! deleted or replaced value comes back although the tier's pages still hold the versions
-//! the killed run replaced, and the sets the killed run did not change are kept.
+//! the killed run replaced, and the sets the killed run did not change are kept; after
+//! `kill -9` with nothing staged, the tier's log is replayed and nothing on flash is lost.
 mod common;
 use std::collections::HashMap;
 use std::io::Write;
@@ -184,6 +185,72 @@ fn kill9_never_serves_a_deleted_or_replaced_small_item() {
     kill9_keeps_no_replaced_value(false);
 }
 
+/// `kill -9` once the flusher has appended every change to the tier's on-flash log (nothing
+/// staged): the restart replays the log, empties no set, and serves every small key the
+/// killed run had on flash — replaced ones at their new version, deleted ones a miss.
+#[test]
+fn kill9_after_the_log_took_every_change_replays_it() {
+    let dir = scratch_dir("small-kill9-log");
+    let a = args(&dir, false);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let mut server = Server::start(&a);
+    let mut c = server.connect();
+    let mut model = Model::new();
+    churn(&mut c, &mut model, 0);
+    assert!(server.terminate(Duration::from_secs(60)).is_some());
+    drop(server);
+    let server = Server::start(&a);
+    let mut c = server.connect();
+    set_all(
+        &mut c,
+        &mut model,
+        (0..N).filter(|k| k % 10 == 1).map(|k| (k, 12)),
+    );
+    delete_all(&mut c, &mut model, (0..N).filter(|k| k % 10 == 2));
+    // The flusher appends what is staged every 100 ms.
+    let mut staged = u64::MAX;
+    for _ in 0..200 {
+        staged = small_stat(&mut c, "small_staged_items");
+        if staged == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(staged, 0, "the flusher appended everything");
+    let on_flash = small_stat(&mut c, "small_items");
+    let logged = small_stat(&mut c, "small_log_items");
+    assert!(logged > 0, "the killed run's changes are in the log");
+    drop(server); // SIGKILL
+
+    let server = Server::start(&a);
+    let mut c = server.connect();
+    assert_eq!(small_stat(&mut c, "small_restart_clean"), 0);
+    assert_eq!(small_stat(&mut c, "small_recovered_dirty_sets"), 0);
+    assert_eq!(small_stat(&mut c, "small_recovered_log_lost_pages"), 0);
+    let replayed = small_stat(&mut c, "small_recovered_log_items");
+    assert_eq!(replayed, logged, "every log object is back in the index");
+    assert_eq!(
+        small_stat(&mut c, "small_recovered_items") + replayed,
+        on_flash,
+        "every object on flash is kept"
+    );
+    let mut kept = 0;
+    for (k, want) in &model {
+        if let Some(v) = served(&mut c, *k) {
+            assert_eq!(
+                Some(v),
+                *want,
+                "{}: served version {v} after kill -9",
+                key(*k)
+            );
+            kept += 1;
+        }
+    }
+    println!("kill -9 after the log took every change: {kept} of {} keys served, {replayed} log objects replayed", model.len());
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn kill9_never_serves_a_deleted_or_replaced_small_item_beside_the_flash_log() {
     kill9_keeps_no_replaced_value(true);
@@ -220,7 +287,12 @@ fn kill9_keeps_no_replaced_value(flash: bool) {
     let server = Server::start(&a);
     let mut c = server.connect();
     assert_eq!(small_stat(&mut c, "small_restart_clean"), 0);
-    assert!(small_stat(&mut c, "small_recovered_dirty_sets") > 0);
+    // The killed run's changes were staged (their sets emptied) or in the log (replayed).
+    assert!(
+        small_stat(&mut c, "small_recovered_dirty_sets")
+            + small_stat(&mut c, "small_recovered_log_items")
+            > 0
+    );
     let (mut kept, mut untouched, mut untouched_kept) = (0, 0, 0);
     for (k, want) in &model {
         let got = served(&mut c, *k);

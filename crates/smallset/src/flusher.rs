@@ -97,7 +97,7 @@ fn flush_batch(inner: &Inner) -> bool {
         .into_iter()
         .map(|(set, staged)| (set, staged, false))
         .collect();
-    let (any, _) = write_sets(inner, plans, |set, staged| {
+    let (any, _) = write_sets(inner, plans, 0, |set, staged| {
         inner.staging.done_then(set, staged, || {
             inner.dirty.clear(&*inner.dev, set);
         });
@@ -107,11 +107,13 @@ fn flush_batch(inner: &Inner) -> bool {
 
 /// Rewrite the pages of `plans` — `(set, changes, empty)`: each set's page merged with its
 /// changes (newest per key), or emptied when `empty` — one read and one write a set, all
-/// reads in flight together, then all writes. `written(set, changes)` runs after a set's page
-/// is written and its filter stored. Returns (any page written, every page written).
+/// reads in flight together, then all writes; each page carries log watermark `mark`
+/// (`format`; 0 without a log). `written(set, changes)` runs after a set's page is written
+/// and its filter stored. Returns (any page written, every page written).
 pub(crate) fn write_sets(
     inner: &Inner,
     plans: Vec<(u32, Vec<Staged>, bool)>,
+    mark: u64,
     written: impl Fn(u32, &[Staged]),
 ) -> (bool, bool) {
     let generation = inner.generation.load(Relaxed);
@@ -148,7 +150,7 @@ pub(crate) fn write_sets(
             merge(inner, old, inner.summaries.hits(set), &staged, now)
         };
         let mut buf = inner.page_buf(SET_BYTES);
-        if let Err(why) = format::encode(buf.as_mut_slice(), set, generation, &kept) {
+        if let Err(why) = format::encode(buf.as_mut_slice(), set, generation, mark, &kept) {
             log::error!("small tier: set {set} could not be encoded ({why})");
             all = false;
             continue;

@@ -4,14 +4,15 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 4 | magic `FTSS` |
-//! | 4 | 2 | format version (1) |
+//! | 4 | 2 | format version (2; version 1 pages, written before the log was kept across a kill, have no field at 32 and a 32-byte header: read as watermark 0, their log pages never replayed) |
 //! | 6 | 2 | entry count (≤ [`MAX_ENTRIES`]) |
 //! | 8 | 4 | set index (a page written to the wrong set is refused); a log page's sequence number |
 //! | 12 | 4 | crc32c of the whole page with this field zeroed |
 //! | 16 | 8 | generation: the tier's run and `flush_all` epoch; another one reads as empty |
 //! | 24 | 4 | bytes of entries after the header |
 //! | 28 | 4 | kind: 0 a set page, 1 a log page (`klog`); zero in builds before the log |
-//! | 32 | … | entries, packed, no padding |
+//! | 32 | 8 | log sequence: a set page's *watermark* (every log object of this set with a lower sequence number is merged into this page, or was dropped or lost by it); a log page's own full sequence number |
+//! | 40 | … | entries, packed, no padding |
 //!
 //! An entry is a 24-byte header — key length `u8`, RRIP value `u8` (0 near … 3 distant),
 //! value length `u16`, flags `u32`, exptime `u32`, stored time `u32`, CAS `u64` — then the
@@ -24,6 +25,12 @@
 //! not corrupt), entries of any sets in append order, and the RRIP byte saying what an
 //! entry is: [`LOG_PUT`] or [`LOG_DELETE`] (a tombstone: no value, meta zero). A page of
 //! one kind never decodes as the other.
+//!
+//! Why a watermark: the log is kept across a kill (`recover`), and its pages stay on flash
+//! until the ring comes round again, long after their objects were merged. Replaying a
+//! merged object over a page that moved on since (the key evicted, then deleted with no
+//! tombstone because nothing could shadow it) would bring the key back; the watermark, written
+//! in the same page write as the merge, says which log objects the page already holds.
 //!
 //! Set *i*'s page is page 1 + *m* + *i* of the device ([`Layout`]), the *l* log pages follow
 //! the sets; page 0 is the
@@ -42,7 +49,9 @@ use bytes::Bytes;
 /// Bytes of one set page.
 pub const SET_BYTES: usize = 4096;
 /// Bytes of the page header.
-pub const HEADER_BYTES: usize = 32;
+pub const HEADER_BYTES: usize = 40;
+/// Bytes of a version 1 page's header (no log sequence).
+const V1_HEADER_BYTES: usize = 32;
 /// Bytes of an entry's header.
 pub const ENTRY_HEADER: usize = 24;
 /// Entries a page holds at most (one hit bit each in RAM: a `u32` per set).
@@ -52,7 +61,9 @@ pub const CAPACITY: usize = SET_BYTES - HEADER_BYTES;
 /// `FTSS`, little-endian.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"FTSS");
 /// The format version written.
-pub const FORMAT_VERSION: u16 = 1;
+pub const FORMAT_VERSION: u16 = 2;
+/// Byte offset of the log sequence (watermark or sequence number).
+const SEQ_AT: usize = 32;
 /// The largest RRIP value (distant re-reference).
 pub const RRIP_MAX: u8 = 3;
 /// Byte offset of the crc field.
@@ -177,31 +188,34 @@ pub enum Page {
 }
 
 /// Encode `entries` as set `set`'s page of generation `generation` into `page`
-/// ([`SET_BYTES`] long). Fails (writing nothing useful) if they do not fit.
+/// ([`SET_BYTES`] long), with log watermark `mark` (every log object of the set below it is
+/// on this page or gone; 0 without a log). Fails (writing nothing useful) if they do not fit.
 pub fn encode(
     page: &mut [u8],
     set: u32,
     generation: u64,
+    mark: u64,
     entries: &[Entry],
 ) -> Result<(), &'static str> {
-    encode_kind(page, KIND_SET, set, generation, entries)
+    encode_kind(page, KIND_SET, set, mark, generation, entries)
 }
 
 /// Encode `entries` (RRIP byte [`LOG_PUT`] or [`LOG_DELETE`]) as the log page of sequence
-/// number `seq` (its low 32 bits) of generation `generation`.
+/// number `seq` of generation `generation`.
 pub fn encode_log(
     page: &mut [u8],
-    seq: u32,
+    seq: u64,
     generation: u64,
     entries: &[Entry],
 ) -> Result<(), &'static str> {
-    encode_kind(page, KIND_LOG, seq, generation, entries)
+    encode_kind(page, KIND_LOG, seq as u32, seq, generation, entries)
 }
 
 fn encode_kind(
     page: &mut [u8],
     kind: u32,
     set: u32,
+    seq: u64,
     generation: u64,
     entries: &[Entry],
 ) -> Result<(), &'static str> {
@@ -238,6 +252,7 @@ fn encode_kind(
     put(page, 16, &generation.to_le_bytes());
     put(page, 24, &((at - HEADER_BYTES) as u32).to_le_bytes());
     put(page, KIND_AT, &kind.to_le_bytes());
+    put(page, SEQ_AT, &seq.to_le_bytes());
     let crc = crc32c::crc32c(page);
     put(page, CRC_AT, &crc.to_le_bytes());
     Ok(())
@@ -248,11 +263,43 @@ pub fn decode(page: &Bytes, set: u32, generation: u64) -> Page {
     decode_kind(page, KIND_SET, set, generation)
 }
 
-/// Decode a log page read for sequence number `seq` (low 32 bits), generation
-/// `generation`: a page of another sequence number (the slot was rewritten since) or
-/// generation reads as [`Page::Empty`].
-pub fn decode_log(page: &Bytes, seq: u32, generation: u64) -> Page {
-    decode_kind(page, KIND_LOG, seq, generation)
+/// The log watermark of a set page that decoded as [`Page::Valid`] (0 for a version 1 page,
+/// which was written before the log was kept across a kill).
+pub fn mark_of(page: &Bytes) -> u64 {
+    match le16(page, 4) {
+        Some(FORMAT_VERSION) => le64(page, SEQ_AT).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Decode a log page read for sequence number `seq`, generation `generation`: a page of
+/// another sequence number (the slot was rewritten since, or holds an earlier lap's page) or
+/// generation, or a version 1 log page (never replayed), reads as [`Page::Empty`].
+pub fn decode_log(page: &Bytes, seq: u64, generation: u64) -> Page {
+    match decode_kind(page, KIND_LOG, seq as u32, generation) {
+        Page::Valid(es) if le64(page, SEQ_AT) == Some(seq) => Page::Valid(es),
+        Page::Valid(_) => Page::Empty,
+        other => other,
+    }
+}
+
+/// The full sequence number and generation a log page says it has, when its checksum holds
+/// and it is a log page of this format (the open-time scan, `logscan`); `None` otherwise.
+pub fn log_header(page: &Bytes) -> Option<(u64, u64)> {
+    if page.len() != SET_BYTES
+        || le32(page, 0) != Some(MAGIC)
+        || le16(page, 4) != Some(FORMAT_VERSION)
+        || le32(page, KIND_AT) != Some(KIND_LOG)
+    {
+        return None;
+    }
+    let mut copy = [0u8; SET_BYTES];
+    copy.copy_from_slice(page);
+    put(&mut copy, CRC_AT, &[0; 4]);
+    if le32(page, CRC_AT) != Some(crc32c::crc32c(&copy)) {
+        return None;
+    }
+    Some((le64(page, SEQ_AT)?, le64(page, 16)?))
 }
 
 fn decode_kind(page: &Bytes, kind: u32, set: u32, generation: u64) -> Page {
@@ -271,9 +318,14 @@ fn decode_kind(page: &Bytes, kind: u32, set: u32, generation: u64) -> Page {
     if le32(page, CRC_AT) != Some(crc32c::crc32c(&copy)) {
         return Page::Corrupt("checksum mismatch");
     }
-    if le16(page, 4) != Some(FORMAT_VERSION) {
-        return Page::Corrupt("unknown format version");
-    }
+    let (header, capacity) = match le16(page, 4) {
+        Some(FORMAT_VERSION) => (HEADER_BYTES, CAPACITY),
+        // Written before the log was kept: no log sequence. Its log pages are never
+        // replayed (their sets were emptied by the kill that left them).
+        Some(1) if kind == KIND_LOG => return Page::Empty,
+        Some(1) => (V1_HEADER_BYTES, SET_BYTES - V1_HEADER_BYTES),
+        _ => return Page::Corrupt("unknown format version"),
+    };
     if le64(page, 16) != Some(generation) {
         return Page::Empty;
     }
@@ -288,11 +340,11 @@ fn decode_kind(page: &Bytes, kind: u32, set: u32, generation: u64) -> Page {
     }
     let count = le16(page, 6).unwrap_or(0) as usize;
     let used = le32(page, 24).unwrap_or(0) as usize;
-    if count > MAX_ENTRIES || used > CAPACITY {
+    if count > MAX_ENTRIES || used > capacity {
         return Page::Corrupt("count or length out of range");
     }
     let mut out = Vec::with_capacity(count);
-    let mut at = HEADER_BYTES;
+    let mut at = header;
     for _ in 0..count {
         match entry_at(page, at) {
             Some((e, next)) => {
@@ -302,7 +354,7 @@ fn decode_kind(page: &Bytes, kind: u32, set: u32, generation: u64) -> Page {
             None => return Page::Corrupt("entry runs past the page"),
         }
     }
-    if at != HEADER_BYTES + used {
+    if at != header + used {
         return Page::Corrupt("entry bytes disagree with the header");
     }
     Page::Valid(out)
@@ -357,7 +409,7 @@ mod tests {
 
     fn page_of(set: u32, gen: u64, es: &[Entry]) -> Bytes {
         let mut p = vec![0u8; SET_BYTES];
-        encode(&mut p, set, gen, es).unwrap();
+        encode(&mut p, set, gen, 0, es).unwrap();
         Bytes::from(p)
     }
 
@@ -392,11 +444,91 @@ mod tests {
         let many: Vec<_> = (0..=MAX_ENTRIES)
             .map(|i| entry(&[i as u8], b"", 1, 0))
             .collect();
-        assert!(encode(&mut p, 0, 1, &many).is_err());
+        assert!(encode(&mut p, 0, 1, 0, &many).is_err());
         let big = entry(b"k", &vec![1; CAPACITY], 1, 0);
-        assert!(encode(&mut p, 0, 1, &[big]).is_err());
+        assert!(encode(&mut p, 0, 1, 0, &[big]).is_err());
         let two = [entry(b"a", &[0; 2000], 1, 0), entry(b"b", &[0; 2100], 1, 0)];
-        assert!(encode(&mut p, 0, 1, &two).is_err());
+        assert!(encode(&mut p, 0, 1, 0, &two).is_err());
+    }
+
+    /// A version 1 page (32-byte header, no log sequence), as builds before the log was
+    /// kept across a kill wrote it: a set page reads with watermark 0, a log page as empty.
+    fn v1_page(kind: u32, set: u32, gen: u64, es: &[Entry]) -> Bytes {
+        let mut p = vec![0u8; SET_BYTES];
+        let mut at = 32;
+        for e in es {
+            p[at] = e.key.len() as u8;
+            p[at + 1] = e.rrip;
+            p[at + 2..at + 4].copy_from_slice(&(e.value.len() as u16).to_le_bytes());
+            p[at + 4..at + 8].copy_from_slice(&e.meta.flags.to_le_bytes());
+            p[at + 8..at + 12].copy_from_slice(&e.meta.exptime.to_le_bytes());
+            p[at + 12..at + 16].copy_from_slice(&e.meta.stored.to_le_bytes());
+            p[at + 16..at + 24].copy_from_slice(&e.meta.cas.to_le_bytes());
+            p[at + 24..at + 24 + e.key.len()].copy_from_slice(&e.key);
+            let v = at + 24 + e.key.len();
+            p[v..v + e.value.len()].copy_from_slice(&e.value);
+            at = v + e.value.len();
+        }
+        p[0..4].copy_from_slice(b"FTSS");
+        p[4..6].copy_from_slice(&1u16.to_le_bytes());
+        p[6..8].copy_from_slice(&(es.len() as u16).to_le_bytes());
+        p[8..12].copy_from_slice(&set.to_le_bytes());
+        p[16..24].copy_from_slice(&gen.to_le_bytes());
+        p[24..28].copy_from_slice(&((at - 32) as u32).to_le_bytes());
+        p[28..32].copy_from_slice(&kind.to_le_bytes());
+        let crc = crc32c::crc32c(&p);
+        p[12..16].copy_from_slice(&crc.to_le_bytes());
+        Bytes::from(p)
+    }
+
+    #[test]
+    fn version_one_pages_are_read_not_misread() {
+        let es = [entry(b"k", b"v", 1, 2), entry(b"key2", &[7; 300], 9, 3)];
+        let set = v1_page(KIND_SET, 4, 8, &es);
+        assert_eq!(decode(&set, 4, 8), Page::Valid(es.to_vec()));
+        assert_eq!(mark_of(&set), 0, "no watermark: every log object is newer");
+        let log = v1_page(KIND_LOG, 3, 8, &es);
+        assert_eq!(decode_log(&log, 3, 8), Page::Empty, "never replayed");
+        assert_eq!(log_header(&log), None);
+    }
+
+    /// A log page carries its full sequence number: a page of an earlier lap whose low 32
+    /// bits agree reads as empty, not as this lap's; a set page carries its watermark.
+    #[test]
+    fn log_sequence_and_watermark() {
+        let es = [
+            entry(b"k", b"v", 1, LOG_PUT),
+            entry(b"d", b"", 0, LOG_DELETE),
+        ];
+        let mut p = vec![0u8; SET_BYTES];
+        let seq = (5u64 << 32) | 17;
+        encode_log(&mut p, seq, 9, &es).unwrap();
+        let p = Bytes::from(p);
+        assert_eq!(decode_log(&p, seq, 9), Page::Valid(es.to_vec()));
+        assert_eq!(
+            decode_log(&p, 17, 9),
+            Page::Empty,
+            "an earlier lap's number"
+        );
+        assert_eq!(decode_log(&p, seq, 11), Page::Empty, "another generation");
+        assert_eq!(log_header(&p), Some((seq, 9)));
+        assert!(
+            matches!(decode(&p, 17, 9), Page::Corrupt(_)),
+            "never a set page"
+        );
+        let mut s = vec![0u8; SET_BYTES];
+        encode(&mut s, 3, 9, 1234, &es[..1]).unwrap();
+        let s = Bytes::from(s);
+        assert_eq!(mark_of(&s), 1234);
+        assert_eq!(&s[32..40], &1234u64.to_le_bytes());
+        assert_eq!(log_header(&s), None);
+        let mut torn = p.to_vec();
+        torn[36..].fill(0x77);
+        assert_eq!(
+            log_header(&Bytes::from(torn)),
+            None,
+            "a torn page is refused"
+        );
     }
 
     fn entries() -> impl Strategy<Value = Vec<Entry>> {

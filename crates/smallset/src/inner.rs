@@ -232,6 +232,7 @@ impl Inner {
             ),
             ("small_log_dropped", g(&c.log_dropped).to_string()),
             ("small_log_lost_sets", g(&c.log_lost_sets).to_string()),
+            ("small_log_records", g(&c.log_records).to_string()),
             ("small_inserts", g(&c.inserts).to_string()),
             ("small_inserts_refused", g(&c.inserts_refused).to_string()),
             ("small_deletes_staged", g(&c.deletes).to_string()),
@@ -259,6 +260,18 @@ impl Inner {
             (
                 "small_recovered_dirty_sets",
                 i.recovered.dirty_sets.to_string(),
+            ),
+            (
+                "small_recovered_log_items",
+                i.recovered.log_items.to_string(),
+            ),
+            (
+                "small_recovered_log_pages",
+                i.recovered.log_pages.to_string(),
+            ),
+            (
+                "small_recovered_log_lost_pages",
+                i.recovered.log_lost_pages.to_string(),
             ),
         ];
         list.into_iter().map(|(k, v)| (k.to_string(), v)).collect()

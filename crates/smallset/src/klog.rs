@@ -11,14 +11,18 @@
 //! gathers far more per set for a few bytes of RAM per object.
 //!
 //! Order (why no reader sees a wrong or missing value):
-//! - append: write the pages, record each page's sequence number for its slot, push each
-//!   object onto its set's chain, *then* drop it from staging (`Staging::done_then`). The set
-//!   stays dirty (`dirty`): the log is not kept across a kill.
+//! - append: write the pages, move the head and record it in the superblock
+//!   (`recover::record_log`), push each object onto its set's chain, *then* drop it from
+//!   staging (`Staging::done_then`) and, when nothing newer is staged for the set, clear its
+//!   dirty mark (`dirty`): its changes are durable in the log now.
 //! - merge of a set: read its page and its log objects, merge (newest version of a key wins;
-//!   a delete drops it), widen the filter, write the page, store the filter, then cut the
-//!   set's chain and, when nothing is staged for it either, mark it clean — under the set's
+//!   a delete drops it), widen the filter, write the page with the log's head as its
+//!   watermark (`format`), store the filter, then cut the set's chain — under the set's
 //!   partition lock. A slot is rewritten only after the tail passed it, which needs every set
-//!   with an object in it merged.
+//!   with an object in it merged; the tail is recorded in the superblock before that.
+//! - a dropped merge (Kangaroo's admission threshold, `merge_min`) writes no page, so its
+//!   objects stay below the page's watermark and would be replayed after a kill: the set's
+//!   filter is widened with their keys, so a later remove stages a tombstone for them.
 //! - a lookup copies its set's chain under the lock and reads log pages newest first: the
 //!   first entry of its key decides (a delete is a miss). A page whose sequence number moved
 //!   on was merged since: the set page then holds everything the copy named, so the lookup
@@ -26,10 +30,11 @@
 //! - a log page that cannot be read or decoded at merge time empties its sets (a lost delete
 //!   must not let an older version on the page come back).
 //!
-//! Restarts: the log is not persisted. A clean close appends what is staged and merges the
-//! whole log into the sets (`drain`); after a kill the dirty map empties every set with
-//! anything in the log; the log starts empty on every open.
-//!
+//! Restarts: the log is kept. A clean close appends what is staged and merges the whole log
+//! into the sets (`drain`); after a kill the open replays the recorded window `[tail, head)`
+//! (`logscan`, `recover`): each object whose sequence number is at or past its set's page
+//! watermark goes back on its set's chain, oldest first, so the newest wins again.
+
 //! # Threads
 //! `append`, `merge_tail` and `drain` run under `Inner::merging` (the flusher thread, or
 //! `flush_staged`/close); lookups and walks on any caller.
@@ -45,6 +50,7 @@ use crate::inner::{key_hash, Inner};
 use crate::logindex::{tag_of, LogIndex, LogRef};
 use crate::staging::{Change, Staged};
 use crate::stats::Counters;
+use crate::summary::filter_of;
 
 /// The log's ring and index.
 pub(crate) struct KLog {
@@ -59,6 +65,9 @@ pub(crate) struct KLog {
     head: AtomicU64,
     /// Oldest sequence number whose page may still hold indexed objects.
     tail: AtomicU64,
+    /// The head last written to the superblock (`recover::record_log`): a merged page's
+    /// watermark, so that no watermark is ever past the head an open replays up to.
+    recorded: AtomicU64,
 }
 
 /// A log object located for a reader: slot, sequence number, position, tag.
@@ -77,6 +86,7 @@ impl KLog {
             slot_seq: (0..pages).map(|_| AtomicU64::new(u64::MAX)).collect(),
             head: AtomicU64::new(0),
             tail: AtomicU64::new(0),
+            recorded: AtomicU64::new(0),
         }
     }
 
@@ -115,6 +125,45 @@ impl KLog {
             .collect()
     }
 
+    /// The sequence number of the next page to write.
+    pub(crate) fn head(&self) -> u64 {
+        self.head.load(Relaxed)
+    }
+
+    /// The oldest sequence number whose page may still hold indexed objects.
+    pub(crate) fn tail(&self) -> u64 {
+        self.tail.load(Relaxed)
+    }
+
+    /// The head last written to the superblock.
+    pub(crate) fn recorded(&self) -> u64 {
+        self.recorded.load(Relaxed)
+    }
+
+    /// A superblock write carrying `head` landed (`recover::write`).
+    pub(crate) fn note_recorded(&self, head: u64) {
+        self.recorded.fetch_max(head, Relaxed);
+    }
+
+    /// Continue a log whose window `[tail, head)` was replayed at open (`recover`): the
+    /// window's slots hold those sequence numbers (the index says which objects count).
+    pub(crate) fn restore(&self, tail: u64, head: u64) {
+        for seq in tail..head {
+            if let Some(s) = self.slot_seq.get(self.slot(seq) as usize) {
+                s.store(seq, Relaxed);
+            }
+        }
+        self.head.store(head, Relaxed);
+        self.tail.store(tail, Relaxed);
+        self.recorded.store(head, Relaxed);
+    }
+
+    /// The tail jumps to the head (`flush_all`, under `merging`, before the new generation
+    /// is recorded: nothing of the old one is replayed).
+    pub(crate) fn skip_to_head(&self) {
+        self.tail.store(self.head.load(Relaxed), Relaxed);
+    }
+
     /// Forget everything (`flush_all`, under `merging`): the tail jumps to the head.
     pub(crate) fn clear(&self) {
         self.index.clear();
@@ -148,7 +197,7 @@ pub(crate) async fn read_entry(inner: &Inner, at: &Located) -> LogRead {
 
 pub(crate) fn pick(inner: &Inner, page: &Bytes, at: &Located) -> LogRead {
     let generation = inner.generation.load(Relaxed);
-    match format::decode_log(page, at.seq as u32, generation) {
+    match format::decode_log(page, at.seq, generation) {
         Page::Valid(es) => es
             .into_iter()
             .nth(at.r.pos as usize)
@@ -232,7 +281,7 @@ pub(crate) fn append(inner: &Inner, log: &KLog) -> bool {
                 .collect();
             let at = j as usize * SET_BYTES;
             let dst = &mut buf.as_mut_slice()[at..at + SET_BYTES];
-            if let Err(why) = format::encode_log(dst, seq as u32, generation, &entries) {
+            if let Err(why) = format::encode_log(dst, seq, generation, &entries) {
                 log::error!("small tier: a log page could not be encoded ({why})");
                 return false;
             }
@@ -265,6 +314,8 @@ pub(crate) fn append(inner: &Inner, log: &KLog) -> bool {
         }
     }
     log.head.store(head + n, Relaxed);
+    // Durable for a kill before any dirty mark is cleared: the open replays up to here.
+    let recorded = crate::recover::record_log(inner);
     let mut flushed: HashMap<u32, Vec<Staged>> = HashMap::new();
     for (j, page) in pages.iter().enumerate() {
         let slot = log.slot(head + j as u64);
@@ -290,9 +341,15 @@ pub(crate) fn append(inner: &Inner, log: &KLog) -> bool {
         }
     }
     for (set, list) in flushed {
-        // The set keeps its dirty mark: the log holds its objects now.
-        inner.staging.done_then(set, &list, || {});
+        // The log holds the set's changes now: clean unless something newer is staged (or
+        // the head could not be recorded: then a kill must still empty it).
+        inner.staging.done_then(set, &list, || {
+            if recorded {
+                inner.dirty.clear(&*inner.dev, set);
+            }
+        });
     }
+    crate::recover::check_map(inner);
     true
 }
 
@@ -347,7 +404,7 @@ pub(crate) fn merge_tail(inner: &Inner, log: &KLog) -> bool {
             continue;
         };
         let page = inner.bytes_of(buf);
-        match format::decode_log(&page, seq as u32, generation) {
+        match format::decode_log(&page, seq, generation) {
             Page::Valid(es) => {
                 candidates.extend(es.iter().map(|e| inner.set_of(key_hash(&e.key))));
                 cache.insert(slot, Some(es));
@@ -378,6 +435,9 @@ pub(crate) fn merge_tail(inner: &Inner, log: &KLog) -> bool {
     }
     Counters::add(&inner.counters.log_merges, 1);
     log.tail.store(tail + seg, Relaxed);
+    // Before the slots are reused (the caller appends next): a kill after the reuse must
+    // not replay them. A failed record leaves the old tail, which only replays more.
+    crate::recover::record_log(inner);
     true
 }
 
@@ -424,8 +484,7 @@ fn merge_sets(inner: &Inner, log: &KLog, sets: &[u32], cache: &mut Decoded) -> b
             .get(slot as usize)
             .map_or(u64::MAX, |s| s.load(Relaxed));
         let decoded = match r {
-            Ok(Some(buf)) => match format::decode_log(&inner.bytes_of(buf), seq as u32, generation)
-            {
+            Ok(Some(buf)) => match format::decode_log(&inner.bytes_of(buf), seq, generation) {
                 Page::Valid(es) => Some(es),
                 Page::Empty => None,
                 Page::Corrupt(why) => {
@@ -491,6 +550,11 @@ fn merge_sets(inner: &Inner, log: &KLog, sets: &[u32], cache: &mut Decoded) -> b
             });
         if droppable {
             Counters::add(&inner.counters.log_dropped, puts as u64);
+            // Still in the log below the page's watermark (replayed after a kill): a later
+            // remove must see them and stage a tombstone.
+            inner
+                .summaries
+                .widen(p.set, filter_of(p.changes.iter().map(|c| c.hash)));
             taken(inner, log, p.set);
         } else {
             Counters::add(&inner.counters.log_objects_merged, puts as u64);
@@ -498,12 +562,19 @@ fn merge_sets(inner: &Inner, log: &KLog, sets: &[u32], cache: &mut Decoded) -> b
         }
     }
     Counters::add(&inner.counters.log_sets_merged, rewrite.len() as u64);
-    let (_, all) = crate::flusher::write_sets(inner, rewrite, |set, _| taken(inner, log, set));
+    // Every log object of these sets below the head is on their new pages (or lost by them);
+    // the watermark is the head as recorded in the superblock (equal to it unless a record
+    // failed): a watermark past the recorded head would hide, after a kill, the objects the
+    // next run appends from that head on.
+    let mark = log.recorded();
+    let (_, all) =
+        crate::flusher::write_sets(inner, rewrite, mark, |set, _| taken(inner, log, set));
     all
 }
 
 /// The set's page holds its log objects (or they were dropped): cut its chain, and mark it
-/// clean when nothing is staged for it either.
+/// clean when nothing is staged for it either (it normally is already: the append cleared
+/// it; not when the head could not be recorded then).
 fn taken(inner: &Inner, log: &KLog, set: u32) {
     inner.staging.with_set(set, |staged| {
         log.index.take(set);
@@ -592,13 +663,17 @@ mod tests {
             LogRead::Entry(e) => assert_eq!((&e.key[..], e.rrip), (&b"k\x03"[..], LOG_PUT)),
             _ => panic!("the appended entry reads back"),
         }
-        assert_eq!(i.dirty.is_dirty(set), Some(true), "in the log: dirty");
+        assert_eq!(
+            i.dirty.is_dirty(set),
+            Some(false),
+            "durable in the log: clean"
+        );
         {
             let _m = i.merging.lock();
             assert!(merge_tail(i, log));
         }
         assert_eq!((log.used(), log.index.live()), (0, 0));
-        assert_eq!(i.dirty.is_dirty(set), Some(false), "merged: clean");
+        assert_eq!(i.dirty.is_dirty(set), Some(false), "merged: still clean");
         assert_eq!(get(&t, b"k\x03"), Some(vec![3; 50]));
         // Fill the ring past the slot: the copied chain now reads stale.
         for round in 0..9u8 {

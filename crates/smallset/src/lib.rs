@@ -9,9 +9,9 @@
 //! It knows keys only as bytes; expiry, CAS and flags are the cache's, carried as
 //! [`ItemMeta`]. Restarts (`recover`): a clean close merges everything staged and marks the
 //! superblock clean, and the next open serves the same items; after a kill the sets that had
-//! staged or logged changes (the dirty map) are emptied and the rest kept (the log is not
-//! persisted: it starts empty at every open), so no value a lost staged
-//! delete or overwrite had replaced is served; after a power cut it starts empty.
+//! changes staged in RAM and not yet in the log (the dirty map) are emptied, the rest kept,
+//! and the log's recorded window is replayed into its index for the kept sets, so no value a
+//! lost staged delete or overwrite had replaced is served; after a power cut it starts empty.
 //!
 //! # Layout
 //! - [`format`]: the set page's byte table, encode and checked decode.
@@ -23,6 +23,8 @@
 //! - `staging`: the staging buffer (one entry per key, newest wins, stamps).
 //! - `klog`: the on-flash log — append, grouped merge of its oldest segment, lookups.
 //! - `logindex`: the log's RAM index (per-set chains of tags over the log's entry slots).
+//! - `logscan`: the open-time scan of the log's recorded window after a kill (which pages
+//!   are current, which are lost).
 //! - `sets`: [`SmallSets`], the tier's handle, and [`SmallStore`], its contract.
 //! - `flusher`: the thread that appends to the log (or, without one, merges staged batches
 //!   into pages), and the page merge itself (RRIP inside a set).
@@ -40,6 +42,7 @@ mod inner;
 mod klog;
 mod le;
 mod logindex;
+mod logscan;
 mod recover;
 mod sets;
 mod staging;

@@ -5,16 +5,24 @@
 //! been lost:
 //! - **clean stop** (superblock `clean`: everything staged merged, pages synced): every page
 //!   of the recorded generation is kept;
-//! - **killed** (superblock `open`, same boot id): the dirty map survived in the page cache;
-//!   the sets it marks dirty are emptied (written as zero pages, then marked clean), every
-//!   other page is kept. A set is marked dirty before its first staged change is visible,
-//!   and clean only after a merge left nothing staged for it;
+//! - **killed** (superblock `open`, same boot id): the dirty map survived in the page cache,
+//!   and the superblock's log window `[tail, head)` says which log pages to replay
+//!   (`logscan`). The sets the map marks dirty are emptied, and so is, if a page of the window
+//!   is lost, every set whose page's watermark (`format`) is not past the newest lost one —
+//!   written as empty pages whose watermark is the log's head, then marked clean; every other
+//!   page is kept, and each log object at or past its set's watermark goes back on its set's
+//!   chain, oldest first. A set is marked dirty before its first staged change is visible,
+//!   and clean only once nothing is staged for it and what was is in the log (its pages
+//!   written, the head recorded: `record_log`) or on its page;
 //! - **anything else** (another boot — a power cut may have lost dirty marks —, an unknown
 //!   boot id, a map write that failed, a resized file, a damaged superblock): a fresh
 //!   generation, every page of the run before reads as empty.
 //!
 //! The generation and the delayed `flush_all` time are written to the superblock before a
-//! `flush_all` returns, so a kill never brings back what it flushed. An adopting open
+//! `flush_all` returns (with an empty log window), so a kill never brings back what it
+//! flushed. The log's tail and head are written after each append (before its sets' dirty
+//! marks are cleared) and each merge of the log's oldest pages (before their slots are
+//! reused); docs/format.md, "The log across a kill", gives the whole rule and why it holds. An adopting open
 //! rebuilds each set's filter from its page (a remove must see every key on flash). A fresh
 //! open writes its superblock before it zeroes the old map (a kill between the two must not
 //! leave the old generation with a clean map).
@@ -23,6 +31,7 @@
 //! `open_device`, `adopt` and `begin` run in the opening thread before the tier is shared;
 //! the rest on any caller, serialized by `Inner::header`, which is never held together with a
 //! staging partition (`sets`, "Threads").
+use std::collections::HashMap;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
 use flashtier_flash::io::AlignedBuf;
@@ -30,6 +39,10 @@ use flashtier_flash::Device;
 
 use crate::format::{self, Layout, Page, SET_BYTES};
 use crate::inner::{key_hash, Inner};
+use crate::klog::KLog;
+use crate::logindex::tag_of;
+use crate::logscan::Scan;
+use crate::stats::Counters;
 use crate::summary::filter_of;
 use crate::superblock::{self, Found, State, Superblock};
 use crate::Error;
@@ -57,6 +70,14 @@ pub struct Recovered {
     pub last_cas: u64,
     /// The delayed `flush_all` the run before recorded, if any (kept pages only).
     pub flush_at: Option<u32>,
+    /// Log objects of the run before put back in the log's index: kept through a kill
+    /// (stat `small_recovered_log_items`; puts and deletes).
+    pub log_items: u64,
+    /// Log pages of the run before replayed (stat `small_recovered_log_pages`).
+    pub log_pages: u64,
+    /// Log pages of the recorded window that were missing, torn or unreadable (stat
+    /// `small_recovered_log_lost_pages`; every set not merged since was emptied).
+    pub log_lost_pages: u64,
 }
 
 /// What the superblock says, as this process last wrote it.
@@ -166,38 +187,49 @@ fn fresh_generation() -> u64 {
     t | 1
 }
 
-/// Keep the pages of `sb`'s run: empty its dirty sets (zero pages, then clean marks), then
-/// read every other set page to rebuild the filters and the item gauges and find the
-/// largest CAS. Pages that fail their checks read as empty (counted).
+/// Keep the pages of `sb`'s run: read the dirty map, scan the log's recorded window
+/// (`logscan`), read every set page (filters, item gauges, largest CAS, watermarks), empty
+/// the sets that cannot be trusted — dirty ones, and with a lost log page every set whose
+/// watermark is not past it — by writing them as empty pages whose watermark is the log's
+/// head (so none of their log objects is replayed by a later open either), then clear their
+/// marks and put the log's other objects back on their sets' chains, oldest first. Pages
+/// that fail their checks read as empty (counted).
 pub(crate) fn adopt(inner: &Inner, sb: &Superblock) -> Result<Recovered, Error> {
     let generation = inner.generation.load(Relaxed);
     let layout = &inner.layout;
     let mut out = Recovered {
         clean: sb.state == State::Clean,
         kept: true,
-        items: 0,
-        dirty_sets: 0,
         last_cas: sb.last_cas.max(sb.cas_ceiling),
         flush_at: sb.flush_at,
+        ..Recovered::default()
     };
-    // The dirty map, read through the path it was written through.
+    // The dirty map, read through the path it was written through; 1 = empty the set.
     let mut map = vec![0u8; inner.sets as usize];
     inner.dev.journal_read(&mut map, layout.map_off())?;
-    let zero = AlignedBuf::zeroed(SET_BYTES);
-    for (set, _) in map.iter().enumerate().filter(|(_, &b)| b != 0) {
-        inner
-            .dev
-            .write_at(zero.as_slice(), layout.page_off(set as u32))?;
-        out.dirty_sets += 1;
+    let dirty: Vec<u32> = (0..inner.sets)
+        .filter(|&s| map.get(s as usize).is_some_and(|&b| b != 0))
+        .collect();
+    let (tail, head) = match &inner.klog {
+        Some(_) => (sb.log_tail, sb.log_head),
+        None => (0, 0),
+    };
+    let scan = scan_log(inner, tail, head, generation)?;
+    let lost = scan.newest_lost();
+    if let Some(h) = lost {
+        log::warn!(
+            "small tier {}: {} log pages of the last run are lost (newest {h}); emptying every \
+             set not merged since",
+            inner.dev_name,
+            scan.lost.len()
+        );
     }
-    if out.dirty_sets > 0 {
-        inner.dev.sync()?;
-        for (set, _) in map.iter().enumerate().filter(|(_, &b)| b != 0) {
-            inner
-                .dev
-                .journal_write(&[0], layout.map_off() + set as u64)?;
-        }
-    }
+    // Watermarks of the sets the log has objects of (kept sets only).
+    let mut marks: HashMap<u32, u64> = scan
+        .pages
+        .iter()
+        .flat_map(|p| p.objs.iter().map(|o| (o.set, 0)))
+        .collect();
     let (mut items, mut used) = (0u64, 0u64);
     let mut first = 0u32;
     while first < inner.sets {
@@ -211,15 +243,32 @@ pub(crate) fn adopt(inner: &Inner, sb: &Superblock) -> Result<Recovered, Error> 
             let set = first + i;
             let at = i as usize * SET_BYTES;
             let page = bytes.slice(at..at + SET_BYTES);
-            let entries = match format::decode(&page, set, generation) {
-                Page::Valid(es) => es,
-                Page::Empty => continue,
+            let (entries, mark, corrupt) = match format::decode(&page, set, generation) {
+                Page::Valid(es) => (es, format::mark_of(&page), false),
+                Page::Empty => (Vec::new(), 0, false),
                 Page::Corrupt(why) => {
                     inner.counters.corrupt_pages.fetch_add(1, Relaxed);
-                    log::warn!("small tier: set {set} corrupt at open ({why}); read as empty");
-                    continue;
+                    log::warn!("small tier: set {set} corrupt at open ({why}); emptied");
+                    (Vec::new(), 0, true)
                 }
             };
+            let Some(flag) = map.get_mut(set as usize) else {
+                continue;
+            };
+            // A damaged page's watermark is unknown: replaying its log objects could bring
+            // back one its page had since replaced or evicted, so the set is emptied.
+            if corrupt {
+                *flag = 1;
+            }
+            if *flag == 0 && lost.is_some_and(|h| mark <= h) {
+                *flag = 1;
+            }
+            if *flag != 0 {
+                continue;
+            }
+            if let Some(m) = marks.get_mut(&set) {
+                *m = mark;
+            }
             if entries.is_empty() {
                 continue;
             }
@@ -234,10 +283,94 @@ pub(crate) fn adopt(inner: &Inner, sb: &Superblock) -> Result<Recovered, Error> 
         }
         first += n;
     }
+    // Empty the untrusted sets: an empty page whose watermark is the log's head.
+    let mut empty = AlignedBuf::zeroed(SET_BYTES);
+    for set in (0..inner.sets).filter(|&s| map.get(s as usize).is_some_and(|&b| b != 0)) {
+        format::encode(empty.as_mut_slice(), set, generation, head, &[])
+            .map_err(|why| Error::Device(format!("an empty set page: {why}")))?;
+        inner.dev.write_at(empty.as_slice(), layout.page_off(set))?;
+        out.dirty_sets += 1;
+    }
+    if out.dirty_sets > 0 {
+        inner.dev.sync()?;
+        for &set in &dirty {
+            inner
+                .dev
+                .journal_write(&[0], layout.map_off() + u64::from(set))?;
+        }
+    }
+    if let Some(log) = &inner.klog {
+        out.log_items = replay(inner, log, &scan, &map, &marks);
+        log.restore(tail, head);
+        out.log_pages = scan.pages.len() as u64;
+        out.log_lost_pages = scan.lost.len() as u64;
+    }
     inner.counters.items.store(items, Relaxed);
     inner.counters.sets_used.store(used, Relaxed);
     out.items = items;
     Ok(out)
+}
+
+/// Put the scanned log's objects back on their sets' chains, oldest page first (so the
+/// newest ends up first): those of sets not emptied (`map` 0) at or past their set's
+/// watermark (`marks`). Returns the objects indexed.
+fn replay(inner: &Inner, log: &KLog, scan: &Scan, map: &[u8], marks: &HashMap<u32, u64>) -> u64 {
+    let mut n = 0;
+    for p in &scan.pages {
+        for (pos, o) in p.objs.iter().enumerate() {
+            let emptied = map.get(o.set as usize).is_none_or(|&b| b != 0);
+            if emptied || p.seq < marks.get(&o.set).copied().unwrap_or(u64::MAX) {
+                continue;
+            }
+            let tag = tag_of(o.hash);
+            let present = match log.index.refs(o.set).find(|r| r.tag == tag) {
+                Some(r) => !r.delete,
+                None => inner.summaries.may_hold(o.set, o.hash),
+            };
+            let delta = match (o.delete, present) {
+                (false, false) => 1,
+                (true, true) => -1,
+                _ => 0,
+            };
+            log.index
+                .push(o.set, p.slot, pos as u32, tag, o.delete, delta);
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Read the log's window `[tail, head)` in runs of consecutive slots and scan it.
+fn scan_log(inner: &Inner, tail: u64, head: u64, generation: u64) -> Result<Scan, Error> {
+    let mut scan = Scan::default();
+    let Some(log) = &inner.klog else {
+        return Ok(scan);
+    };
+    let pages = u64::from(log.pages);
+    let mut seq = tail;
+    while seq < head {
+        let slot = (seq % pages) as u32;
+        let n = (head - seq)
+            .min(pages - u64::from(slot))
+            .min(u64::from(SCAN_PAGES));
+        let mut buf = AlignedBuf::zeroed(n as usize * SET_BYTES);
+        let read = inner
+            .dev
+            .read_at(buf.as_mut_slice(), inner.layout.log_off(slot));
+        if let Err(e) = &read {
+            log::warn!("small tier: reading log pages at open failed ({e})");
+        }
+        let bytes = buf.into_bytes();
+        for i in 0..n {
+            let at = i as usize * SET_BYTES;
+            let page = read.is_ok().then(|| bytes.slice(at..at + SET_BYTES));
+            scan.add(seq + i, slot + i as u32, page.as_ref(), generation, |h| {
+                inner.set_of(h)
+            });
+        }
+        seq += n;
+    }
+    Ok(scan)
 }
 
 /// Write `sb` as the superblock; with `sync`, sync the device after (pages written before
@@ -247,6 +380,9 @@ fn write(inner: &Inner, sb: &Superblock, sync: bool) -> Result<(), Error> {
     let mut buf = AlignedBuf::zeroed(SET_BYTES);
     buf.as_mut_slice().copy_from_slice(&page);
     inner.dev.write_at(buf.as_slice(), 0)?;
+    if let Some(l) = &inner.klog {
+        l.note_recorded(sb.log_head);
+    }
     if sync {
         inner.dev.sync()?;
     }
@@ -265,6 +401,45 @@ fn open_block(inner: &Inner, h: &HeaderState) -> Superblock {
         log_pages: inner.layout.log_pages,
         boot_id: if h.distrusted { [0; 16] } else { inner.boot_id },
         cas_ceiling: h.cas_ceiling,
+        log_tail: inner.klog.as_ref().map_or(0, |l| l.tail()),
+        log_head: inner.klog.as_ref().map_or(0, |l| l.head()),
+    }
+}
+
+/// Record the log's tail and head in the superblock (a plain write, no sync: it survives a
+/// kill; a power cut starts fresh anyway). After an append, before its sets' dirty marks are
+/// cleared; after a merge of the tail, before its slots are reused. False when the write
+/// failed (the caller then leaves the marks: a kill empties those sets).
+pub(crate) fn record_log(inner: &Inner) -> bool {
+    let mut h = inner.header.lock();
+    let sb = if h.clean {
+        Superblock {
+            state: State::Clean,
+            last_cas: h.last_cas,
+            ..open_block(inner, &h)
+        }
+    } else {
+        open_block(inner, &h)
+    };
+    match write(inner, &sb, false) {
+        Ok(()) => {
+            Counters::add(&inner.counters.log_records, 1);
+            Counters::add(&inner.counters.bytes_written, SET_BYTES as u64);
+            true
+        }
+        Err(e) => {
+            Counters::add(&inner.counters.io_errors, 1);
+            // The appended sets stay dirty and later watermarks stay at the recorded head;
+            // a later record that lands would make the window cover pages merged past
+            // meanwhile, so from now on the superblock vouches for nothing after a kill.
+            h.distrusted = true;
+            log::error!(
+                "small tier {}: the log's head could not be recorded ({e}); its sets stay \
+                 dirty and a kill restarts the tier empty",
+                inner.dev_name
+            );
+            false
+        }
     }
 }
 
@@ -296,6 +471,10 @@ pub(crate) fn begin(
 pub(crate) fn next_generation(inner: &Inner) -> u64 {
     let mut h = inner.header.lock();
     let next = inner.generation.load(Relaxed).wrapping_add(2);
+    // Nothing of the old generation's log is replayed (`merging` is held: no append).
+    if let Some(l) = &inner.klog {
+        l.skip_to_head();
+    }
     h.flush_at = None;
     h.clean = false;
     let sb = Superblock {
@@ -356,7 +535,7 @@ pub(crate) fn close(inner: &Inner, last_cas: u64, flush_at: Option<u32>) -> Resu
     }
     if h.distrusted {
         return Err(Error::Device(format!(
-            "{}: its dirty map failed; the next start begins empty",
+            "{}: its dirty map or a log record failed; the next start begins empty",
             inner.dev_name
         )));
     }

@@ -525,6 +525,13 @@ impl SmallStore for SmallSets {
             l.clear();
         }
         i.summaries.clear();
+        // Stale dirty marks would empty sets at the next kill; only once the new generation
+        // is on the device (else the old pages must stay guarded).
+        let recorded = !i.header.lock().distrusted;
+        if recorded {
+            i.dirty.clear_unstaged(&*i.dev, &i.staging);
+            recover::check_map(i);
+        }
         i.counters.items.store(0, Relaxed);
         i.counters.sets_used.store(0, Relaxed);
     }

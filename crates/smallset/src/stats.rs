@@ -30,6 +30,8 @@ pub(crate) struct Counters {
     pub log_objects_merged: AtomicU64,
     pub log_dropped: AtomicU64,
     pub log_lost_sets: AtomicU64,
+    /// Superblock writes recording the log's tail and head (`recover::record_log`).
+    pub log_records: AtomicU64,
     /// Gauge: entries on pages (approximate across a `flush_all` racing a merge).
     pub items: AtomicU64,
     /// Gauge: pages holding at least one entry.

@@ -5,7 +5,7 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 4 | magic `FTSB` |
-//! | 4 | 2 | format version (2; 1 was written before the log and is read as 0 log pages) |
+//! | 4 | 2 | format version (3; 2 was written before the log was kept across a kill and is read with no log to replay; 1 before the log, read as 0 log pages) |
 //! | 6 | 2 | state: 1 open (in use, or stopped uncleanly), 2 clean (closed after a full merge) |
 //! | 8 | 4 | crc32c of the whole page with this field zeroed |
 //! | 12 | 4 | sets (pages after this one) |
@@ -17,7 +17,9 @@
 //! | 44 | 16 | boot id of the machine while open (`/proc/sys/kernel/random/boot_id`) |
 //! | 60 | 8 | CAS ceiling: no CAS value above it was handed out (0 unknown; zero in builds before it) |
 //! | 68 | 4 | log pages (after the sets; `klog`); 0 in version 1 |
-//! | 72 | … | zero |
+//! | 72 | 8 | log tail: no log page below this sequence number holds an object not yet merged (0 in versions 1 and 2) |
+//! | 80 | 8 | log head: every log page below this sequence number was written whole; none at or above it is replayed (0 in versions 1 and 2) |
+//! | 88 | … | zero |
 //!
 //! Why a state and a boot id: the tier stages deletes and overwrites in RAM and marks their
 //! set dirty in the dirty map (`dirty`) through the page cache first. A clean close merges
@@ -29,6 +31,11 @@
 //! the largest CAS on the kept pages may be below one a client still holds. The cache reserves
 //! CAS values in blocks and writes the block's end here before handing out a value past the
 //! old one (`SmallSets::reserve_cas`); an open continues above it.
+//! Why a log tail and head: the open after a kill replays the log pages in `[tail, head)`
+//! (`recover`, `logscan`). The head is written after an append's pages are written and before
+//! the dirty marks of its sets are cleared; the tail after a merge of the log's oldest pages
+//! wrote their sets and before their slots are reused. Pages at or above the head (an append
+//! the kill cut short) are never replayed; their sets are still dirty.
 //! Decoding reads untrusted bytes: no indexing, no unwrap.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
@@ -38,11 +45,13 @@ use crate::le::{le16, le32, le64, put};
 /// `FTSB`, little-endian.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"FTSB");
 /// The superblock format version written.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// Byte offset of the crc field.
 const CRC_AT: usize = 8;
 /// Bytes of the fields (the rest of the page is zero).
-const FIELDS: usize = 72;
+const FIELDS: usize = 88;
+/// Bytes of the fields of versions 1 and 2.
+const FIELDS_V2: usize = 72;
 
 /// Whether the set pages may be trusted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +84,12 @@ pub struct Superblock {
     pub cas_ceiling: u64,
     /// Log pages after the sets (0: no log; a changed count reads as a resized file).
     pub log_pages: u32,
+    /// No log page below this sequence number holds an unmerged object (0 in versions 1
+    /// and 2).
+    pub log_tail: u64,
+    /// Every log page below this sequence number was written whole; pages at or above it
+    /// are not replayed (0 in versions 1 and 2: nothing is replayed).
+    pub log_head: u64,
 }
 
 /// What page 0 holds.
@@ -110,6 +125,8 @@ pub fn encode(sb: &Superblock) -> [u8; SET_BYTES] {
     put(&mut p, 44, &sb.boot_id);
     put(&mut p, 60, &sb.cas_ceiling.to_le_bytes());
     put(&mut p, 68, &sb.log_pages.to_le_bytes());
+    put(&mut p, 72, &sb.log_tail.to_le_bytes());
+    put(&mut p, 80, &sb.log_head.to_le_bytes());
     let crc = crc32c::crc32c(&p);
     put(&mut p, CRC_AT, &crc.to_le_bytes());
     p
@@ -137,10 +154,12 @@ pub fn decode(page: &[u8]) -> Found {
         return Found::OursUnknown("superblock checksum mismatch");
     }
     let version = le16(page, 4);
-    if version != Some(VERSION) && version != Some(1) {
-        return Found::OursUnknown("unknown superblock version");
-    }
-    if le32(page, 36) != Some(SET_BYTES as u32) || page.iter().skip(FIELDS).any(|&b| b != 0) {
+    let fields = match version {
+        Some(VERSION) => FIELDS,
+        Some(1 | 2) => FIELDS_V2,
+        _ => return Found::OursUnknown("unknown superblock version"),
+    };
+    if le32(page, 36) != Some(SET_BYTES as u32) || page.iter().skip(fields).any(|&b| b != 0) {
         return Found::OursUnknown("unknown superblock layout");
     }
     let state = match le16(page, 6) {
@@ -160,9 +179,17 @@ pub fn decode(page: &[u8]) -> Found {
     let Some(boot_id) = page.get(44..60).and_then(|b| <[u8; 16]>::try_from(b).ok()) else {
         return Found::OursUnknown("short superblock");
     };
-    let (Some(cas_ceiling), Some(log_pages)) = (le64(page, 60), le32(page, 68)) else {
+    let (Some(cas_ceiling), Some(log_pages), Some(log_tail), Some(log_head)) = (
+        le64(page, 60),
+        le32(page, 68),
+        le64(page, 72),
+        le64(page, 80),
+    ) else {
         return Found::OursUnknown("short superblock");
     };
+    if log_tail > log_head || log_head - log_tail > u64::from(log_pages) {
+        return Found::OursUnknown("log tail and head out of range");
+    }
     if version == Some(1) && log_pages != 0 {
         return Found::OursUnknown("unknown superblock layout");
     }
@@ -176,6 +203,8 @@ pub fn decode(page: &[u8]) -> Found {
         boot_id,
         cas_ceiling,
         log_pages,
+        log_tail,
+        log_head,
     })
 }
 
@@ -195,7 +224,7 @@ mod tests {
             proptest::option::of(1u32..),
             any::<u32>(),
             any::<[u8; 16]>(),
-            (any::<u64>(), any::<u32>()),
+            (any::<u64>(), any::<u32>(), any::<u64>(), any::<u32>()),
         )
             .prop_map(
                 |(
@@ -206,8 +235,9 @@ mod tests {
                     flush_at,
                     map_pages,
                     boot_id,
-                    (cas_ceiling, log_pages),
+                    (cas_ceiling, log_pages, log_tail, used),
                 )| {
+                    let log_tail = log_tail >> 1;
                     Superblock {
                         state: if clean { State::Clean } else { State::Open },
                         sets,
@@ -218,6 +248,8 @@ mod tests {
                         boot_id,
                         cas_ceiling,
                         log_pages,
+                        log_tail,
+                        log_head: log_tail + u64::from(used.min(log_pages)),
                     }
                 },
             )
@@ -230,7 +262,7 @@ mod tests {
         foreign[..8].copy_from_slice(b"\x7fELF\x02\x01\x01\0");
         assert_eq!(decode(&foreign), Found::Foreign);
         let mut set_page = vec![0u8; SET_BYTES];
-        crate::format::encode(&mut set_page, 0, 3, &[]).unwrap();
+        crate::format::encode(&mut set_page, 0, 3, 0, &[]).unwrap();
         assert!(matches!(decode(&set_page), Found::OursUnknown(_)));
     }
 
@@ -246,9 +278,11 @@ mod tests {
             boot_id: [0x55; 16],
             cas_ceiling: 0x6162_6364_6566_6768,
             log_pages: 0x7172_7374,
+            log_tail: 0x0182_8384_8586_8788,
+            log_head: 0x0182_8384_8586_8799,
         });
         assert_eq!(&p[0..4], b"FTSB");
-        assert_eq!(&p[4..8], &[2, 0, 2, 0]);
+        assert_eq!(&p[4..8], &[3, 0, 2, 0]);
         assert_eq!(&p[12..16], &[4, 3, 2, 1]);
         assert_eq!(p[16], 0x18);
         assert_eq!(p[24], 0x28);
@@ -259,7 +293,10 @@ mod tests {
         assert_eq!(p[60], 0x68);
         assert_eq!(p[67], 0x61);
         assert_eq!(&p[68..72], &[0x74, 0x73, 0x72, 0x71]);
-        assert!(p[72..].iter().all(|&b| b == 0));
+        assert_eq!(p[72], 0x88);
+        assert_eq!(p[80], 0x99);
+        assert_eq!(p[87], 0x01);
+        assert!(p[88..].iter().all(|&b| b == 0));
     }
 
     /// A version 1 superblock (before the log) reads as one with no log pages.
@@ -275,6 +312,8 @@ mod tests {
             boot_id: [1; 16],
             cas_ceiling: 8,
             log_pages: 0,
+            log_tail: 0,
+            log_head: 0,
         };
         let mut p = encode(&s);
         p[4] = 1;
@@ -282,6 +321,37 @@ mod tests {
         let crc = crc32c::crc32c(&p);
         p[8..12].copy_from_slice(&crc.to_le_bytes());
         assert_eq!(decode(&p), Found::Ours(s));
+    }
+
+    /// A version 2 superblock (log pages, but the log not kept across a kill) reads with an
+    /// empty log record: its log pages are never replayed (its kill emptied their sets).
+    #[test]
+    fn version_two_reads_with_no_log_to_replay() {
+        let s = Superblock {
+            state: State::Open,
+            sets: 9,
+            generation: 5,
+            last_cas: 0,
+            flush_at: None,
+            map_pages: 1,
+            boot_id: [1; 16],
+            cas_ceiling: 8,
+            log_pages: 12,
+            log_tail: 0,
+            log_head: 0,
+        };
+        let mut p = encode(&s);
+        p[4] = 2;
+        p[8..12].fill(0);
+        let crc = crc32c::crc32c(&p);
+        p[8..12].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode(&p), Found::Ours(s));
+        // A version 2 page with bytes past its fields is not ours to guess at.
+        p[80] = 1;
+        p[8..12].fill(0);
+        let crc = crc32c::crc32c(&p);
+        p[8..12].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(decode(&p), Found::OursUnknown(_)));
     }
 
     proptest! {

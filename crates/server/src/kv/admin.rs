@@ -140,6 +140,9 @@ fn is_gauge(name: &str) -> bool {
         "small_restart_clean",
         "small_recovered_items",
         "small_recovered_dirty_sets",
+        "small_recovered_log_items",
+        "small_recovered_log_pages",
+        "small_recovered_log_lost_pages",
     ];
     GAUGES.contains(&name)
         || name.starts_with("extstore_knob_")
