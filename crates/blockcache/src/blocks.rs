@@ -6,9 +6,9 @@
 //! moved nearly every record of a victim segment (MySQL read_write: 261k clean blocks
 //! copied in 25 s while clients wrote 9.4k), freeing a segment per ~30 copies, and writes
 //! waited for it (95 % of their time, ~100 ms a stalled write). A clean block can always be
-//! dropped (the backing has it), so while a write waits for space reclaim's copies of clean
-//! blocks are bounded per block the cache appends: 4 for read blocks, the fill budget
-//! (`reclaim_fill_moves`, its savings cut) for the others (`Blocks::want_space`).
+//! dropped (the backing has it), so while a write waits for space a read count no longer
+//! earns a clean block a copy: only the fill budget (`reclaim_fill_moves` per block written)
+//! does, which bounds reclaim's copies per client write (`Blocks::space_wanted`).
 //!
 //! Invariant: every change to the index happens under the mutex, with the flash append it
 //! describes when there is one (`Index::stamp`), so versions and the clean watermark are exact.
@@ -32,15 +32,6 @@ const FILL_SLACK: u64 = 32;
 /// than copying them: long enough for reclaim to get ahead (back to its free target), short
 /// enough that a read-mostly phase soon keeps its read blocks again.
 pub(crate) const SPACE_PRESSURE: Duration = Duration::from_secs(1);
-/// Fill moves a write waiting for space leaves saved up: the budget a read phase saved (up to
-/// `capacity_blocks`) is not spent as a burst of copies while writes wait (MySQL read_write:
-/// 87k fill moves in 25 s against 9.4k blocks written); one per block written goes on.
-const FILL_SAVED_UNDER_PRESSURE: u64 = 1024;
-/// While a write waits for space, copies of read clean blocks reclaim may make per block the
-/// cache appends (at most [`FILL_SAVED_UNDER_PRESSURE`] saved up): enough for a hot set that
-/// is a large share of the cache under sustained overwrites (tests/steady_state.rs), and a
-/// bound on reclaim's copies per client write where MySQL made 28.
-const READ_MOVES_PER_APPEND: u64 = 4;
 
 /// The index of cached blocks and the reclaim aging budget.
 #[derive(Debug)]
@@ -57,9 +48,6 @@ pub(crate) struct Blocks {
     /// (at most `capacity_blocks` saved up), so moves cost at most that many flash writes
     /// per client write.
     fill_budget: AtomicU64,
-    /// Copies of read clean blocks reclaim may still make while a write waits for space:
-    /// [`READ_MOVES_PER_APPEND`] per block appended, at most [`FILL_SAVED_UNDER_PRESSURE`].
-    read_move_budget: AtomicU64,
     /// Until when (µs since `epoch`) reclaim drops clean blocks instead of copying them: a
     /// write found flash full ([`Blocks::want_space`]). 0 = never.
     space_wanted_until: AtomicU64,
@@ -73,7 +61,6 @@ impl Default for Blocks {
             age_budget: AtomicU64::new(0),
             fill_line: AtomicU64::new(0),
             fill_budget: AtomicU64::new(0),
-            read_move_budget: AtomicU64::new(0),
             space_wanted_until: AtomicU64::new(0),
             epoch: Instant::now(),
         }
@@ -215,22 +202,6 @@ impl Blocks {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
                 (t < cap).then_some((t + moves).min(cap))
             });
-        let _ = self
-            .read_move_budget
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
-                (t < FILL_SAVED_UNDER_PRESSURE)
-                    .then_some((t + READ_MOVES_PER_APPEND).min(FILL_SAVED_UNDER_PRESSURE))
-            });
-    }
-
-    /// Whether reclaim may copy a clean block for its read count: always, except while a
-    /// write waits for space ([`Blocks::want_space`]); then only within the read-move budget.
-    pub(crate) fn take_read_move(&self) -> bool {
-        !self.space_wanted()
-            || self
-                .read_move_budget
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| t.checked_sub(1))
-                .is_ok()
     }
 
     /// Spend one fill move, if the cache is below its fill line and the budget allows.
@@ -243,15 +214,11 @@ impl Blocks {
     }
 
     /// A write is waiting for flash space: for [`SPACE_PRESSURE`] from now reclaim copies a
-    /// read clean block only within the read-move budget ([`READ_MOVES_PER_APPEND`] per
-    /// block appended) and makes fill moves only within the fill budget, whose savings are
-    /// cut to [`FILL_SAVED_UNDER_PRESSURE`], so it frees segments at the cost of cached
-    /// copies the backing also holds.
+    /// clean block only as a fill move (within the fill budget), not for its read count, so
+    /// it frees segments at the cost of cached copies the backing also holds.
     pub(crate) fn want_space(&self) {
         let until = self.micros() + SPACE_PRESSURE.as_micros() as u64;
         self.space_wanted_until.fetch_max(until, Ordering::Relaxed);
-        self.fill_budget
-            .fetch_min(FILL_SAVED_UNDER_PRESSURE, Ordering::Relaxed);
     }
 
     /// Whether a write found flash full within the last [`SPACE_PRESSURE`].
@@ -296,41 +263,6 @@ mod tests {
         assert!(!b.space_wanted(), "the pressure ends on its own");
         b.want_space();
         assert!(b.space_wanted(), "and comes back with the next full flash");
-    }
-
-    #[test]
-    fn a_write_waiting_for_space_cuts_the_saved_fill_moves() {
-        let b = Blocks::default();
-        b.set_capacity(1 << 20);
-        for _ in 0..4000 {
-            b.aged_one(1 << 20, 1);
-        }
-        b.want_space();
-        let mut moves = 0;
-        while b.take_fill(0) {
-            moves += 1;
-        }
-        assert_eq!(moves, FILL_SAVED_UNDER_PRESSURE);
-        b.aged_one(1 << 20, 1);
-        assert!(b.take_fill(0), "one move per block written goes on");
-    }
-
-    #[test]
-    fn read_moves_are_bounded_only_while_space_is_wanted() {
-        let b = Blocks::default();
-        assert!(
-            (0..10_000).all(|_| b.take_read_move()),
-            "no write waits: unbounded"
-        );
-        for _ in 0..10 {
-            b.aged_one(1 << 20, 1);
-        }
-        b.want_space();
-        let mut moves = 0;
-        while b.take_read_move() {
-            moves += 1;
-        }
-        assert_eq!(moves, 10 * READ_MOVES_PER_APPEND);
     }
 
     #[test]

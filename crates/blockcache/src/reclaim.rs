@@ -5,8 +5,8 @@
 //! blocks, blocks being written back and this run's warm-restart records, so a newer version is
 //! never evicted while an older dirty copy could come back at restart. Clean blocks with a
 //! read count are moved, other clean blocks dropped; reclaim lowers counts at the rate of the
-//! cache's own appends, not once per pass; while a write waits for flash space copies are
-//! bounded per block appended (`Blocks::want_space`); a lost dirty record is appended again (same
+//! cache's own appends, not once per pass; while a write waits for flash space a read count
+//! earns no copy, only the fill budget does (`Blocks::want_space`); a lost dirty record is appended again (same
 //! version) or counted in `dirty_lost`. Details: docs/block-cache.md "Reclaim".
 //!
 //! Threads: the engine's reclaimer calls the handler; it shares [`Blocks`] with
@@ -82,10 +82,10 @@ impl ReclaimHandler for Handler {
                     if e.dirty || rec.version > d.wm_persisted() || index.is_writing(rec.key_id) {
                         add(&stats.moved_dirty_blocks, 1);
                         Decision::Keep
-                    } else if index.referenced(rec.key_id) && self.blocks.take_read_move() {
+                    } else if index.referenced(rec.key_id) && !self.blocks.space_wanted() {
                         // Read since its count was last used up: worth a copy. The count is
-                        // lowered only within the age budget. While a write waits for flash
-                        // space only within the read-move budget (`Blocks::want_space`).
+                        // lowered only within the age budget. Not while a write waits for
+                        // flash space (`Blocks::want_space`): then it is a fill move at most.
                         if age {
                             index.take_ref(rec.key_id);
                         }
