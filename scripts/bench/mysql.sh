@@ -226,7 +226,7 @@ run_config() { # name
         ( while :; do
             if [ -r "$W/run/block.stats" ]; then
                 printf 't=%s phase=%s load1=%s ' "$(date +%s.%N)" "$(cat "$W/phase")" "$(cut -d' ' -f1 /proc/loadavg)"
-                grep -E '^(reads|read_hits|writes|write_hits|read_hit_percent|dirty_blocks|cached_blocks|capacity_blocks|dirty_percent|disk_reads|disk_writes|cleanings|threshold_cleanings|period_cleanings|write_stalls|read_admits|uncached_reads|uncached_sequential_reads|uncached_writes|uncached_sequential_writes|read_requests|write_requests|flushes|fua_writes|partial_writes|read_hit_requests|read_miss_requests|read_partial_requests|read_hit_us|read_miss_us|write_us|write_wait_us|flush_us|flush_cache_us|backing_flushes|flush_backing_us|moved_clean_blocks|moved_fill_blocks|admit_refusals|flash_append_no_space|flash_append_rejected|flash_reclaim_us|flash_reclaim_flush_us|flash_bytes_rewritten|flash_bytes_written|flash_flushes|space_pressure_drops|replacements)=' \
+                grep -E '^(reads|read_hits|writes|write_hits|read_hit_percent|dirty_blocks|cached_blocks|capacity_blocks|dirty_percent|disk_reads|disk_writes|cleanings|threshold_cleanings|period_cleanings|write_stalls|read_admits|uncached_reads|uncached_sequential_reads)=' \
                     "$W/run/block.stats" | tr '\n' ' '
                 echo
             fi

@@ -1,14 +1,5 @@
-//! [`Blocks`]: the cached blocks — the [`Index`] behind its one mutex, the budget at which
-//! reclaim may age read counts, and the signal that a write is waiting for flash space.
-//! Owned by `BlockIo` and shared with the reclaim handler.
-//!
-//! Why the signal: with the cache near capacity and most clean blocks read lately, reclaim
-//! moved nearly every record of a victim segment (MySQL read_write: 261k clean blocks
-//! copied in 25 s while clients wrote 9.4k), freeing a segment per ~30 copies, and writes
-//! waited for it (95 % of their time, ~100 ms a stalled write). A clean block can always be
-//! dropped (the backing has it), so while a write waits for space a read count no longer
-//! earns a clean block a copy: only the fill budget (`reclaim_fill_moves` per block written)
-//! does, which bounds reclaim's copies per client write (`Blocks::space_wanted`).
+//! [`Blocks`]: the cached blocks — the [`Index`] behind its one mutex, and the budget at which
+//! reclaim may age read counts. Owned by `BlockIo` and shared with the reclaim handler.
 //!
 //! Invariant: every change to the index happens under the mutex, with the flash append it
 //! describes when there is one (`Index::stamp`), so versions and the clean watermark are exact.
@@ -20,7 +11,6 @@
 //! before the writeback holds and `last_error`. Threads: request tasks, the writeback task,
 //! admin requests and the engine's reclaimer.
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -28,10 +18,6 @@ use crate::index::{Entry, Index};
 
 /// The fill line is `capacity / FILL_SLACK` blocks below the capacity.
 const FILL_SLACK: u64 = 32;
-/// How long after a write last found flash full reclaim keeps dropping clean blocks rather
-/// than copying them: long enough for reclaim to get ahead (back to its free target), short
-/// enough that a read-mostly phase soon keeps its read blocks again.
-pub(crate) const SPACE_PRESSURE: Duration = Duration::from_secs(1);
 
 /// The index of cached blocks and the reclaim aging budget.
 #[derive(Debug)]
@@ -48,10 +34,6 @@ pub(crate) struct Blocks {
     /// (at most `capacity_blocks` saved up), so moves cost at most that many flash writes
     /// per client write.
     fill_budget: AtomicU64,
-    /// Until when (µs since `epoch`) reclaim drops clean blocks instead of copying them: a
-    /// write found flash full ([`Blocks::want_space`]). 0 = never.
-    space_wanted_until: AtomicU64,
-    epoch: Instant,
 }
 
 impl Default for Blocks {
@@ -61,8 +43,6 @@ impl Default for Blocks {
             age_budget: AtomicU64::new(0),
             fill_line: AtomicU64::new(0),
             fill_budget: AtomicU64::new(0),
-            space_wanted_until: AtomicU64::new(0),
-            epoch: Instant::now(),
         }
     }
 }
@@ -213,24 +193,6 @@ impl Blocks {
                 .is_ok()
     }
 
-    /// A write is waiting for flash space: for [`SPACE_PRESSURE`] from now reclaim copies a
-    /// clean block only as a fill move (within the fill budget), not for its read count, so
-    /// it frees segments at the cost of cached copies the backing also holds.
-    pub(crate) fn want_space(&self) {
-        let until = self.micros() + SPACE_PRESSURE.as_micros() as u64;
-        self.space_wanted_until.fetch_max(until, Ordering::Relaxed);
-    }
-
-    /// Whether a write found flash full within the last [`SPACE_PRESSURE`].
-    pub(crate) fn space_wanted(&self) -> bool {
-        self.micros() < self.space_wanted_until.load(Ordering::Relaxed)
-    }
-
-    fn micros(&self) -> u64 {
-        // From 1 so that 0 ("never") is always in the past.
-        1 + u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX - 1)
-    }
-
     /// Spend one lowering of a read count, if any is left.
     pub(crate) fn take_age(&self) -> bool {
         self.age_budget
@@ -251,18 +213,6 @@ mod tests {
         }
         assert!((0..4).all(|_| b.take_age()));
         assert!(!b.take_age());
-    }
-
-    #[test]
-    fn space_is_wanted_for_a_while_after_a_write_found_flash_full() {
-        let b = Blocks::default();
-        assert!(!b.space_wanted(), "nobody asked yet");
-        b.want_space();
-        assert!(b.space_wanted());
-        std::thread::sleep(SPACE_PRESSURE + Duration::from_millis(50));
-        assert!(!b.space_wanted(), "the pressure ends on its own");
-        b.want_space();
-        assert!(b.space_wanted(), "and comes back with the next full flash");
     }
 
     #[test]

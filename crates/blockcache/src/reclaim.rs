@@ -5,8 +5,7 @@
 //! blocks, blocks being written back and this run's warm-restart records, so a newer version is
 //! never evicted while an older dirty copy could come back at restart. Clean blocks with a
 //! read count are moved, other clean blocks dropped; reclaim lowers counts at the rate of the
-//! cache's own appends, not once per pass; while a write waits for flash space a read count
-//! earns no copy, only the fill budget does (`Blocks::want_space`); a lost dirty record is appended again (same
+//! cache's own appends, not once per pass; a lost dirty record is appended again (same
 //! version) or counted in `dirty_lost`. Details: docs/block-cache.md "Reclaim".
 //!
 //! Threads: the engine's reclaimer calls the handler; it shares [`Blocks`] with
@@ -82,10 +81,9 @@ impl ReclaimHandler for Handler {
                     if e.dirty || rec.version > d.wm_persisted() || index.is_writing(rec.key_id) {
                         add(&stats.moved_dirty_blocks, 1);
                         Decision::Keep
-                    } else if index.referenced(rec.key_id) && !self.blocks.space_wanted() {
+                    } else if index.referenced(rec.key_id) {
                         // Read since its count was last used up: worth a copy. The count is
-                        // lowered only within the age budget. Not while a write waits for
-                        // flash space (`Blocks::want_space`): then it is a fill move at most.
+                        // lowered only within the age budget.
                         if age {
                             index.take_ref(rec.key_id);
                         }
@@ -96,9 +94,6 @@ impl ReclaimHandler for Handler {
                         add(&stats.moved_fill_blocks, 1);
                         Decision::Keep
                     } else {
-                        if index.referenced(rec.key_id) {
-                            add(&stats.space_pressure_drops, 1);
-                        }
                         index.remove_at(rec.key_id, loc);
                         add(&stats.replacements, 1);
                         note = Some(false);

@@ -360,8 +360,6 @@ impl BlockCache {
                     // cures. NoSpace: flash is full, and space comes from writeback.
                     waiting.get_or_insert_with(Instant::now);
                     if matches!(e, flashtier_flash::Error::NoSpace) {
-                        // Reclaim drops clean blocks instead of copying them for a while.
-                        self.io.blocks.want_space();
                         if !stalled {
                             stalled = true;
                             add(&self.io.stats.write_stalls, 1);

@@ -176,10 +176,6 @@ counters! {
     backing_flushes,
     /// Microseconds of flush_us spent in the backing's flush.
     flush_backing_us,
-    /// Read clean blocks reclaim dropped (also in replacements) instead of copying them,
-    /// because a write had found flash full within the last second (and no fill move was
-    /// left).
-    space_pressure_drops,
 }
 
 /// Microseconds since `t`, for the `*_us` counters.
