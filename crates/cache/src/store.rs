@@ -129,6 +129,13 @@ pub trait KvStore: Send + Sync + 'static {
         let _ = lane;
         None
     }
+
+    /// The same for the small-object tier's page reads (its own rings, one per lane:
+    /// `crate::small_tier`). Default: none (no small tier, or psync).
+    fn small_reaper(&self, lane: usize) -> Option<flashtier_flash::ReapHandle> {
+        let _ = lane;
+        None
+    }
 }
 
 /// The real store: RAM-only or over a flash tier (`Cache`'s two-phase paths).
@@ -139,6 +146,10 @@ impl KvStore for Cache {
 
     fn flash_reaper(&self, lane: usize) -> Option<flashtier_flash::ReapHandle> {
         self.flash().and_then(|f| f.reap_handle(lane))
+    }
+
+    fn small_reaper(&self, lane: usize) -> Option<flashtier_flash::ReapHandle> {
+        self.core.small.reap_handle(lane)
     }
 
     async fn get(&self, key: &[u8]) -> Result<Option<Item>, Error> {

@@ -43,7 +43,8 @@ pub struct Workers {
 
 impl Workers {
     /// Start `n` (at least one) worker threads named `name-<i>`; worker `i` submits its flash
-    /// IO on lane `i` and reaps that lane's completions (`store.flash_reaper(i)`).
+    /// IO on lane `i` and reaps that lane's completions (`store.flash_reaper(i)`, and the
+    /// small tier's, `store.small_reaper(i)`).
     pub fn start<S: KvStore>(n: usize, name: &str, store: &S) -> std::io::Result<Self> {
         let mut w = Workers {
             handles: Vec::new(),
@@ -60,6 +61,7 @@ impl Workers {
                 .build()?;
             w.handles.push(rt.handle().clone());
             let reaper = store.flash_reaper(i);
+            let small_reaper = store.small_reaper(i);
             let (tx, rx) = oneshot::channel::<()>();
             w.stops.push(tx);
             let tids = Arc::clone(&w.tids);
@@ -73,11 +75,16 @@ impl Workers {
                     flashtier_cache::flash::defer_submissions_on_this_thread();
                     rt.block_on(async move {
                         let reaper = reaper.map(|h| tokio::spawn(reap_flash(h)));
+                        // The small tier's page reads: same lane, its own ring.
+                        let small_reaper = small_reaper.map(|h| tokio::spawn(reap_flash(h)));
                         let flusher =
                             tokio::spawn(flashtier_cache::flash::submit_deferred_each_turn());
                         // Ends at `stop` (or when the sender is dropped).
                         let _ = rx.await;
                         if let Some(r) = reaper {
+                            r.abort();
+                        }
+                        if let Some(r) = small_reaper {
                             r.abort();
                         }
                         flusher.abort();

@@ -22,6 +22,12 @@ pub struct SmallConfig {
     /// dropped (a miss later, never a wrong value; stat `small_log_dropped`). 1 rewrites
     /// every set. Default: 1.
     pub merge_min: usize,
+    /// Serving threads that read the tier from their own io_uring ring (a thread-per-core
+    /// server's workers, each on the lane it chose with `flashtier_flash::use_ring_lane`,
+    /// reaping it with [`crate::SmallSets::reap_handle`]): the tier opens one ring per lane
+    /// plus one for its flusher thread, so a GET's page read is submitted and completed on
+    /// the thread that serves it and never waits behind the flusher's writes. Default: 1.
+    pub io_lanes: usize,
 }
 
 /// Staged bytes from which the flusher appends to the log (a few pages' worth).
@@ -34,6 +40,7 @@ impl Default for SmallConfig {
             batch_sets: 512,
             log_fraction: 0.05,
             merge_min: 1,
+            io_lanes: 1,
         }
     }
 }

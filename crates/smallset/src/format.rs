@@ -303,46 +303,15 @@ pub fn log_header(page: &Bytes) -> Option<(u64, u64)> {
 }
 
 fn decode_kind(page: &Bytes, kind: u32, set: u32, generation: u64) -> Page {
-    if page.len() != SET_BYTES {
-        return Page::Corrupt("short page");
-    }
-    if page.iter().all(|&b| b == 0) {
-        return Page::Empty;
-    }
-    if le32(page, 0) != Some(MAGIC) {
-        return Page::Corrupt("bad magic");
-    }
-    let mut copy = [0u8; SET_BYTES];
-    copy.copy_from_slice(page);
-    put(&mut copy, CRC_AT, &[0; 4]);
-    if le32(page, CRC_AT) != Some(crc32c::crc32c(&copy)) {
-        return Page::Corrupt("checksum mismatch");
-    }
-    let (header, capacity) = match le16(page, 4) {
-        Some(FORMAT_VERSION) => (HEADER_BYTES, CAPACITY),
-        // Written before the log was kept: no log sequence. Its log pages are never
-        // replayed (their sets were emptied by the kill that left them).
-        Some(1) if kind == KIND_LOG => return Page::Empty,
-        Some(1) => (V1_HEADER_BYTES, SET_BYTES - V1_HEADER_BYTES),
-        _ => return Page::Corrupt("unknown format version"),
+    let (count, used, header) = match check_kind(page, kind, set, generation) {
+        Checked::Entries {
+            count,
+            used,
+            header,
+        } => (count, used, header),
+        Checked::Empty => return Page::Empty,
+        Checked::Corrupt(why) => return Page::Corrupt(why),
     };
-    if le64(page, 16) != Some(generation) {
-        return Page::Empty;
-    }
-    if le32(page, KIND_AT) != Some(kind) {
-        return Page::Corrupt("page of another kind (set or log)");
-    }
-    if le32(page, 8) != Some(set) {
-        if kind == KIND_LOG {
-            return Page::Empty;
-        }
-        return Page::Corrupt("page of another set");
-    }
-    let count = le16(page, 6).unwrap_or(0) as usize;
-    let used = le32(page, 24).unwrap_or(0) as usize;
-    if count > MAX_ENTRIES || used > capacity {
-        return Page::Corrupt("count or length out of range");
-    }
     let mut out = Vec::with_capacity(count);
     let mut at = header;
     for _ in 0..count {
@@ -358,6 +327,130 @@ fn decode_kind(page: &Bytes, kind: u32, set: u32, generation: u64) -> Page {
         return Page::Corrupt("entry bytes disagree with the header");
     }
     Page::Valid(out)
+}
+
+/// What a set page read back says of one key ([`find`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum InPage {
+    /// The page is valid and holds the key: its slot (for the hit bit) and its entry.
+    Hit(usize, Entry),
+    /// The page is valid (or empty) and does not hold the key.
+    Missing,
+    /// Damaged, as [`Page::Corrupt`]: read as empty, counted.
+    Corrupt(&'static str),
+}
+
+/// Look `key` up in a page read from set `set`'s slot for generation `generation`: the same
+/// checks as [`decode`] (checksum, header, every entry's bounds and the entry bytes the
+/// header counts), but only the matching entry is built — a GET needs one entry of the up
+/// to [`MAX_ENTRIES`] a page holds, so it allocates no list and takes no reference to the
+/// page for the others. `find(p, s, g, k)` answers as `decode(p, s, g)` followed by a search
+/// for `k` (the unit tests check this on random pages).
+pub fn find(page: &Bytes, set: u32, generation: u64, key: &[u8]) -> InPage {
+    let (count, used, header) = match check_kind(page, KIND_SET, set, generation) {
+        Checked::Entries {
+            count,
+            used,
+            header,
+        } => (count, used, header),
+        Checked::Empty => return InPage::Missing,
+        Checked::Corrupt(why) => return InPage::Corrupt(why),
+    };
+    let mut hit = None;
+    let mut at = header;
+    for slot in 0..count {
+        let Some((key_len, value_len)) = entry_lens(page, at) else {
+            return InPage::Corrupt("entry runs past the page");
+        };
+        let k = at + ENTRY_HEADER;
+        // A key appears at most once a page: the first match is the only one.
+        if hit.is_none() && key_len == key.len() && page.get(k..k + key_len) == Some(key) {
+            hit = Some((slot, at));
+        }
+        at = k + key_len + value_len;
+    }
+    if at != header + used {
+        return InPage::Corrupt("entry bytes disagree with the header");
+    }
+    match hit.and_then(|(slot, at)| Some((slot, entry_at(page, at)?.0))) {
+        Some((slot, e)) => InPage::Hit(slot, e),
+        None => InPage::Missing,
+    }
+}
+
+/// What the header and checksum of a page say (before its entries are walked).
+enum Checked {
+    /// Valid for this kind, set (or sequence) and generation: entry count, entry bytes and
+    /// where the entries start (the header of the page's format version).
+    Entries {
+        count: usize,
+        used: usize,
+        header: usize,
+    },
+    Empty,
+    Corrupt(&'static str),
+}
+
+fn check_kind(page: &[u8], kind: u32, set: u32, generation: u64) -> Checked {
+    if page.len() != SET_BYTES {
+        return Checked::Corrupt("short page");
+    }
+    if le32(page, 0) != Some(MAGIC) {
+        // A never-written page is all zero (its first bytes are, so this scan is only paid
+        // by pages without the magic).
+        if page.iter().all(|&b| b == 0) {
+            return Checked::Empty;
+        }
+        return Checked::Corrupt("bad magic");
+    }
+    // The checksum covers the page with its own field zeroed: fed in three parts, no copy.
+    let (Some(head), Some(tail)) = (page.get(..CRC_AT), page.get(CRC_AT + 4..)) else {
+        return Checked::Corrupt("short page");
+    };
+    let crc = crc32c::crc32c_append(crc32c::crc32c_append(crc32c::crc32c(head), &[0; 4]), tail);
+    if le32(page, CRC_AT) != Some(crc) {
+        return Checked::Corrupt("checksum mismatch");
+    }
+    let (header, capacity) = match le16(page, 4) {
+        Some(FORMAT_VERSION) => (HEADER_BYTES, CAPACITY),
+        // Written before the log was kept: no log sequence. Its log pages are never
+        // replayed (their sets were emptied by the kill that left them).
+        Some(1) if kind == KIND_LOG => return Checked::Empty,
+        Some(1) => (V1_HEADER_BYTES, SET_BYTES - V1_HEADER_BYTES),
+        _ => return Checked::Corrupt("unknown format version"),
+    };
+    if le64(page, 16) != Some(generation) {
+        return Checked::Empty;
+    }
+    if le32(page, KIND_AT) != Some(kind) {
+        return Checked::Corrupt("page of another kind (set or log)");
+    }
+    if le32(page, 8) != Some(set) {
+        if kind == KIND_LOG {
+            return Checked::Empty;
+        }
+        return Checked::Corrupt("page of another set");
+    }
+    let count = le16(page, 6).unwrap_or(0) as usize;
+    let used = le32(page, 24).unwrap_or(0) as usize;
+    if count > MAX_ENTRIES || used > capacity {
+        return Checked::Corrupt("count or length out of range");
+    }
+    Checked::Entries {
+        count,
+        used,
+        header,
+    }
+}
+
+/// Key and value lengths of the entry at byte `at`, `None` when it runs past the page or its
+/// RRIP byte is out of range (the checks [`entry_at`] makes).
+fn entry_lens(page: &[u8], at: usize) -> Option<(usize, usize)> {
+    let key_len = *page.get(at)? as usize;
+    let rrip = *page.get(at + 1)?;
+    let value_len = le16(page, at + 2)? as usize;
+    let end = at + ENTRY_HEADER + key_len + value_len;
+    (end <= page.len() && rrip <= RRIP_MAX).then_some((key_len, value_len))
 }
 
 /// The entry at byte `at` and the offset after it.
@@ -574,7 +667,59 @@ mod tests {
         /// Arbitrary bytes never panic the decoder.
         #[test]
         fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), SET_BYTES)) {
-            let _ = decode(&Bytes::from(bytes), 0, 1);
+            let b = Bytes::from(bytes);
+            let _ = decode(&b, 0, 1);
+            let _ = find(&b, 0, 1, b"k");
+        }
+
+        /// `find` answers as a full decode then a search would, for every key of the page,
+        /// a key it lacks, another generation and another set.
+        #[test]
+        fn find_agrees_with_decode(es in entries(), other in proptest::collection::vec(any::<u8>(), 1..40)) {
+            let p = page_of(9, 4, &es);
+            for k in es.iter().map(|e| e.key.to_vec()).chain([other]) {
+                prop_assert_eq!(find(&p, 9, 4, &k), by_decode(&p, 9, 4, &k));
+                prop_assert_eq!(find(&p, 9, 5, &k), InPage::Missing);
+                prop_assert!(matches!(find(&p, 8, 4, &k), InPage::Corrupt(_)));
+            }
+        }
+
+        /// A flipped byte makes `find` report the page corrupt, never a hit.
+        #[test]
+        fn find_sees_any_flipped_byte(es in entries(), at in 0..SET_BYTES, x in 1u8..) {
+            prop_assume!(!es.is_empty());
+            let mut p = page_of(5, 6, &es).to_vec();
+            p[at] ^= x;
+            let got = find(&Bytes::from(p), 5, 6, &es[0].key);
+            prop_assert!(matches!(got, InPage::Corrupt(_)), "{:?}", got);
+        }
+
+        /// A header whose count or length disagrees with its entries (checksum recomputed,
+        /// so only the walk can tell) is corrupt for `find` exactly when it is for `decode`.
+        #[test]
+        fn find_walks_every_entry(es in entries(), at in prop::sample::select(vec![6usize, 7, 24, 25]), x in 1u8..) {
+            prop_assume!(!es.is_empty());
+            let mut p = page_of(5, 6, &es).to_vec();
+            p[at] ^= x;
+            p[CRC_AT..CRC_AT + 4].fill(0);
+            let crc = crc32c::crc32c(&p);
+            p[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+            let p = Bytes::from(p);
+            for e in &es {
+                prop_assert_eq!(find(&p, 5, 6, &e.key), by_decode(&p, 5, 6, &e.key));
+            }
+        }
+    }
+
+    /// What `find` must answer, from `decode` and a search of its entries.
+    fn by_decode(p: &Bytes, set: u32, gen: u64, key: &[u8]) -> InPage {
+        match decode(p, set, gen) {
+            Page::Valid(es) => match es.into_iter().enumerate().find(|(_, e)| e.key == key) {
+                Some((slot, e)) => InPage::Hit(slot, e),
+                None => InPage::Missing,
+            },
+            Page::Empty => InPage::Missing,
+            Page::Corrupt(why) => InPage::Corrupt(why),
         }
     }
 }

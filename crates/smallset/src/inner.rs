@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use flashtier_flash::io::pool::{PooledBuf, ReadPool};
+use flashtier_flash::io::uring::UringExecutor;
 use flashtier_flash::io::{AlignedBuf, Executor, IoOp, IoRequest};
 use flashtier_flash::Device;
 use parking_lot::{Condvar, Mutex};
@@ -28,7 +29,9 @@ pub(crate) struct Inner {
     /// The device itself, for the superblock and the open-time scan (synchronous, rare);
     /// set pages are read and written through `exec`.
     pub(crate) dev: Arc<dyn Device>,
-    pub(crate) exec: Box<dyn Executor>,
+    pub(crate) exec: Arc<dyn Executor>,
+    /// The same executor when it is io_uring (its lanes' reap handles, `SmallSets::reap_handle`).
+    pub(crate) uring: Option<Arc<UringExecutor>>,
     /// Recycled page buffers (reads and writes take them instead of allocating and zeroing).
     pub(crate) pool: Arc<ReadPool>,
     pub(crate) sets: u32,

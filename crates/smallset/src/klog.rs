@@ -618,6 +618,7 @@ mod tests {
             batch_sets: 4,
             log_fraction: 8.5 / (pages - 1) as f64,
             merge_min: 1,
+            io_lanes: 1,
         };
         let d: Arc<dyn Device> = dev.clone();
         let t = SmallSets::with_device(d, cfg).unwrap();

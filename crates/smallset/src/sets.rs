@@ -32,7 +32,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::config::SmallConfig;
 use crate::dirty::DirtyMap;
-use crate::format::{self, ItemMeta, Layout, Page, SET_BYTES};
+use crate::format::{self, InPage, ItemMeta, Layout, SET_BYTES};
 use crate::inner::{key_hash, Inner};
 use crate::klog::{KLog, LogRead};
 use crate::logindex::tag_of;
@@ -151,20 +151,27 @@ impl SmallSets {
         }
         let opening = recover::open_device(&*dev, &layout)?;
         let stats = Arc::new(FlashStats::default());
-        let exec: Box<dyn Executor> = match dev.raw_fd() {
-            Some(_) => match UringExecutor::new(vec![dev.clone()], 256, 1, stats.clone()) {
-                Ok(u) => Box::new(u),
+        // One ring per serving lane and one more, the flusher's own (`flusher_lane`).
+        let lanes = cfg.io_lanes.max(1);
+        let psync = |stats| Arc::new(PsyncExecutor::new(vec![dev.clone()], 4, stats));
+        let (exec, uring): (Arc<dyn Executor>, _) = match dev.raw_fd() {
+            Some(_) => match UringExecutor::new(vec![dev.clone()], 256, lanes + 1, stats.clone()) {
+                Ok(u) => {
+                    let u = Arc::new(u);
+                    (u.clone(), Some(u))
+                }
                 Err(e) => {
                     log::warn!("small tier: io_uring unavailable ({e}), using psync");
-                    Box::new(PsyncExecutor::new(vec![dev.clone()], 4, stats))
+                    (psync(stats), None)
                 }
             },
-            None => Box::new(PsyncExecutor::new(vec![dev.clone()], 4, stats)),
+            None => (psync(stats), None),
         };
         let mut inner = Inner {
             dev_name: dev.name().to_string(),
             dev,
             exec,
+            uring,
             pool: Arc::new(flashtier_flash::io::pool::ReadPool::default()),
             sets,
             generation: AtomicU64::new(opening.generation),
@@ -216,7 +223,11 @@ impl SmallSets {
             let inner = inner.clone();
             std::thread::Builder::new()
                 .name("flashtier-small".into())
-                .spawn(move || crate::flusher::run(&inner))?
+                .spawn(move || {
+                    // Its own ring: merges never queue behind (or delay) a worker's GETs.
+                    flashtier_flash::use_ring_lane(flusher_lane(&inner.cfg));
+                    crate::flusher::run(&inner);
+                })?
         };
         Ok(Self {
             inner,
@@ -291,6 +302,18 @@ impl SmallSets {
         }
     }
 
+    /// A handle for serving event loop `lane` (the threads that called
+    /// `flashtier_flash::use_ring_lane(lane)`) to reap the completions of the page reads
+    /// they submit, on their own thread: a GET then costs no thread hop. `None` without
+    /// io_uring. While no handle is attached a ring's own thread reaps it.
+    pub fn reap_handle(&self, lane: usize) -> Option<flashtier_flash::ReapHandle> {
+        let lanes = self.inner.cfg.io_lanes.max(1);
+        self.inner
+            .uring
+            .as_ref()
+            .and_then(|u| u.reap_handle(lane % lanes))
+    }
+
     /// Log pages (0: no on-flash log).
     pub fn log_pages(&self) -> u32 {
         self.inner.layout.log_pages
@@ -338,6 +361,12 @@ impl Drop for SmallSets {
         }
         self.inner.exec.shutdown();
     }
+}
+
+/// The flusher thread's ring lane: the one after the serving lanes (whose rings their event
+/// loops reap), so its page writes and merge reads are reaped by the ring's own thread.
+fn flusher_lane(cfg: &SmallConfig) -> usize {
+    cfg.io_lanes.max(1)
 }
 
 impl SmallStore for SmallSets {
@@ -477,17 +506,9 @@ impl SmallStore for SmallSets {
                     return Err(e);
                 }
             };
-            let entries = match format::decode(&page, set, generation) {
-                Page::Valid(es) => es,
-                Page::Empty => Vec::new(),
-                Page::Corrupt(why) => {
-                    Counters::add(&i.counters.corrupt_pages, 1);
-                    log::debug!("small tier: set {set} read back corrupt ({why})");
-                    Vec::new()
-                }
-            };
-            match entries.into_iter().enumerate().find(|(_, e)| e.key == key) {
-                Some((slot, e)) => {
+            // Only the key's entry is built (`format::find`: the page's checks all stay).
+            match format::find(&page, set, generation, &key) {
+                InPage::Hit(slot, e) => {
                     i.summaries.hit(set, slot as u8);
                     Counters::add(&i.counters.hits, 1);
                     out.item = Some(SmallItem {
@@ -495,7 +516,13 @@ impl SmallStore for SmallSets {
                         meta: e.meta,
                     });
                 }
-                None => {
+                InPage::Missing => {
+                    Counters::add(&i.counters.false_positives, 1);
+                    Counters::add(&i.counters.misses, 1);
+                }
+                InPage::Corrupt(why) => {
+                    Counters::add(&i.counters.corrupt_pages, 1);
+                    log::debug!("small tier: set {set} read back corrupt ({why})");
                     Counters::add(&i.counters.false_positives, 1);
                     Counters::add(&i.counters.misses, 1);
                 }

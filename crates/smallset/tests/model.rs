@@ -22,6 +22,7 @@ fn tier_with_log(sets: u64, log: u64, merge_min: usize) -> SmallSets {
         staging_bytes: 64 << 10,
         batch_sets: 4,
         log_fraction: (log as f64 + 0.5) / (pages - 1) as f64,
+        io_lanes: 1,
         merge_min,
     };
     let t = SmallSets::with_device(dev, cfg).unwrap();

@@ -15,6 +15,7 @@ fn cfg() -> SmallConfig {
         staging_bytes: 64 << 10,
         batch_sets: 4,
         log_fraction: 0.0,
+        io_lanes: 1,
         merge_min: 1,
     }
 }

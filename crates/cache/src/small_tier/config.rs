@@ -45,6 +45,10 @@ pub struct SmallSettings {
     /// Kangaroo's admission threshold: a log merge rewrites a set only when it gains at
     /// least this many objects (`SmallConfig::merge_min`). Default: 1 (always).
     pub merge_min: usize,
+    /// Serving threads that read the tier on their own io_uring ring (one ring each, plus
+    /// one for the tier's flusher; `SmallConfig::io_lanes`); the server sets its worker
+    /// count. Default: 1.
+    pub io_lanes: usize,
 }
 
 impl SmallSettings {
@@ -56,6 +60,7 @@ impl SmallSettings {
             staging_bytes: 16 << 20,
             log_fraction: 0.05,
             merge_min: 1,
+            io_lanes: 1,
         }
     }
 

@@ -69,6 +69,7 @@ impl Small {
             staging_bytes: s.staging_bytes,
             log_fraction: s.log_fraction,
             merge_min: s.merge_min,
+            io_lanes: s.io_lanes,
             ..Default::default()
         };
         let sets = match &s.device {
@@ -79,6 +80,15 @@ impl Small {
             sets,
             item_max: s.item_max,
         })
+    }
+
+    /// A handle for serving loop `lane` to reap its own small-tier page reads
+    /// (`SmallSets::reap_handle`); `None` when the tier is off or has no io_uring.
+    pub(crate) fn reap_handle(&self, lane: usize) -> Option<flashtier_flash::ReapHandle> {
+        match self {
+            Small::Off => None,
+            Small::On { sets, .. } => sets.reap_handle(lane),
+        }
     }
 
     /// True when the tier is on.
