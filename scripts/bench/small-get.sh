@@ -40,7 +40,7 @@ SMALL=$FLASH_DIR/small-get-sets-$$.bin
 PID=""
 cleanup() {
   # SIGKILL: a clean stop would first merge the whole log into the sets (minutes when loaded).
-  [ -n "$PID" ] && kill -9 "$PID" 2> /dev/null && wait "$PID" 2> /dev/null
+  [ -n "$PID" ] && kill -9 "$PID" 2> /dev/null && { wait "$PID" 2> /dev/null || true; }
   PID=""
   rm -f "$FLASH" "$SMALL"
 }
