@@ -406,21 +406,27 @@ fn open_block(inner: &Inner, h: &HeaderState) -> Superblock {
     }
 }
 
+/// The superblock as the tier stands: clean (with the last CAS) if it was closed cleanly and
+/// nothing changed since, else open.
+fn current_block(inner: &Inner, h: &HeaderState) -> Superblock {
+    if h.clean {
+        Superblock {
+            state: State::Clean,
+            last_cas: h.last_cas,
+            ..open_block(inner, h)
+        }
+    } else {
+        open_block(inner, h)
+    }
+}
+
 /// Record the log's tail and head in the superblock (a plain write, no sync: it survives a
 /// kill; a power cut starts fresh anyway). After an append, before its sets' dirty marks are
 /// cleared; after a merge of the tail, before its slots are reused. False when the write
 /// failed (the caller then leaves the marks: a kill empties those sets).
 pub(crate) fn record_log(inner: &Inner) -> bool {
     let mut h = inner.header.lock();
-    let sb = if h.clean {
-        Superblock {
-            state: State::Clean,
-            last_cas: h.last_cas,
-            ..open_block(inner, &h)
-        }
-    } else {
-        open_block(inner, &h)
-    };
+    let sb = current_block(inner, &h);
     match write(inner, &sb, false) {
         Ok(()) => {
             Counters::add(&inner.counters.log_records, 1);
@@ -567,15 +573,7 @@ pub(crate) fn reserve_cas(inner: &Inner, ceiling: u64) -> Result<(), Error> {
     }
     let old = h.cas_ceiling;
     h.cas_ceiling = ceiling;
-    let sb = if h.clean {
-        Superblock {
-            state: State::Clean,
-            last_cas: h.last_cas,
-            ..open_block(inner, &h)
-        }
-    } else {
-        open_block(inner, &h)
-    };
+    let sb = current_block(inner, &h);
     if let Err(e) = write(inner, &sb, false) {
         h.cas_ceiling = old;
         return Err(e);
