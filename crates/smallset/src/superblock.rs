@@ -127,9 +127,15 @@ pub fn encode(sb: &Superblock) -> [u8; SET_BYTES] {
     put(&mut p, 68, &sb.log_pages.to_le_bytes());
     put(&mut p, 72, &sb.log_tail.to_le_bytes());
     put(&mut p, 80, &sb.log_head.to_le_bytes());
-    let crc = crc32c::crc32c(&p);
-    put(&mut p, CRC_AT, &crc.to_le_bytes());
+    seal(&mut p);
     p
+}
+
+/// Write the page's checksum: crc32c of the page with its checksum field zeroed.
+fn seal(p: &mut [u8; SET_BYTES]) {
+    put(p, CRC_AT, &[0; 4]);
+    let crc = crc32c::crc32c(p);
+    put(p, CRC_AT, &crc.to_le_bytes());
 }
 
 /// Decode page 0 of a device.
@@ -317,9 +323,7 @@ mod tests {
         };
         let mut p = encode(&s);
         p[4] = 1;
-        p[8..12].fill(0);
-        let crc = crc32c::crc32c(&p);
-        p[8..12].copy_from_slice(&crc.to_le_bytes());
+        seal(&mut p);
         assert_eq!(decode(&p), Found::Ours(s));
     }
 
@@ -342,15 +346,11 @@ mod tests {
         };
         let mut p = encode(&s);
         p[4] = 2;
-        p[8..12].fill(0);
-        let crc = crc32c::crc32c(&p);
-        p[8..12].copy_from_slice(&crc.to_le_bytes());
+        seal(&mut p);
         assert_eq!(decode(&p), Found::Ours(s));
         // A version 2 page with bytes past its fields is not ours to guess at.
         p[80] = 1;
-        p[8..12].fill(0);
-        let crc = crc32c::crc32c(&p);
-        p[8..12].copy_from_slice(&crc.to_le_bytes());
+        seal(&mut p);
         assert!(matches!(decode(&p), Found::OursUnknown(_)));
     }
 
