@@ -378,7 +378,10 @@ impl Core {
             return Err(Error::FlashBusy);
         }
         let copy_below = match &existing {
-            Some(Existing::Ram(_, e)) => self.ram.record(e.loc).is_some_and(|r| r.header.small_below()),
+            Some(Existing::Ram(_, e)) => self
+                .ram
+                .record(e.loc)
+                .is_some_and(|r| r.header.small_below()),
             _ => true,
         };
         if copy_below {

@@ -4,21 +4,25 @@
 //! the flash log, and keep no index slot; a key with no slot is then looked up there.
 //!
 //! Invariant (what keeps a deleted or overwritten key from coming back): a key with an
-//! index slot (RAM or flash) has no live copy in the small tier. RAM eviction inserts a key
-//! and removes its slot under the key's shard lock (`Below`, the RAM tier's `LowerTier`);
-//! every write that publishes or removes a key that had no RAM slot removes its small copy
-//! under the same lock (`ops`); phase 2 re-checks, under that lock, the stamp phase 1 took
-//! before looking, so a lookup that raced an insert or remove runs again.
+//! index slot (RAM or flash) has no live copy in the small tier, except a RAM version marked
+//! `HOME_BELOW`, whose copy there is that same version (the write-back's, `writeback`). RAM
+//! eviction inserts a key and removes its slot under the key's shard lock (`Below`, the RAM
+//! tier's `LowerTier`); every write that publishes or removes a key that had no RAM slot, or
+//! whose RAM version is `HOME_BELOW`, removes its small copy under the same lock (`ops`);
+//! phase 2 re-checks, under that lock, the stamp phase 1 took before looking, so a lookup
+//! that raced an insert or remove runs again.
 //!
-//! Restarts (docs/eviction.md, "Small objects"): a clean close (`close`) moves the small RAM
-//! items the flash log did not take to the tier and closes it cleanly, and the next open
-//! serves them again, continuing the CAS counter and delayed `flush_all` the tier recorded;
-//! after a kill the tier keeps the sets that had nothing staged (its dirty map) and empties
-//! the rest, so a lost staged delete or overwrite never brings an old value back. The
+//! Restarts (docs/eviction.md, "Small objects"): small RAM versions reach the tier after a
+//! write-back window (`writeback`); a clean close (`close`) moves the small RAM items the
+//! flash log did not take to the tier and closes it cleanly, and the next open serves them
+//! again, continuing the CAS counter and delayed `flush_all` the tier recorded; after a kill
+//! the tier replays its log, keeps the sets that had nothing staged (its dirty map) and
+//! empties the rest, so a lost staged delete or overwrite never brings an old value back. The
 //! cache's CAS counter records a ceiling in the tier's superblock a block ahead
 //! (`Meta::with_cas_store`), so no CAS value handed out before a kill is handed out again.
 //! The dumps list the tier's items after the index's (`dump::small`).
-//! A RAM version of a small item is not written to the flash log while it is in RAM. Meta
+//! A RAM version of a small item is not written to the flash log while it is in RAM (only
+//! to the tier, by the write-back). Meta
 //! flags of a small item: `stale`/`win` items are not sent to the tier; `fetched` reads
 //! false there.
 //!
@@ -581,10 +585,9 @@ mod tests {
                 match i % 4 {
                     // A set with a removal still staged is emptied by the kill (the loss
                     // rule): an untouched key in it may be a miss, never another value.
-                    3 if !merge_before_kill => assert!(
-                        got.is_none_or(|f| f == 1),
-                        "key {i}: untouched, {got:?}"
-                    ),
+                    3 if !merge_before_kill => {
+                        assert!(got.is_none_or(|f| f == 1), "key {i}: untouched, {got:?}")
+                    }
                     3 => assert_eq!(got, Some(1), "key {i}: untouched, written back"),
                     _ => assert_eq!(got, None, "key {i}: an old version after a kill"),
                 }

@@ -66,7 +66,10 @@ impl SmallWriteBack {
             ("small_write_back_ms".into(), window_ms.to_string()),
             ("small_written_back".into(), g(&self.written)),
             ("small_write_back_refused".into(), g(&self.refused)),
-            ("small_write_back_queue".into(), self.queue.len().to_string()),
+            (
+                "small_write_back_queue".into(),
+                self.queue.len().to_string(),
+            ),
             (
                 "small_write_back_queue_bytes".into(),
                 self.queue.memory_bytes().to_string(),
@@ -76,12 +79,6 @@ impl SmallWriteBack {
                 self.queue.lag_ms(now_ms, window_ms).to_string(),
             ),
         ]
-    }
-
-    /// Bytes the queue holds (counted in `ram_known_bytes` by the caller, if it wants).
-    #[allow(dead_code)]
-    pub(crate) fn memory_bytes(&self) -> usize {
-        self.queue.memory_bytes()
     }
 }
 
