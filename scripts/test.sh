@@ -31,6 +31,10 @@ scripts/fuzz.sh
 step "load generator smoke run"
 scripts/bench-smoke.sh
 
+step "kill -9 torture: every command, three tiers, checked from outside"
+python3 scripts/kill9_torture.py target/release/flashtier --trials 4 --seed "${TORTURE_SEED:-$RANDOM}" \
+  --keys 1000 --run-min 2 --run-max 6
+
 step "benchmark tools: trace simulator"
 python3 scripts/bench/trace_sim_test.py
 

@@ -8,7 +8,8 @@
 //! The small-object tier's items have no index slot: they are listed after the shards, a
 //! range of sets a part (`small`), each set's page read once; the tier's staged state
 //! shadows its pages, and expiry and `flush_all` are judged here as for the other tiers. A
-//! key the tier holds has no index slot (`small_tier`'s invariant), so no key is listed
+//! key the tier holds has no index slot (`small_tier`'s invariant) — or a RAM slot whose version
+//! the tier's write-back copied, skipped here — so no key is listed
 //! twice.
 //!
 //! Threads: the caller's task; takes one shard lock at a time and never holds it across IO.
@@ -101,6 +102,13 @@ pub(crate) async fn small(core: &Core, part: usize) -> Vec<ItemInfo> {
             !core
                 .meta
                 .dead_at(l.item.meta.exptime, l.item.meta.stored, now)
+        })
+        // A copy the small tier's write-back made of a version RAM still holds is listed
+        // with the RAM slot, not twice.
+        .filter(|l| {
+            let hash = core.slots.hash(&l.key);
+            let shard = core.slots.lock(hash);
+            core.ram.find_key(&shard, hash, &l.key).is_none()
         })
         .map(|l| {
             let value_len = l.item.value.len() as u32;

@@ -83,6 +83,9 @@ pub struct Cache {
     sweeper: Option<Sweeper>,
     /// The write-back thread (`writeback`), with flash.
     writeback: Option<Sweeper>,
+    /// The small tier's write-back thread (`small_tier::writeback`), with the small tier
+    /// and a sweeper interval (unit tests without one run it by hand).
+    small_wb: Option<Sweeper>,
     /// The back-pressure gate's thread (`flash_tier::backpressure`), with flash.
     gate: Option<GateThread>,
     handler: Option<Arc<Handler<Core>>>,
@@ -94,6 +97,7 @@ impl Drop for Cache {
         // the reclaimer must never hold the last reference to it.
         drop(self.sweeper.take());
         drop(self.writeback.take());
+        drop(self.small_wb.take());
         let _ = self.close();
         // After `close`: its write-back of dirty versions still awaits room.
         drop(self.gate.take());
@@ -206,6 +210,20 @@ impl Cache {
             None => None,
         };
         let writeback = crate::flash_tier::writeback::spawn(&core).map_err(StartError::Sweeper)?;
+        let small_wb = match (core.small.is_on(), core.cfg.sweep_interval) {
+            (true, Some(_)) => {
+                let c = core.clone();
+                Some(
+                    Sweeper::spawn_fn(
+                        "flashtier-small-wb",
+                        crate::small_tier::writeback::PASS_EVERY,
+                        move || c.small_write_back_pass(),
+                    )
+                    .map_err(StartError::Sweeper)?,
+                )
+            }
+            _ => None,
+        };
         let gate = match core.lower.flash() {
             Some(tier) => {
                 let c = core.clone();
@@ -218,6 +236,7 @@ impl Cache {
             core,
             sweeper,
             writeback,
+            small_wb,
             gate,
             handler,
         })

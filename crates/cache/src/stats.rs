@@ -54,7 +54,9 @@ impl crate::engine::Core {
             ]),
             "slabs" => Some(self.slabs_stats()),
             "items" => Some(self.items_stats()),
-            "small" => self.small.stats(),
+            "small" => self
+                .small
+                .stats(self.cfg.clock.now_ms(), self.small_window_ms()),
             "extstore" => self
                 .lower
                 .flash()

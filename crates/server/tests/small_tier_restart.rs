@@ -207,16 +207,25 @@ fn kill9_after_the_log_took_every_change_replays_it() {
         (0..N).filter(|k| k % 10 == 1).map(|k| (k, 12)),
     );
     delete_all(&mut c, &mut model, (0..N).filter(|k| k % 10 == 2));
-    // The flusher appends what is staged every 100 ms.
-    let mut staged = u64::MAX;
-    for _ in 0..200 {
-        staged = small_stat(&mut c, "small_staged_items");
-        if staged == 0 {
+    // The flusher appends what is staged every 100 ms; the write-back inserts the small
+    // RAM versions after its 2 s window (wait for both, or a late insert could land
+    // between these stats and the kill).
+    let mut staged = (u64::MAX, u64::MAX);
+    for _ in 0..400 {
+        staged = (
+            small_stat(&mut c, "small_write_back_queue"),
+            small_stat(&mut c, "small_staged_items"),
+        );
+        if staged == (0, 0) {
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(staged, 0, "the flusher appended everything");
+    assert_eq!(
+        staged,
+        (0, 0),
+        "the write-back and the flusher took everything"
+    );
     let on_flash = small_stat(&mut c, "small_items");
     let logged = small_stat(&mut c, "small_log_items");
     assert!(logged > 0, "the killed run's changes are in the log");
@@ -247,6 +256,55 @@ fn kill9_after_the_log_took_every_change_replays_it() {
         }
     }
     println!("kill -9 after the log took every change: {kept} of {} keys served, {replayed} log objects replayed", model.len());
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Small items RAM still holds reach the tier after the write-back window (2 s without a
+/// flash log), so a `kill -9` once that passed keeps every one of them (before: the tier
+/// got an item only when RAM evicted it, and a kill lost every small item still in RAM).
+#[test]
+fn kill9_keeps_small_items_ram_held_past_the_write_back_window() {
+    let dir = scratch_dir("small-kill9-writeback");
+    let a = args(&dir, false);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let server = Server::start(&a);
+    let mut c = server.connect();
+    let mut model = Model::new();
+    set_all(&mut c, &mut model, (0..N).map(|k| (k, 3)));
+    let in_ram = value_of(&stats_section(&mut c, ""), "curr_items")
+        .parse::<u64>()
+        .expect("number");
+    assert!(in_ram > 1000, "RAM holds part of the keys ({in_ram})");
+    // Wait for the window, the write-back and the flusher's append to the log.
+    let mut left = (u64::MAX, u64::MAX);
+    for _ in 0..400 {
+        std::thread::sleep(Duration::from_millis(50));
+        left = (
+            small_stat(&mut c, "small_write_back_queue"),
+            small_stat(&mut c, "small_staged_items"),
+        );
+        if left == (0, 0) {
+            break;
+        }
+    }
+    assert_eq!(left, (0, 0), "write-back and flusher caught up");
+    assert!(small_stat(&mut c, "small_written_back") >= in_ram / 2);
+    drop(server); // SIGKILL
+
+    let server = Server::start(&a);
+    let mut c = server.connect();
+    let mut kept = 0;
+    for k in 0..N {
+        match served(&mut c, k) {
+            Some(v) => {
+                assert_eq!(v, 3, "{}: served version {v}", key(k));
+                kept += 1;
+            }
+            None => panic!("{}: lost although written back before the kill", key(k)),
+        }
+    }
+    println!("kill -9 past the write-back window: {kept} of {N} small keys served ({in_ram} were in RAM)");
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }

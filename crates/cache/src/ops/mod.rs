@@ -377,8 +377,16 @@ impl Core {
         if had_flash && self.lower.cover_or_stall(hash, key, stall).is_none() {
             return Err(Error::FlashBusy);
         }
-        if !matches!(existing, Some(Existing::Ram(..))) {
-            // The key has no RAM slot: a small-tier copy may exist (`small_tier`).
+        let copy_below = match &existing {
+            Some(Existing::Ram(_, e)) => self
+                .ram
+                .record(e.loc)
+                .is_some_and(|r| r.header.small_below()),
+            _ => true,
+        };
+        if copy_below {
+            // The key has no RAM slot (a small-tier copy may exist), or its RAM version has
+            // a copy there (`small_tier::writeback`): remove it.
             self.small.remove(key);
         }
         match existing {

@@ -276,8 +276,17 @@ impl Commit<'_> {
                 }
                 Some(covered) => !covered,
             };
-        if !matches!(seen.existing, Some(Existing::Ram(..))) {
-            // The key has no RAM slot: a small-tier copy may exist (`small_tier`).
+        // The replaced RAM version's small-tier state: a copy there (`HOME_BELOW`), or a
+        // wait for the small tier's write-back to continue (`small_tier::writeback`).
+        let old_small = match &seen.existing {
+            Some(Existing::Ram(_, e)) => core
+                .ram
+                .record(e.loc)
+                .map(|r| (r.header.small_below(), r.header.small_since())),
+            _ => None,
+        };
+        if old_small.is_none_or(|(below, _)| below) {
+            // The key has no RAM slot, or its RAM version has a small-tier copy: remove it.
             core.small.remove(key);
         }
         let cas = core.meta.cas_for(w.cas, self.base_cas);
@@ -289,6 +298,7 @@ impl Commit<'_> {
             header: &h,
             older_below,
             dirty_since: seen.old_since,
+            small_since: old_small.and_then(|(_, since)| since),
         });
         let env = core.env();
         let space = match target {

@@ -24,6 +24,9 @@ pub(crate) struct NewVersion<'a> {
     pub older_below: bool,
     /// The replaced version's dirty-since time, if it waited for write-back.
     pub dirty_since: Option<u64>,
+    /// The replaced version's wait for the small tier's write-back, if it waited
+    /// (`small_tier::writeback`).
+    pub small_since: Option<u64>,
 }
 
 /// What the tier below does with an item RAM evicts.

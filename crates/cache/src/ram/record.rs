@@ -28,7 +28,19 @@ pub const HOME_DIRTY: u64 = 1 << 62;
 /// Bit 61 of a home word without a home: an older version of the key may still be on flash
 /// (a delete must append a tombstone).
 pub const HOME_OLDER: u64 = 1 << 61;
+/// Bit 60 of a home word without a home: the small-object tier holds a copy of this version
+/// (its write-back inserted it; `small_tier::writeback`). A write that replaces or removes
+/// the version removes that copy first, as for a key with no RAM slot.
+pub const HOME_BELOW: u64 = 1 << 60;
+/// Bit 59 of a home word without a home: this small version waits for the small tier's
+/// write-back (dirty since bits 0–47, unix ms), as `HOME_DIRTY` does for the flash log.
+pub const HOME_SWAIT: u64 = 1 << 59;
 const SINCE_MASK: u64 = (1 << 48) - 1;
+
+/// The home word of a small version waiting for the small tier's write-back since `since_ms`.
+pub fn small_wait_word(since_ms: u64) -> u64 {
+    HOME_SWAIT | (since_ms & SINCE_MASK)
+}
 
 /// The home word of a version not yet on flash, dirty since `since_ms`.
 pub fn dirty_word(since_ms: u64, older: bool) -> u64 {
@@ -82,6 +94,16 @@ impl Header {
     /// When this version became dirty (unix ms), if it waits for write-back.
     pub fn dirty_since(&self) -> Option<u64> {
         (self.home & (HOME_VALID | HOME_DIRTY) == HOME_DIRTY).then_some(self.home & SINCE_MASK)
+    }
+
+    /// When this small version started waiting for the small tier's write-back (unix ms).
+    pub fn small_since(&self) -> Option<u64> {
+        (self.home & (HOME_VALID | HOME_SWAIT) == HOME_SWAIT).then_some(self.home & SINCE_MASK)
+    }
+
+    /// True if the small-object tier holds a copy of this version.
+    pub fn small_below(&self) -> bool {
+        self.home & (HOME_VALID | HOME_BELOW) == HOME_BELOW
     }
 
     /// True if some version of the key may be on flash (a home, or an older version).

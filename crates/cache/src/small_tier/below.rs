@@ -1,8 +1,10 @@
 //! The core as the RAM tier's [`LowerTier`]: the tier below RAM is two tiers when the small
 //! tier is on. An evicted record the small tier takes leaves the index ([`Taken::Below`]);
 //! everything else goes to `Lower` (the flash log, or nothing) exactly as without it. A new
-//! version the small tier will keep gets no flash-log home (no write-through, no write-back
-//! mark), so small items cost the log nothing while they are in RAM.
+//! version the small tier will keep gets no flash-log home (no write-through, no flash
+//! write-back mark), so small items cost the log nothing while they are in RAM; it waits for
+//! the small tier's own write-back instead (`writeback`), unless an older version is on
+//! flash (then the tier never takes it: that version would shadow its copy after a restart).
 //!
 //! # Threads
 //! As `LowerTier`: the caller holds the key's shard lock (and `AllocState` when evicting).
@@ -45,7 +47,10 @@ impl LowerTier for Core {
 
     fn home_for(&self, v: &NewVersion<'_>) -> u64 {
         if self.small.keeps(v.value.len()) {
-            return if v.older_below { HOME_OLDER } else { 0 };
+            if v.older_below {
+                return HOME_OLDER;
+            }
+            return self.small.wait_word(&self.cfg.clock, v.hash, v.small_since);
         }
         self.lower.home_for(v)
     }

@@ -4,21 +4,25 @@
 //! the flash log, and keep no index slot; a key with no slot is then looked up there.
 //!
 //! Invariant (what keeps a deleted or overwritten key from coming back): a key with an
-//! index slot (RAM or flash) has no live copy in the small tier. RAM eviction inserts a key
-//! and removes its slot under the key's shard lock (`Below`, the RAM tier's `LowerTier`);
-//! every write that publishes or removes a key that had no RAM slot removes its small copy
-//! under the same lock (`ops`); phase 2 re-checks, under that lock, the stamp phase 1 took
-//! before looking, so a lookup that raced an insert or remove runs again.
+//! index slot (RAM or flash) has no live copy in the small tier, except a RAM version marked
+//! `HOME_BELOW`, whose copy there is that same version (the write-back's, `writeback`). RAM
+//! eviction inserts a key and removes its slot under the key's shard lock (`Below`, the RAM
+//! tier's `LowerTier`); every write that publishes or removes a key that had no RAM slot, or
+//! whose RAM version is `HOME_BELOW`, removes its small copy under the same lock (`ops`);
+//! phase 2 re-checks, under that lock, the stamp phase 1 took before looking, so a lookup
+//! that raced an insert or remove runs again.
 //!
-//! Restarts (docs/eviction.md, "Small objects"): a clean close (`close`) moves the small RAM
-//! items the flash log did not take to the tier and closes it cleanly, and the next open
-//! serves them again, continuing the CAS counter and delayed `flush_all` the tier recorded;
-//! after a kill the tier keeps the sets that had nothing staged (its dirty map) and empties
-//! the rest, so a lost staged delete or overwrite never brings an old value back. The
+//! Restarts (docs/eviction.md, "Small objects"): small RAM versions reach the tier after a
+//! write-back window (`writeback`); a clean close (`close`) moves the small RAM items the
+//! flash log did not take to the tier and closes it cleanly, and the next open serves them
+//! again, continuing the CAS counter and delayed `flush_all` the tier recorded; after a kill
+//! the tier replays its log, keeps the sets that had nothing staged (its dirty map) and
+//! empties the rest, so a lost staged delete or overwrite never brings an old value back. The
 //! cache's CAS counter records a ceiling in the tier's superblock a block ahead
 //! (`Meta::with_cas_store`), so no CAS value handed out before a kill is handed out again.
 //! The dumps list the tier's items after the index's (`dump::small`).
-//! A RAM version of a small item is not written to the flash log while it is in RAM. Meta
+//! A RAM version of a small item is not written to the flash log while it is in RAM (only
+//! to the tier, by the write-back). Meta
 //! flags of a small item: `stale`/`win` items are not sent to the tier; `fetched` reads
 //! false there.
 //!
@@ -27,13 +31,14 @@
 pub(crate) mod below;
 mod close;
 pub(crate) mod config;
+pub(crate) mod writeback;
 
 use flashtier_smallset::{
     ItemMeta as SmallMeta, Recovered, SmallItem, SmallSets, SmallStore, Stamp,
 };
 
 use crate::ram::arena::RecordRef;
-use crate::ram::record::{F_STALE, F_WIN};
+use crate::ram::record::{F_STALE, F_WIN, HOME_DIRTY, HOME_OLDER, HOME_VALID};
 use crate::{Item, ItemMeta};
 pub use config::{SmallDevice, SmallSettings};
 
@@ -53,8 +58,13 @@ pub(crate) struct SmallSeen {
 pub(crate) enum Small {
     /// Off (`small_item_max` 0, the default): every method does nothing.
     Off,
-    /// On: values of at most `item_max` bytes go to `sets`.
-    On { sets: SmallSets, item_max: usize },
+    /// On: values of at most `item_max` bytes go to `sets`; `wb` writes RAM versions there
+    /// after a window (`writeback`).
+    On {
+        sets: SmallSets,
+        item_max: usize,
+        wb: writeback::SmallWriteBack,
+    },
 }
 
 impl Small {
@@ -79,6 +89,7 @@ impl Small {
         Ok(Small::On {
             sets,
             item_max: s.item_max,
+            wb: writeback::SmallWriteBack::default(),
         })
     }
 
@@ -97,22 +108,37 @@ impl Small {
     }
 
     /// Offer an evicted RAM record: true when the tier took it (the slot then goes). Only a
-    /// record with no flash home, no older version on flash and no meta flags qualifies.
+    /// record with no flash home, no older version on flash and no meta flags qualifies. A
+    /// version the write-back already put in the tier (`HOME_BELOW`) is not written again:
+    /// the slot just goes.
     pub(crate) fn take(&self, rec: &RecordRef<'_>, key: &[u8]) -> bool {
         let Small::On { sets, .. } = self else {
             return false;
         };
-        self.qualifies(rec) && sets.insert(key, &rec.value(), meta_of(rec))
+        self.qualifies(rec)
+            && (rec.header.small_below() || sets.insert(key, &rec.value(), meta_of(rec)))
     }
 
     /// True when the tier would keep this record: on, no flash home, no older version on
     /// flash (it would shadow the tier's copy after a restart), no meta flags, small enough.
+    /// A wait for the tier's write-back or a copy there already (`writeback`) qualifies.
     pub(crate) fn qualifies(&self, rec: &RecordRef<'_>) -> bool {
         let Small::On { item_max, .. } = self else {
             return false;
         };
         let h = &rec.header;
-        h.home == 0 && h.rflags & (F_STALE | F_WIN) == 0 && h.vlen as usize <= *item_max
+        h.home & (HOME_VALID | HOME_DIRTY | HOME_OLDER) == 0
+            && h.rflags & (F_STALE | F_WIN) == 0
+            && h.vlen as usize <= *item_max
+    }
+
+    /// The home word of a new small version the tier will keep (`LowerTier::home_for`): a
+    /// wait for the write-back, continuing `old`'s (the replaced version's) if it waited.
+    pub(crate) fn wait_word(&self, clock: &crate::Clock, hash: u64, old: Option<u64>) -> u64 {
+        match self {
+            Small::Off => 0,
+            Small::On { wb, .. } => wb.wait_word(clock, hash, old),
+        }
     }
 
     /// True when a new version of `len` value bytes skips the flash log (it goes to the tier
@@ -214,13 +240,15 @@ impl Small {
         sets.list_sets(first, SETS_PER_PART).await
     }
 
-    /// The `small` stats section (with the setting), or `None` when off.
-    pub(crate) fn stats(&self) -> Option<Vec<(String, String)>> {
-        let Small::On { sets, item_max } = self else {
+    /// The `small` stats section (with the setting), or `None` when off. `now_ms` and
+    /// `window_ms` date the write-back's lag.
+    pub(crate) fn stats(&self, now_ms: u64, window_ms: u64) -> Option<Vec<(String, String)>> {
+        let Small::On { sets, item_max, wb } = self else {
             return None;
         };
         let mut v = vec![("small_item_max".to_string(), item_max.to_string())];
         v.extend(sets.stats());
+        v.extend(wb.stats(now_ms, window_ms));
         Some(v)
     }
 }
@@ -232,7 +260,7 @@ impl crate::meta::CasStore for flashtier_smallset::CasReserver {
 }
 
 /// What the tier keeps of a record besides key and value.
-fn meta_of(rec: &RecordRef<'_>) -> SmallMeta {
+pub(crate) fn meta_of(rec: &RecordRef<'_>) -> SmallMeta {
     let h = &rec.header;
     SmallMeta {
         flags: h.flags,
@@ -484,6 +512,129 @@ mod tests {
             c.last_cas() >= top,
             "only the superblock survived: still above"
         );
+    }
+
+    /// What a kill -9 leaves of a cache on `dev`, opened again.
+    fn reopen_crashed(dev: &Arc<MemoryDevice>) -> Cache {
+        cache_on(Arc::new(MemoryDevice::from_image("crashed", dev.image())))
+    }
+
+    fn put(c: &Cache, i: u32, byte: u8, len: usize) {
+        let v = Bytes::from(vec![byte; len]);
+        c.set_now(&key(i), ItemWrite::new(v, u32::from(byte), 0))
+            .unwrap();
+    }
+
+    /// Small items RAM still holds reach the tier after the write-back window, so a kill
+    /// keeps them (before: only evicted ones were on flash, every RAM item was lost).
+    #[test]
+    fn write_back_keeps_small_ram_items_across_a_kill() {
+        let dev = Arc::new(MemoryDevice::new("small", 8 << 20));
+        let c = cache_on(dev.clone());
+        for i in 0..300 {
+            put(&c, i, 5, 100);
+        }
+        assert_eq!(c.stats().curr_items, 300, "all still in RAM");
+        // Without the write-back, a kill keeps none of them.
+        c.small_flush_staged();
+        let lost = reopen_crashed(&dev);
+        assert!((0..300).all(|i| lost.get_now(&key(i)).unwrap().is_none()));
+        drop(lost);
+        assert_eq!(c.small_write_back_now(), 300);
+        assert_eq!(small_stat(&c, "small_written_back"), 300);
+        c.small_flush_staged();
+        let again = reopen_crashed(&dev);
+        for i in 0..300 {
+            let it = again.get_now(&key(i)).unwrap().expect("written back");
+            assert_eq!((it.flags, &it.value[..]), (5, &[5u8; 100][..]));
+        }
+        // The copies are the RAM versions', listed once, and served from RAM meanwhile.
+        let seen = dumped(&c);
+        assert!((0..300).all(|i| seen.get(&key(i)) == Some(&1)));
+        assert_eq!(c.small_write_back_now(), 0, "nothing waits twice");
+    }
+
+    /// A version the write-back copied that is then overwritten, deleted, touched or grown
+    /// never comes back after a kill, whether the kill lands before or after the tier merged
+    /// the removal of its copy; untouched keys are served.
+    #[test]
+    fn writes_after_write_back_never_uncover_the_copy() {
+        for merge_before_kill in [false, true] {
+            let dev = Arc::new(MemoryDevice::new("small", 8 << 20));
+            let c = cache_on(dev.clone());
+            for i in 0..400 {
+                put(&c, i, 1, 100);
+            }
+            c.small_write_back_now();
+            c.small_flush_staged();
+            for i in (0..400u32).step_by(4) {
+                put(&c, i, 2, 100); // same size: in place
+            }
+            for i in (1..400u32).step_by(4) {
+                put(&c, i, 3, 40); // another size
+            }
+            for i in (2..400u32).step_by(4) {
+                assert!(c.delete_now(&key(i)));
+            }
+            if merge_before_kill {
+                c.small_flush_staged();
+            }
+            let k = reopen_crashed(&dev);
+            for i in 0..400u32 {
+                let got = k.get_now(&key(i)).unwrap().map(|it| it.flags);
+                match i % 4 {
+                    // A set with a removal still staged is emptied by the kill (the loss
+                    // rule): an untouched key in it may be a miss, never another value.
+                    3 if !merge_before_kill => {
+                        assert!(got.is_none_or(|f| f == 1), "key {i}: untouched, {got:?}")
+                    }
+                    3 => assert_eq!(got, Some(1), "key {i}: untouched, written back"),
+                    _ => assert_eq!(got, None, "key {i}: an old version after a kill"),
+                }
+            }
+            drop(k);
+            // The new versions are written back in turn and kept.
+            c.small_write_back_now();
+            c.small_flush_staged();
+            let k = reopen_crashed(&dev);
+            for i in 0..400u32 {
+                let got = k.get_now(&key(i)).unwrap().map(|it| it.flags);
+                let want = [Some(2), Some(3), None, Some(1)][(i % 4) as usize];
+                assert_eq!(got, want, "key {i} after the second write-back");
+            }
+        }
+    }
+
+    /// RAM evicting a version the write-back put in the tier writes nothing again, and the
+    /// key is served from the tier.
+    #[test]
+    fn evicting_a_written_back_version_costs_no_second_insert() {
+        let c = cache();
+        for i in 0..200 {
+            put(&c, i, 9, 150);
+        }
+        c.small_write_back_now();
+        let inserts = small_stat(&c, "small_inserts");
+        // Fill RAM with others until the first 200 are evicted (they are written back; the
+        // new ones are evicted unwritten and inserted at eviction).
+        for i in 1000..4000 {
+            put(&c, i, 7, 150);
+        }
+        assert!((0..200).all(|i| c.core.slots.len() > 0 && {
+            let hash = c.core.slots.hash(&key(i));
+            let shard = c.core.slots.lock(hash);
+            c.core.ram.find_key(&shard, hash, &key(i)).is_none()
+        }));
+        let evicted_new = 3000 - c.stats().curr_items;
+        assert_eq!(
+            small_stat(&c, "small_inserts") - inserts,
+            evicted_new,
+            "only the unwritten ones were inserted at eviction"
+        );
+        c.small_flush_staged();
+        for i in 0..200 {
+            assert_eq!(c.get_now(&key(i)).unwrap().unwrap().flags, 9);
+        }
     }
 
     /// Every live key of the cache, counted in the dumps (all parts).
