@@ -186,6 +186,12 @@ pub struct KvArgs {
     #[arg(long, value_name = "N")]
     pub small_log_merge_min: Option<u64>,
 
+    /// How long a write waits, holding no lock, for the small tier's flusher when its
+    /// staging buffer is full, so RAM's evictions go to the tier rather than the flash log
+    /// with a RAM index entry each (0: never wait; at most 60000). Default: 200.
+    #[arg(long, value_name = "MS")]
+    pub small_wait_ms: Option<u64>,
+
     /// Run with no flash tier (RAM only, like plain memcached). Conflicts with --flash and
     /// -o ext_path.
     #[arg(long)]

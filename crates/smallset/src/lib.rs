@@ -56,7 +56,7 @@ pub use config::SmallConfig;
 pub use error::Error;
 pub use format::ItemMeta;
 pub use recover::Recovered;
-pub use sets::{CasReserver, Lookup, SmallItem, SmallSets, SmallStore};
+pub use sets::{CasReserver, Lookup, Room, SmallItem, SmallSets, SmallStore};
 pub use staging::Stamp;
 pub use summary::BYTES_PER_SET;
 pub use walk::Listed;

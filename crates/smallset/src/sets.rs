@@ -329,6 +329,44 @@ impl SmallSets {
     pub fn live_items_estimate(&self) -> u64 {
         self.inner.live_items_estimate()
     }
+
+    /// True when the staging buffer is at its budget (`SmallConfig::staging_bytes`): the
+    /// flusher is behind, and past twice the budget inserts are refused. A writer that will
+    /// evict into the tier should wait for [`Room::has_room`] first, holding no lock.
+    pub fn crowded(&self) -> bool {
+        self.inner.staging.bytes() >= self.inner.cfg.staging_bytes
+    }
+
+    /// A handle that answers whether the staging buffer has room again (a waiter's probe);
+    /// it may outlive this one.
+    pub fn room(&self) -> Room {
+        Room {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+/// Whether the staging buffer has room again ([`SmallSets::crowded`]'s other side).
+#[derive(Clone)]
+pub struct Room {
+    inner: Arc<Inner>,
+}
+
+impl Room {
+    /// True when staging is below its budget (or the tier is closing: nobody should wait
+    /// for a flusher that stopped).
+    pub fn has_room(&self) -> bool {
+        self.inner.staging.bytes() < self.inner.cfg.staging_bytes
+            || self.inner.closed.load(Relaxed)
+    }
+}
+
+impl std::fmt::Debug for Room {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Room")
+            .field("device", &self.inner.dev_name)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Reserves CAS values in the tier's superblock ([`SmallSets::reserve_cas`]).

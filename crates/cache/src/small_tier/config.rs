@@ -49,6 +49,11 @@ pub struct SmallSettings {
     /// one for the tier's flusher; `SmallConfig::io_lanes`); the server sets its worker
     /// count. Default: 1.
     pub io_lanes: usize,
+    /// How long a write awaits room in the tier's staging buffer, holding no lock, when
+    /// the flusher is behind (`--small-wait-ms`; the cache's `small_tier` back-pressure):
+    /// past it the write goes on and an eviction the tier refuses goes to the flash log as
+    /// before. Zero never waits. Default: `200 ms` (the flash log's `append_wait_ms`).
+    pub wait: std::time::Duration,
 }
 
 impl SmallSettings {
@@ -61,6 +66,7 @@ impl SmallSettings {
             log_fraction: 0.05,
             merge_min: 1,
             io_lanes: 1,
+            wait: std::time::Duration::from_millis(200),
         }
     }
 
@@ -79,6 +85,12 @@ impl SmallSettings {
             return Err(format!(
                 "small log fraction {} is outside 0..=0.9",
                 self.log_fraction
+            ));
+        }
+        if self.wait > std::time::Duration::from_secs(60) {
+            return Err(format!(
+                "small wait {} ms is above 60000",
+                self.wait.as_millis()
             ));
         }
         if self.merge_min == 0 {

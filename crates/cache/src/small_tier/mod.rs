@@ -22,15 +22,31 @@
 //! flags of a small item: `stale`/`win` items are not sent to the tier; `fetched` reads
 //! false there.
 //!
+//! Back-pressure (`await_room`): RAM eviction stages into the tier under the shard lock and
+//! never waits there; when the flusher falls behind, staging crosses its budget and, at
+//! twice it, the tier refuses — the item then goes to the flash log with a RAM index entry
+//! (~11 B of RAM) instead, which under a full-speed fill was most of them. So a write first
+//! awaits room in staging, holding no lock, for at most `SmallSettings::wait`
+//! (`--small-wait-ms`), on a gate like the flash log's (`flash_tier::backpressure`): the
+//! fill runs at the tier's pace. After the bound it goes on (an eviction the tier still
+//! refuses takes today's path, counted in `small_inserts_refused`).
+//!
 //! # Threads
-//! Any caller; the tier's own locks are leaves below the shard lock.
+//! Any caller; the tier's own locks are leaves below the shard lock. One
+//! `flashtier-appendwait` thread per tier probes staging while writers wait.
 pub(crate) mod below;
 mod close;
 pub(crate) mod config;
 
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
 use flashtier_smallset::{
     ItemMeta as SmallMeta, Recovered, SmallItem, SmallSets, SmallStore, Stamp,
 };
+
+use crate::flash_tier::backpressure::{Budget, Gate, GateThread};
 
 use crate::ram::arena::RecordRef;
 use crate::ram::record::{F_STALE, F_WIN};
@@ -54,7 +70,19 @@ pub(crate) enum Small {
     /// Off (`small_item_max` 0, the default): every method does nothing.
     Off,
     /// On: values of at most `item_max` bytes go to `sets`.
-    On { sets: SmallSets, item_max: usize },
+    On {
+        sets: SmallSets,
+        item_max: usize,
+        /// Writers await room in staging here (`await_room`), at most `wait`.
+        room: Room,
+    },
+}
+
+/// The tier's back-pressure gate and its probing thread (see the module docs).
+pub(crate) struct Room {
+    gate: Arc<Gate>,
+    wait: Duration,
+    _thread: Option<GateThread>,
 }
 
 impl Small {
@@ -76,10 +104,42 @@ impl Small {
             SmallDevice::File { path, size } => SmallSets::open(path, *size, cfg)?,
             SmallDevice::Device(d) => SmallSets::with_device(d.clone(), cfg)?,
         };
+        let gate = Arc::new(Gate::default());
+        let thread = if s.wait.is_zero() {
+            None
+        } else {
+            let probe = sets.room();
+            Some(GateThread::spawn(gate.clone(), move || probe.has_room())?)
+        };
         Ok(Small::On {
             sets,
             item_max: s.item_max,
+            room: Room {
+                gate,
+                wait: s.wait,
+                _thread: thread,
+            },
         })
+    }
+
+    /// Before a write's phase 2 (holding no lock): if the tier's staging is at its budget
+    /// (the flusher is behind), await room within the request's `budget` of
+    /// `SmallSettings::wait`, so the eviction the write may cause is taken by the tier and
+    /// not pushed to the flash log. Ready at once when off, not crowded, or the budget is
+    /// spent (counted: `small_insert_waits`, `small_insert_wait_us`,
+    /// `small_insert_wait_timeouts`).
+    pub(crate) async fn await_room(&self, budget: &mut Budget) {
+        let Small::On { sets, room, .. } = self else {
+            return;
+        };
+        if room.wait.is_zero() || !sets.crowded() {
+            return;
+        }
+        room.gate.pressure();
+        let left = budget.left(room.wait);
+        if !left.is_zero() {
+            room.gate.writable(left).await;
+        }
     }
 
     /// A handle for serving loop `lane` to reap its own small-tier page reads
@@ -214,12 +274,36 @@ impl Small {
         sets.list_sets(first, SETS_PER_PART).await
     }
 
-    /// The `small` stats section (with the setting), or `None` when off.
+    /// The `small` stats section (with the settings), or `None` when off.
     pub(crate) fn stats(&self) -> Option<Vec<(String, String)>> {
-        let Small::On { sets, item_max } = self else {
+        let Small::On {
+            sets,
+            item_max,
+            room,
+        } = self
+        else {
             return None;
         };
-        let mut v = vec![("small_item_max".to_string(), item_max.to_string())];
+        let g = &room.gate;
+        let mut v = vec![
+            ("small_item_max".to_string(), item_max.to_string()),
+            (
+                "small_wait_ms".to_string(),
+                room.wait.as_millis().to_string(),
+            ),
+            (
+                "small_insert_waits".to_string(),
+                g.waits.load(Relaxed).to_string(),
+            ),
+            (
+                "small_insert_wait_us".to_string(),
+                g.wait_us.load(Relaxed).to_string(),
+            ),
+            (
+                "small_insert_wait_timeouts".to_string(),
+                g.wait_timeouts.load(Relaxed).to_string(),
+            ),
+        ];
         v.extend(sets.stats());
         Some(v)
     }

@@ -70,6 +70,9 @@ pub struct KvConfig {
     pub small_log_percent: u32,
     /// The small tier's log admission threshold (`--small-log-merge-min`). Default: 1.
     pub small_log_merge_min: u64,
+    /// How long a write awaits room in the small tier's staging (`--small-wait-ms`).
+    /// Default: 200.
+    pub small_wait_ms: u64,
     /// Runtime knobs to set at startup, in order (`--knob NAME=VALUE`, memcached's
     /// `-o ext_item_size=...` and friends, the file's `[knobs]`). Default: none.
     pub knobs: Vec<(String, String)>,
@@ -296,11 +299,16 @@ impl KvConfig {
             None => None,
         };
         let (small, small_item_max, small_log_percent, small_log_merge_min) = small_flags(a)?;
+        let small_wait_ms = a.small_wait_ms.unwrap_or(200);
+        if small_wait_ms > 60_000 {
+            usage!("--small-wait-ms {small_wait_ms}: expected 0 to 60000");
+        }
         let cfg = Self {
             small,
             small_item_max,
             small_log_percent,
             small_log_merge_min,
+            small_wait_ms,
             memcached,
             listen,
             unix,
