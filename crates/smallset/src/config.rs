@@ -28,6 +28,11 @@ pub struct SmallConfig {
     /// plus one for its flusher thread, so a GET's page read is submitted and completed on
     /// the thread that serves it and never waits behind the flusher's writes. Default: 1.
     pub io_lanes: usize,
+    /// The widest tag a log index link keeps of a key's hash (`logindex`: a link is 4 bytes,
+    /// and a large log leaves fewer bits than this). A narrower tag makes lookups read more
+    /// log pages and removes stage more tombstones; it never changes an answer (tests set it
+    /// to 0–2 bits so tags collide all the time). Default: 16.
+    pub log_tag_bits: u32,
 }
 
 /// Staged bytes from which the flusher appends to the log (a few pages' worth).
@@ -41,6 +46,7 @@ impl Default for SmallConfig {
             log_fraction: 0.05,
             merge_min: 1,
             io_lanes: 1,
+            log_tag_bits: 16,
         }
     }
 }
