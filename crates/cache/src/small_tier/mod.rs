@@ -453,6 +453,46 @@ mod tests {
         );
     }
 
+    fn cache_waiting(wait: std::time::Duration) -> Cache {
+        let dev = Arc::new(MemoryDevice::new("small", 8 << 20));
+        let mut small = SmallSettings::new(SmallDevice::Device(dev), 200);
+        // Room above the budget for one RAM segment's evictions (64 KiB of records).
+        small.staging_bytes = 256 << 10;
+        small.wait = wait;
+        let cfg = CacheConfig::builder()
+            .memory_limit(256 << 10)
+            .segment_size(64 << 10)
+            .max_item_size(64 << 10)
+            .sweep_interval(None)
+            .small(small)
+            .build()
+            .unwrap();
+        Cache::new(cfg).unwrap()
+    }
+
+    /// Back-pressure: a writer that finds staging at its budget waits (holding no lock) for
+    /// the flusher, so no eviction is refused by the tier — one writer overshoots the
+    /// budget by at most one RAM segment's evictions, never reaching the refusal limit at
+    /// twice it — and every value is served; with the wait off nothing waits.
+    #[test]
+    fn writes_wait_for_staging_room_instead_of_the_tier_refusing() {
+        let c = cache_waiting(std::time::Duration::from_secs(30));
+        fill(&c, 20_000, 150);
+        assert_eq!(small_stat(&c, "small_inserts_refused"), 0);
+        assert_eq!(small_stat(&c, "small_insert_wait_timeouts"), 0);
+        assert_eq!(small_stat(&c, "small_wait_ms"), 30_000);
+        for i in (0..20_000).step_by(97) {
+            if let Some(it) = c.get_now(&key(i)).unwrap() {
+                assert_eq!((it.flags, it.value[0]), (i, (i % 251) as u8), "key {i}");
+            }
+        }
+        assert_eq!(c.stats().evictions, 0, "the tier took every eviction");
+        let off = cache_waiting(std::time::Duration::ZERO);
+        fill(&off, 20_000, 150);
+        assert_eq!(small_stat(&off, "small_insert_waits"), 0);
+        assert_eq!(small_stat(&off, "small_wait_ms"), 0);
+    }
+
     /// The version each key must have: (flags, value byte), or `None` when deleted.
     fn churn(c: &Cache) -> Vec<Option<(u32, u8)>> {
         fill(c, 4000, 150);
