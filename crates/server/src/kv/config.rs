@@ -298,11 +298,8 @@ impl KvConfig {
             }
             None => None,
         };
-        let (small, small_item_max, small_log_percent, small_log_merge_min) = small_flags(a)?;
-        let small_wait_ms = a.small_wait_ms.unwrap_or(200);
-        if small_wait_ms > 60_000 {
-            usage!("--small-wait-ms {small_wait_ms}: expected 0 to 60000");
-        }
+        let (small, small_item_max, small_log_percent, small_log_merge_min, small_wait_ms) =
+            small_flags(a)?;
         let cfg = Self {
             small,
             small_item_max,
@@ -527,12 +524,13 @@ fn flash_spec(v: &str, what: &str) -> anyhow::Result<String> {
     Ok(v.to_string())
 }
 
-/// The small tier's flags: file and size, item size limit, log percent, log merge minimum.
-type SmallFlags = (Option<(PathBuf, u64)>, u64, u32, u64);
+/// The small tier's flags: file and size, item size limit, log percent, log merge minimum,
+/// wait for staging room (ms).
+type SmallFlags = (Option<(PathBuf, u64)>, u64, u32, u64, u64);
 
 /// `--small-flash PATH:SIZE` and `--small-item-max BYTES` (the small-object tier; a limit
 /// above 0 needs the file), `--small-log-percent` (0..=90, default 5) and
-/// `--small-log-merge-min` (≥ 1, default 1).
+/// `--small-log-merge-min` (≥ 1, default 1), `--small-wait-ms` (0..=60000, default 200).
 fn small_flags(a: &KvArgs) -> anyhow::Result<SmallFlags> {
     let small = match &a.small_flash {
         Some(text) => {
@@ -557,7 +555,11 @@ fn small_flags(a: &KvArgs) -> anyhow::Result<SmallFlags> {
     if merge_min == 0 {
         usage!("--small-log-merge-min 0: expected at least 1");
     }
-    Ok((small, max, percent, merge_min))
+    let wait = a.small_wait_ms.unwrap_or(200);
+    if wait > 60_000 {
+        usage!("--small-wait-ms {wait}: expected 0 to 60000");
+    }
+    Ok((small, max, percent, merge_min, wait))
 }
 
 #[cfg(test)]
