@@ -176,7 +176,7 @@ pub struct KvArgs {
 
     /// Percent of the --small-flash file for the on-flash log in front of its sets
     /// (Kangaroo's KLog: inserts are appended there and merged into sets grouped by set).
-    /// 0 turns the log off; at most 90. A changed value starts the file empty. Default: 5.
+    /// 0 turns the log off; at most 90. A changed value starts the file empty. Default: 10.
     #[arg(long, value_name = "PERCENT")]
     pub small_log_percent: Option<u32>,
 

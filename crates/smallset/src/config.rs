@@ -15,7 +15,9 @@ pub struct SmallConfig {
     /// Fraction of the device (after the superblock) for the on-flash log in front of the
     /// sets (`klog`, Kangaroo's KLog); 0 (or too few pages for [`crate::format::MIN_LOG_PAGES`])
     /// turns it off: staged batches then go straight to set pages. At most 0.9. A changed
-    /// value changes the layout: the next open starts the file empty. Default: `0.05`.
+    /// value changes the layout: the next open starts the file empty. Default: `0.10` (with
+    /// 4-byte index links it costs the RAM 5 % did with 8-byte ones, for fewer page
+    /// rewrites per object: docs/benchmarks.md, "Small objects (issue 28)").
     pub log_fraction: f64,
     /// Kangaroo's admission threshold: a log merge rewrites a set only when it brings at
     /// least this many new objects (or any delete, or a key the set may hold); fewer are
@@ -43,7 +45,7 @@ impl Default for SmallConfig {
         Self {
             staging_bytes: 16 << 20,
             batch_sets: 512,
-            log_fraction: 0.05,
+            log_fraction: 0.10,
             merge_min: 1,
             io_lanes: 1,
             log_tag_bits: 16,

@@ -307,14 +307,27 @@ mod tests {
             assert!(u64::from(tag) < 1u64 << x.tag_bits());
             let kinds = [(false, 1i8), (false, 0), (true, 0), (true, -1)];
             for (j, (del, d)) in kinds.iter().enumerate() {
-                x.push(1, last - (j as u32 % pages), PER_PAGE - 1 - j as u32, tag, *del, *d);
+                x.push(
+                    1,
+                    last - (j as u32 % pages),
+                    PER_PAGE - 1 - j as u32,
+                    tag,
+                    *del,
+                    *d,
+                );
             }
             let got: Vec<LogRef> = x.refs(1).collect();
             assert_eq!(got.len(), 4, "pages {pages}");
             for (r, (j, (del, d))) in got.iter().rev().zip(kinds.iter().enumerate()) {
                 assert_eq!(
                     (r.slot, r.pos, r.tag, r.delete, r.delta),
-                    (last - (j as u32 % pages), PER_PAGE - 1 - j as u32, tag, *del, *d),
+                    (
+                        last - (j as u32 % pages),
+                        PER_PAGE - 1 - j as u32,
+                        tag,
+                        *del,
+                        *d
+                    ),
                     "pages {pages}, max tag {max_tag}"
                 );
             }

@@ -40,7 +40,7 @@ pub struct SmallSettings {
     pub staging_bytes: u64,
     /// Fraction of the device for the on-flash log in front of the sets (Kangaroo's KLog,
     /// `flashtier_smallset::SmallConfig::log_fraction`); 0 turns it off. At most 0.9.
-    /// Default: `0.05`.
+    /// Default: `0.10`.
     pub log_fraction: f64,
     /// Kangaroo's admission threshold: a log merge rewrites a set only when it gains at
     /// least this many objects (`SmallConfig::merge_min`). Default: 1 (always).
@@ -63,7 +63,7 @@ impl SmallSettings {
             item_max,
             device,
             staging_bytes: 16 << 20,
-            log_fraction: 0.05,
+            log_fraction: 0.10,
             merge_min: 1,
             io_lanes: 1,
             wait: std::time::Duration::from_millis(200),

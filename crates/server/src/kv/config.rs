@@ -66,7 +66,7 @@ pub struct KvConfig {
     /// limit (`--small-item-max`; 0 = off). Default: none, 0.
     pub small: Option<(PathBuf, u64)>,
     pub small_item_max: u64,
-    /// The small tier's log, percent of its file (`--small-log-percent`; 0 off). Default: 5.
+    /// The small tier's log, percent of its file (`--small-log-percent`; 0 off). Default: 10.
     pub small_log_percent: u32,
     /// The small tier's log admission threshold (`--small-log-merge-min`). Default: 1.
     pub small_log_merge_min: u64,
@@ -529,7 +529,7 @@ fn flash_spec(v: &str, what: &str) -> anyhow::Result<String> {
 type SmallFlags = (Option<(PathBuf, u64)>, u64, u32, u64, u64);
 
 /// `--small-flash PATH:SIZE` and `--small-item-max BYTES` (the small-object tier; a limit
-/// above 0 needs the file), `--small-log-percent` (0..=90, default 5) and
+/// above 0 needs the file), `--small-log-percent` (0..=90, default 10) and
 /// `--small-log-merge-min` (≥ 1, default 1), `--small-wait-ms` (0..=60000, default 200).
 fn small_flags(a: &KvArgs) -> anyhow::Result<SmallFlags> {
     let small = match &a.small_flash {
@@ -547,7 +547,7 @@ fn small_flags(a: &KvArgs) -> anyhow::Result<SmallFlags> {
     if max > 0 && small.is_none() {
         usage!("--small-item-max {max} needs --small-flash PATH:SIZE");
     }
-    let percent = a.small_log_percent.unwrap_or(5);
+    let percent = a.small_log_percent.unwrap_or(10);
     if percent > 90 {
         usage!("--small-log-percent {percent}: expected 0 to 90");
     }
