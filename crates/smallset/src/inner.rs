@@ -224,7 +224,7 @@ impl Inner {
                 "small_log_tag_false_reads",
                 g(&c.log_tag_false_reads).to_string(),
             ),
-            ("small_log_tag_bits", log_tag_bits.to_string()),
+            ("small_log_tag_width", log_tag_bits.to_string()),
             (
                 "small_log_pages_written",
                 g(&c.log_pages_written).to_string(),

@@ -17,7 +17,7 @@
 //! tombstone whenever a put of the same tag is there, and the estimate is an estimate — so
 //! no answer depends on its width. A lookup through a chain of L other objects reads
 //! L / 2^`tag_bits` extra log pages on average: 11 bits for a 1 GiB file with a 5 % log
-//! (13,107 pages), 9 bits at 4 GiB / 5 %, 7 bits at 4 GiB / 20 % (stat `small_log_tag_bits`;
+//! (13,107 pages), 9 bits at 4 GiB / 5 %, 7 bits at 4 GiB / 20 % (stat `small_log_tag_width`;
 //! extra reads counted in `small_log_tag_false_reads`).
 //!
 //! Invariants: a set's chain is read and changed only under that set's staging partition
