@@ -176,7 +176,7 @@ pub struct KvArgs {
 
     /// Percent of the --small-flash file for the on-flash log in front of its sets
     /// (Kangaroo's KLog: inserts are appended there and merged into sets grouped by set).
-    /// 0 turns the log off; at most 90. A changed value starts the file empty. Default: 5.
+    /// 0 turns the log off; at most 90. A changed value starts the file empty. Default: 10.
     #[arg(long, value_name = "PERCENT")]
     pub small_log_percent: Option<u32>,
 
@@ -185,6 +185,12 @@ pub struct KvArgs {
     /// older version). Default: 1 (always rewrite).
     #[arg(long, value_name = "N")]
     pub small_log_merge_min: Option<u64>,
+
+    /// How long a write waits, holding no lock, for the small tier's flusher when its
+    /// staging buffer is full, so RAM's evictions go to the tier rather than the flash log
+    /// with a RAM index entry each (0: never wait; at most 60000). Default: 200.
+    #[arg(long, value_name = "MS")]
+    pub small_wait_ms: Option<u64>,
 
     /// Run with no flash tier (RAM only, like plain memcached). Conflicts with --flash and
     /// -o ext_path.

@@ -55,6 +55,9 @@ fn check_config() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown knob foo"));
     let bad = run(&["kv", "--check-config", "--knob", "append_wait_ms=99999999"]);
     assert!(!bad.status.success());
+    let bad = run(&["kv", "--check-config", "--small-wait-ms", "60001"]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("--small-wait-ms 60001"), "{err}");
     let bad = run(&["kv", "--check-config", "--flash", "missing.bin:0"]);
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("give a size"), "{err}");

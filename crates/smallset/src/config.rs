@@ -15,7 +15,9 @@ pub struct SmallConfig {
     /// Fraction of the device (after the superblock) for the on-flash log in front of the
     /// sets (`klog`, Kangaroo's KLog); 0 (or too few pages for [`crate::format::MIN_LOG_PAGES`])
     /// turns it off: staged batches then go straight to set pages. At most 0.9. A changed
-    /// value changes the layout: the next open starts the file empty. Default: `0.05`.
+    /// value changes the layout: the next open starts the file empty. Default: `0.10` (with
+    /// 4-byte index links it costs the RAM 5 % did with 8-byte ones, for fewer page
+    /// rewrites per object: docs/benchmarks.md, "Small objects (issue 28)").
     pub log_fraction: f64,
     /// Kangaroo's admission threshold: a log merge rewrites a set only when it brings at
     /// least this many new objects (or any delete, or a key the set may hold); fewer are
@@ -28,6 +30,11 @@ pub struct SmallConfig {
     /// plus one for its flusher thread, so a GET's page read is submitted and completed on
     /// the thread that serves it and never waits behind the flusher's writes. Default: 1.
     pub io_lanes: usize,
+    /// The widest tag a log index link keeps of a key's hash (`logindex`: a link is 4 bytes,
+    /// and a large log leaves fewer bits than this). A narrower tag makes lookups read more
+    /// log pages and removes stage more tombstones; it never changes an answer (tests set it
+    /// to 0–2 bits so tags collide all the time). Default: 16.
+    pub log_tag_bits: u32,
 }
 
 /// Staged bytes from which the flusher appends to the log (a few pages' worth).
@@ -38,9 +45,10 @@ impl Default for SmallConfig {
         Self {
             staging_bytes: 16 << 20,
             batch_sets: 512,
-            log_fraction: 0.05,
+            log_fraction: 0.10,
             merge_min: 1,
             io_lanes: 1,
+            log_tag_bits: 16,
         }
     }
 }

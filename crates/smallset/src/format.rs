@@ -96,6 +96,9 @@ pub struct Layout {
 
 /// Fewest log pages a log may have (below this the log is off).
 pub const MIN_LOG_PAGES: u64 = 4;
+/// Most log pages a log may have (a 128 GiB log): the RAM index's 4-byte links address
+/// fewer than 2^30 entry slots (`logindex`); a larger fraction of a huge file is cut to it.
+pub const MAX_LOG_PAGES: u64 = (1 << 30) / MAX_ENTRIES as u64 - 1;
 
 impl Layout {
     /// The layout of a device of `pages` pages with no log (`None`: too small for one set,
@@ -108,7 +111,7 @@ impl Layout {
     /// after the superblock (rounded down; fewer than [`MIN_LOG_PAGES`] means no log).
     pub fn with_log(pages: u64, log_fraction: f64) -> Option<Self> {
         let rest = pages.checked_sub(1)?;
-        let mut log = (rest as f64 * log_fraction.clamp(0.0, 0.9)) as u64;
+        let mut log = ((rest as f64 * log_fraction.clamp(0.0, 0.9)) as u64).min(MAX_LOG_PAGES);
         if log < MIN_LOG_PAGES {
             log = 0;
         }

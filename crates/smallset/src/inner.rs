@@ -179,14 +179,15 @@ impl Inner {
         let g = |a: &AtomicU64| a.load(Relaxed);
         let staged = i.staging.len();
         let summary = i.summaries.ram_bytes();
-        let (log_pages, log_used, log_items, log_index) = match &i.klog {
+        let (log_pages, log_used, log_items, log_index, log_tag_bits) = match &i.klog {
             Some(l) => (
                 u64::from(l.pages),
                 l.used(),
                 l.index.live(),
                 l.index.ram_bytes(),
+                l.index.tag_bits(),
             ),
-            None => (0, 0, 0, 0),
+            None => (0, 0, 0, 0, 0),
         };
         let stored = g(&c.bytes_stored);
         let written = g(&c.bytes_written);
@@ -219,6 +220,11 @@ impl Inner {
             ("small_log_index_bytes", log_index.to_string()),
             ("small_log_hits", g(&c.log_hits).to_string()),
             ("small_log_page_reads", g(&c.log_page_reads).to_string()),
+            (
+                "small_log_tag_false_reads",
+                g(&c.log_tag_false_reads).to_string(),
+            ),
+            ("small_log_tag_width", log_tag_bits.to_string()),
             (
                 "small_log_pages_written",
                 g(&c.log_pages_written).to_string(),

@@ -47,7 +47,7 @@ use flashtier_flash::io::IoOp;
 
 use crate::format::{self, Entry, Page, CAPACITY, LOG_DELETE, LOG_PUT, MAX_ENTRIES, SET_BYTES};
 use crate::inner::{key_hash, Inner};
-use crate::logindex::{tag_of, LogIndex, LogRef};
+use crate::logindex::{LogIndex, LogRef};
 use crate::staging::{Change, Staged};
 use crate::stats::Counters;
 use crate::summary::filter_of;
@@ -79,10 +79,10 @@ pub(crate) struct Located {
 }
 
 impl KLog {
-    pub(crate) fn new(sets: u32, pages: u32) -> Self {
+    pub(crate) fn new(sets: u32, pages: u32, tag_bits: u32) -> Self {
         Self {
             pages,
-            index: LogIndex::new(sets, pages),
+            index: LogIndex::with_tag_bits(sets, pages, tag_bits),
             slot_seq: (0..pages).map(|_| AtomicU64::new(u64::MAX)).collect(),
             head: AtomicU64::new(0),
             tail: AtomicU64::new(0),
@@ -321,7 +321,7 @@ pub(crate) fn append(inner: &Inner, log: &KLog) -> bool {
         let slot = log.slot(head + j as u64);
         for (pos, (set, s)) in page.iter().enumerate() {
             let delete = matches!(s.change, Change::Delete);
-            let tag = tag_of(s.hash);
+            let tag = log.index.tag_of(s.hash);
             inner.staging.with_set(*set, |_| {
                 // Whether the key is live before this object: its newest log object of the
                 // same tag decides, else the set's filter (an estimate: tags and filters
@@ -619,6 +619,7 @@ mod tests {
             log_fraction: 8.5 / (pages - 1) as f64,
             merge_min: 1,
             io_lanes: 1,
+            log_tag_bits: 16,
         };
         let d: Arc<dyn Device> = dev.clone();
         let t = SmallSets::with_device(d, cfg).unwrap();
@@ -657,7 +658,7 @@ mod tests {
         let copied = i.staging.with_set(set, |_| log.locate(set));
         let at = copied
             .iter()
-            .find(|a| a.r.tag == tag_of(key_hash(b"k\x03")))
+            .find(|a| a.r.tag == log.index.tag_of(key_hash(b"k\x03")))
             .copied()
             .unwrap();
         match block_on(read_entry(i, &at)) {

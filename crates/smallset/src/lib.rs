@@ -3,7 +3,7 @@
 //! set page; RAM holds a 20-byte summary per set (a Bloom filter, so a miss costs no read,
 //! and one hit bit per entry for RRIP eviction) — with KLog in front of it: a small staging
 //! buffer builds log pages, appended to an on-flash log whose RAM index costs 4 B a set and
-//! 8 B a log entry slot; the log's oldest part is merged into the sets grouped by set, so one
+//! 4 B a log entry slot; the log's oldest part is merged into the sets grouped by set, so one
 //! page rewrite carries every log object of its set (`klog`). With the log off
 //! (`SmallConfig::log_fraction` 0) staged batches go straight to set pages.
 //! It knows keys only as bytes; expiry, CAS and flags are the cache's, carried as
@@ -56,7 +56,7 @@ pub use config::SmallConfig;
 pub use error::Error;
 pub use format::ItemMeta;
 pub use recover::Recovered;
-pub use sets::{CasReserver, Lookup, SmallItem, SmallSets, SmallStore};
+pub use sets::{CasReserver, Lookup, Room, SmallItem, SmallSets, SmallStore};
 pub use staging::Stamp;
 pub use summary::BYTES_PER_SET;
 pub use walk::Listed;

@@ -40,7 +40,6 @@ use flashtier_flash::Device;
 use crate::format::{self, Layout, Page, SET_BYTES};
 use crate::inner::{key_hash, Inner};
 use crate::klog::KLog;
-use crate::logindex::tag_of;
 use crate::logscan::Scan;
 use crate::stats::Counters;
 use crate::summary::filter_of;
@@ -322,7 +321,7 @@ fn replay(inner: &Inner, log: &KLog, scan: &Scan, map: &[u8], marks: &HashMap<u3
             if emptied || p.seq < marks.get(&o.set).copied().unwrap_or(u64::MAX) {
                 continue;
             }
-            let tag = tag_of(o.hash);
+            let tag = log.index.tag_of(o.hash);
             let present = match log.index.refs(o.set).find(|r| r.tag == tag) {
                 Some(r) => !r.delete,
                 None => inner.summaries.may_hold(o.set, o.hash),

@@ -35,7 +35,6 @@ use crate::dirty::DirtyMap;
 use crate::format::{self, InPage, ItemMeta, Layout, SET_BYTES};
 use crate::inner::{key_hash, Inner};
 use crate::klog::{KLog, LogRead};
-use crate::logindex::tag_of;
 use crate::recover::{self, HeaderState, Recovered};
 use crate::staging::{Change, Staging, Stamp};
 use crate::stats::Counters;
@@ -180,7 +179,8 @@ impl SmallSets {
             boot_id: opening.boot_id,
             summaries: Summaries::new(sets),
             staging: Staging::default(),
-            klog: (layout.log_pages > 0).then(|| KLog::new(sets, layout.log_pages)),
+            klog: (layout.log_pages > 0)
+                .then(|| KLog::new(sets, layout.log_pages, cfg.log_tag_bits)),
             cfg,
             counters: Counters::default(),
             wake: Mutex::new(false),
@@ -329,6 +329,43 @@ impl SmallSets {
     pub fn live_items_estimate(&self) -> u64 {
         self.inner.live_items_estimate()
     }
+
+    /// True when the staging buffer is at its budget (`SmallConfig::staging_bytes`): the
+    /// flusher is behind, and past twice the budget inserts are refused. A writer that will
+    /// evict into the tier should wait for [`Room::has_room`] first, holding no lock.
+    pub fn crowded(&self) -> bool {
+        self.inner.staging.bytes() >= self.inner.cfg.staging_bytes
+    }
+
+    /// A handle that answers whether the staging buffer has room again (a waiter's probe);
+    /// it may outlive this one.
+    pub fn room(&self) -> Room {
+        Room {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+/// Whether the staging buffer has room again ([`SmallSets::crowded`]'s other side).
+#[derive(Clone)]
+pub struct Room {
+    inner: Arc<Inner>,
+}
+
+impl Room {
+    /// True when staging is below its budget (or the tier is closing: nobody should wait
+    /// for a flusher that stopped).
+    pub fn has_room(&self) -> bool {
+        self.inner.staging.bytes() < self.inner.cfg.staging_bytes || self.inner.closed.load(Relaxed)
+    }
+}
+
+impl std::fmt::Debug for Room {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Room")
+            .field("device", &self.inner.dev_name)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Reserves CAS values in the tier's superblock ([`SmallSets::reserve_cas`]).
@@ -409,15 +446,14 @@ impl SmallStore for SmallSets {
         // Staged and the log first, then the filter: an entry leaves staging only after the
         // log indexes it, and the log only after its page is written and the filter holds
         // it, so one of the three always sees a copy.
-        let tag = tag_of(hash);
         let (staged, in_log) = i.staging.with_set(set, |list| {
             let st = list
                 .and_then(|l| l.iter().find(|s| s.hash == hash && s.key == key))
                 .map(|s| s.change.clone());
-            let in_log = i
-                .klog
-                .as_ref()
-                .is_some_and(|l| l.index.refs(set).any(|r| r.tag == tag && !r.delete));
+            let in_log = i.klog.as_ref().is_some_and(|l| {
+                let tag = l.index.tag_of(hash);
+                l.index.refs(set).any(|r| r.tag == tag && !r.delete)
+            });
             (st, in_log)
         });
         if staged.is_some() || in_log || i.summaries.may_hold(set, hash) {
@@ -447,7 +483,7 @@ impl SmallStore for SmallSets {
                 stamp,
                 item: None,
             };
-            let tag = tag_of(hash);
+            let tag = i.klog.as_ref().map_or(0, |l| l.index.tag_of(hash));
             let (staged, logged) = i.staging.with_set(set, |list| {
                 let st = list
                     .and_then(|l| l.iter().find(|s| s.hash == hash && s.key == key))
@@ -470,7 +506,8 @@ impl SmallStore for SmallSets {
                         }
                         return Ok(out);
                     }
-                    LogRead::Entry(_) => {}
+                    // Another key with the same tag: a read the tag did not save.
+                    LogRead::Entry(_) => Counters::add(&i.counters.log_tag_false_reads, 1),
                     // Merged since the chain was copied: the set page holds it all.
                     LogRead::Stale => break,
                     // A lost entry may have been a delete: a miss, never an older version.

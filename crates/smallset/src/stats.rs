@@ -23,6 +23,8 @@ pub(crate) struct Counters {
     pub io_errors: AtomicU64,
     pub log_hits: AtomicU64,
     pub log_page_reads: AtomicU64,
+    /// Log page reads whose entry was another key with the same tag (`logindex`).
+    pub log_tag_false_reads: AtomicU64,
     pub log_pages_written: AtomicU64,
     pub log_bytes_written: AtomicU64,
     pub log_merges: AtomicU64,

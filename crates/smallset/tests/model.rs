@@ -23,6 +23,7 @@ fn tier_with_log(sets: u64, log: u64, merge_min: usize) -> SmallSets {
         batch_sets: 4,
         log_fraction: (log as f64 + 0.5) / (pages - 1) as f64,
         io_lanes: 1,
+        log_tag_bits: 16,
         merge_min,
     };
     let t = SmallSets::with_device(dev, cfg).unwrap();
@@ -240,7 +241,7 @@ fn with_a_log_lookups_read_it_and_merges_group_by_set() {
         s["small_log_items"] > 0 && s["small_log_merges"] > 0,
         "{s:?}"
     );
-    assert_eq!(s["small_log_index_bytes"], 64 * 4 + 16 * 32 * 8);
+    assert_eq!(s["small_log_index_bytes"], 64 * 4 + 16 * 32 * 4);
     for i in 0..600u32 {
         assert_eq!(
             get(&t, &k(i)),

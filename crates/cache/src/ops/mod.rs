@@ -236,9 +236,11 @@ impl Core {
         mut op: O,
     ) -> Result<O::Out, Error> {
         let mut budget = Budget::default();
+        let mut small_budget = Budget::default();
         loop {
             if O::WRITE {
                 self.lower.await_room(&mut budget).await;
+                self.small.await_room(&mut small_budget).await;
             }
             let mut view = self.lower.view(self, key, hash, op.reads()).await;
             if op.reads_small() && view.found.is_none() {

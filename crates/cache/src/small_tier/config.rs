@@ -40,7 +40,7 @@ pub struct SmallSettings {
     pub staging_bytes: u64,
     /// Fraction of the device for the on-flash log in front of the sets (Kangaroo's KLog,
     /// `flashtier_smallset::SmallConfig::log_fraction`); 0 turns it off. At most 0.9.
-    /// Default: `0.05`.
+    /// Default: `0.10`.
     pub log_fraction: f64,
     /// Kangaroo's admission threshold: a log merge rewrites a set only when it gains at
     /// least this many objects (`SmallConfig::merge_min`). Default: 1 (always).
@@ -49,6 +49,11 @@ pub struct SmallSettings {
     /// one for the tier's flusher; `SmallConfig::io_lanes`); the server sets its worker
     /// count. Default: 1.
     pub io_lanes: usize,
+    /// How long a write awaits room in the tier's staging buffer, holding no lock, when
+    /// the flusher is behind (`--small-wait-ms`; the cache's `small_tier` back-pressure):
+    /// past it the write goes on and an eviction the tier refuses goes to the flash log as
+    /// before. Zero never waits. Default: `200 ms` (the flash log's `append_wait_ms`).
+    pub wait: std::time::Duration,
 }
 
 impl SmallSettings {
@@ -58,9 +63,10 @@ impl SmallSettings {
             item_max,
             device,
             staging_bytes: 16 << 20,
-            log_fraction: 0.05,
+            log_fraction: 0.10,
             merge_min: 1,
             io_lanes: 1,
+            wait: std::time::Duration::from_millis(200),
         }
     }
 
@@ -79,6 +85,12 @@ impl SmallSettings {
             return Err(format!(
                 "small log fraction {} is outside 0..=0.9",
                 self.log_fraction
+            ));
+        }
+        if self.wait > std::time::Duration::from_secs(60) {
+            return Err(format!(
+                "small wait {} ms is above 60000",
+                self.wait.as_millis()
             ));
         }
         if self.merge_min == 0 {

@@ -136,6 +136,8 @@ fn is_gauge(name: &str) -> bool {
         "small_log_pages",
         "small_log_items",
         "small_log_index_bytes",
+        "small_log_tag_width",
+        "small_wait_ms",
         "small_write_amplification",
         "small_restart_clean",
         "small_recovered_items",

@@ -66,10 +66,13 @@ pub struct KvConfig {
     /// limit (`--small-item-max`; 0 = off). Default: none, 0.
     pub small: Option<(PathBuf, u64)>,
     pub small_item_max: u64,
-    /// The small tier's log, percent of its file (`--small-log-percent`; 0 off). Default: 5.
+    /// The small tier's log, percent of its file (`--small-log-percent`; 0 off). Default: 10.
     pub small_log_percent: u32,
     /// The small tier's log admission threshold (`--small-log-merge-min`). Default: 1.
     pub small_log_merge_min: u64,
+    /// How long a write awaits room in the small tier's staging (`--small-wait-ms`).
+    /// Default: 200.
+    pub small_wait_ms: u64,
     /// Runtime knobs to set at startup, in order (`--knob NAME=VALUE`, memcached's
     /// `-o ext_item_size=...` and friends, the file's `[knobs]`). Default: none.
     pub knobs: Vec<(String, String)>,
@@ -295,12 +298,14 @@ impl KvConfig {
             }
             None => None,
         };
-        let (small, small_item_max, small_log_percent, small_log_merge_min) = small_flags(a)?;
+        let (small, small_item_max, small_log_percent, small_log_merge_min, small_wait_ms) =
+            small_flags(a)?;
         let cfg = Self {
             small,
             small_item_max,
             small_log_percent,
             small_log_merge_min,
+            small_wait_ms,
             memcached,
             listen,
             unix,
@@ -519,12 +524,13 @@ fn flash_spec(v: &str, what: &str) -> anyhow::Result<String> {
     Ok(v.to_string())
 }
 
-/// The small tier's flags: file and size, item size limit, log percent, log merge minimum.
-type SmallFlags = (Option<(PathBuf, u64)>, u64, u32, u64);
+/// The small tier's flags: file and size, item size limit, log percent, log merge minimum,
+/// wait for staging room (ms).
+type SmallFlags = (Option<(PathBuf, u64)>, u64, u32, u64, u64);
 
 /// `--small-flash PATH:SIZE` and `--small-item-max BYTES` (the small-object tier; a limit
-/// above 0 needs the file), `--small-log-percent` (0..=90, default 5) and
-/// `--small-log-merge-min` (≥ 1, default 1).
+/// above 0 needs the file), `--small-log-percent` (0..=90, default 10) and
+/// `--small-log-merge-min` (≥ 1, default 1), `--small-wait-ms` (0..=60000, default 200).
 fn small_flags(a: &KvArgs) -> anyhow::Result<SmallFlags> {
     let small = match &a.small_flash {
         Some(text) => {
@@ -541,7 +547,7 @@ fn small_flags(a: &KvArgs) -> anyhow::Result<SmallFlags> {
     if max > 0 && small.is_none() {
         usage!("--small-item-max {max} needs --small-flash PATH:SIZE");
     }
-    let percent = a.small_log_percent.unwrap_or(5);
+    let percent = a.small_log_percent.unwrap_or(10);
     if percent > 90 {
         usage!("--small-log-percent {percent}: expected 0 to 90");
     }
@@ -549,7 +555,11 @@ fn small_flags(a: &KvArgs) -> anyhow::Result<SmallFlags> {
     if merge_min == 0 {
         usage!("--small-log-merge-min 0: expected at least 1");
     }
-    Ok((small, max, percent, merge_min))
+    let wait = a.small_wait_ms.unwrap_or(200);
+    if wait > 60_000 {
+        usage!("--small-wait-ms {wait}: expected 0 to 60000");
+    }
+    Ok((small, max, percent, merge_min, wait))
 }
 
 #[cfg(test)]
