@@ -23,6 +23,8 @@ const SHIFT: u32 = BLOCK.trailing_zeros();
 /// A table's buckets: `blocks.len() × BLOCK` of them, numbered from 0.
 #[derive(Debug)]
 pub struct Blocks {
+    // Boxed on purpose: each block is its own 256-byte allocation (module docs).
+    #[allow(clippy::vec_box)]
     blocks: Vec<Box<[Bucket; BLOCK]>>,
 }
 
