@@ -5,7 +5,10 @@
 # process's anonymous RSS (/proc/PID/status RssAnon; the binary's file pages are not items')
 # and the RAM stats (`stats`, `stats slabs`, `stats items`, `stats extstore`) recorded. Prints RSS growth
 # per item between the two steps beside what the stats account for (`ram_known_bytes`:
-# everything the cache can name).
+# everything the cache can name), then where the anonymous RSS lives by mapping at each
+# snapshot (smaps_split.py: allocator arenas, thread stacks, the binary's data).
+# A larger delta shows fixed buffers at a fraction per item:
+#   STEP2=1100000 FLASH_SIZE=6GiB scripts/bench/ram-per-item.sh
 # Usage: scripts/bench/ram-per-item.sh [OUT_DIR]   (default bench-results/ram-per-item-<time>)
 # Env: STEP1 [100000], STEP2 [300000], MEM [64], FLASH_SIZE [2GiB], VALUE [4096],
 #      FLASH_DIR [/var/tmp/flashtier-bench], FLASHTIER_BIN, BENCH_BIN, SERVER_THREADS [2],
@@ -67,6 +70,7 @@ snap() { # label
     stats items
     stats extstore
   } > "$OUT/$1.stats"
+  cp "/proc/$PID/smaps" "$OUT/$1.smaps" 2> /dev/null || true
 }
 
 load() { # prefix keys
@@ -91,7 +95,8 @@ a, b = read("step1"), read("step2")
 items = b["curr_items"] - a["curr_items"]
 rows = [("RSS (anonymous)", (b["rss_anon_kb"] - a["rss_anon_kb"]) * 1024)]
 for name in ["index_bytes", "ghost_bytes", "ledger_bytes", "flash_work_bytes",
-             "total_malloced", "ram_known_bytes"]:
+             "flash_summary_bytes", "write_back_queue_bytes", "total_malloced",
+             "ram_known_bytes"]:
     if name in a and name in b:
         rows.append((name, b[name] - a[name]))
 print(f"items {a['curr_items']:.0f} -> {b['curr_items']:.0f} (+{items:.0f})")
@@ -107,3 +112,4 @@ for label, d in (("step1", a), ("step2", b)):
         print(f"{label}: RssAnon {d['rss_anon_kb'] / 1024:.1f} MiB = ram_known_bytes "
               f"{d['ram_known_bytes'] / 2**20:.1f} MiB + {rest / 2**20:.1f} MiB not named")
 PY
+python3 "$(dirname "$0")/smaps_split.py" "$OUT" step1 step2 || true

@@ -128,6 +128,9 @@ impl crate::engine::Core {
         let flash_work = self.lower.flash().map_or(0, |t| {
             flashtier_flash::FlashStats::get(&t.engine().stats().work_bytes)
         });
+        let summaries = self.lower.flash().map_or(0, |t| {
+            flashtier_flash::FlashStats::get(&t.engine().stats().summary_bytes)
+        });
         let queue = self
             .lower
             .flash()
@@ -135,7 +138,7 @@ impl crate::engine::Core {
         add("write_back_queue_bytes", queue);
         add(
             "ram_known_bytes",
-            malloced + index + ghost + ledger + flash_work + queue,
+            malloced + index + ghost + ledger + flash_work + summaries + queue,
         );
         v
     }

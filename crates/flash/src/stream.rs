@@ -21,6 +21,9 @@ pub(crate) fn round_page(x: u64) -> u64 {
     x.div_ceil(PAGE) * PAGE
 }
 
+/// The most summary entries a stream keeps for its next segment (256 KiB of them).
+const SUMMARY_KEEP: usize = (256 << 10) / std::mem::size_of::<SummaryEntry>();
+
 /// One stream's open segment and chunk buffer.
 #[derive(Default)]
 pub(crate) struct StreamState {
@@ -63,6 +66,22 @@ pub(crate) struct Room {
 }
 
 impl StreamState {
+    /// Bytes the open segment's summary holds (its capacity).
+    pub(crate) fn summary_bytes(&self) -> u64 {
+        (self.summary.capacity() * std::mem::size_of::<SummaryEntry>()) as u64
+    }
+
+    /// Take back a sealed segment's summary (from [`Self::close`]) as the next segment's,
+    /// emptied, so each segment does not regrow it by doubling through the allocator's size
+    /// classes; one larger than [`SUMMARY_KEEP`] entries (a segment of small records) is
+    /// freed instead.
+    pub(crate) fn recycle_summary(&mut self, mut summary: Vec<SummaryEntry>) {
+        if self.summary.capacity() == 0 && summary.capacity() <= SUMMARY_KEEP {
+            summary.clear();
+            self.summary = summary;
+        }
+    }
+
     /// The open segment.
     pub(crate) fn seg(&self) -> Option<u32> {
         self.seg

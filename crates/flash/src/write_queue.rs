@@ -82,6 +82,11 @@ impl WriteQueue {
         }
     }
 
+    /// Bytes of the streams' open segment summaries.
+    pub(crate) fn summary_bytes(&self) -> u64 {
+        self.streams.iter().map(StreamState::summary_bytes).sum()
+    }
+
     /// Number of streams.
     pub(crate) fn streams(&self) -> usize {
         self.streams.len()

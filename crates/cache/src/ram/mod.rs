@@ -16,6 +16,7 @@ pub(crate) mod arena;
 pub(crate) mod evict;
 pub(crate) mod ghost;
 pub(crate) mod index;
+pub(crate) mod index_blocks;
 pub(crate) mod lower;
 pub(crate) mod record;
 pub(crate) mod sweeper;
