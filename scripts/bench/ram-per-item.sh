@@ -95,7 +95,7 @@ a, b = read("step1"), read("step2")
 items = b["curr_items"] - a["curr_items"]
 rows = [("RSS (anonymous)", (b["rss_anon_kb"] - a["rss_anon_kb"]) * 1024)]
 for name in ["index_bytes", "ghost_bytes", "ledger_bytes", "flash_work_bytes",
-             "flash_summary_bytes", "write_back_queue_bytes", "total_malloced",
+             "flash_open_segment_table_bytes", "write_back_queue_bytes", "total_malloced",
              "ram_known_bytes"]:
     if name in a and name in b:
         rows.append((name, b[name] - a[name]))

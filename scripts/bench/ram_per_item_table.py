@@ -11,7 +11,7 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from statsfile import read_stats  # noqa: E402
 from smaps_split import classify, mappings  # noqa: E402
 
-PARTS = ["index_bytes", "flash_work_bytes", "flash_summary_bytes", "write_back_queue_bytes"]
+PARTS = ["index_bytes", "flash_work_bytes", "flash_open_segment_table_bytes", "write_back_queue_bytes"]
 
 
 def run(out):

@@ -129,7 +129,7 @@ impl crate::engine::Core {
             flashtier_flash::FlashStats::get(&t.engine().stats().work_bytes)
         });
         let summaries = self.lower.flash().map_or(0, |t| {
-            flashtier_flash::FlashStats::get(&t.engine().stats().summary_bytes)
+            flashtier_flash::FlashStats::get(&t.engine().stats().open_segment_table_bytes)
         });
         let queue = self
             .lower

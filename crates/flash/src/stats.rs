@@ -151,7 +151,7 @@ stats! {
     work_peak_bytes,
     /// Gauge: bytes of the open segments' summaries in RAM (one entry per record appended to
     /// a segment still open, kept per stream for the next segment after a seal).
-    summary_bytes,
+    open_segment_table_bytes,
     /// Crash-journal entries committed (header-only records made to survive a crash before
     /// the log's next flush).
     journal_entries,

@@ -85,7 +85,10 @@ impl Inner {
         let Some(off) = stream_state.push(&h, (rec.key, rec.value), len, seed) else {
             return Err(Error::RecordTooLarge { size: len, max });
         };
-        FlashStats::set(&self.stats.summary_bytes, state.writes.summary_bytes());
+        FlashStats::set(
+            &self.stats.open_segment_table_bytes,
+            state.writes.summary_bytes(),
+        );
         state
             .segments
             .add_record(seg, len as u64, rec.exptime, rec.kind);
@@ -376,7 +379,10 @@ impl Inner {
         if let Some(st) = state.writes.stream_mut(usize::from(stream)) {
             st.recycle_summary(summary);
         }
-        FlashStats::set(&self.stats.summary_bytes, state.writes.summary_bytes());
+        FlashStats::set(
+            &self.stats.open_segment_table_bytes,
+            state.writes.summary_bytes(),
+        );
         let mut buf = AlignedBuf::zeroed(bytes.len());
         buf.as_mut_slice().copy_from_slice(&bytes);
         let (dev, dev_off, seq) = (info.dev, info.dev_off + self.seg_size - tail, info.seq);
