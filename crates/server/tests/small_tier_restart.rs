@@ -87,6 +87,28 @@ fn small_stat(c: &mut TcpStream, name: &str) -> u64 {
         .expect("number")
 }
 
+/// Wait (up to 20 s) until the small tier's write-back queue and staging are both empty:
+/// every small version written so far is in the log or on a page, so a kill now loses
+/// nothing the test counts on.
+fn wait_until_taken(c: &mut TcpStream) {
+    let mut left = (u64::MAX, u64::MAX);
+    for _ in 0..400 {
+        left = (
+            small_stat(c, "small_write_back_queue"),
+            small_stat(c, "small_staged_items"),
+        );
+        if left == (0, 0) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        left,
+        (0, 0),
+        "the write-back and the flusher took everything"
+    );
+}
+
 fn args(dir: &Path, flash: bool) -> Vec<String> {
     let mut a: Vec<String> = [
         "--memory",
@@ -210,22 +232,7 @@ fn kill9_after_the_log_took_every_change_replays_it() {
     // The flusher appends what is staged every 100 ms; the write-back inserts the small
     // RAM versions after its 2 s window (wait for both, or a late insert could land
     // between these stats and the kill).
-    let mut staged = (u64::MAX, u64::MAX);
-    for _ in 0..400 {
-        staged = (
-            small_stat(&mut c, "small_write_back_queue"),
-            small_stat(&mut c, "small_staged_items"),
-        );
-        if staged == (0, 0) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(
-        staged,
-        (0, 0),
-        "the write-back and the flusher took everything"
-    );
+    wait_until_taken(&mut c);
     let on_flash = small_stat(&mut c, "small_items");
     let logged = small_stat(&mut c, "small_log_items");
     assert!(logged > 0, "the killed run's changes are in the log");
@@ -277,18 +284,7 @@ fn kill9_keeps_small_items_ram_held_past_the_write_back_window() {
         .expect("number");
     assert!(in_ram > 1000, "RAM holds part of the keys ({in_ram})");
     // Wait for the window, the write-back and the flusher's append to the log.
-    let mut left = (u64::MAX, u64::MAX);
-    for _ in 0..400 {
-        std::thread::sleep(Duration::from_millis(50));
-        left = (
-            small_stat(&mut c, "small_write_back_queue"),
-            small_stat(&mut c, "small_staged_items"),
-        );
-        if left == (0, 0) {
-            break;
-        }
-    }
-    assert_eq!(left, (0, 0), "write-back and flusher caught up");
+    wait_until_taken(&mut c);
     assert!(small_stat(&mut c, "small_written_back") >= in_ram / 2);
     drop(server); // SIGKILL
 
