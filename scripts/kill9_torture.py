@@ -31,17 +31,12 @@ import sys
 import tempfile
 import threading
 import time
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench"))
+from probe import pick_port as free_port  # noqa: E402
 
 SIZES = [(30, 8), (120, 8), (280, 4), (700, 3), (3000, 4), (9000, 2), (70000, 1)]
 KEYS_PER_GET = 2000
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def value_for(key, ver, size):

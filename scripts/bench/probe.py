@@ -16,12 +16,17 @@ import sys
 import time
 
 
-def free_port():
+def pick_port():
+    """A loopback TCP port free right now (the kernel's choice; other scripts import this)."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    print(port)
+    return port
+
+
+def free_port():
+    print(pick_port())
 
 
 def pid_alive(pid):

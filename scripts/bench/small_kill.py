@@ -21,6 +21,7 @@ import sys
 import time
 
 from pymemcache.client.base import Client
+from probe import pick_port as free_port  # noqa: E402
 
 BIN = sys.argv[1]
 TRIALS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -43,13 +44,6 @@ def value(k, v):
     seed = f"{k}:{v}:".encode()
     return (seed * (VALUE // len(seed) + 1))[:VALUE]
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def start(path, port):
