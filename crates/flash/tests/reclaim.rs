@@ -230,7 +230,14 @@ fn background_reclaimer_keeps_appends_going() {
 /// watermark, several under one flush (issue 30: a refill over a full flash waited for
 /// reclaim passes of one victim and one flush each). Overwriting keys in order kills whole
 /// segments; the index stays exact throughout.
+/// Batching needs dead segments to pile up faster than the reclaimer frees them: an
+/// unoptimised build writes too slowly for that (the reclaimer frees each dead segment on
+/// its own), so the test runs in release builds only, as `scripts/test.sh` runs it.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "timing: an unoptimised writer never outruns the reclaimer"
+)]
 fn dead_segments_are_freed_ahead_in_batches() {
     let index = Arc::new(Index::default());
     let cfg = FlashConfig {
@@ -391,6 +398,15 @@ fn working_memory_stays_under_its_limit() {
         let key = i % 500;
         put(&f, &index, [0, 2, 3][(i % 3) as usize], key, i, 0, false);
         latest.insert(key, i);
+    }
+    // A background reclaimer that kept up by freeing dead segments alone never had to rewrite
+    // the cold keys (a slow writer, e.g. an unoptimised build): take victims until it has, so
+    // the limit is checked with reclaim's read window in use.
+    for _ in 0..256 {
+        if FlashStats::get(&f.stats().records_rewritten) > 0 {
+            break;
+        }
+        f.reclaim_now(true).unwrap();
     }
     f.flush().wait().unwrap();
     let s = f.stats();
