@@ -237,7 +237,10 @@ mod tests {
         c.add(5000);
         c.sub(256);
         let r = c.report();
-        assert!(r.starts_with("total live_bytes 5256 live_allocs 2\n"), "{r}");
+        assert!(
+            r.starts_with("total live_bytes 5256 live_allocs 2\n"),
+            "{r}"
+        );
         assert!(r.contains("class 240 256 live_bytes 256 live_allocs 1 allocs 2\n"));
         assert!(r.contains("class 4096 8192 live_bytes 5000 live_allocs 1 allocs 1\n"));
     }
