@@ -16,7 +16,7 @@
 //! slot) and an 8-bit overflow counter; the home bucket comes from the tag alone, so a table
 //! regrows without keys; linear probing with per-bucket overflow counters, no tombstones.
 //! (Until issue 26: 6 slots of 10 bytes with a 31-bit tag, 12.4 B per entry at the tables'
-//! mean load against 10.6 B now.) Byte and bit tables: docs/format.md, "RAM layouts".
+//! mean load against 10.6 B with 7 slots at load 0.9 / 1.1×, ~10.2 B at 0.95 / 1.05×.) Byte and bit tables: docs/format.md, "RAM layouts".
 //!
 //! # Threads
 //! Any thread; each operation holds one shard's mutex. The index itself never blocks on
@@ -32,9 +32,10 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 /// Slots per bucket.
 pub const SLOTS: usize = 7;
 /// Load factor above which a table grows. 0.95 since the eighth sitting (0.9 before):
-/// with 7-slot buckets and overflow counters a miss at that load still visits few
-/// buckets (unit test `probes_stay_short_at_full_load`), and every point of load is ~0.1 B
-/// per entry (issue 26: ≤ 12 B per flash item with everything counted).
+/// every point of load is ~0.1 B per entry (issue 26: ≤ 12 B per flash item with
+/// everything counted). The price: a lookup that misses (a GET miss, the lookup before a
+/// new key's insert) walks its probe run to the end, ~11.5 buckets instead of ~3.8; a hit
+/// still finds its slot in its home bucket (unit test `probes_stay_short_at_full_load`).
 const MAX_LOAD: f64 = 0.95;
 /// How much a table grows (its buckets × 1.05, at least one more). A smaller step keeps the
 /// tables fuller: with staggered shards the mean load is `MAX_LOAD × (1 − 1/GROWTH) ÷
@@ -720,8 +721,8 @@ mod tests {
         }
     }
 
-    /// At the load tables work at (up to [`MAX_LOAD`]), a lookup visits few buckets: the
-    /// overflow counters end a miss early.
+    /// At the load tables work at (up to [`MAX_LOAD`]) a miss's probe run stays bounded: the
+    /// overflow counters end it at the first bucket nothing overflowed past.
     #[test]
     fn probes_stay_short_at_full_load() {
         let idx = Index::new(64, 7, 2);
@@ -738,11 +739,14 @@ mod tests {
             }
             visited as f64 / (range.end - range.start) as f64
         };
-        // From the home bucket to the end of its probe run: what a miss visits, and at most
-        // what a hit does.
+        // From the home bucket to the end of its probe run: what a miss visits (a hit
+        // stops at its slot: ~1.02 buckets). Measured 11.5 at load 0.95 / growth 1.05 (a
+        // simulation of the same tables: 3.75 at 0.9 / 1.1, 6.3 at 0.92 / 1.05): the price
+        // of the fuller tables, paid by GET misses and by the lookup before a new key's
+        // insert (docs/eviction.md, fourth pass).
         let miss = mean(n..2 * n);
         println!("buckets a miss visits: {miss:.2}");
-        assert!(miss < 2.5, "{miss}");
+        assert!(miss < 16.0, "{miss}");
     }
 
     #[test]
