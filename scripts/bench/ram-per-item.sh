@@ -12,7 +12,9 @@
 # Usage: scripts/bench/ram-per-item.sh [OUT_DIR]   (default bench-results/ram-per-item-<time>)
 # Env: STEP1 [100000], STEP2 [300000], MEM [64], FLASH_SIZE [2GiB], VALUE [4096],
 #      FLASH_DIR [/var/tmp/flashtier-bench], FLASHTIER_BIN, BENCH_BIN, SERVER_THREADS [2],
-#      EXTRA (more flashtier flags).
+#      EXTRA (more flashtier flags), CENSUS (1: the binary is built with
+#      `--features alloc-census`; SIGUSR2 at each snapshot saves its allocation census,
+#      live heap bytes by size class, as <label>.census; alloc_census_table.py reads them).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:-$ROOT/bench-results/ram-per-item-$(date -u +%Y%m%dT%H%M%SZ)}
@@ -38,6 +40,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+export FLASHTIER_ALLOC_CENSUS=$OUT/census.txt
 # shellcheck disable=SC2086
 "$FLASHTIER_BIN" kv -l 127.0.0.1 -p "$PORT" -m "$MEM" -t "$SERVER_THREADS" \
   --flash "$FLASH:$FLASH_SIZE" $EXTRA > "$OUT/server.log" 2>&1 &
@@ -71,6 +74,12 @@ snap() { # label
     stats extstore
   } > "$OUT/$1.stats"
   cp "/proc/$PID/smaps" "$OUT/$1.smaps" 2> /dev/null || true
+  if [ "${CENSUS:-0}" = 1 ]; then
+    rm -f "$OUT/census.txt"
+    kill -USR2 "$PID"
+    for _ in $(seq 50); do [ -s "$OUT/census.txt" ] && break; sleep 0.1; done
+    cp "$OUT/census.txt" "$OUT/$1.census" || true
+  fi
 }
 
 load() { # prefix keys

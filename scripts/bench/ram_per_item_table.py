@@ -32,6 +32,9 @@ def run(out):
         r[f"  of which outside the allocator's arenas at {label}, MiB"] = outside / 1024
     r["RssAnon at step2, MiB"] = b["rss_anon_kb"] / 1024
     r["items at step2"] = b["curr_items"]
+    for k in ("evictions", "extstore_evictions_deferred"):
+        if k in b:
+            r[f"{k} at step2"] = b[k]
     return r
 
 

@@ -15,6 +15,8 @@
 #![deny(unsafe_code)]
 
 mod alloc;
+#[cfg(feature = "alloc-census")]
+mod alloc_census;
 mod assets;
 mod block;
 mod cli;
@@ -34,8 +36,15 @@ mod startup;
 use clap::Parser as _;
 
 /// mimalloc instead of glibc malloc: chosen by measurement (ARCHITECTURE.md, "Allocator").
+#[cfg(not(feature = "alloc-census"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// With the `alloc-census` feature: mimalloc with live bytes counted per size class
+/// ([`alloc_census`]).
+#[cfg(feature = "alloc-census")]
+#[global_allocator]
+pub static GLOBAL: alloc_census::Census = alloc_census::Census::new();
 
 /// memcached's (and sysexits') exit status for a bad command line ([`cli::Usage`]).
 const EX_USAGE: u8 = 64;

@@ -1,7 +1,7 @@
 //! An index table's buckets, held in fixed 256-byte blocks of [`BLOCK`] buckets.
 //!
 //! # Why
-//! The index has 1024 shard tables that each grow by 1.1× as items arrive. Held as one
+//! The index has 1024 shard tables that each grow by a few per cent as items arrive. Held as one
 //! contiguous `Vec` each, every growth asked the allocator for a size it had not asked for
 //! before (tables of 1–20 KiB pass through every mimalloc size class on the way), and the
 //! freed table left a hole in a page of its old class that only a table of that same class

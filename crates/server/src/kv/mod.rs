@@ -322,6 +322,9 @@ async fn run<S: KvStore>(
     }
     // SIGHUP reloads the auth file (memcached does the same); without -Y it is ignored.
     tokio::spawn(reload_on_hangup(auth));
+    // Diagnostic builds: SIGUSR2 writes the allocation census (`alloc_census`).
+    #[cfg(feature = "alloc-census")]
+    tokio::spawn(crate::alloc_census::dump_on_usr2(&crate::GLOBAL));
     {
         for (i, l) in listeners.iter().enumerate() {
             let what = match l {
