@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::flash_dump::records_naming;
 use common::{open_on, stat, Rng};
 use flashtier_backend::{BlockBackend, MemoryBackend};
 use flashtier_flash::MemoryDevice;
@@ -135,7 +136,15 @@ async fn acknowledged_flushes_hold_after_a_crash_while_flushes_are_grouped() {
         dev = Arc::new(MemoryDevice::from_image("flash", image));
         let cache = open_on(&dev, &backing);
         for lba in 0..BLOCKS {
-            let got = cache.read(lba * BS, BS as u32).await.expect("read");
+            let got = match cache.read(lba * BS, BS as u32).await {
+                Ok(got) => got,
+                Err(e) => panic!(
+                    "round {round}: block {lba} does not read: {e}\nindex entry: {:?}\n\
+                     records naming it on the crash image:\n{}",
+                    cache.index_entry(lba),
+                    records_naming(&dev.image(), lba)
+                ),
+            };
             let v = u64::from_le_bytes(got[8..16].try_into().expect("8 bytes"));
             assert_eq!(
                 got[..],

@@ -30,6 +30,26 @@ pub(crate) struct InflightWrite {
     pub entries: Vec<SummaryEntry>,
 }
 
+/// A sealed segment's summary and footer, waiting for the segment's chunk writes: recovery
+/// and reclaim trust a summary without reading the records it names, so it may reach the
+/// device only after every one of them is durable (`Inner::seal`). Its write id is taken at
+/// the seal, so flushes (reclaim's before an erase among them) wait for it as before.
+pub(crate) struct PendingTail {
+    /// The tail write's id (outstanding from the seal until the write completes).
+    pub id: u64,
+    pub seg: u32,
+    /// The segment life's seq.
+    pub seq: u64,
+    /// Where the tail goes: device and device offset.
+    pub dev: usize,
+    pub off: u64,
+    /// The encoded summary and footer.
+    pub buf: AlignedBuf,
+    /// A chunk write of the segment failed for good: the summary names records that are
+    /// not on the device, so it is not written (the segment is scanned instead).
+    pub lost: bool,
+}
+
 /// A flush waiting for the writes submitted before it.
 pub(crate) struct FlushWaiter {
     /// Every write with id <= target must complete first.
@@ -55,6 +75,8 @@ pub(crate) struct WriteQueue {
     /// Ids of writes submitted but not completed.
     outstanding: BTreeSet<u64>,
     waiters: Vec<FlushWaiter>,
+    /// Sealed segments' tails waiting for their chunk writes.
+    tails: Vec<PendingTail>,
     /// A write failed since the last `flush()` call: that flush reports it.
     write_error: Option<String>,
     /// Recycled chunk buffers.
@@ -75,6 +97,7 @@ impl WriteQueue {
             next_write_id: 1,
             outstanding: BTreeSet::new(),
             waiters: Vec::new(),
+            tails: Vec::new(),
             write_error: None,
             pool: Vec::new(),
             lost: Vec::new(),
@@ -190,6 +213,28 @@ impl WriteQueue {
             None
         } else {
             Some(w)
+        }
+    }
+
+    /// Hold a sealed segment's tail until no chunk write of its segment is in flight
+    /// ([`Self::tail_ready`]).
+    pub(crate) fn hold_tail(&mut self, t: PendingTail) {
+        self.tails.push(t);
+    }
+
+    /// The tail of `seg`, taken out, once no chunk write of `seg` is in flight.
+    pub(crate) fn tail_ready(&mut self, seg: u32) -> Option<PendingTail> {
+        if self.inflight.iter().any(|w| w.seg == seg) {
+            return None;
+        }
+        let pos = self.tails.iter().position(|t| t.seg == seg)?;
+        Some(self.tails.swap_remove(pos))
+    }
+
+    /// A chunk write of `seg` failed for good: its held tail (if sealed) is not written.
+    pub(crate) fn tail_lost(&mut self, seg: u32) {
+        for t in self.tails.iter_mut().filter(|t| t.seg == seg) {
+            t.lost = true;
         }
     }
 
