@@ -17,6 +17,7 @@ use bytes::Bytes;
 use common::flash_dump::records_naming;
 use common::{open_on, stat, Rng};
 use flashtier_backend::{BlockBackend, MemoryBackend};
+use flashtier_blockcache::BlockCache;
 use flashtier_flash::MemoryDevice;
 use parking_lot::Mutex;
 
@@ -31,6 +32,20 @@ fn content(lba: u64, v: u64) -> Vec<u8> {
     b[..8].copy_from_slice(&lba.to_le_bytes());
     b[8..16].copy_from_slice(&v.to_le_bytes());
     b
+}
+
+/// Block `lba` as the cache on `dev` reads it; a failed read panics with the block's index
+/// entry and every record naming it on the device (summaries and scans), to show the cause.
+async fn read_block(cache: &BlockCache, dev: &MemoryDevice, round: u64, lba: u64) -> Bytes {
+    match cache.read(lba * BS, BS as u32).await {
+        Ok(got) => got,
+        Err(e) => panic!(
+            "round {round}: block {lba} does not read: {e}\nindex entry: {:?}\n\
+             records naming it on the crash image:\n{}",
+            cache.index_entry(lba),
+            records_naming(&dev.image(), lba)
+        ),
+    }
 }
 
 /// Versions per block: the newest each writer finished (returned) and the newest issued.
@@ -136,15 +151,7 @@ async fn acknowledged_flushes_hold_after_a_crash_while_flushes_are_grouped() {
         dev = Arc::new(MemoryDevice::from_image("flash", image));
         let cache = open_on(&dev, &backing);
         for lba in 0..BLOCKS {
-            let got = match cache.read(lba * BS, BS as u32).await {
-                Ok(got) => got,
-                Err(e) => panic!(
-                    "round {round}: block {lba} does not read: {e}\nindex entry: {:?}\n\
-                     records naming it on the crash image:\n{}",
-                    cache.index_entry(lba),
-                    records_naming(&dev.image(), lba)
-                ),
-            };
+            let got = read_block(&cache, &dev, round, lba).await;
             let v = u64::from_le_bytes(got[8..16].try_into().expect("8 bytes"));
             assert_eq!(
                 got[..],

@@ -161,12 +161,15 @@ fn a_summary_reaches_the_device_only_after_the_records_it_names() {
     c.faults[0].hold_writes_at.store(dev_off, SeqCst);
     let _held = Release(&c.faults[0]);
     let mut keys = 1;
-    while inner.split(
-        inner
-            .append_wait(0, &put(b"k", keys, &value), wait)
-            .unwrap()
-            .byte_addr(),
-    ) .0 == seg
+    while inner
+        .split(
+            inner
+                .append_wait(0, &put(b"k", keys, &value), wait)
+                .unwrap()
+                .byte_addr(),
+        )
+        .0
+        == seg
     {
         keys += 1;
     }
@@ -181,21 +184,32 @@ fn a_summary_reaches_the_device_only_after_the_records_it_names() {
     // Every other write of the segment completes; the summary must not follow them.
     let deadline = std::time::Instant::now() + std::time::Duration::from_millis(300);
     while std::time::Instant::now() < deadline {
-        assert_eq!(footer(), None, "a summary on the device before its first records");
+        assert_eq!(
+            footer(),
+            None,
+            "a summary on the device before its first records"
+        );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     {
         let state = inner.state.lock();
         let info = state.segments.get(seg).unwrap();
         assert_eq!(info.state, SegState::Sealed);
-        assert!(info.tail_pending && !info.has_summary, "sealed, summary held");
+        assert!(
+            info.tail_pending && !info.has_summary,
+            "sealed, summary held"
+        );
     }
     assert_eq!(stat(inner, "seal_syncs"), 0);
     // A flush started now waits for the slow chunk, the sync and the summary.
     let flush = inner.flush();
     c.faults[0].hold_writes_at.store(u64::MAX, SeqCst);
     flush.wait().unwrap();
-    assert_eq!(footer(), Some(Some(keys as usize)), "every record of the segment");
+    assert_eq!(
+        footer(),
+        Some(Some(keys as usize)),
+        "every record of the segment"
+    );
     assert_eq!(stat(inner, "seal_syncs"), 1);
     let state = inner.state.lock();
     let info = state.segments.get(seg).unwrap();

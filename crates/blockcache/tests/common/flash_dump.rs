@@ -56,7 +56,11 @@ pub fn records_naming(image: &[u8], key: u64) -> String {
                 );
             }
         }
-        for (off, v, flags) in scanned.iter().filter(|r| r.0 == key).map(|r| (r.1, r.2, r.3)) {
+        for (off, v, flags) in scanned
+            .iter()
+            .filter(|r| r.0 == key)
+            .map(|r| (r.1, r.2, r.3))
+        {
             let _ = writeln!(
                 lines,
                 "    scan: v{v} flags {flags:#x} at {:#x}",
@@ -92,7 +96,9 @@ fn scan(area: &[u8], seed: u32) -> Vec<(u64, usize, u64, u32, usize)> {
                 found.push((h.key_id, off, h.version, h.flags, end));
                 off = end;
             }
-            Err(DecodeError::Padding) if off % PAGE != 0 => off = off.div_ceil(PAGE) * PAGE,
+            Err(DecodeError::Padding) if !off.is_multiple_of(PAGE) => {
+                off = off.div_ceil(PAGE) * PAGE
+            }
             Err(_) => break,
         }
     }
