@@ -48,7 +48,8 @@ pub fn records_naming(image: &[u8], key: u64) -> String {
                 };
                 let _ = writeln!(
                     lines,
-                    "    summary: v{} flags {:#x} at {:#x} (data_end {:#x}): {at}",
+                    "    summary: kind {} v{} flags {:#x} at {:#x} (data_end {:#x}): {at}",
+                    e.kind,
                     e.version,
                     e.flags,
                     seg * seg_size + e.offset as usize,
@@ -56,15 +57,14 @@ pub fn records_naming(image: &[u8], key: u64) -> String {
                 );
             }
         }
-        for (off, v, flags) in scanned
-            .iter()
-            .filter(|r| r.0 == key)
-            .map(|r| (r.1, r.2, r.3))
-        {
+        for r in scanned.iter().filter(|r| r.key == key) {
             let _ = writeln!(
                 lines,
-                "    scan: v{v} flags {flags:#x} at {:#x}",
-                seg * seg_size + off
+                "    scan: kind {} v{} flags {:#x} at {:#x}",
+                r.kind,
+                r.version,
+                r.flags,
+                seg * seg_size + r.off
             );
         }
         if !lines.is_empty() {
@@ -77,7 +77,7 @@ pub fn records_naming(image: &[u8], key: u64) -> String {
                 footer.is_some(),
                 summary.as_ref().map_or(0, |s| s.1.len()),
                 scanned.len(),
-                scanned.last().map_or(0, |r| r.4)
+                scanned.last().map_or(0, |r| r.end)
             );
             out.push_str(&lines);
         }
@@ -85,15 +85,33 @@ pub fn records_naming(image: &[u8], key: u64) -> String {
     out
 }
 
-/// Records (key, offset, version, flags, end) a scan from the segment start verifies.
-fn scan(area: &[u8], seed: u32) -> Vec<(u64, usize, u64, u32, usize)> {
+/// A record a scan verified.
+struct Scanned {
+    key: u64,
+    kind: u8,
+    off: usize,
+    version: u64,
+    flags: u32,
+    end: usize,
+}
+
+/// Records a scan from the segment start verifies (block records and the cache's metadata
+/// records alike: `kind` tells them apart).
+fn scan(area: &[u8], seed: u32) -> Vec<Scanned> {
     let mut found = Vec::new();
     let mut off = SEGMENT_HEADER_LEN;
     while let Some(rest) = area.get(off..).filter(|r| !r.is_empty()) {
         match record::decode(rest, seed) {
             Ok(h) => {
                 let end = off + h.padded_len();
-                found.push((h.key_id, off, h.version, h.flags, end));
+                found.push(Scanned {
+                    key: h.key_id,
+                    kind: h.kind,
+                    off,
+                    version: h.version,
+                    flags: h.flags,
+                    end,
+                });
                 off = end;
             }
             Err(DecodeError::Padding) if !off.is_multiple_of(PAGE) => {
