@@ -8,7 +8,8 @@
 //! (LBA, version) (see [`crate::warm`]); everything else is dropped and marked dead.
 //!
 //! Threads: the caller's (open is synchronous, before any request or writeback task runs);
-//! the engine's IO threads during its recovery scan.
+//! the engine's IO threads during its recovery scan; its reclaimer, started inside
+//! `Flash::open`, waits at the `open_gate` until the index is rebuilt.
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;

@@ -1,9 +1,11 @@
 //! The write queue: the streams' open chunks ([`StreamState`]), the chunk writes in flight
-//! (readable from RAM until their completion), write ids and the flushes waiting for them,
-//! recycled chunk buffers, and the records of failed writes on their way to the user.
+//! (readable from RAM until their completion), sealed segments' tails waiting for those
+//! writes ([`PendingTail`]), write ids and the flushes waiting for them, recycled chunk
+//! buffers, and the records of failed writes on their way to the user.
 //!
 //! Invariants: write ids start at 1 and increase; `outstanding` holds exactly the ids
-//! submitted and not completed; a flush waiter with target `t` completes only once no id
+//! submitted (or, for a held tail, taken at the seal) and not completed; a tail leaves
+//! `tails` only once no chunk write of its segment is in flight; a flush waiter with target `t` completes only once no id
 //! `<= t` is outstanding; a write error reaches the waiters covering it, or (none waiting)
 //! the next flush, once. `lost_total` counts every record ever queued in `lost`.
 //!
