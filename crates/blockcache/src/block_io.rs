@@ -256,8 +256,10 @@ impl BlockIo {
                                 Err(err) => err.to_string(),
                                 Ok(_) => "record mismatch".into(),
                             };
+                            let at = Location::unpack(e.loc);
                             return Err(BackendError::Io(std::io::Error::other(format!(
-                                "dirty block {lba} unreadable on the cache device: {why}"
+                                "dirty block {lba} unreadable on the cache device (record at \
+                                 {at}): {why}"
                             ))));
                         }
                         index.remove_at(lba, e.loc);

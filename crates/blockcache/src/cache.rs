@@ -221,6 +221,13 @@ impl BlockCache {
         self.io.dirty_blocks()
     }
 
+    /// The index entry of block `lba` (where its record is, whether it is dirty), without
+    /// counting an access: for diagnostics (a crash test prints it beside the records the
+    /// device holds for that block).
+    pub fn index_entry(&self, lba: u64) -> Option<crate::index::Entry> {
+        self.io.blocks.locked(|index| index.get(lba))
+    }
+
     /// Blocks the cache can hold (records that fit in flash beyond reclaim's reserve).
     pub fn capacity_blocks(&self) -> u64 {
         self.io.capacity_blocks

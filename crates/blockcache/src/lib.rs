@@ -13,7 +13,8 @@
 //!   (`Blocks`: the index behind its mutex); `retry`: the one backing retry policy;
 //!   [`record`]: every record kind and the one checked read.
 //! - `durability`: `Durability` (persisted watermark, `fence`, `warm` records), shared with
-//!   `reclaim` (the engine's reclaim callbacks).
+//!   `reclaim` (the engine's reclaim callbacks, which wait at `open_gate` until open has
+//!   rebuilt the index).
 //! - `writeback`: `Writeback` (task, pick, batch, watermark, rate); [`flush`]: flush jobs.
 //! - [`switch`]: `ModeSwitch`; `admission` + [`seq`]: what is cached; [`warm`]: warm restart;
 //!   `fence` + `fence_found`: backing-write intents and floors (clean blocks survive a crash).
@@ -43,6 +44,7 @@ mod loccode;
 mod log_limit;
 mod meta_log;
 mod open;
+mod open_gate;
 mod reclaim;
 pub mod record;
 mod request;

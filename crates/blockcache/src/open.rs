@@ -8,7 +8,8 @@
 //! (LBA, version) (see [`crate::warm`]); everything else is dropped and marked dead.
 //!
 //! Threads: the caller's (open is synchronous, before any request or writeback task runs);
-//! the engine's IO threads during its recovery scan.
+//! the engine's IO threads during its recovery scan; its reclaimer, started inside
+//! `Flash::open`, waits at the `open_gate` until the index is rebuilt.
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use crate::fence::Fence;
 use crate::fence_found::{verdict, Verdict};
 use crate::geometry;
 use crate::index::{Index, IndexShape, LocCode};
+use crate::open_gate::OpenGate;
 use crate::reclaim::Handler;
 use crate::record::{RecordKind, FLAG_DIRTY};
 use crate::stats::BlockStats;
@@ -82,9 +84,14 @@ impl BlockCache {
         let fence = Fence::new(nblocks, bs, fc.segment_size, cap, 0);
         let durable = Arc::new(Durability::new(fence, reclaim_stream, Arc::clone(&stats)));
         let mut scan = Scan::default();
+        // The engine's reclaimer starts inside `open`, before the index is rebuilt below: its
+        // callbacks wait at the gate until then (see `open_gate`), whatever way open ends.
+        let gate = Arc::new(OpenGate::default());
+        let rebuilding = gate.guard();
         let handler: Arc<dyn ReclaimHandler> = Arc::new(Handler {
             blocks: Arc::clone(&blocks),
             durable: Arc::clone(&durable),
+            gate: Arc::clone(&gate),
         });
         let (flash, info) = open(fc, handler, &mut |m| scan.offer(m, nblocks, &durable.fence))?;
         let flash = Arc::new(flash);
@@ -106,6 +113,8 @@ impl BlockCache {
         );
         let rec = scan.recover(&flash, &blocks, &durable.fence, bs, nblocks, shape);
         durable.set_wm_persisted(rec.watermark);
+        // The index and the persisted watermark are back: reclaim may decide now.
+        drop(rebuilding);
         // Consume the snapshot before anything can reach the backing: a durable session
         // record newer than the marker makes it invalid for every later recovery.
         crate::warm::write_session(&flash, &durable.warm, durable.log(), &blocks)?;

@@ -19,6 +19,7 @@ use flashtier_flash::{Decision, Flash, Location, LostRecord, ReclaimHandler, Rec
 use crate::blocks::Blocks;
 use crate::durability::Durability;
 use crate::meta_log::STREAM_DATA;
+use crate::open_gate::OpenGate;
 use crate::record::{BlockRecord, RecordKind};
 use crate::stats::add;
 
@@ -27,6 +28,8 @@ use crate::stats::add;
 pub(crate) struct Handler {
     pub(crate) blocks: Arc<Blocks>,
     pub(crate) durable: Arc<Durability>,
+    /// Every callback waits here until open has rebuilt the index (see `open_gate`).
+    pub(crate) gate: Arc<OpenGate>,
 }
 
 impl Handler {
@@ -53,6 +56,7 @@ impl Handler {
 
 impl ReclaimHandler for Handler {
     fn decide(&self, rec: &RecordMeta) -> Decision {
+        self.gate.wait();
         let d = &self.durable;
         if let Some(keep) = d.warm.keeps(rec) {
             return if keep { Decision::Keep } else { Decision::Drop };
@@ -116,6 +120,7 @@ impl ReclaimHandler for Handler {
     }
 
     fn relocated(&self, rec: &RecordMeta, new: Location) -> bool {
+        self.gate.wait();
         let d = &self.durable;
         if let Some(keep) = d.warm.keeps(rec) {
             // Found by the recovery scan, not through the index: the copy stays live.
@@ -141,6 +146,7 @@ impl ReclaimHandler for Handler {
     }
 
     fn lost(&self, recs: &[LostRecord]) {
+        self.gate.wait();
         let d = &self.durable;
         let flash = d.flash();
         let (mut again, mut clean, mut gone) = (0u64, 0u64, 0u64);
@@ -202,6 +208,7 @@ impl ReclaimHandler for Handler {
     }
 
     fn before_erase(&self) -> Result<(), String> {
+        self.gate.wait();
         // Raised floors must be durable before the dropped records disappear.
         let d = &self.durable;
         match d.flash() {
@@ -211,6 +218,7 @@ impl ReclaimHandler for Handler {
     }
 
     fn evicted(&self, rec: &RecordMeta) {
+        self.gate.wait();
         if RecordKind::of(rec.kind, rec.key_id) != RecordKind::Block {
             return;
         }
@@ -259,6 +267,7 @@ mod tests {
         Handler {
             blocks: Arc::new(Blocks::default()),
             durable: Arc::new(durable),
+            gate: Arc::new(OpenGate::opened()),
         }
     }
 
@@ -273,6 +282,33 @@ mod tests {
             len: 4096,
             seq: 1,
         }
+    }
+
+    /// The engine's reclaimer runs from inside `Flash::open`, before open rebuilds the index:
+    /// a decision then saw an empty index and dropped a dirty block's record (its segment
+    /// erased, the block indexed there anyway). A decision now waits for the rebuilt index.
+    #[test]
+    fn a_decision_waits_until_open_has_rebuilt_the_index() {
+        let mut h = handler();
+        let gate = Arc::new(OpenGate::default());
+        h.gate = Arc::clone(&gate);
+        let h = Arc::new(h);
+        let loc = Location::new(4096, 4096).expect("location");
+        let rebuilding = gate.guard();
+        let decision = {
+            let h = Arc::clone(&h);
+            std::thread::spawn(move || h.decide(&meta(7, loc)))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            !decision.is_finished(),
+            "decided on an index not rebuilt yet"
+        );
+        // Open puts the dirty block back, then opens the gate.
+        h.blocks.locked(|index| index.put(7, loc.pack(), 1, true));
+        drop(rebuilding);
+        assert_eq!(decision.join().expect("decide"), Decision::Keep);
+        assert!(h.blocks.locked(|ix| ix.get(7).is_some()));
     }
 
     #[test]

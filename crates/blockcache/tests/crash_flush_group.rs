@@ -14,8 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::flash_dump::records_naming;
 use common::{open_on, stat, Rng};
 use flashtier_backend::{BlockBackend, MemoryBackend};
+use flashtier_blockcache::BlockCache;
 use flashtier_flash::MemoryDevice;
 use parking_lot::Mutex;
 
@@ -30,6 +32,28 @@ fn content(lba: u64, v: u64) -> Vec<u8> {
     b[..8].copy_from_slice(&lba.to_le_bytes());
     b[8..16].copy_from_slice(&v.to_le_bytes());
     b
+}
+
+/// Block `lba` as the cache on `dev` reads it; a failed read panics with the block's index
+/// entry and every record naming it on the device (summaries and scans), to show the cause.
+async fn read_block(
+    cache: &BlockCache,
+    crash: &[u8],
+    dev: &MemoryDevice,
+    round: u64,
+    lba: u64,
+) -> Bytes {
+    match cache.read(lba * BS, BS as u32).await {
+        Ok(got) => got,
+        Err(e) => panic!(
+            "round {round}: block {lba} does not read: {e}\nindex entry: {:?}\nrecovery: {:?}\n\
+             records naming it on the crash image:\n{}on the device now:\n{}",
+            cache.index_entry(lba),
+            cache.recovery(),
+            records_naming(crash, lba),
+            records_naming(&dev.image(), lba)
+        ),
+    }
 }
 
 /// Versions per block: the newest each writer finished (returned) and the newest issued.
@@ -132,10 +156,11 @@ async fn acknowledged_flushes_hold_after_a_crash_while_flushes_are_grouped() {
         cache.stop();
         // Versions of the next round start past every version written so far.
         next_version += 8 * 1_000_000 + 1;
+        let crash = image.clone();
         dev = Arc::new(MemoryDevice::from_image("flash", image));
         let cache = open_on(&dev, &backing);
         for lba in 0..BLOCKS {
-            let got = cache.read(lba * BS, BS as u32).await.expect("read");
+            let got = read_block(&cache, &crash, &dev, round, lba).await;
             let v = u64::from_le_bytes(got[8..16].try_into().expect("8 bytes"));
             assert_eq!(
                 got[..],

@@ -133,23 +133,36 @@ impl SegmentTable {
         }
     }
 
-    /// Seal `seg`: stamp its reclaim order; it is read-only from now on and its summary is
-    /// about to be written. Returns its row.
+    /// Seal `seg`: stamp its reclaim order; it is read-only from now on and its summary will
+    /// be written once its records are durable (`tail_pending` until then). Returns its row.
     pub(crate) fn seal(&mut self, seg: u32) -> Option<&SegInfo> {
         let order = self.next_order;
         self.next_order += 1;
         let info = self.segs.get_mut(seg as usize)?;
         info.order = order;
         info.state = SegState::Sealed;
-        info.has_summary = true;
+        info.has_summary = false;
+        info.tail_pending = true;
         Some(info)
     }
 
-    /// The summary write of `seg`'s life `seq` failed: reclaim scans it instead.
+    /// The summary of `seg`'s life `seq` is on the device: reclaim reads it.
+    pub(crate) fn summary_written(&mut self, seg: u32, seq: u64) {
+        if let Some(info) = self.segs.get_mut(seg as usize) {
+            if info.seq == seq {
+                info.has_summary = true;
+                info.tail_pending = false;
+            }
+        }
+    }
+
+    /// The summary of `seg`'s life `seq` was not written (its write or the sync before it
+    /// failed): reclaim scans it instead.
     pub(crate) fn summary_lost(&mut self, seg: u32, seq: u64) {
         if let Some(info) = self.segs.get_mut(seg as usize) {
             if info.seq == seq {
                 info.has_summary = false;
+                info.tail_pending = false;
             }
         }
     }
@@ -183,7 +196,9 @@ impl SegmentTable {
         now: u32,
     ) -> Option<u32> {
         let candidates = self.segs.iter().enumerate().filter(|(_, s)| {
-            s.state == SegState::Sealed && !out.get(s.dev).copied().unwrap_or(true)
+            s.state == SegState::Sealed
+                && !s.tail_pending
+                && !out.get(s.dev).copied().unwrap_or(true)
         });
         let expired = candidates
             .clone()
@@ -241,6 +256,7 @@ impl SegmentTable {
             .enumerate()
             .filter(|(_, s)| {
                 s.state == SegState::Sealed
+                    && !s.tail_pending
                     && !out.get(s.dev).copied().unwrap_or(true)
                     && s.values_all_dead()
             })
@@ -354,13 +370,40 @@ mod tests {
         t
     }
 
+    /// A segment of `records` records, sealed and its summary written.
     fn fill_and_seal(t: &mut SegmentTable, records: u32) -> u32 {
-        let (seg, _) = t.open((&[false], &[0], None), &UUID, 0).unwrap();
+        let (seg, seq) = t.open((&[false], &[0], None), &UUID, 0).unwrap();
         for _ in 0..records {
             t.add_record(seg, 100, 0, crate::format::record::kind::PUT);
         }
         t.seal(seg).unwrap();
+        t.summary_written(seg, seq);
         seg
+    }
+
+    #[test]
+    fn a_segment_is_no_victim_until_its_summary_is_written_or_given_up() {
+        let mut t = table(4);
+        let (seg, seq) = t.open((&[false], &[0], None), &UUID, 0).unwrap();
+        t.add_record(seg, 100, 0, crate::format::record::kind::PUT);
+        t.seal(seg).unwrap();
+        t.mark_dead(seg);
+        let info = t.get(seg).unwrap();
+        assert!(info.tail_pending && !info.has_summary);
+        assert_eq!(t.pick_victim(&[false], ReclaimPolicy::Fifo, 0), None);
+        assert!(!t.has_dead_victim(&[false]));
+        // Another life's news changes nothing.
+        t.summary_written(seg, seq + 1);
+        assert_eq!(t.pick_victim(&[false], ReclaimPolicy::Greedy, 0), None);
+        t.summary_lost(seg, seq);
+        let info = t.get(seg).unwrap();
+        assert!(!info.tail_pending && !info.has_summary);
+        assert_eq!(t.pick_dead_victim(&[false]), Some(seg));
+        let (seg, seq) = t.open((&[false], &[0], None), &UUID, 0).unwrap();
+        t.seal(seg).unwrap();
+        t.summary_written(seg, seq);
+        assert!(t.get(seg).unwrap().has_summary);
+        assert_eq!(t.pick_victim(&[false], ReclaimPolicy::Fifo, 0), Some(seg));
     }
 
     #[test]
@@ -373,6 +416,7 @@ mod tests {
         let (tomb, _) = t.open((&[false], &[0], None), &UUID, 0).unwrap();
         t.add_record(tomb, 64, 0, crate::format::record::kind::TOMBSTONE);
         t.seal(tomb).unwrap();
+        t.summary_written(tomb, t.get(tomb).unwrap().seq);
         assert!(!t.has_dead_victim(&[false]));
         t.mark_dead(a);
         assert!(!t.has_dead_victim(&[false]), "half of a is live");
@@ -402,6 +446,7 @@ mod tests {
         t.add_record(seg, 4096, 0, crate::format::record::kind::PUT);
         assert_eq!(t.bytes_used(), 4096);
         assert_eq!(t.seal(seg).unwrap().order, 1);
+        t.summary_written(seg, seq);
         assert_eq!(t.mark_dead(seg), Some(4096));
         assert_eq!(t.mark_dead(seg), None, "every record is dead already");
         assert_eq!(t.bytes_dead(), 4096);

@@ -65,6 +65,10 @@ pub(crate) struct SegInfo {
     pub all_expire: bool,
     /// A valid summary and footer are on flash (false for recovered unsealed segments).
     pub has_summary: bool,
+    /// Sealed, its summary not written yet: it waits for the segment's chunk writes and a
+    /// sync covering them (`Inner::seal`). Not a reclaim victim meanwhile (records of it may
+    /// still be in flight, and a scan would miss them).
+    pub tail_pending: bool,
 }
 
 impl SegInfo {
@@ -86,6 +90,7 @@ impl SegInfo {
             max_exptime: 0,
             all_expire: true,
             has_summary: false,
+            tail_pending: false,
         }
     }
 
@@ -99,6 +104,7 @@ impl SegInfo {
         self.max_exptime = 0;
         self.all_expire = true;
         self.has_summary = false;
+        self.tail_pending = false;
     }
 
     /// Zero what the segment's records added up to (a new life, or freed by reclaim).

@@ -99,6 +99,9 @@ stats! {
     read_errors,
     /// Failed device syncs.
     sync_errors,
+    /// Device syncs run before a sealed segment's summary write, so the summary never
+    /// reaches the device before the records it names (one per seal at most).
+    seal_syncs,
     /// Gauge: devices out of allocation (failing or offline).
     devices_failed,
     /// Gauge: devices failing (write or sync errors, being probed).

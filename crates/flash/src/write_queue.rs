@@ -1,9 +1,11 @@
 //! The write queue: the streams' open chunks ([`StreamState`]), the chunk writes in flight
-//! (readable from RAM until their completion), write ids and the flushes waiting for them,
-//! recycled chunk buffers, and the records of failed writes on their way to the user.
+//! (readable from RAM until their completion), sealed segments' tails waiting for those
+//! writes ([`PendingTail`]), write ids and the flushes waiting for them, recycled chunk
+//! buffers, and the records of failed writes on their way to the user.
 //!
 //! Invariants: write ids start at 1 and increase; `outstanding` holds exactly the ids
-//! submitted and not completed; a flush waiter with target `t` completes only once no id
+//! submitted (or, for a held tail, taken at the seal) and not completed; a tail leaves
+//! `tails` only once no chunk write of its segment is in flight; a flush waiter with target `t` completes only once no id
 //! `<= t` is outstanding; a write error reaches the waiters covering it, or (none waiting)
 //! the next flush, once. `lost_total` counts every record ever queued in `lost`.
 //!
@@ -28,6 +30,26 @@ pub(crate) struct InflightWrite {
     pub stream: u8,
     /// Summary entries of the chunk's records (reported as lost if the write fails).
     pub entries: Vec<SummaryEntry>,
+}
+
+/// A sealed segment's summary and footer, waiting for the segment's chunk writes: recovery
+/// and reclaim trust a summary without reading the records it names, so it may reach the
+/// device only after every one of them is durable (`Inner::seal`). Its write id is taken at
+/// the seal, so flushes (reclaim's before an erase among them) wait for it as before.
+pub(crate) struct PendingTail {
+    /// The tail write's id (outstanding from the seal until the write completes).
+    pub id: u64,
+    pub seg: u32,
+    /// The segment life's seq.
+    pub seq: u64,
+    /// Where the tail goes: device and device offset.
+    pub dev: usize,
+    pub off: u64,
+    /// The encoded summary and footer.
+    pub buf: AlignedBuf,
+    /// A chunk write of the segment failed for good: the summary names records that are
+    /// not on the device, so it is not written (the segment is scanned instead).
+    pub lost: bool,
 }
 
 /// A flush waiting for the writes submitted before it.
@@ -55,6 +77,8 @@ pub(crate) struct WriteQueue {
     /// Ids of writes submitted but not completed.
     outstanding: BTreeSet<u64>,
     waiters: Vec<FlushWaiter>,
+    /// Sealed segments' tails waiting for their chunk writes.
+    tails: Vec<PendingTail>,
     /// A write failed since the last `flush()` call: that flush reports it.
     write_error: Option<String>,
     /// Recycled chunk buffers.
@@ -75,6 +99,7 @@ impl WriteQueue {
             next_write_id: 1,
             outstanding: BTreeSet::new(),
             waiters: Vec::new(),
+            tails: Vec::new(),
             write_error: None,
             pool: Vec::new(),
             lost: Vec::new(),
@@ -190,6 +215,28 @@ impl WriteQueue {
             None
         } else {
             Some(w)
+        }
+    }
+
+    /// Hold a sealed segment's tail until no chunk write of its segment is in flight
+    /// ([`Self::tail_ready`]).
+    pub(crate) fn hold_tail(&mut self, t: PendingTail) {
+        self.tails.push(t);
+    }
+
+    /// The tail of `seg`, taken out, once no chunk write of `seg` is in flight.
+    pub(crate) fn tail_ready(&mut self, seg: u32) -> Option<PendingTail> {
+        if self.inflight.iter().any(|w| w.seg == seg) {
+            return None;
+        }
+        let pos = self.tails.iter().position(|t| t.seg == seg)?;
+        Some(self.tails.swap_remove(pos))
+    }
+
+    /// A chunk write of `seg` failed for good: its held tail (if sealed) is not written.
+    pub(crate) fn tail_lost(&mut self, seg: u32) {
+        for t in self.tails.iter_mut().filter(|t| t.seg == seg) {
+            t.lost = true;
         }
     }
 

@@ -26,7 +26,7 @@ use crate::location::Location;
 use crate::state::State;
 use crate::stats::FlashStats;
 use crate::stream::{Chunk, Room};
-use crate::write_queue::{FlushWaiter, InflightWrite, WriteQueue};
+use crate::write_queue::{FlushWaiter, InflightWrite, PendingTail, WriteQueue};
 
 /// One device write and how to retry or report it.
 struct WriteJob {
@@ -350,7 +350,12 @@ impl Inner {
         });
     }
 
-    /// Write the last chunk and the summary + footer; the stream then has no open segment.
+    /// Write the last chunk; the stream then has no open segment. The summary + footer go
+    /// down only after every chunk write of the segment has completed and a device sync
+    /// covers them ([`Self::tail_start`]): recovery and reclaim trust a summary without
+    /// reading the records it names, so a summary that reached the device before them would,
+    /// after a crash, name bytes that are not there (or an older life's). Its write id is
+    /// taken now, so flushes wait for it as before.
     pub(crate) fn seal(self: &Arc<Self>, state: &mut State, stream: StreamId) {
         self.submit_chunk(state, stream);
         let Some((seg, summary, buf)) = state
@@ -376,6 +381,7 @@ impl Inner {
             summary_crc: 0,
         };
         let bytes = encode_tail(&summary, footer, info.seed);
+        let (dev, off, seq) = (info.dev, info.dev_off + self.seg_size - tail, info.seq);
         if let Some(st) = state.writes.stream_mut(usize::from(stream)) {
             st.recycle_summary(summary);
         }
@@ -385,16 +391,101 @@ impl Inner {
         );
         let mut buf = AlignedBuf::zeroed(bytes.len());
         buf.as_mut_slice().copy_from_slice(&bytes);
-        let (dev, dev_off, seq) = (info.dev, info.dev_off + self.seg_size - tail, info.seq);
         let id = state.writes.begin_write();
-        self.submit_write(WriteJob {
+        state.writes.hold_tail(PendingTail {
             id,
+            seg,
+            seq,
             dev,
-            off: dev_off,
-            buf: Arc::new(buf),
-            attempt: 1,
-            tail_of: Some((seg, seq)),
+            off,
+            buf,
+            lost: false,
         });
+        // Nothing of the segment in flight (its last chunk held no record): start it now.
+        if let Some(start) = state
+            .writes
+            .tail_ready(seg)
+            .and_then(|t| self.tail_start(state, t))
+        {
+            self.tail_launch(start);
+        }
+    }
+
+    /// The tail `t`, whose segment has no chunk write in flight any more: its write, and
+    /// the device generation a sync must cover first if the device has completed writes no
+    /// sync covers yet (some of them the segment's). `None` if a chunk of the segment was
+    /// lost: then the summary is given up (the segment is scanned at recovery and by
+    /// reclaim) and its write id completed. Under the state lock.
+    fn tail_start(&self, state: &mut State, t: PendingTail) -> Option<TailStart> {
+        if t.lost {
+            state.segments.summary_lost(t.seg, t.seq);
+            state.writes.complete(t.id);
+            return None;
+        }
+        let sync_gen = state
+            .health
+            .unsynced()
+            .into_iter()
+            .find(|&(d, _)| d == t.dev)
+            .map(|(_, gen)| gen);
+        let job = WriteJob {
+            id: t.id,
+            dev: t.dev,
+            off: t.off,
+            buf: Arc::new(t.buf),
+            attempt: 1,
+            tail_of: Some((t.seg, t.seq)),
+        };
+        Some(TailStart { job, sync_gen })
+    }
+
+    /// Submit a started tail: its sync first if it needs one, then (from the sync's
+    /// completion) its write. Called without the state lock, except from `seal`, whose
+    /// callers hold it while the engine is open (the executor completes nothing inline then).
+    fn tail_launch(self: &Arc<Self>, start: TailStart) {
+        let TailStart { job, sync_gen } = start;
+        let Some(gen) = sync_gen else {
+            self.submit_write(job);
+            return;
+        };
+        let me = Arc::clone(self);
+        let dev = job.dev;
+        self.exec.submit(IoRequest {
+            op: IoOp::Sync { dev },
+            done: Box::new(move |res| me.tail_synced(job, gen, res.map(|_| ()))),
+        });
+    }
+
+    /// The sync before a tail write completed (executor thread): write the tail, or (the sync
+    /// failed) give the summary up — the segment is scanned at recovery and by reclaim —
+    /// and complete its write id so the flushes waiting for it go on.
+    fn tail_synced(self: &Arc<Self>, job: WriteJob, gen: u64, res: io::Result<()>) {
+        FlashStats::add(&self.stats.seal_syncs, 1);
+        let ready = {
+            let mut guard = self.state.lock();
+            let state = &mut *guard;
+            match res {
+                Ok(()) => {
+                    state.health.synced(job.dev, gen);
+                    drop(guard);
+                    self.submit_write(job);
+                    return;
+                }
+                Err(e) => {
+                    FlashStats::add(&self.stats.sync_errors, 1);
+                    if let Some((seg, seq)) = job.tail_of {
+                        state.segments.summary_lost(seg, seq);
+                    }
+                    state.writes.complete(job.id);
+                    self.device_error(state, job.dev, "sync", &e.to_string());
+                    state.writes.ready_flushes()
+                }
+            }
+        };
+        for w in ready {
+            self.finish_flush(w);
+        }
+        self.wake.notify_all();
     }
 
     /// Completion of a write (executor thread). A failed write is tried again at once, up
@@ -439,6 +530,8 @@ impl Inner {
                     // rides on the device's next sync.
                     if w.is_some() {
                         state.health.note_write(dev);
+                    } else if let Some((seg, seq)) = tail_of {
+                        state.segments.summary_written(seg, seq);
                     }
                 }
                 Err(e) => {
@@ -455,6 +548,11 @@ impl Inner {
                     self.device_error(state, dev, "write", &e.to_string());
                 }
             }
+            // The last chunk write of a sealed segment completed: its tail may start.
+            let tail = w
+                .as_ref()
+                .and_then(|w| state.writes.tail_ready(w.seg))
+                .and_then(|t| self.tail_start(state, t));
             if let Some(w) = w {
                 // A buffer not pooled is freed (or soon, by the reader still holding it).
                 let recycled = Arc::try_unwrap(w.buf).map(|b| state.writes.recycle(b));
@@ -463,8 +561,12 @@ impl Inner {
                     self.note_work();
                 }
             }
-            state.writes.ready_flushes()
+            (tail, state.writes.ready_flushes())
         };
+        let (tail, ready) = ready;
+        if let Some(t) = tail {
+            self.tail_launch(t);
+        }
         for w in ready {
             self.finish_flush(w);
         }
@@ -495,6 +597,7 @@ impl Inner {
         if let Some(st) = state.writes.stream_mut(usize::from(w.stream)) {
             st.forget(w.seg, w.off, end);
         }
+        state.writes.tail_lost(w.seg);
         let n = lost.len() as u32;
         state.segments.lose_records(w.seg, n);
         FlashStats::add(&self.stats.chunks_lost, 1);
@@ -617,6 +720,13 @@ impl Inner {
             FlashStats::add(&self.stats.bytes_dead, delta);
         }
     }
+}
+
+/// A sealed segment's tail ready to go: its write, and the device generation a sync must
+/// cover before it (`None`: every completed write of the device is synced already).
+struct TailStart {
+    job: WriteJob,
+    sync_gen: Option<u64>,
 }
 
 /// The syncs of one flush: the last to complete completes the flush's promise.

@@ -132,3 +132,97 @@ fn mark_dead_counts_each_record_once() {
     inner.mark_dead(Location::new(5 * inner.seg_size + 64, 100).unwrap());
     assert_eq!(inner.state.lock().segments.get(5).unwrap().dead, 0);
 }
+
+/// A sealed segment's summary names records recovery and reclaim then take without reading
+/// them, so it must never reach the device before them. Here the segment's first chunk
+/// write is slow (held back) while its later chunks and the seal go through: the summary
+/// stays off the device until that write completes (and a sync covers it), and a flush
+/// still waits for the summary. (The summary used to be written at the seal, beside the
+/// last chunk: a crash image could hold a summary naming bytes that were not there, and a
+/// block cache read its dirty block as an I/O error after the restart; see
+/// docs/block-cache.md, "Eighth sitting".)
+#[test]
+fn a_summary_reaches_the_device_only_after_the_records_it_names() {
+    use crate::format::segment::{decode_summary, Footer, FOOTER_LEN};
+    use std::sync::atomic::Ordering::SeqCst;
+    let c = core(1, small());
+    let inner = &c.inner;
+    let value = vec![5u8; 16 << 10];
+    let wait = std::time::Duration::from_secs(10);
+    let first = inner.append_wait(0, &put(b"k", 0, &value), wait).unwrap();
+    let seg = inner.split(first.byte_addr()).0;
+    let (dev_off, seed) = {
+        let state = inner.state.lock();
+        let info = state.segments.get(seg).unwrap();
+        (info.dev_off, info.seed)
+    };
+    // The first chunk (header page and first records) waits on its executor thread, until
+    // released below or (a failed assertion) when `_held` drops, before the core does.
+    c.faults[0].hold_writes_at.store(dev_off, SeqCst);
+    let _held = Release(&c.faults[0]);
+    let mut keys = 1;
+    while inner
+        .split(
+            inner
+                .append_wait(0, &put(b"k", keys, &value), wait)
+                .unwrap()
+                .byte_addr(),
+        )
+        .0
+        == seg
+    {
+        keys += 1;
+    }
+    let footer = || {
+        let img = c.mem[0].image();
+        let end = (dev_off + inner.seg_size) as usize;
+        Footer::decode(&img[end - FOOTER_LEN..end], seed).map(|f| {
+            let so = dev_off as usize + f.summary_offset as usize;
+            decode_summary(&img[so..end], &f, seed).map(|e| e.len())
+        })
+    };
+    // Every other write of the segment completes; the summary must not follow them.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(300);
+    while std::time::Instant::now() < deadline {
+        assert_eq!(
+            footer(),
+            None,
+            "a summary on the device before its first records"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    {
+        let state = inner.state.lock();
+        let info = state.segments.get(seg).unwrap();
+        assert_eq!(info.state, SegState::Sealed);
+        assert!(
+            info.tail_pending && !info.has_summary,
+            "sealed, summary held"
+        );
+    }
+    assert_eq!(stat(inner, "seal_syncs"), 0);
+    // A flush started now waits for the slow chunk, the sync and the summary.
+    let flush = inner.flush();
+    c.faults[0].hold_writes_at.store(u64::MAX, SeqCst);
+    flush.wait().unwrap();
+    assert_eq!(
+        footer(),
+        Some(Some(keys as usize)),
+        "every record of the segment"
+    );
+    assert_eq!(stat(inner, "seal_syncs"), 1);
+    let state = inner.state.lock();
+    let info = state.segments.get(seg).unwrap();
+    assert!(info.has_summary && !info.tail_pending);
+}
+
+/// Sets `hold_writes_at` back to none when dropped.
+struct Release<'a>(&'a crate::io::faulty::Faults);
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.0
+            .hold_writes_at
+            .store(u64::MAX, std::sync::atomic::Ordering::SeqCst);
+    }
+}

@@ -1,6 +1,7 @@
 //! Shared by the blockcache integration tests: a seeded xorshift generator (the same
 //! sequence on every run, so a failure replays) and a stat lookup.
 #![allow(dead_code)]
+pub mod flash_dump;
 use flashtier_blockcache::BlockCache;
 
 /// xorshift64: reproducible random offsets, lengths and data.

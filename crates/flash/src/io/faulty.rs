@@ -1,5 +1,5 @@
 //! A fault-injecting wrapper for tests: EIO on read or write (always, the next N writes, or
-//! every Nth write), ENOSPC on write, EIO on sync, and torn writes that freeze the device (a crash image: the inner device then holds exactly what a
+//! every Nth write), ENOSPC on write, EIO on sync, writes held back (slow), and torn writes that freeze the device (a crash image: the inner device then holds exactly what a
 //! power cut in the middle of that write could leave).
 //!
 //! Faults are armed through [`Faults`], shared with the test, and checked on every call from
@@ -38,6 +38,9 @@ pub struct Faults {
     pub torn_pages: AtomicU64,
     /// Set once the crash happened.
     pub crashed: AtomicBool,
+    /// Writes covering this byte offset wait (on their executor thread) until it is set
+    /// back to `u64::MAX` (the default): a slow write that later writes overtake.
+    pub hold_writes_at: AtomicU64,
 }
 
 impl Faults {
@@ -46,6 +49,7 @@ impl Faults {
         let f = Self::default();
         f.crash_after_writes.store(-1, Ordering::SeqCst);
         f.bad_read_page.store(u64::MAX, Ordering::SeqCst);
+        f.hold_writes_at.store(u64::MAX, Ordering::SeqCst);
         Arc::new(f)
     }
 }
@@ -84,6 +88,10 @@ impl Device for FaultyDevice {
 
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
         let f = &self.faults;
+        let end = off + buf.len() as u64;
+        while (off..end).contains(&f.hold_writes_at.load(Ordering::SeqCst)) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         if f.write_enospc.load(Ordering::SeqCst) {
             return Err(io::Error::from_raw_os_error(libc::ENOSPC));
         }
