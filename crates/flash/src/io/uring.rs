@@ -31,6 +31,7 @@ use std::time::Duration;
 use io_uring::{opcode, types, IoUring};
 use parking_lot::Mutex;
 
+use super::uring_setup::UringSetup;
 use super::{Device, Executor, IoOp, IoRequest};
 use crate::stats::FlashStats;
 
@@ -63,6 +64,9 @@ pub fn use_ring_lane(lane: usize) {
 pub(crate) struct Ring {
     ring: IoUring,
     fds: Vec<i32>,
+    /// `fds` are registered with the ring (`IORING_REGISTER_FILES`): SQEs name a device by
+    /// its index (`types::Fixed`), which spares the kernel an fd lookup and reference per IO.
+    fixed_files: bool,
     /// Keeps the descriptors in `fds` open.
     _devices: Vec<Arc<dyn Device>>,
     state: Mutex<State>,
@@ -91,13 +95,25 @@ struct State {
 
 impl UringExecutor {
     /// Set up `rings` rings (at least one) of `entries` slots each over `devices` (all must
-    /// have a raw fd). Fails if the kernel refuses io_uring (old kernel, seccomp,
-    /// `io_uring_disabled`).
+    /// have a raw fd), with the default [`UringSetup`]. Fails if the kernel refuses io_uring
+    /// (old kernel, seccomp, `io_uring_disabled`).
     pub fn new(
         devices: Vec<Arc<dyn Device>>,
         entries: u32,
         rings: usize,
         stats: Arc<FlashStats>,
+    ) -> io::Result<Self> {
+        Self::with_setup(devices, entries, rings, stats, &UringSetup::default())
+    }
+
+    /// As [`new`](Self::new), each ring set up as `setup` says (with `sqpoll`, the rings
+    /// after the first share the first one's kernel poller thread, `IORING_SETUP_ATTACH_WQ`).
+    pub fn with_setup(
+        devices: Vec<Arc<dyn Device>>,
+        entries: u32,
+        rings: usize,
+        stats: Arc<FlashStats>,
+        setup: &UringSetup,
     ) -> io::Result<Self> {
         let mut fds = Vec::with_capacity(devices.len());
         for d in &devices {
@@ -108,9 +124,12 @@ impl UringExecutor {
                 )
             })?);
         }
-        let mut all = Vec::with_capacity(rings.max(1));
+        let mut all: Vec<Arc<Ring>> = Vec::with_capacity(rings.max(1));
         for _ in 0..rings.max(1) {
-            all.push(Arc::new(Ring::new(&fds, &devices, entries, &stats)?));
+            let attach = all.first().map(|r| r.ring.as_raw_fd());
+            all.push(Arc::new(Ring::new(
+                &fds, &devices, entries, &stats, setup, attach,
+            )?));
         }
         let exec = Self {
             rings: all,
@@ -149,8 +168,20 @@ impl Ring {
         devices: &[Arc<dyn Device>],
         entries: u32,
         stats: &Arc<FlashStats>,
+        setup: &UringSetup,
+        attach: Option<RawFd>,
     ) -> io::Result<Self> {
-        let ring = IoUring::new(entries.next_power_of_two())?;
+        let mut builder = IoUring::builder();
+        if setup.coop_taskrun {
+            builder.setup_coop_taskrun();
+        }
+        if let Some(idle) = setup.sqpoll_idle {
+            builder.setup_sqpoll(u32::try_from(idle.as_millis()).unwrap_or(u32::MAX));
+            if let Some(fd) = attach {
+                builder.setup_attach_wq(fd);
+            }
+        }
+        let ring = builder.build(entries.next_power_of_two())?;
         if !ring.params().is_feature_ext_arg() {
             // The ring thread's timed wait needs IORING_ENTER_EXT_ARG (Linux 5.11).
             return Err(io::Error::new(
@@ -167,9 +198,13 @@ impl Ring {
         // SAFETY: `efd` is a freshly created descriptor nobody else owns.
         let events = File::from(unsafe { OwnedFd::from_raw_fd(efd) });
         ring.submitter().register_eventfd(events.as_raw_fd())?;
+        if setup.fixed_files {
+            ring.submitter().register_files(fds)?;
+        }
         Ok(Ring {
             ring,
             fds: fds.to_vec(),
+            fixed_files: setup.fixed_files,
             _devices: devices.to_vec(),
             state: Mutex::new(State {
                 slots: Vec::new(),
@@ -298,6 +333,21 @@ impl std::fmt::Debug for ReapHandle {
     }
 }
 
+/// Build an SQE on device `dev` (descriptor `fd`): by its registered index when the ring's
+/// files are registered, else by descriptor. (A macro: `types::Fixed` and `types::Fd` are
+/// two types and the opcode builders are generic over them.)
+macro_rules! on_target {
+    ($ring:expr, $dev:expr, $fd:expr, |$t:ident| $build:expr) => {
+        if $ring.fixed_files {
+            let $t = types::Fixed($dev as u32);
+            $build
+        } else {
+            let $t = types::Fd($fd);
+            $build
+        }
+    };
+}
+
 impl super::plug::Enter for Ring {
     fn enter(&self) {
         Ring::enter(self);
@@ -397,9 +447,9 @@ impl Ring {
                     let len = buf.len();
                     let p = buf.as_mut_slice().as_mut_ptr();
                     let e = fd.map(|fd| {
-                        opcode::Read::new(types::Fd(fd), p, len as u32)
+                        on_target!(self, *dev, fd, |t| opcode::Read::new(t, p, len as u32)
                             .offset(*off)
-                            .build()
+                            .build())
                     });
                     (fd, e, len)
                 }
@@ -408,18 +458,18 @@ impl Ring {
                     let len = buf.len();
                     let p = buf.as_slice().as_ptr();
                     let e = fd.map(|fd| {
-                        opcode::Write::new(types::Fd(fd), p, len as u32)
+                        on_target!(self, *dev, fd, |t| opcode::Write::new(t, p, len as u32)
                             .offset(*off)
-                            .build()
+                            .build())
                     });
                     (fd, e, len)
                 }
                 IoOp::Sync { dev } => {
                     let fd = self.fds.get(*dev).copied();
                     let e = fd.map(|fd| {
-                        opcode::Fsync::new(types::Fd(fd))
+                        on_target!(self, *dev, fd, |t| opcode::Fsync::new(t)
                             .flags(types::FsyncFlags::DATASYNC)
-                            .build()
+                            .build())
                     });
                     (fd, e, 0)
                 }
