@@ -11,7 +11,7 @@
 # Client and server share the machine's CPUs; the load average is printed with each run.
 #
 # Usage: scripts/bench/uring-cpu.sh [--rounds 3] [--shapes 8x1,64x1,8x16] [--duration 10s]
-#        [--out DIR] [--bench PATH] LABEL=[VAR=VAL,...@]BINARY ...
+#        [--out DIR] [--bench PATH] LABEL=[VAR=VAL VAR=VAL ...@]BINARY ...
 #   e.g. main=/work/bins/ft-s8main fixed=FLASHTIER_URING=fixed_files@/work/bins/ft-s8-uring
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -45,7 +45,7 @@ run_one() {
   port=$(python3 "$ROOT/scripts/bench/probe.py" free-port)
   flash=$FLASH_DIR/$label.flash; rm -f "$flash"
   local envv=()
-  [ -n "$envs" ] && IFS=, read -r -a envv <<< "$envs"
+  [ -n "$envs" ] && read -r -a envv <<< "$envs"
   env "${envv[@]}" "$bin" kv --listen "127.0.0.1:$port" -m 64 --threads 2 \
     --flash "$flash:1GiB" > "$OUT/$label-$round.log" 2>&1 &
   pid=$!
@@ -98,7 +98,8 @@ for round in $(seq 1 "$ROUNDS"); do
     # One timed run at a time on the machine: hold the lock for the whole server run.
     export -f run_one
     export ROOT BENCH KEYS VALUE FLASH_DIR OUT SHAPES DURATION
-    flock "$LOCK" bash -c 'run_one "$@"' _ "$label" "$round" "$envs" "$rest"
+    flock "$LOCK" bash -c 'set -eo pipefail; run_one "$@"' _ "$label" "$round" "$envs" "$rest" ||
+      echo "$label round $round failed (see $OUT/$label-$round.log)" | tee -a "$OUT/summary.txt"
   done
 done
 echo "results in $OUT"

@@ -224,6 +224,21 @@ impl Ring {
     }
 }
 
+/// A ring with registered files gives them back before it goes: closing a ring only queues
+/// its teardown in the kernel, and until that runs the registered references keep each
+/// device's open file (and its `flock`, `file::lock_exclusive`) alive, so an engine
+/// reopened at once in the same process would find its own device locked. Unregistering is
+/// synchronous; a request still in flight (none after a shutdown) keeps its own reference.
+impl Drop for Ring {
+    fn drop(&mut self) {
+        if self.fixed_files {
+            if let Err(e) = self.ring.submitter().unregister_files() {
+                log::warn!("io_uring: unregistering the flash files failed: {e}");
+            }
+        }
+    }
+}
+
 /// Dropping the executor (an engine that failed to open, or the last handle going away)
 /// stops and joins its thread, so none outlives it.
 impl Drop for UringExecutor {
