@@ -10,14 +10,18 @@
 # enters / SQE is the number of reads that share one enter and one device doorbell).
 # Client and server share the machine's CPUs; the load average is printed with each run.
 #
+# `--mem 1024` keeps every item in RAM: the same shapes without a flash read, the floor a
+# flash GET's CPU is compared with.
+#
 # Usage: scripts/bench/uring-cpu.sh [--rounds 3] [--shapes 8x1,64x1,8x16] [--duration 10s]
+#        [--mem 64]
 #        [--out DIR] [--bench PATH] LABEL=[VAR=VAL VAR=VAL ...@]BINARY ...
 #   e.g. main=/work/bins/ft-s8main fixed=FLASHTIER_URING=fixed_files@/work/bins/ft-s8-uring
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 ROUNDS=3 SHAPES=8x1,64x1,8x16 DURATION=10s OUT="" BENCH=$ROOT/target/release/flashtier-bench
-KEYS=150000 VALUE=4096 LOCK=${BENCH_LOCK:-/tmp/s8/bench.lock}
+KEYS=150000 VALUE=4096 MEM=64 LOCK=${BENCH_LOCK:-/tmp/s8/bench.lock}
 FLASH_DIR=${FLASH_DIR:-/var/tmp/flashtier-uring-cpu}
 SPECS=()
 while (($#)); do
@@ -26,6 +30,7 @@ while (($#)); do
     --shapes) SHAPES=$2; shift 2 ;;
     --duration) DURATION=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
+    --mem) MEM=$2; shift 2 ;;
     --bench) BENCH=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *=*) SPECS+=("$1"); shift ;;
@@ -46,7 +51,7 @@ run_one() {
   flash=$FLASH_DIR/$label.flash; rm -f "$flash"
   local envv=()
   [ -n "$envs" ] && read -r -a envv <<< "$envs"
-  env "${envv[@]}" "$bin" kv --listen "127.0.0.1:$port" -m 64 --threads 2 \
+  env "${envv[@]}" "$bin" kv --listen "127.0.0.1:$port" -m "$MEM" --threads 2 \
     --flash "$flash:1GiB" > "$OUT/$label-$round.log" 2>&1 &
   pid=$!
   python3 "$ROOT/scripts/bench/probe.py" wait-port "$port" "$pid" 20
@@ -97,7 +102,7 @@ for round in $(seq 1 "$ROUNDS"); do
     if [[ $rest == *@* ]]; then envs=${rest%@*}; rest=${rest##*@}; fi
     # One timed run at a time on the machine: hold the lock for the whole server run.
     export -f run_one
-    export ROOT BENCH KEYS VALUE FLASH_DIR OUT SHAPES DURATION
+    export ROOT BENCH KEYS VALUE MEM FLASH_DIR OUT SHAPES DURATION
     flock "$LOCK" bash -c 'set -eo pipefail; run_one "$@"' _ "$label" "$round" "$envs" "$rest" ||
       echo "$label round $round failed (see $OUT/$label-$round.log)" | tee -a "$OUT/summary.txt"
   done

@@ -159,7 +159,8 @@ pub struct FlashConfig {
     /// per event-loop thread. Default: `1`.
     pub uring_rings: usize,
     /// How each ring is set up (registered files, cooperative task work, a kernel poller):
-    /// [`crate::io::uring_setup::UringSetup`]. Default: none of them.
+    /// [`crate::io::uring_setup::UringSetup`]. Default: none of them (none lowered the server
+    /// CPU per flash GET measurably on the 2-vCPU VM; docs/serving.md, "eighth sitting").
     pub uring_setup: crate::io::uring_setup::UringSetup,
     /// psync pool threads. Default: `2`.
     pub psync_threads: usize,

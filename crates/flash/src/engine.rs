@@ -403,19 +403,13 @@ fn make_executor(
     stats: &Arc<FlashStats>,
 ) -> Result<Executors> {
     let all_fd = devices.iter().all(|d| d.raw_fd().is_some());
-    // Experiment hook (issue 30, eighth sitting): override the ring setup from the
-    // environment to measure the choices on one build.
-    let setup = std::env::var("FLASHTIER_URING_SETUP")
-        .ok()
-        .and_then(|t| crate::io::uring_setup::UringSetup::parse(&t).ok())
-        .unwrap_or_else(|| cfg.uring_setup.clone());
     let uring = || {
         UringExecutor::with_setup(
             devices.to_vec(),
             cfg.uring_entries,
             cfg.uring_rings,
             Arc::clone(stats),
-            &setup,
+            &cfg.uring_setup,
         )
         .map(Arc::new)
     };

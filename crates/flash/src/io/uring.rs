@@ -7,7 +7,8 @@
 //! that ring's [`ReapHandle`] (woken by the ring's eventfd), else by the ring's thread —
 //! which blocks for completions while no reaper is attached (open, recovery, tests, the
 //! block face) and otherwise only reaps every [`BACKSTOP`], so no completion waits on a
-//! stopped event loop.
+//! stopped event loop. How each ring is set up (registered files, cooperative task work, a
+//! kernel poller) is [`super::uring_setup::UringSetup`]; the default is none of them.
 //!
 //! Invariants: a request's buffer is owned by its slot in `State::slots` from SQE push until
 //! its CQE is reaped; at most `cap` requests are in flight (the rest wait in `pending`), so

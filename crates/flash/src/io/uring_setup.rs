@@ -3,8 +3,11 @@
 //!
 //! Why a separate, parsed setting: which of these pays depends on the kernel and on the
 //! machine (a shared kernel poller thread costs a CPU that a 2-vCPU VM does not have), so
-//! each is a choice measured on the target, spelled as a short list an operator can pass
-//! (`fixed_files,coop_taskrun,sqpoll=2ms`). Measurements: docs/serving.md, "eighth sitting".
+//! each is a choice to measure on the target, spelled as a short list
+//! (`fixed_files,coop_taskrun,sqpoll=2ms`). On the 2-vCPU VM none of them lowered the CPU
+//! per flash GET beyond the noise and `sqpoll` doubled it, so the server leaves them off
+//! (`FlashConfig::uring_setup` is a library setting, no operator knob). Measurements:
+//! docs/serving.md, "eighth sitting".
 //!
 //! Invariant: every field's default is what the executor did before the setting existed
 //! (plain descriptors, no poller, signalled task work).
