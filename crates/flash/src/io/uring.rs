@@ -71,8 +71,9 @@ pub(crate) struct Ring {
     /// Keeps the descriptors in `fds` open.
     _devices: Vec<Arc<dyn Device>>,
     state: Mutex<State>,
-    /// Held while draining the completion queue.
-    reap_lock: Mutex<()>,
+    /// Held while draining the completion queue; holds [`Reaped`], reap's buffers, kept
+    /// between reaps so a reap allocates nothing once they have grown.
+    reap_lock: Mutex<Reaped>,
     /// Counted up by the kernel for every CQE (registered with the ring); non-blocking.
     events: File,
     /// Attached [`ReapHandle`]s.
@@ -83,6 +84,20 @@ pub(crate) struct Ring {
     entering: AtomicBool,
     stats: Arc<FlashStats>,
     cap: usize,
+}
+
+/// A finished request: the request, its transfer length, the CQE's result.
+type Completed = (IoRequest, usize, i32);
+
+/// [`Ring::reap`]'s scratch buffers (a reap ran two fresh `Vec`s per call before: one per
+/// flash GET at low depth).
+#[derive(Default)]
+struct Reaped {
+    /// The CQEs drained (user data, result); empty between reaps.
+    cqes: Vec<(u64, i32)>,
+    /// A spare for the completed requests: taken by a reap, given back once its callbacks
+    /// have run (a reap nested in a callback, or one racing it, uses a fresh one).
+    done: Vec<Completed>,
 }
 
 struct State {
@@ -214,7 +229,7 @@ impl Ring {
                 in_flight: 0,
                 closed: false,
             }),
-            reap_lock: Mutex::new(()),
+            reap_lock: Mutex::new(Reaped::default()),
             events,
             reapers: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
@@ -532,18 +547,21 @@ impl Ring {
 
     /// Complete every request whose CQE is there; returns how many.
     fn reap(&self) -> usize {
-        let (done, failed) = {
-            let _g = self.reap_lock.lock();
+        let (mut done, failed) = {
+            let mut scratch = self.reap_lock.lock();
+            let Reaped { cqes, done: spare } = &mut *scratch;
+            cqes.clear();
             // SAFETY: the completion queue is only accessed under `reap_lock`.
-            let cqes: Vec<(u64, i32)> = unsafe { self.ring.completion_shared() }
-                .map(|c| (c.user_data(), c.result()))
-                .collect();
+            cqes.extend(
+                unsafe { self.ring.completion_shared() }.map(|c| (c.user_data(), c.result())),
+            );
             if cqes.is_empty() {
                 return 0;
             }
+            let mut done = std::mem::take(spare);
+            done.reserve(cqes.len());
             let mut state = self.state.lock();
-            let mut done = Vec::with_capacity(cqes.len());
-            for (ud, res) in cqes {
+            for (ud, res) in cqes.drain(..) {
                 let Some((req, len)) = state.slots.get_mut(ud as usize).and_then(Option::take)
                 else {
                     continue;
@@ -562,7 +580,7 @@ impl Ring {
         self.enter();
         self.fail(failed);
         let n = done.len();
-        for (req, len, res) in done {
+        for (req, len, res) in done.drain(..) {
             self.stats.io_queue_depth.fetch_sub(1, Ordering::Relaxed);
             let outcome = if res < 0 {
                 Err(io::Error::from_raw_os_error(-res))
@@ -579,6 +597,13 @@ impl Ring {
                 _ => None,
             });
             (req.done)(result);
+        }
+        // Give the (now empty) buffer back for the next reap; if another reap holds the
+        // lock, drop it rather than wait.
+        if let Some(mut scratch) = self.reap_lock.try_lock() {
+            if scratch.done.capacity() < done.capacity() {
+                scratch.done = done;
+            }
         }
         n
     }
