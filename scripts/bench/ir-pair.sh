@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Instructions per request (callgrind, collection on only around the measured phase) for a
 # flashtier binary: noise-free CPU-per-op proxy for a pure refactor's before/after.
-# Usage: scripts/bench/ir-pair.sh BIN LABEL SHAPE   (SHAPE: ramget | ramset; needs valgrind)
+# Usage: scripts/bench/ir-pair.sh BIN LABEL SHAPE   (SHAPE: ramget | ramset | ramget4k; needs
+# valgrind). ramget4k: 4 KiB values, which a GET reply sends by reference (Output::put_value).
 # Env: BENCH_BIN (flashtier-bench), OUT_ROOT [bench-results/ir]. RAM shapes only: a flash
 # configuration stops under valgrind (the io_uring ring's mapping).
 set -euo pipefail
@@ -10,8 +11,9 @@ BENCH=${BENCH_BIN:-$(cd "$(dirname "$0")/../.." && pwd)/target/release/flashtier
 OUT=${OUT_ROOT:-bench-results/ir}/$LABEL-$SHAPE; rm -rf "$OUT"; mkdir -p "$OUT"
 PORT=$((20000 + RANDOM % 20000))
 case $SHAPE in
+  ramget4k) SRV=(--ram-only -m 128); KEYS=10000; V=4096;;
   ram*) SRV=(--ram-only -m 64); KEYS=20000; V=100;;
-  *) echo "unknown shape $SHAPE (ramget | ramset)" >&2; exit 2;;
+  *) echo "unknown shape $SHAPE (ramget | ramset | ramget4k)" >&2; exit 2;;
 esac
 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$OUT/cg.%p" \
   "$BIN" kv --listen 127.0.0.1:$PORT --threads 2 "${SRV[@]}" > "$OUT/server.log" 2>&1 &
@@ -19,7 +21,7 @@ VPID=$!
 for i in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null && break; sleep 0.5; done
 "$BENCH" fill -s 127.0.0.1:$PORT -k $KEYS -v $V -c 4 > "$OUT/fill.txt" 2>&1
 case $SHAPE in
-  ramget) GR=1.0;;
+  ramget|ramget4k) GR=1.0;;
   ramset) GR=0.0;;
 esac
 DIST=zipf:0.99

@@ -158,6 +158,10 @@ pub struct FlashConfig {
     /// io_uring rings, one per lane (`use_ring_lane`): a thread-per-core server asks for one
     /// per event-loop thread. Default: `1`.
     pub uring_rings: usize,
+    /// How each ring is set up (registered files, cooperative task work, a kernel poller):
+    /// [`crate::io::uring_setup::UringSetup`]. Default: none of them (none lowered the server
+    /// CPU per flash GET measurably on the 2-vCPU VM; docs/serving.md, "eighth sitting").
+    pub uring_setup: crate::io::uring_setup::UringSetup,
     /// psync pool threads. Default: `2`.
     pub psync_threads: usize,
     /// Open files with `O_DIRECT`. Default: `true`.
@@ -211,6 +215,7 @@ impl Default for FlashConfig {
             io_backend: IoBackend::Auto,
             uring_entries: 256,
             uring_rings: 1,
+            uring_setup: crate::io::uring_setup::UringSetup::default(),
             psync_threads: 2,
             direct_io: true,
             reformat_on_mismatch: false,

@@ -404,11 +404,12 @@ fn make_executor(
 ) -> Result<Executors> {
     let all_fd = devices.iter().all(|d| d.raw_fd().is_some());
     let uring = || {
-        UringExecutor::new(
+        UringExecutor::with_setup(
             devices.to_vec(),
             cfg.uring_entries,
             cfg.uring_rings,
             Arc::clone(stats),
+            &cfg.uring_setup,
         )
         .map(Arc::new)
     };

@@ -68,6 +68,7 @@ pub use io::plug::{
     batch_submissions, defer_submissions_on_this_thread, submit_deferred, submit_deferred_each_turn,
 };
 pub use io::uring::{use_ring_lane, ReapHandle};
+pub use io::uring_setup::{UringSetup, UringSetupError};
 pub use io::Device;
 pub use journal::{Journal, JournalMode, JournalRecovered, Ticket};
 pub use location::Location;

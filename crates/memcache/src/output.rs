@@ -30,6 +30,17 @@ impl Output {
         Self::default()
     }
 
+    /// How many bytes of a `len`-byte value [`put_value`](Self::put_value) copies into the
+    /// coalescing buffer: all of a small one, none of one queued by reference (so a caller
+    /// reserves room only for what is copied, not a 4 KiB value sent by reference).
+    pub fn copied_len(len: usize) -> usize {
+        if len < ZERO_COPY_MIN {
+            len
+        } else {
+            0
+        }
+    }
+
     /// Append a value, by reference when it is large.
     pub fn put_value(&mut self, value: &Bytes) {
         if value.len() < ZERO_COPY_MIN {

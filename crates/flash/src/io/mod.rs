@@ -32,6 +32,7 @@ pub mod plug;
 pub mod pool;
 pub mod psync;
 pub mod uring;
+pub mod uring_setup;
 
 /// IO alignment for direct IO.
 pub const ALIGN: usize = 4096;

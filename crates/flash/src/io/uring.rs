@@ -7,7 +7,8 @@
 //! that ring's [`ReapHandle`] (woken by the ring's eventfd), else by the ring's thread —
 //! which blocks for completions while no reaper is attached (open, recovery, tests, the
 //! block face) and otherwise only reaps every [`BACKSTOP`], so no completion waits on a
-//! stopped event loop.
+//! stopped event loop. How each ring is set up (registered files, cooperative task work, a
+//! kernel poller) is [`super::uring_setup::UringSetup`]; the default is none of them.
 //!
 //! Invariants: a request's buffer is owned by its slot in `State::slots` from SQE push until
 //! its CQE is reaped; at most `cap` requests are in flight (the rest wait in `pending`), so
@@ -31,6 +32,7 @@ use std::time::Duration;
 use io_uring::{opcode, types, IoUring};
 use parking_lot::Mutex;
 
+use super::uring_setup::UringSetup;
 use super::{Device, Executor, IoOp, IoRequest};
 use crate::stats::FlashStats;
 
@@ -63,11 +65,15 @@ pub fn use_ring_lane(lane: usize) {
 pub(crate) struct Ring {
     ring: IoUring,
     fds: Vec<i32>,
+    /// `fds` are registered with the ring (`IORING_REGISTER_FILES`): SQEs name a device by
+    /// its index (`types::Fixed`), which spares the kernel an fd lookup and reference per IO.
+    fixed_files: bool,
     /// Keeps the descriptors in `fds` open.
     _devices: Vec<Arc<dyn Device>>,
     state: Mutex<State>,
-    /// Held while draining the completion queue.
-    reap_lock: Mutex<()>,
+    /// Held while draining the completion queue; holds [`Reaped`], reap's buffers, kept
+    /// between reaps so a reap allocates nothing once they have grown.
+    reap_lock: Mutex<Reaped>,
     /// Counted up by the kernel for every CQE (registered with the ring); non-blocking.
     events: File,
     /// Attached [`ReapHandle`]s.
@@ -78,6 +84,20 @@ pub(crate) struct Ring {
     entering: AtomicBool,
     stats: Arc<FlashStats>,
     cap: usize,
+}
+
+/// A finished request: the request, its transfer length, the CQE's result.
+type Completed = (IoRequest, usize, i32);
+
+/// [`Ring::reap`]'s scratch buffers (a reap ran two fresh `Vec`s per call before: one per
+/// flash GET at low depth).
+#[derive(Default)]
+struct Reaped {
+    /// The CQEs drained (user data, result); empty between reaps.
+    cqes: Vec<(u64, i32)>,
+    /// A spare for the completed requests: taken by a reap, given back once its callbacks
+    /// have run (a reap nested in a callback, or one racing it, uses a fresh one).
+    done: Vec<Completed>,
 }
 
 struct State {
@@ -91,13 +111,25 @@ struct State {
 
 impl UringExecutor {
     /// Set up `rings` rings (at least one) of `entries` slots each over `devices` (all must
-    /// have a raw fd). Fails if the kernel refuses io_uring (old kernel, seccomp,
-    /// `io_uring_disabled`).
+    /// have a raw fd), with the default [`UringSetup`]. Fails if the kernel refuses io_uring
+    /// (old kernel, seccomp, `io_uring_disabled`).
     pub fn new(
         devices: Vec<Arc<dyn Device>>,
         entries: u32,
         rings: usize,
         stats: Arc<FlashStats>,
+    ) -> io::Result<Self> {
+        Self::with_setup(devices, entries, rings, stats, &UringSetup::default())
+    }
+
+    /// As [`new`](Self::new), each ring set up as `setup` says (with `sqpoll`, the rings
+    /// after the first share the first one's kernel poller thread, `IORING_SETUP_ATTACH_WQ`).
+    pub fn with_setup(
+        devices: Vec<Arc<dyn Device>>,
+        entries: u32,
+        rings: usize,
+        stats: Arc<FlashStats>,
+        setup: &UringSetup,
     ) -> io::Result<Self> {
         let mut fds = Vec::with_capacity(devices.len());
         for d in &devices {
@@ -108,9 +140,12 @@ impl UringExecutor {
                 )
             })?);
         }
-        let mut all = Vec::with_capacity(rings.max(1));
+        let mut all: Vec<Arc<Ring>> = Vec::with_capacity(rings.max(1));
         for _ in 0..rings.max(1) {
-            all.push(Arc::new(Ring::new(&fds, &devices, entries, &stats)?));
+            let attach = all.first().map(|r| r.ring.as_raw_fd());
+            all.push(Arc::new(Ring::new(
+                &fds, &devices, entries, &stats, setup, attach,
+            )?));
         }
         let exec = Self {
             rings: all,
@@ -149,8 +184,20 @@ impl Ring {
         devices: &[Arc<dyn Device>],
         entries: u32,
         stats: &Arc<FlashStats>,
+        setup: &UringSetup,
+        attach: Option<RawFd>,
     ) -> io::Result<Self> {
-        let ring = IoUring::new(entries.next_power_of_two())?;
+        let mut builder = IoUring::builder();
+        if setup.coop_taskrun {
+            builder.setup_coop_taskrun();
+        }
+        if let Some(idle) = setup.sqpoll_idle {
+            builder.setup_sqpoll(u32::try_from(idle.as_millis()).unwrap_or(u32::MAX));
+            if let Some(fd) = attach {
+                builder.setup_attach_wq(fd);
+            }
+        }
+        let ring = builder.build(entries.next_power_of_two())?;
         if !ring.params().is_feature_ext_arg() {
             // The ring thread's timed wait needs IORING_ENTER_EXT_ARG (Linux 5.11).
             return Err(io::Error::new(
@@ -167,9 +214,13 @@ impl Ring {
         // SAFETY: `efd` is a freshly created descriptor nobody else owns.
         let events = File::from(unsafe { OwnedFd::from_raw_fd(efd) });
         ring.submitter().register_eventfd(events.as_raw_fd())?;
+        if setup.fixed_files {
+            ring.submitter().register_files(fds)?;
+        }
         Ok(Ring {
             ring,
             fds: fds.to_vec(),
+            fixed_files: setup.fixed_files,
             _devices: devices.to_vec(),
             state: Mutex::new(State {
                 slots: Vec::new(),
@@ -178,7 +229,7 @@ impl Ring {
                 in_flight: 0,
                 closed: false,
             }),
-            reap_lock: Mutex::new(()),
+            reap_lock: Mutex::new(Reaped::default()),
             events,
             reapers: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
@@ -186,6 +237,21 @@ impl Ring {
             stats: Arc::clone(stats),
             cap: entries as usize,
         })
+    }
+}
+
+/// A ring with registered files gives them back before it goes: closing a ring only queues
+/// its teardown in the kernel, and until that runs the registered references keep each
+/// device's open file (and its `flock`, `file::lock_exclusive`) alive, so an engine
+/// reopened at once in the same process would find its own device locked. Unregistering is
+/// synchronous; a request still in flight (none after a shutdown) keeps its own reference.
+impl Drop for Ring {
+    fn drop(&mut self) {
+        if self.fixed_files {
+            if let Err(e) = self.ring.submitter().unregister_files() {
+                log::warn!("io_uring: unregistering the flash files failed: {e}");
+            }
+        }
     }
 }
 
@@ -298,6 +364,21 @@ impl std::fmt::Debug for ReapHandle {
     }
 }
 
+/// Build an SQE on device `dev` (descriptor `fd`): by its registered index when the ring's
+/// files are registered, else by descriptor. (A macro: `types::Fixed` and `types::Fd` are
+/// two types and the opcode builders are generic over them.)
+macro_rules! on_target {
+    ($ring:expr, $dev:expr, $fd:expr, |$t:ident| $build:expr) => {
+        if $ring.fixed_files {
+            let $t = types::Fixed($dev as u32);
+            $build
+        } else {
+            let $t = types::Fd($fd);
+            $build
+        }
+    };
+}
+
 impl super::plug::Enter for Ring {
     fn enter(&self) {
         Ring::enter(self);
@@ -397,9 +478,9 @@ impl Ring {
                     let len = buf.len();
                     let p = buf.as_mut_slice().as_mut_ptr();
                     let e = fd.map(|fd| {
-                        opcode::Read::new(types::Fd(fd), p, len as u32)
+                        on_target!(self, *dev, fd, |t| opcode::Read::new(t, p, len as u32)
                             .offset(*off)
-                            .build()
+                            .build())
                     });
                     (fd, e, len)
                 }
@@ -408,18 +489,18 @@ impl Ring {
                     let len = buf.len();
                     let p = buf.as_slice().as_ptr();
                     let e = fd.map(|fd| {
-                        opcode::Write::new(types::Fd(fd), p, len as u32)
+                        on_target!(self, *dev, fd, |t| opcode::Write::new(t, p, len as u32)
                             .offset(*off)
-                            .build()
+                            .build())
                     });
                     (fd, e, len)
                 }
                 IoOp::Sync { dev } => {
                     let fd = self.fds.get(*dev).copied();
                     let e = fd.map(|fd| {
-                        opcode::Fsync::new(types::Fd(fd))
+                        on_target!(self, *dev, fd, |t| opcode::Fsync::new(t)
                             .flags(types::FsyncFlags::DATASYNC)
-                            .build()
+                            .build())
                     });
                     (fd, e, 0)
                 }
@@ -466,18 +547,21 @@ impl Ring {
 
     /// Complete every request whose CQE is there; returns how many.
     fn reap(&self) -> usize {
-        let (done, failed) = {
-            let _g = self.reap_lock.lock();
+        let (mut done, failed) = {
+            let mut scratch = self.reap_lock.lock();
+            let Reaped { cqes, done: spare } = &mut *scratch;
+            cqes.clear();
             // SAFETY: the completion queue is only accessed under `reap_lock`.
-            let cqes: Vec<(u64, i32)> = unsafe { self.ring.completion_shared() }
-                .map(|c| (c.user_data(), c.result()))
-                .collect();
+            cqes.extend(
+                unsafe { self.ring.completion_shared() }.map(|c| (c.user_data(), c.result())),
+            );
             if cqes.is_empty() {
                 return 0;
             }
+            let mut done = std::mem::take(spare);
+            done.reserve(cqes.len());
             let mut state = self.state.lock();
-            let mut done = Vec::with_capacity(cqes.len());
-            for (ud, res) in cqes {
+            for (ud, res) in cqes.drain(..) {
                 let Some((req, len)) = state.slots.get_mut(ud as usize).and_then(Option::take)
                 else {
                     continue;
@@ -496,7 +580,7 @@ impl Ring {
         self.enter();
         self.fail(failed);
         let n = done.len();
-        for (req, len, res) in done {
+        for (req, len, res) in done.drain(..) {
             self.stats.io_queue_depth.fetch_sub(1, Ordering::Relaxed);
             let outcome = if res < 0 {
                 Err(io::Error::from_raw_os_error(-res))
@@ -513,6 +597,13 @@ impl Ring {
                 _ => None,
             });
             (req.done)(result);
+        }
+        // Give the (now empty) buffer back for the next reap; if another reap holds the
+        // lock, drop it rather than wait.
+        if let Some(mut scratch) = self.reap_lock.try_lock() {
+            if scratch.done.capacity() < done.capacity() {
+                scratch.done = done;
+            }
         }
         n
     }
