@@ -464,28 +464,41 @@ impl Inner {
         let ready = {
             let mut guard = self.state.lock();
             let state = &mut *guard;
-            match res {
-                Ok(()) => {
-                    state.health.synced(job.dev, gen);
-                    drop(guard);
-                    self.submit_write(job);
-                    return;
+            if res.is_err() {
+                if let Some((seg, seq)) = job.tail_of {
+                    state.segments.summary_lost(seg, seq);
                 }
-                Err(e) => {
-                    FlashStats::add(&self.stats.sync_errors, 1);
-                    if let Some((seg, seq)) = job.tail_of {
-                        state.segments.summary_lost(seg, seq);
-                    }
-                    state.writes.complete(job.id);
-                    self.device_error(state, job.dev, "sync", &e.to_string());
-                    state.writes.ready_flushes()
-                }
+                state.writes.complete(job.id);
             }
+            self.note_sync(state, (job.dev, gen), &res);
+            res.is_err().then(|| state.writes.ready_flushes())
+        };
+        let Some(ready) = ready else {
+            self.submit_write(job);
+            return;
         };
         for w in ready {
             self.finish_flush(w);
         }
         self.wake.notify_all();
+    }
+
+    /// A sync of `dev` covering its writes up to `gen` completed, under the state lock: the
+    /// writes are synced, or (it failed) the error is counted and the device made failing.
+    /// Shared by a flush's syncs and a sealed segment's sync before its tail.
+    fn note_sync(
+        self: &Arc<Self>,
+        state: &mut State,
+        (dev, gen): (usize, u64),
+        res: &io::Result<()>,
+    ) {
+        match res {
+            Ok(()) => state.health.synced(dev, gen),
+            Err(e) => {
+                FlashStats::add(&self.stats.sync_errors, 1);
+                self.device_error(state, dev, "sync", &e.to_string());
+            }
+        }
     }
 
     /// Completion of a write (executor thread). A failed write is tried again at once, up
@@ -518,7 +531,7 @@ impl Inner {
         } = job;
         let written = buf.len() as u64;
         drop(buf);
-        let ready = {
+        let (tail, ready) = {
             let mut guard = self.state.lock();
             let state = &mut *guard;
             let w = state.writes.complete(id);
@@ -563,7 +576,6 @@ impl Inner {
             }
             (tail, state.writes.ready_flushes())
         };
-        let (tail, ready) = ready;
         if let Some(t) = tail {
             self.tail_launch(t);
         }
@@ -644,15 +656,11 @@ impl Inner {
         {
             let mut guard = self.state.lock();
             let state = &mut *guard;
-            match &res {
-                Ok(()) => state.health.synced(dev, gen),
-                Err(e) => {
-                    FlashStats::add(&self.stats.sync_errors, 1);
-                    let msg = format!("sync on {}: {e}", self.dev_name(dev));
-                    join.error.lock().get_or_insert(msg);
-                    self.device_error(state, dev, "sync", &e.to_string());
-                }
+            if let Err(e) = &res {
+                let msg = format!("sync on {}: {e}", self.dev_name(dev));
+                join.error.lock().get_or_insert(msg);
             }
+            self.note_sync(state, (dev, gen), &res);
         }
         if join.left.fetch_sub(1, Ordering::AcqRel) == 1 {
             let out = match join.error.lock().take() {
