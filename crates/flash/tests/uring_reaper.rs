@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
+use common::reap::{check, drive, read_on_lane, readable};
 use flashtier_flash::{
-    batch_submissions, defer_submissions_on_this_thread, submit_deferred,
-    submit_deferred_each_turn, use_ring_lane, Completion, DropAll, Error, Flash, FlashConfig,
-    IoBackend, Location, ReapHandle, Record,
+    batch_submissions, defer_submissions_on_this_thread, submit_deferred_each_turn, DropAll, Error,
+    Flash, FlashConfig, IoBackend, Location,
 };
 
 fn open(name: &str) -> Option<(Flash, PathBuf)> {
@@ -58,39 +58,6 @@ fn fill(flash: &Flash, n: u64) -> Vec<(Location, Vec<u8>)> {
     locs
 }
 
-/// Wait on the handle's eventfd and reap until every completion is ready; returns how many
-/// completions this loop reaped (the ring thread's backstop may take some).
-fn drive(h: &ReapHandle, comps: &[Completion<Record>]) -> usize {
-    let mut reaped = 0;
-    while !comps.iter().all(Completion::is_ready) {
-        readable(h, 1000);
-        reaped += h.reap();
-    }
-    reaped
-}
-
-/// Wait up to `timeout_ms` for the handle's eventfd to turn readable (its ring posted a
-/// completion since the last reap cleared it); true if it did.
-fn readable(h: &ReapHandle, timeout_ms: i32) -> bool {
-    use std::os::fd::AsRawFd;
-    let mut pfd = libc::pollfd {
-        fd: h.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd for the duration of the call.
-    #[allow(unsafe_code)]
-    let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-    n == 1
-}
-
-fn check(comps: Vec<Completion<Record>>, want: &[(Location, Vec<u8>)]) {
-    for (c, (_, v)) in comps.into_iter().zip(want) {
-        let r = c.wait().unwrap();
-        assert_eq!(&r.value[..], &v[..]);
-    }
-}
-
 #[test]
 fn batched_reads_reaped_by_the_callers_loop() {
     let Some((flash, p)) = open("reaper") else {
@@ -112,15 +79,7 @@ fn batched_reads_reaped_by_the_callers_loop() {
     check(comps, &locs);
 
     // A thread plugged for good: its reads wait for submit_deferred.
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            defer_submissions_on_this_thread();
-            let comps: Vec<_> = locs[..8].iter().map(|(l, _)| flash.read(*l)).collect();
-            submit_deferred();
-            drive(&h, &comps);
-            check(comps, &locs[..8]);
-        });
-    });
+    read_on_lane(&flash, &h, 0, &locs[..8]);
 
     // No reaper attached: the ring thread completes reads for a plain waiter again.
     drop(h);
@@ -143,16 +102,7 @@ fn each_lane_submits_and_signals_on_its_own_ring() {
     assert!(!readable(&h0, 0) && !readable(&h1, 0));
 
     // A thread on lane 1: its reads enter ring 1 and only ring 1's eventfd fires.
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            use_ring_lane(1);
-            defer_submissions_on_this_thread();
-            let comps: Vec<_> = locs[..12].iter().map(|(l, _)| flash.read(*l)).collect();
-            submit_deferred();
-            drive(&h1, &comps);
-            check(comps, &locs[..12]);
-        });
-    });
+    read_on_lane(&flash, &h1, 1, &locs[..12]);
     assert!(!readable(&h0, 0), "lane 1's reads signalled lane 0's ring");
 
     // And lane 0 (this thread's default) the other way round.

@@ -10,10 +10,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flashtier_flash::{
-    defer_submissions_on_this_thread, submit_deferred, use_ring_lane, Completion, DropAll, Error,
-    Flash, FlashConfig, IoBackend, Location, ReapHandle, Record, UringSetup,
-};
+use common::reap::{check, read_on_lane};
+use flashtier_flash::{DropAll, Error, Flash, FlashConfig, IoBackend, UringSetup};
 
 fn open(p: &Path, setup: &UringSetup) -> Option<Flash> {
     let spec = common::file_spec(p, 8 << 20);
@@ -30,31 +28,6 @@ fn open(p: &Path, setup: &UringSetup) -> Option<Flash> {
             None
         }
         Err(e) => panic!("open {} with {setup}: {e}", p.display()),
-    }
-}
-
-fn check(comps: Vec<Completion<Record>>, want: &[(Location, Vec<u8>)]) {
-    for (c, (_, v)) in comps.into_iter().zip(want) {
-        let r = c.wait().unwrap();
-        assert_eq!(&r.value[..], &v[..]);
-    }
-}
-
-/// Poll the handle's eventfd and reap until every completion is ready.
-fn drive(h: &ReapHandle, comps: &[Completion<Record>]) {
-    use std::os::fd::AsRawFd;
-    while !comps.iter().all(Completion::is_ready) {
-        let mut pfd = libc::pollfd {
-            fd: h.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd for the duration of the call.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::poll(&mut pfd, 1, 1000)
-        };
-        h.reap();
     }
 }
 
@@ -79,16 +52,7 @@ fn round_trip(name: &str, setup: &str) {
 
     // Lane 1, reaped by this loop: the way a serving thread reads.
     let h1 = flash.reap_handle(1).expect("io_uring gives a reap handle");
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            use_ring_lane(1);
-            defer_submissions_on_this_thread();
-            let comps: Vec<_> = locs[..20].iter().map(|(l, _)| flash.read(*l)).collect();
-            submit_deferred();
-            drive(&h1, &comps);
-            check(comps, &locs[..20]);
-        });
-    });
+    read_on_lane(&flash, &h1, 1, &locs[..20]);
     drop(h1);
     // Lane 0, no reaper: the ring thread completes them for a plain waiter.
     let comps: Vec<_> = locs[20..].iter().map(|(l, _)| flash.read(*l)).collect();

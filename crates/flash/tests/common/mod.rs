@@ -3,6 +3,8 @@
 //! bounded wait, a handler that records losses.
 #![allow(dead_code)]
 
+pub mod reap;
+
 use std::path::{Path, PathBuf};
 
 use std::time::{Duration, Instant};
