@@ -11,12 +11,11 @@ use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::Duration;
 
-use common::reap::{check, drive, read_on_lane, readable};
+use common::reap::{check, drive, fill, read_on_lane, readable};
 use flashtier_flash::{
     batch_submissions, defer_submissions_on_this_thread, submit_deferred_each_turn, DropAll, Error,
-    Flash, FlashConfig, IoBackend, Location,
+    Flash, FlashConfig, IoBackend,
 };
 
 fn open(name: &str) -> Option<(Flash, PathBuf)> {
@@ -41,21 +40,6 @@ fn open_with_rings(name: &str, rings: usize) -> Option<(Flash, PathBuf)> {
         }
         Err(e) => panic!("open {}: {e}", p.display()),
     }
-}
-
-fn fill(flash: &Flash, n: u64) -> Vec<(Location, Vec<u8>)> {
-    let mut locs = Vec::new();
-    for i in 0..n {
-        let v = vec![(i % 251) as u8; 3000 + i as usize * 50];
-        let w = common::put_record(i, i, &v);
-        let loc = flash
-            .append_blocking(0, &w, Duration::from_secs(10))
-            .unwrap();
-        locs.push((loc, v));
-    }
-    // Written and out of the write buffers: reads go to the device.
-    flash.flush().wait().unwrap();
-    locs
 }
 
 #[test]

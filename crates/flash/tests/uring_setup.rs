@@ -8,9 +8,8 @@ mod common;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
-use common::reap::{check, read_on_lane};
+use common::reap::{check, fill, read_on_lane};
 use flashtier_flash::{DropAll, Error, Flash, FlashConfig, IoBackend, UringSetup};
 
 fn open(p: &Path, setup: &UringSetup) -> Option<Flash> {
@@ -39,16 +38,7 @@ fn round_trip(name: &str, setup: &str) {
         let _ = std::fs::remove_file(&p);
         return;
     };
-    let mut locs = Vec::new();
-    for i in 0..40u64 {
-        let v = vec![(i * 7 % 251) as u8; 2000 + i as usize * 97];
-        let w = common::put_record(i, i, &v);
-        let loc = flash
-            .append_blocking(0, &w, Duration::from_secs(10))
-            .unwrap();
-        locs.push((loc, v));
-    }
-    flash.flush().wait().unwrap();
+    let locs = fill(&flash, 40);
 
     // Lane 1, reaped by this loop: the way a serving thread reads.
     let h1 = flash.reap_handle(1).expect("io_uring gives a reap handle");

@@ -1,6 +1,7 @@
 //! Driving io_uring completions the way a serving thread does (its lane's ring, its own
 //! reap loop on the ring's eventfd), shared by the reaper and ring-setup tests.
 use std::os::fd::AsRawFd;
+use std::time::Duration;
 
 use flashtier_flash::{
     defer_submissions_on_this_thread, submit_deferred, use_ring_lane, Completion, Flash, Location,
@@ -53,4 +54,21 @@ pub fn read_on_lane(flash: &Flash, h: &ReapHandle, lane: usize, want: &[(Locatio
             check(comps, want);
         });
     });
+}
+
+/// Append `n` records of 3–5 KiB and flush them out of the write buffers, so reads go to
+/// the device; their locations and values.
+pub fn fill(flash: &Flash, n: u64) -> Vec<(Location, Vec<u8>)> {
+    let mut locs = Vec::new();
+    for i in 0..n {
+        let v = vec![(i % 251) as u8; 3000 + i as usize * 50];
+        let w = super::put_record(i, i, &v);
+        let loc = flash
+            .append_blocking(0, &w, Duration::from_secs(10))
+            .unwrap();
+        locs.push((loc, v));
+    }
+    // Written and out of the write buffers: reads go to the device.
+    flash.flush().wait().unwrap();
+    locs
 }
