@@ -9,6 +9,10 @@
                                           fill mode, phase and server, min / median / max over
                                           the rounds of every metric, and flashtier ÷ each
                                           memcached (median ÷ median)
+  clients.py sched OUT                    per open-loop row and server, from the thread
+                                          snapshots around it (ROW.sched0/.sched1): the
+                                          server's threads' CPU, run-queue wait, and wait per
+                                          time scheduled in; min / median / max over rounds
 
 memaslap's latencies come from its "Log2 Dist" histograms: bucket i holds times t with
 2^(i-1) < t <= 2^i µs (libmemcached ms_stats.c, ms_local_log2), so its percentiles here are
@@ -327,32 +331,79 @@ def table(out):
                                         "first_error": first,
                                         "metrics": {**spreads, **extra}})
         p("")
-        if "flashtier" in servers and mcs:
+        fts = [s for s in servers if s.startswith("flashtier")]
+        if fts and mcs:
             p(f"### flashtier ÷ memcached, {fill} fill (median ÷ median; "
               "ops/s, hit and hits/s: higher is better for flashtier; latency and CPU: lower)")
             p("")
             p("| phase | vs | " + " | ".join(t for _, t, _, _ in METRICS) + " |")
             p("|---" * (len(METRICS) + 2) + "|")
-            for phase in phases:
-                ft = data[fill][phase].get("flashtier")
+            for phase, fs in ((ph, f) for ph in phases for f in fts):
+                ft = data[fill][phase].get(fs)
                 if not ft:
                     continue
                 for mc in mcs:
                     other = data[fill][phase].get(mc)
                     if not other:
                         continue
-                    cells, rec = [], {"fill": fill, "phase": phase, "vs": mc}
+                    cells, rec = [], {"fill": fill, "phase": phase, "server": fs, "vs": mc}
                     for k, _, _, _ in METRICS:
                         a, b = spread([r.get(k) for r in ft]), spread([r.get(k) for r in other])
                         x = None if not a or not b or not b["median"] else a["median"] / b["median"]
                         rec[k] = x
                         cells.append("-" if x is None else f"{x:.2f}")
                     summary["ratios"].append(rec)
-                    p(f"| {describe(phase, cfg)} | {mc} | " + " | ".join(cells) + " |")
+                    name = mc if len(fts) == 1 else f"{fs} ÷ {mc}"
+                    p(f"| {describe(phase, cfg)} | {name} | " + " | ".join(cells) + " |")
             p("")
     with open(os.path.join(out, "summary.json"), "w") as fh:
         json.dump(summary, fh, indent=1)
     print("\n".join(lines))
+
+
+def sched_window(before, after):
+    """Sum over the server's threads present in both snapshots: (seconds on a CPU, seconds
+    runnable on a run queue, times scheduled in)."""
+    with open(before) as fh:
+        a = json.load(fh)["threads"]
+    with open(after) as fh:
+        b = json.load(fh)["threads"]
+    run = wait = slices = 0
+    for tid, t in b.items():
+        if tid in a:
+            run += t["run_ns"] - a[tid]["run_ns"]
+            wait += t["wait_ns"] - a[tid]["wait_ns"]
+            slices += t["slices"] - a[tid]["slices"]
+    return run / 1e9, wait / 1e9, slices
+
+
+def sched(out):
+    """Run-queue wait of the server's threads over each open-loop row (warm-up included)."""
+    raw = os.path.join(out, "raw")
+    data = {}
+    for rd in sorted(d for d in os.listdir(raw) if d.startswith("r")):
+        for fill in sorted(os.listdir(os.path.join(raw, rd))):
+            for server in sorted(os.listdir(os.path.join(raw, rd, fill))):
+                d = os.path.join(raw, rd, fill, server)
+                for name in sorted(os.listdir(d)):
+                    if not name.endswith(".sched0"):
+                        continue
+                    row = name[:-len(".sched0")]
+                    after = os.path.join(d, row + ".sched1")
+                    if not os.path.exists(after):
+                        continue
+                    run, wait, slices = sched_window(os.path.join(d, name), after)
+                    data.setdefault((fill, row), {}).setdefault(server, []).append(
+                        (run, wait, wait / slices * 1e6 if slices else None))
+    print("| row | server | server CPU s | run-queue wait s | wait ÷ CPU | µs waited per time scheduled in |")
+    print("|---|---|---|---|---|---|")
+    for (fill, row), servers in sorted(data.items()):
+        for server, runs in sorted(servers.items()):
+            cols = [spread([r[0] for r in runs]), spread([r[1] for r in runs]),
+                    spread([r[1] / r[0] if r[0] else None for r in runs]),
+                    spread([r[2] for r in runs])]
+            print(f"| {fill} {row} | {server} | " + " | ".join(
+                cell(c, f) for c, f in zip(cols, ("{:.2f}", "{:.2f}", "{:.2f}", "{:,.0f}"))) + " |")
 
 
 def main(argv):
@@ -365,6 +416,8 @@ def main(argv):
             print(brief(json.load(fh)))
     elif len(argv) == 2 and argv[0] == "table":
         table(argv[1])
+    elif len(argv) == 2 and argv[0] == "sched":
+        sched(argv[1])
     else:
         sys.exit(__doc__)
 

@@ -8,6 +8,8 @@
   probe.py check-json FILE                 smoke check: non-zero ops and no errors
   probe.py snap PID PORT CGROUP_DIR OUT.json
                                            stats, /proc/PID/io, CPU and cgroup usage now
+  probe.py sched PID OUT                   every thread's name and schedstat now (ns on a
+                                           CPU, ns runnable on a run queue, times run)
 """
 import json
 import os
@@ -266,6 +268,23 @@ def snap(pid, port, cg, out):
         json.dump(data, f, indent=2)
 
 
+def sched(pid, out):
+    """Per-thread scheduler statistics of PID: what a thread ran and how long it waited for a
+    CPU while runnable (the difference of two snapshots is a window's run-queue wait)."""
+    threads = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                run, wait, slices = (int(x) for x in f.read().split()[:3])
+        except (OSError, ValueError):
+            continue
+        threads[tid] = {"name": name, "run_ns": run, "wait_ns": wait, "slices": slices}
+    with open(out, "w") as f:
+        json.dump({"t": time.time(), "pid": pid, "threads": threads}, f)
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -278,6 +297,8 @@ def main():
         collect(args[0], int(args[1]), int(args[2]), args[3], args[4], args[5])
     elif cmd == "snap":
         snap(int(args[0]), int(args[1]), args[2], args[3])
+    elif cmd == "sched":
+        sched(int(args[0]), args[1])
     elif cmd == "check-json":
         check_json(args[0])
     else:
