@@ -27,8 +27,7 @@
 #   MASLAP_TIME [30s {5s}]  MASLAP_WIN [10k {2k}]  MASLAP_STATS [1] (0: no -S, exactly the
 #   issue's command, no latencies)  SERVERS ["flashtier memcached-t4 memcached-t2"]
 #   (memcached-tN runs memcached -t N; flashtier runs --threads SERVER_THREADS [2];
-#   flashtier-tN runs flashtier --threads N, and flashtier-tN-sUS adds --worker-slice-us US,
-#   so one run can hold several settings)
+#   flashtier-tN runs flashtier --threads N, so one run can hold several thread counts)
 #   FLASH_DIR, FLASHTIER_BIN, MEMCACHED_BIN, FLASHTIER_EXTRA, MEMCACHED_OPTS (lib.sh)
 # Output: OUT/table.md (min / median / max over rounds, flashtier ÷ each memcached),
 # OUT/summary.json, OUT/command.txt, OUT/config.json, OUT/machine.json, OUT/run.log, OUT/raw/.
@@ -58,13 +57,12 @@ MASLAP_BIN=${MASLAP_BIN:-memcaslap}
 # shellcheck source=scripts/bench/lib.sh
 source "$(dirname "$0")/lib.sh"
 FT_THREADS=$SERVER_THREADS
-BASE_EXTRA=$FLASHTIER_EXTRA
 HELPER=(python3 "$ROOT/scripts/bench/clients.py")
 
 command -v "$MASLAP_BIN" > /dev/null \
   || { echo "clients.sh: $MASLAP_BIN not found (Debian: apt-get install libmemcached-tools)" >&2; exit 2; }
 for s in $SERVERS; do
-  case "$s" in flashtier | flashtier-t[0-9]* | flashtier-t[0-9]*-s[0-9]* | memcached-t[0-9]*) ;; *) echo "clients.sh: unknown server $s" >&2; exit 2 ;; esac
+  case "$s" in flashtier | flashtier-t[0-9]* | memcached-t[0-9]*) ;; *) echo "clients.sh: unknown server $s" >&2; exit 2 ;; esac
 done
 for f in $FILL_MODES; do
   case "$f" in full | paced) ;; *) echo "clients.sh: unknown fill mode $f (full|paced)" >&2; exit 2 ;; esac
@@ -167,11 +165,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
   for fill in $FILL_MODES; do
     for label in "${order[@]}"; do
       SEED=$((round * 1000 + 10))
-      FLASHTIER_EXTRA=$BASE_EXTRA
       case "$label" in
         flashtier) kind=flashtier SERVER_THREADS=$FT_THREADS ;;
-        flashtier-t*-s*) kind=flashtier SERVER_THREADS=${label#flashtier-t} SERVER_THREADS=${SERVER_THREADS%-s*}
-          FLASHTIER_EXTRA="$BASE_EXTRA --worker-slice-us ${label##*-s}" ;;
         flashtier-t*) kind=flashtier SERVER_THREADS=${label#flashtier-t} ;;
         memcached-t*) kind=memcached SERVER_THREADS=${label#memcached-t} ;;
       esac

@@ -8,8 +8,7 @@
 //!   per family) → [`reply`], [`output`] (a connection's pending replies).
 //! - [`connection`]: the per-connection loop ([`window`]: its plain reads in flight, replies
 //!   in order as they finish); [`server`]: accept loop, limits, shutdown;
-//!   [`workers`]: the thread-per-core serving threads connections are handed to ([`slice`]:
-//!   the shorter scheduler slice they ask for);
+//!   [`workers`]: the thread-per-core serving threads connections are handed to;
 //!   [`stream`]: TCP, unix and TLS behind one interface ([`rxstamp`]: when bytes arrived);
 //!   [`context`]: what connections share.
 //! - [`stats`], [`latency`], [`detail`]: counters and histograms; [`auth`]: ASCII auth (-Y);
@@ -35,7 +34,6 @@ pub mod reply;
 pub mod request;
 pub mod rxstamp;
 pub mod server;
-pub mod slice;
 pub mod stats;
 pub mod stream;
 pub mod window;

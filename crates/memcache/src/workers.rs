@@ -24,7 +24,6 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use flashtier_cache::KvStore;
 use tokio::runtime::Handle;
@@ -47,18 +46,6 @@ impl Workers {
     /// IO on lane `i` and reaps that lane's completions (`store.flash_reaper(i)`, and the
     /// small tier's, `store.small_reaper(i)`).
     pub fn start<S: KvStore>(n: usize, name: &str, store: &S) -> std::io::Result<Self> {
-        Self::start_with_slice(n, name, store, None)
-    }
-
-    /// [`Workers::start`], each thread asking the kernel for a `slice`-long scheduler slice
-    /// first ([`crate::slice::request_slice`]; `None`: the kernel's default). A refusal is
-    /// logged once per thread and the thread serves with the default slice.
-    pub fn start_with_slice<S: KvStore>(
-        n: usize,
-        name: &str,
-        store: &S,
-        slice: Option<Duration>,
-    ) -> std::io::Result<Self> {
         let mut w = Workers {
             handles: Vec::new(),
             load: (0..n.max(1)).map(|_| AtomicUsize::new(0)).collect(),
@@ -83,15 +70,6 @@ impl Workers {
                 .spawn(move || {
                     if let Some(slot) = tids.get(i) {
                         slot.store(thread_id(), Ordering::Relaxed);
-                    }
-                    if let Some(slice) = slice {
-                        match crate::slice::request_slice(slice) {
-                            Ok(got) if got.is_zero() => log::warn!(
-                                "worker {i}: the kernel has no custom slices (6.12+): default slice"
-                            ),
-                            Ok(got) => log::debug!("worker {i}: scheduler slice {got:?}"),
-                            Err(e) => log::warn!("worker {i}: default scheduler slice: {e}"),
-                        }
                     }
                     flashtier_cache::flash::use_ring_lane(i);
                     flashtier_cache::flash::defer_submissions_on_this_thread();

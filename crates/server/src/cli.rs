@@ -31,9 +31,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the memcached-compatible key-value cache server.
-    Kv(Box<KvArgs>),
+    Kv(KvArgs),
     /// Serve a backing block device through a flash cache over NBD.
-    Block(Box<BlockArgs>),
+    Block(BlockArgs),
     /// Control a running `flashtier block` through its admin endpoint.
     Ctl(crate::ctl::CtlArgs),
     /// Write man pages and shell completions generated from this CLI into DIR (packaging).
@@ -142,12 +142,6 @@ pub struct KvArgs {
     /// `memcached`: 4).
     #[arg(short = 't', long = "threads", value_name = "N")]
     pub threads: Option<usize>,
-
-    /// Scheduler slice each serving thread asks the kernel for, in microseconds (Linux
-    /// 6.12+, `sched_setattr`; 100 to 100000): a shorter slice is run sooner when the
-    /// thread wakes, at the same CPU share. 0: the kernel's default. Default: 0.
-    #[arg(long = "worker-slice-us", value_name = "US")]
-    pub worker_slice_us: Option<u32>,
 
     /// Most simultaneous client connections; more are refused (memcached -c).
     /// Default: 1024.

@@ -24,8 +24,6 @@ const DEFAULT_MAX_ITEM: u64 = 1 << 20;
 const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// memcached's defaults for -t, -R, -b and -a.
 const MEMCACHED_THREADS: usize = 4;
-/// `--worker-slice-us` when not given (0: the kernel's default slice).
-const DEFAULT_WORKER_SLICE_US: u64 = 0;
 const DEFAULT_REQS_PER_EVENT: u32 = 20;
 const DEFAULT_BACKLOG: u32 = 1024;
 const DEFAULT_UNIX_MASK: u32 = 0o700;
@@ -53,9 +51,6 @@ pub struct KvConfig {
     pub max_item_size: u64,
     /// Runtime worker threads. Default: number of cores (memcached: 4).
     pub threads: usize,
-    /// Scheduler slice the serving threads ask for, µs (`--worker-slice-us`; 0: the
-    /// kernel's default).
-    pub worker_slice_us: u64,
     /// Default: 1024.
     pub max_connections: usize,
     pub verbose: u8,
@@ -232,7 +227,11 @@ impl KvConfig {
             Some(s) => size(s, "-I/--max-item-size")?,
             None => DEFAULT_MAX_ITEM,
         };
-        let threads = threads(a, memcached);
+        let threads = match a.threads {
+            Some(t) => t,
+            None if memcached => MEMCACHED_THREADS,
+            None => std::thread::available_parallelism().map_or(4, |n| n.get()),
+        };
         let max_connections = a.conn_limit.unwrap_or(DEFAULT_MAX_CONNECTIONS);
         if let Some(udp) = a.udp_port {
             if udp != 0 {
@@ -314,7 +313,6 @@ impl KvConfig {
             memory,
             max_item_size,
             threads,
-            worker_slice_us: a.worker_slice_us.map_or(DEFAULT_WORKER_SLICE_US, u64::from),
             max_connections,
             verbose: a.verbose,
             flash,
@@ -349,12 +347,6 @@ impl KvConfig {
     pub fn validate(&self) -> anyhow::Result<()> {
         if self.threads == 0 || self.threads > 1024 {
             usage!("threads must be between 1 and 1024 (got {})", self.threads);
-        }
-        if self.worker_slice_us != 0 && !(100..=100_000).contains(&self.worker_slice_us) {
-            usage!(
-                "--worker-slice-us must be 0 (the kernel's default) or 100 to 100000 (got {})",
-                self.worker_slice_us
-            );
         }
         if self.max_connections == 0 {
             usage!("max connections must be at least 1");
@@ -535,15 +527,6 @@ fn flash_spec(v: &str, what: &str) -> anyhow::Result<String> {
 /// The small tier's flags: file and size, item size limit, log percent, log merge minimum,
 /// wait for staging room (ms).
 type SmallFlags = (Option<(PathBuf, u64)>, u64, u32, u64, u64);
-
-/// `-t`/`--threads`, else memcached's 4 (as `memcached`), else one per core.
-fn threads(a: &KvArgs, memcached: bool) -> usize {
-    match a.threads {
-        Some(t) => t,
-        None if memcached => MEMCACHED_THREADS,
-        None => std::thread::available_parallelism().map_or(4, |n| n.get()),
-    }
-}
 
 /// `--small-flash PATH:SIZE` and `--small-item-max BYTES` (the small-object tier; a limit
 /// above 0 needs the file), `--small-log-percent` (0..=90, default 10) and

@@ -212,11 +212,8 @@ pub fn main(args: KvArgs, memcached: bool) -> anyhow::Result<()> {
     // `Cache::set_memory_limit`).
     let limit_store = Arc::clone(&store);
     let hook: MemoryLimitHook = Box::new(move |bytes| limit_store.set_memory_limit(bytes).is_ok());
-    let slice =
-        (cfg.worker_slice_us > 0).then(|| std::time::Duration::from_micros(cfg.worker_slice_us));
-    let workers =
-        flashtier_memcache::Workers::start_with_slice(cfg.threads, "worker", &*store, slice)
-            .context("cannot start the worker threads")?;
+    let workers = flashtier_memcache::Workers::start(cfg.threads, "worker", &*store)
+        .context("cannot start the worker threads")?;
     litter.keep();
     let served = runtime.block_on(run(
         cfg,
