@@ -27,7 +27,8 @@
 #   MASLAP_TIME [30s {5s}]  MASLAP_WIN [10k {2k}]  MASLAP_STATS [1] (0: no -S, exactly the
 #   issue's command, no latencies)  SERVERS ["flashtier memcached-t4 memcached-t2"]
 #   (memcached-tN runs memcached -t N; flashtier runs --threads SERVER_THREADS [2];
-#   flashtier-tN runs flashtier --threads N, so one run can hold several thread counts)
+#   flashtier-tN runs flashtier --threads N, so one run can hold several thread counts).
+# Around each open-loop row: every server thread's schedstat (ROW.sched0/.sched1; clients.py sched OUT).
 #   FLASH_DIR, FLASHTIER_BIN, MEMCACHED_BIN, FLASHTIER_EXTRA, MEMCACHED_OPTS (lib.sh)
 # Output: OUT/table.md (min / median / max over rounds, flashtier ÷ each memcached),
 # OUT/summary.json, OUT/command.txt, OUT/config.json, OUT/machine.json, OUT/run.log, OUT/raw/.
