@@ -28,8 +28,8 @@
 #   issue's command, no latencies)  SERVERS ["flashtier memcached-t4 memcached-t2"]
 #   (memcached-tN runs memcached -t N; flashtier runs --threads SERVER_THREADS [2];
 #   flashtier-tN runs flashtier --threads N, so one run can hold several thread counts).
-# Around each open-loop row: every server thread's schedstat (ROW.sched0/.sched1; clients.py sched OUT).
 #   FLASH_DIR, FLASHTIER_BIN, MEMCACHED_BIN, FLASHTIER_EXTRA, MEMCACHED_OPTS (lib.sh)
+# Around each open-loop row: every server thread's schedstat (ROW.sched0/.sched1; clients.py sched OUT).
 # Output: OUT/table.md (min / median / max over rounds, flashtier ÷ each memcached),
 # OUT/summary.json, OUT/command.txt, OUT/config.json, OUT/machine.json, OUT/run.log, OUT/raw/.
 # Full mode: about 12 minutes a round.
