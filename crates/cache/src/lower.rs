@@ -9,7 +9,7 @@
 //! Any caller; the locks are the flash tier's (see `flash_tier`).
 use flashtier_flash::Record;
 
-use crate::flash_tier::backpressure::Budget;
+use crate::flash_tier::backpressure::Patience;
 use crate::flash_tier::journal::Owed;
 use crate::flash_tier::kv_record::{FlashItem, KvRecord};
 use crate::flash_tier::promote::Promotion;
@@ -18,6 +18,7 @@ use crate::flash_tier::tier::FlashTier;
 use crate::flash_tier::writeback::WriteBack;
 use crate::flash_tier::{RamAccess, STREAM};
 use crate::ram::arena::RecordRef;
+use crate::ram::evict::OnLater;
 use crate::ram::index::{Entry, Pos, Shard};
 use crate::ram::lower::{LowerTier, NewVersion, NoLower, Taken};
 use crate::Error;
@@ -165,19 +166,26 @@ impl Lower {
         }
     }
 
-    /// Before a write's phase 2: await flash room within the request's `budget`.
-    pub(crate) async fn await_room(&self, budget: &mut Budget) {
+    /// Before a write's phase 2: await flash room within the request's budgets (`p`).
+    pub(crate) async fn await_room(&self, p: &mut Patience) {
         if let Lower::Flash(t) = self {
-            t.await_room(budget).await;
+            t.await_room(p).await;
         }
     }
 
-    /// True while a write may stall an eviction flash cannot take now (see
-    /// `FlashTier::may_stall`); never without flash.
-    pub(crate) fn may_stall(&self, budget: &Budget) -> bool {
+    /// What a write's evictions do with an item flash cannot take now (see
+    /// `FlashTier::on_later`); without flash nothing is ever refused so: keep or drop.
+    pub(crate) fn on_later(&self, p: &Patience) -> OnLater {
         match self {
-            Lower::None => false,
-            Lower::Flash(t) => t.may_stall(budget),
+            Lower::None => OnLater::KeepOrDrop,
+            Lower::Flash(t) => t.on_later(p),
+        }
+    }
+
+    /// A write's phase 2 ended in `Error::FlashBusy` (see `FlashTier::busy`).
+    pub(crate) fn busy(&self, p: &mut Patience, on_later: OnLater) {
+        if let Lower::Flash(t) = self {
+            t.busy(p, on_later);
         }
     }
 

@@ -54,6 +54,9 @@ pub struct Counters {
     /// Segments a writer compacted instead of evicting live items (dead space reclaimed).
     pub segments_reclaimed: AtomicU64,
     pub segments_swept: AtomicU64,
+    /// Items a forced eviction dropped (`soft_tries` evictions had freed nothing; also in
+    /// `evictions`).
+    pub evicted_forced: AtomicU64,
 }
 
 impl Counters {

@@ -185,6 +185,7 @@ impl crate::engine::Core {
         add(1, "segments_swept", g(&c.segments_swept));
         add(1, "rewritten_in_place", g(&c.rewritten_in_place));
         add(1, "segments_reclaimed", g(&c.segments_reclaimed));
+        add(1, "evicted_forced", g(&c.evicted_forced));
         v
     }
 }

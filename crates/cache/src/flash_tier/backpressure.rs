@@ -66,6 +66,26 @@ impl Budget {
     }
 }
 
+/// The second budget of a write ([`Patience`]) is this many times `append_wait_ms` (2 s at
+/// the default 200 ms): long enough for a flash writer that is only behind (on a shared
+/// disk it fell behind by more than 200 ms, docs/eviction.md), short enough that writes go
+/// on, dropping what flash cannot take, when the device hangs.
+pub(crate) const DROP_WAIT_TIMES: u32 = 10;
+
+/// A write's patience with back-pressure. `first`: its budget of `append_wait_ms` for any
+/// wait. Once that is spent its evictions keep items flash refuses in RAM (deferred), and
+/// where one could only be dropped — a forced eviction, a deferred copy with no room — the
+/// write stops (`Error::FlashBusy` from an `OnLater::Keep` eviction) and is *holding*: it
+/// waits and stalls again within `before_drop`, [`DROP_WAIT_TIMES`] × `append_wait_ms`
+/// from then (`extstore_drop_waits`); after that it drops (today's forced eviction), so a
+/// write always makes progress.
+#[derive(Debug, Default)]
+pub(crate) struct Patience {
+    pub(crate) first: Budget,
+    pub(crate) before_drop: Budget,
+    pub(crate) holding: bool,
+}
+
 /// Back-pressure state shared by every operation (see the module docs).
 #[derive(Default)]
 pub(crate) struct Gate {

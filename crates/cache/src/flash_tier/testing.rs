@@ -92,7 +92,15 @@ impl FakeRam {
             lower: &NoLower,
         };
         let words = record::rec_words(key.len(), value.len());
-        let space = self.ram.reserve(&env, Log::Small, words, false).unwrap();
+        let space = self
+            .ram
+            .reserve(
+                &env,
+                Log::Small,
+                words,
+                crate::ram::evict::OnLater::KeepOrDrop,
+            )
+            .unwrap();
         let w = ItemWrite::new(Bytes::copy_from_slice(value), 0, 0);
         let mut h = new_header(&w, key.len(), self.meta.now(), 1);
         h.home = home;

@@ -16,12 +16,13 @@ use std::sync::Arc;
 use flashtier_flash::{Flash, FlashInfo, Location, Record, RecordMeta, RecordWrite};
 
 use crate::clock::Clock;
-use crate::flash_tier::backpressure::{Budget, Gate, Writable};
+use crate::flash_tier::backpressure::{Gate, Patience, Writable, DROP_WAIT_TIMES};
 use crate::flash_tier::dirty::DirtyQueue;
 use crate::flash_tier::journal::{self, Owed};
 use crate::flash_tier::kv_record::{KvKind, KvRecord};
 use crate::flash_tier::{flash_err, RamAccess, SMALL_KEEP_DIVISOR, STREAM};
 use crate::knobs::Tiering;
+use crate::ram::evict::OnLater;
 use crate::Error;
 
 /// How an append meets back-pressure (`Busy`, `NoSpace`): never waits and marks the gate
@@ -118,6 +119,12 @@ pub struct TierCounters {
     /// for back-pressure, dropped at once rather than waited for or kept (the
     /// `evict_when_busy` knob): counted in `evictions` too.
     pub evictions_flash_busy: AtomicU64,
+    /// Waits of writes that would otherwise have dropped items flash only deferred (see
+    /// `backpressure::Patience`), microseconds waited, and waits that ran out (the write
+    /// then went on, dropping): `extstore_drop_waits`, `_us`, `_timeouts`.
+    pub drop_waits: AtomicU64,
+    pub drop_wait_us: AtomicU64,
+    pub drop_wait_timeouts: AtomicU64,
     /// Items rebuilt into the index at open.
     pub recovered: AtomicU64,
     /// Dirty versions appended by the write-back pass (window elapsed, or close).
@@ -548,23 +555,64 @@ impl FlashTier {
 
     /// Before a write's phase 2 (holding no lock): if the engine has been refusing appends
     /// for back-pressure, await room (`backpressure`) within the request's budget of
-    /// `append_wait_ms` (`budget`, shared by every wait of the request); the appends made
-    /// under the lock never wait.
-    pub(crate) async fn await_room(&self, budget: &mut Budget) {
+    /// `append_wait_ms` (`p.first`, shared by every wait of the request), or, once it is
+    /// holding rather than drop deferred items, within `p.before_drop` (counted in
+    /// `drop_waits`); the appends made under the lock never wait.
+    pub(crate) async fn await_room(&self, p: &mut Patience) {
         let wait = self.tiering.append_wait();
         if !self.pressured() || wait.is_zero() {
             return;
         }
-        let left = budget.left(wait);
-        if !left.is_zero() {
-            self.writable_for(left).await;
+        if !p.holding {
+            let left = p.first.left(wait);
+            if !left.is_zero() {
+                self.writable_for(left).await;
+            }
+            return;
+        }
+        let left = p.before_drop.left(wait * DROP_WAIT_TIMES);
+        if left.is_zero() {
+            return;
+        }
+        add(&self.counters.drop_waits, 1);
+        let start = std::time::Instant::now();
+        let room = self.writable_for(left).await;
+        add(
+            &self.counters.drop_wait_us,
+            start.elapsed().as_micros() as u64,
+        );
+        if !room {
+            add(&self.counters.drop_wait_timeouts, 1);
         }
     }
 
-    /// True while a write may stop an eviction flash cannot take now and await room
-    /// (`Error::FlashBusy`): flash waits are on and the request's budget is not spent.
-    pub(crate) fn may_stall(&self, budget: &Budget) -> bool {
-        !self.tiering.append_wait().is_zero() && !budget.spent()
+    /// What a write's evictions do with an item flash cannot take now (`OnLater`): stall
+    /// while its first budget lasts; then keep it in RAM, stopping where it could only be
+    /// dropped; once holding, stall again while the second budget lasts; then keep or drop
+    /// (as with flash waits off).
+    pub(crate) fn on_later(&self, p: &Patience) -> OnLater {
+        if self.tiering.append_wait().is_zero() {
+            OnLater::KeepOrDrop
+        } else if !p.first.spent() {
+            OnLater::Stall
+        } else if !p.holding {
+            OnLater::Keep
+        } else if !p.before_drop.spent() {
+            OnLater::Stall
+        } else {
+            OnLater::KeepOrDrop
+        }
+    }
+
+    /// A write's phase 2 ran with `on_later` and ended in `Error::FlashBusy`: after an
+    /// [`OnLater::Keep`] it stopped rather than drop deferred items, so it is holding from
+    /// now on, its second budget started (so it ends even if no wait is ever needed).
+    pub(crate) fn busy(&self, p: &mut Patience, on_later: OnLater) {
+        if on_later == OnLater::Keep && !p.holding {
+            p.holding = true;
+            p.before_drop
+                .left(self.tiering.append_wait() * DROP_WAIT_TIMES);
+        }
     }
 
     /// True when the engine takes an append of the largest record it takes (the gate

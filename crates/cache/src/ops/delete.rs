@@ -7,6 +7,7 @@
 use crate::engine::Core;
 use crate::flash_tier::read::View;
 use crate::ops::{Current, Op, Step};
+use crate::ram::evict::OnLater;
 use crate::ram::tier::Existing;
 use crate::Error;
 
@@ -34,8 +35,9 @@ impl Op for Delete {
         key: &[u8],
         hash: u64,
         view: &View,
-        stall: bool,
+        on_later: OnLater,
     ) -> Result<Step<bool>, Error> {
+        let stall = on_later == OnLater::Stall;
         let now = core.now();
         let mut shard = core.slots.lock(hash);
         let (existing, had_flash) = match core.current(&mut shard, hash, key, view, now)? {

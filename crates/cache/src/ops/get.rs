@@ -8,6 +8,7 @@ use crate::engine::Core;
 use crate::flash_tier::promote::Promotion;
 use crate::flash_tier::read::View;
 use crate::ops::{item_at, item_of, Current, Op, Step};
+use crate::ram::evict::OnLater;
 use crate::{Error, Item};
 
 /// A GET: the promotion phase 2 left for after it, if any.
@@ -30,7 +31,7 @@ impl Op for Get {
         key: &[u8],
         hash: u64,
         view: &View,
-        _stall: bool,
+        _on_later: OnLater,
     ) -> Result<Step<Option<Item>>, Error> {
         let now = core.now();
         let mut shard = core.slots.lock(hash);

@@ -18,12 +18,13 @@
 //! (which may evict) and runs phase 2 again.
 use crate::block::block_on;
 use crate::engine::{Cache, Core};
-use crate::flash_tier::backpressure::Budget;
+use crate::flash_tier::backpressure::{Budget, Patience};
 use crate::flash_tier::journal::take_owed;
 use crate::flash_tier::kv_record::FlashItem;
 use crate::flash_tier::read::{Recheck, View};
 use crate::ledger::Cause;
 use crate::ram::arena::{RecordRef, Space};
+use crate::ram::evict::OnLater;
 use crate::ram::index::{Entry, Pos, Shard};
 use crate::ram::lower::LowerTier;
 use crate::ram::record::{Header, F_FETCHED, F_STALE, F_WIN};
@@ -45,8 +46,8 @@ pub(crate) enum Step<T> {
 pub(crate) trait Op {
     type Out;
     /// A write: awaits flash room before phase 1, may stall an eviction flash cannot take
-    /// (`Error::FlashBusy`, then it runs again), and settles what phase 2 owes the crash
-    /// journal before returning. A read does none of that.
+    /// (`Error::FlashBusy`, then it runs again; `on_later` of phase 2 says when), and settles
+    /// what phase 2 owes the crash journal before returning. A read does none of that.
     const WRITE: bool;
     /// Phase 1 reads the key's flash items (false: a blind view, see `flash_tier::read`).
     fn reads(&self) -> bool;
@@ -61,7 +62,7 @@ pub(crate) trait Op {
         key: &[u8],
         hash: u64,
         view: &View,
-        stall: bool,
+        on_later: OnLater,
     ) -> Result<Step<Self::Out>, Error>;
     /// After the commit, holding no lock (a GET's deferred promotion).
     fn after(&mut self, core: &Core, key: &[u8], hash: u64) {
@@ -235,11 +236,11 @@ impl Core {
         hash: u64,
         mut op: O,
     ) -> Result<O::Out, Error> {
-        let mut budget = Budget::default();
+        let mut patience = Patience::default();
         let mut small_budget = Budget::default();
         loop {
             if O::WRITE {
-                self.lower.await_room(&mut budget).await;
+                self.lower.await_room(&mut patience).await;
                 self.small.await_room(&mut small_budget).await;
             }
             let mut view = self.lower.view(self, key, hash, op.reads()).await;
@@ -251,16 +252,18 @@ impl Core {
                 view.small = self.small.view(key, in_ram).await;
             }
             let step = if O::WRITE {
-                let stall = self.lower.may_stall(&budget);
+                let on_later = self.lower.on_later(&patience);
                 let _ = take_owed();
-                let step = op.phase2(self, key, hash, &view, stall);
+                let step = op.phase2(self, key, hash, &view, on_later);
                 let owed = take_owed();
-                if let Ok(Step::Done(_)) = step {
-                    self.lower.settle(owed).await?;
+                match step {
+                    Ok(Step::Done(_)) => self.lower.settle(owed).await?,
+                    Err(Error::FlashBusy) => self.lower.busy(&mut patience, on_later),
+                    _ => {}
                 }
                 step
             } else {
-                op.phase2(self, key, hash, &view, false)
+                op.phase2(self, key, hash, &view, OnLater::KeepOrDrop)
             };
             match step {
                 Ok(Step::Done(r)) => {

@@ -11,6 +11,7 @@ use crate::engine::Core;
 use crate::flash_tier::read::View;
 use crate::ops::{item_at, item_of, Current, Op, Reserved, Step};
 use crate::ram::arena::Space;
+use crate::ram::evict::OnLater;
 use crate::ram::index::Shard;
 use crate::ram::lower::{LowerTier, NewVersion};
 use crate::ram::record;
@@ -137,17 +138,20 @@ where
         self.read
     }
 
-    /// Phase 2 of an UPDATE or SET. With `stall`, space that could only be had by evicting
-    /// an item flash cannot take now is not taken: `Error::FlashBusy`, nothing changed (the
-    /// driver awaits room and runs again).
+    /// Phase 2 of an UPDATE or SET. Space that could only be had by evicting an item flash
+    /// cannot take now is taken per `on_later`: with [`OnLater::Stall`] (or `Keep`, where the
+    /// item would be dropped) it is not: `Error::FlashBusy`, nothing changed (the driver
+    /// awaits room and runs again). A tombstone flash cannot take now stalls only with
+    /// `Stall`.
     fn phase2(
         &mut self,
         core: &Core,
         key: &[u8],
         hash: u64,
         view: &View,
-        stall: bool,
+        on_later: OnLater,
     ) -> Result<Step<(R, Option<u64>)>, Error> {
+        let stall = on_later == OnLater::Stall;
         let mut log = None;
         // Space reserved on a slow-path retry. Held in a guard so that a panicking closure
         // cannot leave a segment's `pending` count raised (eviction would wait on it forever).
@@ -222,7 +226,7 @@ where
             };
             let Some(space) = space else {
                 drop(shard);
-                reserved.space = Some(core.ram.reserve(&core.env(), lg, words, stall)?);
+                reserved.space = Some(core.ram.reserve(&core.env(), lg, words, on_later)?);
                 continue;
             };
             let cas = put.commit(core, shard, seen, Target::Space(space), stall)?;

@@ -2,12 +2,17 @@
 //! docs/eviction.md), and the segment drain shared with the sweeper. A victim segment is walked record by record:
 //! records no slot points at are skipped, dead ones reclaimed, live ones copied to a log head
 //! (a second chance) or evicted — handed to the tier below first (`lower`), which keeps them
-//! as flash slots when there is flash; one it cannot take now (back-pressure) stops a
-//! stalling writer's drain (victim back at its queue's front), else is copied within RAM.
+//! as flash slots when there is flash; one it cannot take now (back-pressure) is handled per
+//! [`OnLater`]: it stops a stalling writer's drain (victim back at its queue's front), else
+//! is copied within RAM ("deferred"); where it could only be dropped (no room for the copy,
+//! or a forced eviction) a writer that may still wait stops there too, rather than lose an
+//! item only because the flash writer is behind (docs/eviction.md, "No forced drop while
+//! flash is only behind").
 //!
-//! Invariant: a writer always makes progress (stalls end with its `append_wait_ms` budget).
-//! Copies use the free-segment reserve and never evict recursively (no segment: the record
-//! is evicted); after `2 × segments + 8` evictions that freed nothing, eviction is *forced*.
+//! Invariant: a writer always makes progress (stalls end with its budgets, `append_wait_ms`
+//! and then `DROP_WAIT_TIMES` × that). Copies use the free-segment reserve and never evict
+//! recursively (no segment: the record is evicted); after `2 × segments + 8` evictions that
+//! freed nothing, eviction is *forced* (`evicted_forced` counts the items it drops).
 //!
 //! # Threads
 //! Runs in whichever writer (or the sweeper) holds `AllocState`; takes shard locks one at a
@@ -33,28 +38,45 @@ pub(crate) struct Stalled;
 /// in server CPU per op (numbers: docs/eviction.md, "Dead versions in RAM").
 pub(crate) const COMPACT_DEAD_PERCENT: u64 = 25;
 
+/// What an eviction does with a live item the tier below cannot take now (back-pressure).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OnLater {
+    /// Stop the eviction there: `Error::FlashBusy`, the victim back at its queue's front
+    /// (the records before it disposed of); the writer awaits room holding nothing.
+    Stall,
+    /// Keep it in RAM (copied to the main log: deferred); where it could only be dropped —
+    /// no room for the copy, or a forced or FIFO eviction — stop as [`Self::Stall`] does.
+    Keep,
+    /// Keep it in RAM if a copy can be had, else drop it (a writer whose waits ran out,
+    /// flash waits off, the sweeper).
+    KeepOrDrop,
+}
+
 /// What a drain does with live records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Mode {
     /// Eviction of a segment of this log (S3-FIFO rules).
     Evict(Log),
-    /// Eviction without second chances.
+    /// Eviction without second chances (FIFO).
     Drop,
+    /// A forced eviction (`soft_tries` evictions freed nothing): no second chances, and an
+    /// item the tier below cannot take now is not kept (`evicted_forced`).
+    Forced,
     /// Compaction by the sweeper: live records move to this log's head, keeping frequency.
     Compact(Log),
 }
 
 impl RamTier {
     /// Seal `log`'s head if `words` no longer fit, then install a fresh segment (evicting to
-    /// get one). Called by writers holding no lock. With `stall`, an eviction the tier below
-    /// cannot take now (back-pressure) stops with [`Error::FlashBusy`]: the writer awaits room
-    /// holding nothing and tries again.
+    /// get one). Called by writers holding no lock. An eviction the tier below cannot take
+    /// now (back-pressure) goes per `on_later`; one that stops ends here with
+    /// [`Error::FlashBusy`]: the writer awaits room holding nothing and tries again.
     pub(super) fn advance<L: LowerTier + ?Sized>(
         &self,
         env: &Env<'_, L>,
         log: Log,
         words: usize,
-        stall: bool,
+        on_later: OnLater,
     ) -> Result<(), Error> {
         let mut alloc = self.arena.state.lock();
         if let Some((seg, off)) = self.arena.head(log) {
@@ -63,7 +85,7 @@ impl RamTier {
             }
             self.arena.seal_head(&mut alloc, log, Some(seg));
         }
-        let seg = self.obtain_normal(env, &mut alloc, stall)?;
+        let seg = self.obtain_normal(env, &mut alloc, on_later)?;
         if let Err(seg) = self.arena.install_head(log, seg) {
             self.arena.release_normal(&mut alloc, seg);
         }
@@ -76,7 +98,7 @@ impl RamTier {
         &self,
         env: &Env<'_, L>,
         alloc: &mut AllocState,
-        stall: bool,
+        on_later: OnLater,
     ) -> Result<u32, Error> {
         let mut tries = 0;
         loop {
@@ -84,7 +106,7 @@ impl RamTier {
                 return Ok(s);
             }
             tries += 1;
-            if self.evict_one(env, alloc, tries > self.policy.soft_tries, stall)? {
+            if self.evict_one(env, alloc, tries > self.policy.soft_tries, on_later)? {
                 continue;
             }
             if self.arena.seal_head(alloc, Log::Main, None)
@@ -104,7 +126,7 @@ impl RamTier {
         env: &Env<'_, L>,
         words: usize,
         log: Log,
-        stall: bool,
+        on_later: OnLater,
     ) -> Result<Space, Error> {
         let k = self.arena.chunks_for(words);
         let spare = k > self.arena.max_chunks();
@@ -121,7 +143,7 @@ impl RamTier {
                     .ok_or(Error::OutOfMemory);
             }
             tries += 1;
-            if self.evict_one(env, &mut alloc, tries > self.policy.soft_tries, stall)? {
+            if self.evict_one(env, &mut alloc, tries > self.policy.soft_tries, on_later)? {
                 continue;
             }
             if self.arena.seal_head(&mut alloc, Log::Main, None)
@@ -134,13 +156,13 @@ impl RamTier {
     }
 
     /// Evict one segment. False when there is nothing to evict; `Error::FlashBusy` when it
-    /// stalled (`stall`, see [`Self::advance`]): the victim goes back to its queue's front.
+    /// stopped (`on_later`, see [`Self::advance`]): the victim goes back to its queue's front.
     pub(super) fn evict_one<L: LowerTier + ?Sized>(
         &self,
         env: &Env<'_, L>,
         alloc: &mut AllocState,
         force: bool,
-        stall: bool,
+        on_later: OnLater,
     ) -> Result<bool, Error> {
         // Without a tier below, an eviction loses the item: reclaim dead space first. With
         // one, eviction moves items down (and stalls a writer rather than drop under
@@ -175,12 +197,14 @@ impl RamTier {
             return Ok(false);
         };
         self.arena.wait_quiet(seg);
-        let mode = if force || !s3 {
+        let mode = if force {
+            Mode::Forced
+        } else if !s3 {
             Mode::Drop
         } else {
             Mode::Evict(log)
         };
-        let Ok(kept) = self.drain_until(env, alloc, seg, mode, stall) else {
+        let Ok(kept) = self.drain_until(env, alloc, seg, mode, on_later) else {
             self.arena.requeue_front(alloc, log, seg);
             return Err(Error::FlashBusy);
         };
@@ -271,20 +295,20 @@ impl RamTier {
         seg: u32,
         mode: Mode,
     ) -> Option<Log> {
-        self.drain_until(env, alloc, seg, mode, false)
+        self.drain_until(env, alloc, seg, mode, OnLater::KeepOrDrop)
             .unwrap_or_default()
     }
 
-    /// [`Self::drain`]; with `stall`, stops at the first live record the tier below cannot
-    /// take now (`Err`): the records before it are disposed of, it and those after are intact
-    /// (the segment must go back on its queue).
+    /// [`Self::drain`]; stops (`Err`) at the first live record the tier below cannot take
+    /// now if `on_later` says so (see [`OnLater`]): the records before it are disposed of, it
+    /// and those after are intact (the segment must go back on its queue).
     fn drain_until<L: LowerTier + ?Sized>(
         &self,
         env: &Env<'_, L>,
         alloc: &mut AllocState,
         seg: u32,
         mode: Mode,
-        stall: bool,
+        on_later: OnLater,
     ) -> Result<Option<Log>, Stalled> {
         let now = env.meta.now();
         let slot = self.arena.slot(seg);
@@ -329,7 +353,7 @@ impl RamTier {
                 continue;
             }
             let target = match mode {
-                Mode::Drop => None,
+                Mode::Drop | Mode::Forced => None,
                 Mode::Evict(Log::Small) if e.freq > 0 => Some((Log::Main, 0)),
                 Mode::Evict(Log::Main) if e.freq > 0 => Some((Log::Main, e.freq - 1)),
                 Mode::Evict(_) => None,
@@ -349,16 +373,16 @@ impl RamTier {
                 Some((log, freq)) => {
                     if self.copy_live(alloc, &mut shard, pos, e, (m, off, &h), log, freq) {
                         Counters::add(counter, 1);
-                    } else if let Some(l) = self
-                        .evict_record(env, alloc, &mut shard, pos, &rec, hash, mode, &key, stall)?
-                    {
+                    } else if let Some(l) = self.evict_record(
+                        env, alloc, &mut shard, pos, &rec, hash, mode, &key, on_later,
+                    )? {
                         kept = Some(l);
                     }
                 }
                 None => {
-                    if let Some(l) = self
-                        .evict_record(env, alloc, &mut shard, pos, &rec, hash, mode, &key, stall)?
-                    {
+                    if let Some(l) = self.evict_record(
+                        env, alloc, &mut shard, pos, &rec, hash, mode, &key, on_later,
+                    )? {
                         kept = Some(l);
                     }
                 }
@@ -416,9 +440,10 @@ impl RamTier {
     /// If flash refuses it for back-pressure (it never waits here, under `AllocState` and the
     /// shard lock), the record is copied to the main log instead, keeping its frequency
     /// (`extstore_evictions_deferred`; appended later by write-back or the next eviction);
-    /// a forced eviction, or one with no space for the copy, drops it. A large record's
-    /// segment is kept whole instead: the log to requeue it on is returned. With `stall` the
-    /// refusal stops the drain instead (`Stalled`; nothing changed).
+    /// a forced or FIFO eviction, or one with no space for the copy, drops it — unless
+    /// `on_later` is [`OnLater::Keep`]: then the drain stops there (`Stalled`; nothing
+    /// changed), as it does at any refusal with [`OnLater::Stall`]. A large record's segment
+    /// is kept whole instead: the log to requeue it on is returned.
     #[allow(clippy::too_many_arguments)]
     fn evict_record<L: LowerTier + ?Sized>(
         &self,
@@ -430,18 +455,20 @@ impl RamTier {
         hash: u64,
         mode: Mode,
         key: &[u8],
-        stall: bool,
+        on_later: OnLater,
     ) -> Result<Option<Log>, Stalled> {
         let h = &rec.header;
-        match env.lower.take_evicted(rec, hash, key) {
+        let taken = env.lower.take_evicted(rec, hash, key);
+        let later = matches!(taken, Taken::Later);
+        match taken {
             Taken::Slot(slot) => {
                 let e = shard.get(pos);
                 self.release(env.meta, e.loc, h.words());
                 shard.set(pos, slot);
                 return Ok(None);
             }
-            Taken::Later if stall => return Err(Stalled),
-            Taken::Later if mode != Mode::Drop => {
+            Taken::Later if on_later == OnLater::Stall => return Err(Stalled),
+            Taken::Later if matches!(mode, Mode::Evict(_) | Mode::Compact(_)) => {
                 let e = shard.get(pos);
                 let (seg, off) = self.arena.split(e.loc);
                 if self.arena.slot(seg).is_large() {
@@ -461,7 +488,13 @@ impl RamTier {
             }
             Taken::Later | Taken::Drop => {}
         }
+        if later && on_later == OnLater::Keep {
+            return Err(Stalled);
+        }
         self.unlink(env, shard, pos, h);
+        if mode == Mode::Forced {
+            Counters::add(&env.meta.counters.evicted_forced, 1);
+        }
         let fetched = h.rflags & F_FETCHED != 0;
         env.meta
             .departed(hash, crate::ledger::Cause::RamEvicted, fetched);
@@ -583,7 +616,10 @@ mod tests {
         let words = record::rec_words(key(0).len(), VALUE.len());
         let mut stored = 0;
         loop {
-            match rig.ram.reserve(&env, Log::Small, words, false) {
+            match rig
+                .ram
+                .reserve(&env, Log::Small, words, OnLater::KeepOrDrop)
+            {
                 Ok(space) => {
                     rig.ram.abandon(Some(space));
                     rig.set(&key(stored), &VALUE, 0);
@@ -596,6 +632,56 @@ mod tests {
         }
         assert_eq!(rig.count(|c| &c.evictions), 0);
         assert!((0..stored).all(|i| rig.get(&key(i)).is_some()));
+    }
+
+    #[test]
+    fn a_writer_that_may_still_wait_stops_rather_than_drop_a_deferred_item() {
+        let rig = Rig::new(4, FakeLower::new(true, Answer::Slot));
+        let mut i = 0;
+        while rig.lower.offered.lock().is_empty() {
+            rig.set(&key(i), &VALUE, 0);
+            i += 1;
+        }
+        *rig.lower.answer.lock() = Answer::Later;
+        let env = rig.env();
+        let before = rig.slots.len();
+        // Keep: refused items are copied within RAM until a copy finds no room or eviction
+        // would be forced; then the writer is told to wait (nothing dropped).
+        let mut stopped = false;
+        for _ in 0..64 * per_segment() {
+            match rig.ram.reserve(&env, Log::Small, 100, OnLater::Keep) {
+                Ok(space) => rig.ram.abandon(Some(space)),
+                Err(Error::FlashBusy) => {
+                    stopped = true;
+                    break;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(stopped, "the writer never had to wait");
+        assert!(rig.lower.deferred.load(Ordering::Relaxed) > 0);
+        assert_eq!(
+            rig.count(|c| &c.evictions),
+            0,
+            "a deferred item was dropped"
+        );
+        assert_eq!(rig.slots.len(), before);
+        // Once its waits ran out (KeepOrDrop), the same eviction drops by force: counted.
+        for _ in 0..64 * per_segment() {
+            match rig.ram.reserve(&env, Log::Small, 100, OnLater::KeepOrDrop) {
+                Ok(space) => rig.ram.abandon(Some(space)),
+                Err(e) => panic!("{e}"),
+            }
+            if rig.count(|c| &c.evicted_forced) > 0 {
+                break;
+            }
+        }
+        assert!(rig.count(|c| &c.evicted_forced) > 0, "no forced eviction");
+        assert_eq!(
+            rig.slots.len() + rig.count(|c| &c.evictions),
+            before,
+            "every item still has a slot or is counted as evicted"
+        );
     }
 
     #[test]
@@ -616,7 +702,7 @@ mod tests {
         let offered = rig.lower.offered.lock().len();
         let mut stalled = false;
         for _ in 0..4 * per_segment() {
-            match rig.ram.reserve(&env, Log::Small, 100, true) {
+            match rig.ram.reserve(&env, Log::Small, 100, OnLater::Stall) {
                 Ok(space) => rig.ram.abandon(Some(space)),
                 Err(Error::FlashBusy) => {
                     stalled = true;
@@ -643,7 +729,7 @@ mod tests {
         // Without stalling an item stays in RAM, copied to the main log (deferred), while
         // there is room for the copy; one without room is dropped and counted.
         rig.ram
-            .reserve(&env, Log::Small, 100, false)
+            .reserve(&env, Log::Small, 100, OnLater::KeepOrDrop)
             .map(|s| rig.ram.abandon(Some(s)))
             .unwrap();
         assert!(

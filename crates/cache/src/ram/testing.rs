@@ -158,7 +158,10 @@ impl Rig {
         let hash = self.slots.hash(key);
         let log = self.ram.target_log(hash);
         let words = record::rec_words(key.len(), value.len());
-        let space = self.ram.reserve(&env, log, words, false).unwrap();
+        let space = self
+            .ram
+            .reserve(&env, log, words, crate::ram::evict::OnLater::KeepOrDrop)
+            .unwrap();
         let w = ItemWrite::new(Bytes::copy_from_slice(value), 0, exptime);
         let cas = self.meta.cas_for(w.cas, None);
         let h = new_header(&w, key.len(), self.meta.now(), cas);

@@ -16,6 +16,7 @@
 use crate::config::{CacheConfig, EvictionPolicy};
 use crate::meta::{Counters, Meta};
 use crate::ram::arena::{Arena, Log, RecordRef, Space};
+use crate::ram::evict::OnLater;
 use crate::ram::ghost::Ghost;
 use crate::ram::index::{self, Entry, Index, Pos, Shard, Tier};
 use crate::ram::lower::{CopyUp, LowerTier};
@@ -139,24 +140,24 @@ impl RamTier {
     }
 
     /// Reserve space for a record, blocking on allocation and eviction if needed (never on
-    /// the tier below: an eviction it cannot take now is kept in RAM or dropped). With
-    /// `stall`, such an eviction stops it with `Error::FlashBusy` instead (nothing lost; the
-    /// caller awaits room holding no lock and tries again).
+    /// the tier below: an eviction it cannot take now goes per `on_later` — kept in RAM,
+    /// dropped, or stopped with `Error::FlashBusy`: nothing lost, the caller awaits room
+    /// holding no lock and tries again).
     pub fn reserve<L: LowerTier + ?Sized>(
         &self,
         env: &Env<'_, L>,
         log: Log,
         words: usize,
-        stall: bool,
+        on_later: OnLater,
     ) -> Result<Space, Error> {
         if words > self.arena.large_threshold() {
-            return self.obtain_large(env, words, log, stall);
+            return self.obtain_large(env, words, log, on_later);
         }
         loop {
             if let Some(s) = self.arena.try_bump(log, words) {
                 return Ok(s);
             }
-            self.advance(env, log, words, stall)?;
+            self.advance(env, log, words, on_later)?;
         }
     }
 
@@ -330,8 +331,10 @@ impl RamTier {
 
     /// [`Self::copy_up_now`] for a copy that found no room under the lock, holding no lock
     /// on entry: space is reserved the way a SET reserves it (which may seal the head and
-    /// evict), the record written, and the shard of `hash` locked again to publish only if
-    /// the key's slot is still the lower slot at packed `loc` (else the space is given back).
+    /// evict; an item flash cannot take now is kept in RAM, and where it could only be
+    /// dropped the promotion is abandoned instead), the record written, and the shard of
+    /// `hash` locked again to publish only if the key's slot is still the lower slot at
+    /// packed `loc` (else the space is given back).
     #[allow(clippy::too_many_arguments)]
     pub fn copy_up_later<L: LowerTier + ?Sized>(
         &self,
@@ -343,7 +346,7 @@ impl RamTier {
         value: &[u8],
     ) -> CopyUp {
         let words = record::rec_words(key.len(), value.len());
-        let Ok(space) = self.reserve(env, COPY_UP_LOG, words, false) else {
+        let Ok(space) = self.reserve(env, COPY_UP_LOG, words, OnLater::Keep) else {
             return CopyUp::Abandoned;
         };
         // The copy is made now (reserving may have taken a while).

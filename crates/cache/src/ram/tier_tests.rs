@@ -55,7 +55,15 @@ fn a_version_leaving_takes_its_lower_copy_along() {
 #[test]
 fn abandoned_space_becomes_a_filler_and_nothing_is_published() {
     let rig = Rig::new(4, FakeLower::new(false, Answer::Drop));
-    let space = rig.ram.reserve(&rig.env(), Log::Small, 10, false).unwrap();
+    let space = rig
+        .ram
+        .reserve(
+            &rig.env(),
+            Log::Small,
+            10,
+            crate::ram::evict::OnLater::KeepOrDrop,
+        )
+        .unwrap();
     let (seg, off) = (space.seg, space.off);
     assert_eq!(rig.ram.arena.slot(seg).pending.load(Relaxed), 1);
     rig.ram.abandon(Some(space));
