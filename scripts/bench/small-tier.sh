@@ -142,7 +142,7 @@ print(f"GET phase: {hits:.0f} hits, {miss:.0f} misses (hit ratio {hits/max(hits+
       f"= {cpu*1e6/max(hits+miss,1):.1f} us per GET; load avg {g['loadavg']}")
 print(f"GET phase: small_false_positives {g.get('small_false_positives',0)-b.get('small_false_positives',0):.0f}, "
       f"log tag false reads {g.get('small_log_tag_false_reads',0)-b.get('small_log_tag_false_reads',0):.0f}; "
-      f"fill: deletes staged {b.get('small_deletes_staged',0):.0f}, log pages written {b.get("small_log_pages_written",0):.0f}")
+      f"fill: deletes staged {b.get('small_deletes_staged',0):.0f}, log pages written {b.get('small_log_pages_written',0):.0f}")
 try:
     m = read("misses")
     mm = m.get("get_misses", 0) - g.get("get_misses", 0)
