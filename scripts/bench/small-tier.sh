@@ -10,7 +10,9 @@
 # Usage: scripts/bench/small-tier.sh [OUT_DIR]   (default bench-results/small-tier-<time>)
 # Env: STEP1 [5000000], STEP2 [20000000], MEM [64], FLASH_SIZE [1GiB], SMALL_SIZE [4GiB],
 #      SMALL_MAX [300], VALUE [100], GET_SECONDS [20], FLASH_DIR [/var/tmp/flashtier-bench],
-#      FLASHTIER_BIN, BENCH_BIN, SERVER_THREADS [2], EXTRA (more flashtier flags).
+#      FLASHTIER_BIN, BENCH_BIN, SERVER_THREADS [2], EXTRA (more flashtier flags),
+#      MISS_SECONDS [0]: then that many seconds of GETs of keys never SET (prefix z:), to
+#      count the set filters' false positives (page reads per miss).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:-$ROOT/bench-results/small-tier-$(date -u +%Y%m%dT%H%M%SZ)}
@@ -85,6 +87,13 @@ nice -n 19 "$BENCH" load -s "127.0.0.1:$PORT" -c 8 -d 8 -k $((STEP2 - STEP1)) -v
   --key-prefix b: --dist uniform --get-ratio 1 --duration "$GET_SECONDS" --warmup 2 \
   --server-pid "$PID" --json "$OUT/get.json" > "$OUT/get.log" 2>&1
 snap gets
+MISS_SECONDS=${MISS_SECONDS:-0}
+if [ "$MISS_SECONDS" != 0 ]; then
+  nice -n 19 "$BENCH" load -s "127.0.0.1:$PORT" -c 8 -d 8 -k $((STEP2 - STEP1)) -v "$VALUE" \
+    --key-prefix z: --dist uniform --get-ratio 1 --duration "$MISS_SECONDS" --warmup 1 \
+    --json "$OUT/miss.json" > "$OUT/miss.log" 2>&1
+  snap misses
+fi
 
 python3 - "$OUT" "$(dirname "$0")" "$STEP1" "$STEP2" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
@@ -131,4 +140,17 @@ cpu = (g["cpu_ticks"] - b["cpu_ticks"]) / 100.0
 print(f"GET phase: {hits:.0f} hits, {miss:.0f} misses (hit ratio {hits/max(hits+miss,1):.3f}), "
       f"{reads:.0f} small page reads (+{log_reads:.0f} log), server CPU {cpu:.1f} s "
       f"= {cpu*1e6/max(hits+miss,1):.1f} us per GET; load avg {g['loadavg']}")
+print(f"GET phase: small_false_positives {g.get('small_false_positives',0)-b.get('small_false_positives',0):.0f}, "
+      f"log tag false reads {g.get('small_log_tag_false_reads',0)-b.get('small_log_tag_false_reads',0):.0f}; "
+      f"fill: deletes staged {b.get('small_deletes_staged',0):.0f}, log pages written {b.get('small_log_pages_written',0):.0f}")
+try:
+    m = read("misses")
+    mm = m.get("get_misses", 0) - g.get("get_misses", 0)
+    fp = m.get("small_false_positives", 0) - g.get("small_false_positives", 0)
+    ltf = m.get("small_log_tag_false_reads", 0) - g.get("small_log_tag_false_reads", 0)
+    neg = m.get("small_filter_negatives", 0) - g.get("small_filter_negatives", 0)
+    print(f"MISS phase: {mm:.0f} misses, set page reads (filter false positives) {fp:.0f} = {fp/max(mm,1):.4f} per miss, "
+          f"filter negatives {neg:.0f}, log tag false reads {ltf:.0f} = {ltf/max(mm,1):.4f} per miss")
+except Exception as e:
+    print("no miss phase:", e)
 PY

@@ -1,8 +1,8 @@
 //! flashtier's small-object tier: items of a few hundred bytes kept on flash with no RAM
 //! entry per object (issue 28). Kangaroo (SOSP 2021): KSet — each key hashes to one 4 KiB
-//! set page; RAM holds a 20-byte summary per set (a Bloom filter, so a miss costs no read,
-//! and one hit bit per entry for RRIP eviction) — with KLog in front of it: a small staging
-//! buffer builds log pages, appended to an on-flash log whose RAM index costs 4 B a set and
+//! set page; RAM holds a 10-byte summary per set (a 64-bit Bloom filter, so most misses cost no read,
+//! and 16 hit bits for RRIP eviction) — with KLog in front of it: a small staging
+//! buffer builds log pages, appended to an on-flash log whose RAM index costs 1 B a set and
 //! 4 B a log entry slot; the log's oldest part is merged into the sets grouped by set, so one
 //! page rewrite carries every log object of its set (`klog`). With the log off
 //! (`SmallConfig::log_fraction` 0) staged batches go straight to set pages.

@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use crate::format::ItemMeta;
 
 /// Partitions of the staging map (by set).
-const PARTS: usize = 64;
+pub(crate) const PARTS: usize = 64;
 /// Stamp stripes (by set).
 const STRIPES: usize = 4096;
 /// RAM a staged entry costs beyond its key and value (map slot, vector slot, `Bytes`).
