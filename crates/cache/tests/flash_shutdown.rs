@@ -10,26 +10,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flashtier_cache::flash::{Device, Faults, FaultyDevice, FlashConfig, IoBackend, MemoryDevice};
+use flashtier_cache::flash::{Device, Faults, FaultyDevice, MemoryDevice};
 use flashtier_cache::{Cache, ItemWrite, KvStore};
 
 use common::ext_stat as ext;
 use common::gated::Gated;
 
 fn open(dev: Arc<dyn Device>) -> Cache {
-    let engine = FlashConfig {
-        io_backend: IoBackend::Psync,
-        background_reclaim: false,
-        flush_interval: None,
-        max_chunks_in_flight: 1,
-        device_retry_max: Duration::from_millis(200),
-        ..FlashConfig::small()
-    };
-    let cfg = common::small_flash_config(dev, engine)
-        .sweep_interval(None)
-        .build()
-        .unwrap();
-    let c = Cache::new(cfg).unwrap();
+    let c = common::one_chunk_cache(dev);
     c.set_knob("write_back_ms", "0").unwrap();
     c
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flashtier_cache::flash::{Device, Faults, FaultyDevice, FlashConfig, IoBackend, MemoryDevice};
+use flashtier_cache::flash::{Device, Faults, FaultyDevice, MemoryDevice};
 use flashtier_cache::{Cache, ItemWrite, KvStore};
 
 use common::ext_stat as ext;
@@ -20,23 +20,11 @@ use common::gated::Gated;
 const N: u64 = 400;
 const LEN: usize = 4000;
 
-/// 256 KiB of RAM over `dev` (16 MiB), one chunk write in flight at most; versions stay in
+/// `common::one_chunk_cache` over `dev` (256 KiB of RAM, 16 MiB); versions stay in
 /// RAM (a write-back window of 10 minutes) until RAM evicts them, so every eviction needs
 /// an append; cold items are not dropped for a busy flash (`evict_when_busy` 0).
 fn open(dev: Arc<dyn Device>, append_wait_ms: u64) -> Cache {
-    let engine = FlashConfig {
-        io_backend: IoBackend::Psync,
-        background_reclaim: false,
-        flush_interval: None,
-        max_chunks_in_flight: 1,
-        device_retry_max: Duration::from_millis(200),
-        ..FlashConfig::small()
-    };
-    let cfg = common::small_flash_config(dev, engine)
-        .sweep_interval(None)
-        .build()
-        .unwrap();
-    let c = Cache::new(cfg).unwrap();
+    let c = common::one_chunk_cache(dev);
     c.set_knob("write_back_ms", "600000").unwrap();
     c.set_knob("evict_when_busy", "0").unwrap();
     c.set_knob("append_wait_ms", &append_wait_ms.to_string())

@@ -518,6 +518,19 @@ mod tests {
         SEG / 8 / record::rec_words(key(0).len(), VALUE.len())
     }
 
+    /// A rig whose RAM is full (the tier below has taken one eviction) and whose tier below
+    /// now refuses every eviction for back-pressure; with the number of keys set.
+    fn full_rig_refusing() -> (Rig, usize) {
+        let rig = Rig::new(4, FakeLower::new(true, Answer::Slot));
+        let mut i = 0;
+        while rig.lower.offered.lock().is_empty() {
+            rig.set(&key(i), &VALUE, 0);
+            i += 1;
+        }
+        *rig.lower.answer.lock() = Answer::Later;
+        (rig, i)
+    }
+
     #[test]
     fn unhit_items_leave_the_small_log_first_in_first_out_into_the_ghost_set() {
         let rig = Rig::with(4, FakeLower::new(false, Answer::Drop), |b| {
@@ -636,13 +649,7 @@ mod tests {
 
     #[test]
     fn a_writer_that_may_still_wait_stops_rather_than_drop_a_deferred_item() {
-        let rig = Rig::new(4, FakeLower::new(true, Answer::Slot));
-        let mut i = 0;
-        while rig.lower.offered.lock().is_empty() {
-            rig.set(&key(i), &VALUE, 0);
-            i += 1;
-        }
-        *rig.lower.answer.lock() = Answer::Later;
+        let (rig, _) = full_rig_refusing();
         let env = rig.env();
         let before = rig.slots.len();
         // Keep: refused items are copied within RAM until a copy finds no room or eviction
@@ -686,15 +693,9 @@ mod tests {
 
     #[test]
     fn an_eviction_the_tier_below_cannot_take_now_stalls_or_stays_in_ram() {
-        let rig = Rig::new(4, FakeLower::new(true, Answer::Slot));
-        let mut i = 0;
-        while rig.lower.offered.lock().is_empty() {
-            rig.set(&key(i), &VALUE, 0);
-            i += 1;
-        }
         // RAM is full: from here every new segment needs an eviction, which the tier below
         // refuses for back-pressure.
-        *rig.lower.answer.lock() = Answer::Later;
+        let (rig, i) = full_rig_refusing();
         let env = rig.env();
         let before = rig.slots.len();
         let in_ram = |k: usize| rig.slot(&key(k)).is_some_and(|e| e.tier == Tier::Ram);

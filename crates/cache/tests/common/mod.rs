@@ -8,8 +8,8 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use flashtier_cache::flash::{Device, FlashConfig};
-use flashtier_cache::{CacheConfig, CacheConfigBuilder, FlashSettings, KvStore};
+use flashtier_cache::flash::{Device, FlashConfig, IoBackend};
+use flashtier_cache::{Cache, CacheConfig, CacheConfigBuilder, FlashSettings, KvStore};
 
 /// Run a future that completes on its first poll (every RAM-tier operation does).
 pub fn now<F: Future>(f: F) -> F::Output {
@@ -88,6 +88,26 @@ pub fn small_flash_config(dev: Arc<dyn Device>, engine: FlashConfig) -> CacheCon
         .segment_size(64 << 10)
         .max_item_size(64 << 10)
         .flash(fs)
+}
+
+/// A cache of [`small_flash_config`] over `dev` (no sweeper) whose engine writes one chunk
+/// at a time (psync, no reclaim thread, no periodic flush, device retries for 200 ms): with
+/// a held-back device (`gated::Gated`) every append past the first waits for room, so the
+/// tests can put the flash writer behind at will.
+pub fn one_chunk_cache(dev: Arc<dyn Device>) -> Cache {
+    let engine = FlashConfig {
+        io_backend: IoBackend::Psync,
+        background_reclaim: false,
+        flush_interval: None,
+        max_chunks_in_flight: 1,
+        device_retry_max: std::time::Duration::from_millis(200),
+        ..FlashConfig::small()
+    };
+    let cfg = small_flash_config(dev, engine)
+        .sweep_interval(None)
+        .build()
+        .unwrap();
+    Cache::new(cfg).unwrap()
 }
 
 /// A cache with 1 MiB of RAM over `dev` (psync, `FlashConfig::small()`, no sweeper) in
