@@ -206,7 +206,7 @@ impl LogIndex {
             if self.member_of(l) != member {
                 continue;
             }
-            let kind = (l >> self.next_bits) & 3;
+            let (delete, delta) = self.kind_of(l);
             let tag = if self.tag_bits == 0 {
                 0
             } else {
@@ -216,14 +216,21 @@ impl LogIndex {
                 slot: idx / PER_PAGE,
                 pos: idx % PER_PAGE,
                 tag,
-                delete: kind >= DELETE,
-                delta: match kind {
-                    PUT_ADDS => 1,
-                    DELETE_SUBS => -1,
-                    _ => 0,
-                },
+                delete,
+                delta,
             });
         })
+    }
+
+    /// Whether a link records a delete, and what its object adds to the live-items estimate.
+    fn kind_of(&self, link: u32) -> (bool, i8) {
+        let kind = (link >> self.next_bits) & 3;
+        let delta = match kind {
+            PUT_ADDS => 1,
+            DELETE_SUBS => -1,
+            _ => 0,
+        };
+        (kind >= DELETE, delta)
     }
 
     /// The member number a link records.
@@ -256,14 +263,10 @@ impl LogIndex {
             };
             let l = link.load(Relaxed);
             if self.member_of(l) == member {
+                let (delete, d) = self.kind_of(l);
                 n += 1;
-                let kind = (l >> self.next_bits) & 3;
-                dels += u64::from(kind >= DELETE);
-                delta += match kind {
-                    PUT_ADDS => 1,
-                    DELETE_SUBS => -1,
-                    _ => 0,
-                };
+                dels += u64::from(delete);
+                delta += i64::from(d);
             } else {
                 // Kept: the previous kept link (or the head) points here.
                 match last {

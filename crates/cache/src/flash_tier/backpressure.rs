@@ -60,6 +60,11 @@ impl Budget {
         until.saturating_duration_since(now)
     }
 
+    /// True once the budget started (its first `left`).
+    pub(crate) fn started(&self) -> bool {
+        self.until.is_some()
+    }
+
     /// True once the budget started and ran out.
     pub(crate) fn spent(&self) -> bool {
         self.until.is_some_and(|d| Instant::now() >= d)
@@ -83,7 +88,14 @@ pub(crate) const DROP_WAIT_TIMES: u32 = 10;
 pub(crate) struct Patience {
     pub(crate) first: Budget,
     pub(crate) before_drop: Budget,
-    pub(crate) holding: bool,
+}
+
+impl Patience {
+    /// True once the write stopped rather than drop deferred items: its second budget is
+    /// started then, and only then (`FlashTier::busy`).
+    pub(crate) fn holding(&self) -> bool {
+        self.before_drop.started()
+    }
 }
 
 /// Back-pressure state shared by every operation (see the module docs).

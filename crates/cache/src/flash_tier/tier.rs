@@ -563,7 +563,7 @@ impl FlashTier {
         if !self.pressured() || wait.is_zero() {
             return;
         }
-        if !p.holding {
+        if !p.holding() {
             let left = p.first.left(wait);
             if !left.is_zero() {
                 self.writable_for(left).await;
@@ -595,7 +595,7 @@ impl FlashTier {
             OnLater::KeepOrDrop
         } else if !p.first.spent() {
             OnLater::Stall
-        } else if !p.holding {
+        } else if !p.holding() {
             OnLater::Keep
         } else if !p.before_drop.spent() {
             OnLater::Stall
@@ -608,8 +608,7 @@ impl FlashTier {
     /// [`OnLater::Keep`] it stopped rather than drop deferred items, so it is holding from
     /// now on, its second budget started (so it ends even if no wait is ever needed).
     pub(crate) fn busy(&self, p: &mut Patience, on_later: OnLater) {
-        if on_later == OnLater::Keep && !p.holding {
-            p.holding = true;
+        if on_later == OnLater::Keep && !p.holding() {
             p.before_drop
                 .left(self.tiering.append_wait() * DROP_WAIT_TIMES);
         }
