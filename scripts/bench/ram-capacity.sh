@@ -27,7 +27,6 @@ cleanup() { [ -n "$PID" ] && kill "$PID" 2> /dev/null && wait "$PID" 2> /dev/nul
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 
 stats() { # port -> "stats" lines
   python3 - "$1" <<'PY'
@@ -54,7 +53,7 @@ wait_port() {
 
 run_one() { # server value mem keys get_ratio
   local server=$1 value=$2 mem=$3 keys=$4 gets=$5 port tag
-  port=$(free_port)
+  port=$(python3 "$ROOT/scripts/bench/probe.py" free-port)
   tag="$server-v$value-m$mem-k$keys-g$gets"
   if [ "$server" = memcached ]; then
     "$MEMCACHED_BIN" -u root -l 127.0.0.1 -p "$port" -m "$mem" -U 0 -t "$SERVER_THREADS" \

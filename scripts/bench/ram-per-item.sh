@@ -39,7 +39,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+PORT=$(python3 "$ROOT/scripts/bench/probe.py" free-port)
 export FLASHTIER_ALLOC_CENSUS=$OUT/census.txt
 # shellcheck disable=SC2086
 "$FLASHTIER_BIN" kv -l 127.0.0.1 -p "$PORT" -m "$MEM" -t "$SERVER_THREADS" \

@@ -35,7 +35,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+PORT=$(python3 "$ROOT/scripts/bench/probe.py" free-port)
 # shellcheck disable=SC2086
 sh -c 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"' sh "$CGDIR" "$FLASHTIER_BIN" kv \
   -l 127.0.0.1 -p "$PORT" -m "$MEM" -t 2 --flash "$FLASH:2GiB" $EXTRA > "$OUT/server.log" 2>&1 &

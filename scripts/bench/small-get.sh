@@ -50,7 +50,7 @@ trap 'exit 130' INT TERM
 MAIN=""
 MAIN="--flash $FLASH:$MAIN_FLASH"
 [ "$MAIN_FLASH" = 0 ] && MAIN="--ram-only"
-PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+PORT=$(python3 "$ROOT/scripts/bench/probe.py" free-port)
 # shellcheck disable=SC2086
 nice -n 19 "$FLASHTIER_BIN" kv -l 127.0.0.1 -p "$PORT" -m "$MEM" -t "$SERVER_THREADS" \
   $MAIN --small-flash "$SMALL:$SMALL_SIZE" --small-item-max 300 $EXTRA \
