@@ -53,6 +53,11 @@ pub struct RecordMeta {
 pub enum Decision {
     /// Rewrite it into the reclaim stream, then call [`ReclaimHandler::relocated`].
     Keep,
+    /// Keep it only if the victim's keep limit has room left once every `Keep` of the victim
+    /// is counted (else evicted, as a `Keep` over the limit is): what the user would keep
+    /// only because flash has room or budget for it, so that the limit never drops a record
+    /// it wants more (a read one, a small one) to keep one it wants less.
+    KeepIfRoom,
     /// Forget it. The user has already removed any index entry pointing at it.
     Drop,
     /// Forget it, but the user had it indexed (an eviction): the engine appends a *drop

@@ -274,7 +274,9 @@ impl<'a> Verdicts<'a> {
     }
 
     /// Ask the user about every record of `entries`; returns those to keep (in offset
-    /// order), within `keep_limit` of the victim's bytes. Expired records are asked about
+    /// order): every kept tombstone and marker of at most a page, and values within `keep_limit` of the
+    /// victim's bytes — every `Keep` first, in offset order, then the `KeepIfRoom`s while
+    /// room is left. Expired records are asked about
     /// too: the user may still index them, and then an older version of the key elsewhere
     /// needs a drop note.
     fn decide(&mut self, v: &Victim, entries: &[SummaryEntry]) -> Vec<(SummaryEntry, RecordMeta)> {
@@ -283,6 +285,7 @@ impl<'a> Verdicts<'a> {
         let cap = (inner.knobs.keep_limit() * v.data_bytes as f64) as u64;
         let mut kept = 0u64;
         let mut keeps = Vec::new();
+        let mut if_room = Vec::new();
         for e in entries {
             let Ok(m) = inner.record_meta(v.seg, e, v.seq) else {
                 continue;
@@ -294,16 +297,37 @@ impl<'a> Verdicts<'a> {
                     self.notes.push(m);
                     self.dropped += 1;
                 }
+                // A tombstone or marker the user keeps (a record other than a value, at
+                // most a page) is kept whatever the limit: dropping one could bring an
+                // older version back at recovery. The limit, which makes every pass free
+                // some room, counts values.
+                Decision::Keep if !expired && m.kind != kind::PUT && u64::from(e.len) <= PAGE => {
+                    keeps.push((*e, m))
+                }
                 Decision::Keep if !expired && kept + u64::from(e.len) <= cap => {
                     kept += u64::from(e.len);
                     keeps.push((*e, m));
                 }
-                Decision::Keep => {
+                Decision::KeepIfRoom if !expired => if_room.push((*e, m)),
+                Decision::Keep | Decision::KeepIfRoom => {
                     self.evict(&m);
                     self.dropped += 1;
                 }
             }
         }
+        if if_room.is_empty() {
+            return keeps;
+        }
+        for (e, m) in if_room {
+            if kept + u64::from(e.len) <= cap {
+                kept += u64::from(e.len);
+                keeps.push((e, m));
+            } else {
+                self.evict(&m);
+                self.dropped += 1;
+            }
+        }
+        keeps.sort_by_key(|(e, _)| e.offset);
         keeps
     }
 }

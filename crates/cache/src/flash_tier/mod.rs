@@ -33,6 +33,7 @@ pub(crate) mod stats;
 #[cfg(test)]
 pub(crate) mod testing;
 pub(crate) mod tier;
+pub(crate) mod value_mean;
 pub(crate) mod writeback;
 
 use flashtier_flash::Location;

@@ -251,16 +251,18 @@ impl<'a, R: RamAccess> Reclaim<'a, R> {
             return Decision::Keep;
         }
         if !expired && !tier.tiering.drop_unread() {
+            // Unread items kept for room or budget come after every read and small one
+            // within the victim's keep limit (`KeepIfRoom`): the limit evicts them first.
             if room {
-                return Decision::Keep;
-            }
-            if tier.compaction_budget() {
-                Counters::add(&c.reclaim_kept_unhit, 1);
-                return Decision::Keep;
+                return Decision::KeepIfRoom;
             }
             if tier.small_record(m.len) {
                 Counters::add(&c.reclaim_kept_small, 1);
                 return Decision::Keep;
+            }
+            if tier.compaction_budget() {
+                Counters::add(&c.reclaim_kept_unhit, 1);
+                return Decision::KeepIfRoom;
             }
             Counters::add(
                 if self.recently_appended(m) {
@@ -392,7 +394,7 @@ mod tests {
         let (tier, ram) = open("reclaim-unhit", |_| {});
         let (_, m) = put_flash(&tier, &ram, b"k", &VALUE, 0);
         let r = Reclaim::new(&tier, &ram);
-        assert_eq!(r.decide(&m), Decision::Keep);
+        assert_eq!(r.decide(&m), Decision::KeepIfRoom);
         assert!(ram.slot(m.key_id).is_some());
         no_room_no_budget(&tier);
         assert_eq!(

@@ -20,6 +20,7 @@ use crate::flash_tier::backpressure::{Gate, Patience, Writable, DROP_WAIT_TIMES}
 use crate::flash_tier::dirty::DirtyQueue;
 use crate::flash_tier::journal::{self, Owed};
 use crate::flash_tier::kv_record::{KvKind, KvRecord};
+use crate::flash_tier::value_mean::ValueMean;
 use crate::flash_tier::{flash_err, RamAccess, SMALL_KEEP_DIVISOR, STREAM};
 use crate::knobs::Tiering;
 use crate::ram::evict::OnLater;
@@ -56,11 +57,6 @@ impl Refused {
         self != Refused::Other
     }
 }
-
-/// `value_mean` is fixed point with this many fraction bits.
-const MEAN_SHIFT: u32 = 8;
-/// `value_mean` averages over about 2^this many appends.
-const MEAN_DECAY: u32 = 12;
 
 /// Counters of the flash tier (relaxed atomics, any thread).
 #[derive(Debug, Default)]
@@ -185,9 +181,9 @@ pub(crate) struct FlashTier {
     /// Set by the first `Cache::close`.
     pub(super) closed: AtomicBool,
     pub(super) counters: TierCounters,
-    /// Recent mean value size appended, fixed point (`note_value_len`); 0 until the first
-    /// append of this run. Decides which records count as small (`small_record`).
-    value_mean: AtomicU64,
+    /// Recent mean value size appended; decides which records count as small
+    /// (`small_record`).
+    value_mean: ValueMean,
     /// Versions waiting for write-back (`writeback`).
     pub(super) dirty: DirtyQueue,
     /// The cache's clock (write-back's dirty-since times, reclaim's expiry checks).
@@ -244,7 +240,7 @@ impl FlashTier {
             last_marker: AtomicU64::new(0),
             last_delayed: AtomicU64::new(0),
             oldest_other: parking_lot::Mutex::new(None),
-            value_mean: AtomicU64::new(0),
+            value_mean: ValueMean::default(),
             counters: TierCounters::default(),
             dirty: Default::default(),
             hot_stream: STREAM,
@@ -281,22 +277,7 @@ impl FlashTier {
     /// True for a record of `len` bytes small enough to keep past the write budget: at most
     /// 1/[`SMALL_KEEP_DIVISOR`] of the recent mean value size appended (`value_mean`).
     pub fn small_record(&self, len: u32) -> bool {
-        let mean = self.value_mean.load(Ordering::Relaxed);
-        mean > 0 && (u64::from(len) * SMALL_KEEP_DIVISOR) << MEAN_SHIFT <= mean
-    }
-
-    /// Fold an appended value of `len` bytes into `value_mean`: an exponential average
-    /// over about 2^[`MEAN_DECAY`] appends, so a change of workload moves it within tens of
-    /// thousands of writes. Racing updates may lose one; it is an estimate.
-    fn note_value_len(&self, len: usize) {
-        let v = (len as u64) << MEAN_SHIFT;
-        let old = self.value_mean.load(Ordering::Relaxed);
-        let new = if old == 0 {
-            v
-        } else {
-            old - (old >> MEAN_DECAY) + (v >> MEAN_DECAY)
-        };
-        self.value_mean.store(new, Ordering::Relaxed);
+        self.value_mean.at_most_share(len, SMALL_KEEP_DIVISOR)
     }
 
     /// An item's flash record failed its checksum (or its segment was freed or retired)
@@ -425,7 +406,7 @@ impl FlashTier {
             (KvRecord::Put(p), Ok(_)) => {
                 add(&c.objects_written, 1);
                 add(&c.bytes_written, p.value.len() as u64);
-                self.note_value_len(p.value.len());
+                self.value_mean.note(p.value.len());
             }
             (_, Err(_)) if pressure && wait == Wait::Journaled => {}
             (KvRecord::Put(_), Err(_)) => add(&c.write_skipped, 1),
