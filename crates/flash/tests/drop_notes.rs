@@ -1,11 +1,11 @@
 //! `Decision::Forget`: a record the user evicts leaves a drop note — a TOMBSTONE with its key
 //! id and version and a horizon — that is durable before the victim is erased and that
 //! recovery reports, so the user can hide older versions of the key left in other segments.
-use std::collections::HashMap;
+mod common;
+
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
+use common::LocMap;
 use flashtier_flash::{
     kind, Decision, Device, Error, Flash, FlashConfig, FlashStats, Location, LostRecord,
     MemoryDevice, ReclaimHandler, RecordMeta, RecordWrite,
@@ -14,7 +14,7 @@ use flashtier_flash::{
 /// key_id -> location; keeps even keys, forgets (evicts with a note) odd ones.
 #[derive(Default)]
 struct Index {
-    map: Mutex<HashMap<u64, Location>>,
+    map: LocMap,
 }
 
 impl ReclaimHandler for Index {
@@ -30,25 +30,7 @@ impl ReclaimHandler for Index {
             (false, _) => Decision::Drop,
         }
     }
-    fn relocated(&self, rec: &RecordMeta, new: Location) -> bool {
-        let mut m = self.map.lock();
-        let moved = m.get(&rec.key_id) == Some(&rec.location);
-        if moved {
-            m.insert(rec.key_id, new);
-        }
-        moved
-    }
-    fn evicted(&self, rec: &RecordMeta) {
-        let mut m = self.map.lock();
-        if m.get(&rec.key_id) == Some(&rec.location) {
-            m.remove(&rec.key_id);
-        }
-    }
-    fn lost(&self, recs: &[LostRecord]) {
-        for r in recs {
-            self.evicted(&r.meta);
-        }
-    }
+    common::loc_map_callbacks!();
 }
 
 fn put(f: &Flash, index: &Index, key: u64, version: u64) {

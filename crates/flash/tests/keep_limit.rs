@@ -3,13 +3,13 @@
 //! before those it keeps only if there is room (`Decision::KeepIfRoom`), wherever they sit
 //! in the victim, and a kept tombstone is never cut by the limit (dropping one could bring
 //! an older version of its key back at recovery).
-use std::collections::HashMap;
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-
+use common::LocMap;
 use flashtier_flash::{
     kind, Decision, Device, Flash, FlashConfig, FlashStats, Location, LostRecord, MemoryDevice,
     ReclaimHandler, RecordMeta, RecordWrite,
@@ -19,13 +19,13 @@ use flashtier_flash::{
 /// is room; the others (and tombstones) are kept outright.
 #[derive(Default)]
 struct Index {
-    map: Mutex<HashMap<u64, Location>>,
+    map: LocMap,
     if_room_below: AtomicU64,
 }
 
 impl ReclaimHandler for Index {
     fn decide(&self, rec: &RecordMeta) -> Decision {
-        let live = self.map.lock().get(&rec.key_id) == Some(&rec.location);
+        let live = self.map.is_live(rec);
         if !live {
             Decision::Drop
         } else if rec.kind == kind::PUT && rec.key_id < self.if_room_below.load(Ordering::SeqCst) {
@@ -34,26 +34,7 @@ impl ReclaimHandler for Index {
             Decision::Keep
         }
     }
-    fn relocated(&self, rec: &RecordMeta, new: Location) -> bool {
-        let mut m = self.map.lock();
-        if m.get(&rec.key_id) == Some(&rec.location) {
-            m.insert(rec.key_id, new);
-            true
-        } else {
-            false
-        }
-    }
-    fn evicted(&self, rec: &RecordMeta) {
-        let mut m = self.map.lock();
-        if m.get(&rec.key_id) == Some(&rec.location) {
-            m.remove(&rec.key_id);
-        }
-    }
-    fn lost(&self, recs: &[LostRecord]) {
-        for r in recs {
-            self.evicted(&r.meta);
-        }
-    }
+    common::loc_map_callbacks!();
 }
 
 fn rig(keep_limit: f64) -> (Flash, Arc<Index>, u64) {

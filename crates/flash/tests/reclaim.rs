@@ -7,8 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-
+use common::LocMap;
 use flashtier_flash::{
     kind, Decision, Device, Error, Flash, FlashConfig, FlashStats, Location, LostRecord,
     MemoryDevice, ReclaimHandler, RecordMeta, RecordWrite,
@@ -17,7 +16,7 @@ use flashtier_flash::{
 /// key_id -> location; keeps even keys, drops odd ones.
 #[derive(Default)]
 struct Index {
-    map: Mutex<HashMap<u64, Location>>,
+    map: LocMap,
 }
 
 impl ReclaimHandler for Index {
@@ -33,26 +32,7 @@ impl ReclaimHandler for Index {
             Decision::Drop
         }
     }
-    fn relocated(&self, rec: &RecordMeta, new: Location) -> bool {
-        let mut m = self.map.lock();
-        if m.get(&rec.key_id) == Some(&rec.location) {
-            m.insert(rec.key_id, new);
-            true
-        } else {
-            false
-        }
-    }
-    fn evicted(&self, rec: &RecordMeta) {
-        let mut m = self.map.lock();
-        if m.get(&rec.key_id) == Some(&rec.location) {
-            m.remove(&rec.key_id);
-        }
-    }
-    fn lost(&self, recs: &[LostRecord]) {
-        for r in recs {
-            self.evicted(&r.meta);
-        }
-    }
+    common::loc_map_callbacks!();
 }
 
 fn value(key: u64, version: u64) -> Vec<u8> {

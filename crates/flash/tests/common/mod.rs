@@ -1,10 +1,12 @@
 //! Helpers the flash engine's integration tests share: where real files go (the engine uses
 //! O_DIRECT, which tmpfs refuses), a file device spec, a PUT record, an engine stat, a
-//! bounded wait, a handler that records losses.
+//! bounded wait, a handler that records losses, a user index of live locations.
 #![allow(dead_code)]
 
 pub mod reap;
 
+use std::collections::HashMap;
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 
 use std::time::{Duration, Instant};
@@ -83,6 +85,70 @@ impl ReclaimHandler for Losses {
         self.0.lock().extend_from_slice(recs);
     }
 }
+
+/// A user index: key id -> location of its live record, with the callbacks the tests'
+/// handlers share. A relocation follows the record, and an eviction or a loss removes it,
+/// only while the index still points at that record.
+#[derive(Default)]
+pub struct LocMap(pub Mutex<HashMap<u64, Location>>);
+
+impl Deref for LocMap {
+    type Target = Mutex<HashMap<u64, Location>>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl LocMap {
+    /// True while the index points at `rec`.
+    pub fn is_live(&self, rec: &RecordMeta) -> bool {
+        self.0.lock().get(&rec.key_id) == Some(&rec.location)
+    }
+
+    /// `ReclaimHandler::relocated`.
+    pub fn relocated(&self, rec: &RecordMeta, new: Location) -> bool {
+        let mut m = self.0.lock();
+        let moved = m.get(&rec.key_id) == Some(&rec.location);
+        if moved {
+            m.insert(rec.key_id, new);
+        }
+        moved
+    }
+
+    /// `ReclaimHandler::evicted`.
+    pub fn evicted(&self, rec: &RecordMeta) {
+        let mut m = self.0.lock();
+        if m.get(&rec.key_id) == Some(&rec.location) {
+            m.remove(&rec.key_id);
+        }
+    }
+
+    /// `ReclaimHandler::lost`.
+    pub fn lost(&self, recs: &[LostRecord]) {
+        for r in recs {
+            self.evicted(&r.meta);
+        }
+    }
+}
+
+/// The `relocated`, `evicted` and `lost` callbacks of a `ReclaimHandler` whose index is a
+/// [`LocMap`] field named `map`.
+#[allow(unused_macros)]
+macro_rules! loc_map_callbacks {
+    () => {
+        fn relocated(&self, rec: &RecordMeta, new: Location) -> bool {
+            self.map.relocated(rec, new)
+        }
+        fn evicted(&self, rec: &RecordMeta) {
+            self.map.evicted(rec)
+        }
+        fn lost(&self, recs: &[LostRecord]) {
+            self.map.lost(recs)
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use loc_map_callbacks;
 
 /// A PUT record of `key_id` at `version` with key `k`, no flags and no expiry.
 pub fn put_record(key_id: u64, version: u64, value: &[u8]) -> RecordWrite<'_> {
