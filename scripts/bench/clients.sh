@@ -26,6 +26,8 @@
 #   OPEN_CLIENTS ["threads async"]  OPEN_DEPTH [16]  MAX_OUTSTANDING [1024]
 #   MASLAP_TIME [30s {5s}]  MASLAP_WIN [10k {2k}]  MASLAP_STATS [1] (0: no -S, exactly the
 #   issue's command, no latencies)  SERVERS ["flashtier memcached-t4 memcached-t2"]
+#   MASLAP_ONLY [0] (1: per server and round only the fill and memaslap, with a snapshot of the
+#   server's stats after each: OUT/raw/.../after-fill.json, after-memaslap.json)
 #   (memcached-tN runs memcached -t N; flashtier runs --threads SERVER_THREADS [2];
 #   flashtier-tN runs flashtier --threads N, so one run can hold several thread counts).
 #   FLASH_DIR, FLASHTIER_BIN, MEMCACHED_BIN, FLASHTIER_EXTRA, MEMCACHED_OPTS (lib.sh)
@@ -53,6 +55,7 @@ CLOSED_SHAPES=${CLOSED_SHAPES:-8x16 16x2 8x1} OPEN_RATES=${OPEN_RATES:-30k 60k}
 OPEN_CLIENTS=${OPEN_CLIENTS:-threads async} OPEN_DEPTH=${OPEN_DEPTH:-16}
 MAX_OUTSTANDING=${MAX_OUTSTANDING:-1024}
 MASLAP_TIME=${MASLAP_TIME:-30s} MASLAP_WIN=${MASLAP_WIN:-10k} MASLAP_STATS=${MASLAP_STATS:-1}
+MASLAP_ONLY=${MASLAP_ONLY:-0}
 SERVERS=${SERVERS:-flashtier memcached-t4 memcached-t2}
 MASLAP_BIN=${MASLAP_BIN:-memcaslap}
 # shellcheck source=scripts/bench/lib.sh
@@ -71,14 +74,14 @@ done
 preflight
 rm -rf "$OUT/raw"; mkdir -p "$OUT/raw"; : > "$OUT/run.log"
 machine_json "$OUT/machine.json"
-printf '%s\n' "$(env | grep -E '^(QUICK|ROUNDS|MEM|FLASH|CG_MB|KEYS|VALUE|DIST|GET_RATIO|FILL_MODES|FILL_RATE|WARMUP|DUR|WARM_CLOSED|CLOSED_SHAPES|OPEN_RATES|OPEN_CLIENTS|OPEN_DEPTH|MAX_OUTSTANDING|MASLAP_TIME|MASLAP_WIN|MASLAP_STATS|SERVERS|FLASH_DIR|SERVER_THREADS|FLASHTIER_EXTRA|MEMCACHED_OPTS)=' | sort | sed "s/=\(.*\)/='\1'/" | tr '\n' ' ')scripts/bench/clients.sh $*" > "$OUT/command.txt"
+printf '%s\n' "$(env | grep -E '^(QUICK|ROUNDS|MEM|FLASH|CG_MB|KEYS|VALUE|DIST|GET_RATIO|FILL_MODES|FILL_RATE|WARMUP|DUR|WARM_CLOSED|CLOSED_SHAPES|OPEN_RATES|OPEN_CLIENTS|OPEN_DEPTH|MAX_OUTSTANDING|MASLAP_TIME|MASLAP_WIN|MASLAP_STATS|MASLAP_ONLY|SERVERS|FLASH_DIR|SERVER_THREADS|FLASHTIER_EXTRA|MEMCACHED_OPTS)=' | sort | sed "s/=\(.*\)/='\1'/" | tr '\n' ' ')scripts/bench/clients.sh $*" > "$OUT/command.txt"
 cat > "$OUT/config.json" <<JSON
 {"rounds": $ROUNDS, "mem": $MEM, "flash": "$FLASH", "cg_mb": $CG_MB, "keys": $KEYS, "value": $VALUE,
  "dist": "$DIST", "get_ratio": $GET_RATIO, "fill_modes": "$FILL_MODES", "fill_rate": "$FILL_RATE",
  "warmup": "$WARMUP", "dur": "$DUR", "warm_closed": "$WARM_CLOSED", "closed_shapes": "$CLOSED_SHAPES",
  "open_rates": "$OPEN_RATES", "open_clients": "$OPEN_CLIENTS", "open_depth": $OPEN_DEPTH,
  "open_connections": 16, "max_outstanding": $MAX_OUTSTANDING, "maslap_time": "$MASLAP_TIME",
- "maslap_win": "$MASLAP_WIN", "maslap_stats": $MASLAP_STATS, "maslap_threads": 2,
+ "maslap_win": "$MASLAP_WIN", "maslap_stats": $MASLAP_STATS, "maslap_only": $MASLAP_ONLY, "maslap_threads": 2,
  "maslap_concurrency": 64, "servers": "$SERVERS", "flashtier_threads": $FT_THREADS,
  "flashtier_extra": "$FLASHTIER_EXTRA", "memcached_opts": "$MEMCACHED_OPTS",
  "generator_threads": 1, "cpus": $(nproc), "quick": $QUICK}
@@ -146,7 +149,10 @@ memaslap() { # tag
   log "$SERVER_LABEL: memaslap -T 2 -c 64 -X $VALUE -w $MASLAP_WIN -t $MASLAP_TIME ${stats[*]}"
   check_alive
   cpu0=$("${HELPER[@]}" cpu "$SERVER_PID")
-  if ! "$MASLAP_BIN" -s "127.0.0.1:$SERVER_PORT" -T 2 -c 64 -X "$VALUE" -w "$MASLAP_WIN" \
+  # The client's own CPU and context switches, as JSON in TAG.client (a voluntary switch: it
+  # slept, every one of its requests at the server).
+  if ! /usr/bin/time -f '{"user_s": %U, "sys_s": %S, "voluntary_cs": %w, "involuntary_cs": %c}' -o "$DIR/$tag.client" \
+      "$MASLAP_BIN" -s "127.0.0.1:$SERVER_PORT" -T 2 -c 64 -X "$VALUE" -w "$MASLAP_WIN" \
       -t "$MASLAP_TIME" "${stats[@]}" > "$DIR/$tag.txt" 2> "$DIR/$tag.err"; then
     tail -5 "$DIR/$tag.err" >&2
     die "$SERVER_LABEL: memaslap failed"
@@ -176,6 +182,12 @@ for ((round = 1; round <= ROUNDS; round++)); do
       start_server "$label" "$kind" "$MEM" "$FLASH" "$CG_MB"
       fill_server fill "$fill"
       snap "$DIR/after-fill.json"
+      if ((MASLAP_ONLY)); then
+        memaslap memaslap
+        snap "$DIR/after-memaslap.json"
+        stop_server
+        continue
+      fi
       warm warm-fresh
       open_rows fresh
       closed_rows fresh
