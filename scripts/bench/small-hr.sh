@@ -17,6 +17,7 @@
 #   ft-index   flashtier --flash FLASH (small objects on the main log, a RAM index entry each)
 #   mc-ext64   memcached -o ext_path=F:FLASH,ext_item_size=64 (so 100 B items go to flash at all)
 #   mc-ext     memcached -o ext_path=F:FLASH (default ext_item_size 512: 100 B items stay in RAM)
+#   ft-small-x ft-small with SMALL_X_EXTRA more flags (e.g. "--small-log-percent 30")
 # Each server run holds BENCH_LOCK (flock) from start to stop (keep it under 10 min).
 # Printed per phase (also OUT/summary.md, OUT/summary.json, by small_hr_table.py): items held,
 # read hit ratio, flash bytes written per value byte SET (/proc/PID/io write_bytes; the
@@ -28,7 +29,7 @@
 #   0.99/0.5"]  TRAFFIC_DUR [20s]  READ_DUR [8s]  COUNT_DUR [5s]  CONNS [8]  DEPTH [8]  SEED [11] (phase i
 #   uses SEED+2i, its read SEED+2i+1)  CG_MB [256]  BENCH_LOCK [/tmp/s10/bench.lock; empty:
 #   none]  FLASH_DIR [/var/tmp/flashtier-bench], FLASHTIER_BIN, BENCH_BIN, MEMCACHED_BIN,
-#   SERVER_THREADS [2]. About 6-7 min per server run on the shared 2-core VM at the defaults.
+#   SERVER_THREADS [2], SMALL_X_EXTRA. About 6-7 min per server run on the shared 2-core VM at the defaults.
 NAME=small-hr
 OUT=${1:-$(cd "$(dirname "$0")/../.." && pwd)/bench-results/small-hr-$(date -u +%Y%m%dT%H%M%SZ)}
 RUNS=${RUNS:-2} SERVERS=${SERVERS:-ft-small ft-index mc-ext64} MEM=${MEM:-64} FLASH=${FLASH:-768}
@@ -36,7 +37,7 @@ FT_LOG=${FT_LOG:-96} SMALL_MAX=${SMALL_MAX:-300} KEYS=${KEYS:-6000000} VALUE=${V
 TRAFFIC=${TRAFFIC:-0.9/0.1 0.9/0.5 0.99/0.1 0.99/0.5} TRAFFIC_DUR=${TRAFFIC_DUR:-20s}
 READ_DUR=${READ_DUR:-8s} COUNT_DUR=${COUNT_DUR:-5s} CONNS=${CONNS:-8} DEPTH=${DEPTH:-8} SEED=${SEED:-11}
 CG_MB=${CG_MB:-256} BENCH_LOCK=${BENCH_LOCK-/tmp/s10/bench.lock}
-MEMCACHED_BASE_OPTS=${MEMCACHED_OPTS-slab_automove=2}
+MEMCACHED_BASE_OPTS=${MEMCACHED_OPTS-slab_automove=2} FT_BASE_EXTRA=${FLASHTIER_EXTRA:-}
 # shellcheck source=scripts/bench/lib.sh
 source "$(dirname "$0")/lib.sh"
 preflight
@@ -47,7 +48,7 @@ cat > "$OUT/config.json" <<JSON
  "small_max": $SMALL_MAX, "keys": $KEYS, "value": $VALUE, "traffic": "$TRAFFIC",
  "traffic_dur": "$TRAFFIC_DUR", "read_dur": "$READ_DUR", "count_dur": "$COUNT_DUR", "conns": $CONNS, "depth": $DEPTH,
  "seed": $SEED, "cg_mb": $CG_MB, "server_threads": $SERVER_THREADS,
- "memcached_opts": "$MEMCACHED_BASE_OPTS"}
+ "memcached_opts": "$MEMCACHED_BASE_OPTS", "small_x_extra": "${SMALL_X_EXTRA:-}"}
 JSON
 log "out $OUT; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 [ -z "$BENCH_LOCK" ] || exec 9> "$BENCH_LOCK"
@@ -57,8 +58,10 @@ for run in $(seq "$RUNS"); do
     label=$name-r$run
     DIR=$OUT/raw/$label; mkdir -p "$DIR"
     case "$name" in
-      ft-small) kind=flashtier-small fsize=${FT_LOG}M SMALL_SIZE=$((FLASH - FT_LOG))MiB ;;
-      ft-index) kind=flashtier fsize=${FLASH}M ;;
+      ft-small) kind=flashtier-small fsize=${FT_LOG}M SMALL_SIZE=$((FLASH - FT_LOG))MiB FLASHTIER_EXTRA=$FT_BASE_EXTRA ;;
+      ft-small-x) kind=flashtier-small fsize=${FT_LOG}M SMALL_SIZE=$((FLASH - FT_LOG))MiB
+        FLASHTIER_EXTRA="$FT_BASE_EXTRA ${SMALL_X_EXTRA:?ft-small-x needs SMALL_X_EXTRA}" ;;
+      ft-index) kind=flashtier fsize=${FLASH}M FLASHTIER_EXTRA=$FT_BASE_EXTRA ;;
       mc-ext64) kind=memcached fsize=${FLASH}M MEMCACHED_OPTS=$MEMCACHED_BASE_OPTS${MEMCACHED_BASE_OPTS:+,}ext_item_size=64 ;;
       mc-ext) kind=memcached fsize=${FLASH}M MEMCACHED_OPTS=$MEMCACHED_BASE_OPTS ;;
       *) die "unknown server name $name" ;;

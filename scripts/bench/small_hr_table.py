@@ -57,13 +57,13 @@ def delta(a, b, name):
 
 def held(st, name):
     n = num(st, "curr_items") or 0
-    if name == "ft-small":
+    if name.startswith("ft-small"):
         n += num(st, "small_live_items_estimate") or 0
     return n
 
 
 def on_flash(st, name):
-    if name == "ft-small":
+    if name.startswith("ft-small"):
         return num(st, "small_live_items_estimate")
     if name.startswith("mc"):
         return num(st, "extstore_objects_used")
@@ -71,7 +71,7 @@ def on_flash(st, name):
 
 
 def tier_bytes(name):
-    return (flash_mib - ft_log_mib if name == "ft-small" else flash_mib) * 2**20
+    return (flash_mib - ft_log_mib if name.startswith("ft-small") else flash_mib) * 2**20
 
 
 def written(a, b, name):
@@ -98,7 +98,9 @@ def row(d, name, phase, s0, s2, rj, tj, cj):
          "ops_s": (tj or {}).get("rows", [{}])[0].get("throughput_ops_per_sec"),
          "rss_mib": s2["vm_rss_bytes"] / 2**20 if s2.get("vm_rss_bytes") else None,
          "cg_peak_mib": (s2.get("cgroup_max_usage_bytes") or 0) / 2**20}
-    if name == "ft-small":
+    if name.startswith("ft-small"):
+        m, o = delta(s0, s2, "small_log_sets_merged"), delta(s0, s2, "small_log_objects_merged")
+        r["objects_per_rewrite"] = o / m if m else None
         for k in ("small_evictions", "small_inserts", "small_inserts_refused", "small_insert_wait_timeouts",
                   "small_false_positives", "small_log_dropped", "evictions"):
             r[k] = delta(s0, s2, k)
@@ -157,7 +159,7 @@ small = [r for r in rows if r["name"] == "ft-small"]
 if small:
     print()
     print("ft-small, during each phase: " + "; ".join(
-        f"{r['label']} {r['phase']}: sets used {f(r.get('small_sets_used'), '{:.0f}')}/{f(r.get('small_sets'), '{:.0f}')}, "
+        f"{r['label']} {r['phase']}: log objects a set rewrite carried {f(r.get('objects_per_rewrite'), '{:.2f}')}, sets used {f(r.get('small_sets_used'), '{:.0f}')}/{f(r.get('small_sets'), '{:.0f}')}, "
         + ", ".join(f"{k.replace('small_', '')} {f(r.get(k), '{:.0f}')}" for k in
                     ("small_inserts", "small_evictions", "small_inserts_refused", "small_insert_wait_timeouts",
                      "small_log_dropped", "evictions"))
