@@ -7,7 +7,9 @@
 #
 # Caller sets before sourcing: NAME (log prefix), OUT (output dir). Provides: start_server,
 # stop_server, snap, gen, check_alive, log, die, drop_caches. Env: FLASHTIER_BIN,
-# MEMCACHED_BIN, FLASH_DIR, FLASHTIER_EXTRA, MEMCACHED_OPTS, SERVER_THREADS.
+# MEMCACHED_BIN, FLASH_DIR, FLASHTIER_EXTRA, MEMCACHED_OPTS, SERVER_THREADS; for the kind
+# flashtier-small (issue 28's small-object tier): SMALL_SIZE (its --small-flash size, e.g.
+# 672MiB), SMALL_MAX [300] (--small-item-max).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 PROBE=(python3 "$ROOT/scripts/bench/probe.py")
@@ -21,7 +23,7 @@ FLASHTIER_EXTRA=${FLASHTIER_EXTRA:-}
 MEMCACHED_OPTS=${MEMCACHED_OPTS-slab_automove=2}
 SERVER_THREADS=${SERVER_THREADS:-2}
 
-SERVER_PID="" SERVER_PORT="" SERVER_CG="" SERVER_FLASH="" SERVER_LABEL=""
+SERVER_PID="" SERVER_PORT="" SERVER_CG="" SERVER_FLASH="" SERVER_SMALL="" SERVER_LABEL=""
 
 log() { printf '[%s %s] %s\n' "$NAME" "$(date -u +%H:%M:%S)" "$*" | tee -a "$OUT/run.log" >&2; }
 die() { log "FAILED: $*"; exit 1; }
@@ -75,7 +77,8 @@ stop_server() {
   fi
   SERVER_CG=""
   [ -n "$SERVER_FLASH" ] && rm -f "$SERVER_FLASH"
-  SERVER_FLASH=""
+  [ -n "$SERVER_SMALL" ] && rm -f "$SERVER_SMALL"
+  SERVER_FLASH="" SERVER_SMALL=""
 }
 
 on_exit() {
@@ -89,8 +92,9 @@ trap on_exit EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# start_server LABEL KIND MEM_MB FLASH_SIZE CG_MB   (KIND memcached|flashtier; FLASH_SIZE e.g. 1G;
-# empty: flashtier --ram-only)
+# start_server LABEL KIND MEM_MB FLASH_SIZE CG_MB   (KIND memcached|flashtier|flashtier-small;
+# FLASH_SIZE e.g. 1G; empty: flashtier --ram-only; flashtier-small adds --small-flash of
+# SMALL_SIZE and --small-item-max SMALL_MAX)
 start_server() {
   local label=$1 kind=$2 mem=$3 fsize=$4 cgmb=$5 cmd
   [ -z "$SERVER_PID" ] || die "start_server: a server is already running"
@@ -108,13 +112,19 @@ start_server() {
       local opts="ext_path=$SERVER_FLASH:$fsize${MEMCACHED_OPTS:+,$MEMCACHED_OPTS}"
       cmd=("$MEMCACHED_BIN" -u root -l 127.0.0.1 -p "$SERVER_PORT" -m "$mem" -U 0 -c 4096
         -t "$SERVER_THREADS" -o "$opts") ;;
-    flashtier)
+    flashtier | flashtier-small)
       # memcached's ext_path sizes are binary (G = GiB, M = MiB); flashtier spells them so.
       local fsz=$fsize
       case "$fsz" in *G) fsz=${fsz%G}GiB ;; *M) fsz=${fsz%M}MiB ;; esac
       cmd=("$FLASHTIER_BIN" kv --listen "127.0.0.1:$SERVER_PORT" -m "$mem" -c 4096
         --threads "$SERVER_THREADS")
       if [ -n "$fsz" ]; then cmd+=(--flash "$SERVER_FLASH:$fsz"); else cmd+=(--ram-only); fi
+      if [ "$kind" = flashtier-small ]; then
+        [ -n "${SMALL_SIZE:-}" ] || die "start_server: flashtier-small needs SMALL_SIZE"
+        SERVER_SMALL=$FLASH_DIR/$NAME-$$-$label.small
+        rm -f "$SERVER_SMALL"
+        cmd+=(--small-flash "$SERVER_SMALL:$SMALL_SIZE" --small-item-max "${SMALL_MAX:-300}")
+      fi
       # shellcheck disable=SC2206
       [ -n "$FLASHTIER_EXTRA" ] && cmd+=($FLASHTIER_EXTRA) ;;
     *) die "unknown server kind $kind" ;;
