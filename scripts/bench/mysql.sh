@@ -16,7 +16,9 @@
 #      IMG_SIZE (4G), PREP_DIR (/var/tmp/flashtier-mysql-prep; empty: prepare every run),
 #      FLASHTIER (target/release/flashtier), TRACE (1: flashtier records its request stream
 #      into OUTDIR/<config>-trace.bin with `--trace`, for scripts/bench/trace_sim.py; the
-#      phases' start times go to <config>-phases.txt). Needs root, cgroup v1, nbdkit, nbdfuse.
+#      phases' start times go to <config>-phases.txt), FT_ARGS (extra arguments to `flashtier
+#      block`, word-split: e.g. "--set flash.reclaim_policy=greedy"). Needs root, cgroup v1,
+#      nbdkit, nbdfuse.
 set -euo pipefail
 QUICK=${QUICK:-0}
 if [ "$QUICK" = 1 ]; then
@@ -204,7 +206,7 @@ run_config() { # name
         local mode=writeback trace=(); [ "$cfg" = flashtier-wt ] && mode=writethrough
         [ "$TRACE" = 1 ] && trace=(--trace "$OUT/$cfg-trace.bin")
         "$FT" block "${trace[@]}" --backing "nbd+unix:///?socket=$W/slow.sock" --cache "$W/ftcache.img:$CACHE" \
-            --mode "$mode" --listen "unix:$top" --admin none --run-dir "$W/run" \
+            --mode "$mode" --listen "unix:$top" --admin none --run-dir "$W/run" ${FT_ARGS:-} \
             2>"$OUT/$cfg-flashtier.log" &
         ft_pid=$!; PIDS+=($!); disk_pids+=($!); uri="nbd+unix:///block?socket=$top" ;;
     *) echo "unknown configuration $cfg" >&2; exit 1 ;;
