@@ -17,7 +17,7 @@
 #      FLASHTIER (target/release/flashtier), TRACE (1: flashtier records its request stream
 #      into OUTDIR/<config>-trace.bin with `--trace`, for scripts/bench/trace_sim.py; the
 #      phases' start times go to <config>-phases.txt), FT_ARGS (extra arguments to `flashtier
-#      block`, word-split: e.g. "--set flash.reclaim_policy=greedy"). Needs root, cgroup v1,
+#      block`, word-split: e.g. "--set flash.reclaim_policy=fifo"). Needs root, cgroup v1,
 #      nbdkit, nbdfuse.
 set -euo pipefail
 QUICK=${QUICK:-0}
@@ -228,7 +228,7 @@ run_config() { # name
         ( while :; do
             if [ -r "$W/run/block.stats" ]; then
                 printf 't=%s phase=%s load1=%s ' "$(date +%s.%N)" "$(cat "$W/phase")" "$(cut -d' ' -f1 /proc/loadavg)"
-                grep -E '^(reads|read_hits|writes|write_hits|read_hit_percent|dirty_blocks|cached_blocks|capacity_blocks|dirty_percent|disk_reads|disk_writes|cleanings|threshold_cleanings|period_cleanings|write_stalls|read_admits|uncached_reads|uncached_sequential_reads)=' \
+                grep -E '^(reads|read_hits|writes|write_hits|read_hit_percent|dirty_blocks|cached_blocks|capacity_blocks|dirty_percent|disk_reads|disk_writes|cleanings|threshold_cleanings|period_cleanings|write_stalls|read_admits|uncached_reads|uncached_sequential_reads|write_us|write_wait_us|moved_clean_blocks|moved_fill_blocks|moved_dirty_blocks|replacements|ssd_writes)=' \
                     "$W/run/block.stats" | tr '\n' ' '
                 echo
             fi
