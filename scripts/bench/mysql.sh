@@ -16,7 +16,9 @@
 #      IMG_SIZE (4G), PREP_DIR (/var/tmp/flashtier-mysql-prep; empty: prepare every run),
 #      FLASHTIER (target/release/flashtier), TRACE (1: flashtier records its request stream
 #      into OUTDIR/<config>-trace.bin with `--trace`, for scripts/bench/trace_sim.py; the
-#      phases' start times go to <config>-phases.txt). Needs root, cgroup v1, nbdkit, nbdfuse.
+#      phases' start times go to <config>-phases.txt), FT_ARGS (extra arguments to `flashtier
+#      block`, word-split: e.g. "--set flash.reclaim_policy=fifo"). Needs root, cgroup v1,
+#      nbdkit, nbdfuse.
 set -euo pipefail
 QUICK=${QUICK:-0}
 if [ "$QUICK" = 1 ]; then
@@ -204,7 +206,7 @@ run_config() { # name
         local mode=writeback trace=(); [ "$cfg" = flashtier-wt ] && mode=writethrough
         [ "$TRACE" = 1 ] && trace=(--trace "$OUT/$cfg-trace.bin")
         "$FT" block "${trace[@]}" --backing "nbd+unix:///?socket=$W/slow.sock" --cache "$W/ftcache.img:$CACHE" \
-            --mode "$mode" --listen "unix:$top" --admin none --run-dir "$W/run" \
+            --mode "$mode" --listen "unix:$top" --admin none --run-dir "$W/run" ${FT_ARGS:-} \
             2>"$OUT/$cfg-flashtier.log" &
         ft_pid=$!; PIDS+=($!); disk_pids+=($!); uri="nbd+unix:///block?socket=$top" ;;
     *) echo "unknown configuration $cfg" >&2; exit 1 ;;
@@ -226,7 +228,7 @@ run_config() { # name
         ( while :; do
             if [ -r "$W/run/block.stats" ]; then
                 printf 't=%s phase=%s load1=%s ' "$(date +%s.%N)" "$(cat "$W/phase")" "$(cut -d' ' -f1 /proc/loadavg)"
-                grep -E '^(reads|read_hits|writes|write_hits|read_hit_percent|dirty_blocks|cached_blocks|capacity_blocks|dirty_percent|disk_reads|disk_writes|cleanings|threshold_cleanings|period_cleanings|write_stalls|read_admits|uncached_reads|uncached_sequential_reads)=' \
+                grep -E '^(reads|read_hits|writes|write_hits|read_hit_percent|dirty_blocks|cached_blocks|capacity_blocks|dirty_percent|disk_reads|disk_writes|cleanings|threshold_cleanings|period_cleanings|write_stalls|read_admits|uncached_reads|uncached_sequential_reads|write_us|write_wait_us|moved_clean_blocks|moved_fill_blocks|moved_dirty_blocks|replacements|ssd_writes)=' \
                     "$W/run/block.stats" | tr '\n' ' '
                 echo
             fi

@@ -220,6 +220,13 @@ fn settings(
         .clone()
         .unwrap_or_else(|| FlashConfig::for_capacity(cap));
     fc.keep_limit = 1.0;
+    // Victims by dead bytes, not age: a segment of overwritten versions is freed at little
+    // copy cost, and the reclaim stream's segments of moved read blocks (nothing dead) wait
+    // for the engine's age bound (docs/block-cache.md "Reclaim", victim choice). The
+    // `flash.reclaim_policy` knob changes it at run time.
+    if fc.reclaim_policy == flashtier_flash::ReclaimPolicy::Fifo {
+        fc.reclaim_policy = flashtier_flash::ReclaimPolicy::Greedy;
+    }
     if fc.adopt_geometry {
         // Sizes that are a default, not a choice: the ones that waste least of the device
         // for records of this block size (see `geometry`).

@@ -1,7 +1,8 @@
 //! Capacity of the block face: `capacity_blocks` is most of the cache device (the rule and
 //! where the rest goes: docs/block-cache.md "Capacity"), and a full cache stays full while
 //! writes run well past its capacity.
-//! For measurements: CAPACITY_STATS=1 prints every stat of the write test.
+//! For measurements: CAPACITY_STATS=1 prints every stat of the write test, CAPACITY_POLICY
+//! sets flash.reclaim_policy.
 mod common;
 use std::sync::Arc;
 
@@ -65,6 +66,11 @@ async fn a_full_cache_stays_full_under_writes() {
         ],
     );
     let wb = cache.start();
+    if let Ok(p) = std::env::var("CAPACITY_POLICY") {
+        cache
+            .set_tunable("flash.reclaim_policy", &p)
+            .expect("policy");
+    }
     let cap = cache.capacity_blocks();
     let nblocks = cap * 4;
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
