@@ -16,6 +16,7 @@ mod ffi {
     extern "C" {
         pub fn mi_option_set(option: i32, value: std::ffi::c_long);
         pub fn mi_option_get(option: i32) -> std::ffi::c_long;
+        pub fn mi_collect(force: bool);
     }
 }
 
@@ -34,6 +35,16 @@ pub fn tune() {
         unsafe { ffi::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) }
     }
     log::debug!("mimalloc purge delay {} ms", purge_delay());
+}
+
+/// Return the calling thread's freed pages to the OS now (`mi_collect(true)`): a thread that
+/// freed a burst of buffers and then sleeps keeps them mapped otherwise, since mimalloc purges
+/// a heap's pages only when its thread allocates or collects (the small tier's flusher after
+/// a log merge: docs/eviction.md, "RSS at rest").
+#[allow(unsafe_code)]
+pub fn collect() {
+    // SAFETY: mi_collect takes no pointers; it frees the calling thread's unused pages.
+    unsafe { ffi::mi_collect(true) }
 }
 
 #[cfg(test)]

@@ -35,6 +35,12 @@ pub struct SmallConfig {
     /// log pages and removes stage more tombstones; it never changes an answer (tests set it
     /// to 0–2 bits so tags collide all the time). Default: 16.
     pub log_tag_bits: u32,
+    /// Called on the flusher thread when it goes idle after appending or merging (issue 28,
+    /// RSS at rest): a merge decodes up to thousands of log pages and frees them, and an
+    /// allocator that keeps a thread's freed pages until that thread allocates again (mimalloc)
+    /// would hold them while the flusher sleeps. The server passes its allocator's collect.
+    /// Default: none.
+    pub release_memory: Option<fn()>,
 }
 
 /// Staged bytes from which the flusher appends to the log (a few pages' worth).
@@ -49,6 +55,7 @@ impl Default for SmallConfig {
             merge_min: 1,
             io_lanes: 1,
             log_tag_bits: 16,
+            release_memory: None,
         }
     }
 }

@@ -48,6 +48,7 @@ pub(crate) fn run(inner: &Arc<Inner>) {
         if inner.closed.load(Relaxed) {
             return;
         }
+        let mut worked = false;
         if let Some(log) = &inner.klog {
             // Append from a few pages' worth staged, and on each tick whatever is staged.
             let mut tick = true;
@@ -55,19 +56,25 @@ pub(crate) fn run(inner: &Arc<Inner>) {
                 && !inner.closed.load(Relaxed)
             {
                 tick = false;
+                worked = true;
                 let _one_at_a_time = inner.merging.lock();
                 if !crate::klog::append(inner, log) {
                     break;
                 }
             }
-            continue;
-        }
-        // Merge down to three quarters of the budget, so batches stay large.
-        let low = inner.cfg.staging_bytes / 4 * 3;
-        while inner.staging.bytes() > low && !inner.closed.load(Relaxed) {
-            if !flush_batch(inner) {
-                break;
+        } else {
+            // Merge down to three quarters of the budget, so batches stay large.
+            let low = inner.cfg.staging_bytes / 4 * 3;
+            while inner.staging.bytes() > low && !inner.closed.load(Relaxed) {
+                worked = true;
+                if !flush_batch(inner) {
+                    break;
+                }
             }
+        }
+        // Going idle: hand what the work freed back (`SmallConfig::release_memory`).
+        if let (true, Some(release)) = (worked, inner.cfg.release_memory) {
+            release();
         }
     }
 }

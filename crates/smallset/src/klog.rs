@@ -633,11 +633,52 @@ mod tests {
             merge_min: 1,
             io_lanes: 1,
             log_tag_bits: 16,
+            release_memory: None,
         };
         let d: Arc<dyn Device> = dev.clone();
         let t = SmallSets::with_device(d, cfg).unwrap();
         assert_eq!((t.sets(), t.log_pages()), (16, 8));
         (dev, t)
+    }
+
+    /// The flusher calls `release_memory` on its own thread once it goes idle after
+    /// appending, and not while it has nothing to do.
+    #[test]
+    fn the_flusher_releases_memory_when_idle_after_work() {
+        use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        fn release() {
+            assert_eq!(
+                std::thread::current().name(),
+                Some("flashtier-small"),
+                "on the flusher thread"
+            );
+            CALLS.fetch_add(1, Relaxed);
+        }
+        let dev: Arc<dyn Device> = Arc::new(MemoryDevice::new("small", 26 * 4096));
+        let cfg = SmallConfig {
+            staging_bytes: 64 << 10,
+            batch_sets: 4,
+            log_fraction: 8.5 / 25.0,
+            release_memory: Some(release),
+            ..SmallConfig::default()
+        };
+        let t = SmallSets::with_device(dev, cfg).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(350));
+        assert_eq!(
+            CALLS.load(Relaxed),
+            0,
+            "idle from the start: nothing to release"
+        );
+        for k in 0..10u8 {
+            assert!(t.insert(&[b'k', k], &[k; 50], meta(k.into())));
+        }
+        let start = std::time::Instant::now();
+        while CALLS.load(Relaxed) == 0 && start.elapsed().as_secs() < 10 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(CALLS.load(Relaxed) >= 1, "called after the append");
+        assert_eq!(t.inner.klog.as_ref().unwrap().index.live(), 10);
     }
 
     fn meta(cas: u64) -> ItemMeta {

@@ -24,6 +24,7 @@ fn tier_with_log(sets: u64, log: u64, merge_min: usize) -> SmallSets {
         log_fraction: (log as f64 + 0.5) / (pages - 1) as f64,
         io_lanes: 1,
         log_tag_bits: 16,
+        release_memory: None,
         merge_min,
     };
     let t = SmallSets::with_device(dev, cfg).unwrap();

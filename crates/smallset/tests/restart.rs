@@ -18,6 +18,7 @@ fn cfg() -> SmallConfig {
         io_lanes: 1,
         merge_min: 1,
         log_tag_bits: 16,
+        release_memory: None,
     }
 }
 
@@ -80,6 +81,7 @@ fn open(dev: &Arc<MemoryDevice>) -> SmallSets {
         },
         merge_min: MERGE_MIN.with(Cell::get),
         log_tag_bits: TAG_BITS.with(Cell::get),
+        release_memory: None,
         ..cfg()
     };
     let t = SmallSets::with_device(d, cfg).expect("open");

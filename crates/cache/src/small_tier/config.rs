@@ -54,6 +54,9 @@ pub struct SmallSettings {
     /// past it the write goes on and an eviction the tier refuses goes to the flash log as
     /// before. Zero never waits. Default: `200 ms` (the flash log's `append_wait_ms`).
     pub wait: std::time::Duration,
+    /// Called on the tier's flusher thread when it goes idle after work, to return the
+    /// pages a merge freed to the OS (`SmallConfig::release_memory`). Default: none.
+    pub release_memory: Option<fn()>,
 }
 
 impl SmallSettings {
@@ -67,6 +70,7 @@ impl SmallSettings {
             merge_min: 1,
             io_lanes: 1,
             wait: std::time::Duration::from_millis(200),
+            release_memory: None,
         }
     }
 

@@ -105,6 +105,7 @@ impl Small {
             log_fraction: s.log_fraction,
             merge_min: s.merge_min,
             io_lanes: s.io_lanes,
+            release_memory: s.release_memory,
             ..Default::default()
         };
         let sets = match &s.device {

@@ -80,6 +80,8 @@ fn build_store(cfg: &KvConfig, litter: &mut Litter) -> anyhow::Result<Arc<Cache>
             small.wait = std::time::Duration::from_millis(cfg.small_wait_ms);
             // One small-tier ring per serving thread (see flashtier_memcache::Workers).
             small.io_lanes = cfg.threads;
+            // The flusher frees a merge's decoded log pages; purge them when it goes idle.
+            small.release_memory = Some(crate::alloc::collect);
             builder = builder.small(small);
         }
     }
