@@ -2,8 +2,9 @@
 //!
 //! A child process (this test binary re-run with an env var) loads items through a `Cache`
 //! with a small RAM over a real file (O_DIRECT), flushes flash, prints `flushed N`, keeps
-//! writing unflushed items (not enough to wrap the flash), and is SIGKILLed. The parent reopens the file: at least 99% of the
-//! flushed items must be served byte-exact (in fact all are), and nothing is served wrong.
+//! writing unflushed items (not enough to wrap the flash), and is SIGKILLed. The parent
+//! reopens the file: at least 99% of the flushed items must be served byte-exact (in fact all
+//! are), and nothing is served wrong.
 //! Then it closes the cache, overwrites bytes in the middle of some items' values in the file,
 //! reopens, and checks those items are never served (misses, counted as checksum failures).
 mod common;

@@ -274,11 +274,10 @@ impl<'a> Verdicts<'a> {
     }
 
     /// Ask the user about every record of `entries`; returns those to keep (in offset
-    /// order): every kept tombstone and marker of at most a page, and values within `keep_limit` of the
-    /// victim's bytes — every `Keep` first, in offset order, then the `KeepIfRoom`s while
-    /// room is left. Expired records are asked about
-    /// too: the user may still index them, and then an older version of the key elsewhere
-    /// needs a drop note.
+    /// order): every kept tombstone and marker of at most a page, and values within
+    /// `keep_limit` of the victim's bytes — every `Keep` first, in offset order, then the
+    /// `KeepIfRoom`s while room is left. Expired records are asked about too: the user may
+    /// still index them, and then an older version of the key elsewhere needs a drop note.
     fn decide(&mut self, v: &Victim, entries: &[SummaryEntry]) -> Vec<(SummaryEntry, RecordMeta)> {
         let inner = self.inner;
         let now = now_unix();
