@@ -24,6 +24,8 @@ import os
 import statistics
 import sys
 
+from table_fmt import f
+
 out, vsize, flash_mib, ft_log_mib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 raw = os.path.join(out, "raw")
 cfg = json.load(open(os.path.join(out, "config.json")))
@@ -41,6 +43,11 @@ obj_bytes = total / keys + vsize
 def load(p):
     with open(p) as f:
         return json.load(f)
+
+
+def text(d, name):
+    p = os.path.join(d, name)
+    return open(p).read().strip() if os.path.exists(p) else "?"
 
 
 def num(st, name):
@@ -116,8 +123,7 @@ def runs():
         if not os.path.exists(os.path.join(d, "name")):
             continue
         name = open(os.path.join(d, "name")).read().strip()
-        load_s = open(os.path.join(d, "load_start")).read().strip() if os.path.exists(os.path.join(d, "load_start")) else "?"
-        load_e = open(os.path.join(d, "load_end")).read().strip() if os.path.exists(os.path.join(d, "load_end")) else "?"
+        load_s, load_e = text(d, "load_start"), text(d, "load_end")
         s_start, s_fill = os.path.join(d, "s_start.json"), os.path.join(d, "s_fill.json")
         if not os.path.exists(s_fill):
             continue
@@ -143,7 +149,6 @@ def runs():
 
 
 rows = runs()
-f = lambda x, fmt: "-" if x is None else fmt.format(x)
 print(f"object = {obj_bytes:.1f} B (mean key {obj_bytes - vsize:.1f} B + {vsize} B value); "
       f"flash budget {flash_mib} MiB each (ft-small: {ft_log_mib} MiB main log + {flash_mib - ft_log_mib} MiB tier)")
 print()
