@@ -94,6 +94,9 @@ impl BlockCache {
             gate: Arc::clone(&gate),
         });
         let (flash, info) = open(fc, handler, &mut |m| scan.offer(m, nblocks, &durable.fence))?;
+        for (k, v) in flash_tunables(&cfg) {
+            flash.set_knob(&k, &v)?;
+        }
         let flash = Arc::new(flash);
         durable.set_flash(&flash);
         // A set formatted with other sizes keeps them, with the engine's chunk for them.
@@ -212,7 +215,11 @@ fn settings(
         )));
     }
     let tunables = Tunables::default();
-    for (k, v) in &cfg.tunables {
+    for (k, v) in cfg
+        .tunables
+        .iter()
+        .filter(|(k, _)| !k.starts_with("flash."))
+    {
         tunables.set(k, v)?;
     }
     let mut fc = cfg
@@ -222,11 +229,18 @@ fn settings(
     fc.keep_limit = 1.0;
     // Victims by dead bytes, not age: a segment of overwritten versions is freed at little
     // copy cost, and the reclaim stream's segments of moved read blocks (nothing dead) wait
-    // for the engine's age bound (docs/block-cache.md "Reclaim", victim choice). The
-    // `flash.reclaim_policy` knob changes it at run time.
-    if fc.reclaim_policy == flashtier_flash::ReclaimPolicy::Fifo {
-        fc.reclaim_policy = flashtier_flash::ReclaimPolicy::Greedy;
+    // for the engine's age bound (docs/block-cache.md "Reclaim", victim choice). The engine's
+    // own default (fifo) cannot be told from a choice in a `FlashConfig`, so the face always
+    // starts greedy; `flash.reclaim_policy` in `tunables` (applied once the engine is open,
+    // see `flash_tunables`) or at run time chooses otherwise.
+    fc.reclaim_policy = flashtier_flash::ReclaimPolicy::Greedy;
+    let engine = flash_tunables(cfg);
+    if engine.iter().any(|(k, _)| k == "keep_limit") {
+        return Err(Error::Config(
+            "flash.keep_limit is fixed at 1 for the block face".into(),
+        ));
     }
+    flashtier_flash::knobs::validate_knobs(&fc, &engine)?;
     if fc.adopt_geometry {
         // Sizes that are a default, not a choice: the ones that waste least of the device
         // for records of this block size (see `geometry`).
@@ -245,6 +259,16 @@ fn settings(
         )));
     }
     Ok((bs, fc, tunables))
+}
+
+/// The `flash.*` entries of the config's tunables, as engine knob names: checked in
+/// `settings`, applied to the engine right after it opens (as `BlockCache::set_tunable`
+/// would).
+fn flash_tunables(cfg: &BlockCacheConfig) -> Vec<(String, String)> {
+    cfg.tunables
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix("flash.")?.to_string(), v.clone())))
+        .collect()
 }
 
 /// What the recovery scan found: the newest record per LBA, the newest watermark, the

@@ -170,6 +170,33 @@ async fn reclaim_victims_are_chosen_by_dead_bytes_by_default() {
     cache.stop();
 }
 
+/// An explicit choice at open is kept: `flash.*` tunables in the config reach the engine
+/// (a `FlashConfig` saying fifo cannot be told from the engine's default, so the face reads
+/// the policy from its tunables), and the face's fixed keep limit is refused there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_explicit_reclaim_policy_at_open_is_kept() {
+    let (cache, _backing) = open_small(&[("flash.reclaim_policy", "fifo")]);
+    assert_eq!(
+        cache.get_tunable("flash.reclaim_policy").as_deref(),
+        Some("fifo")
+    );
+    cache.stop();
+    let dev = Arc::new(MemoryDevice::new("flash", 32 << 20));
+    let backing = Arc::new(MemoryBackend::new(128 << 20));
+    for (k, v) in [("flash.keep_limit", "0.5"), ("flash.reclaim_policy", "lru")] {
+        let cfg = BlockCacheConfig {
+            tunables: vec![(k.to_string(), v.to_string())],
+            ..Default::default()
+        };
+        let opened = BlockCache::open_devices(
+            vec![Arc::clone(&dev) as Arc<dyn Device>],
+            Arc::clone(&backing) as Arc<dyn BlockBackend>,
+            cfg,
+        );
+        assert!(opened.is_err(), "{k}={v} was accepted at open");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flush_coalesces_adjacent_dirty_blocks_into_large_backing_writes() {
     let (cache, backing) = open_small(&[("flush_period_s", "0"), ("seq_threshold_kb", "0")]);
