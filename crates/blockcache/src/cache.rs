@@ -35,8 +35,9 @@ use crate::writeback::{persist_watermark, Host, Writeback};
 pub struct BlockCacheConfig {
     /// Cache block size in bytes (power of two, 512..=1 MiB). Default: `4096`.
     pub block_size: u32,
-    /// Flash engine settings; `keep_limit` is forced to 1.0 and `reclaim_policy` to greedy
-    /// (choose another with the `flash.reclaim_policy` tunable). Default:
+    /// Flash engine settings; `keep_limit` is forced to 1.0 and a `reclaim_policy` of
+    /// fifo (the engine's default) is read as greedy (choose fifo with the
+    /// `flash.reclaim_policy` tunable). Default:
     /// `FlashConfig::for_capacity` of the cache size.
     pub flash: Option<FlashConfig>,
     /// Initial tunables as `(name, value)`; `flash.*` names are engine knobs, applied as the

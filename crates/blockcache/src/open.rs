@@ -230,10 +230,12 @@ fn settings(
     // Victims by dead bytes, not age: a segment of overwritten versions is freed at little
     // copy cost, and the reclaim stream's segments of moved read blocks (nothing dead) wait
     // for the engine's age bound (docs/block-cache.md "Reclaim", victim choice). The engine's
-    // own default (fifo) cannot be told from a choice in a `FlashConfig`, so the face always
-    // starts greedy; `flash.reclaim_policy` in `tunables` (applied once the engine is open,
-    // see `flash_tunables`) or at run time chooses otherwise.
-    fc.reclaim_policy = flashtier_flash::ReclaimPolicy::Greedy;
+    // own default (fifo) cannot be told from a choice in a `FlashConfig`, so the face reads
+    // fifo there as greedy; `flash.reclaim_policy` in `tunables` (applied once the engine
+    // is open, see `flash_tunables`) or at run time chooses fifo.
+    if fc.reclaim_policy == flashtier_flash::ReclaimPolicy::Fifo {
+        fc.reclaim_policy = flashtier_flash::ReclaimPolicy::Greedy;
+    }
     let engine = flash_tunables(cfg);
     if engine.iter().any(|(k, _)| k == "keep_limit") {
         return Err(Error::Config(
