@@ -47,4 +47,4 @@ pub use flashtier_flash as flash;
 pub use item::{CasMode, Item, ItemMeta, ItemWrite, Update};
 pub use model::ModelStore;
 pub use small_tier::{SmallDevice, SmallSettings};
-pub use store::{ItemInfo, KvStore, StoreStats};
+pub use store::{GetNow, ItemInfo, KvStore, StoreStats};

@@ -112,16 +112,28 @@ impl ModelStore {
     }
 }
 
-impl KvStore for ModelStore {
-    async fn get(&self, key: &[u8]) -> Result<Option<Item>, Error> {
+impl ModelStore {
+    /// A `get`: the live item as it was before this access, which is recorded.
+    fn get_sync(&self, key: &[u8]) -> Option<Item> {
         let now = self.clock.now();
         let mut state = self.state.lock();
-        Ok(Self::live(&mut state, key, now).map(|e| {
+        Self::live(&mut state, key, now).map(|e| {
             let before = e.item.clone();
             e.item.meta.fetched = true;
             e.item.meta.last_access = now;
             before
-        }))
+        })
+    }
+}
+
+impl KvStore for ModelStore {
+    /// Every item is in memory: a `get` is always answered at once.
+    fn get_if_ready(&self, key: &[u8]) -> crate::GetNow {
+        crate::GetNow::Done(self.get_sync(key))
+    }
+
+    async fn get(&self, key: &[u8]) -> Result<Option<Item>, Error> {
+        Ok(self.get_sync(key))
     }
 
     async fn set(&self, key: &[u8], item: ItemWrite) -> Result<u64, Error> {

@@ -35,6 +35,18 @@ pub struct StoreStats {
     pub evicted_unfetched: u64,
 }
 
+/// What [`KvStore::get_if_ready`] did: answered a `get` at once, or said how it would run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GetNow {
+    /// Answered now, exactly as [`KvStore::get`] would have (the access is recorded): the
+    /// key's RAM record (`None`: it was dead and is gone).
+    Done(Option<Item>),
+    /// Not answered; a `get` of the key would complete on its first poll.
+    Run,
+    /// Not answered; a `get` of the key may wait for a device.
+    MayWait,
+}
+
 /// A key-value store with memcached's item model.
 pub trait KvStore: Send + Sync + 'static {
     /// Whether a `get` of `key` may wait for a device (a flash read) rather than complete on
@@ -45,6 +57,17 @@ pub trait KvStore: Send + Sync + 'static {
     fn read_may_wait(&self, key: &[u8]) -> bool {
         let _ = key;
         true
+    }
+
+    /// A `get` of `key` answered now when that needs no device and no waiting (a RAM hit),
+    /// else [`read_may_wait`](Self::read_may_wait)'s hint: one index probe for a RAM hit
+    /// where `read_may_wait` then `get` take two. Default: never answers.
+    fn get_if_ready(&self, key: &[u8]) -> GetNow {
+        if self.read_may_wait(key) {
+            GetNow::MayWait
+        } else {
+            GetNow::Run
+        }
     }
 
     /// Fetch a live item and record the access (sets `fetched`, `last_access`). The returned
@@ -158,6 +181,10 @@ impl KvStore for Cache {
 
     fn read_may_wait(&self, key: &[u8]) -> bool {
         Cache::read_may_wait(self, key)
+    }
+
+    fn get_if_ready(&self, key: &[u8]) -> GetNow {
+        Cache::get_if_ready(self, key)
     }
 
     async fn set(&self, key: &[u8], item: ItemWrite) -> Result<u64, Error> {

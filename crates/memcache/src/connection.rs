@@ -11,13 +11,15 @@
 //! output buffer at most `max_output_buffer` plus one reply; an idle connection keeps no read
 //! buffer and at most [`IDLE_KEEP`] of output buffer.
 
+use std::time::Instant;
+
 use bytes::{Buf, BytesMut};
-use flashtier_cache::KvStore;
+use flashtier_cache::{GetNow, Item, KvStore};
 use tokio::sync::watch;
 
 use crate::access::Access;
 use crate::codec::{CloseReason, Decoded, Decoder, Limits};
-use crate::command::{execute, Flow};
+use crate::command::{execute, execute_fetched, Flow};
 use crate::context::Context;
 use crate::dump::DumpState;
 use crate::latency::Stage;
@@ -64,16 +66,37 @@ pub fn is_plain_read(request: &Request) -> bool {
     }
 }
 
-/// Whether a plain read may wait for a device ([`KvStore::read_may_wait`]); a multi-key
-/// read always may (it is run in the window, its keys' reads overlapped).
-fn may_wait<S: KvStore>(store: &S, request: &Request) -> bool {
+/// Where a plain read runs, as its lookup decided.
+enum Plan {
+    /// It may wait for a device: in the window, overlapped with the requests behind it.
+    Window,
+    /// In place ([`execute`]): it completes on its first poll.
+    InPlace,
+    /// A one-key `get`/`gets` already answered by [`KvStore::get_if_ready`] (a RAM hit, one
+    /// index probe for the decision and the read): only its reply is left to write.
+    /// `Instant`: before the lookup (the request's latency starts there).
+    Fetched(Option<Item>, Instant),
+}
+
+/// Where a plain read runs ([`KvStore::get_if_ready`], [`KvStore::read_may_wait`]); a
+/// multi-key read always in the window (its keys' reads overlapped).
+fn plan<S: KvStore>(store: &S, request: &Request) -> Plan {
+    let wait = |may: bool| if may { Plan::Window } else { Plan::InPlace };
     match request {
         Request::Retrieval(r) => match r.keys.as_slice() {
-            [key] => store.read_may_wait(key),
-            _ => true,
+            [key] if r.touch.is_none() => {
+                let started = Instant::now();
+                match store.get_if_ready(key) {
+                    GetNow::Done(item) => Plan::Fetched(item, started),
+                    GetNow::Run => Plan::InPlace,
+                    GetNow::MayWait => Plan::Window,
+                }
+            }
+            [key] => wait(store.read_may_wait(key)),
+            _ => Plan::Window,
         },
-        Request::MetaGet(m) => store.read_may_wait(&m.key),
-        _ => false,
+        Request::MetaGet(m) => wait(store.read_may_wait(&m.key)),
+        _ => Plan::InPlace,
     }
 }
 
@@ -185,9 +208,20 @@ impl Session {
                     // in place — alone after everything in flight, or with nothing in
                     // flight and nothing to wait for (a write, a RAM hit, a miss), without
                     // the window's allocations.
+                    // A one-key get's lookup may answer it here already (`Plan::Fetched`).
+                    let mut fetched = None;
                     let windowed = swallow == 0
                         && !authenticating
-                        && (!window.is_empty() || (plain && may_wait(&*ctx.store, &request)));
+                        && (!window.is_empty()
+                            || (plain
+                                && match plan(&*ctx.store, &request) {
+                                    Plan::Window => true,
+                                    Plan::InPlace => false,
+                                    Plan::Fetched(item, started) => {
+                                        fetched = Some((item, started));
+                                        false
+                                    }
+                                }));
                     let access = windowed.then(|| Access::of(&request, plain)).flatten();
                     // With requests in flight, one on named keys waits for room in the
                     // window and for the running ones on its keys; anything else for the
@@ -228,6 +262,10 @@ impl Session {
                             // need not wait.
                             window.collect(&mut self.output).await;
                         }
+                    } else if let (Some((item, started)), Request::Retrieval(r)) =
+                        (fetched, &request)
+                    {
+                        execute_fetched(ctx, r, item, started, &mut self.output);
                     } else {
                         match execute(ctx, request, &mut self.output).await {
                             Flow::Close => return Pump::Quit,

@@ -8,13 +8,43 @@ use crate::engine::Core;
 use crate::flash_tier::promote::Promotion;
 use crate::flash_tier::read::View;
 use crate::ops::{item_at, item_of, Current, Op, Step};
+use crate::ram::arena::RecordRef;
 use crate::ram::evict::OnLater;
+use crate::ram::index::{Pos, Shard};
 use crate::{Error, Item};
 
 /// A GET: the promotion phase 2 left for after it, if any.
 #[derive(Default)]
 pub(crate) struct Get {
     later: Option<Promotion>,
+}
+
+/// A GET of a key with a RAM record, without phase 1 (`Core::current_ram`), shard locked:
+/// `None` when the key has no RAM record (or an error the two-phase GET reports too).
+/// `Some(None)`: the record was dead and is gone (a miss, as the two-phase GET counts it).
+pub(crate) fn ram_now(
+    core: &Core,
+    shard: &mut Shard<'_>,
+    hash: u64,
+    key: &[u8],
+) -> Option<Result<Option<Item>, Error>> {
+    let now = core.now();
+    Some(match core.current_ram(shard, hash, key, now)? {
+        Ok(Current::Ram { pos, rec, .. }) => Ok(Some(ram_hit(shard, pos, &rec, now))),
+        Ok(_) => {
+            core.meta.ledger.missed(hash);
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    })
+}
+
+/// A RAM hit: copy the item, mark it fetched, bump the slot's frequency.
+fn ram_hit(shard: &mut Shard<'_>, pos: Pos, rec: &RecordRef<'_>, now: u32) -> Item {
+    let item = item_at(rec);
+    rec.mark_fetched(now);
+    shard.touch(pos);
+    item
 }
 
 impl Op for Get {
@@ -42,10 +72,7 @@ impl Op for Get {
                 Ok(Step::Done(None))
             }
             Current::Ram { pos, rec, .. } => {
-                let item = item_at(&rec);
-                rec.mark_fetched(now);
-                shard.touch(pos);
-                Ok(Step::Done(Some(item)))
+                Ok(Step::Done(Some(ram_hit(&mut shard, pos, &rec, now))))
             }
             Current::Small(item) => Ok(Step::Done(Some(crate::small_tier::item_of(&item)))),
             Current::Flash { pos, e, item } => {

@@ -29,7 +29,7 @@ use crate::ram::index::{Entry, Pos, Shard};
 use crate::ram::lower::LowerTier;
 use crate::ram::record::{Header, F_FETCHED, F_STALE, F_WIN};
 use crate::ram::tier::Existing;
-use crate::{CasMode, Error, Item, ItemMeta, ItemWrite, Update};
+use crate::{CasMode, Error, GetNow, Item, ItemMeta, ItemWrite, Update};
 use flashtier_smallset::SmallItem;
 
 mod delete;
@@ -123,6 +123,25 @@ impl Cache {
         // a page: one shard lock for the whole answer.
         let shard = core.slots.lock(hash);
         core.ram.find_key(&shard, hash, key).is_none()
+    }
+
+    /// See [`crate::KvStore::get_if_ready`]: a key with a RAM record is answered under one
+    /// shard lock and one index probe (what a GET's phase 2 does for it; phase 1 reads
+    /// nothing for a key in RAM); any other key gets `read_may_wait`'s hint.
+    pub(crate) fn get_if_ready(&self, key: &[u8]) -> GetNow {
+        let core = &*self.core;
+        let hash = core.slots.hash(key);
+        {
+            let mut shard = core.slots.lock(hash);
+            if let Some(Ok(done)) = get::ram_now(core, &mut shard, hash, key) {
+                return GetNow::Done(done);
+            }
+        }
+        if self.read_may_wait(key) {
+            GetNow::MayWait
+        } else {
+            GetNow::Run
+        }
     }
 
     pub(crate) async fn get_two_phase(&self, key: &[u8]) -> Result<Option<Item>, Error> {
@@ -307,19 +326,8 @@ impl Core {
         view: &View,
         now: u32,
     ) -> Result<Current<'_>, Error> {
-        if let Some((pos, e)) = self.ram.find_key(shard, hash, key) {
-            let rec = self
-                .ram
-                .record(e.loc)
-                .ok_or(Error::Internal("indexed segment lost"))?;
-            if self
-                .meta
-                .dead_at(rec.header.exptime, rec.header.stored, now)
-            {
-                self.ram.reclaim(&self.env(), shard, pos, &rec.header, hash);
-                return Ok(Current::Gone(rec.header.cas));
-            }
-            return Ok(Current::Ram { pos, e, rec });
+        if let Some(cur) = self.current_ram(shard, hash, key, now) {
+            return cur;
         }
         match self.lower.recheck(shard, hash, view)? {
             Recheck::Retry => Ok(Current::Retry),
@@ -336,6 +344,29 @@ impl Core {
                 Ok(Current::Flash { pos, e, item })
             }
         }
+    }
+
+    /// The key's RAM record now (shard locked), `None` when it has none: a RAM record
+    /// decides alone (`current` looks no further), so a read needs no phase 1 for it.
+    pub(crate) fn current_ram(
+        &self,
+        shard: &mut Shard<'_>,
+        hash: u64,
+        key: &[u8],
+        now: u32,
+    ) -> Option<Result<Current<'_>, Error>> {
+        let (pos, e) = self.ram.find_key(shard, hash, key)?;
+        let Some(rec) = self.ram.record(e.loc) else {
+            return Some(Err(Error::Internal("indexed segment lost")));
+        };
+        if self
+            .meta
+            .dead_at(rec.header.exptime, rec.header.stored, now)
+        {
+            self.ram.reclaim(&self.env(), shard, pos, &rec.header, hash);
+            return Some(Ok(Current::Gone(rec.header.cas)));
+        }
+        Some(Ok(Current::Ram { pos, e, rec }))
     }
 
     /// The key's small-tier copy now (shard locked, no slot): what phase 1 saw, if the tier

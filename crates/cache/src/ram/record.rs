@@ -233,21 +233,18 @@ pub fn read_key(mem: &[AtomicU64], off: usize, h: &Header, out: &mut Vec<u8>) {
     read_bytes(mem, off + HDR_WORDS, usize::from(h.klen), out);
 }
 
-/// Copy the value out (the only allocation on the GET path).
+/// Copy the value out (the only allocation on the GET path). Into an uninitialised
+/// allocation, whole words (the last one's padding cut off after): a zeroed buffer
+/// (`vec![0; len]`) cost a memset of every value and the allocator's zeroing path on each
+/// RAM GET (docs/serving.md, "one probe and no zeroing per RAM GET").
 pub fn read_value(mem: &[AtomicU64], off: usize, h: &Header) -> Bytes {
     let len = h.vlen as usize;
     let base = off + HDR_WORDS + words(usize::from(h.klen));
-    let mut v = vec![0u8; len];
-    let mut chunks = v.chunks_exact_mut(8);
-    let mut src = mem[base..base + words(len)].iter();
-    for (dst, w) in (&mut chunks).zip(&mut src) {
-        dst.copy_from_slice(&w.load(Relaxed).to_le_bytes());
+    let mut v = Vec::with_capacity(words(len) * 8);
+    for w in &mem[base..base + words(len)] {
+        v.extend_from_slice(&w.load(Relaxed).to_le_bytes());
     }
-    let rest = chunks.into_remainder();
-    if let Some(w) = src.next() {
-        let n = rest.len();
-        rest.copy_from_slice(&w.load(Relaxed).to_le_bytes()[..n]);
-    }
+    v.truncate(len);
     Bytes::from(v)
 }
 
@@ -278,15 +275,15 @@ pub fn read_value_chunked(chunks: &[&[AtomicU64]], off: usize, h: &Header) -> By
     };
     let cw = first.len();
     let len = h.vlen as usize;
-    let mut v = vec![0u8; len];
+    let mut v = Vec::with_capacity(words(len) * 8);
     let base = off + HDR_WORDS + words(usize::from(h.klen));
-    for (w, dst) in (base..).zip(v.chunks_mut(8)) {
-        let Some(word) = chunks.get(w / cw).and_then(|c| c.get(w % cw)) else {
-            break;
-        };
-        let n = dst.len();
-        dst.copy_from_slice(&word.load(Relaxed).to_le_bytes()[..n]);
+    for w in base..base + words(len) {
+        // A record cut short (not written that way) reads as zeros, as before.
+        let word = chunks.get(w / cw).and_then(|c| c.get(w % cw));
+        let x = word.map_or(0, |word| word.load(Relaxed));
+        v.extend_from_slice(&x.to_le_bytes());
     }
+    v.truncate(len);
     Bytes::from(v)
 }
 
@@ -306,6 +303,33 @@ mod tests {
 
     fn mem(n: usize) -> Vec<AtomicU64> {
         (0..n).map(|_| AtomicU64::new(0)).collect()
+    }
+
+    #[test]
+    fn values_of_every_length_read_back_exactly() {
+        let m = mem(700);
+        for vlen in [0usize, 1, 7, 8, 9, 4095, 4096, 4097] {
+            let value: Vec<u8> = (0..vlen).map(|i| (i * 7 + 1) as u8).collect();
+            let h = Header {
+                cas: 1,
+                exptime: 0,
+                flags: 0,
+                vlen: vlen as u32,
+                stored: 0,
+                last_access: 0,
+                klen: 3,
+                rflags: 0,
+                home: 0,
+            };
+            // Padding of the last word left dirty: it must not leak into the value.
+            for w in &m {
+                w.store(u64::MAX, Relaxed);
+            }
+            write(&m, 1, &h, b"key", &value);
+            let got = read_value(&m, 1, &header(&m, 1));
+            assert_eq!(&got[..], &value[..], "vlen {vlen}");
+            assert_eq!(got.len(), vlen);
+        }
     }
 
     #[test]

@@ -3,5 +3,6 @@
 //! `Cache::tier`. The components' own tests, with fakes, are in their files; the behaviours
 //! seen through the public API are in `tests/`.
 mod backpressure;
+mod get_if_ready;
 mod promote;
 mod writeback;

@@ -52,6 +52,21 @@ pub async fn execute<S: KvStore>(ctx: &Context<S>, request: Request, out: &mut O
     flow
 }
 
+/// A one-key `get`/`gets` whose lookup [`KvStore::get_if_ready`] already answered (the
+/// connection asked it to decide where the read runs): its reply, timed from `started`
+/// (before the lookup) like [`execute`].
+pub fn execute_fetched<S: KvStore>(
+    ctx: &Context<S>,
+    req: &crate::request::Retrieval,
+    item: Option<flashtier_cache::Item>,
+    started: std::time::Instant,
+    out: &mut Output,
+) {
+    retrieval::run_fetched(ctx, req, item, out);
+    let family = crate::latency::Family::Get;
+    ctx.latency.of(family).record(started.elapsed());
+}
+
 async fn run<S: KvStore>(ctx: &Context<S>, request: Request, out: &mut Output) -> Flow {
     match request {
         Request::Storage(s) => storage::run(ctx, s, out).await,

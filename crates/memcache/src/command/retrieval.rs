@@ -88,7 +88,6 @@ pub(crate) fn value_block(out: &mut Output, key: &[u8], item: &Item, with_cas: b
 }
 
 pub async fn run<S: KvStore>(ctx: &Context<S>, req: Retrieval, out: &mut Output) {
-    let stats = &ctx.stats;
     let abs = req
         .touch
         .map(|e| exptime::absolute(e, ctx.store.clock().now()));
@@ -105,35 +104,69 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, req: Retrieval, out: &mut Output)
             }),
             None => fetched.next().flatten(),
         };
-        match (abs.is_some(), &item) {
-            (true, Some(_)) => {
-                Stats::incr(&stats.cmd_touch);
-                Stats::incr(&stats.touch_hits);
-            }
-            (true, None) => {
-                Stats::incr(&stats.cmd_touch);
-                Stats::incr(&stats.touch_misses);
-            }
-            (false, Some(_)) => {
-                Stats::incr(&stats.cmd_get);
-                Stats::incr(&stats.get_hits);
-            }
-            (false, None) => {
-                Stats::incr(&stats.cmd_get);
-                Stats::incr(&stats.get_misses);
-            }
+        reply_key(ctx, &req, key, item, abs.is_some(), out);
+    }
+    finish(&req, out);
+}
+
+/// A one-key `get`/`gets` (no touch) whose lookup already ran
+/// ([`KvStore::get_if_ready`](flashtier_cache::KvStore::get_if_ready)): the same reply and
+/// counters as [`run`].
+pub fn run_fetched<S: KvStore>(
+    ctx: &Context<S>,
+    req: &Retrieval,
+    item: Option<Item>,
+    out: &mut Output,
+) {
+    debug_assert!(req.touch.is_none() && req.keys.len() == 1);
+    if let Some(key) = req.keys.first() {
+        reply_key(ctx, req, key, item, false, out);
+    }
+    finish(req, out);
+}
+
+/// One key's counters, detail event and `VALUE` block.
+fn reply_key<S: KvStore>(
+    ctx: &Context<S>,
+    req: &Retrieval,
+    key: &[u8],
+    item: Option<Item>,
+    touched: bool,
+    out: &mut Output,
+) {
+    let stats = &ctx.stats;
+    match (touched, &item) {
+        (true, Some(_)) => {
+            Stats::incr(&stats.cmd_touch);
+            Stats::incr(&stats.touch_hits);
         }
-        if abs.is_none() {
-            let ev = crate::detail::Event::Get {
-                hit: item.is_some(),
-            };
-            ctx.detail.record(key, ctx.settings.detail_delimiter, ev);
+        (true, None) => {
+            Stats::incr(&stats.cmd_touch);
+            Stats::incr(&stats.touch_misses);
         }
-        if let Some(mut item) = item.filter(|_| !req.key_too_long) {
-            item.cas = ctx.cas_out(item.cas);
-            value_block(out, key, &item, req.with_cas);
+        (false, Some(_)) => {
+            Stats::incr(&stats.cmd_get);
+            Stats::incr(&stats.get_hits);
+        }
+        (false, None) => {
+            Stats::incr(&stats.cmd_get);
+            Stats::incr(&stats.get_misses);
         }
     }
+    if !touched {
+        let ev = crate::detail::Event::Get {
+            hit: item.is_some(),
+        };
+        ctx.detail.record(key, ctx.settings.detail_delimiter, ev);
+    }
+    if let Some(mut item) = item.filter(|_| !req.key_too_long) {
+        item.cas = ctx.cas_out(item.cas);
+        value_block(out, key, &item, req.with_cas);
+    }
+}
+
+/// `END`, or the error a too-long key earns.
+fn finish(req: &Retrieval, out: &mut Output) {
     if req.key_too_long {
         reply::line(out, b"CLIENT_ERROR bad command line format");
     } else {
