@@ -80,7 +80,7 @@ pub struct FlashSettings {
     /// Reclaim compacts unhit live items (instead of dropping them) while the device bytes
     /// written stay within this many times the value bytes stored: more keeps more items on
     /// flash at the cost of more flash writes (docs/eviction.md). Runtime knob
-    /// `write_budget`. Default: `1.2`.
+    /// `write_budget`. Default: `1.28`.
     pub write_budget: f64,
     /// Format flash devices that hold other data (a file system, random bytes, a block
     /// cache) instead of refusing to start. Default: `false`.

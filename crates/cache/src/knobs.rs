@@ -333,7 +333,7 @@ mod tests {
         assert!(t.set("append_wait_ms", "99999999").unwrap().is_err());
         assert!(t.set("drop_under", "x").unwrap().is_err());
         assert!(t.set("nope", "1").is_none());
-        assert_eq!(t.write_budget(), 1.2);
+        assert_eq!(t.write_budget(), crate::flash_tier::WRITE_BUDGET);
         t.set("write_budget", "1.35").unwrap().unwrap();
         assert_eq!(t.write_budget(), 1.35);
         assert!(t.set("write_budget", "x").unwrap().is_err());

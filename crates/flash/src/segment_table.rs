@@ -93,6 +93,28 @@ impl SegmentTable {
             .sum()
     }
 
+    /// [`Self::bytes_dead`] split by age: four bands of equal seq span, from the oldest
+    /// sealed (or reclaiming) segment's seq to the newest seq handed out, oldest band first.
+    /// Tells whether the dead bytes wait in old segments reclaim has not reached or in young
+    /// ones (docs/eviction.md, "Where the dead records sit").
+    pub(crate) fn dead_by_age(&self) -> [u64; 4] {
+        let sealed = || {
+            self.segs
+                .iter()
+                .filter(|s| matches!(s.state, SegState::Sealed | SegState::Reclaiming))
+        };
+        let mut out = [0u64; 4];
+        let Some(lo) = sealed().map(|s| s.seq).min() else {
+            return out;
+        };
+        let span = self.newest_seq().max(lo) - lo + 1;
+        for s in sealed() {
+            let band = ((s.seq - lo) * 4 / span).min(3) as usize;
+            out[band] += s.dead_bytes();
+        }
+        out
+    }
+
     /// Device offset of the next free segment of `dev` (a probe may overwrite its header).
     pub(crate) fn probe_target(&self, dev: usize) -> Option<u64> {
         self.free
@@ -433,6 +455,21 @@ mod tests {
             None,
             "a is half live, tomb has no values"
         );
+    }
+
+    #[test]
+    fn dead_bytes_split_by_age_oldest_band_first() {
+        let mut t = table(8);
+        assert_eq!(t.dead_by_age(), [0; 4]);
+        // Seqs 1..=8, sealed, 100-byte records: seq 1 and 2 in the oldest band, 7 and 8 in
+        // the newest.
+        let segs: Vec<u32> = (0..8).map(|_| fill_and_seal(&mut t, 4)).collect();
+        t.mark_dead(segs[0]);
+        t.mark_dead(segs[7]);
+        t.mark_dead(segs[7]);
+        t.mark_dead(segs[4]);
+        assert_eq!(t.dead_by_age(), [100, 0, 100, 200]);
+        assert_eq!(t.dead_by_age().iter().sum::<u64>(), t.bytes_dead());
     }
 
     #[test]

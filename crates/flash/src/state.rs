@@ -94,5 +94,10 @@ impl State {
         FlashStats::set(&stats.devices_failed, failing + offline);
         FlashStats::set(&stats.bytes_used, self.segments.bytes_used());
         FlashStats::set(&stats.bytes_dead, self.segments.bytes_dead());
+        let [a1, a2, a3, a4] = self.segments.dead_by_age();
+        FlashStats::set(&stats.bytes_dead_age1, a1);
+        FlashStats::set(&stats.bytes_dead_age2, a2);
+        FlashStats::set(&stats.bytes_dead_age3, a3);
+        FlashStats::set(&stats.bytes_dead_age4, a4);
     }
 }

@@ -54,6 +54,15 @@ stats! {
     /// Gauge (estimate): bytes of records marked dead (fragmentation), from `mark_dead`: per
     /// segment, its dead value records times the mean size of its value records.
     bytes_dead,
+    /// Gauge (estimate): `bytes_dead` in the oldest quarter of sealed segments by seq (four
+    /// bands of equal seq span from the oldest sealed segment to the newest seq).
+    bytes_dead_age1,
+    /// Gauge (estimate): `bytes_dead` in the second oldest quarter of sealed segments by seq.
+    bytes_dead_age2,
+    /// Gauge (estimate): `bytes_dead` in the second newest quarter of sealed segments by seq.
+    bytes_dead_age3,
+    /// Gauge (estimate): `bytes_dead` in the newest quarter of sealed segments by seq.
+    bytes_dead_age4,
     /// Gauge: segments in the device set.
     segments_total,
     /// Gauge: free segments.

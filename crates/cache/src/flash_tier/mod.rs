@@ -69,7 +69,7 @@ pub const MAX_PROMOTING: u32 = 4;
 /// The default of the `write_budget` knob: reclaim compacts unhit live items (instead of
 /// dropping them) while the device bytes written stay under this many times the value bytes
 /// stored (docs/eviction.md).
-pub const WRITE_BUDGET: f64 = 1.2;
+pub const WRITE_BUDGET: f64 = 1.28;
 /// Past the write budget reclaim still keeps an unhit item whose record is at most
 /// 1/`SMALL_KEEP_DIVISOR` of the recent mean value size appended: a GET hits one item whatever
 /// its size, so a small item is worth more per byte of flash, and such records add about a
