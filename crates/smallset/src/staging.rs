@@ -78,6 +78,8 @@ pub struct Staging {
     epoch: AtomicU64,
     seq: AtomicU64,
     bytes: AtomicU64,
+    /// The most `bytes` has been (gauge `small_staged_peak_bytes`).
+    peak: AtomicU64,
     entries: AtomicU64,
 }
 
@@ -89,6 +91,7 @@ impl Default for Staging {
             epoch: AtomicU64::new(0),
             seq: AtomicU64::new(1),
             bytes: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
             entries: AtomicU64::new(0),
         }
     }
@@ -114,6 +117,11 @@ impl Staging {
     /// Bytes staged (keys, values and overhead).
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Relaxed)
+    }
+
+    /// The most bytes ever staged at once.
+    pub fn peak_bytes(&self) -> u64 {
+        self.peak.load(Relaxed)
     }
 
     /// Entries staged.
@@ -163,12 +171,14 @@ impl Staging {
             Some(old) => {
                 let sub = old.bytes();
                 *old = new;
-                self.bytes.fetch_add(add, Relaxed);
+                let now = self.bytes.fetch_add(add, Relaxed) + add;
+                self.peak.fetch_max(now, Relaxed);
                 self.bytes.fetch_sub(sub, Relaxed);
             }
             None => {
                 list.push(new);
-                self.bytes.fetch_add(add, Relaxed);
+                let now = self.bytes.fetch_add(add, Relaxed) + add;
+                self.peak.fetch_max(now, Relaxed);
                 self.entries.fetch_add(1, Relaxed);
             }
         }

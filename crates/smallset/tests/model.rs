@@ -25,6 +25,8 @@ fn tier_with_log(sets: u64, log: u64, merge_min: usize) -> SmallSets {
         io_lanes: 1,
         log_tag_bits: 16,
         release_memory: None,
+        // The smallest merge budget: chunks split by the pages their sets need.
+        merge_pages: 4,
         merge_min,
     };
     let t = SmallSets::with_device(dev, cfg).unwrap();
