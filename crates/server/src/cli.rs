@@ -186,12 +186,6 @@ pub struct KvArgs {
     #[arg(long, value_name = "N")]
     pub small_log_merge_min: Option<u64>,
 
-    /// Decoded log pages a merge of the small tier's log holds at most (its RAM working
-    /// set: about N × 7–11 KiB; stats `small_merge_peak_bytes`, `small_merge_peak_pages`).
-    /// Fewer re-read more log pages. Default: 2048 (at least 4).
-    #[arg(long, value_name = "N")]
-    pub small_merge_pages: Option<u64>,
-
     /// How long a write waits, holding no lock, for the small tier's flusher when its
     /// staging buffer is full, so RAM's evictions go to the tier rather than the flash log
     /// with a RAM index entry each (0: never wait; at most 60000). Default: 200.

@@ -70,9 +70,6 @@ pub struct KvConfig {
     pub small_log_percent: u32,
     /// The small tier's log admission threshold (`--small-log-merge-min`). Default: 1.
     pub small_log_merge_min: u64,
-    /// Decoded log pages a small-tier merge holds at most (`--small-merge-pages`).
-    /// Default: 2048.
-    pub small_merge_pages: u64,
     /// How long a write awaits room in the small tier's staging (`--small-wait-ms`).
     /// Default: 200.
     pub small_wait_ms: u64,
@@ -303,16 +300,11 @@ impl KvConfig {
         };
         let (small, small_item_max, small_log_percent, small_log_merge_min, small_wait_ms) =
             small_flags(a)?;
-        let small_merge_pages = a.small_merge_pages.unwrap_or(2048);
-        if small_merge_pages < 4 {
-            usage!("--small-merge-pages {small_merge_pages}: expected at least 4");
-        }
         let cfg = Self {
             small,
             small_item_max,
             small_log_percent,
             small_log_merge_min,
-            small_merge_pages,
             small_wait_ms,
             memcached,
             listen,
