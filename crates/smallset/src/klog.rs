@@ -485,10 +485,11 @@ pub(crate) fn merge_tail(inner: &Inner, log: &KLog) -> bool {
     true
 }
 
-/// RAM a decoded log page holds: its buffer (the entries slice it) and its entry vector.
+/// RAM a decoded log page holds: its buffer (the entries slice it; an `AlignedBuf` of a page
+/// allocates two, to align the window) and its entry vector.
 fn decoded_bytes(d: &Option<Vec<Entry>>) -> u64 {
     let entries = d.as_ref().map_or(0, |es| es.capacity());
-    (SET_BYTES + entries * std::mem::size_of::<Entry>()) as u64
+    (2 * SET_BYTES + entries * std::mem::size_of::<Entry>()) as u64
 }
 
 /// One set's merge plan: its log objects as changes (newest per key), and whether any of
@@ -618,8 +619,9 @@ fn merge_sets(inner: &Inner, log: &KLog, sets: &[u32], cache: &mut Decoded) -> b
     // failed): a watermark past the recorded head would hide, after a kill, the objects the
     // next run appends from that head on.
     let mark = log.recorded();
-    // The chunk's set pages: each read back, decoded and re-encoded into a new buffer.
-    let set_pages = rewrite.len() as u64 * (3 * SET_BYTES) as u64;
+    // The chunk's set pages: each read into a page buffer (two pages allocated), decoded
+    // (about a page of entries) and encoded into a new buffer (two more).
+    let set_pages = rewrite.len() as u64 * (5 * SET_BYTES) as u64;
     inner
         .counters
         .merge_holds(decoded + set_pages, cache.len() as u64);
