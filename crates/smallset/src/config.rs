@@ -41,6 +41,14 @@ pub struct SmallConfig {
     /// would hold them while the flusher sleeps. The server passes its allocator's collect.
     /// Default: none.
     pub release_memory: Option<fn()>,
+    /// Decoded log pages a log merge holds at most (issue 28, the fill's memory peak): its
+    /// segment's and those of the rest of the log its sets have objects on. The segment is at
+    /// most a quarter of this; the sets are merged in chunks whose pages fit beside it, and the
+    /// other pages are dropped between chunks (read again when a later chunk needs one:
+    /// `small_log_page_reads`). A decoded page costs its 4 KiB buffer plus its entries
+    /// (`small_merge_bytes`, `small_merge_peak_bytes`), so a merge's working set is about
+    /// `merge_pages` × 7–11 KiB whatever the log's size. Default: 2048.
+    pub merge_pages: usize,
 }
 
 /// Staged bytes from which the flusher appends to the log (a few pages' worth).
@@ -56,6 +64,7 @@ impl Default for SmallConfig {
             io_lanes: 1,
             log_tag_bits: 16,
             release_memory: None,
+            merge_pages: 2048,
         }
     }
 }

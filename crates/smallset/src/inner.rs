@@ -209,6 +209,14 @@ impl Inner {
             ),
             ("small_staged_items", staged.to_string()),
             ("small_staged_bytes", i.staging.bytes().to_string()),
+            (
+                "small_staged_peak_bytes",
+                i.staging.peak_bytes().to_string(),
+            ),
+            ("small_merge_bytes", g(&c.merge_bytes).to_string()),
+            ("small_merge_peak_bytes", g(&c.merge_peak_bytes).to_string()),
+            ("small_merge_peak_pages", g(&c.merge_peak_pages).to_string()),
+            ("small_merge_page_limit", i.cfg.merge_pages.to_string()),
             ("small_set_filter_bytes", summary.to_string()),
             (
                 "small_ram_bytes",

@@ -370,10 +370,6 @@ fn log_entry(s: &Staged) -> Entry {
     }
 }
 
-/// Log pages from outside the merged segment a merge keeps decoded between its chunks of
-/// sets (a decoded page is its 4 KiB buffer plus ~3 KiB of entries: ≈ 44 MiB at most).
-const MERGE_CACHE_PAGES: usize = 4096;
-
 /// Merge the log's oldest segment into the sets and move the tail past it. False when the
 /// log is empty or the device failed (the tail stays). Caller holds `merging`.
 pub(crate) fn merge_tail(inner: &Inner, log: &KLog) -> bool {
@@ -382,7 +378,9 @@ pub(crate) fn merge_tail(inner: &Inner, log: &KLog) -> bool {
     if tail == head {
         return false;
     }
-    let seg = log.segment().min(head - tail);
+    // The segment's pages stay decoded for the whole merge: at most a quarter of the budget.
+    let budget = inner.cfg.merge_pages.max(4);
+    let seg = log.segment().min(budget as u64 / 4).min(head - tail);
     let seqs: Vec<u64> = (tail..tail + seg).collect();
     let slots: HashSet<u32> = seqs.iter().map(|&s| log.slot(s)).collect();
     let reads = crate::flusher::run_all(
@@ -432,26 +430,66 @@ pub(crate) fn merge_tail(inner: &Inner, log: &KLog) -> bool {
             })
         })
         .collect();
-    for chunk in sets.chunks(inner.cfg.batch_sets.max(1)) {
-        if !merge_sets(inner, log, chunk, &mut cache) {
-            return false;
+    // Chunks of at most `batch_sets` sets whose log pages fit the budget beside what is
+    // decoded (issue 28: kept for the whole merge they held up to every log page of the tier
+    // decoded in RAM at once, 414–419 MB live at the peak of a 4M-object fill of a 1 GiB
+    // tier; a fixed page cap checked only between chunks of 512 sets still let a merge hold
+    // ~7k pages). Between chunks the pages from outside the segment are dropped when the next
+    // chunk would not fit; a later chunk that needs one reads it again (`small_log_page_reads`).
+    // A set alone needing more than the budget is merged alone.
+    let seg_kept = cache.keys().filter(|s| slots.contains(s)).count();
+    let mut at = 0;
+    while at < sets.len() {
+        // The chunk's log pages outside the segment.
+        let mut outside: HashSet<u32> = HashSet::new();
+        let mut end = at;
+        while let Some(&set) = sets.get(end) {
+            if end - at >= inner.cfg.batch_sets.max(1) {
+                break;
+            }
+            let mut mine: Vec<u32> = inner.staging.with_set(set, |_| {
+                log.index
+                    .refs(set)
+                    .map(|r| r.slot)
+                    .filter(|s| !slots.contains(s))
+                    .collect()
+            });
+            mine.sort_unstable();
+            mine.dedup();
+            let more = mine.iter().filter(|s| !outside.contains(s)).count();
+            if end > at && seg_kept + outside.len() + more > budget {
+                break;
+            }
+            outside.extend(mine);
+            end += 1;
         }
-        // Bound the merge's memory: past MERGE_CACHE_PAGES, drop the pages read from the
-        // rest of the log (keeping the segment's own: every chunk's sets have objects
-        // there). Kept for the whole merge they held up to every log page of the tier
-        // decoded in RAM at once (414–419 MB live at the peak of a 4M-object fill of a
-        // 1 GiB tier, measured); a later chunk that needs one reads it again
-        // (`small_log_page_reads`).
-        if cache.len() > seg as usize + MERGE_CACHE_PAGES {
+        let unread = outside.iter().filter(|s| !cache.contains_key(s)).count();
+        if cache.len() + unread > budget {
             cache.retain(|slot, _| slots.contains(slot));
         }
+        let Some(chunk) = sets.get(at..end) else {
+            break;
+        };
+        if !merge_sets(inner, log, chunk, &mut cache) {
+            inner.counters.merge_bytes.store(0, Relaxed);
+            return false;
+        }
+        at = end;
     }
+    inner.counters.merge_bytes.store(0, Relaxed);
     Counters::add(&inner.counters.log_merges, 1);
     log.tail.store(tail + seg, Relaxed);
     // Before the slots are reused (the caller appends next): a kill after the reuse must
     // not replay them. A failed record leaves the old tail, which only replays more.
     crate::recover::record_log(inner);
     true
+}
+
+/// RAM a decoded log page holds: its buffer (the entries slice it; an `AlignedBuf` of a page
+/// allocates two, to align the window) and its entry vector.
+fn decoded_bytes(d: &Option<Vec<Entry>>) -> u64 {
+    let entries = d.as_ref().map_or(0, |es| es.capacity());
+    (2 * SET_BYTES + entries * std::mem::size_of::<Entry>()) as u64
 }
 
 /// One set's merge plan: its log objects as changes (newest per key), and whether any of
@@ -513,6 +551,7 @@ fn merge_sets(inner: &Inner, log: &KLog, sets: &[u32], cache: &mut Decoded) -> b
         };
         cache.insert(slot, decoded);
     }
+    let decoded: u64 = cache.values().map(decoded_bytes).sum();
     let mut plans = Vec::with_capacity(located.len());
     for (set, list) in located {
         let mut plan = Plan {
@@ -580,6 +619,12 @@ fn merge_sets(inner: &Inner, log: &KLog, sets: &[u32], cache: &mut Decoded) -> b
     // failed): a watermark past the recorded head would hide, after a kill, the objects the
     // next run appends from that head on.
     let mark = log.recorded();
+    // The chunk's set pages: each read into a page buffer (two pages allocated), decoded
+    // (about a page of entries) and encoded into a new buffer (two more).
+    let set_pages = rewrite.len() as u64 * (5 * SET_BYTES) as u64;
+    inner
+        .counters
+        .merge_holds(decoded + set_pages, cache.len() as u64);
     let (_, all) =
         crate::flusher::write_sets(inner, rewrite, mark, |set, _| taken(inner, log, set));
     all
@@ -634,6 +679,7 @@ mod tests {
             io_lanes: 1,
             log_tag_bits: 16,
             release_memory: None,
+            merge_pages: 2048,
         };
         let d: Arc<dyn Device> = dev.clone();
         let t = SmallSets::with_device(d, cfg).unwrap();
@@ -740,6 +786,78 @@ mod tests {
         }
         assert!(matches!(block_on(read_entry(i, &at)), LogRead::Stale));
         assert_eq!(get(&t, b"k\x03"), Some(vec![3; 50]));
+    }
+
+    /// A merge holds at most `merge_pages` decoded log pages (its segment's and the other
+    /// pages of the chunk it is merging), unless one set alone has objects on more; every
+    /// value is still served after the merges, and the gauges say what was held.
+    #[test]
+    fn a_merge_holds_at_most_its_page_budget() {
+        for budget in [4usize, 2048] {
+            let pages = 16 + 2 + 8;
+            let dev: Arc<dyn Device> = Arc::new(MemoryDevice::new("small", pages * 4096));
+            let cfg = SmallConfig {
+                staging_bytes: 64 << 10,
+                batch_sets: 4,
+                log_fraction: 8.5 / (pages - 1) as f64,
+                merge_pages: budget,
+                ..SmallConfig::default()
+            };
+            let t = SmallSets::with_device(dev, cfg).unwrap();
+            let i = &t.inner;
+            let log = i.klog.as_ref().unwrap();
+            // Fill the log's 8 pages, a few objects a page, so each set has objects on
+            // several pages.
+            for round in 0..7u8 {
+                for k in 0..12u8 {
+                    assert!(t.insert(&[b'k', round, k], &[round ^ k; 200], meta(1)));
+                }
+                t.flush_to_log();
+            }
+            assert_eq!(log.used(), 7);
+            // The most pages outside the segment (1 page) one set has objects on.
+            let seg_slot = log.slot(log.tail());
+            let per_set = (0..i.sets)
+                .map(|set| {
+                    let mut s: Vec<u32> = log
+                        .index
+                        .refs(set)
+                        .map(|r| r.slot)
+                        .filter(|&s| s != seg_slot)
+                        .collect();
+                    s.sort_unstable();
+                    s.dedup();
+                    s.len()
+                })
+                .max()
+                .unwrap();
+            {
+                let _m = i.merging.lock();
+                assert!(merge_tail(i, log));
+            }
+            let c = &i.counters;
+            let peak = c.merge_peak_pages.load(Relaxed) as usize;
+            assert!(
+                peak <= budget.max(1 + per_set),
+                "budget {budget}: held {peak} pages (one set needs {per_set} + the segment)"
+            );
+            if budget == 4 {
+                assert!(peak <= 4.max(1 + per_set));
+            } else {
+                assert!(peak > 4, "a large budget keeps what it read ({peak})");
+            }
+            assert!(c.merge_peak_bytes.load(Relaxed) >= peak as u64 * 4096);
+            assert_eq!(
+                c.merge_bytes.load(Relaxed),
+                0,
+                "nothing held between merges"
+            );
+            for round in 0..7u8 {
+                for k in 0..12u8 {
+                    assert_eq!(get(&t, &[b'k', round, k]), Some(vec![round ^ k; 200]));
+                }
+            }
+        }
     }
 
     /// A log page that cannot be read back at merge time empties the sets it holds objects

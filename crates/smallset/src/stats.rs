@@ -38,10 +38,25 @@ pub(crate) struct Counters {
     pub items: AtomicU64,
     /// Gauge: pages holding at least one entry.
     pub sets_used: AtomicU64,
+    /// Gauge: RAM a log merge holds now (decoded log pages, the set pages of the chunk being
+    /// rewritten; an estimate from buffer and entry sizes), 0 between merges.
+    pub merge_bytes: AtomicU64,
+    /// Gauge: the most `merge_bytes` has been since start.
+    pub merge_peak_bytes: AtomicU64,
+    /// Gauge: the most decoded log pages a merge has held at once (≤ `merge_pages`, unless
+    /// one set alone has objects on more pages).
+    pub merge_peak_pages: AtomicU64,
 }
 
 impl Counters {
     pub fn add(c: &AtomicU64, n: u64) {
         c.fetch_add(n, Relaxed);
+    }
+
+    /// A merge holds `bytes` in `pages` decoded log pages (plus set pages) now.
+    pub fn merge_holds(&self, bytes: u64, pages: u64) {
+        self.merge_bytes.store(bytes, Relaxed);
+        self.merge_peak_bytes.fetch_max(bytes, Relaxed);
+        self.merge_peak_pages.fetch_max(pages, Relaxed);
     }
 }

@@ -19,6 +19,7 @@ fn cfg() -> SmallConfig {
         merge_min: 1,
         log_tag_bits: 16,
         release_memory: None,
+        merge_pages: 2048,
     }
 }
 
@@ -82,6 +83,7 @@ fn open(dev: &Arc<MemoryDevice>) -> SmallSets {
         merge_min: MERGE_MIN.with(Cell::get),
         log_tag_bits: TAG_BITS.with(Cell::get),
         release_memory: None,
+        merge_pages: 2048,
         ..cfg()
     };
     let t = SmallSets::with_device(d, cfg).expect("open");

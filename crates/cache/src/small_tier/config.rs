@@ -45,6 +45,9 @@ pub struct SmallSettings {
     /// Kangaroo's admission threshold: a log merge rewrites a set only when it gains at
     /// least this many objects (`SmallConfig::merge_min`). Default: 1 (always).
     pub merge_min: usize,
+    /// Decoded log pages a log merge holds at most (`SmallConfig::merge_pages`; no server
+    /// flag yet). Default: 2048.
+    pub merge_pages: usize,
     /// Serving threads that read the tier on their own io_uring ring (one ring each, plus
     /// one for the tier's flusher; `SmallConfig::io_lanes`); the server sets its worker
     /// count. Default: 1.
@@ -68,6 +71,7 @@ impl SmallSettings {
             staging_bytes: 16 << 20,
             log_fraction: 0.10,
             merge_min: 1,
+            merge_pages: 2048,
             io_lanes: 1,
             wait: std::time::Duration::from_millis(200),
             release_memory: None,

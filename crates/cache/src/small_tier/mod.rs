@@ -104,6 +104,7 @@ impl Small {
             staging_bytes: s.staging_bytes,
             log_fraction: s.log_fraction,
             merge_min: s.merge_min,
+            merge_pages: s.merge_pages,
             io_lanes: s.io_lanes,
             release_memory: s.release_memory,
             ..Default::default()
