@@ -3,23 +3,10 @@
 //! `get`, with `read_may_wait`'s hint.
 use bytes::Bytes;
 
-use crate::flash::{FlashConfig, IoBackend};
 use crate::{Cache, GetNow, ItemWrite, KvStore};
 
 fn open() -> Cache {
-    let engine = FlashConfig {
-        io_backend: IoBackend::Psync,
-        ..FlashConfig::small()
-    };
-    let (settings, builder) = crate::config::test_flash("get_if_ready", 256 << 10, engine);
-    let cfg = builder.flash(settings).build().unwrap();
-    let c = Cache::new(cfg).unwrap();
-    for i in 0..400u32 {
-        let v = Bytes::from(vec![i as u8; 2000]);
-        c.set_now(format!("k{i}").as_bytes(), ItemWrite::new(v, 0, 0))
-            .unwrap();
-    }
-    c
+    super::loaded_flash_cache("get_if_ready")
 }
 
 #[test]

@@ -4,24 +4,11 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 
 use crate::block::block_on;
-use crate::flash::{FlashConfig, IoBackend};
 use crate::flash_tier::promote::Promotion;
 use crate::{Cache, ItemWrite};
 
 fn open() -> Cache {
-    let engine = FlashConfig {
-        io_backend: IoBackend::Psync,
-        ..FlashConfig::small()
-    };
-    let (settings, builder) = crate::config::test_flash("promote", 256 << 10, engine);
-    let cfg = builder.flash(settings).build().unwrap();
-    let c = Cache::new(cfg).unwrap();
-    for i in 0..400u32 {
-        let v = Bytes::from(vec![i as u8; 2000]);
-        c.set_now(format!("k{i}").as_bytes(), ItemWrite::new(v, 0, 0))
-            .unwrap();
-    }
-    c
+    super::loaded_flash_cache("promote")
 }
 
 /// Phase 1 of a GET of `key` (on flash): the slot read and the item.
