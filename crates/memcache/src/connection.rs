@@ -222,6 +222,16 @@ impl Session {
                                         false
                                     }
                                 }));
+                    // Answered already: nothing is in flight (the lookup ran only with the
+                    // window empty) and it is not windowed, so its reply goes out now, in
+                    // order, and the item is not held across the awaits below.
+                    let answered = match (fetched, &request) {
+                        (Some((item, started)), Request::Retrieval(r)) => {
+                            execute_fetched(ctx, r, item, started, &mut self.output);
+                            true
+                        }
+                        _ => false,
+                    };
                     let access = windowed.then(|| Access::of(&request, plain)).flatten();
                     // With requests in flight, one on named keys waits for room in the
                     // window and for the running ones on its keys; anything else for the
@@ -262,12 +272,13 @@ impl Session {
                             // need not wait.
                             window.collect(&mut self.output).await;
                         }
-                    } else if let (Some((item, started)), Request::Retrieval(r)) =
-                        (fetched, &request)
-                    {
-                        execute_fetched(ctx, r, item, started, &mut self.output);
+                    } else if answered {
+                        // Its reply is written (above).
                     } else {
-                        match execute(ctx, request, &mut self.output).await {
+                        // Boxed: every command's future in place would sit in every
+                        // connection's task, idle or not (a few KiB each; see
+                        // tests/idle_connections.rs); one allocation per request run here.
+                        match Box::pin(execute(ctx, request, &mut self.output)).await {
                             Flow::Close => return Pump::Quit,
                             Flow::Dump(state) => self.dump = Some(state),
                             Flow::Continue => {}
