@@ -111,6 +111,14 @@ impl Lower {
         }
     }
 
+    /// `read_may_wait` for a key the caller found not in RAM under the shard lock it holds.
+    pub(crate) fn flash_slot(&self, shard: &Shard<'_>, hash: u64) -> bool {
+        match self {
+            Lower::None => false,
+            Lower::Flash(_) => FlashTier::flash_slot(shard, hash),
+        }
+    }
+
     pub(crate) async fn view<R: RamAccess>(
         &self,
         ram: &R,

@@ -74,8 +74,13 @@ impl FlashTier {
     /// slot with its tag): a hint only, the index may change before the read runs.
     pub(crate) fn read_may_wait<R: RamAccess>(&self, ram: &R, key: &[u8], hash: u64) -> bool {
         let shard = ram.slots().lock(hash);
-        ram.find_key(&shard, hash, key).is_none()
-            && shard.find(hash, |e| e.tier == Tier::Flash).is_some()
+        ram.find_key(&shard, hash, key).is_none() && Self::flash_slot(&shard, hash)
+    }
+
+    /// Whether a flash slot has the key's tag (shard locked, the key known not to be in
+    /// RAM): phase 1 of a read would go to the device.
+    pub(crate) fn flash_slot(shard: &Shard<'_>, hash: u64) -> bool {
+        shard.find(hash, |e| e.tier == Tier::Flash).is_some()
     }
 
     /// Phase 1: see the module docs. `read` false gives a blind view.

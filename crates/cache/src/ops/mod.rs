@@ -127,20 +127,20 @@ impl Cache {
 
     /// See [`crate::KvStore::get_if_ready`]: a key with a RAM record is answered under one
     /// shard lock and one index probe (what a GET's phase 2 does for it; phase 1 reads
-    /// nothing for a key in RAM); any other key gets `read_may_wait`'s hint.
+    /// nothing for a key in RAM); any other key gets `read_may_wait`'s hint, decided under
+    /// the same lock from the same probe.
     pub(crate) fn get_if_ready(&self, key: &[u8]) -> GetNow {
         let core = &*self.core;
         let hash = core.slots.hash(key);
-        {
-            let mut shard = core.slots.lock(hash);
-            if let Some(Ok(done)) = get::ram_now(core, &mut shard, hash, key) {
-                return GetNow::Done(done);
-            }
-        }
-        if self.read_may_wait(key) {
-            GetNow::MayWait
-        } else {
-            GetNow::Run
+        let mut shard = core.slots.lock(hash);
+        match get::ram_now(core, &mut shard, hash, key) {
+            Some(Ok(done)) => GetNow::Done(done),
+            // A RAM record that could not be read: the GET runs (at once) and reports it.
+            Some(Err(_)) => GetNow::Run,
+            // Not in RAM: with the small tier the lookup may read a page; else a flash slot
+            // with the key's tag means a device read (as `read_may_wait`).
+            None if core.small.is_on() || core.lower.flash_slot(&shard, hash) => GetNow::MayWait,
+            None => GetNow::Run,
         }
     }
 
