@@ -55,6 +55,17 @@ impl Default for BlockCacheConfig {
     }
 }
 
+/// Engine knobs the block face fixes (`keep_limit`: every live block is kept) refused by
+/// name, at open and at run time alike.
+pub(crate) fn refuse_fixed_knob(knob: &str) -> Result<(), Error> {
+    if knob == "keep_limit" {
+        return Err(Error::Config(
+            "flash.keep_limit is fixed at 1 for the block face".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// What recovery found at open.
 #[derive(Clone, Debug, Default)]
 pub struct RecoveryInfo {
@@ -166,11 +177,7 @@ impl BlockCache {
     /// starts a mode switch (see [`BlockCache::set_mode`]).
     pub fn set_tunable(&self, name: &str, value: &str) -> Result<(), Error> {
         if let Some(k) = name.strip_prefix("flash.") {
-            if k == "keep_limit" {
-                return Err(Error::Config(
-                    "flash.keep_limit is fixed at 1 for the block face".into(),
-                ));
-            }
+            refuse_fixed_knob(k)?;
             return Ok(self.io.flash.set_knob(k, value)?);
         }
         if name == "mode" {

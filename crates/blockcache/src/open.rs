@@ -237,10 +237,8 @@ fn settings(
         fc.reclaim_policy = flashtier_flash::ReclaimPolicy::Greedy;
     }
     let engine = flash_tunables(cfg);
-    if engine.iter().any(|(k, _)| k == "keep_limit") {
-        return Err(Error::Config(
-            "flash.keep_limit is fixed at 1 for the block face".into(),
-        ));
+    for (k, _) in &engine {
+        crate::cache::refuse_fixed_knob(k)?;
     }
     flashtier_flash::knobs::validate_knobs(&fc, &engine)?;
     if fc.adopt_geometry {
