@@ -208,25 +208,17 @@ impl Session {
                     // in place — alone after everything in flight, or with nothing in
                     // flight and nothing to wait for (a write, a RAM hit, a miss), without
                     // the window's allocations.
-                    // A one-key get's lookup may answer it here already (`Plan::Fetched`).
-                    let mut fetched = None;
+                    // A plain read's lookup runs only with nothing in flight; a one-key
+                    // get's may answer it here already (`Plan::Fetched`).
+                    let planned = (plain && window.is_empty()).then(|| plan(&*ctx.store, &request));
                     let windowed = swallow == 0
                         && !authenticating
-                        && (!window.is_empty()
-                            || (plain
-                                && match plan(&*ctx.store, &request) {
-                                    Plan::Window => true,
-                                    Plan::InPlace => false,
-                                    Plan::Fetched(item, started) => {
-                                        fetched = Some((item, started));
-                                        false
-                                    }
-                                }));
-                    // Answered already: nothing is in flight (the lookup ran only with the
-                    // window empty) and it is not windowed, so its reply goes out now, in
-                    // order, and the item is not held across the awaits below.
-                    let answered = match (fetched, &request) {
-                        (Some((item, started)), Request::Retrieval(r)) => {
+                        && (!window.is_empty() || matches!(planned, Some(Plan::Window)));
+                    // Answered already: nothing is in flight and it is not windowed, so its
+                    // reply goes out now, in order, and the item is not held across the
+                    // awaits below.
+                    let answered = match (planned, &request) {
+                        (Some(Plan::Fetched(item, started)), Request::Retrieval(r)) => {
                             execute_fetched(ctx, r, item, started, &mut self.output);
                             true
                         }

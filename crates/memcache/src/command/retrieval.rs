@@ -135,24 +135,13 @@ fn reply_key<S: KvStore>(
     out: &mut Output,
 ) {
     let stats = &ctx.stats;
-    match (touched, &item) {
-        (true, Some(_)) => {
-            Stats::incr(&stats.cmd_touch);
-            Stats::incr(&stats.touch_hits);
-        }
-        (true, None) => {
-            Stats::incr(&stats.cmd_touch);
-            Stats::incr(&stats.touch_misses);
-        }
-        (false, Some(_)) => {
-            Stats::incr(&stats.cmd_get);
-            Stats::incr(&stats.get_hits);
-        }
-        (false, None) => {
-            Stats::incr(&stats.cmd_get);
-            Stats::incr(&stats.get_misses);
-        }
-    }
+    let (cmd, hits, misses) = if touched {
+        (&stats.cmd_touch, &stats.touch_hits, &stats.touch_misses)
+    } else {
+        (&stats.cmd_get, &stats.get_hits, &stats.get_misses)
+    };
+    Stats::incr(cmd);
+    Stats::incr(if item.is_some() { hits } else { misses });
     if !touched {
         let ev = crate::detail::Event::Get {
             hit: item.is_some(),
