@@ -60,21 +60,22 @@ pub struct Staged {
 }
 
 impl Staged {
-    fn bytes(&self) -> u64 {
-        let v = match &self.change {
+    /// The value's length (0 for a delete).
+    fn value_len(&self) -> usize {
+        match &self.change {
             Change::Put { value, .. } => value.len(),
             Change::Delete => 0,
-        };
-        (self.key.len() + v) as u64 + ENTRY_OVERHEAD
+        }
+    }
+
+    /// RAM it is charged in staging.
+    fn bytes(&self) -> u64 {
+        (self.key.len() + self.value_len()) as u64 + ENTRY_OVERHEAD
     }
 
     /// Bytes it takes as an entry of a log page.
     fn log_len(&self) -> u64 {
-        let v = match &self.change {
-            Change::Put { value, .. } => value.len(),
-            Change::Delete => 0,
-        };
-        crate::format::entry_len(self.key.len(), v) as u64
+        crate::format::entry_len(self.key.len(), self.value_len()) as u64
     }
 }
 
@@ -183,18 +184,17 @@ impl Staging {
         // One slot to start: most staged sets hold one or two entries (four, Vec's first
         // growth, tripled the RAM of a full staging buffer).
         let list = part.entry(set).or_insert_with(|| Vec::with_capacity(1));
+        // The new entry is counted before the one it replaces leaves (as the peak sees it).
+        let now = self.bytes.fetch_add(add, Relaxed) + add;
+        self.peak.fetch_max(now, Relaxed);
         match list.iter_mut().find(|s| s.hash == hash && s.key == key) {
             Some(old) => {
                 let sub = old.bytes();
                 *old = new;
-                let now = self.bytes.fetch_add(add, Relaxed) + add;
-                self.peak.fetch_max(now, Relaxed);
                 self.bytes.fetch_sub(sub, Relaxed);
             }
             None => {
                 list.push(new);
-                let now = self.bytes.fetch_add(add, Relaxed) + add;
-                self.peak.fetch_max(now, Relaxed);
                 self.entries.fetch_add(1, Relaxed);
             }
         }
