@@ -32,9 +32,11 @@ def main():
     floor = float(sys.argv[2]) if len(sys.argv) > 2 else 0.25
     s = {lab: read_stats(out, lab) for lab in ("step1", "step2")}
     c = {lab: census(f"{out}/{lab}.census") for lab in ("step1", "step2")}
-    items = s["step2"]["curr_items"] - s["step1"]["curr_items"]
+    # Objects held: RAM's index plus the small tier's (small-tier.sh; 0 without one).
+    objs = {lab: s[lab]["curr_items"] + s[lab].get("small_items", 0) for lab in s}
+    items = objs["step2"] - objs["step1"]
     mib = 2**20
-    print(f"items {s['step1']['curr_items']:.0f} -> {s['step2']['curr_items']:.0f}")
+    print(f"items {objs['step1']:.0f} -> {objs['step2']:.0f}")
     print("| size class (bytes) | live MiB at step1 | live MiB at step2 | allocations at step2 "
           "| growth per item added, B |")
     print("|---|---|---|---|---|")
@@ -59,7 +61,7 @@ def main():
     for lab in ("step1", "step2"):
         st, (tot, mi, _) = s[lab], c[lab]
         rss = st["rss_anon_kb"] * 1024
-        known = st["ram_known_bytes"]
+        known = st.get("ram_known_bytes", 0)
         live = tot["live_bytes"]
         rows.append({
             "RssAnon": rss,

@@ -12,7 +12,9 @@
 #      SMALL_MAX [300], VALUE [100], GET_SECONDS [20], FLASH_DIR [/var/tmp/flashtier-bench],
 #      FLASHTIER_BIN, BENCH_BIN, SERVER_THREADS [2], EXTRA (more flashtier flags),
 #      MISS_SECONDS [0]: then that many seconds of GETs of keys never SET (prefix z:), to
-#      count the set filters' false positives (page reads per miss).
+#      count the set filters' false positives (page reads per miss),
+#      CENSUS [0] (1: the binary is built `--features alloc-census`; SIGUSR2 at each snapshot
+#      saves its allocation census as <label>.census, see alloc_census_table.py).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:-$ROOT/bench-results/small-tier-$(date -u +%Y%m%dT%H%M%SZ)}
@@ -42,6 +44,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 PORT=$(python3 "$ROOT/scripts/bench/probe.py" free-port)
+export FLASHTIER_ALLOC_CENSUS=$OUT/census.txt
 # shellcheck disable=SC2086
 nice -n 19 "$FLASHTIER_BIN" kv -l 127.0.0.1 -p "$PORT" -m "$MEM" -t "$SERVER_THREADS" \
   --flash "$FLASH:$FLASH_SIZE" --small-flash "$SMALL:$SMALL_SIZE" \
@@ -67,6 +70,12 @@ snap() { # label: settle (staging below budget, RSS still), then record
     echo "loadavg $(cut -d' ' -f1 /proc/loadavg)"
     stats ""
   } > "$OUT/$1.stats"
+  if [ "${CENSUS:-0}" = 1 ]; then
+    rm -f "$OUT/census.txt"
+    kill -USR2 "$PID"
+    for _ in $(seq 50); do [ -s "$OUT/census.txt" ] && break; sleep 0.1; done
+    cp "$OUT/census.txt" "$OUT/$1.census" || true
+  fi
 }
 
 fill() { # prefix keys

@@ -31,9 +31,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the memcached-compatible key-value cache server.
-    Kv(KvArgs),
+    Kv(Box<KvArgs>),
     /// Serve a backing block device through a flash cache over NBD.
-    Block(BlockArgs),
+    Block(Box<BlockArgs>),
     /// Control a running `flashtier block` through its admin endpoint.
     Ctl(crate::ctl::CtlArgs),
     /// Write man pages and shell completions generated from this CLI into DIR (packaging).
@@ -185,6 +185,13 @@ pub struct KvArgs {
     /// older version). Default: 1 (always rewrite).
     #[arg(long, value_name = "N")]
     pub small_log_merge_min: Option<u64>,
+
+    /// Decoded log pages one merge of the small tier's log holds at most (4 KiB each plus
+    /// their entries, ~7–11 KiB a page): bounds the merge's memory whatever the log's size;
+    /// a smaller bound re-reads more log pages (`small_log_page_reads`). 4 to 65536.
+    /// Default: 2048.
+    #[arg(long, value_name = "PAGES")]
+    pub small_merge_pages: Option<usize>,
 
     /// How long a write waits, holding no lock, for the small tier's flusher when its
     /// staging buffer is full, so RAM's evictions go to the tier rather than the flash log

@@ -57,7 +57,7 @@ fn main() -> std::process::ExitCode {
     let argv0 = std::env::args_os().next().unwrap_or_default();
     let memcached = cli::invoked_as_memcached(&argv0);
     let command = if memcached {
-        cli::MemcachedCli::try_parse().map(|m| cli::Command::Kv(m.args))
+        cli::MemcachedCli::try_parse().map(|m| cli::Command::Kv(Box::new(m.args)))
     } else {
         cli::Cli::try_parse().map(|c| {
             logging::set_format(c.log_format);
@@ -82,8 +82,8 @@ fn main() -> std::process::ExitCode {
         }
     };
     let result = match command {
-        cli::Command::Kv(args) => kv::main(args, memcached),
-        cli::Command::Block(args) => block::main(args),
+        cli::Command::Kv(args) => kv::main(*args, memcached),
+        cli::Command::Block(args) => block::main(*args),
         cli::Command::Ctl(args) => ctl::main(args),
         cli::Command::Assets { dir } => assets::write(&dir),
     };

@@ -72,9 +72,13 @@ pub(crate) fn run(inner: &Arc<Inner>) {
                 }
             }
         }
-        // Going idle: hand what the work freed back (`SmallConfig::release_memory`).
-        if let (true, Some(release)) = (worked, inner.cfg.release_memory) {
-            release();
+        // Going idle: hand what the work freed back (the staging maps' room, then the
+        // allocator's free pages: `SmallConfig::release_memory`).
+        if worked {
+            inner.staging.shrink();
+            if let Some(release) = inner.cfg.release_memory {
+                release();
+            }
         }
     }
 }

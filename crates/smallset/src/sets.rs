@@ -337,6 +337,13 @@ impl SmallSets {
         self.inner.staging.bytes() >= self.inner.cfg.staging_bytes
     }
 
+    /// True when nothing is staged (the flusher has taken everything into the log or the
+    /// pages): an inserting thread that went idle may then hand its allocator's free pages
+    /// back, as the staged copies it allocated have been freed.
+    pub fn nothing_staged(&self) -> bool {
+        self.inner.staging.is_empty()
+    }
+
     /// A handle that answers whether the staging buffer has room again (a waiter's probe);
     /// it may outlive this one.
     pub fn room(&self) -> Room {

@@ -45,8 +45,8 @@ pub struct SmallSettings {
     /// Kangaroo's admission threshold: a log merge rewrites a set only when it gains at
     /// least this many objects (`SmallConfig::merge_min`). Default: 1 (always).
     pub merge_min: usize,
-    /// Decoded log pages a log merge holds at most (`SmallConfig::merge_pages`; no server
-    /// flag yet). Default: 2048.
+    /// Decoded log pages a log merge holds at most (`SmallConfig::merge_pages`; the server's
+    /// `--small-merge-pages`). Default: 2048.
     pub merge_pages: usize,
     /// Serving threads that read the tier on their own io_uring ring (one ring each, plus
     /// one for the tier's flusher; `SmallConfig::io_lanes`); the server sets its worker

@@ -128,7 +128,7 @@ impl Small {
                 wait: s.wait,
                 _thread: thread,
             },
-            wb: writeback::SmallWriteBack::default(),
+            wb: writeback::SmallWriteBack::new(s.release_memory),
         })
     }
 

@@ -70,6 +70,9 @@ pub struct KvConfig {
     pub small_log_percent: u32,
     /// The small tier's log admission threshold (`--small-log-merge-min`). Default: 1.
     pub small_log_merge_min: u64,
+    /// Decoded log pages a merge of the small tier's log holds at most
+    /// (`--small-merge-pages`). Default: 2048.
+    pub small_merge_pages: usize,
     /// How long a write awaits room in the small tier's staging (`--small-wait-ms`).
     /// Default: 200.
     pub small_wait_ms: u64,
@@ -298,14 +301,14 @@ impl KvConfig {
             }
             None => None,
         };
-        let (small, small_item_max, small_log_percent, small_log_merge_min, small_wait_ms) =
-            small_flags(a)?;
+        let sm = small_flags(a)?;
         let cfg = Self {
-            small,
-            small_item_max,
-            small_log_percent,
-            small_log_merge_min,
-            small_wait_ms,
+            small: sm.small,
+            small_item_max: sm.item_max,
+            small_log_percent: sm.log_percent,
+            small_log_merge_min: sm.log_merge_min,
+            small_merge_pages: sm.merge_pages,
+            small_wait_ms: sm.wait_ms,
             memcached,
             listen,
             unix,
@@ -524,13 +527,27 @@ fn flash_spec(v: &str, what: &str) -> anyhow::Result<String> {
     Ok(v.to_string())
 }
 
-/// The small tier's flags: file and size, item size limit, log percent, log merge minimum,
-/// wait for staging room (ms).
-type SmallFlags = (Option<(PathBuf, u64)>, u64, u32, u64, u64);
+/// The small tier's flags, validated.
+struct SmallFlags {
+    /// File and size.
+    small: Option<(PathBuf, u64)>,
+    item_max: u64,
+    log_percent: u32,
+    log_merge_min: u64,
+    /// Decoded log pages a merge holds at most.
+    merge_pages: usize,
+    /// How long a write waits for staging room (ms).
+    wait_ms: u64,
+}
+
+/// The bounds of `--small-merge-pages`: below 4 a merge could not hold a segment page beside
+/// a set's; above 65536 (~700 MB of decoded pages) it would not be a bound.
+const MERGE_PAGES: std::ops::RangeInclusive<usize> = 4..=65536;
 
 /// `--small-flash PATH:SIZE` and `--small-item-max BYTES` (the small-object tier; a limit
-/// above 0 needs the file), `--small-log-percent` (0..=90, default 10) and
-/// `--small-log-merge-min` (≥ 1, default 1), `--small-wait-ms` (0..=60000, default 200).
+/// above 0 needs the file), `--small-log-percent` (0..=90, default 10),
+/// `--small-log-merge-min` (≥ 1, default 1), `--small-merge-pages` (4..=65536, default
+/// 2048), `--small-wait-ms` (0..=60000, default 200).
 fn small_flags(a: &KvArgs) -> anyhow::Result<SmallFlags> {
     let small = match &a.small_flash {
         Some(text) => {
@@ -555,11 +572,26 @@ fn small_flags(a: &KvArgs) -> anyhow::Result<SmallFlags> {
     if merge_min == 0 {
         usage!("--small-log-merge-min 0: expected at least 1");
     }
+    let merge_pages = a.small_merge_pages.unwrap_or(2048);
+    if !MERGE_PAGES.contains(&merge_pages) {
+        usage!(
+            "--small-merge-pages {merge_pages}: expected {} to {}",
+            MERGE_PAGES.start(),
+            MERGE_PAGES.end()
+        );
+    }
     let wait = a.small_wait_ms.unwrap_or(200);
     if wait > 60_000 {
         usage!("--small-wait-ms {wait}: expected 0 to 60000");
     }
-    Ok((small, max, percent, merge_min, wait))
+    Ok(SmallFlags {
+        small,
+        item_max: max,
+        log_percent: percent,
+        log_merge_min: merge_min,
+        merge_pages,
+        wait_ms: wait,
+    })
 }
 
 #[cfg(test)]

@@ -295,3 +295,16 @@ fn extended_options() {
     );
     assert!(parse(&["--flash", "/tmp/a"]).is_err());
 }
+
+#[test]
+fn small_merge_pages_flag() {
+    assert_eq!(parse(&[]).unwrap().small_merge_pages, 2048);
+    let c = parse(&["--small-merge-pages", "512"]).unwrap();
+    assert_eq!(c.small_merge_pages, 512);
+    for bad in ["3", "65537"] {
+        let err = parse(&["--small-merge-pages", bad])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--small-merge-pages"), "{err}");
+    }
+}
