@@ -13,6 +13,8 @@ use flashtier_flash::format::superblock::SUPERBLOCK_AREA;
 use flashtier_flash::location::PAGE;
 use flashtier_flash::FlashConfig;
 
+use crate::meta_log::{STREAM_DATA, STREAM_META};
+
 /// Smallest segment the block face picks (64 KiB).
 const MIN_SEGMENT_PAGES: u64 = 16;
 /// Largest segment the block face picks (16 MiB, the engine's default).
@@ -64,9 +66,19 @@ fn segments(capacity: u64, segment: u64) -> u64 {
 }
 
 /// Segments that never count as capacity: reclaim's reserve and free target, and one open
-/// segment per stream.
+/// segment per stream the block face writes. The engine opens a stream's segment at its
+/// first append, and the block face appends only to its data and meta streams and reclaim's
+/// (`meta_log.rs`), so a configured stream it never writes (the default's fourth) holds no
+/// open segment and costs no capacity.
 pub(crate) fn kept_free(fc: &FlashConfig) -> u64 {
-    u64::from(fc.reserve_segments) + u64::from(fc.free_high_watermark) + u64::from(fc.streams)
+    let mut written = [STREAM_DATA, STREAM_META, fc.reclaim_stream];
+    written.sort_unstable();
+    let open = written
+        .iter()
+        .enumerate()
+        .filter(|(i, s)| **s < fc.streams && (*i == 0 || written[*i - 1] != **s))
+        .count() as u64;
+    u64::from(fc.reserve_segments) + u64::from(fc.free_high_watermark) + open
 }
 
 /// Blocks the cache may hold: records that fit in every segment but the kept-free ones.
@@ -142,6 +154,32 @@ mod tests {
                 blocks * 100 >= (cap / 4096) * min_pct,
                 "{cap}: {blocks} blocks"
             );
+        }
+    }
+
+    /// What each kept-free segment costs, device by device: `capacity_blocks` (and % of the
+    /// device's 4 KiB blocks) with the chosen geometry for 9 kept free (reserve 2, high
+    /// watermark 3 and 4 streams, as counted before the twelfth sitting) down to 1. Prints
+    /// the table docs/block-cache.md "Capacity" quotes (`--nocapture`); asserts fewer kept
+    /// free never gives fewer blocks.
+    #[test]
+    fn capacity_by_kept_free() {
+        for cap in [32u64 << 20, 64 << 20, 128 << 20, 512 << 20] {
+            let mut last = 0;
+            let mut row = format!("{:>4} MiB", cap >> 20);
+            for kept in (1..=9u64).rev() {
+                let (seg, chunk) = choose(cap, REC_4K, kept).expect("a geometry");
+                let blocks = capacity_blocks(
+                    segments(cap, seg),
+                    records_per_segment(seg, chunk, REC_4K),
+                    kept,
+                );
+                assert!(blocks >= last, "{cap}: kept {kept} gives fewer blocks");
+                last = blocks;
+                let pct = blocks as f64 * 100.0 / (cap / 4096) as f64;
+                row += &format!(" | k{kept}: {blocks} {pct:.1}% ({}K)", seg >> 10);
+            }
+            eprintln!("{row}");
         }
     }
 }
