@@ -231,7 +231,9 @@ impl BlockCache {
         if want_wb {
             let t = Instant::now();
             let r = self.throttle(deadline).await;
-            add(&s.write_wait_us, us_since(t));
+            let us = us_since(t);
+            add(&s.write_wait_us, us);
+            add(&s.write_wait_dirty_us, us);
             r?;
         }
         let _stripes = self.io.lock_stripes(first, last).await;
@@ -359,14 +361,22 @@ impl BlockCache {
                     // Busy: the stream's chunk writes are all in flight, which only time
                     // cures. NoSpace: flash is full, and space comes from writeback.
                     waiting.get_or_insert_with(Instant::now);
-                    if matches!(e, flashtier_flash::Error::NoSpace) {
+                    let no_space = matches!(e, flashtier_flash::Error::NoSpace);
+                    if no_space {
                         if !stalled {
                             stalled = true;
                             add(&self.io.stats.write_stalls, 1);
                         }
                         self.writeback.wake_urgently();
                     }
+                    let slept = Instant::now();
                     tokio::time::sleep(Duration::from_millis(2)).await;
+                    let cause = if no_space {
+                        &self.io.stats.write_wait_nospace_us
+                    } else {
+                        &self.io.stats.write_wait_busy_us
+                    };
+                    add(cause, us_since(slept));
                 }
                 Err(e) => return Err(flash_err(e)),
             }
@@ -473,6 +483,9 @@ mod tests {
         let stats = &cache.io.stats;
         assert_eq!(stats.write_stalls.load(Relaxed), 1);
         assert_eq!(stats.write_stall_timeouts.load(Relaxed), 1);
+        // The wait is counted under its cause: dirty_max_pct, not a full flash.
+        assert!(stats.write_wait_dirty_us.load(Relaxed) >= 100_000);
+        assert_eq!(stats.write_wait_nospace_us.load(Relaxed), 0);
         assert_eq!(
             cache.dirty_blocks(),
             max,

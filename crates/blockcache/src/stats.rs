@@ -163,6 +163,14 @@ counters! {
     write_us,
     /// Microseconds writes waited for dirty or flash space, summed (part of write_us).
     write_wait_us,
+    /// Of write_wait_us: microseconds writers waited at dirty_max_pct (writeback behind).
+    write_wait_dirty_us,
+    /// Of write_wait_us: microseconds writers slept because flash was full (NoSpace: no free
+    /// segment, space comes from writeback and reclaim).
+    write_wait_nospace_us,
+    /// Of write_wait_us: microseconds writers slept because the stream's chunk writes were
+    /// all in flight (Busy).
+    write_wait_busy_us,
     /// Microseconds FLUSH requests (and FUA writes' flushes) took, summed.
     flush_us,
     /// Microseconds of flush_us spent in the cache device's flush (write buffers, fdatasync).
