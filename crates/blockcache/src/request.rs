@@ -350,6 +350,8 @@ impl BlockCache {
                 }
                 Err(e @ (flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)) => {
                     let Some(deadline) = wait else {
+                        // A request that never waits for space: the block stays uncached.
+                        add(&self.io.stats.uncached_flash_full, 1);
                         return Ok(None);
                     };
                     if self.stopping.load(Ordering::Acquire) {

@@ -42,11 +42,16 @@ async fn a_loop_twice_the_cache_keeps_part_of_itself() {
     let reads = stat(&cache, "reads") - reads_before;
     let hits = stat(&cache, "read_hits") - hits_before;
     let pct = hits * 100 / reads;
+    // Admissions a busy or full flash turned away (a read never waits for space): the
+    // one cause of a low figure here that is the machine's load, not the policy.
+    let skipped = stat(&cache, "uncached_flash_full");
     // At most the fill line's share (97 % of the cache over twice the cache) can hit; the
     // bypass alone served only the stream's first MiB of each pass (256 of ~3,600 blocks).
     assert!(
         (30..=50).contains(&pct),
-        "{hits} hits of {reads} reads in the last three passes"
+        "{hits} hits of {reads} reads in the last three passes ({} blocks left uncached \
+         because flash was full or busy)",
+        skipped
     );
     assert!(stat(&cache, "admit_refusals") > 0);
     assert!(stat(&cache, "cached_blocks") <= cap);
