@@ -101,17 +101,8 @@ impl Lower {
         }
     }
 
-    /// Phase 1 of an operation on `key` (`flash_tier::read`): without flash, nothing to read.
-    /// Whether a read of `key` would wait for a device now: flash on, the key not in RAM,
-    /// and a flash slot with its tag. A hint (see [`crate::KvStore::read_may_wait`]).
-    pub(crate) fn read_may_wait<R: RamAccess>(&self, ram: &R, key: &[u8], hash: u64) -> bool {
-        match self {
-            Lower::None => false,
-            Lower::Flash(t) => t.read_may_wait(ram, key, hash),
-        }
-    }
-
-    /// `read_may_wait` for a key the caller found not in RAM under the shard lock it holds.
+    /// Whether a flash slot has the key's tag, for a key the caller found not in RAM under
+    /// the shard lock it holds (`Cache::read_may_wait`, `get_if_ready`).
     pub(crate) fn flash_slot(&self, shard: &Shard<'_>, hash: u64) -> bool {
         match self {
             Lower::None => false,
@@ -119,6 +110,7 @@ impl Lower {
         }
     }
 
+    /// Phase 1 of an operation on `key` (`flash_tier::read`): without flash, nothing to read.
     pub(crate) async fn view<R: RamAccess>(
         &self,
         ram: &R,

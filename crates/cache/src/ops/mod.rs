@@ -116,13 +116,8 @@ impl Cache {
     pub(crate) fn read_may_wait(&self, key: &[u8]) -> bool {
         let core = &*self.core;
         let hash = core.slots.hash(key);
-        if !core.small.is_on() {
-            return core.lower.read_may_wait(core, key, hash);
-        }
-        // A key not in RAM is looked up on flash or in the small-object tier, which may read
-        // a page: one shard lock for the whole answer.
         let shard = core.slots.lock(hash);
-        core.ram.find_key(&shard, hash, key).is_none()
+        core.ram.find_key(&shard, hash, key).is_none() && beyond_ram_may_wait(core, &shard, hash)
     }
 
     /// See [`crate::KvStore::get_if_ready`]: a key with a RAM record is answered under one
@@ -137,9 +132,7 @@ impl Cache {
             Some(Ok(done)) => GetNow::Done(done),
             // A RAM record that could not be read: the GET runs (at once) and reports it.
             Some(Err(_)) => GetNow::Run,
-            // Not in RAM: with the small tier the lookup may read a page; else a flash slot
-            // with the key's tag means a device read (as `read_may_wait`).
-            None if core.small.is_on() || core.lower.flash_slot(&shard, hash) => GetNow::MayWait,
+            None if beyond_ram_may_wait(core, &shard, hash) => GetNow::MayWait,
             None => GetNow::Run,
         }
     }
@@ -446,4 +439,11 @@ impl Core {
         }
         Ok(())
     }
+}
+
+/// For a key found not in RAM under `shard`: may its read wait for a device? With the small
+/// tier the lookup may read a page; else a flash slot with the key's tag means a device read.
+/// One answer for `read_may_wait` and `get_if_ready`.
+fn beyond_ram_may_wait(core: &Core, shard: &Shard<'_>, hash: u64) -> bool {
+    core.small.is_on() || core.lower.flash_slot(shard, hash)
 }
