@@ -71,13 +71,11 @@ fn segments(capacity: u64, segment: u64) -> u64 {
 /// (`meta_log.rs`), so a configured stream it never writes (the default's fourth) holds no
 /// open segment and costs no capacity.
 pub(crate) fn kept_free(fc: &FlashConfig) -> u64 {
-    let mut written = [STREAM_DATA, STREAM_META, fc.reclaim_stream];
-    written.sort_unstable();
-    let open = written
-        .iter()
-        .enumerate()
-        .filter(|(i, s)| **s < fc.streams && (*i == 0 || written[*i - 1] != **s))
-        .count() as u64;
+    let written: std::collections::BTreeSet<u8> = [STREAM_DATA, STREAM_META, fc.reclaim_stream]
+        .into_iter()
+        .filter(|s| *s < fc.streams)
+        .collect();
+    let open = written.len() as u64;
     u64::from(fc.reserve_segments) + u64::from(fc.free_high_watermark) + open
 }
 

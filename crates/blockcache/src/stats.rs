@@ -97,12 +97,12 @@ counters! {
     uncached_writes,
     /// Uncached reads because of the sequential bypass.
     uncached_sequential_reads,
+    /// Uncached writes because of the sequential bypass.
+    uncached_sequential_writes,
     /// Blocks a request that never waits for space (a read miss's admission, a
     /// write-through's copy) left uncached because flash was full (NoSpace) or its stream's
     /// chunk writes were all in flight (Busy).
     uncached_flash_full,
-    /// Uncached writes because of the sequential bypass.
-    uncached_sequential_writes,
     /// Blocks admitted on a read miss.
     read_admits,
     /// Partial-block writes done read-modify-write.
