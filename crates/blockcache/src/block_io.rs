@@ -149,7 +149,7 @@ impl BlockIo {
     /// a clean block is refused with `Ok(None)` and a write goes ahead (dirty blocks are
     /// bounded by `dirty_max_pct`). A full or busy flash is the engine's error; waiting for
     /// space is the caller's policy. `fence` is told the block has a record; each append
-    /// grants reclaim `fill_moves`.
+    /// grants reclaim `fill_moves` (none during a fill hold: `Blocks::writer_waited`).
     pub(crate) fn try_append(
         &self,
         fence: &Fence,
@@ -200,13 +200,18 @@ impl BlockIo {
             if let Some(dead) = out.dead {
                 self.flash.mark_dead(Location::unpack(dead));
             }
-            Ok(Some(out))
+            Ok(Some((out, index.len() as u64)))
         })?;
-        let Some(out) = out else {
+        let Some((out, cached)) = out else {
             return Ok(None);
         };
         add(&self.stats.ssd_writes, 1);
-        self.blocks.aged_one(self.capacity_blocks, fill_moves);
+        if self
+            .blocks
+            .aged_one(self.capacity_blocks, fill_moves, cached)
+        {
+            add(&self.stats.fill_moves_withheld, fill_moves);
+        }
         Ok(Some(out))
     }
 

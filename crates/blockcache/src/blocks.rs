@@ -34,6 +34,12 @@ pub(crate) struct Blocks {
     /// (at most `capacity_blocks` saved up), so moves cost at most that many flash writes
     /// per client write.
     fill_budget: AtomicU64,
+    /// Appends left that grant no fill moves: a writer waited for a free segment, so
+    /// reclaim's optional copies yield to it (see [`Blocks::writer_waited`]).
+    fill_hold: AtomicU64,
+    /// During a fill hold, fill moves are still granted below this many cached blocks
+    /// (`reclaim_fill_floor_pct` of the capacity, set at the wait).
+    fill_floor: AtomicU64,
 }
 
 impl Default for Blocks {
@@ -43,6 +49,8 @@ impl Default for Blocks {
             age_budget: AtomicU64::new(0),
             fill_line: AtomicU64::new(0),
             fill_budget: AtomicU64::new(0),
+            fill_hold: AtomicU64::new(0),
+            fill_floor: AtomicU64::new(0),
         }
     }
 }
@@ -169,19 +177,52 @@ impl Blocks {
         self.fill_line.load(Ordering::Relaxed)
     }
 
-    /// One block appended by the cache: reclaim may lower one more read count (at most
-    /// `cap` saved up) and make `moves` more fill moves (at most `cap` saved up).
-    pub(crate) fn aged_one(&self, cap: u64, moves: u64) {
+    /// One block appended by the cache, which now holds `cached` blocks: reclaim may lower
+    /// one more read count (at most `cap` saved up) and make `moves` more fill moves (at
+    /// most `cap` saved up) — unless a fill hold lasts and the cache is at or above the
+    /// fill floor; the append then uses one of the hold's appends up instead. Returns
+    /// whether fill moves the cache had room for were withheld.
+    pub(crate) fn aged_one(&self, cap: u64, moves: u64, cached: u64) -> bool {
         let _ = self
             .age_budget
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
                 (t < cap).then_some(t + 1)
             });
+        let held = self
+            .fill_hold
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| h.checked_sub(1))
+            .is_ok();
+        if held && cached >= self.fill_floor.load(Ordering::Relaxed) {
+            return moves > 0 && cached < self.fill_line();
+        }
         let _ = self
             .fill_budget
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
                 (t < cap).then_some((t + moves).min(cap))
             });
+        false
+    }
+
+    /// A writer found no free flash segment. Fill moves are optional copies into the very
+    /// segments it waits for, so for the next fill slack of appends (`capacity / FILL_SLACK`
+    /// blocks, renewed by every wait) reclaim makes none while the cache holds at least
+    /// `floor_pct` % of `capacity` blocks, and a hold that starts gives the budget saved up
+    /// so far up (no burst of moves when it ends). Under sustained writes the cache settles between
+    /// that floor and its fill line, where reclaim frees more per victim, instead of
+    /// copying clean blocks nobody read while writes queue. Returns whether a hold started.
+    pub(crate) fn writer_waited(&self, capacity: u64, floor_pct: u64) -> bool {
+        let floor = capacity * floor_pct / 100;
+        if floor >= self.fill_line() {
+            // Fill moves stop at the fill line anyway: nothing to yield.
+            return false;
+        }
+        let hold = (capacity / FILL_SLACK).max(1);
+        self.fill_floor.store(floor, Ordering::Relaxed);
+        let started = self.fill_hold.fetch_max(hold, Ordering::Relaxed) == 0;
+        if started {
+            self.fill_budget.store(0, Ordering::Relaxed);
+        }
+        started
     }
 
     /// Spend one fill move, if the cache is below its fill line and the budget allows.
@@ -209,10 +250,50 @@ mod tests {
     fn age_budget_is_one_per_append_up_to_the_cap() {
         let b = Blocks::default();
         for _ in 0..10 {
-            b.aged_one(4, 0);
+            b.aged_one(4, 0, 0);
         }
         assert!((0..4).all(|_| b.take_age()));
         assert!(!b.take_age());
+    }
+
+    #[test]
+    fn a_writer_waiting_holds_fill_moves_for_the_fill_slack() {
+        let b = Blocks::default();
+        b.set_capacity(64); // fill line 62; a hold is 2 appends; floor 50 % = 32 blocks
+        for _ in 0..3 {
+            assert!(!b.aged_one(64, 1, 40));
+        }
+        assert!(b.writer_waited(64, 50), "the first wait starts a hold");
+        assert!(!b.writer_waited(64, 50), "a second one only renews it");
+        assert!(!b.take_fill(40), "the saved budget was given up");
+        assert!(
+            b.aged_one(64, 1, 40) && b.aged_one(64, 1, 40),
+            "two appends withheld"
+        );
+        assert!(!b.take_fill(40));
+        assert!(!b.aged_one(64, 1, 40), "the hold is over");
+        assert!(b.take_fill(40));
+        assert!(!b.take_fill(40));
+    }
+
+    #[test]
+    fn below_the_floor_a_hold_withholds_nothing() {
+        let b = Blocks::default();
+        b.set_capacity(64);
+        assert!(b.writer_waited(64, 50));
+        assert!(!b.aged_one(64, 1, 31), "below the floor: granted");
+        assert!(b.aged_one(64, 1, 32), "at the floor: withheld");
+        assert!(b.take_fill(31));
+        assert!(!b.take_fill(31));
+    }
+
+    #[test]
+    fn a_floor_at_the_fill_line_never_holds() {
+        let b = Blocks::default();
+        b.set_capacity(64); // fill line 62
+        assert!(!b.writer_waited(64, 97));
+        assert!(!b.aged_one(64, 1, 40));
+        assert!(b.take_fill(40));
     }
 
     #[test]

@@ -325,7 +325,7 @@ mod tests {
         }
         assert!(h.blocks.locked(|ix| ix.referenced(7)));
         // One append's worth of budget: this pass keeps it and uses the count up...
-        h.blocks.aged_one(100, 0);
+        h.blocks.aged_one(100, 0, 0);
         assert_eq!(h.decide(&meta(7, loc)), Decision::Keep);
         assert!(!h.blocks.locked(|ix| ix.referenced(7)));
         // ...and the next drops it (clean, not read since).
@@ -349,7 +349,7 @@ mod tests {
         });
         h.blocks.set_capacity(1000);
         // One append's worth of budget (one move): block 7 is moved, block 8 dropped.
-        h.blocks.aged_one(1000, 1);
+        h.blocks.aged_one(1000, 1, 0);
         assert_eq!(h.decide(&meta(7, a)), Decision::Keep);
         assert_eq!(h.decide(&meta(8, b)), Decision::Drop);
         let stats = h.durable.stats();
@@ -357,7 +357,7 @@ mod tests {
         assert_eq!(stats.replacements.load(Ordering::Relaxed), 1);
         // At the fill line nothing is moved for fill, budget or not.
         h.blocks.set_capacity(1);
-        h.blocks.aged_one(1000, 8);
+        h.blocks.aged_one(1000, 8, 0);
         assert_eq!(h.decide(&meta(7, a)), Decision::Drop);
     }
 }

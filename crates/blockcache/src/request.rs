@@ -370,6 +370,10 @@ impl BlockCache {
                             add(&self.io.stats.write_stalls, 1);
                         }
                         self.writeback.wake_urgently();
+                        // Reclaim's optional copies (fill moves) yield to a waiting writer.
+                        self.io
+                            .blocks
+                            .writer_waited(self.io.capacity_blocks, self.tunables.fill_floor_pct());
                     }
                     let slept = Instant::now();
                     tokio::time::sleep(Duration::from_millis(2)).await;

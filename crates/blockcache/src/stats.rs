@@ -53,6 +53,9 @@ counters! {
     /// Clean blocks reclaim moved instead of dropping, not read since the last pass, because
     /// the cache held fewer blocks than its fill line (97 % of `capacity_blocks`).
     moved_fill_blocks,
+    /// Fill moves not granted because a writer had waited for a free flash segment within
+    /// the last fill slack of appends (reclaim's optional copies yield to writers).
+    fill_moves_withheld,
     /// Clean blocks admitted that the sketch saw accessed before lately: they count as read
     /// once, so the next CLOCK or reclaim pass keeps them.
     history_hits,

@@ -168,6 +168,11 @@ pub const TUNABLES: &[(&str, &str, &str)] = &[
         "1",
         "clean blocks reclaim may move (copy) instead of dropping, per block the cache writes, while the cache is below 97 % of capacity_blocks (0 = drop them; 0..=64)",
     ),
+    (
+        "reclaim_fill_floor_pct",
+        "90",
+        "after a writer waited for a free flash segment, fill moves stop for capacity_blocks/32 appends unless the cache holds fewer than this % of capacity_blocks (0..=97; 97 = fill moves never yield to writers)",
+    ),
 ];
 
 /// The runtime settings.
@@ -191,6 +196,7 @@ pub struct Tunables {
     writeback_max_rate: AtomicU64,
     writeback_busy_share_pct: AtomicU64,
     reclaim_fill_moves: AtomicU64,
+    reclaim_fill_floor_pct: AtomicU64,
 }
 
 impl Default for Tunables {
@@ -214,6 +220,7 @@ impl Default for Tunables {
             writeback_max_rate: AtomicU64::new(0),
             writeback_busy_share_pct: AtomicU64::new(0),
             reclaim_fill_moves: AtomicU64::new(0),
+            reclaim_fill_floor_pct: AtomicU64::new(0),
         };
         for (name, default, _) in TUNABLES {
             // Defaults are constants above; a failure here would be a typo caught by tests.
@@ -323,6 +330,10 @@ impl Tunables {
                 n @ 0..=64 => self.reclaim_fill_moves.store(n, Relaxed),
                 n => return Err(Error::Config(format!("{name}: {n} must be 0..=64"))),
             },
+            "reclaim_fill_floor_pct" => match parse_u64(name, value)? {
+                n @ 0..=97 => self.reclaim_fill_floor_pct.store(n, Relaxed),
+                n => return Err(Error::Config(format!("{name}: {n} must be 0..=97"))),
+            },
             _ => return Err(Error::Config(format!("unknown tunable {name:?}"))),
         }
         Ok(())
@@ -349,6 +360,7 @@ impl Tunables {
             "writeback_max_rate" => self.writeback_max_rate.load(Relaxed).to_string(),
             "writeback_busy_share_pct" => self.writeback_busy_share_pct.load(Relaxed).to_string(),
             "reclaim_fill_moves" => self.reclaim_fill_moves.load(Relaxed).to_string(),
+            "reclaim_fill_floor_pct" => self.reclaim_fill_floor_pct.load(Relaxed).to_string(),
             _ => return None,
         })
     }
@@ -438,6 +450,12 @@ impl Tunables {
     /// Fill moves reclaim may make per block the cache writes.
     pub fn fill_moves(&self) -> u64 {
         self.reclaim_fill_moves.load(Relaxed)
+    }
+
+    /// `reclaim_fill_floor_pct`: below this share of `capacity_blocks` fill moves do not
+    /// yield to a writer waiting for space.
+    pub fn fill_floor_pct(&self) -> u64 {
+        self.reclaim_fill_floor_pct.load(Relaxed)
     }
 
     /// `(batch, inflight, max_rate)` for writeback.

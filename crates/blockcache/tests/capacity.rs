@@ -49,12 +49,41 @@ fn capacity_blocks_is_most_of_the_device() {
 }
 
 /// Random 4 KiB writes over a device four times the cache, three times the capacity in
-/// all, with writeback running: once full, the cache holds >= 95 % of `capacity_blocks`
+/// all, with writeback running, and fill moves that never yield to a waiting writer
+/// (`reclaim_fill_floor_pct` 97): once full, the cache holds >= 95 % of `capacity_blocks`
 /// throughout (reclaim moves clean blocks within `reclaim_fill_moves` instead of dropping
 /// them), and never more than it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_cache_stays_full_under_writes() {
-    // The default is 4; CAPACITY_FILL_MOVES measures others.
+    let (cap, min_cached, per_block) = fill_under_writes("97").await;
+    assert!(
+        min_cached * 100 >= cap * 95,
+        "cached fell to {min_cached} of {cap}"
+    );
+    assert!(per_block > 1.0, "{per_block}");
+}
+
+/// The same writes with the default floor (90 %): writers wait for free segments all
+/// along, so fill moves yield to them while the cache holds at least 90 % of
+/// `capacity_blocks`: it settles near that floor (never far under it) and reclaim copies
+/// fewer clean blocks per client block than when it keeps the cache at its fill line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fill_moves_yield_to_waiting_writers_down_to_the_floor() {
+    let (cap, min_cached, per_block) = fill_under_writes("90").await;
+    assert!(
+        min_cached * 100 >= cap * 86,
+        "cached fell to {min_cached} of {cap}, far under the 90 % floor"
+    );
+    assert!(
+        per_block < 3.0,
+        "flash bytes written per client block {per_block:.2}: fill moves did not yield"
+    );
+}
+
+/// Write three times the capacity at random over four times the cache; returns
+/// (capacity, the fewest blocks cached in the second half, flash bytes written per client
+/// byte). `CAPACITY_FILL_MOVES` (default 4) and `CAPACITY_POLICY` measure other settings.
+async fn fill_under_writes(floor_pct: &str) -> (u64, u64, f64) {
     let fill = std::env::var("CAPACITY_FILL_MOVES").unwrap_or_else(|_| "4".into());
     let cache = open(
         32 << 20,
@@ -63,6 +92,7 @@ async fn a_full_cache_stays_full_under_writes() {
             ("flush_period_s", "1"),
             ("seq_threshold_kb", "0"),
             ("reclaim_fill_moves", &fill),
+            ("reclaim_fill_floor_pct", floor_pct),
         ],
     );
     let wb = cache.start();
@@ -97,17 +127,17 @@ async fn a_full_cache_stays_full_under_writes() {
             eprintln!("  {k} = {v}");
         }
     }
+    let per_block =
+        stat(&cache, "flash_bytes_written") as f64 / (stat(&cache, "writes") * BS) as f64;
     eprintln!(
-        "capacity {cap}, min cached in the second half {min_cached} ({:.1} %), moved for \
-         fill {}, flash bytes written per client block {:.2}",
+        "floor {floor_pct} %: capacity {cap}, min cached in the second half {min_cached} \
+         ({:.1} %), moved for fill {}, fill moves withheld {}, flash bytes written per \
+         client block {per_block:.2}",
         min_cached as f64 * 100.0 / cap as f64,
         stat(&cache, "moved_fill_blocks"),
-        stat(&cache, "flash_bytes_written") as f64 / (stat(&cache, "writes") * BS) as f64
-    );
-    assert!(
-        min_cached * 100 >= cap * 95,
-        "cached fell to {min_cached} of {cap}"
+        stat(&cache, "fill_moves_withheld"),
     );
     cache.stop();
     wb.abort();
+    (cap, min_cached, per_block)
 }
