@@ -228,7 +228,7 @@ run_config() { # name
         ( while :; do
             if [ -r "$W/run/block.stats" ]; then
                 printf 't=%s phase=%s load1=%s ' "$(date +%s.%N)" "$(cat "$W/phase")" "$(cut -d' ' -f1 /proc/loadavg)"
-                grep -E '^(reads|read_hits|writes|write_hits|read_hit_percent|dirty_blocks|cached_blocks|capacity_blocks|dirty_percent|disk_reads|disk_writes|cleanings|threshold_cleanings|period_cleanings|write_stalls|read_admits|uncached_reads|uncached_sequential_reads|write_us|write_wait_us|write_wait_dirty_us|write_wait_nospace_us|write_wait_busy_us|moved_clean_blocks|moved_fill_blocks|fill_moves_withheld|moved_dirty_blocks|replacements|ssd_writes)=' \
+                grep -E '^(reads|read_hits|writes|write_hits|read_hit_percent|dirty_blocks|cached_blocks|capacity_blocks|dirty_percent|disk_reads|disk_writes|cleanings|threshold_cleanings|period_cleanings|write_stalls|read_admits|uncached_reads|uncached_sequential_reads|write_us|write_wait_us|write_wait_dirty_us|write_wait_nospace_us|write_wait_busy_us|moved_clean_blocks|moved_fill_blocks|fill_moves_withheld|moved_dirty_blocks|replacements|ssd_writes|flash_reclaims|flash_reclaim_us|flash_reclaim_flush_us|flash_segments_free)=' \
                     "$W/run/block.stats" | tr '\n' ' '
                 echo
             fi

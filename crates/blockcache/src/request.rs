@@ -334,6 +334,12 @@ impl BlockCache {
     ) -> Result<Option<PutOutcome>, BackendError> {
         let mut stalled = false;
         let mut waiting: Option<Instant> = None;
+        // Every way out counts the time waited, so the per-cause counters never exceed it.
+        let waited = |waiting: Option<Instant>| {
+            if let Some(t) = waiting {
+                add(&self.io.stats.write_wait_us, us_since(t));
+            }
+        };
         loop {
             match self.io.try_append(
                 &self.durable.fence,
@@ -343,9 +349,7 @@ impl BlockCache {
                 self.tunables.fill_moves(),
             ) {
                 Ok(out) => {
-                    if let Some(t) = waiting {
-                        add(&self.io.stats.write_wait_us, us_since(t));
-                    }
+                    waited(waiting);
                     return Ok(out);
                 }
                 Err(e @ (flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)) => {
@@ -355,9 +359,11 @@ impl BlockCache {
                         return Ok(None);
                     };
                     if self.stopping.load(Ordering::Acquire) {
+                        waited(waiting);
                         return Err(BackendError::Shutdown);
                     }
                     if Instant::now() >= deadline {
+                        waited(waiting);
                         return Err(self.stall_timeout("flash stayed full of dirty blocks"));
                     }
                     // Busy: the stream's chunk writes are all in flight, which only time
@@ -384,7 +390,10 @@ impl BlockCache {
                     };
                     add(cause, us_since(slept));
                 }
-                Err(e) => return Err(flash_err(e)),
+                Err(e) => {
+                    waited(waiting);
+                    return Err(flash_err(e));
+                }
             }
         }
     }
