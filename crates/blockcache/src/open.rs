@@ -250,6 +250,16 @@ fn settings(
             fc.chunk_size = chunk;
         }
     }
+    // Reclaim frees segments at least half dead ahead of writers, up to 1/64 of the
+    // segments beyond the high watermark, so a write burst finds free segments instead of
+    // waiting for a pass (docs/block-cache.md "Reclaim"). Not kept free: capacity is
+    // unchanged. 0 in a `FlashConfig` reads as this default; `flash.free_ahead` in
+    // `tunables` or at run time sets another (0 = off).
+    if fc.free_ahead == 0 {
+        fc.free_ahead = u32::try_from(cap / fc.segment_size.max(1) / 64)
+            .unwrap_or(u32::MAX)
+            .max(2);
+    }
     // A kv flash file is not a block cache: the engine refuses it (and foreign data).
     fc.role = flashtier_flash::Role::Block;
     let max_val = fc.max_value_len(0) as u64;

@@ -141,6 +141,12 @@ pub struct FlashConfig {
     pub free_low_watermark: u32,
     /// Reclaim stops when this many segments are free (after the reserve). Default: `3`.
     pub free_high_watermark: u32,
+    /// Segments the background reclaimer frees beyond `free_high_watermark` while a sealed
+    /// segment has at least half its value records dead ([`crate::Flash`]'s reclaim
+    /// "ahead"): writers find free segments after a burst instead of waiting for a pass,
+    /// and freeing such a segment early costs at most as many copies as it frees. Not kept
+    /// free: when no victim is that cheap reclaim stops at the high watermark. Default: `0`.
+    pub free_ahead: u32,
     /// Victim choice. Default: `Fifo`.
     pub reclaim_policy: ReclaimPolicy,
     /// Largest fraction of a victim's record bytes that may be rewritten; beyond it records
@@ -208,6 +214,7 @@ impl Default for FlashConfig {
             reserve_segments: 2,
             free_low_watermark: 2,
             free_high_watermark: 3,
+            free_ahead: 0,
             reclaim_policy: ReclaimPolicy::Fifo,
             keep_limit: 0.75,
             reclaim_rate: 0,

@@ -23,6 +23,7 @@ pub const KNOB_NAMES: &[&str] = &[
     "read_queue_limit",
     "free_low_watermark",
     "free_high_watermark",
+    "free_ahead",
     "reclaim_policy",
     "keep_limit",
     "reclaim_rate",
@@ -46,6 +47,7 @@ pub(crate) struct Knobs {
     read_queue_limit: AtomicU64,
     free_low: AtomicU64,
     free_high: AtomicU64,
+    free_ahead: AtomicU64,
     /// 0 fifo, 1 greedy, 2 cost-benefit.
     policy: AtomicU64,
     /// keep_limit * 1_000_000.
@@ -72,6 +74,7 @@ impl Knobs {
             read_queue_limit: AtomicU64::new(cfg.read_queue_limit as u64),
             free_low: AtomicU64::new(u64::from(cfg.free_low_watermark)),
             free_high: AtomicU64::new(u64::from(cfg.free_high_watermark)),
+            free_ahead: AtomicU64::new(u64::from(cfg.free_ahead)),
             policy: AtomicU64::new(match cfg.reclaim_policy {
                 ReclaimPolicy::Fifo => 0,
                 ReclaimPolicy::Greedy => 1,
@@ -112,6 +115,9 @@ impl Knobs {
     pub(crate) fn free_high(&self) -> u32 {
         rel(&self.free_high) as u32
     }
+    pub(crate) fn free_ahead(&self) -> u32 {
+        rel(&self.free_ahead) as u32
+    }
     pub(crate) fn policy(&self) -> ReclaimPolicy {
         match rel(&self.policy) {
             0 => ReclaimPolicy::Fifo,
@@ -143,6 +149,7 @@ impl Knobs {
             ("read_queue_limit", self.read_queue_limit().to_string()),
             ("free_low_watermark", self.free_low().to_string()),
             ("free_high_watermark", self.free_high().to_string()),
+            ("free_ahead", self.free_ahead().to_string()),
             (
                 "reclaim_policy",
                 match self.policy() {
@@ -196,6 +203,10 @@ impl Knobs {
                 }
                 self.free_high.store(n, Ordering::Relaxed);
             }
+            "free_ahead" => match int()? {
+                n @ 0..=65536 => self.free_ahead.store(n, Ordering::Relaxed),
+                _ => return Err(bad("must be 0..=65536")),
+            },
             "reclaim_policy" => match value.trim().to_ascii_lowercase().as_str() {
                 "fifo" => self.policy.store(0, Ordering::Relaxed),
                 "greedy" => self.policy.store(1, Ordering::Relaxed),

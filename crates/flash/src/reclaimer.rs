@@ -66,18 +66,22 @@ pub(crate) fn run(inner: &Arc<Inner>) {
 }
 
 /// True when the reclaimer should run a pass: fewer spare segments than the low watermark,
-/// or fewer than the high one plus [`DEAD_AHEAD`] while a segment of dead values waits.
+/// or fewer than the high one plus [`DEAD_AHEAD`] while a segment of dead values waits, or
+/// fewer than the high one plus `free_ahead` while a segment at least half dead waits.
 pub(crate) fn wanted(inner: &Inner, state: &crate::state::State) -> bool {
     let spare = inner.spare(state);
+    let high = inner.knobs.free_high();
+    let out = state.health.out_mask();
     spare < inner.knobs.free_low()
-        || (spare < inner.knobs.free_high() + DEAD_AHEAD
-            && state.segments.has_dead_victim(state.health.out_mask()))
+        || (spare < high + DEAD_AHEAD && state.segments.has_dead_victim(out))
+        || (spare < high + inner.knobs.free_ahead() && state.segments.has_cheap_victim(out))
 }
 
 /// Reclaim until `free_high_watermark` spare segments exist (or one victim if `force`), and
-/// with `ahead` (the background reclaimer) beyond it, up to [`DEAD_AHEAD`] more, by freeing
-/// segments whose values are all dead. Victims go in batches of up to [`RECLAIM_BATCH`]
-/// under one flush.
+/// with `ahead` (the background reclaimer) beyond it: up to [`DEAD_AHEAD`] more by freeing
+/// segments whose values are all dead, and up to `free_ahead` more by freeing segments at
+/// least half dead, one a batch. Victims go in batches of up to [`RECLAIM_BATCH`] under one
+/// flush.
 pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool, ahead: bool) -> Result<u32> {
     let mut freed = 0;
     loop {
@@ -108,6 +112,12 @@ pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool, ahead: bool) -> Resu
             // their needed tombstones.
             if needed > 0 {
                 if let Some(seg) = state.segments.pick_victim(&out, policy, now_unix()) {
+                    batch.push(seg);
+                }
+            } else if ahead && spare < high + inner.knobs.free_ahead() {
+                // Ahead of need: only a victim that frees at least as much as it copies.
+                if let Some(seg) = state.segments.pick_cheap_victim(&out) {
+                    FlashStats::add(&inner.stats.reclaims_ahead, 1);
                     batch.push(seg);
                 }
             }

@@ -272,6 +272,38 @@ impl SegmentTable {
         self.dead_victim(out).is_some()
     }
 
+    /// The sealed segment on a device not `out` with the largest share of its value
+    /// records dead, if at least half are ([`crate::config::FlashConfig::free_ahead`]),
+    /// marked `Reclaiming`.
+    pub(crate) fn pick_cheap_victim(&mut self, out: &[bool]) -> Option<u32> {
+        let seg = self.cheap_victim(out)?;
+        self.segs[seg as usize].state = SegState::Reclaiming;
+        Some(seg)
+    }
+
+    /// True when [`Self::pick_cheap_victim`] would find a segment.
+    pub(crate) fn has_cheap_victim(&self, out: &[bool]) -> bool {
+        self.cheap_victim(out).is_some()
+    }
+
+    fn cheap_victim(&self, out: &[bool]) -> Option<u32> {
+        self.segs
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                s.state == SegState::Sealed
+                    && !s.tail_pending
+                    && !out.get(s.dev).copied().unwrap_or(true)
+                    && s.mostly_dead()
+            })
+            .max_by(|(_, a), (_, b)| {
+                a.dead_share()
+                    .total_cmp(&b.dead_share())
+                    .then(b.order.cmp(&a.order))
+            })
+            .map(|(i, _)| i as u32)
+    }
+
     fn dead_victim(&self, out: &[bool]) -> Option<u32> {
         self.segs
             .iter()

@@ -152,6 +152,17 @@ impl SegInfo {
         self.puts > 0 && self.dead >= self.puts
     }
 
+    /// At least half the value records (at least one) are marked dead: freeing the segment
+    /// copies no more records than it frees.
+    pub(crate) fn mostly_dead(&self) -> bool {
+        self.puts > 0 && u64::from(self.dead) * 2 >= u64::from(self.puts)
+    }
+
+    /// The share of value records marked dead (0 with none).
+    pub(crate) fn dead_share(&self) -> f64 {
+        f64::from(self.dead) / f64::from(self.puts.max(1))
+    }
+
     /// Count `n` more value records dead (never more than there are); false if every one
     /// was dead already.
     pub(crate) fn add_dead(&mut self, n: u32) -> bool {

@@ -234,8 +234,10 @@ impl Inner {
         let reserve = self.cfg.reserve_segments as usize;
         let free = state.free_total();
         // The reclaimer runs below the low watermark, and below the high one plus
-        // `DEAD_AHEAD` while segments of dead values can be freed (`reclaimer::wanted`).
-        let ahead = self.knobs.free_high() + crate::reclaimer::DEAD_AHEAD;
+        // `DEAD_AHEAD` (or `free_ahead`) while segments of dead (or half dead) values can be
+        // freed (`reclaimer::wanted`).
+        let ahead =
+            self.knobs.free_high() + crate::reclaimer::DEAD_AHEAD.max(self.knobs.free_ahead());
         if free <= ahead as usize + reserve {
             self.wake.notify_all();
         }
