@@ -250,7 +250,7 @@ fn settings(
             fc.chunk_size = chunk;
         }
     }
-    // Reclaim frees segments at least half dead ahead of writers, up to 1/64 of the
+    // Reclaim frees segments at least a quarter dead ahead of writers, up to 1/64 of the
     // segments beyond the high watermark, so a write burst finds free segments instead of
     // waiting for a pass (docs/block-cache.md "Reclaim"). Not kept free: capacity is
     // unchanged. 0 in a `FlashConfig` reads as this default; `flash.free_ahead` in

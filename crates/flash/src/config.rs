@@ -142,9 +142,9 @@ pub struct FlashConfig {
     /// Reclaim stops when this many segments are free (after the reserve). Default: `3`.
     pub free_high_watermark: u32,
     /// Segments the background reclaimer frees beyond `free_high_watermark` while a sealed
-    /// segment has at least half its value records dead ([`crate::Flash`]'s reclaim
-    /// "ahead"): writers find free segments after a burst instead of waiting for a pass,
-    /// and freeing such a segment early costs at most as many copies as it frees. Not kept
+    /// segment has at least a quarter of its value records dead ([`crate::Flash`]'s
+    /// reclaim "ahead"): writers find free segments after a burst instead of waiting for a
+    /// pass, and such a victim copies at most three records per record it frees. Not kept
     /// free: when no victim is that cheap reclaim stops at the high watermark. Default: `0`.
     pub free_ahead: u32,
     /// Victim choice. Default: `Fifo`.

@@ -67,7 +67,7 @@ pub(crate) fn run(inner: &Arc<Inner>) {
 
 /// True when the reclaimer should run a pass: fewer spare segments than the low watermark,
 /// or fewer than the high one plus [`DEAD_AHEAD`] while a segment of dead values waits, or
-/// fewer than the high one plus `free_ahead` while a segment at least half dead waits.
+/// fewer than the high one plus `free_ahead` while a segment at least a quarter dead waits.
 pub(crate) fn wanted(inner: &Inner, state: &crate::state::State) -> bool {
     let spare = inner.spare(state);
     let high = inner.knobs.free_high();
@@ -80,7 +80,7 @@ pub(crate) fn wanted(inner: &Inner, state: &crate::state::State) -> bool {
 /// Reclaim until `free_high_watermark` spare segments exist (or one victim if `force`), and
 /// with `ahead` (the background reclaimer) beyond it: up to [`DEAD_AHEAD`] more by freeing
 /// segments whose values are all dead, and up to `free_ahead` more by freeing segments at
-/// least half dead, one a batch. Victims go in batches of up to [`RECLAIM_BATCH`] under one
+/// least a quarter dead, one a batch. Victims go in batches of up to [`RECLAIM_BATCH`] under one
 /// flush.
 pub(crate) fn reclaim_pass(inner: &Arc<Inner>, force: bool, ahead: bool) -> Result<u32> {
     let mut freed = 0;

@@ -273,7 +273,7 @@ impl SegmentTable {
     }
 
     /// The sealed segment on a device not `out` with the largest share of its value
-    /// records dead, if at least half are ([`crate::config::FlashConfig::free_ahead`]),
+    /// records dead, if at least a quarter are ([`crate::config::FlashConfig::free_ahead`]),
     /// marked `Reclaiming`.
     pub(crate) fn pick_cheap_victim(&mut self, out: &[bool]) -> Option<u32> {
         let seg = self.cheap_victim(out)?;
@@ -294,7 +294,7 @@ impl SegmentTable {
                 s.state == SegState::Sealed
                     && !s.tail_pending
                     && !out.get(s.dev).copied().unwrap_or(true)
-                    && s.mostly_dead()
+                    && s.worth_freeing_ahead()
             })
             .max_by(|(_, a), (_, b)| {
                 a.dead_share()

@@ -152,10 +152,10 @@ impl SegInfo {
         self.puts > 0 && self.dead >= self.puts
     }
 
-    /// At least half the value records (at least one) are marked dead: freeing the segment
-    /// copies no more records than it frees.
-    pub(crate) fn mostly_dead(&self) -> bool {
-        self.puts > 0 && u64::from(self.dead) * 2 >= u64::from(self.puts)
+    /// At least a quarter of the value records (at least one) are marked dead: freeing the
+    /// segment copies at most three records per record it frees (`free_ahead`).
+    pub(crate) fn worth_freeing_ahead(&self) -> bool {
+        self.puts > 0 && u64::from(self.dead) * 4 >= u64::from(self.puts)
     }
 
     /// The share of value records marked dead (0 with none).

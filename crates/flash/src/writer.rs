@@ -234,7 +234,7 @@ impl Inner {
         let reserve = self.cfg.reserve_segments as usize;
         let free = state.free_total();
         // The reclaimer runs below the low watermark, and below the high one plus
-        // `DEAD_AHEAD` (or `free_ahead`) while segments of dead (or half dead) values can be
+        // `DEAD_AHEAD` (or `free_ahead`) while segments of dead (or partly dead) values can be
         // freed (`reclaimer::wanted`).
         let ahead =
             self.knobs.free_high() + crate::reclaimer::DEAD_AHEAD.max(self.knobs.free_ahead());

@@ -405,7 +405,7 @@ fn working_memory_stays_under_its_limit() {
     verify(&f, &index, &latest);
 }
 
-/// With `free_ahead`, the background reclaimer frees segments at least half dead beyond the
+/// With `free_ahead`, the background reclaimer frees segments at least a quarter dead beyond the
 /// high watermark while nobody writes, so a burst finds free segments; without it those
 /// segments wait until free segments fall under the low watermark. Keys 0..600 once, then the
 /// even keys four times more: the first pass's segments are half dead (the odd keys live),
