@@ -13,6 +13,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
+use tokio::sync::Notify;
 
 use crate::index::{Entry, Index};
 
@@ -40,6 +41,8 @@ pub(crate) struct Blocks {
     /// During a fill hold, fill moves are still granted below this many cached blocks
     /// (`reclaim_fill_floor_pct` of the capacity, set at the wait).
     fill_floor: AtomicU64,
+    /// Woken when reclaim frees flash segments: writers waiting for space retry then.
+    space: Notify,
 }
 
 impl Default for Blocks {
@@ -51,6 +54,7 @@ impl Default for Blocks {
             fill_budget: AtomicU64::new(0),
             fill_hold: AtomicU64::new(0),
             fill_floor: AtomicU64::new(0),
+            space: Notify::new(),
         }
     }
 }
@@ -126,6 +130,17 @@ impl Blocks {
                 dead(e.loc);
             }
         }
+    }
+
+    /// Reclaim freed flash segments: wake every writer waiting in [`Blocks::space_wait`].
+    pub(crate) fn space_freed(&self) {
+        self.space.notify_waiters();
+    }
+
+    /// Wait until reclaim frees a flash segment, at most `max` (a free that comes between
+    /// the caller's failed append and this call is seen at the timeout).
+    pub(crate) async fn space_wait(&self, max: std::time::Duration) {
+        let _ = tokio::time::timeout(max, self.space.notified()).await;
     }
 
     /// Take a fresh version.
@@ -294,6 +309,26 @@ mod tests {
         assert!(!b.writer_waited(64, 97));
         assert!(!b.aged_one(64, 1, 40));
         assert!(b.take_fill(40));
+    }
+
+    #[tokio::test]
+    async fn a_freed_segment_wakes_a_waiting_writer() {
+        let b = std::sync::Arc::new(Blocks::default());
+        let waiter = {
+            let b = std::sync::Arc::clone(&b);
+            tokio::spawn(async move {
+                let t = std::time::Instant::now();
+                b.space_wait(std::time::Duration::from_secs(30)).await;
+                t.elapsed()
+            })
+        };
+        // Until the waiter has registered a wake is not seen: repeat it.
+        while !waiter.is_finished() {
+            b.space_freed();
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        let waited = waiter.await.expect("waiter");
+        assert!(waited < std::time::Duration::from_secs(10), "{waited:?}");
     }
 
     #[test]

@@ -217,6 +217,11 @@ impl ReclaimHandler for Handler {
         }
     }
 
+    fn segments_freed(&self, _n: u32) {
+        // Writers waiting for a free segment retry now, not at their next poll.
+        self.blocks.space_freed();
+    }
+
     fn evicted(&self, rec: &RecordMeta) {
         self.gate.wait();
         if RecordKind::of(rec.kind, rec.key_id) != RecordKind::Block {

@@ -382,7 +382,12 @@ impl BlockCache {
                             .writer_waited(self.io.capacity_blocks, self.tunables.fill_floor_pct());
                     }
                     let slept = Instant::now();
-                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    if no_space {
+                        // Woken when reclaim frees a segment; the poll bounds a missed wake.
+                        self.io.blocks.space_wait(Duration::from_millis(2)).await;
+                    } else {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
                     let cause = if no_space {
                         &self.io.stats.write_wait_nospace_us
                     } else {

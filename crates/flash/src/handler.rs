@@ -104,6 +104,10 @@ pub trait ReclaimHandler: Send + Sync + 'static {
     fn before_erase(&self) -> std::result::Result<(), String> {
         Ok(())
     }
+    /// Reclaim freed `n` segments (0: a batch that partly failed freed an unknown number):
+    /// an append refused with `NoSpace` may now succeed. Called on the reclaiming thread
+    /// with no engine lock held; it must not block.
+    fn segments_freed(&self, _n: u32) {}
 }
 
 /// A record whose write failed (see [`ReclaimHandler::lost`]).

@@ -402,7 +402,12 @@ fn finish(inner: &Arc<Inner>, ready: &[Prepared]) -> Result<u32> {
         .handler
         .before_erase()
         .map_err(|e| back(Error::io(name, "before erase", std::io::Error::other(e))))?;
-    erase(inner, ready)
+    let erased = erase(inner, ready);
+    // A failed erase still frees the victims it could (how many is not returned: 0).
+    inner
+        .handler
+        .segments_freed(erased.as_ref().map_or(0, |n| *n));
+    erased
 }
 
 /// The victim's summary entries: from its summary if it has a valid one, else by scanning
