@@ -302,9 +302,7 @@ impl<'a> ValueWords<'a> {
     /// short reading as zeros as in [`read_value_chunked`]).
     pub fn copy_to(&self, dst: &mut [u8]) {
         match self {
-            ValueWords::Flat { words, .. } => {
-                copy_words(words.iter().map(|w| w.load(Relaxed)), dst)
-            }
+            ValueWords::Flat { words, .. } => copy_flat(words, dst),
             ValueWords::Chunked { chunks, base, .. } => {
                 let cw = chunks.first().map_or(0, |c| c.len()).max(1);
                 let word = |w: usize| {
@@ -314,6 +312,22 @@ impl<'a> ValueWords<'a> {
                 copy_words((*base..).map(word), dst);
             }
         }
+    }
+}
+
+/// [`copy_words`] from one slice, as a plain indexed loop (a load and a store per word).
+fn copy_flat(words: &[AtomicU64], dst: &mut [u8]) {
+    let n = dst.len() / 8;
+    let (whole, rest) = dst.split_at_mut(n * 8);
+    for (d, w) in whole.chunks_exact_mut(8).zip(words) {
+        d.copy_from_slice(&w.load(Relaxed).to_le_bytes());
+    }
+    if let Some(short) = whole.get_mut(words.len() * 8..) {
+        short.fill(0);
+    }
+    if !rest.is_empty() {
+        let last = words.get(n).map_or(0, |w| w.load(Relaxed)).to_le_bytes();
+        rest.copy_from_slice(&last[..rest.len()]);
     }
 }
 
