@@ -261,11 +261,29 @@ def snap(pid, port, cg, out):
         "cgroup_cache_bytes": mstat.get("cache"),
         "cgroup_rss_bytes": mstat.get("rss"),
         "stats": server_stats(port),
+        # CPU run time per thread name, summed (schedstat ns): what one thread kind (the
+        # write-back, the workers) spent between two snaps.
+        "thread_run_ns": thread_run_ns(pid),
     }
     if not data["stats"]:
         sys.exit(f"snap: no stats from 127.0.0.1:{port}")
     with open(out, "w") as f:
         json.dump(data, f, indent=2)
+
+
+def thread_run_ns(pid):
+    """CPU run time (schedstat, ns) of PID's threads, summed per thread name."""
+    runs = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                run = int(f.read().split()[0])
+        except (OSError, ValueError):
+            continue
+        runs[name] = runs.get(name, 0) + run
+    return runs
 
 
 def sched(pid, out):

@@ -25,7 +25,7 @@ use crate::location::Location;
 use crate::stats::FlashStats;
 
 pub use crate::handler::{
-    Decision, DropAll, LostRecord, ReclaimHandler, RecordMeta, RecordWrite, StreamId,
+    Decision, DropAll, LostRecord, ReclaimHandler, RecordMeta, RecordWrite, StreamId, ValueFill,
 };
 
 /// The flash engine. Cheap to share behind an `Arc`; every method takes `&self`.
@@ -187,6 +187,18 @@ impl Flash {
         self.inner.append(stream, rec)
     }
 
+    /// [`append`](Self::append) of a record whose value is `rec.value` followed by the
+    /// `fill.len` bytes `fill` writes straight into the write chunk (see [`ValueFill`]): the
+    /// caller's copy of its value is the only one, and nothing is allocated for it.
+    pub fn append_with(
+        &self,
+        stream: StreamId,
+        rec: &RecordWrite<'_>,
+        fill: ValueFill<'_>,
+    ) -> Result<Location> {
+        self.inner.append_parts(stream, rec, Some(fill))
+    }
+
     /// True when an append of a `len`-byte record to `stream` would not be refused by
     /// back-pressure now (chunk writes all in flight, or no free segment while reclaim frees
     /// one). Cheap (one lock); a hint — another writer may take the room first. For callers
@@ -204,7 +216,19 @@ impl Flash {
         rec: &RecordWrite<'_>,
         timeout: std::time::Duration,
     ) -> Result<Location> {
-        self.inner.append_wait(stream, rec, timeout)
+        self.inner.append_wait(stream, rec, None, timeout)
+    }
+
+    /// [`append_blocking`](Self::append_blocking) with the value's tail written by `fill`
+    /// (see [`append_with`](Self::append_with)).
+    pub fn append_blocking_with(
+        &self,
+        stream: StreamId,
+        rec: &RecordWrite<'_>,
+        fill: ValueFill<'_>,
+        timeout: std::time::Duration,
+    ) -> Result<Location> {
+        self.inner.append_wait(stream, rec, Some(fill), timeout)
     }
 
     /// Read the record at `loc`: from RAM if still buffered, else one device read of the

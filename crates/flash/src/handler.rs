@@ -27,6 +27,27 @@ pub struct RecordWrite<'a> {
     pub value: &'a [u8],
 }
 
+/// The rest of a record's value after [`RecordWrite::value`], written by `fill` straight
+/// into the stream's write chunk under the engine's lock ([`crate::Flash::append_with`]):
+/// a caller whose value is not a byte slice (the cache's RAM arena words) copies it once,
+/// into its place on flash, with no buffer of its own. `fill` is given exactly `len` bytes
+/// and must write every one (the chunk buffer is reused: a byte left alone keeps older data,
+/// which the checksum then covers). It runs under the engine's state lock, so it must take
+/// no lock of the engine and nothing that waits.
+#[derive(Clone, Copy)]
+pub struct ValueFill<'a> {
+    /// Bytes `fill` writes.
+    pub len: usize,
+    /// Writes the bytes into the slice it is given (`len` long).
+    pub fill: &'a dyn Fn(&mut [u8]),
+}
+
+impl std::fmt::Debug for ValueFill<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ValueFill").field("len", &self.len).finish()
+    }
+}
+
 /// What recovery and reclaim tell the user about a record, without its key or value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordMeta {

@@ -232,7 +232,7 @@ impl Inner {
 /// What the journal thread asks of the log: the engine's append, flush and lost records.
 impl crate::journal::Log for Arc<Inner> {
     fn append_waiting(&self, rec: &RecordWrite<'_>, wait: std::time::Duration) -> bool {
-        self.append_wait(0, rec, wait).is_ok()
+        self.append_wait(0, rec, None, wait).is_ok()
     }
 
     fn lost_unheard(&self) -> bool {

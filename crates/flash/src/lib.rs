@@ -54,7 +54,7 @@ pub use completion::Completion;
 pub use config::{format_size, parse_size, DeviceSpec, FlashConfig, IoBackend, ReclaimPolicy};
 pub use engine::{
     Decision, DropAll, Flash, FlashInfo, LostRecord, ReclaimHandler, RecordMeta, RecordWrite,
-    StreamId,
+    StreamId, ValueFill,
 };
 pub use error::{Error, Result};
 pub use flashtier_metrics as metrics;

@@ -723,7 +723,7 @@ fn write_notes(inner: &Arc<Inner>, dropped: &[RecordMeta]) {
 
 /// Append into the reclaim stream, waiting out `Busy` (chunk writes in flight).
 fn append_retrying(inner: &Arc<Inner>, w: &RecordWrite<'_>) -> Result<Location> {
-    inner.append_wait(inner.cfg.reclaim_stream, w, Duration::from_secs(10))
+    inner.append_wait(inner.cfg.reclaim_stream, w, None, Duration::from_secs(10))
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use crate::format::record::{self, RecordHeader};
 use crate::format::segment::{tail_len, SummaryEntry};
+use crate::handler::ValueFill;
 use crate::io::AlignedBuf;
 use crate::location::PAGE;
 
@@ -128,13 +129,13 @@ impl StreamState {
         self.buf = Some(buf);
     }
 
-    /// Encode a record (`h`, `key`, `value`; `len` padded bytes) into the chunk with the
-    /// segment's checksum `seed`. Returns its segment offset; `None` (nothing changed) if
-    /// no buffer is in place or it does not fit.
+    /// Encode a record (`h`, `key`, its value as `value` then what `fill` writes; `len`
+    /// padded bytes) into the chunk with the segment's checksum `seed`. Returns its segment
+    /// offset; `None` (nothing changed) if no buffer is in place or it does not fit.
     pub(crate) fn push(
         &mut self,
         h: &RecordHeader,
-        (key, value): (&[u8], &[u8]),
+        (key, value, fill): (&[u8], &[u8], Option<ValueFill<'_>>),
         len: usize,
         seed: u32,
     ) -> Option<u32> {
@@ -143,7 +144,7 @@ impl StreamState {
         let written = buf
             .as_mut_slice()
             .get_mut(self.fill..)
-            .and_then(|dst| record::encode(dst, h, key, value, seed));
+            .and_then(|dst| record::encode_parts(dst, h, key, (value, fill), seed));
         if written != Some(len) {
             return None;
         }
@@ -256,7 +257,7 @@ mod tests {
         );
         let h = header(9, 100);
         let len = h.padded_len();
-        assert_eq!(st.push(&h, (b"k", &[7; 100]), len, 5), Some(64));
+        assert_eq!(st.push(&h, (b"k", &[7; 100], None), len, 5), Some(64));
         assert_eq!(st.pending_chunk(), Some(3));
         assert!(st.oldest().is_some());
         assert_eq!(st.buffered(3, 64).map(<[u8]>::len), Some(len));
@@ -267,7 +268,7 @@ mod tests {
         assert_eq!(c.entries.len(), 1);
         assert!(c.buf.as_slice()[64 + len..].iter().all(|&b| b == 0));
         assert_eq!((st.in_flight(), st.oldest()), (1, None));
-        assert_eq!(st.push(&h, (b"k", &[7; 100]), len, 5), Some(4096));
+        assert_eq!(st.push(&h, (b"k", &[7; 100], None), len, 5), Some(4096));
         // The second record's chunk is lost: it leaves the summary.
         st.forget(3, 4096, 8192);
         st.chunk_done();

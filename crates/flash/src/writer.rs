@@ -18,7 +18,7 @@ use crate::completion::{pair, Completion, Promise};
 use crate::error::{Error, Result};
 use crate::format::record::{self, padded_len, RecordHeader};
 use crate::format::segment::{encode_tail, tail_len, Footer, SegmentHeader, SEGMENT_HEADER_LEN};
-use crate::handler::{LostRecord, RecordWrite, StreamId};
+use crate::handler::{LostRecord, RecordWrite, StreamId, ValueFill};
 use crate::health::WRITE_ATTEMPTS;
 use crate::inner::Inner;
 use crate::io::{AlignedBuf, IoOp, IoRequest};
@@ -47,10 +47,20 @@ impl Inner {
         stream: StreamId,
         rec: &RecordWrite<'_>,
     ) -> Result<Location> {
-        let len = padded_len(rec.key.len(), rec.value.len());
+        self.append_parts(stream, rec, None)
+    }
+
+    /// See [`crate::Flash::append_with`]: `rec`'s value followed by `fill`'s bytes.
+    pub(crate) fn append_parts(
+        self: &Arc<Self>,
+        stream: StreamId,
+        rec: &RecordWrite<'_>,
+        fill: Option<ValueFill<'_>>,
+    ) -> Result<Location> {
+        let value_len = rec.value.len() + fill.map_or(0, |f| f.len);
+        let len = padded_len(rec.key.len(), value_len);
         let max = self.cfg.max_record_len();
-        if len > max || rec.key.len() > usize::from(u16::MAX) || rec.value.len() > u32::MAX as usize
-        {
+        if len > max || rec.key.len() > usize::from(u16::MAX) || value_len > u32::MAX as usize {
             return Err(Error::RecordTooLarge { size: len, max });
         }
         if rec.kind == record::kind::PADDING {
@@ -71,7 +81,7 @@ impl Inner {
         let h = RecordHeader {
             kind: rec.kind,
             key_len: rec.key.len() as u16,
-            value_len: rec.value.len() as u32,
+            value_len: value_len as u32,
             flags: rec.flags,
             exptime: rec.exptime,
             time: now_unix(),
@@ -82,7 +92,7 @@ impl Inner {
         let Some(stream_state) = state.writes.stream_mut(s).filter(|st| st.has_buf()) else {
             return Err(Error::Closed);
         };
-        let Some(off) = stream_state.push(&h, (rec.key, rec.value), len, seed) else {
+        let Some(off) = stream_state.push(&h, (rec.key, rec.value, fill), len, seed) else {
             return Err(Error::RecordTooLarge { size: len, max });
         };
         FlashStats::set(
@@ -188,11 +198,12 @@ impl Inner {
         self: &Arc<Self>,
         stream: StreamId,
         rec: &RecordWrite<'_>,
+        fill: Option<ValueFill<'_>>,
         timeout: std::time::Duration,
     ) -> Result<Location> {
         let deadline = Instant::now() + timeout;
         loop {
-            match self.append(stream, rec) {
+            match self.append_parts(stream, rec, fill) {
                 Err(Error::Busy(q)) => {
                     let mut state = self.state.lock();
                     let busy = |state: &State| {

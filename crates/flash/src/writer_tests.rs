@@ -46,7 +46,11 @@ fn a_full_segment_is_sealed_with_its_summary_and_the_next_one_opened() {
     let value = vec![5u8; 16 << 10];
     let wait = std::time::Duration::from_secs(10);
     let locs: Vec<Location> = (0..20)
-        .map(|i| inner.append_wait(0, &put(b"k", i, &value), wait).unwrap())
+        .map(|i| {
+            inner
+                .append_wait(0, &put(b"k", i, &value), None, wait)
+                .unwrap()
+        })
         .collect();
     inner.flush().wait().unwrap();
     let state = inner.state.lock();
@@ -149,7 +153,9 @@ fn a_summary_reaches_the_device_only_after_the_records_it_names() {
     let inner = &c.inner;
     let value = vec![5u8; 16 << 10];
     let wait = std::time::Duration::from_secs(10);
-    let first = inner.append_wait(0, &put(b"k", 0, &value), wait).unwrap();
+    let first = inner
+        .append_wait(0, &put(b"k", 0, &value), None, wait)
+        .unwrap();
     let seg = inner.split(first.byte_addr()).0;
     let (dev_off, seed) = {
         let state = inner.state.lock();
@@ -164,7 +170,7 @@ fn a_summary_reaches_the_device_only_after_the_records_it_names() {
     while inner
         .split(
             inner
-                .append_wait(0, &put(b"k", keys, &value), wait)
+                .append_wait(0, &put(b"k", keys, &value), None, wait)
                 .unwrap()
                 .byte_addr(),
         )

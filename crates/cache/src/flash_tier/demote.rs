@@ -11,7 +11,7 @@
 //! evicting); the flash engine's lock is a leaf.
 use flashtier_flash::Location;
 
-use crate::flash_tier::kv_record::{KvRecord, Put};
+use crate::flash_tier::kv_record::{KvRecord, Put, PutValue};
 use crate::flash_tier::tier::{FlashTier, Refused};
 use crate::flash_tier::{entry_of, home_word, STREAM};
 use crate::meta::Counters;
@@ -34,8 +34,8 @@ impl LowerTier for FlashTier {
         let loc = match h.home_loc() {
             Some(p) => Location::unpack(p),
             None => {
-                let value = rec.value();
-                let put = KvRecord::Put(Put::of(hash, key, &value, h));
+                let value = rec.value_words();
+                let put = KvRecord::Put(Put::of(hash, key, PutValue::Ram(&value), h));
                 // A cold item (never fetched) is not worth a wait while the write buffers
                 // are in flight: it is evicted, as memcached's extstore drops what its
                 // write buffers cannot take. With no free segment (reclaim behind) it waits
@@ -112,7 +112,7 @@ impl LowerTier for FlashTier {
                 .unwrap_or_else(|| self.dirty.push_now(&self.clock, v.hash));
             return dirty_word(since, v.older_below);
         }
-        let put = Put::of(v.hash, v.key, v.value, v.header);
+        let put = Put::of(v.hash, v.key, PutValue::Bytes(v.value), v.header);
         match self.try_append(STREAM, &KvRecord::Put(put)) {
             Ok(loc) => home_word(loc),
             // Refused for back-pressure: dirty, so the write-back pass appends it once the

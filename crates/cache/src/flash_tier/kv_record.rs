@@ -15,7 +15,7 @@
 use bytes::Bytes;
 use flashtier_flash::{kind, Record, RecordMeta, RecordWrite};
 
-use crate::ram::record::{Header, F_STALE, F_WIN};
+use crate::ram::record::{Header, ValueWords, F_STALE, F_WIN};
 
 /// Bytes of a PUT value's prefix.
 pub const PREFIX: usize = 16;
@@ -26,12 +26,39 @@ const KIND_CAS: u8 = 4;
 /// Marker flag: a delayed flush (its `exptime` is the flush time).
 const FLUSH_DELAYED: u32 = 1;
 
+/// A PUT's value: bytes at hand, or a RAM record's value words, copied from the arena
+/// straight into the flash write chunk (no buffer of its own: the write-back's and RAM
+/// eviction's one copy, docs/serving.md "thirteenth sitting").
+#[derive(Clone, Copy, Debug)]
+pub enum PutValue<'a> {
+    Bytes(&'a [u8]),
+    Ram(&'a ValueWords<'a>),
+}
+
+impl PutValue<'_> {
+    /// Value bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            PutValue::Bytes(b) => b.len(),
+            PutValue::Ram(w) => w.len(),
+        }
+    }
+
+    /// Copy the value into `dst` (`len` bytes).
+    pub fn copy_to(&self, dst: &mut [u8]) {
+        match self {
+            PutValue::Bytes(b) => dst.copy_from_slice(b),
+            PutValue::Ram(w) => w.copy_to(dst),
+        }
+    }
+}
+
 /// One item version, as appended.
 #[derive(Clone, Copy, Debug)]
 pub struct Put<'a> {
     pub key_id: u64,
     pub key: &'a [u8],
-    pub value: &'a [u8],
+    pub value: PutValue<'a>,
     pub flags: u32,
     pub exptime: u32,
     pub cas: u64,
@@ -55,7 +82,7 @@ pub enum KvRecord<'a> {
 
 impl<'a> Put<'a> {
     /// The version a RAM record with header `h` holds.
-    pub fn of(key_id: u64, key: &'a [u8], value: &'a [u8], h: &Header) -> Self {
+    pub fn of(key_id: u64, key: &'a [u8], value: PutValue<'a>, h: &Header) -> Self {
         Put {
             key_id,
             key,
@@ -79,18 +106,17 @@ impl KvRecord<'_> {
         }
     }
 
-    /// The engine record for this one at `version`; a PUT's prefixed value is built in `buf`.
-    pub fn encode<'b>(&'b self, version: u64, buf: &'b mut Vec<u8>) -> RecordWrite<'b> {
+    /// The engine record for this one at `version`. A PUT's value on flash is the
+    /// [`PREFIX`] (built in `prefix`, the record's `value`) followed by the item's value,
+    /// which [`Self::body`] gives: the engine copies it into its write chunk.
+    pub fn encode<'b>(&'b self, version: u64, prefix: &'b mut [u8; PREFIX]) -> RecordWrite<'b> {
         let (kind, key_id, flags, exptime, key, value): (u8, u64, u32, u32, &[u8], &[u8]) =
             match self {
                 KvRecord::Put(p) => {
-                    buf.clear();
-                    buf.reserve(PREFIX + p.value.len());
-                    buf.extend_from_slice(&p.cas.to_le_bytes());
-                    buf.extend_from_slice(&p.stored.to_le_bytes());
-                    buf.extend_from_slice(&[p.rflags, 0, 0, 0]);
-                    buf.extend_from_slice(p.value);
-                    (kind::PUT, p.key_id, p.flags, p.exptime, p.key, &buf[..])
+                    prefix[..8].copy_from_slice(&p.cas.to_le_bytes());
+                    prefix[8..12].copy_from_slice(&p.stored.to_le_bytes());
+                    prefix[12..].copy_from_slice(&[p.rflags, 0, 0, 0]);
+                    (kind::PUT, p.key_id, p.flags, p.exptime, p.key, &prefix[..])
                 }
                 KvRecord::Tombstone { key_id, key } => (kind::TOMBSTONE, *key_id, 0, 0, key, &[]),
                 KvRecord::Flush { at } => {
@@ -107,6 +133,15 @@ impl KvRecord<'_> {
             exptime,
             key,
             value,
+        }
+    }
+
+    /// A PUT's item value, the part of its flash value after the prefix [`Self::encode`]
+    /// builds; `None` for the other kinds.
+    pub fn body(&self) -> Option<PutValue<'_>> {
+        match self {
+            KvRecord::Put(p) => Some(p.value),
+            _ => None,
         }
     }
 }
@@ -183,22 +218,25 @@ mod tests {
         let put = KvRecord::Put(Put {
             key_id: 7,
             key: b"k",
-            value: b"value",
+            value: PutValue::Bytes(b"value"),
             flags: 9,
             exptime: 100,
             cas: 42,
             stored: 50,
             rflags: 3,
         });
-        let mut buf = Vec::new();
+        let mut buf = [0; PREFIX];
         let w = put.encode(43, &mut buf);
         assert_eq!(
             (w.kind, w.key_id, w.version, w.flags),
             (kind::PUT, 7, 43, 9)
         );
-        assert_eq!(w.value.len(), PREFIX + 5);
+        assert_eq!(w.value.len(), PREFIX);
         assert_eq!(&w.value[..8], &42u64.to_le_bytes());
-        assert_eq!(&w.value[PREFIX..], b"value");
+        let body = put.body().unwrap();
+        let mut v = [0; 5];
+        body.copy_to(&mut v);
+        assert_eq!(&v, b"value");
         assert_eq!(put.min_version(), 42);
         let delayed = KvRecord::Flush { at: 77 };
         let w = delayed.encode(1, &mut buf);

@@ -467,7 +467,9 @@ mod tests {
         let r = Reclaim::new(&tier, &ram);
         let loc = tier.append(STREAM, &KvRecord::Flush { at: 0 }).unwrap();
         let mut marker = meta_of(&tier, 0, loc, 0);
-        marker.kind = KvRecord::Flush { at: 0 }.encode(0, &mut Vec::new()).kind;
+        marker.kind = KvRecord::Flush { at: 0 }
+            .encode(0, &mut Default::default())
+            .kind;
         assert_eq!(r.decide(&marker), Decision::Keep, "the newest marker");
         tier.append(STREAM, &KvRecord::Flush { at: 0 }).unwrap();
         assert_eq!(r.decide(&marker), Decision::Drop, "an older marker");

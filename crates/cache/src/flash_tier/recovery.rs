@@ -214,7 +214,7 @@ impl Rebuilt {
         self.max_version += 1;
         self.last_marker = self.max_version;
         self.replay.push(flashtier_flash::journal::entry_of(
-            &KvRecord::Flush { at: 0 }.encode(self.max_version, &mut Vec::new()),
+            &KvRecord::Flush { at: 0 }.encode(self.max_version, &mut Default::default()),
         ));
     }
 }
@@ -330,7 +330,9 @@ mod tests {
 
     /// The engine kind of an immediate `flush_all` marker.
     fn flush_kind() -> u8 {
-        KvRecord::Flush { at: 0 }.encode(0, &mut Vec::new()).kind
+        KvRecord::Flush { at: 0 }
+            .encode(0, &mut Default::default())
+            .kind
     }
 
     fn meta(key_id: u64, version: u64, kind: u8, addr: u64) -> RecordMeta {

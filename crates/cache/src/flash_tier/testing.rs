@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 
 use crate::clock::Clock;
 use crate::config::{CacheConfig, FlashSettings};
-use crate::flash_tier::kv_record::{FlashItem, KvRecord, Put};
+use crate::flash_tier::kv_record::{FlashItem, KvRecord, Put, PutValue};
 use crate::flash_tier::read::View;
 use crate::flash_tier::tier::FlashTier;
 use crate::flash_tier::{entry_of, recovery, CopyAt, RamAccess, STREAM};
@@ -178,7 +178,7 @@ pub(crate) fn append_put(tier: &FlashTier, key_id: u64, key: &[u8], value: &[u8]
     let put = Put {
         key_id,
         key,
-        value,
+        value: PutValue::Bytes(value),
         flags: 0,
         exptime: 0,
         cas: 1,

@@ -13,13 +13,13 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use flashtier_flash::{Flash, FlashInfo, Location, Record, RecordMeta, RecordWrite};
+use flashtier_flash::{Flash, FlashInfo, Location, Record, RecordMeta, RecordWrite, ValueFill};
 
 use crate::clock::Clock;
 use crate::flash_tier::backpressure::{Gate, Patience, Writable, DROP_WAIT_TIMES};
 use crate::flash_tier::dirty::DirtyQueue;
 use crate::flash_tier::journal::{self, Owed};
-use crate::flash_tier::kv_record::{KvKind, KvRecord};
+use crate::flash_tier::kv_record::{KvKind, KvRecord, PREFIX};
 use crate::flash_tier::value_mean::ValueMean;
 use crate::flash_tier::{flash_err, RamAccess, SMALL_KEEP_DIVISOR, STREAM};
 use crate::knobs::Tiering;
@@ -366,17 +366,27 @@ impl FlashTier {
             }
         }
         let version = self.next_version(rec.min_version());
-        let mut buf = Vec::new();
-        let mut w = rec.encode(version, &mut buf);
+        let mut prefix = [0; PREFIX];
+        let mut w = rec.encode(version, &mut prefix);
         if let KvRecord::Tombstone { .. } = rec {
             w.flags = self.flash.horizon();
         }
+        // A PUT's value goes from where it lies (RAM words or a request's bytes) straight
+        // into the engine's write chunk, after the prefix: one copy, no buffer.
+        let body = rec.body();
+        let copy = |dst: &mut [u8]| {
+            if let Some(b) = body {
+                b.copy_to(dst);
+            }
+        };
+        let fill = body.map(|b| ValueFill {
+            len: b.len(),
+            fill: &copy,
+        });
         let res = match wait {
-            Wait::Block => self
-                .flash
-                .append_blocking(stream, &w, self.tiering.append_wait()),
-            Wait::Journaled => self.flash.append(stream, &w),
-            Wait::DropIfBusy => match self.flash.append(stream, &w) {
+            Wait::Block => self.append_blocking(stream, &w, fill),
+            Wait::Journaled => self.append_engine(stream, &w, fill),
+            Wait::DropIfBusy => match self.append_engine(stream, &w, fill) {
                 Err(flashtier_flash::Error::Busy(_)) => return Err(Refused::Busy),
                 Err(flashtier_flash::Error::NoSpace) => {
                     if !self.tiering.append_wait().is_zero() {
@@ -386,7 +396,7 @@ impl FlashTier {
                 }
                 other => other,
             },
-            Wait::Stall(_) => self.append_write(stream, &w),
+            Wait::Stall(_) => self.append_write(stream, &w, fill),
         };
         let refused = match &res {
             Ok(_) => Refused::Other,
@@ -427,8 +437,9 @@ impl FlashTier {
         &self,
         stream: u8,
         w: &RecordWrite<'_>,
+        fill: Option<ValueFill<'_>>,
     ) -> Result<Location, flashtier_flash::Error> {
-        let res = self.flash.append(stream, w);
+        let res = self.append_engine(stream, w, fill);
         if matches!(
             res,
             Err(flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)
@@ -437,6 +448,33 @@ impl FlashTier {
             self.gate.pressure();
         }
         res
+    }
+
+    /// One engine append of `w`, its value followed by `fill`'s bytes if any.
+    fn append_engine(
+        &self,
+        stream: u8,
+        w: &RecordWrite<'_>,
+        fill: Option<ValueFill<'_>>,
+    ) -> Result<Location, flashtier_flash::Error> {
+        match fill {
+            Some(f) => self.flash.append_with(stream, w, f),
+            None => self.flash.append(stream, w),
+        }
+    }
+
+    /// [`Self::append_engine`], waiting up to the `append_wait` knob on back-pressure.
+    fn append_blocking(
+        &self,
+        stream: u8,
+        w: &RecordWrite<'_>,
+        fill: Option<ValueFill<'_>>,
+    ) -> Result<Location, flashtier_flash::Error> {
+        let wait = self.tiering.append_wait();
+        match fill {
+            Some(f) => self.flash.append_blocking_with(stream, w, f, wait),
+            None => self.flash.append_blocking(stream, w, wait),
+        }
     }
 
     /// True when the last append was refused for back-pressure: an operation about to

@@ -15,10 +15,11 @@
 //! The `flashtier-writeback` thread (every [`PASS_EVERY`]) and `Cache::close`; one shard lock
 //! at a time, as a SET appends, the flash engine's lock a leaf below it. Back-pressure is
 //! waited out on this thread before the lock is taken, never under it.
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::flash_tier::kv_record::{KvRecord, Put};
+use crate::flash_tier::kv_record::{KvRecord, Put, PutValue};
 use crate::flash_tier::tier::{FlashTier, Host};
 use crate::flash_tier::{home_word, RamAccess, STREAM};
 use crate::meta::Counters;
@@ -67,11 +68,24 @@ pub(crate) fn spawn<H: Host>(host: &Arc<H>) -> std::io::Result<Option<Sweeper>> 
 pub(crate) struct WriteBack<'a, R> {
     tier: &'a FlashTier,
     ram: &'a R,
+    /// Buffers a pass reuses for every key it appends (none allocated per item).
+    scratch: Cell<Scratch>,
+}
+
+/// A pass's reused buffers: the key being appended, and the RAM versions of its hash done.
+#[derive(Default)]
+struct Scratch {
+    key: Vec<u8>,
+    done: Vec<u64>,
 }
 
 impl<'a, R: RamAccess> WriteBack<'a, R> {
     pub(crate) fn new(tier: &'a FlashTier, ram: &'a R) -> Self {
-        Self { tier, ram }
+        Self {
+            tier,
+            ram,
+            scratch: Cell::default(),
+        }
     }
 
     /// Append every dirty version that became dirty at or before `cutoff` (unix ms;
@@ -209,14 +223,27 @@ impl<'a, R: RamAccess> WriteBack<'a, R> {
         hash: u64,
         due: impl Fn(&Header) -> bool,
     ) -> (usize, Option<u64>) {
+        let mut scratch = self.scratch.take();
+        let res = self.append_ram_versions_in(hash, due, &mut scratch);
+        self.scratch.set(scratch);
+        res
+    }
+
+    /// [`Self::append_ram_versions`] with the pass's buffers. Each value is copied once,
+    /// from its arena words into the engine's write chunk (`PutValue::Ram`).
+    fn append_ram_versions_in(
+        &self,
+        hash: u64,
+        due: impl Fn(&Header) -> bool,
+        Scratch { key, done }: &mut Scratch,
+    ) -> (usize, Option<u64>) {
         let tier = self.tier;
         if tier.pressured() {
             crate::block::block_on(tier.writable());
         }
         let slots = self.ram.slots();
         let mut n = 0;
-        let mut key = Vec::new();
-        let mut done = Vec::new();
+        done.clear();
         let shard = slots.lock(hash);
         let now = tier.clock.now();
         loop {
@@ -232,20 +259,20 @@ impl<'a, R: RamAccess> WriteBack<'a, R> {
             };
             let h = rec.header;
             let no_home = if h.flash_behind() { HOME_OLDER } else { 0 };
-            rec.read_key(&mut key);
-            let key_id = slots.hash(&key);
+            rec.read_key(key);
+            let key_id = slots.hash(key);
             if self.ram.meta().dead_at(h.exptime, h.stored, now) {
                 // Expired or flushed before reaching flash: an older flash version must
                 // not outlive it (after a restart it would be served).
                 if h.flash_behind() {
-                    let key = &key;
+                    let key = &key[..];
                     tier.append(STREAM, &KvRecord::Tombstone { key_id, key });
                 }
                 rec.set_home(0);
                 continue;
             }
-            let value = rec.value();
-            let put = Put::of(key_id, &key, &value, &h);
+            let value = rec.value_words();
+            let put = Put::of(key_id, key, PutValue::Ram(&value), &h);
             let home = match tier.try_append(tier.hot_stream, &KvRecord::Put(put)) {
                 Ok(loc) => {
                     n += 1;

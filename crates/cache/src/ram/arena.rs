@@ -49,7 +49,7 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use crate::ram::record::{self, Header};
+use crate::ram::record::{self, Header, ValueWords};
 
 /// Segment slots per page of the slot table.
 pub const SLOT_PAGE: usize = 1024;
@@ -73,6 +73,18 @@ pub struct RecordRef<'a> {
     pub off: usize,
     mem: &'a [AtomicU64],
     pub header: Header,
+}
+
+impl<'a> RecordRef<'a> {
+    /// The value where it lies, to copy it once into its place elsewhere (a large segment's
+    /// chunk list is gathered here, under no lock but its own, not in the copy).
+    pub fn value_words(&self) -> ValueWords<'a> {
+        if self.arena.slot(self.seg).is_large() {
+            ValueWords::chunked(self.arena.chunks(self.seg), self.off, &self.header)
+        } else {
+            ValueWords::flat(self.mem, self.off, &self.header)
+        }
+    }
 }
 
 impl RecordRef<'_> {

@@ -248,6 +248,102 @@ pub fn read_value(mem: &[AtomicU64], off: usize, h: &Header) -> Bytes {
     Bytes::from(v)
 }
 
+/// A published record's value where it lies in the arena, to be copied once into its place
+/// elsewhere (the flash write chunk: `flash_tier::kv_record::PutValue`) instead of into a
+/// buffer of its own first. Read only under the rules of [`read_value`] (the shard lock of a
+/// slot pointing at the record); copying it takes no lock.
+pub enum ValueWords<'a> {
+    /// The value's words in a normal segment.
+    Flat { words: &'a [AtomicU64], len: usize },
+    /// A large segment's chunks; the value starts at word `base` of the first.
+    Chunked {
+        chunks: Vec<&'a [AtomicU64]>,
+        base: usize,
+        len: usize,
+    },
+}
+
+impl std::fmt::Debug for ValueWords<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ValueWords")
+            .field("len", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> ValueWords<'a> {
+    /// The value of the record at word `off` of `mem` (a normal segment).
+    pub fn flat(mem: &'a [AtomicU64], off: usize, h: &Header) -> Self {
+        let len = h.vlen as usize;
+        let base = off + HDR_WORDS + words(usize::from(h.klen));
+        let words = mem.get(base..base + words(len)).unwrap_or(&[]);
+        ValueWords::Flat { words, len }
+    }
+
+    /// The value of the record starting at word `off` of the first of `chunks` (a large
+    /// segment's, in order).
+    pub fn chunked(chunks: Vec<&'a [AtomicU64]>, off: usize, h: &Header) -> Self {
+        let base = off + HDR_WORDS + words(usize::from(h.klen));
+        ValueWords::Chunked {
+            chunks,
+            base,
+            len: h.vlen as usize,
+        }
+    }
+
+    /// Value bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            ValueWords::Flat { len, .. } | ValueWords::Chunked { len, .. } => *len,
+        }
+    }
+
+    /// Copy the value into `dst` (`len` bytes; every byte of `dst` is written, a record cut
+    /// short reading as zeros as in [`read_value_chunked`]).
+    pub fn copy_to(&self, dst: &mut [u8]) {
+        match self {
+            ValueWords::Flat { words, .. } => copy_flat(words, dst),
+            ValueWords::Chunked { chunks, base, .. } => {
+                let cw = chunks.first().map_or(0, |c| c.len()).max(1);
+                let word = |w: usize| {
+                    let at = chunks.get(w / cw).and_then(|c| c.get(w % cw));
+                    at.map_or(0, |a| a.load(Relaxed))
+                };
+                copy_words((*base..).map(word), dst);
+            }
+        }
+    }
+}
+
+/// [`copy_words`] from one slice, as a plain indexed loop (a load and a store per word).
+fn copy_flat(words: &[AtomicU64], dst: &mut [u8]) {
+    let n = dst.len() / 8;
+    let (whole, rest) = dst.split_at_mut(n * 8);
+    for (d, w) in whole.chunks_exact_mut(8).zip(words) {
+        d.copy_from_slice(&w.load(Relaxed).to_le_bytes());
+    }
+    if let Some(short) = whole.get_mut(words.len() * 8..) {
+        short.fill(0);
+    }
+    if !rest.is_empty() {
+        let last = words.get(n).map_or(0, |w| w.load(Relaxed)).to_le_bytes();
+        rest.copy_from_slice(&last[..rest.len()]);
+    }
+}
+
+/// Write little-endian `words` over `dst`, the last one cut to fit; zeros if they run out.
+fn copy_words(mut words: impl Iterator<Item = u64>, dst: &mut [u8]) {
+    let mut whole = dst.chunks_exact_mut(8);
+    for d in &mut whole {
+        d.copy_from_slice(&words.next().unwrap_or(0).to_le_bytes());
+    }
+    let rest = whole.into_remainder();
+    if !rest.is_empty() {
+        let last = words.next().unwrap_or(0).to_le_bytes();
+        rest.copy_from_slice(&last[..rest.len()]);
+    }
+}
+
 /// Write a record that spans `chunks` (equal-sized; the record starts at word 0 of the first,
 /// and its header and key fit in it). False if the chunks are too small.
 pub fn write_chunked(chunks: &[&[AtomicU64]], h: &Header, key: &[u8], value: &[u8]) -> bool {

@@ -82,9 +82,6 @@ impl Put<'_> {
         self.0.push(v);
         self
     }
-    pub(crate) fn u16(&mut self, v: u16) -> &mut Self {
-        self.bytes(&v.to_le_bytes())
-    }
     pub(crate) fn u32(&mut self, v: u32) -> &mut Self {
         self.bytes(&v.to_le_bytes())
     }

@@ -7,6 +7,7 @@
 use bytes::Bytes;
 
 use super::Cursor;
+use crate::handler::ValueFill;
 
 /// Size of the encoded record header.
 pub const RECORD_HEADER_LEN: usize = 40;
@@ -111,9 +112,23 @@ pub fn encode(
     value: &[u8],
     seed: u32,
 ) -> Option<usize> {
+    encode_parts(dst, h, key, (value, None), seed)
+}
+
+/// [`encode`] of a value given in two parts: `head`, then the bytes `fill` writes in place
+/// (see [`ValueFill`]). Each value byte is written once, and the checksum is one pass over
+/// the record as it lies in `dst` (header, key, value). Nothing is allocated.
+pub fn encode_parts(
+    dst: &mut [u8],
+    h: &RecordHeader,
+    key: &[u8],
+    (head, fill): (&[u8], Option<ValueFill<'_>>),
+    seed: u32,
+) -> Option<usize> {
+    let value_len = head.len() + fill.map_or(0, |f| f.len);
     if h.kind == kind::PADDING
         || key.len() != usize::from(h.key_len)
-        || value.len() != h.value_len as usize
+        || value_len != h.value_len as usize
     {
         return None;
     }
@@ -121,28 +136,33 @@ pub fn encode(
     let dst = dst.get_mut(..total)?;
     let (hdr, rest) = dst.split_at_mut_checked(RECORD_HEADER_LEN)?;
     let (k, rest) = rest.split_at_mut_checked(key.len())?;
-    let (v, pad) = rest.split_at_mut_checked(value.len())?;
-    let mut fixed = Vec::with_capacity(RECORD_HEADER_LEN);
-    super::Put(&mut fixed)
-        .u32(0)
-        .u8(h.kind)
-        .u8(0)
-        .u16(h.key_len)
-        .u32(h.value_len)
-        .u32(h.flags)
-        .u32(h.exptime)
-        .u32(h.time)
-        .u64(h.version)
-        .u64(h.key_id);
-    hdr.copy_from_slice(&fixed);
+    let (v, pad) = rest.split_at_mut_checked(value_len)?;
+    hdr.copy_from_slice(&header_bytes(h));
     k.copy_from_slice(key);
-    v.copy_from_slice(value);
+    let (v_head, v_tail) = v.split_at_mut_checked(head.len())?;
+    v_head.copy_from_slice(head);
+    if let Some(f) = fill {
+        (f.fill)(v_tail);
+    }
     pad.fill(0);
-    let mut crc = crc32c::crc32c_append(seed, hdr.get(4..)?);
-    crc = crc32c::crc32c_append(crc, k);
-    crc = crc32c::crc32c_append(crc, v);
-    hdr.get_mut(..4)?.copy_from_slice(&crc.to_le_bytes());
+    let covered = dst.get(4..RECORD_HEADER_LEN + key.len() + value_len)?;
+    let crc = crc32c::crc32c_append(seed, covered);
+    dst.get_mut(..4)?.copy_from_slice(&crc.to_le_bytes());
     Some(total)
+}
+
+/// The header's bytes as stored, checksum field zero (the table beside [`RecordHeader`]).
+fn header_bytes(h: &RecordHeader) -> [u8; RECORD_HEADER_LEN] {
+    let mut b = [0u8; RECORD_HEADER_LEN];
+    b[4] = h.kind;
+    b[6..8].copy_from_slice(&h.key_len.to_le_bytes());
+    b[8..12].copy_from_slice(&h.value_len.to_le_bytes());
+    b[12..16].copy_from_slice(&h.flags.to_le_bytes());
+    b[16..20].copy_from_slice(&h.exptime.to_le_bytes());
+    b[20..24].copy_from_slice(&h.time.to_le_bytes());
+    b[24..32].copy_from_slice(&h.version.to_le_bytes());
+    b[32..40].copy_from_slice(&h.key_id.to_le_bytes());
+    b
 }
 
 /// Decode the header of the record at the start of `buf` and verify its checksum over the
@@ -274,6 +294,47 @@ mod tests {
             buf[i] ^= flip;
             prop_assert!(decode_record(&buf, 5).is_err());
         }
+    }
+
+    proptest! {
+        #[test]
+        fn a_value_in_parts_encodes_as_the_whole(
+            key in proptest::collection::vec(any::<u8>(), 0..64),
+            value in proptest::collection::vec(any::<u8>(), 0..600),
+            cut in any::<prop::sample::Index>(),
+            seed in any::<u32>()) {
+            let h = hdr(&key, &value);
+            let mut whole = vec![0xAAu8; h.padded_len()];
+            encode(&mut whole, &h, &key, &value, seed).unwrap();
+            let (head, tail) = value.split_at(cut.index(value.len() + 1));
+            let copy = |d: &mut [u8]| d.copy_from_slice(tail);
+            let fill = ValueFill { len: tail.len(), fill: &copy };
+            // A reused chunk buffer: stale bytes everywhere the record goes.
+            let mut parts = vec![0x55u8; h.padded_len()];
+            let n = encode_parts(&mut parts, &h, &key, (head, Some(fill)), seed).unwrap();
+            prop_assert_eq!(n, h.padded_len());
+            prop_assert_eq!(&parts, &whole);
+            // Parts that do not add up to the header's length are refused.
+            let short = ValueFill { len: tail.len() + 1, fill: &|_: &mut [u8]| {} };
+            prop_assert!(encode_parts(&mut parts, &h, &key, (head, Some(short)), seed).is_none());
+        }
+    }
+
+    #[test]
+    fn the_header_bytes_are_the_documented_table() {
+        let h = hdr(b"key", b"value");
+        let b = header_bytes(&h);
+        let mut c = Cursor::new(&b);
+        assert_eq!(c.u32(), Some(0));
+        assert_eq!(
+            (c.u8(), c.u8(), c.u16()),
+            (Some(kind::PUT), Some(0), Some(3))
+        );
+        assert_eq!(
+            (c.u32(), c.u32(), c.u32(), c.u32()),
+            (Some(5), Some(7), Some(1234), Some(99))
+        );
+        assert_eq!((c.u64(), c.u64()), (Some(42), Some(0xdead_beef)));
     }
 
     #[test]
