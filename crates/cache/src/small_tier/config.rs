@@ -63,19 +63,32 @@ pub struct SmallSettings {
 }
 
 impl SmallSettings {
-    /// The tier on `device` for values up to `item_max` bytes, other settings default.
+    /// The tier on `device` for values up to `item_max` bytes, other settings default (the
+    /// tier's own defaults, `flashtier_smallset::SmallConfig::default`: one place).
     pub fn new(device: SmallDevice, item_max: usize) -> Self {
+        let d = flashtier_smallset::SmallConfig::default();
         Self {
             item_max,
             device,
-            staging_bytes: 16 << 20,
-            log_fraction: 0.10,
-            merge_min: 1,
-            merge_pages: 2048,
-            io_lanes: 1,
+            staging_bytes: d.staging_bytes,
+            log_fraction: d.log_fraction,
+            merge_min: d.merge_min,
+            merge_pages: d.merge_pages,
+            io_lanes: d.io_lanes,
             wait: std::time::Duration::from_millis(200),
             release_memory: None,
         }
+    }
+
+    /// The tier's defaults for the settings a front end exposes as flags: (log percent of
+    /// the device, merge threshold, merge pages), from `SmallConfig::default`.
+    pub fn flag_defaults() -> (u32, usize, usize) {
+        let d = flashtier_smallset::SmallConfig::default();
+        (
+            (d.log_fraction * 100.0).round() as u32,
+            d.merge_min,
+            d.merge_pages,
+        )
     }
 
     /// Why these settings are refused, if they are.
