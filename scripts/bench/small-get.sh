@@ -15,7 +15,10 @@
 # Env: KEYS [2000000], GET_KEYS [KEYS/2], MAIN_FLASH [1GiB; 0: none], VALUE [100], MEM [64],
 #      SMALL_SIZE [1GiB], SECONDS_ [8],
 #      SHAPES ["8x8 16x2 8x1"], FLASH_DIR [/var/tmp/flashtier-bench], FLASHTIER_BIN,
-#      BENCH_BIN, SERVER_THREADS [2], PERF_RECORD (a shape: also `perf record -g` it), EXTRA.
+#      BENCH_BIN, SERVER_THREADS [2], PERF_RECORD (a shape: also `perf record -g` it), EXTRA,
+#      PREZERO [0; 1: write the small file full of zeros before the start, so ext4 holds it as
+#      a few written extents instead of fallocate's unwritten ones split by every set write —
+#      what a read's extent lookup costs, thirteenth sitting].
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:-$ROOT/bench-results/small-get-$(date -u +%Y%m%dT%H%M%SZ)}
@@ -34,6 +37,7 @@ BENCH=${BENCH_BIN:-$ROOT/target/release/flashtier-bench}
 SERVER_THREADS=${SERVER_THREADS:-2}
 PERF_RECORD=${PERF_RECORD:-}
 EXTRA=${EXTRA:-}
+PREZERO=${PREZERO:-0}
 mkdir -p "$OUT" "$FLASH_DIR"
 FLASH=$FLASH_DIR/small-get-log-$$.bin
 SMALL=$FLASH_DIR/small-get-sets-$$.bin
@@ -50,6 +54,12 @@ trap 'exit 130' INT TERM
 MAIN=""
 MAIN="--flash $FLASH:$MAIN_FLASH"
 [ "$MAIN_FLASH" = 0 ] && MAIN="--ram-only"
+if [ "$PREZERO" = 1 ]; then
+  mib=$(python3 -c "import sys; s=sys.argv[1]; u={'KiB':1<<10,'MiB':1<<20,'GiB':1<<30}; \
+n=next((int(s[:-3])*v for k,v in u.items() if s.endswith(k)), None); print((n or int(s)) >> 20)" \
+    "$SMALL_SIZE")
+  dd if=/dev/zero of="$SMALL" bs=1M count="$mib" oflag=direct status=none
+fi
 PORT=$(python3 "$ROOT/scripts/bench/probe.py" free-port)
 # shellcheck disable=SC2086
 nice -n 19 "$FLASHTIER_BIN" kv -l 127.0.0.1 -p "$PORT" -m "$MEM" -t "$SERVER_THREADS" \

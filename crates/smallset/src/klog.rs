@@ -71,7 +71,7 @@ pub(crate) struct KLog {
 }
 
 /// A log object located for a reader: slot, sequence number, position, tag.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Located {
     pub slot: u32,
     pub seq: u64,
@@ -112,17 +112,31 @@ impl KLog {
     /// The set's log objects with their pages' sequence numbers, newest first (caller holds
     /// the set's partition lock).
     pub(crate) fn locate(&self, set: u32) -> Vec<Located> {
+        self.index.refs(set).map(|r| self.located(r)).collect()
+    }
+
+    /// The set's log objects whose tag is `tag`, newest first (caller holds the set's
+    /// partition lock): what a GET's lookup reads. Only these get their page's sequence
+    /// number, and the list is built only when one matches, so a lookup whose key is not in
+    /// the log (nearly every set-page hit) allocates nothing (thirteenth sitting: the whole
+    /// list, built per GET, was ~8 % of a small GET's CPU).
+    pub(crate) fn locate_tagged(&self, set: u32, tag: u32) -> Vec<Located> {
         self.index
             .refs(set)
-            .map(|r| Located {
-                slot: r.slot,
-                seq: self
-                    .slot_seq
-                    .get(r.slot as usize)
-                    .map_or(u64::MAX, |s| s.load(Relaxed)),
-                r,
-            })
+            .filter(|r| r.tag == tag)
+            .map(|r| self.located(r))
             .collect()
+    }
+
+    fn located(&self, r: LogRef) -> Located {
+        Located {
+            slot: r.slot,
+            seq: self
+                .slot_seq
+                .get(r.slot as usize)
+                .map_or(u64::MAX, |s| s.load(Relaxed)),
+            r,
+        }
     }
 
     /// The sequence number of the next page to write.
@@ -786,6 +800,40 @@ mod tests {
         }
         assert!(matches!(block_on(read_entry(i, &at)), LogRead::Stale));
         assert_eq!(get(&t, b"k\x03"), Some(vec![3; 50]));
+    }
+
+    /// A GET's `locate_tagged` is `locate` filtered by tag, in the same (newest first)
+    /// order with the same sequence numbers: per set, for every tag seen and one never seen.
+    #[test]
+    fn locate_tagged_is_locate_filtered_by_tag() {
+        let (_dev, t) = tier();
+        let i = &t.inner;
+        let log = i.klog.as_ref().unwrap();
+        for round in 0..3u8 {
+            for k in 0..60u8 {
+                assert!(t.insert(&[b't', k], &[round; 40], meta(k.into())));
+            }
+            t.flush_to_log();
+        }
+        let mut matched = 0;
+        for set in 0..i.sets {
+            let all = i.staging.with_set(set, |_| log.locate(set));
+            let mut tags: Vec<u32> = all.iter().map(|a| a.r.tag).collect();
+            tags.sort_unstable();
+            tags.dedup();
+            tags.push(u32::MAX);
+            for tag in tags {
+                let want: Vec<Located> = all.iter().filter(|a| a.r.tag == tag).copied().collect();
+                let got = i.staging.with_set(set, |_| log.locate_tagged(set, tag));
+                assert_eq!(got, want, "set {set} tag {tag}");
+                matched += got.len();
+            }
+        }
+        assert_eq!(
+            matched, 180,
+            "every logged object is found under its own tag"
+        );
+        assert_eq!(log.index.live(), 180);
     }
 
     /// A merge holds at most `merge_pages` decoded log pages (its segment's and the other

@@ -483,7 +483,6 @@ impl SmallStore for SmallSets {
         let hash = key_hash(key);
         let set = i.set_of(hash);
         let stamp = i.staging.stamp(set);
-        let key = Bytes::copy_from_slice(key);
         async move {
             let mut out = Lookup {
                 set,
@@ -496,13 +495,14 @@ impl SmallStore for SmallSets {
                     .and_then(|l| l.iter().find(|s| s.hash == hash && s.key == key))
                     .map(|s| s.change.clone());
                 let logged = match (&st, &i.klog) {
-                    (None, Some(l)) => l.locate(set),
+                    (None, Some(l)) => l.locate_tagged(set, tag),
                     _ => Vec::new(),
                 };
                 (st, logged)
             });
-            // The log, newest first: the first entry of the key decides.
-            for at in logged.iter().filter(|a| a.r.tag == tag) {
+            // The log, newest first: the first entry of the key decides (only its tag's
+            // objects can be the key).
+            for at in &logged {
                 match crate::klog::read_entry(&i, at).await {
                     LogRead::Entry(e) if e.key == key => {
                         if let Change::Put { value, meta } = crate::klog::change_of(&e) {
@@ -551,7 +551,7 @@ impl SmallStore for SmallSets {
                 }
             };
             // Only the key's entry is built (`format::find`: the page's checks all stay).
-            match format::find(&page, set, generation, &key) {
+            match format::find(&page, set, generation, key) {
                 InPage::Hit(slot, e) => {
                     i.summaries.hit(set, slot as u8);
                     Counters::add(&i.counters.hits, 1);
