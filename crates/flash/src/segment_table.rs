@@ -217,11 +217,7 @@ impl SegmentTable {
         policy: ReclaimPolicy,
         now: u32,
     ) -> Option<u32> {
-        let candidates = self.segs.iter().enumerate().filter(|(_, s)| {
-            s.state == SegState::Sealed
-                && !s.tail_pending
-                && !out.get(s.dev).copied().unwrap_or(true)
-        });
+        let candidates = self.takeable(out);
         let expired = candidates
             .clone()
             .filter(|(_, s)| s.all_expired(now))
@@ -253,18 +249,15 @@ impl SegmentTable {
                 })
             }
         });
-        let seg = pick.map(|(i, _)| i as u32)?;
-        self.segs[seg as usize].state = SegState::Reclaiming;
-        Some(seg)
+        let seg = pick.map(|(i, _)| i as u32);
+        self.mark_reclaiming(seg)
     }
 
     /// The oldest sealed segment on a device not `out` whose value records are all dead
     /// ([`SegInfo::values_all_dead`]), marked `Reclaiming`: reclaim frees such segments
     /// ahead of need and in batches, since freeing one early costs no live item.
     pub(crate) fn pick_dead_victim(&mut self, out: &[bool]) -> Option<u32> {
-        let seg = self.dead_victim(out)?;
-        self.segs[seg as usize].state = SegState::Reclaiming;
-        Some(seg)
+        self.mark_reclaiming(self.dead_victim(out))
     }
 
     /// True when [`Self::pick_dead_victim`] would find a segment.
@@ -276,9 +269,7 @@ impl SegmentTable {
     /// records dead, if at least a quarter are ([`crate::config::FlashConfig::free_ahead`]),
     /// marked `Reclaiming`.
     pub(crate) fn pick_cheap_victim(&mut self, out: &[bool]) -> Option<u32> {
-        let seg = self.cheap_victim(out)?;
-        self.segs[seg as usize].state = SegState::Reclaiming;
-        Some(seg)
+        self.mark_reclaiming(self.cheap_victim(out))
     }
 
     /// True when [`Self::pick_cheap_victim`] would find a segment.
@@ -286,16 +277,28 @@ impl SegmentTable {
         self.cheap_victim(out).is_some()
     }
 
+    fn mark_reclaiming(&mut self, seg: Option<u32>) -> Option<u32> {
+        let seg = seg?;
+        self.segs[seg as usize].state = SegState::Reclaiming;
+        Some(seg)
+    }
+
+    /// Sealed segments whose summary is written, on devices not `out`: what reclaim may
+    /// take now.
+    fn takeable<'a>(
+        &'a self,
+        out: &'a [bool],
+    ) -> impl Iterator<Item = (usize, &'a SegInfo)> + Clone + 'a {
+        self.segs.iter().enumerate().filter(move |(_, s)| {
+            s.state == SegState::Sealed
+                && !s.tail_pending
+                && !out.get(s.dev).copied().unwrap_or(true)
+        })
+    }
+
     fn cheap_victim(&self, out: &[bool]) -> Option<u32> {
-        self.segs
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| {
-                s.state == SegState::Sealed
-                    && !s.tail_pending
-                    && !out.get(s.dev).copied().unwrap_or(true)
-                    && s.worth_freeing_ahead()
-            })
+        self.takeable(out)
+            .filter(|(_, s)| s.worth_freeing_ahead())
             .max_by(|(_, a), (_, b)| {
                 a.dead_share()
                     .total_cmp(&b.dead_share())
@@ -305,15 +308,8 @@ impl SegmentTable {
     }
 
     fn dead_victim(&self, out: &[bool]) -> Option<u32> {
-        self.segs
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| {
-                s.state == SegState::Sealed
-                    && !s.tail_pending
-                    && !out.get(s.dev).copied().unwrap_or(true)
-                    && s.values_all_dead()
-            })
+        self.takeable(out)
+            .filter(|(_, s)| s.values_all_dead())
             .min_by_key(|(_, s)| s.order)
             .map(|(i, _)| i as u32)
     }
