@@ -271,17 +271,24 @@ def snap(pid, port, cg, out):
         json.dump(data, f, indent=2)
 
 
-def thread_run_ns(pid):
-    """CPU run time (schedstat, ns) of PID's threads, summed per thread name."""
-    runs = {}
+def thread_schedstats(pid):
+    """(tid, name, [run ns, run-queue wait ns, slices]) for each of PID's threads (schedstat);
+    threads that exit meanwhile are skipped."""
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/comm") as f:
                 name = f.read().strip()
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                run = int(f.read().split()[0])
+                stats = [int(x) for x in f.read().split()[:3]]
         except (OSError, ValueError):
             continue
+        yield tid, name, stats
+
+
+def thread_run_ns(pid):
+    """CPU run time (schedstat, ns) of PID's threads, summed per thread name."""
+    runs = {}
+    for _, name, (run, _, _) in thread_schedstats(pid):
         runs[name] = runs.get(name, 0) + run
     return runs
 
@@ -290,14 +297,7 @@ def sched(pid, out):
     """Per-thread scheduler statistics of PID: what a thread ran and how long it waited for a
     CPU while runnable (the difference of two snapshots is a window's run-queue wait)."""
     threads = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                name = f.read().strip()
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                run, wait, slices = (int(x) for x in f.read().split()[:3])
-        except (OSError, ValueError):
-            continue
+    for tid, name, (run, wait, slices) in thread_schedstats(pid):
         threads[tid] = {"name": name, "run_ns": run, "wait_ns": wait, "slices": slices}
     with open(out, "w") as f:
         json.dump({"t": time.time(), "pid": pid, "threads": threads}, f)
