@@ -130,7 +130,7 @@ fn main() {
             "trace={trace} cache_mib={cache_mib} capacity_blocks={} requests={} reads={} \
              read_hits={} read_hit_percent={} cached_blocks={} dirty_blocks={} \
              moved_dirty_blocks={} moved_clean_blocks={} \
-             moved_fill_blocks={} replacements={} capacity_evictions={} history_hits={} \
+             moved_fill_blocks={} fill_moves_withheld={} write_stalls={} replacements={} capacity_evictions={} history_hits={} \
              admit_refusals={} working_set_shifts={} uncached_sequential_reads={} \
              flash_bytes_written={} secs={:.1} cpu_secs={:.2} cpu_us_per_request={:.1}",
             cache.capacity_blocks(),
@@ -143,6 +143,8 @@ fn main() {
             stat("moved_dirty_blocks"),
             stat("moved_clean_blocks"),
             stat("moved_fill_blocks"),
+            stat("fill_moves_withheld"),
+            stat("write_stalls"),
             stat("replacements"),
             stat("capacity_evictions"),
             stat("history_hits"),
