@@ -222,9 +222,10 @@ impl Blocks {
     /// segments it waits for, so for the next fill slack of appends (`capacity / FILL_SLACK`
     /// blocks, renewed by every wait) reclaim makes none while the cache holds at least
     /// `floor_pct` % of `capacity` blocks, and a hold that starts gives the budget saved up
-    /// so far up (no burst of moves when it ends). Under sustained writes the cache settles between
-    /// that floor and its fill line, where reclaim frees more per victim, instead of
-    /// copying clean blocks nobody read while writes queue. Returns whether a hold started.
+    /// so far up (no burst of moves when it ends). Under sustained writes the cache settles
+    /// between that floor and its fill line, where reclaim frees more per victim, instead
+    /// of copying clean blocks nobody read while writes queue. Returns whether a hold
+    /// started.
     pub(crate) fn writer_waited(&self, capacity: u64, floor_pct: u64) -> bool {
         let floor = capacity * floor_pct / 100;
         if floor >= self.fill_line() {

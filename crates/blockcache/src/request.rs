@@ -334,13 +334,7 @@ impl BlockCache {
     ) -> Result<Option<PutOutcome>, BackendError> {
         let mut stalled = false;
         let mut waiting: Option<Instant> = None;
-        // Every way out counts the time waited, so the per-cause counters never exceed it.
-        let waited = |waiting: Option<Instant>| {
-            if let Some(t) = waiting {
-                add(&self.io.stats.write_wait_us, us_since(t));
-            }
-        };
-        loop {
+        let out = loop {
             match self.io.try_append(
                 &self.durable.fence,
                 lba,
@@ -348,29 +342,23 @@ impl BlockCache {
                 why,
                 self.tunables.fill_moves(),
             ) {
-                Ok(out) => {
-                    waited(waiting);
-                    return Ok(out);
-                }
+                Ok(out) => break Ok(out),
                 Err(e @ (flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)) => {
                     let Some(deadline) = wait else {
                         // A request that never waits for space: the block stays uncached.
                         add(&self.io.stats.uncached_flash_full, 1);
-                        return Ok(None);
+                        break Ok(None);
                     };
                     if self.stopping.load(Ordering::Acquire) {
-                        waited(waiting);
-                        return Err(BackendError::Shutdown);
+                        break Err(BackendError::Shutdown);
                     }
                     if Instant::now() >= deadline {
-                        waited(waiting);
-                        return Err(self.stall_timeout("flash stayed full of dirty blocks"));
+                        break Err(self.stall_timeout("flash stayed full of dirty blocks"));
                     }
                     // Busy: the stream's chunk writes are all in flight, which only time
                     // cures. NoSpace: flash is full, and space comes from writeback.
                     waiting.get_or_insert_with(Instant::now);
-                    let no_space = matches!(e, flashtier_flash::Error::NoSpace);
-                    if no_space {
+                    let (cause, slept) = if matches!(e, flashtier_flash::Error::NoSpace) {
                         if !stalled {
                             stalled = true;
                             add(&self.io.stats.write_stalls, 1);
@@ -380,27 +368,25 @@ impl BlockCache {
                         self.io
                             .blocks
                             .writer_waited(self.io.capacity_blocks, self.tunables.fill_floor_pct());
-                    }
-                    let slept = Instant::now();
-                    if no_space {
+                        let slept = Instant::now();
                         // Woken when reclaim frees a segment; the poll bounds a missed wake.
                         self.io.blocks.space_wait(Duration::from_millis(2)).await;
+                        (&self.io.stats.write_wait_nospace_us, slept)
                     } else {
+                        let slept = Instant::now();
                         tokio::time::sleep(Duration::from_millis(2)).await;
-                    }
-                    let cause = if no_space {
-                        &self.io.stats.write_wait_nospace_us
-                    } else {
-                        &self.io.stats.write_wait_busy_us
+                        (&self.io.stats.write_wait_busy_us, slept)
                     };
                     add(cause, us_since(slept));
                 }
-                Err(e) => {
-                    waited(waiting);
-                    return Err(flash_err(e));
-                }
+                Err(e) => break Err(flash_err(e)),
             }
+        };
+        // Every way out counts the time waited, so the per-cause counters never exceed it.
+        if let Some(t) = waiting {
+            add(&self.io.stats.write_wait_us, us_since(t));
         }
+        out
     }
 
     /// Wait while dirty blocks are at `dirty_max_pct`, until `deadline` (then EIO).
