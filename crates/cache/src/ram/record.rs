@@ -233,13 +233,27 @@ pub fn read_key(mem: &[AtomicU64], off: usize, h: &Header, out: &mut Vec<u8>) {
     read_bytes(mem, off + HDR_WORDS, usize::from(h.klen), out);
 }
 
+/// Word index where the value of the record at word `off` starts (after header and key).
+fn value_start(off: usize, h: &Header) -> usize {
+    off + HDR_WORDS + words(usize::from(h.klen))
+}
+
+/// Word `w` of a record spanning `chunks` of `cw` words each (see [`write_chunked`]); a
+/// record cut short (not written that way) reads as zeros past the last chunk.
+fn chunk_word(chunks: &[&[AtomicU64]], cw: usize, w: usize) -> u64 {
+    chunks
+        .get(w / cw)
+        .and_then(|c| c.get(w % cw))
+        .map_or(0, |word| word.load(Relaxed))
+}
+
 /// Copy the value out (the only allocation on the GET path). Into an uninitialised
 /// allocation, whole words (the last one's padding cut off after): a zeroed buffer
 /// (`vec![0; len]`) cost a memset of every value and the allocator's zeroing path on each
 /// RAM GET (docs/serving.md, "one probe and no zeroing per RAM GET").
 pub fn read_value(mem: &[AtomicU64], off: usize, h: &Header) -> Bytes {
     let len = h.vlen as usize;
-    let base = off + HDR_WORDS + words(usize::from(h.klen));
+    let base = value_start(off, h);
     let mut v = Vec::with_capacity(words(len) * 8);
     for w in &mem[base..base + words(len)] {
         v.extend_from_slice(&w.load(Relaxed).to_le_bytes());
@@ -275,7 +289,7 @@ impl<'a> ValueWords<'a> {
     /// The value of the record at word `off` of `mem` (a normal segment).
     pub fn flat(mem: &'a [AtomicU64], off: usize, h: &Header) -> Self {
         let len = h.vlen as usize;
-        let base = off + HDR_WORDS + words(usize::from(h.klen));
+        let base = value_start(off, h);
         let words = mem.get(base..base + words(len)).unwrap_or(&[]);
         ValueWords::Flat { words, len }
     }
@@ -283,10 +297,9 @@ impl<'a> ValueWords<'a> {
     /// The value of the record starting at word `off` of the first of `chunks` (a large
     /// segment's, in order).
     pub fn chunked(chunks: Vec<&'a [AtomicU64]>, off: usize, h: &Header) -> Self {
-        let base = off + HDR_WORDS + words(usize::from(h.klen));
         ValueWords::Chunked {
             chunks,
-            base,
+            base: value_start(off, h),
             len: h.vlen as usize,
         }
     }
@@ -305,11 +318,7 @@ impl<'a> ValueWords<'a> {
             ValueWords::Flat { words, .. } => copy_flat(words, dst),
             ValueWords::Chunked { chunks, base, .. } => {
                 let cw = chunks.first().map_or(0, |c| c.len()).max(1);
-                let word = |w: usize| {
-                    let at = chunks.get(w / cw).and_then(|c| c.get(w % cw));
-                    at.map_or(0, |a| a.load(Relaxed))
-                };
-                copy_words((*base..).map(word), dst);
+                copy_words((*base..).map(|w| chunk_word(chunks, cw, w)), dst);
             }
         }
     }
@@ -372,12 +381,9 @@ pub fn read_value_chunked(chunks: &[&[AtomicU64]], off: usize, h: &Header) -> By
     let cw = first.len();
     let len = h.vlen as usize;
     let mut v = Vec::with_capacity(words(len) * 8);
-    let base = off + HDR_WORDS + words(usize::from(h.klen));
+    let base = value_start(off, h);
     for w in base..base + words(len) {
-        // A record cut short (not written that way) reads as zeros, as before.
-        let word = chunks.get(w / cw).and_then(|c| c.get(w % cw));
-        let x = word.map_or(0, |word| word.load(Relaxed));
-        v.extend_from_slice(&x.to_le_bytes());
+        v.extend_from_slice(&chunk_word(chunks, cw, w).to_le_bytes());
     }
     v.truncate(len);
     Bytes::from(v)
