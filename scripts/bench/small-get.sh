@@ -19,6 +19,8 @@
 #      PREZERO [0; 1: write the small file full of zeros before the start, so ext4 holds it as
 #      a few written extents instead of fallocate's unwritten ones split by every set write —
 #      what a read's extent lookup costs, thirteenth sitting].
+# Also prints RSS, AnonHugePages, small_ram_bytes and small_hugepage_bytes at rest after the
+# fill and after each shape (EXTRA="--small-hugepages on": fourteenth sitting).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:-$ROOT/bench-results/small-get-$(date -u +%Y%m%dT%H%M%SZ)}
@@ -84,6 +86,15 @@ for _ in $(seq "$SETTLE"); do
 done
 echo "settled: staged/log items/page writes $cur; small_items $(stat_of small_items)," \
   "curr_items $(stat_of curr_items)" | tee -a "$OUT/summary.txt"
+# RSS, the part of it in huge pages, and the tier's fixed RAM / advised bytes (at rest after
+# the fill, then after each GET phase).
+mem() {
+  echo "$1: RSS $(awk '/^VmRSS/ {print $2}' "/proc/$PID/status") kB, AnonHugePages" \
+    "$(awk '/^AnonHugePages/ {print $2}' "/proc/$PID/smaps_rollup") kB; small_ram_bytes" \
+    "$(stat_of small_ram_bytes), small_hugepage_bytes $(stat_of small_hugepage_bytes)" |
+    tee -a "$OUT/summary.txt"
+}
+mem "at rest"
 
 # CPU ticks of the whole process and of the tier's flusher thread (flashtier-small).
 ticks() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
@@ -153,4 +164,5 @@ print(f"{shape}: {win_gets/(secs-2)/1e3:.1f}k GETs/s, hit ratio {hits/max(gets,1
       f"during the phase: {work[0]} tier inserts, {work[1]} log pages and {work[2]} set pages "
       f"written; load avg {load}")
 PY
+  mem "after $shape"
 done

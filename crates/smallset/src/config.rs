@@ -49,6 +49,11 @@ pub struct SmallConfig {
     /// (`small_merge_bytes`, `small_merge_peak_bytes`), so a merge's working set is about
     /// `merge_pages` × 7–11 KiB whatever the log's size. Default: 2048.
     pub merge_pages: usize,
+    /// Put the fixed arrays a GET walks — the set summaries and the log index's heads and
+    /// links — in mappings advised `MADV_HUGEPAGE` over their 2 MiB-aligned part (`hugepages`:
+    /// fewer TLB misses per lookup; RSS grows by less than the arrays' own size). Stat
+    /// `small_hugepage_bytes`. Default: false.
+    pub hugepages: bool,
 }
 
 /// Staged bytes from which the flusher appends to the log (a few pages' worth).
@@ -65,6 +70,7 @@ impl Default for SmallConfig {
             log_tag_bits: 16,
             release_memory: None,
             merge_pages: 2048,
+            hugepages: false,
         }
     }
 }

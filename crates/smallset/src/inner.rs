@@ -172,6 +172,11 @@ impl Inner {
             .saturating_add_signed(delta)
     }
 
+    /// Bytes of the summaries and the log index advised `MADV_HUGEPAGE` (`hugepages`).
+    fn hugepage_bytes(&self) -> u64 {
+        self.summaries.hugepage_bytes() + self.klog.as_ref().map_or(0, |l| l.index.hugepage_bytes())
+    }
+
     /// Every stat as a name/value pair, in a stable order.
     pub(crate) fn stat_pairs(&self) -> Vec<(String, String)> {
         let i = self;
@@ -226,6 +231,7 @@ impl Inner {
             ("small_log_pages_used", log_used.to_string()),
             ("small_log_items", log_items.to_string()),
             ("small_log_index_bytes", log_index.to_string()),
+            ("small_hugepage_bytes", self.hugepage_bytes().to_string()),
             ("small_log_hits", g(&c.log_hits).to_string()),
             ("small_log_page_reads", g(&c.log_page_reads).to_string()),
             (

@@ -79,10 +79,10 @@ pub(crate) struct Located {
 }
 
 impl KLog {
-    pub(crate) fn new(sets: u32, pages: u32, tag_bits: u32) -> Self {
+    pub(crate) fn new(sets: u32, pages: u32, tag_bits: u32, huge: bool) -> Self {
         Self {
             pages,
-            index: LogIndex::with_tag_bits(sets, pages, tag_bits),
+            index: LogIndex::shaped(sets, pages, tag_bits, huge),
             slot_seq: (0..pages).map(|_| AtomicU64::new(u64::MAX)).collect(),
             head: AtomicU64::new(0),
             tail: AtomicU64::new(0),
@@ -694,6 +694,7 @@ mod tests {
             log_tag_bits: 16,
             release_memory: None,
             merge_pages: 2048,
+            hugepages: false,
         };
         let d: Arc<dyn Device> = dev.clone();
         let t = SmallSets::with_device(d, cfg).unwrap();

@@ -29,6 +29,7 @@
 //! - `flusher`: the thread that appends to the log (or, without one, merges staged batches
 //!   into pages), and the page merge itself (RRIP inside a set).
 //! - `walk`: listing the live entries of a range of sets (the cache's dumps, [`Listed`]).
+//! - `hugepages`: the fixed arrays of `summary` and `logindex`, optionally on huge pages.
 //! - `stats`: the `small_*` counters. [`error`]: [`Error`].
 #![deny(unsafe_code)]
 
@@ -38,6 +39,8 @@ mod dirty;
 pub mod error;
 mod flusher;
 pub mod format;
+#[allow(unsafe_code)]
+mod hugepages;
 mod inner;
 mod klog;
 mod le;

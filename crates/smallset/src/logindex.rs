@@ -42,6 +42,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use crate::format::MAX_ENTRIES;
+use crate::hugepages::Fixed;
 use crate::staging::PARTS;
 
 /// Entry slots per log page.
@@ -76,8 +77,8 @@ pub(crate) struct LogRef {
 
 /// See the module docs.
 pub(crate) struct LogIndex {
-    heads: Vec<AtomicU32>,
-    links: Vec<AtomicU32>,
+    heads: Fixed<AtomicU32>,
+    links: Fixed<AtomicU32>,
     /// Bits of a link holding `next`; the kind sits above them, the member above that, the
     /// tag on top.
     next_bits: u32,
@@ -98,17 +99,24 @@ impl LogIndex {
         Self::with_tag_bits(sets, pages, MAX_TAG_BITS)
     }
 
+    /// [`Self::shaped`] on the heap.
+    #[cfg(test)]
+    pub(crate) fn with_tag_bits(sets: u32, pages: u32, max_tag: u32) -> Self {
+        Self::shaped(sets, pages, max_tag, false)
+    }
+
     /// An empty index for `sets` sets and `pages` log pages, tags at most `max_tag` bits.
     /// The log must have fewer than 2^30 entry slots (`format::MAX_LOG_PAGES`, which
     /// `Layout` never exceeds); the member bits and the tag get what `next` and the kind
     /// leave (a head per set and a 0-bit tag — every object a candidate — at the very
-    /// largest).
-    pub(crate) fn with_tag_bits(sets: u32, pages: u32, max_tag: u32) -> Self {
+    /// largest). With `huge`, the heads and links are in huge-page mappings where worth it
+    /// (`hugepages`).
+    pub(crate) fn shaped(sets: u32, pages: u32, max_tag: u32, huge: bool) -> Self {
         let slots = u64::from(pages) * u64::from(PER_PAGE);
         let (next_bits, member_bits, tag_bits, groups) = shape(sets, slots, max_tag);
         Self {
-            heads: (0..groups.min(sets)).map(|_| AtomicU32::new(0)).collect(),
-            links: (0..slots).map(|_| AtomicU32::new(0)).collect(),
+            heads: Fixed::new(groups.min(sets) as usize, huge),
+            links: Fixed::new(slots as usize, huge),
             next_bits,
             member_bits,
             tag_bits,
@@ -288,7 +296,7 @@ impl LogIndex {
 
     /// Forget everything (`flush_all`, under `merging`, every partition quiet for the log).
     pub(crate) fn clear(&self) {
-        for h in &self.heads {
+        for h in self.heads.iter() {
             h.store(0, Relaxed);
         }
         self.live.store(0, Relaxed);
@@ -313,6 +321,11 @@ impl LogIndex {
     #[cfg(test)]
     pub(crate) fn deletes(&self) -> u64 {
         self.deletes.load(Relaxed)
+    }
+
+    /// Bytes of the heads and links advised `MADV_HUGEPAGE` (`small_hugepage_bytes`).
+    pub(crate) fn hugepage_bytes(&self) -> u64 {
+        self.heads.advised_bytes() + self.links.advised_bytes()
     }
 
     /// RAM the index takes.

@@ -177,10 +177,10 @@ impl SmallSets {
             layout,
             dirty: DirtyMap::new(sets, layout.map_off()),
             boot_id: opening.boot_id,
-            summaries: Summaries::new(sets),
+            summaries: Summaries::with_hugepages(sets, cfg.hugepages),
             staging: Staging::default(),
             klog: (layout.log_pages > 0)
-                .then(|| KLog::new(sets, layout.log_pages, cfg.log_tag_bits)),
+                .then(|| KLog::new(sets, layout.log_pages, cfg.log_tag_bits, cfg.hugepages)),
             cfg,
             counters: Counters::default(),
             wake: Mutex::new(false),

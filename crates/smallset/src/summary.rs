@@ -23,6 +23,8 @@
 //! Lock-free: readers on any thread, the flusher thread writes.
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
 
+use crate::hugepages::Fixed;
+
 /// Bytes of RAM one set's summary takes: the filter word and the hit bits.
 pub const BYTES_PER_SET: u64 = 10;
 /// Hit bits a set keeps (entry `i` uses bit `i % HIT_BITS`).
@@ -49,17 +51,29 @@ pub fn filter_of(hashes: impl IntoIterator<Item = u64>) -> u64 {
 
 /// Every set's filter and hit bits.
 pub struct Summaries {
-    filters: Vec<AtomicU64>,
-    hits: Vec<AtomicU16>,
+    filters: Fixed<AtomicU64>,
+    hits: Fixed<AtomicU16>,
 }
 
 impl Summaries {
     /// Summaries of `sets` empty sets.
+    #[cfg(test)]
     pub fn new(sets: u32) -> Self {
+        Self::with_hugepages(sets, false)
+    }
+
+    /// Summaries of `sets` empty sets, with `huge` in huge-page mappings where worth it
+    /// (`hugepages`).
+    pub fn with_hugepages(sets: u32, huge: bool) -> Self {
         Self {
-            filters: (0..sets).map(|_| AtomicU64::new(0)).collect(),
-            hits: (0..sets).map(|_| AtomicU16::new(0)).collect(),
+            filters: Fixed::new(sets as usize, huge),
+            hits: Fixed::new(sets as usize, huge),
         }
+    }
+
+    /// Bytes of the summaries advised `MADV_HUGEPAGE` (`small_hugepage_bytes`).
+    pub fn hugepage_bytes(&self) -> u64 {
+        self.filters.advised_bytes() + self.hits.advised_bytes()
     }
 
     /// True when the set's page may hold the key (false: it does not).
@@ -104,7 +118,7 @@ impl Summaries {
 
     /// Forget every page (`flush_all`): nothing is on flash for the new generation.
     pub fn clear(&self) {
-        for (f, h) in self.filters.iter().zip(&self.hits) {
+        for (f, h) in self.filters.iter().zip(self.hits.iter()) {
             f.store(0, Relaxed);
             h.store(0, Relaxed);
         }

@@ -29,6 +29,7 @@ fn tier_with_log(sets: u64, log: u64, merge_min: usize) -> SmallSets {
         release_memory: None,
         // The smallest merge budget: chunks split by the pages their sets need.
         merge_pages: 4,
+        hugepages: false,
         merge_min,
     };
     let t = SmallSets::with_device(dev, cfg).unwrap();

@@ -20,6 +20,7 @@ fn cfg() -> SmallConfig {
         log_tag_bits: 16,
         release_memory: None,
         merge_pages: 2048,
+        hugepages: false,
     }
 }
 

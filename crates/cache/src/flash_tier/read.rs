@@ -54,6 +54,10 @@ pub(crate) struct View {
     pub(crate) taken: Vec<u64>,
     /// What phase 1 saw of the small-object tier (`small_tier`), when it is on.
     pub(crate) small: Option<crate::small_tier::SmallSeen>,
+    /// The shard's generation (`Shard::generation`) at which phase 1 found the key without
+    /// a RAM slot, if it looked: phase 2 finding it unchanged skips its own RAM probe
+    /// (`Core::current`).
+    pub(crate) not_in_ram: Option<u64>,
 }
 
 /// The key's flash slot in phase 2, as [`FlashTier::recheck`] finds it (shard locked).

@@ -91,3 +91,128 @@ impl Op for Get {
         }
     }
 }
+
+/// Phase 2 skips its RAM probe when phase 1 found the key without a RAM slot and the
+/// shard's generation has not moved; a SET or DELETE between the phases still wins.
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use flashtier_flash::MemoryDevice;
+
+    use super::Get;
+    use crate::block::block_on;
+    use crate::flash_tier::read::View;
+    use crate::ops::{Op, Step};
+    use crate::ram::evict::OnLater;
+    use crate::small_tier::{SmallDevice, SmallSettings};
+    use crate::{Cache, CacheConfig, ItemWrite};
+
+    /// RAM-only with a small tier; `k0`..`k3999` (150 bytes of `i % 251`) written, most of
+    /// them evicted to the tier and merged into its pages.
+    fn loaded() -> Cache {
+        let dev = Arc::new(MemoryDevice::new("small", 8 << 20));
+        let cfg = CacheConfig::builder()
+            .memory_limit(256 << 10)
+            .segment_size(64 << 10)
+            .max_item_size(64 << 10)
+            .sweep_interval(None)
+            .small(SmallSettings::new(SmallDevice::Device(dev), 200))
+            .build()
+            .unwrap();
+        let c = Cache::new(cfg).unwrap();
+        for i in 0..4000u32 {
+            let v = Bytes::from(vec![(i % 251) as u8; 150]);
+            c.set_now(format!("k{i}").as_bytes(), ItemWrite::new(v, i, 0))
+                .unwrap();
+        }
+        c.small_flush_staged();
+        c
+    }
+
+    /// Phase 1 of a GET of `key`.
+    fn phase1(c: &Cache, key: &[u8]) -> View {
+        let hash = c.core.slots.hash(key);
+        block_on(c.core.phase1(key, hash, true, true))
+    }
+
+    /// Phase 2 of a GET of `key` over `view`: `Some(answer)`, or `None` for a retry.
+    fn phase2(c: &Cache, key: &[u8], view: &View) -> Option<Option<Bytes>> {
+        let hash = c.core.slots.hash(key);
+        let step = Get::default().phase2(&c.core, key, hash, view, OnLater::KeepOrDrop);
+        match step.unwrap() {
+            Step::Done(it) => Some(it.map(|i| i.value)),
+            Step::Retry => None,
+        }
+    }
+
+    /// True when phase 2 would skip its probe now.
+    fn skips(c: &Cache, key: &[u8], view: &View) -> bool {
+        let hash = c.core.slots.hash(key);
+        view.not_in_ram == Some(c.core.slots.lock(hash).generation())
+    }
+
+    #[test]
+    fn an_unchanged_shard_is_not_probed_again() {
+        let c = loaded();
+        let view = phase1(&c, b"k0");
+        assert!(view.not_in_ram.is_some(), "k0 was evicted to the tier");
+        assert!(skips(&c, b"k0", &view));
+        assert_eq!(
+            phase2(&c, b"k0", &view),
+            Some(Some(Bytes::from(vec![0; 150])))
+        );
+        // A key with a RAM slot leaves no generation: phase 2 finds it by its probe.
+        let view = phase1(&c, b"k3999");
+        assert_eq!(view.not_in_ram, None);
+        let want = Bytes::from(vec![(3999 % 251) as u8; 150]);
+        assert_eq!(phase2(&c, b"k3999", &view), Some(Some(want)));
+    }
+
+    /// A SET between the phases is served: the key had no copy in the tier, so the tier's
+    /// stamp does not move — only the shard's generation tells phase 2 to probe again.
+    #[test]
+    fn a_set_between_the_phases_of_an_absent_key_is_served() {
+        let c = loaded();
+        let view = phase1(&c, b"new");
+        assert!(view.small.as_ref().is_some_and(|s| s.item.is_none()));
+        c.set_now(b"new", ItemWrite::new(Bytes::from_static(b"v1"), 0, 0))
+            .unwrap();
+        assert!(!skips(&c, b"new", &view), "the insert moved the generation");
+        assert!(
+            c.core.small.still(view.small.as_ref().unwrap()),
+            "the stamp did not"
+        );
+        assert_eq!(
+            phase2(&c, b"new", &view),
+            Some(Some(Bytes::from_static(b"v1")))
+        );
+    }
+
+    /// A SET of a key the tier holds, between the phases, is served (or the GET runs
+    /// again); a DELETE makes it a miss or a retry; never the tier's older value.
+    #[test]
+    fn a_set_or_delete_between_the_phases_wins() {
+        let c = loaded();
+        let old = Some(Some(Bytes::from(vec![1; 150])));
+        let view = phase1(&c, b"k1");
+        assert_eq!(phase2(&c, b"k1", &view), old);
+        c.set_now(b"k1", ItemWrite::new(Bytes::from_static(b"v2"), 0, 0))
+            .unwrap();
+        let got = phase2(&c, b"k1", &view);
+        assert!(
+            got.as_ref()
+                .is_none_or(|v| v.as_deref() == Some(&b"v2"[..])),
+            "{got:?}"
+        );
+        let view = phase1(&c, b"k2");
+        assert!(skips(&c, b"k2", &view));
+        assert!(c.delete_now(b"k2"));
+        let got = phase2(&c, b"k2", &view);
+        assert!(matches!(got, None | Some(None)), "{got:?}");
+        // And run whole, both are what was written.
+        assert_eq!(&c.get_now(b"k1").unwrap().unwrap().value[..], b"v2");
+        assert_eq!(c.get_now(b"k2").unwrap(), None);
+    }
+}

@@ -255,14 +255,7 @@ impl Core {
                 self.lower.await_room(&mut patience).await;
                 self.small.await_room(&mut small_budget).await;
             }
-            let mut view = self.lower.view(self, key, hash, op.reads()).await;
-            if op.reads_small() && view.found.is_none() {
-                let in_ram = || {
-                    let shard = self.slots.lock(hash);
-                    self.ram.find_key(&shard, hash, key).is_some()
-                };
-                view.small = self.small.view(key, in_ram).await;
-            }
+            let view = self.phase1(key, hash, op.reads(), op.reads_small()).await;
             let step = if O::WRITE {
                 let on_later = self.lower.on_later(&patience);
                 let _ = take_owed();
@@ -288,6 +281,29 @@ impl Core {
         }
     }
 
+    /// Phase 1 of an operation on `key`: the flash tier's view (reading its items when
+    /// `reads`), then, when `reads_small` and flash did not hold the key, the small tier's
+    /// (its lookup skipped for a key with a RAM slot). A key found without a RAM slot
+    /// leaves the shard's generation in `View::not_in_ram`, so phase 2 need not probe the
+    /// index again when nothing changed (the probe after a device read is a cold one).
+    pub(crate) async fn phase1(&self, key: &[u8], hash: u64, reads: bool, small: bool) -> View {
+        let mut view = self.lower.view(self, key, hash, reads).await;
+        if small && view.found.is_none() {
+            let mut not_in_ram = None;
+            let in_ram = || {
+                let shard = self.slots.lock(hash);
+                let found = self.ram.find_key(&shard, hash, key).is_some();
+                if !found {
+                    not_in_ram = Some(shard.generation());
+                }
+                found
+            };
+            view.small = self.small.view(key, in_ram).await;
+            view.not_in_ram = not_in_ram;
+        }
+        view
+    }
+
     /// Check a write's sizes: the value within `max_item_size`, the key within the record
     /// format's limit.
     pub(crate) fn check_size(&self, key: &[u8], value: &[u8]) -> Result<(), Error> {
@@ -310,7 +326,8 @@ impl Core {
     /// phase 1 read, if the tag-matching flash slots are still exactly those phase 1 saw. A
     /// failed candidate read is dropped from the index if the record is gone for good
     /// (checksum, freed segment), else it fails the request unless another candidate held
-    /// the key.
+    /// the key. The RAM probe is skipped when phase 1 found the key without a RAM slot at
+    /// the shard's current generation (no slot changed since, so none is the key's now).
     pub(crate) fn current(
         &self,
         shard: &mut Shard<'_>,
@@ -319,8 +336,10 @@ impl Core {
         view: &View,
         now: u32,
     ) -> Result<Current<'_>, Error> {
-        if let Some(cur) = self.current_ram(shard, hash, key, now) {
-            return cur;
+        if view.not_in_ram != Some(shard.generation()) {
+            if let Some(cur) = self.current_ram(shard, hash, key, now) {
+                return cur;
+            }
         }
         match self.lower.recheck(shard, hash, view)? {
             Recheck::Retry => Ok(Current::Retry),

@@ -218,6 +218,10 @@ pub struct Table {
     len: usize,
     /// Location bits of a slot; the location field's bits above them hold check bits.
     loc_bits: u32,
+    /// Bumped by every change of a slot (insert, remove, overwrite, drain): equal values
+    /// read under the shard lock mean the table held the same slots in between, so a key
+    /// found without a slot is still without one (`Shard::generation`).
+    generation: u64,
 }
 
 impl Table {
@@ -234,6 +238,7 @@ impl Table {
             buckets: Blocks::new(buckets),
             len: 0,
             loc_bits: loc_bits.clamp(MIN_LOC_BITS, LOC_BITS),
+            generation: 0,
         }
     }
 
@@ -245,6 +250,11 @@ impl Table {
     /// Bytes of RAM the table's buckets occupy.
     pub fn memory_bytes(&self) -> usize {
         self.buckets.memory_bytes()
+    }
+
+    /// The table's change counter (see the field).
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     fn home(&self, tag: u32) -> usize {
@@ -307,6 +317,7 @@ impl Table {
 
     /// Overwrite the entry at `pos` (same key, so same tag).
     pub fn set(&mut self, pos: Pos, e: Entry) {
+        self.generation += 1;
         let bucket = &mut self.buckets[pos.bucket];
         let old = bucket.slots[pos.slot];
         let tag = slot_tag(old, bucket.hi[pos.slot]);
@@ -318,6 +329,7 @@ impl Table {
 
     /// Remove the entry at `pos`, fixing the overflow counters between its home and `pos`.
     pub fn remove(&mut self, pos: Pos) -> Entry {
+        self.generation += 1;
         let w = self.buckets[pos.bucket].slots[pos.slot];
         let tag = slot_tag(w, self.buckets[pos.bucket].hi[pos.slot]);
         let mut b = self.home(tag);
@@ -338,6 +350,7 @@ impl Table {
     /// Insert a new entry for `hash` (the caller has checked the key is absent). Returns the
     /// change in table memory in bytes (non-zero when the table grew).
     pub fn insert(&mut self, hash: u64, e: Entry) -> isize {
+        self.generation += 1;
         let mut delta = 0;
         let cap = self.buckets.len() * SLOTS;
         if (self.len + 1) as f64 > cap as f64 * MAX_LOAD {
@@ -415,6 +428,7 @@ impl Table {
 
     /// Remove every entry, calling `f` on each.
     pub fn drain(&mut self, mut f: impl FnMut(Entry)) {
+        self.generation += 1;
         for bucket in self.buckets.iter_mut() {
             for s in 0..SLOTS {
                 if used(bucket.slots[s]) {
@@ -551,6 +565,14 @@ impl Index {
 }
 
 impl Shard<'_> {
+    /// The shard's change counter: bumped by every insert, remove, overwrite (a frequency
+    /// bump included) and drain. Two equal readings, each under the lock, mean no slot
+    /// changed in between — what lets a read that found its key without a RAM slot in
+    /// phase 1 skip probing again in phase 2 (`ops`, `View::not_in_ram`).
+    pub fn generation(&self) -> u64 {
+        self.table.generation()
+    }
+
     /// See [`Table::find`].
     pub fn find(&self, hash: u64, pred: impl FnMut(Entry) -> bool) -> Option<(Pos, Entry)> {
         self.table.find(hash, pred)
@@ -667,6 +689,42 @@ mod tests {
             assert!(used(w));
             assert_eq!(slot_tag(w, x), t);
         }
+    }
+
+    /// Every change of a slot moves the shard's generation, reads never do (a read that
+    /// skips its second probe relies on it, `ops`).
+    #[test]
+    fn every_slot_change_moves_the_generation_and_reads_do_not() {
+        let idx = Index::new(1, 7, 4);
+        let h = 0x1234_5678_9abc_def1u64;
+        let mut s = idx.lock(h);
+        let mut last = s.generation();
+        let mut moved = |s: &Shard<'_>, what: &str| {
+            let g = s.generation();
+            assert_ne!(g, last, "{what} left the generation at {g}");
+            last = g;
+        };
+        for loc in 0..40 {
+            s.insert(h ^ (loc << 20), ram(loc)); // grows the table on the way
+            moved(&s, "insert");
+        }
+        let (p, e) = s.find(h, |_| true).unwrap();
+        let g = s.generation();
+        let _ = (
+            s.find(h, |_| false),
+            s.get(p),
+            s.lower_locs(h),
+            s.count_tier(Tier::Ram),
+        );
+        assert_eq!(s.generation(), g, "reads changed the generation");
+        s.touch(p);
+        moved(&s, "a frequency bump");
+        s.set(p, Entry { loc: e.loc, ..e });
+        moved(&s, "an overwrite");
+        s.remove(p);
+        moved(&s, "remove");
+        s.drain(|_| {});
+        moved(&s, "drain");
     }
 
     #[test]

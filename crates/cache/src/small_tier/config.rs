@@ -48,6 +48,9 @@ pub struct SmallSettings {
     /// Decoded log pages a log merge holds at most (`SmallConfig::merge_pages`; the server's
     /// `--small-merge-pages`). Default: 2048.
     pub merge_pages: usize,
+    /// The tier's fixed lookup arrays (set summaries, log index heads and links) on huge
+    /// pages (`SmallConfig::hugepages`; the server's `--small-hugepages`). Default: off.
+    pub hugepages: bool,
     /// Serving threads that read the tier on their own io_uring ring (one ring each, plus
     /// one for the tier's flusher; `SmallConfig::io_lanes`); the server sets its worker
     /// count. Default: 1.
@@ -74,10 +77,16 @@ impl SmallSettings {
             log_fraction: d.log_fraction,
             merge_min: d.merge_min,
             merge_pages: d.merge_pages,
+            hugepages: d.hugepages,
             io_lanes: d.io_lanes,
             wait: std::time::Duration::from_millis(200),
             release_memory: None,
         }
+    }
+
+    /// The tier's default for [`Self::hugepages`] (`SmallConfig::default`: one place).
+    pub fn default_hugepages() -> bool {
+        flashtier_smallset::SmallConfig::default().hugepages
     }
 
     /// The tier's defaults for the settings a front end exposes as flags: (log percent of

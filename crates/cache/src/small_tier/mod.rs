@@ -105,6 +105,7 @@ impl Small {
             log_fraction: s.log_fraction,
             merge_min: s.merge_min,
             merge_pages: s.merge_pages,
+            hugepages: s.hugepages,
             io_lanes: s.io_lanes,
             release_memory: s.release_memory,
             ..Default::default()

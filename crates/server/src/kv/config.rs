@@ -73,6 +73,8 @@ pub struct KvConfig {
     /// Decoded log pages a merge of the small tier's log holds at most
     /// (`--small-merge-pages`). Default: 2048.
     pub small_merge_pages: usize,
+    /// The small tier's lookup arrays on huge pages (`--small-hugepages`). Default: off.
+    pub small_hugepages: bool,
     /// How long a write awaits room in the small tier's staging (`--small-wait-ms`).
     /// Default: 200.
     pub small_wait_ms: u64,
@@ -290,17 +292,7 @@ impl KvConfig {
         if a.user.is_some() && !is_root() {
             warnings.push("-u accepted with no effect: not running as root".into());
         }
-        let admin = match &a.admin {
-            Some(text) => {
-                let (host, port) = split_host_port(text, None)
-                    .with_context(|| Usage(format!("--admin {text}: expected HOST:PORT")))?;
-                let Some(port) = port else {
-                    usage!("--admin {text}: expected HOST:PORT");
-                };
-                Some(resolve(&host, port)?[0])
-            }
-            None => None,
-        };
+        let admin = admin_addr(a)?;
         let sm = small_flags(a)?;
         let cfg = Self {
             small: sm.small,
@@ -308,6 +300,7 @@ impl KvConfig {
             small_log_percent: sm.log_percent,
             small_log_merge_min: sm.log_merge_min,
             small_merge_pages: sm.merge_pages,
+            small_hugepages: sm.hugepages,
             small_wait_ms: sm.wait_ms,
             memcached,
             listen,
@@ -527,6 +520,19 @@ fn flash_spec(v: &str, what: &str) -> anyhow::Result<String> {
     Ok(v.to_string())
 }
 
+/// `--admin HOST:PORT`, resolved (none without the flag).
+fn admin_addr(a: &KvArgs) -> anyhow::Result<Option<SocketAddr>> {
+    let Some(text) = &a.admin else {
+        return Ok(None);
+    };
+    let (host, port) = split_host_port(text, None)
+        .with_context(|| Usage(format!("--admin {text}: expected HOST:PORT")))?;
+    let Some(port) = port else {
+        usage!("--admin {text}: expected HOST:PORT");
+    };
+    Ok(Some(resolve(&host, port)?[0]))
+}
+
 /// The small tier's flags, validated.
 struct SmallFlags {
     /// File and size.
@@ -536,6 +542,8 @@ struct SmallFlags {
     log_merge_min: u64,
     /// Decoded log pages a merge holds at most.
     merge_pages: usize,
+    /// The lookup arrays on huge pages.
+    hugepages: bool,
     /// How long a write waits for staging room (ms).
     wait_ms: u64,
 }
@@ -547,7 +555,7 @@ const MERGE_PAGES: std::ops::RangeInclusive<usize> = 4..=65536;
 /// `--small-flash PATH:SIZE` and `--small-item-max BYTES` (the small-object tier; a limit
 /// above 0 needs the file), `--small-log-percent` (0..=90, default 10),
 /// `--small-log-merge-min` (≥ 1, default 1), `--small-merge-pages` (4..=65536, default
-/// 2048), `--small-wait-ms` (0..=60000, default 200).
+/// 2048), `--small-wait-ms` (0..=60000, default 200), `--small-hugepages` (on/off).
 fn small_flags(a: &KvArgs) -> anyhow::Result<SmallFlags> {
     let small = match &a.small_flash {
         Some(text) => {
@@ -591,6 +599,9 @@ fn small_flags(a: &KvArgs) -> anyhow::Result<SmallFlags> {
         log_percent: percent,
         log_merge_min: merge_min,
         merge_pages,
+        hugepages: a
+            .small_hugepages
+            .unwrap_or(flashtier_cache::SmallSettings::default_hugepages()),
         wait_ms: wait,
     })
 }

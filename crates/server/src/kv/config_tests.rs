@@ -297,6 +297,18 @@ fn extended_options() {
 }
 
 #[test]
+fn small_hugepages_flag() {
+    assert!(!parse(&[]).unwrap().small_hugepages, "off by default");
+    assert!(parse(&["--small-hugepages", "on"]).unwrap().small_hugepages);
+    assert!(
+        !parse(&["--small-hugepages", "off"])
+            .unwrap()
+            .small_hugepages
+    );
+    assert!(parse(&["--small-hugepages", "maybe"]).is_err());
+}
+
+#[test]
 fn small_merge_pages_flag() {
     assert_eq!(parse(&[]).unwrap().small_merge_pages, 2048);
     let c = parse(&["--small-merge-pages", "512"]).unwrap();

@@ -78,6 +78,7 @@ fn build_store(cfg: &KvConfig, litter: &mut Litter) -> anyhow::Result<Arc<Cache>
             small.log_fraction = f64::from(cfg.small_log_percent) / 100.0;
             small.merge_min = cfg.small_log_merge_min as usize;
             small.merge_pages = cfg.small_merge_pages;
+            small.hugepages = cfg.small_hugepages;
             small.wait = std::time::Duration::from_millis(cfg.small_wait_ms);
             // One small-tier ring per serving thread (see flashtier_memcache::Workers).
             small.io_lanes = cfg.threads;
