@@ -106,22 +106,13 @@ mod tests {
     use crate::flash_tier::read::View;
     use crate::ops::{Op, Step};
     use crate::ram::evict::OnLater;
-    use crate::small_tier::{SmallDevice, SmallSettings};
-    use crate::{Cache, CacheConfig, ItemWrite};
+    use crate::small_tier::tests::cache_on;
+    use crate::{Cache, ItemWrite};
 
     /// RAM-only with a small tier; `k0`..`k3999` (150 bytes of `i % 251`) written, most of
     /// them evicted to the tier and merged into its pages.
     fn loaded() -> Cache {
-        let dev = Arc::new(MemoryDevice::new("small", 8 << 20));
-        let cfg = CacheConfig::builder()
-            .memory_limit(256 << 10)
-            .segment_size(64 << 10)
-            .max_item_size(64 << 10)
-            .sweep_interval(None)
-            .small(SmallSettings::new(SmallDevice::Device(dev), 200))
-            .build()
-            .unwrap();
-        let c = Cache::new(cfg).unwrap();
+        let c = cache_on(Arc::new(MemoryDevice::new("small", 8 << 20)));
         for i in 0..4000u32 {
             let v = Bytes::from(vec![(i % 251) as u8; 150]);
             c.set_now(format!("k{i}").as_bytes(), ItemWrite::new(v, i, 0))

@@ -385,7 +385,7 @@ impl crate::Cache {
 /// The small tier under a RAM-only cache (no flash log): evicted small items are kept and
 /// served, larger ones dropped as without it, and every kind of write removes the copy.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Arc;
 
     use bytes::Bytes;
@@ -398,7 +398,9 @@ mod tests {
         cache_on(Arc::new(MemoryDevice::new("small", 8 << 20)))
     }
 
-    fn cache_on(dev: Arc<MemoryDevice>) -> Cache {
+    /// A RAM-only cache of 256 KiB (64 KiB segments) with a small tier on `dev` (items up to
+    /// 200 bytes); shared with `ops::get`'s tests.
+    pub(crate) fn cache_on(dev: Arc<MemoryDevice>) -> Cache {
         let cfg = CacheConfig::builder()
             .memory_limit(256 << 10)
             .segment_size(64 << 10)
