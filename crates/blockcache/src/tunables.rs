@@ -170,7 +170,7 @@ pub const TUNABLES: &[(&str, &str, &str)] = &[
     ),
     (
         "reclaim_fill_floor_pct",
-        "90",
+        "95",
         "after a writer waited for a free flash segment, fill moves stop for capacity_blocks/32 appends unless the cache holds fewer than this % of capacity_blocks (0..=97; 97 = fill moves never yield to writers)",
     ),
 ];
