@@ -312,10 +312,7 @@ impl<'a> ValueWords<'a> {
     pub fn copy_to(&self, dst: &mut [u8]) {
         match self {
             ValueWords::Flat { words, .. } => copy_flat(words, dst),
-            ValueWords::Chunked { chunks, base, .. } => {
-                let cw = chunks.first().map_or(0, |c| c.len()).max(1);
-                copy_words((*base..).map(|w| chunk_word(chunks, cw, w)), dst);
-            }
+            ValueWords::Chunked { chunks, base, .. } => copy_chunked(chunks, *base, dst),
         }
     }
 }
@@ -334,6 +331,12 @@ fn copy_flat(words: &[AtomicU64], dst: &mut [u8]) {
         let last = words.get(n).map_or(0, |w| w.load(Relaxed)).to_le_bytes();
         rest.copy_from_slice(&last[..rest.len()]);
     }
+}
+
+/// [`copy_words`] from a record spanning `chunks` (equal-sized), from word `base` on.
+fn copy_chunked(chunks: &[&[AtomicU64]], base: usize, dst: &mut [u8]) {
+    let cw = chunks.first().map_or(0, |c| c.len()).max(1);
+    copy_words((base..).map(|w| chunk_word(chunks, cw, w)), dst);
 }
 
 /// Write little-endian `words` over `dst`, the last one cut to fit; zeros if they run out.
@@ -371,13 +374,11 @@ pub fn write_chunked(chunks: &[&[AtomicU64]], h: &Header, key: &[u8], value: &[u
 
 /// Copy out the value of a record spanning `chunks` (see [`write_chunked`]).
 pub fn read_value_chunked(chunks: &[&[AtomicU64]], off: usize, h: &Header) -> Bytes {
-    let Some(first) = chunks.first() else {
+    if chunks.is_empty() {
         return Bytes::new();
-    };
-    let cw = first.len().max(1);
+    }
     let mut v = vec![0; h.vlen as usize];
-    let base = value_start(off, h);
-    copy_words((base..).map(|w| chunk_word(chunks, cw, w)), &mut v);
+    copy_chunked(chunks, value_start(off, h), &mut v);
     Bytes::from(v)
 }
 
