@@ -46,5 +46,5 @@ pub use error::Error;
 pub use flashtier_flash as flash;
 pub use item::{CasMode, Item, ItemMeta, ItemWrite, Update};
 pub use model::ModelStore;
-pub use small_tier::{SmallDevice, SmallSettings};
+pub use small_tier::{FlagDefaults, SmallDevice, SmallSettings};
 pub use store::{GetNow, ItemInfo, KvStore, StoreStats};

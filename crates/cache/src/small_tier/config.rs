@@ -65,6 +65,19 @@ pub struct SmallSettings {
     pub release_memory: Option<fn()>,
 }
 
+/// [`SmallSettings::flag_defaults`]: the tier's defaults a front end shows as flag defaults.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FlagDefaults {
+    /// The log's share of the device, in per cent.
+    pub log_percent: u32,
+    /// Objects a log merge must gain for a set to be rewritten.
+    pub merge_min: usize,
+    /// Decoded log pages a merge holds at most.
+    pub merge_pages: usize,
+    /// The fixed lookup arrays on huge pages.
+    pub hugepages: bool,
+}
+
 impl SmallSettings {
     /// The tier on `device` for values up to `item_max` bytes, other settings default (the
     /// tier's own defaults, `flashtier_smallset::SmallConfig::default`: one place).
@@ -84,20 +97,16 @@ impl SmallSettings {
         }
     }
 
-    /// The tier's default for [`Self::hugepages`] (`SmallConfig::default`: one place).
-    pub fn default_hugepages() -> bool {
-        flashtier_smallset::SmallConfig::default().hugepages
-    }
-
-    /// The tier's defaults for the settings a front end exposes as flags: (log percent of
-    /// the device, merge threshold, merge pages), from `SmallConfig::default`.
-    pub fn flag_defaults() -> (u32, usize, usize) {
+    /// The tier's defaults for the settings a front end exposes as flags, from
+    /// `SmallConfig::default` (one place).
+    pub fn flag_defaults() -> FlagDefaults {
         let d = flashtier_smallset::SmallConfig::default();
-        (
-            (d.log_fraction * 100.0).round() as u32,
-            d.merge_min,
-            d.merge_pages,
-        )
+        FlagDefaults {
+            log_percent: (d.log_fraction * 100.0).round() as u32,
+            merge_min: d.merge_min,
+            merge_pages: d.merge_pages,
+            hugepages: d.hugepages,
+        }
     }
 
     /// Why these settings are refused, if they are.

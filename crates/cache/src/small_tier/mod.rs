@@ -56,7 +56,7 @@ use crate::flash_tier::backpressure::{Budget, Gate, GateThread};
 use crate::ram::arena::RecordRef;
 use crate::ram::record::{F_STALE, F_WIN, HOME_DIRTY, HOME_OLDER, HOME_VALID};
 use crate::{Item, ItemMeta};
-pub use config::{SmallDevice, SmallSettings};
+pub use config::{FlagDefaults, SmallDevice, SmallSettings};
 
 /// Sets a dump part reads (1 MiB of pages, all in flight together).
 const SETS_PER_PART: u32 = 256;

@@ -572,16 +572,16 @@ fn small_flags(a: &KvArgs) -> anyhow::Result<SmallFlags> {
     if max > 0 && small.is_none() {
         usage!("--small-item-max {max} needs --small-flash PATH:SIZE");
     }
-    let (log_percent, log_merge_min, merge_pages) = flashtier_cache::SmallSettings::flag_defaults();
-    let percent = a.small_log_percent.unwrap_or(log_percent);
+    let d = flashtier_cache::SmallSettings::flag_defaults();
+    let percent = a.small_log_percent.unwrap_or(d.log_percent);
     if percent > 90 {
         usage!("--small-log-percent {percent}: expected 0 to 90");
     }
-    let merge_min = a.small_log_merge_min.unwrap_or(log_merge_min as u64);
+    let merge_min = a.small_log_merge_min.unwrap_or(d.merge_min as u64);
     if merge_min == 0 {
         usage!("--small-log-merge-min 0: expected at least 1");
     }
-    let merge_pages = a.small_merge_pages.unwrap_or(merge_pages);
+    let merge_pages = a.small_merge_pages.unwrap_or(d.merge_pages);
     if !MERGE_PAGES.contains(&merge_pages) {
         usage!(
             "--small-merge-pages {merge_pages}: expected {} to {}",
@@ -599,9 +599,7 @@ fn small_flags(a: &KvArgs) -> anyhow::Result<SmallFlags> {
         log_percent: percent,
         log_merge_min: merge_min,
         merge_pages,
-        hugepages: a
-            .small_hugepages
-            .unwrap_or(flashtier_cache::SmallSettings::default_hugepages()),
+        hugepages: a.small_hugepages.unwrap_or(d.hugepages),
         wait_ms: wait,
     })
 }
