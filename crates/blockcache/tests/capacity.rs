@@ -63,8 +63,8 @@ async fn a_full_cache_stays_full_under_writes() {
     assert!(per_block > 1.0, "{per_block}");
 }
 
-/// The same writes with a floor of 90 % (the default until 2026-11-29; 95 now): writers wait for free segments all
-/// along, so fill moves yield to them while the cache holds at least 90 % of
+/// The same writes with a floor of 90 % (the default until 2026-11-29; 95 now): writers
+/// wait for free segments all along, so fill moves yield to them while the cache holds at least 90 % of
 /// `capacity_blocks`: it settles near that floor (never far under it) and reclaim copies
 /// fewer clean blocks per client block than when it keeps the cache at its fill line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
