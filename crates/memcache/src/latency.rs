@@ -6,6 +6,9 @@
 //! (get gets gat gats mg), `set` (set add replace append prepend cas ms), `delete` (delete
 //! md), `arith` (incr decr ma), `touch`, `flush` (flush_all), `other` (stats, version, mn,
 //! me, verbosity, errors, ...).
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use flashtier_metrics::{Histogram, Snapshot};
 
 use crate::request::Request;
@@ -91,11 +94,14 @@ impl Stage {
     }
 }
 
-/// One histogram per family, one per stage.
+/// One histogram per family, one per stage, and where `stats latency`'s window starts.
 #[derive(Debug, Default)]
 pub struct Latency {
     by_family: [Histogram; 7],
     by_stage: [Histogram; 3],
+    /// Each series' counts at the last `stats reset` (by the name `stats latency` prints):
+    /// what `stats latency` subtracts. `/metrics` never does (its histograms are counters).
+    window_start: Mutex<HashMap<String, Snapshot>>,
 }
 
 impl Latency {
@@ -125,5 +131,58 @@ impl Latency {
             .iter()
             .map(|s| (s.name(), self.stage(*s).snapshot()))
             .collect()
+    }
+
+    /// `stats reset`: `stats latency` counts from here on (`series`: every histogram it
+    /// shows, named as it names them, the flash engine's included).
+    pub fn start_window(&self, series: &[(String, Snapshot)]) {
+        let mut start = self.window_start.lock().unwrap_or_else(|p| p.into_inner());
+        start.clear();
+        start.extend(series.iter().cloned());
+    }
+
+    /// `series` minus each one's counts at the last `stats reset` (unchanged before any).
+    pub fn in_window(&self, series: Vec<(String, Snapshot)>) -> Vec<(String, Snapshot)> {
+        let start = self.window_start.lock().unwrap_or_else(|p| p.into_inner());
+        series
+            .into_iter()
+            .map(|(name, s)| {
+                let w = start.get(&name).map_or(s, |base| s.since(base));
+                (name, w)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_counts_what_came_after_its_start() {
+        let l = Latency::default();
+        l.of(Family::Get).record_ns(5_000);
+        let series = |l: &Latency| -> Vec<(String, Snapshot)> {
+            l.snapshots()
+                .into_iter()
+                .map(|(n, s)| (n.to_string(), s))
+                .collect()
+        };
+        assert_eq!(
+            l.in_window(series(&l))[0].1.count(),
+            1,
+            "no reset yet: since start"
+        );
+        l.start_window(&series(&l));
+        assert_eq!(l.in_window(series(&l))[0].1.count(), 0);
+        l.of(Family::Get).record_ns(7_000_000);
+        let w = l.in_window(series(&l));
+        assert_eq!((w[0].0.as_str(), w[0].1.count()), ("get", 1));
+        assert_eq!(w[0].1.quantile_bound(0.5), Some(0.008));
+        assert_eq!(
+            l.of(Family::Get).snapshot().count(),
+            2,
+            "the histogram itself keeps all"
+        );
     }
 }

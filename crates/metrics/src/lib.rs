@@ -10,44 +10,92 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Upper bounds of the finite buckets, in nanoseconds (1 µs .. 10 s, 1-2.5-5 steps).
-pub const BOUNDS_NS: [u64; 22] = [
+/// Upper bounds of the finite buckets, in nanoseconds: 1 µs .. 10 s, nine a decade
+/// (1-1.5-2-2.5-3-4-5-6-8), each at most 1.5× the one before, so a percentile read as its
+/// bucket's bound is off by at most that much. The 1-2.5-5 bounds of the first versions are
+/// among them: a dashboard query on one of those `le` labels still finds its series.
+pub const BOUNDS_NS: [u64; 64] = [
     1_000,
+    1_500,
+    2_000,
     2_500,
+    3_000,
+    4_000,
     5_000,
+    6_000,
+    8_000,
     10_000,
+    15_000,
+    20_000,
     25_000,
+    30_000,
+    40_000,
     50_000,
+    60_000,
+    80_000,
     100_000,
+    150_000,
+    200_000,
     250_000,
+    300_000,
+    400_000,
     500_000,
+    600_000,
+    800_000,
     1_000_000,
+    1_500_000,
+    2_000_000,
     2_500_000,
+    3_000_000,
+    4_000_000,
     5_000_000,
+    6_000_000,
+    8_000_000,
     10_000_000,
+    15_000_000,
+    20_000_000,
     25_000_000,
+    30_000_000,
+    40_000_000,
     50_000_000,
+    60_000_000,
+    80_000_000,
     100_000_000,
+    150_000_000,
+    200_000_000,
     250_000_000,
+    300_000_000,
+    400_000_000,
     500_000_000,
+    600_000_000,
+    800_000_000,
     1_000_000_000,
+    1_500_000_000,
+    2_000_000_000,
     2_500_000_000,
+    3_000_000_000,
+    4_000_000_000,
     5_000_000_000,
+    6_000_000_000,
+    8_000_000_000,
     10_000_000_000,
 ];
 
 /// The same bounds in seconds, as Prometheus `le` labels print them.
-pub const BOUNDS_SECONDS: [&str; 22] = [
-    "1e-06", "2.5e-06", "5e-06", "1e-05", "2.5e-05", "5e-05", "0.0001", "0.00025", "0.0005",
-    "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5",
-    "10",
+pub const BOUNDS_SECONDS: [&str; 64] = [
+    "1e-06", "1.5e-06", "2e-06", "2.5e-06", "3e-06", "4e-06", "5e-06", "6e-06", "8e-06", "1e-05",
+    "1.5e-05", "2e-05", "2.5e-05", "3e-05", "4e-05", "5e-05", "6e-05", "8e-05", "0.0001",
+    "0.00015", "0.0002", "0.00025", "0.0003", "0.0004", "0.0005", "0.0006", "0.0008", "0.001",
+    "0.0015", "0.002", "0.0025", "0.003", "0.004", "0.005", "0.006", "0.008", "0.01", "0.015",
+    "0.02", "0.025", "0.03", "0.04", "0.05", "0.06", "0.08", "0.1", "0.15", "0.2", "0.25", "0.3",
+    "0.4", "0.5", "0.6", "0.8", "1", "1.5", "2", "2.5", "3", "4", "5", "6", "8", "10",
 ];
 
 /// Number of buckets including the last, unbounded one.
 pub const BUCKETS: usize = BOUNDS_NS.len() + 1;
 
 /// A latency histogram. `Default` is empty.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Histogram {
     /// Non-cumulative counts; the last bucket is `+Inf`.
     buckets: [AtomicU64; BUCKETS],
@@ -61,6 +109,15 @@ pub struct Snapshot {
     pub buckets: [u64; BUCKETS],
     /// Sum of every recorded duration, in nanoseconds.
     pub sum_ns: u64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Self {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            sum_ns: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Default for Snapshot {
@@ -133,6 +190,17 @@ impl Snapshot {
         self.sum_ns += o.sum_ns;
     }
 
+    /// The counts recorded after `base` was taken (`base` an earlier snapshot of the same
+    /// histogram; counts only grow, the subtraction saturates for any other `base`).
+    pub fn since(&self, base: &Snapshot) -> Snapshot {
+        let mut s = *self;
+        for (a, b) in s.buckets.iter_mut().zip(&base.buckets) {
+            *a = a.saturating_sub(*b);
+        }
+        s.sum_ns = s.sum_ns.saturating_sub(base.sum_ns);
+        s
+    }
+
     /// Upper bound (seconds) of the bucket holding quantile `q` (0..=1), the way
     /// `histogram_quantile` bounds it without interpolation; `None` when empty or when the
     /// quantile falls in the unbounded bucket.
@@ -176,16 +244,38 @@ mod tests {
         assert_eq!(s.count(), 4);
         assert_eq!(s.buckets[0], 1);
         assert_eq!(s.buckets[1], 1);
-        assert_eq!(s.buckets[11], 1);
+        assert_eq!(s.buckets[31], 1);
         assert_eq!(s.buckets[BUCKETS - 1], 1);
         let c = s.cumulative();
         assert_eq!(c.first(), Some(&("1e-06", 1)));
         assert_eq!(c.last(), Some(&("+Inf", 4)));
         assert_eq!(s.sum_ns, 1_000 + 1_001 + 3_000_000 + 100_000_000_000);
-        assert_eq!(s.quantile_bound(0.5), Some(2.5e-6));
-        assert_eq!(s.quantile_bound(0.75), Some(0.005));
+        assert_eq!(s.quantile_bound(0.5), Some(1.5e-6));
+        assert_eq!(s.quantile_bound(0.75), Some(0.003));
         assert_eq!(s.quantile_bound(1.0), None);
         assert_eq!(Snapshot::default().quantile_bound(0.5), None);
+    }
+
+    #[test]
+    fn bounds_grow_by_at_most_one_and_a_half() {
+        assert!(BOUNDS_NS.windows(2).all(|w| w[1] * 2 <= w[0] * 3));
+        for old in [1_000, 2_500, 5_000, 100_000, 250_000, 1_000_000_000, 10_000_000_000] {
+            assert!(BOUNDS_NS.contains(&old), "{old} ns kept as a bound");
+        }
+    }
+
+    #[test]
+    fn since_is_what_came_after() {
+        let h = Histogram::default();
+        h.record_ns(3_000);
+        let base = h.snapshot();
+        h.record_ns(3_000);
+        h.record_ns(2_000_000);
+        let w = h.snapshot().since(&base);
+        assert_eq!(w.count(), 2);
+        assert_eq!(w.sum_ns, 2_003_000);
+        assert_eq!(w.quantile_bound(0.5), Some(3e-6));
+        assert_eq!(h.snapshot().since(&h.snapshot()).count(), 0);
     }
 
     #[test]

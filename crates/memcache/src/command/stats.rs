@@ -37,6 +37,7 @@ pub fn run<S: KvStore>(ctx: &Context<S>, arg: StatsArg, out: &mut Output) -> Flo
         StatsArg::Reset => {
             ctx.stats.reset();
             ctx.detail.reset();
+            ctx.latency.start_window(&latency_series(ctx));
             reply::line(out, b"RESET");
             return Flow::Continue;
         }
@@ -216,10 +217,10 @@ fn conns<S>(ctx: &Context<S>, out: &mut Output) {
     }
 }
 
-/// `stats latency`: `latency_<name>_{count,mean_us,p50_us,p90_us,p99_us,p999_us}` for every
-/// command family (`get`, `set`, ...), request stage (`stage_socket_wait`, ...) and, with
-/// flash, device IO (`flash_read`, `flash_write`). Percentiles are bucket upper bounds.
-fn latency<S: KvStore>(ctx: &Context<S>, out: &mut Output) {
+/// Every histogram `stats latency` shows, by its name there: command families (`get`,
+/// `set`, ...), request stages (`stage_socket_wait`, ...) and, with flash, device IO
+/// (`flash_read`, `flash_write`). Counts since start.
+fn latency_series<S: KvStore>(ctx: &Context<S>) -> Vec<(String, flashtier_metrics::Snapshot)> {
     let mut series: Vec<(String, flashtier_metrics::Snapshot)> = ctx
         .latency
         .snapshots()
@@ -236,6 +237,14 @@ fn latency<S: KvStore>(ctx: &Context<S>, out: &mut Output) {
         series.push(("flash_read".into(), fs.latency.read.snapshot()));
         series.push(("flash_write".into(), fs.latency.write.snapshot()));
     }
+    series
+}
+
+/// `stats latency`: `latency_<name>_{count,mean_us,p50_us,p90_us,p99_us,p999_us}` for every
+/// series of [`latency_series`], counted since the last `stats reset` (since start before
+/// any). Percentiles are bucket upper bounds (at most 1.5× the true value).
+fn latency<S: KvStore>(ctx: &Context<S>, out: &mut Output) {
+    let series = ctx.latency.in_window(latency_series(ctx));
     for (i, (cpu, wait, runs)) in ctx.worker_schedstats().into_iter().enumerate() {
         reply::stat(out, &format!("worker_{i}_cpu_us"), cpu);
         reply::stat(out, &format!("worker_{i}_runqueue_wait_us"), wait);
@@ -268,6 +277,29 @@ fn latency<S: KvStore>(ctx: &Context<S>, out: &mut Output) {
 #[cfg(test)]
 mod tests {
     use crate::command::testing::{run as t, Harness};
+
+    #[tokio::test]
+    async fn stats_reset_starts_the_latency_window() {
+        let h = Harness::new();
+        let gets = |out: String| {
+            out.lines()
+                .find_map(|l| l.strip_prefix("STAT latency_get_count "))
+                .map(|v| v.trim().to_string())
+        };
+        h.send(b"set k 0 0 1\r\nx\r\nget k\r\nget k\r\n").await;
+        assert_eq!(
+            gets(h.send(b"stats latency\r\n").await).as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            h.send(b"stats reset\r\nget k\r\n").await,
+            "RESET\r\nVALUE k 0 1\r\nx\r\nEND\r\n"
+        );
+        assert_eq!(
+            gets(h.send(b"stats latency\r\n").await).as_deref(),
+            Some("1")
+        );
+    }
 
     #[tokio::test]
     async fn detail_prefixes() {
