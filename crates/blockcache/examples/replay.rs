@@ -6,8 +6,9 @@
 //! policies can be run at the same capacity (`scripts/bench/block-replay.sh`).
 //!
 //! Run: `cargo run --release -p flashtier-blockcache --example replay -- TRACE
-//! --cache-mib 32 [--reads-only] [--set NAME=VALUE]...` (`flash.*` names set the engine's
-//! knobs on the open cache). Prints one line of `key=value`, with the process's CPU time over
+//! --cache-mib 32 [--reads-only] [--phase-every N] [--set NAME=VALUE]...` (`flash.*` names
+//! set the engine's knobs on the open cache; `--phase-every N` prints each N requests' read
+//! hit ratio to stderr, to compare with `trace_sim.py --phases`). Prints one line of `key=value`, with the process's CPU time over
 //! the replay (`cpu_secs`, all threads: requests, writeback, reclaim; in clock ticks of
 //! 10 ms) and per request.
 use std::sync::Arc;
@@ -63,12 +64,16 @@ fn main() {
     let mut trace = None;
     let mut cache_mib = 32u64;
     let mut reads_only = false;
+    let mut phase_every = 0usize;
     let mut tunables = vec![];
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--cache-mib" => cache_mib = it.next().and_then(|v| v.parse().ok()).expect("MiB"),
             "--reads-only" => reads_only = true,
+            "--phase-every" => {
+                phase_every = it.next().and_then(|v| v.parse().ok()).expect("requests")
+            }
             "--set" => {
                 let kv = it.next().expect("NAME=VALUE");
                 let (k, v) = kv.split_once('=').expect("NAME=VALUE");
@@ -111,13 +116,42 @@ fn main() {
         let wb = cache.start();
         let started = std::time::Instant::now();
         let cpu0 = cpu_secs();
-        for (off, len, write) in &reqs {
+        let stat_u64 = |name: &str| {
+            cache
+                .stats_pairs()
+                .into_iter()
+                .find(|(k, _)| k == name)
+                .and_then(|(_, v)| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let mut phase_start = (0, 0);
+        for (i, (off, len, write)) in reqs.iter().enumerate() {
+            if phase_every > 0 && i > 0 && i % phase_every == 0 {
+                let now = (stat_u64("reads"), stat_u64("read_hits"));
+                let (r, h) = (now.0 - phase_start.0, now.1 - phase_start.1);
+                eprintln!(
+                    "phase requests={}..{i} reads={r} read_hit_percent={:.2}",
+                    i - phase_every,
+                    100.0 * h as f64 / r.max(1) as f64
+                );
+                phase_start = now;
+            }
             if *write {
                 let data = Bytes::from(vec![(off / BS) as u8; *len as usize]);
                 cache.write(*off, data, false).await.expect("write");
             } else {
                 cache.read(*off, *len).await.expect("read");
             }
+        }
+        if phase_every > 0 {
+            let now = (stat_u64("reads"), stat_u64("read_hits"));
+            let (r, h) = (now.0 - phase_start.0, now.1 - phase_start.1);
+            eprintln!(
+                "phase requests={}..{} reads={r} read_hit_percent={:.2}",
+                reqs.len() - (reqs.len() - 1) % phase_every - 1,
+                reqs.len(),
+                100.0 * h as f64 / r.max(1) as f64
+            );
         }
         let stat = |name: &str| {
             cache
