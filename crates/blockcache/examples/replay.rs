@@ -165,7 +165,7 @@ fn main() {
              read_hits={} read_hit_percent={} cached_blocks={} dirty_blocks={} \
              moved_dirty_blocks={} moved_clean_blocks={} \
              moved_fill_blocks={} fill_moves_withheld={} write_stalls={} replacements={} capacity_evictions={} history_hits={} \
-             admit_refusals={} working_set_shifts={} uncached_sequential_reads={} \
+             admit_refusals={} door_refusals={} working_set_shifts={} uncached_sequential_reads={} \
              flash_bytes_written={} secs={:.1} cpu_secs={:.2} cpu_us_per_request={:.1}",
             cache.capacity_blocks(),
             reqs.len(),
@@ -183,6 +183,7 @@ fn main() {
             stat("capacity_evictions"),
             stat("history_hits"),
             stat("admit_refusals"),
+            stat("door_refusals"),
             stat("working_set_shifts"),
             stat("uncached_sequential_reads"),
             stat("flash_bytes_written"),
