@@ -59,6 +59,35 @@ fn cpu_secs() -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
+/// Read hits per phase (`--phase-every`): the counters where the last phase ended.
+#[derive(Default)]
+struct Phases {
+    /// (request, reads, read hits) at the start of the current phase.
+    start: (usize, u64, u64),
+}
+
+impl Phases {
+    /// Print the phase that ends before request `end` to stderr and start the next.
+    fn report(&mut self, cache: &BlockCache, end: usize) {
+        let pairs = cache.stats_pairs();
+        let stat = |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .and_then(|(_, v)| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let (reads, hits) = (stat("reads"), stat("read_hits"));
+        let (r, h) = (reads - self.start.1, hits - self.start.2);
+        eprintln!(
+            "phase requests={}..{end} reads={r} read_hit_percent={:.2}",
+            self.start.0,
+            100.0 * h as f64 / r.max(1) as f64
+        );
+        self.start = (end, reads, hits);
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut trace = None;
@@ -116,25 +145,10 @@ fn main() {
         let wb = cache.start();
         let started = std::time::Instant::now();
         let cpu0 = cpu_secs();
-        let stat_u64 = |name: &str| {
-            cache
-                .stats_pairs()
-                .into_iter()
-                .find(|(k, _)| k == name)
-                .and_then(|(_, v)| v.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        let mut phase_start = (0, 0);
+        let mut phase = Phases::default();
         for (i, (off, len, write)) in reqs.iter().enumerate() {
             if phase_every > 0 && i > 0 && i % phase_every == 0 {
-                let now = (stat_u64("reads"), stat_u64("read_hits"));
-                let (r, h) = (now.0 - phase_start.0, now.1 - phase_start.1);
-                eprintln!(
-                    "phase requests={}..{i} reads={r} read_hit_percent={:.2}",
-                    i - phase_every,
-                    100.0 * h as f64 / r.max(1) as f64
-                );
-                phase_start = now;
+                phase.report(&cache, i);
             }
             if *write {
                 let data = Bytes::from(vec![(off / BS) as u8; *len as usize]);
@@ -144,14 +158,7 @@ fn main() {
             }
         }
         if phase_every > 0 {
-            let now = (stat_u64("reads"), stat_u64("read_hits"));
-            let (r, h) = (now.0 - phase_start.0, now.1 - phase_start.1);
-            eprintln!(
-                "phase requests={}..{} reads={r} read_hit_percent={:.2}",
-                reqs.len() - (reqs.len() - 1) % phase_every - 1,
-                reqs.len(),
-                100.0 * h as f64 / r.max(1) as f64
-            );
+            phase.report(&cache, reqs.len());
         }
         let stat = |name: &str| {
             cache
