@@ -8,7 +8,7 @@
 //! Run: `cargo run --release -p flashtier-blockcache --example replay -- TRACE
 //! --cache-mib 32 [--reads-only] [--phase-every N] [--set NAME=VALUE]...` (`flash.*` names
 //! set the engine's knobs on the open cache; `--phase-every N` prints each N requests' read
-//! hit ratio to stderr, to compare with `trace_sim.py --phases`). Prints one line of `key=value`, with the process's CPU time over
+//! hit ratio (and cumulative counters) to stderr, to compare with `trace_sim.py --phases`). Prints one line of `key=value`, with the process's CPU time over
 //! the replay (`cpu_secs`, all threads: requests, writeback, reclaim; in clock ticks of
 //! 10 ms) and per request.
 use std::sync::Arc;
@@ -80,9 +80,14 @@ impl Phases {
         let (reads, hits) = (stat("reads"), stat("read_hits"));
         let (r, h) = (reads - self.start.1, hits - self.start.2);
         eprintln!(
-            "phase requests={}..{end} reads={r} read_hit_percent={:.2}",
+            "phase requests={}..{end} reads={r} read_hit_percent={:.2} cached_blocks={} \
+             admit_refusals={} door_refusals={} working_set_shifts={}",
             self.start.0,
-            100.0 * h as f64 / r.max(1) as f64
+            100.0 * h as f64 / r.max(1) as f64,
+            stat("cached_blocks"),
+            stat("admit_refusals"),
+            stat("door_refusals"),
+            stat("working_set_shifts"),
         );
         self.start = (end, reads, hits);
     }
