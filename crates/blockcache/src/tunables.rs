@@ -171,7 +171,7 @@ pub const TUNABLES: &[(&str, &str, &str)] = &[
     (
         "admit_door_pct",
         "80",
-        "below the fill line, once the cache holds this % of capacity_blocks and reclaim dropped a clean block within the last capacity_blocks appends, a read miss is admitted only if the sketch saw its block accessed before (0 = off; 0..=97)",
+        "below the fill line, once the cache holds this % of capacity_blocks and reclaim dropped a clean block within the last fill line (97 % of capacity_blocks) of appends, a read miss is admitted only if the sketch saw its block accessed before (0 = off; 0..=97)",
     ),
     (
         "reclaim_fill_floor_pct",
