@@ -6,8 +6,9 @@
 //! policies can be run at the same capacity (`scripts/bench/block-replay.sh`).
 //!
 //! Run: `cargo run --release -p flashtier-blockcache --example replay -- TRACE
-//! --cache-mib 32 [--reads-only] [--set NAME=VALUE]...` (`flash.*` names set the engine's
-//! knobs on the open cache). Prints one line of `key=value`, with the process's CPU time over
+//! --cache-mib 32 [--reads-only] [--phase-every N] [--set NAME=VALUE]...` (`flash.*` names
+//! set the engine's knobs on the open cache; `--phase-every N` prints each N requests' read
+//! hit ratio (and cumulative counters) to stderr, to compare with `trace_sim.py --phases`). Prints one line of `key=value`, with the process's CPU time over
 //! the replay (`cpu_secs`, all threads: requests, writeback, reclaim; in clock ticks of
 //! 10 ms) and per request.
 use std::sync::Arc;
@@ -58,17 +59,55 @@ fn cpu_secs() -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
+/// Read hits per phase (`--phase-every`): the counters where the last phase ended.
+#[derive(Default)]
+struct Phases {
+    /// (request, reads, read hits) at the start of the current phase.
+    start: (usize, u64, u64),
+}
+
+impl Phases {
+    /// Print the phase that ends before request `end` to stderr and start the next.
+    fn report(&mut self, cache: &BlockCache, end: usize) {
+        let pairs = cache.stats_pairs();
+        let stat = |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .and_then(|(_, v)| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let (reads, hits) = (stat("reads"), stat("read_hits"));
+        let (r, h) = (reads - self.start.1, hits - self.start.2);
+        eprintln!(
+            "phase requests={}..{end} reads={r} read_hit_percent={:.2} cached_blocks={} \
+             admit_refusals={} door_refusals={} working_set_shifts={}",
+            self.start.0,
+            100.0 * h as f64 / r.max(1) as f64,
+            stat("cached_blocks"),
+            stat("admit_refusals"),
+            stat("door_refusals"),
+            stat("working_set_shifts"),
+        );
+        self.start = (end, reads, hits);
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut trace = None;
     let mut cache_mib = 32u64;
     let mut reads_only = false;
+    let mut phase_every = 0usize;
     let mut tunables = vec![];
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--cache-mib" => cache_mib = it.next().and_then(|v| v.parse().ok()).expect("MiB"),
             "--reads-only" => reads_only = true,
+            "--phase-every" => {
+                phase_every = it.next().and_then(|v| v.parse().ok()).expect("requests")
+            }
             "--set" => {
                 let kv = it.next().expect("NAME=VALUE");
                 let (k, v) = kv.split_once('=').expect("NAME=VALUE");
@@ -111,13 +150,20 @@ fn main() {
         let wb = cache.start();
         let started = std::time::Instant::now();
         let cpu0 = cpu_secs();
-        for (off, len, write) in &reqs {
+        let mut phase = Phases::default();
+        for (i, (off, len, write)) in reqs.iter().enumerate() {
+            if phase_every > 0 && i > 0 && i % phase_every == 0 {
+                phase.report(&cache, i);
+            }
             if *write {
                 let data = Bytes::from(vec![(off / BS) as u8; *len as usize]);
                 cache.write(*off, data, false).await.expect("write");
             } else {
                 cache.read(*off, *len).await.expect("read");
             }
+        }
+        if phase_every > 0 {
+            phase.report(&cache, reqs.len());
         }
         let stat = |name: &str| {
             cache
@@ -131,7 +177,7 @@ fn main() {
              read_hits={} read_hit_percent={} cached_blocks={} dirty_blocks={} \
              moved_dirty_blocks={} moved_clean_blocks={} \
              moved_fill_blocks={} fill_moves_withheld={} write_stalls={} replacements={} capacity_evictions={} history_hits={} \
-             admit_refusals={} working_set_shifts={} uncached_sequential_reads={} \
+             admit_refusals={} door_refusals={} working_set_shifts={} uncached_sequential_reads={} \
              flash_bytes_written={} secs={:.1} cpu_secs={:.2} cpu_us_per_request={:.1}",
             cache.capacity_blocks(),
             reqs.len(),
@@ -149,6 +195,7 @@ fn main() {
             stat("capacity_evictions"),
             stat("history_hits"),
             stat("admit_refusals"),
+            stat("door_refusals"),
             stat("working_set_shifts"),
             stat("uncached_sequential_reads"),
             stat("flash_bytes_written"),

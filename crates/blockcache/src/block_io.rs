@@ -157,6 +157,7 @@ impl BlockIo {
         data: &[u8],
         why: Append,
         fill_moves: u64,
+        door_pct: u64,
     ) -> Result<Option<PutOutcome>, flashtier_flash::Error> {
         let dirty = why == Append::Dirty;
         let out = self.blocks.locked(|index| {
@@ -164,7 +165,7 @@ impl BlockIo {
                 index.written(lba);
             }
             let new = !index.contains(lba);
-            if new && !self.admits(index, lba, why) {
+            if new && !self.admits(index, lba, why, door_pct) {
                 add(&self.stats.admit_refusals, 1);
                 return Ok(None);
             }
@@ -216,17 +217,29 @@ impl BlockIo {
     }
 
     /// The frequency filter (TinyLFU) for an uncached block: writes always; a read miss below
-    /// the fill line always, at it only if the sketch saw `lba` accessed more often lately
-    /// than the clean block the CLOCK hand would evict next; a sequential read miss only if
-    /// it was accessed before lately (a loop, not a one-time scan), then as a read miss.
-    fn admits(&self, index: &mut Index, lba: u64, why: Append) -> bool {
+    /// the fill line always unless the door is shut (`admit_door_pct`, `Blocks::door_shut`)
+    /// and the sketch did not see `lba` accessed before this miss; at the fill line only if
+    /// the sketch saw `lba` accessed more often lately than the clean block the CLOCK hand
+    /// would evict next; a sequential read miss only if it was accessed before lately (a
+    /// loop, not a one-time scan), then as a read miss.
+    fn admits(&self, index: &mut Index, lba: u64, why: Append, door_pct: u64) -> bool {
         let seen = index.frequency(lba);
         match why {
             Append::Dirty | Append::Written => return true,
             Append::Sequential if seen < 2 => return false,
             Append::ReadMiss | Append::Sequential => {}
         }
-        if (index.len() as u64) < self.blocks.fill_line() {
+        let cached = index.len() as u64;
+        if cached < self.blocks.fill_line() {
+            // The lookup of this miss is counted: below 2, the block was not seen before.
+            if seen < 2
+                && self
+                    .blocks
+                    .door_shut(cached, self.capacity_blocks, door_pct)
+            {
+                add(&self.stats.door_refusals, 1);
+                return false;
+            }
             return true;
         }
         index

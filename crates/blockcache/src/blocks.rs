@@ -41,6 +41,13 @@ pub(crate) struct Blocks {
     /// During a fill hold, fill moves are still granted below this many cached blocks
     /// (`reclaim_fill_floor_pct` of the capacity, set at the wait).
     fill_floor: AtomicU64,
+    /// Appends left in which reclaim's last drop of a clean block counts as recent: the
+    /// flash is full in effect (of cached and dead records) though the cache may be below
+    /// its fill line, so the door is shut (see [`Blocks::door_shut`]).
+    drop_window: AtomicU64,
+    /// Read misses the door still lets through after a working-set shift: the new hot set
+    /// has no history yet.
+    door_open: AtomicU64,
     /// Woken when reclaim frees flash segments: writers waiting for space retry then.
     space: Notify,
 }
@@ -54,6 +61,8 @@ impl Default for Blocks {
             fill_budget: AtomicU64::new(0),
             fill_hold: AtomicU64::new(0),
             fill_floor: AtomicU64::new(0),
+            drop_window: AtomicU64::new(0),
+            door_open: AtomicU64::new(0),
             space: Notify::new(),
         }
     }
@@ -97,8 +106,9 @@ impl Blocks {
             })
             .collect();
         if shifted {
-            self.age_budget
-                .store(self.fill_line.load(Ordering::Relaxed), Ordering::Relaxed);
+            let lap = self.fill_line.load(Ordering::Relaxed);
+            self.age_budget.store(lap, Ordering::Relaxed);
+            self.door_open.store(lap, Ordering::Relaxed);
         }
         (found, shifted)
     }
@@ -130,6 +140,32 @@ impl Blocks {
                 dead(e.loc);
             }
         }
+    }
+
+    /// Reclaim dropped a clean block (not read since its count ran out, no fill move left):
+    /// for the next fill line's worth of appends the door may shut.
+    pub(crate) fn dropped_clean(&self) {
+        self.drop_window
+            .store(self.fill_line.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    /// Whether the door refuses a read miss of a block the sketch never saw before, with
+    /// `cached` blocks cached (below the fill line) of `capacity`: the cache holds at least
+    /// `pct` % of its capacity and reclaim dropped a clean block lately, so an admission of
+    /// a block read once costs a block that was cached (a log's appends evict in the order
+    /// reclaim meets them, not the newcomer first: it is TinyLFU's doorkeeper, or S3-FIFO's
+    /// small queue, before the flash). After a working-set shift the door stays open for a
+    /// fill line's worth of such misses.
+    pub(crate) fn door_shut(&self, cached: u64, capacity: u64, pct: u64) -> bool {
+        if pct == 0
+            || cached * 100 < capacity * pct
+            || self.drop_window.load(Ordering::Relaxed) == 0
+        {
+            return false;
+        }
+        self.door_open
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| t.checked_sub(1))
+            .is_err()
     }
 
     /// Reclaim freed flash segments: wake every writer waiting in [`Blocks::space_wait`].
@@ -198,6 +234,9 @@ impl Blocks {
     /// fill floor; the append then uses one of the hold's appends up instead. Returns
     /// whether fill moves the cache had room for were withheld.
     pub(crate) fn aged_one(&self, cap: u64, moves: u64, cached: u64) -> bool {
+        let _ = self
+            .drop_window
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| t.checked_sub(1));
         let _ = self
             .age_budget
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
@@ -270,6 +309,32 @@ mod tests {
         }
         assert!((0..4).all(|_| b.take_age()));
         assert!(!b.take_age());
+    }
+
+    #[test]
+    fn the_door_shuts_above_its_share_while_reclaim_drops() {
+        let b = Blocks::default();
+        b.set_capacity(64); // fill line 62
+        assert!(
+            !b.door_shut(60, 64, 80),
+            "no drop yet: a cache still filling"
+        );
+        b.dropped_clean();
+        assert!(!b.door_shut(51, 64, 80), "below 80 % of capacity");
+        assert!(b.door_shut(52, 64, 80));
+        assert!(!b.door_shut(60, 64, 0), "0 turns it off");
+        // The drop counts as recent for a fill line's worth of appends.
+        for _ in 0..61 {
+            b.aged_one(64, 0, 60);
+        }
+        assert!(b.door_shut(60, 64, 80));
+        b.aged_one(64, 0, 60);
+        assert!(!b.door_shut(60, 64, 80), "no drop for 62 appends");
+        // After a working-set shift it lets a fill line's worth of misses through.
+        b.dropped_clean();
+        b.door_open.store(2, Ordering::Relaxed);
+        assert!(!b.door_shut(60, 64, 80) && !b.door_shut(60, 64, 80));
+        assert!(b.door_shut(60, 64, 80));
     }
 
     #[test]

@@ -99,6 +99,7 @@ impl ReclaimHandler for Handler {
                         Decision::Keep
                     } else {
                         index.remove_at(rec.key_id, loc);
+                        self.blocks.dropped_clean();
                         add(&stats.replacements, 1);
                         note = Some(false);
                         Decision::Drop

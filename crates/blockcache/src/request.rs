@@ -341,6 +341,7 @@ impl BlockCache {
                 data,
                 why,
                 self.tunables.fill_moves(),
+                self.tunables.door_pct(),
             ) {
                 Ok(out) => break Ok(out),
                 Err(e @ (flashtier_flash::Error::Busy(_) | flashtier_flash::Error::NoSpace)) => {

@@ -63,6 +63,10 @@ counters! {
     /// accessed no more often lately than the clean block it would replace (or, in a
     /// sequential stream, not accessed before lately).
     admit_refusals,
+    /// Read misses of those not admitted by the door: below the fill line, from
+    /// `admit_door_pct` of `capacity_blocks` up, while reclaim drops clean blocks, the sketch
+    /// had not seen the block accessed before this miss (also counted in `admit_refusals`).
+    door_refusals,
     /// Times the working set moved (a window of `capacity_blocks / 4` random reads missed
     /// far more than usual): the sketch and every read count were cleared.
     working_set_shifts,

@@ -169,6 +169,11 @@ pub const TUNABLES: &[(&str, &str, &str)] = &[
         "clean blocks reclaim may move (copy) instead of dropping, per block the cache writes, while the cache is below 97 % of capacity_blocks (0 = drop them; 0..=64)",
     ),
     (
+        "admit_door_pct",
+        "80",
+        "below the fill line, once the cache holds this % of capacity_blocks and reclaim dropped a clean block within the last fill line (97 % of capacity_blocks) of appends, a read miss is admitted only if the sketch saw its block accessed before (0 = off; 0..=97)",
+    ),
+    (
         "reclaim_fill_floor_pct",
         "95",
         "after a writer waited for a free flash segment, fill moves stop for capacity_blocks/32 appends unless the cache holds fewer than this % of capacity_blocks (0..=97; 97 = fill moves never yield to writers)",
@@ -197,6 +202,7 @@ pub struct Tunables {
     writeback_busy_share_pct: AtomicU64,
     reclaim_fill_moves: AtomicU64,
     reclaim_fill_floor_pct: AtomicU64,
+    admit_door_pct: AtomicU64,
 }
 
 impl Default for Tunables {
@@ -221,6 +227,7 @@ impl Default for Tunables {
             writeback_busy_share_pct: AtomicU64::new(0),
             reclaim_fill_moves: AtomicU64::new(0),
             reclaim_fill_floor_pct: AtomicU64::new(0),
+            admit_door_pct: AtomicU64::new(0),
         };
         for (name, default, _) in TUNABLES {
             // Defaults are constants above; a failure here would be a typo caught by tests.
@@ -334,6 +341,10 @@ impl Tunables {
                 n @ 0..=97 => self.reclaim_fill_floor_pct.store(n, Relaxed),
                 n => return Err(Error::Config(format!("{name}: {n} must be 0..=97"))),
             },
+            "admit_door_pct" => match parse_u64(name, value)? {
+                n @ 0..=97 => self.admit_door_pct.store(n, Relaxed),
+                n => return Err(Error::Config(format!("{name}: {n} must be 0..=97"))),
+            },
             _ => return Err(Error::Config(format!("unknown tunable {name:?}"))),
         }
         Ok(())
@@ -361,6 +372,7 @@ impl Tunables {
             "writeback_busy_share_pct" => self.writeback_busy_share_pct.load(Relaxed).to_string(),
             "reclaim_fill_moves" => self.reclaim_fill_moves.load(Relaxed).to_string(),
             "reclaim_fill_floor_pct" => self.reclaim_fill_floor_pct.load(Relaxed).to_string(),
+            "admit_door_pct" => self.admit_door_pct.load(Relaxed).to_string(),
             _ => return None,
         })
     }
@@ -456,6 +468,12 @@ impl Tunables {
     /// yield to a writer waiting for space.
     pub fn fill_floor_pct(&self) -> u64 {
         self.reclaim_fill_floor_pct.load(Relaxed)
+    }
+
+    /// `admit_door_pct`: from this share of `capacity_blocks` up to the fill line, while
+    /// reclaim drops clean blocks, a read miss needs history to be admitted (0 = never).
+    pub fn door_pct(&self) -> u64 {
+        self.admit_door_pct.load(Relaxed)
     }
 
     /// `(batch, inflight, max_rate)` for writeback.
