@@ -259,7 +259,15 @@ mod tests {
     #[test]
     fn bounds_grow_by_at_most_one_and_a_half() {
         assert!(BOUNDS_NS.windows(2).all(|w| w[1] * 2 <= w[0] * 3));
-        for old in [1_000, 2_500, 5_000, 100_000, 250_000, 1_000_000_000, 10_000_000_000] {
+        for old in [
+            1_000,
+            2_500,
+            5_000,
+            100_000,
+            250_000,
+            1_000_000_000,
+            10_000_000_000,
+        ] {
             assert!(BOUNDS_NS.contains(&old), "{old} ns kept as a bound");
         }
     }
