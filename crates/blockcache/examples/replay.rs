@@ -59,6 +59,14 @@ fn cpu_secs() -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
+/// Stat `name` among `pairs` (`BlockCache::stats_pairs`), as the cache prints it.
+fn stat<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
 /// Read hits per phase (`--phase-every`): the counters where the last phase ended.
 #[derive(Default)]
 struct Phases {
@@ -71,10 +79,8 @@ impl Phases {
     fn report(&mut self, cache: &BlockCache, end: usize) {
         let pairs = cache.stats_pairs();
         let stat = |name: &str| {
-            pairs
-                .iter()
-                .find(|(k, _)| k == name)
-                .and_then(|(_, v)| v.parse::<u64>().ok())
+            stat(&pairs, name)
+                .and_then(|v| v.parse::<u64>().ok())
                 .unwrap_or(0)
         };
         let (reads, hits) = (stat("reads"), stat("read_hits"));
@@ -165,13 +171,8 @@ fn main() {
         if phase_every > 0 {
             phase.report(&cache, reqs.len());
         }
-        let stat = |name: &str| {
-            cache
-                .stats_pairs()
-                .into_iter()
-                .find(|(k, _)| k == name)
-                .map_or_else(|| "-".to_string(), |(_, v)| v)
-        };
+        let pairs = cache.stats_pairs();
+        let stat = |name: &str| stat(&pairs, name).unwrap_or("-").to_string();
         println!(
             "trace={trace} cache_mib={cache_mib} capacity_blocks={} requests={} reads={} \
              read_hits={} read_hit_percent={} cached_blocks={} dirty_blocks={} \

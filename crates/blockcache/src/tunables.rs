@@ -243,6 +243,14 @@ fn parse_u64(name: &str, v: &str) -> Result<u64, Error> {
         .map_err(|_| Error::Config(format!("{name}: {v:?} is not a non-negative integer")))
 }
 
+/// A non-negative integer of at most `max`.
+fn parse_at_most(name: &str, v: &str, max: u64) -> Result<u64, Error> {
+    match parse_u64(name, v)? {
+        n if n <= max => Ok(n),
+        n => Err(Error::Config(format!("{name}: {n} must be 0..={max}"))),
+    }
+}
+
 fn parse_bool(name: &str, v: &str) -> Result<u64, Error> {
     match v.trim() {
         "1" | "true" | "on" | "yes" => Ok(1),
@@ -333,18 +341,15 @@ impl Tunables {
                 0 => return Err(Error::Config(format!("{name}: must be 1..=100"))),
                 p => self.writeback_busy_share_pct.store(p, Relaxed),
             },
-            "reclaim_fill_moves" => match parse_u64(name, value)? {
-                n @ 0..=64 => self.reclaim_fill_moves.store(n, Relaxed),
-                n => return Err(Error::Config(format!("{name}: {n} must be 0..=64"))),
-            },
-            "reclaim_fill_floor_pct" => match parse_u64(name, value)? {
-                n @ 0..=97 => self.reclaim_fill_floor_pct.store(n, Relaxed),
-                n => return Err(Error::Config(format!("{name}: {n} must be 0..=97"))),
-            },
-            "admit_door_pct" => match parse_u64(name, value)? {
-                n @ 0..=97 => self.admit_door_pct.store(n, Relaxed),
-                n => return Err(Error::Config(format!("{name}: {n} must be 0..=97"))),
-            },
+            "reclaim_fill_moves" => self
+                .reclaim_fill_moves
+                .store(parse_at_most(name, value, 64)?, Relaxed),
+            "reclaim_fill_floor_pct" => self
+                .reclaim_fill_floor_pct
+                .store(parse_at_most(name, value, 97)?, Relaxed),
+            "admit_door_pct" => self
+                .admit_door_pct
+                .store(parse_at_most(name, value, 97)?, Relaxed),
             _ => return Err(Error::Config(format!("unknown tunable {name:?}"))),
         }
         Ok(())
