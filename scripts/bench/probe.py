@@ -234,23 +234,32 @@ def check_json(path):
     print(f"{path}: ok ({rows})")
 
 
-def pid_cpu_s(pid):
-    """utime + stime of PID in seconds (USER_HZ = 100), or None."""
+def pid_cpu_split_s(pid):
+    """(utime, stime) of PID in seconds (USER_HZ = 100), or (None, None)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             rest = f.read().rsplit(")", 1)[1].split()
-        return (int(rest[11]) + int(rest[12])) / 100.0
+        return int(rest[11]) / 100.0, int(rest[12]) / 100.0
     except (OSError, IndexError, ValueError):
-        return None
+        return None, None
+
+
+def pid_cpu_s(pid):
+    """utime + stime of PID in seconds (USER_HZ = 100), or None."""
+    user, system = pid_cpu_split_s(pid)
+    return None if user is None else user + system
 
 
 def snap(pid, port, cg, out):
     io = read_kv(f"/proc/{pid}/io", ":")
     mstat = {k: int(v) for k, v in read_kv(f"{cg}/memory.stat").items() if v.isdigit()}
+    user_s, sys_s = pid_cpu_split_s(pid)
     data = {
         "t": time.time(),
         "pid": pid,
-        "cpu_s": pid_cpu_s(pid),
+        "cpu_s": None if user_s is None else user_s + sys_s,
+        "user_s": user_s,
+        "sys_s": sys_s,
         "io_write_bytes": int(io.get("write_bytes", "0") or 0),
         "io_cancelled_write_bytes": int(io.get("cancelled_write_bytes", "0") or 0),
         "io_read_bytes": int(io.get("read_bytes", "0") or 0),
