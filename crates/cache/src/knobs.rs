@@ -22,6 +22,7 @@ use crate::Error;
 pub const TIERING_KNOBS: &[&str] = &[
     "item_size",
     "recache_rate",
+    "recache_adaptive",
     "drop_under",
     "drop_unread",
     "ram_exclusive",
@@ -57,6 +58,8 @@ const NO_MEANING: &[(&str, &str)] = &[
 pub struct Tiering {
     item_size: AtomicU64,
     recache_rate: AtomicU64,
+    /// Promotion's sampling follows its measured payback (`flash_tier::payback`).
+    recache_adaptive: AtomicBool,
     drop_under: AtomicU32,
     drop_unread: AtomicBool,
     ram_exclusive: AtomicBool,
@@ -76,6 +79,7 @@ impl Tiering {
         Self {
             item_size: AtomicU64::new(settings.item_size),
             recache_rate: AtomicU64::new(u64::from(settings.recache_rate)),
+            recache_adaptive: AtomicBool::new(true),
             drop_under: AtomicU32::new(settings.drop_under.unwrap_or(high)),
             drop_unread: AtomicBool::new(settings.drop_unread),
             ram_exclusive: AtomicBool::new(settings.ram_exclusive),
@@ -94,6 +98,11 @@ impl Tiering {
     }
     pub fn recache_rate(&self) -> u64 {
         self.recache_rate.load(Relaxed)
+    }
+    /// Of the `recache_rate` candidates, promote the share the measured payback sets
+    /// (default); off: every candidate.
+    pub fn recache_adaptive(&self) -> bool {
+        self.recache_adaptive.load(Relaxed)
     }
     pub fn drop_under(&self) -> u32 {
         self.drop_under.load(Relaxed)
@@ -129,6 +138,10 @@ impl Tiering {
         vec![
             ("item_size".into(), self.item_size().to_string()),
             ("recache_rate".into(), self.recache_rate().to_string()),
+            (
+                "recache_adaptive".into(),
+                u8::from(self.recache_adaptive()).to_string(),
+            ),
             ("drop_under".into(), self.drop_under().to_string()),
             (
                 "drop_unread".into(),
@@ -164,6 +177,7 @@ impl Tiering {
                 .map_err(|_| bad("expected a size in bytes (e.g. 512, 4k)"))
                 .map(|n| self.item_size.store(n, Relaxed)),
             "recache_rate" => int().map(|n| self.recache_rate.store(n, Relaxed)),
+            "recache_adaptive" => int().map(|n| self.recache_adaptive.store(n != 0, Relaxed)),
             "drop_under" => int().and_then(|n| {
                 let n = u32::try_from(n).map_err(|_| bad("too large"))?;
                 self.drop_under.store(n, Relaxed);

@@ -166,6 +166,13 @@ impl Lower {
         }
     }
 
+    /// A copy promoted from flash was read in RAM for the first time (`payback`).
+    pub(crate) fn promoted_copy_read(&self) {
+        if let Lower::Flash(t) = self {
+            t.payback.read();
+        }
+    }
+
     /// Before a write's phase 2: await flash room within the request's budgets (`p`).
     pub(crate) async fn await_room(&self, p: &mut Patience) {
         if let Lower::Flash(t) = self {

@@ -25,6 +25,7 @@ pub(crate) mod demote;
 pub(crate) mod dirty;
 pub(crate) mod journal;
 pub(crate) mod kv_record;
+pub(crate) mod payback;
 pub(crate) mod promote;
 pub(crate) mod read;
 pub(crate) mod reclaim;

@@ -1,4 +1,5 @@
-//! Promotion: a repeat flash hit (slot frequency ≥ 1, every `recache_rate`-th) copies the
+//! Promotion: a repeat flash hit (slot frequency ≥ 1, every `recache_rate`-th, sampled at the
+//! rate promotion's measured payback sets: [`super::payback`]) copies the
 //! item back into RAM's small log with frequency 0, S3-FIFO's probation; its flash record stays
 //! its home, nothing is written to flash. Under the GET's shard lock if the small log's open
 //! segment has room; otherwise after the GET answers, with no lock held, reserving space the
@@ -22,7 +23,7 @@ use crate::flash_tier::{home_word, CopyAt, RamAccess, MAX_PROMOTING};
 use crate::meta::Counters;
 use crate::ram::index::{Entry, Pos, Shard};
 use crate::ram::lower::CopyUp;
-use crate::ram::record::{self, Header, F_FETCHED, F_STALE, F_WIN};
+use crate::ram::record::{self, Header, F_FETCHED, F_PROMOTED, F_STALE, F_WIN};
 
 /// A promotion decided in a GET's phase 2 and finished by [`FlashTier::promote_later`]
 /// without the shard lock: the packed location of the flash slot the item was read from,
@@ -51,27 +52,30 @@ fn promoted_header(loc: u64, key: &[u8], f: &FlashItem, now: u32) -> Header {
         stored: f.stored,
         last_access: now,
         klen: key.len() as u16,
-        rflags: (f.rflags & (F_STALE | F_WIN)) | F_FETCHED,
+        rflags: (f.rflags & (F_STALE | F_WIN)) | F_FETCHED | F_PROMOTED,
         home: home_word(Location::unpack(loc)),
     }
 }
 
 impl FlashTier {
     /// A repeat hit on a flash item: true when it should be copied back to RAM
-    /// (`recache_rate`: every Nth repeat hit; 0 = never).
+    /// (`recache_rate`: every Nth repeat hit is a candidate, 0 = none; of the candidates,
+    /// the share promotion's measured payback sets, see `payback`).
     fn should_recache(&self) -> bool {
-        match self.tiering.recache_rate() {
+        let candidate = match self.tiering.recache_rate() {
             0 => false,
             1 => true,
             n => self
                 .repeat_hits
                 .fetch_add(1, Ordering::Relaxed)
                 .is_multiple_of(n),
-        }
+        };
+        candidate && self.payback.sample(self.tiering.recache_adaptive())
     }
 
     fn count_promotion(&self, done: bool) {
         let c = if done {
+            self.payback.promoted();
             &self.counters.promoted
         } else {
             &self.counters.promotions_abandoned
@@ -248,6 +252,45 @@ mod tests {
             hit(&tier, &ram, b"k");
         }
         assert!(ram.copies.lock().is_empty(), "0 = never");
+    }
+
+    #[test]
+    fn promotions_no_copy_of_which_is_read_are_sampled_less_and_read_ones_bring_it_back() {
+        use crate::flash_tier::payback::WINDOW;
+        let (tier, ram) = open("promote-payback", |_| {});
+        put_flash(&tier, &ram, b"k", &VALUE, 1);
+        // Every repeat hit promotes (the fake RAM keeps the flash slot), none is read in RAM.
+        for _ in 0..WINDOW {
+            hit(&tier, &ram, b"k");
+        }
+        assert_eq!(count(&tier.counters.promoted), u64::from(WINDOW));
+        assert_eq!(
+            tier.payback.period(),
+            2,
+            "a window unread: one candidate in two"
+        );
+        for _ in 0..2 * WINDOW {
+            hit(&tier, &ram, b"k");
+        }
+        assert_eq!(tier.payback.period(), 4);
+        // A window in which a quarter of the copies are read doubles the rate back.
+        let before = count(&tier.counters.promoted);
+        let mut hits = 0;
+        while count(&tier.counters.promoted) < before + u64::from(WINDOW) {
+            hit(&tier, &ram, b"k");
+            hits += 1;
+            if hits % 16 == 0 {
+                tier.payback.read();
+            }
+        }
+        assert_eq!(tier.payback.period(), 2);
+        // Off: every candidate again, whatever was measured.
+        crate::knobs::set(&tier.tiering, &tier.flash, "recache_adaptive", "0").unwrap();
+        let before = count(&tier.counters.promoted);
+        for _ in 0..10 {
+            hit(&tier, &ram, b"k");
+        }
+        assert_eq!(count(&tier.counters.promoted), before + 10);
     }
 
     #[test]

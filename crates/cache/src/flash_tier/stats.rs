@@ -101,6 +101,7 @@ pub(crate) fn extstore(tier: &FlashTier, slots: &Index, ledger: &Ledger) -> Vec<
         ),
     ]
     .into_iter()
+    .chain(tier.payback.pairs())
     .chain(ledger.counts())
     .map(|(k, n)| (k.to_string(), n.to_string()))
     .collect();

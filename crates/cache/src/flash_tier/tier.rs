@@ -20,6 +20,7 @@ use crate::flash_tier::backpressure::{Gate, Patience, Writable, DROP_WAIT_TIMES}
 use crate::flash_tier::dirty::DirtyQueue;
 use crate::flash_tier::journal::{self, Owed};
 use crate::flash_tier::kv_record::{KvKind, KvRecord, PREFIX};
+use crate::flash_tier::payback::Payback;
 use crate::flash_tier::value_mean::ValueMean;
 use crate::flash_tier::{flash_err, RamAccess, SMALL_KEEP_DIVISOR, STREAM};
 use crate::knobs::Tiering;
@@ -178,6 +179,8 @@ pub(crate) struct FlashTier {
     pub(super) repeat_hits: AtomicU64,
     /// Promotions running outside the shard lock (`promote`); at most `MAX_PROMOTING`.
     pub(super) promoting: AtomicU32,
+    /// Whether promotions pay, and the sampling rate it sets (`payback`).
+    pub(crate) payback: Payback,
     /// Set by the first `Cache::close`.
     pub(super) closed: AtomicBool,
     pub(super) counters: TierCounters,
@@ -231,6 +234,7 @@ impl FlashTier {
             tiering,
             reserve,
             repeat_hits: AtomicU64::new(0),
+            payback: Payback::default(),
             promoting: AtomicU32::new(0),
             closed: AtomicBool::new(false),
             loss_log: parking_lot::Mutex::new((None, 0)),

@@ -30,7 +30,7 @@ pub(crate) fn ram_now(
 ) -> Option<Result<Option<Item>, Error>> {
     let now = core.now();
     Some(match core.current_ram(shard, hash, key, now)? {
-        Ok(Current::Ram { pos, rec, .. }) => Ok(Some(ram_hit(shard, pos, &rec, now))),
+        Ok(Current::Ram { pos, rec, .. }) => Ok(Some(ram_hit(core, shard, pos, &rec, now))),
         Ok(_) => {
             core.meta.ledger.missed(hash);
             Ok(None)
@@ -39,10 +39,13 @@ pub(crate) fn ram_now(
     })
 }
 
-/// A RAM hit: copy the item, mark it fetched, bump the slot's frequency.
-fn ram_hit(shard: &mut Shard<'_>, pos: Pos, rec: &RecordRef<'_>, now: u32) -> Item {
+/// A RAM hit: copy the item, mark it fetched (the first read of a promoted copy is counted
+/// for promotion's payback), bump the slot's frequency.
+fn ram_hit(core: &Core, shard: &mut Shard<'_>, pos: Pos, rec: &RecordRef<'_>, now: u32) -> Item {
     let item = item_at(rec);
-    rec.mark_fetched(now);
+    if rec.mark_fetched(now) {
+        core.lower.promoted_copy_read();
+    }
     shard.touch(pos);
     item
 }
@@ -72,7 +75,7 @@ impl Op for Get {
                 Ok(Step::Done(None))
             }
             Current::Ram { pos, rec, .. } => {
-                Ok(Step::Done(Some(ram_hit(&mut shard, pos, &rec, now))))
+                Ok(Step::Done(Some(ram_hit(core, &mut shard, pos, &rec, now))))
             }
             Current::Small(item) => Ok(Step::Done(Some(crate::small_tier::item_of(&item)))),
             Current::Flash { pos, e, item } => {

@@ -108,9 +108,10 @@ impl RecordRef<'_> {
         record::set_home(self.mem, self.off, home);
     }
 
-    /// Record an access (`fetched`, `last_access`).
-    pub fn mark_fetched(&self, now: u32) {
-        record::mark_fetched(self.mem, self.off, now);
+    /// Record an access (`fetched`, `last_access`); true on the first read of a copy
+    /// promoted from flash.
+    pub fn mark_fetched(&self, now: u32) -> bool {
+        record::mark_fetched(self.mem, self.off, now)
     }
 }
 

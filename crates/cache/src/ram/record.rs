@@ -54,6 +54,8 @@ pub const F_STALE: u8 = 1;
 pub const F_WIN: u8 = 2;
 pub const F_FETCHED: u8 = 4;
 pub const F_FILLER: u8 = 8;
+/// A copy promoted from flash that has not been read in RAM yet (`flash_tier::payback`).
+pub const F_PROMOTED: u8 = 16;
 
 /// Words needed for `n` bytes.
 pub fn words(n: usize) -> usize {
@@ -202,11 +204,15 @@ pub fn set_home(mem: &[AtomicU64], off: usize, home: u64) {
 }
 
 /// Record an access: set `fetched` and `last_access`. Caller holds the owning shard lock.
-pub fn mark_fetched(mem: &[AtomicU64], off: usize, now: u32) {
+/// Returns true when this is the first read of a copy promoted from flash (the flag is
+/// cleared).
+pub fn mark_fetched(mem: &[AtomicU64], off: usize, now: u32) -> bool {
     let mut h = header(mem, off);
-    h.rflags |= F_FETCHED;
+    let promoted = h.rflags & F_PROMOTED != 0;
+    h.rflags = (h.rflags | F_FETCHED) & !F_PROMOTED;
     h.last_access = now;
     mem[off + 3].store(h.word3(), Relaxed);
+    promoted
 }
 
 /// True when the record at `off` holds exactly `key` (a filler never matches).
