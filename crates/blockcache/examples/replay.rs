@@ -87,13 +87,22 @@ impl Phases {
         let (r, h) = (reads - self.start.1, hits - self.start.2);
         eprintln!(
             "phase requests={}..{end} reads={r} read_hit_percent={:.2} cached_blocks={} \
-             admit_refusals={} door_refusals={} working_set_shifts={}",
+             admit_refusals={} door_refusals={} working_set_shifts={} read_admits={} \
+             replacements={} capacity_evictions={} moved_clean_blocks={} moved_fill_blocks={} \
+             moved_dirty_blocks={} uncached_flash_full={}",
             self.start.0,
             100.0 * h as f64 / r.max(1) as f64,
             stat("cached_blocks"),
             stat("admit_refusals"),
             stat("door_refusals"),
             stat("working_set_shifts"),
+            stat("read_admits"),
+            stat("replacements"),
+            stat("capacity_evictions"),
+            stat("moved_clean_blocks"),
+            stat("moved_fill_blocks"),
+            stat("moved_dirty_blocks"),
+            stat("uncached_flash_full"),
         );
         self.start = (end, reads, hits);
     }
