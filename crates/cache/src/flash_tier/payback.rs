@@ -5,7 +5,7 @@
 //! A promotion copies a flash item into RAM's small log and, the log being full, evicts
 //! something there: about a record's copy and a share of a segment drain per promotion
 //! (measured: ~1 µs of server CPU per GET at 8×16 uniform GETs, 90 % of them from flash,
-//! docs/serving.md, "Promotions that do not pay"). It pays back only when the copy is read in
+//! docs/serving.md, "Promotions that pay"). It pays back only when the copy is read in
 //! RAM before it is evicted — each such read is a flash read saved. Under a skewed load most
 //! promoted copies are read again; under a uniform one, or a working set far larger than
 //! RAM, almost none are, and every promotion is lost work (and pushes out a copy that
@@ -17,11 +17,11 @@
 //! promotion are counted against them: under 1 in [`LOWER_BELOW`] halves the sampling rate
 //! (a repeat flash hit promotes one time in 2, 4, … up to [`MAX_SHIFT`] = 1 in 1024), at or
 //! above 1 in [`RAISE_AT`] doubles it back (to every repeat hit). Between the two it stays
-//! put. The `recache_rate` knob still applies on top (every Nth repeat hit is a candidate);
-//! `recache_adaptive=0` turns the rule off.
+//! put. The period multiplies the `recache_rate` knob's (`FlashTier::should_recache` samples
+//! repeat hits with its one counter); `recache_adaptive=0` turns the rule off.
 //!
 //! # Threads
-//! Any GET's thread: [`Payback::sample`] and [`Payback::promoted`] from a flash hit,
+//! Any GET's thread: [`Payback::period`] and [`Payback::promoted`] from a flash hit,
 //! [`Payback::read`] from a RAM hit. Relaxed atomics: the counts are a measure, not an
 //! invariant (a window's count may be off by a few racing updates).
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
@@ -40,8 +40,6 @@ pub const MAX_SHIFT: u32 = 10;
 pub(crate) struct Payback {
     /// log2 of the sampling period: 0 = every candidate.
     shift: AtomicU32,
-    /// Candidates seen (the sampling counter).
-    candidates: AtomicU64,
     /// Promotions in the current window.
     promoted: AtomicU32,
     /// First RAM reads of promoted copies in the current window.
@@ -54,16 +52,6 @@ pub(crate) struct Payback {
 }
 
 impl Payback {
-    /// True when this candidate (a repeat flash hit `recache_rate` let through) should be
-    /// promoted at the current rate. `adaptive` false: every candidate.
-    pub fn sample(&self, adaptive: bool) -> bool {
-        if !adaptive {
-            return true;
-        }
-        let shift = self.shift.load(Relaxed);
-        shift == 0 || self.candidates.fetch_add(1, Relaxed) & ((1 << shift) - 1) == 0
-    }
-
     /// A promotion was made: at the end of a window, move the rate.
     pub fn promoted(&self) {
         if self.promoted.fetch_add(1, Relaxed) + 1 < WINDOW {
@@ -146,17 +134,13 @@ mod tests {
     #[test]
     fn a_window_of_unread_promotions_lowers_the_rate_and_read_ones_raise_it() {
         let p = Payback::default();
-        assert!((0..10).all(|_| p.sample(true)), "every candidate at first");
+        assert_eq!(p.period(), 1, "every candidate at first");
         for _ in 0..WINDOW {
             p.promoted();
         }
+        // The sampling at this period (one candidate in two; every one with the rule off)
+        // is `FlashTier::should_recache`'s, tested in `promote`.
         assert_eq!(p.period(), 2);
-        let admitted = (0..100).filter(|_| p.sample(true)).count();
-        assert_eq!(admitted, 50, "one candidate in two");
-        assert!(
-            (0..10).all(|_| p.sample(false)),
-            "not adaptive: every candidate"
-        );
         for _ in 0..WINDOW {
             p.promoted();
         }

@@ -59,18 +59,19 @@ fn promoted_header(loc: u64, key: &[u8], f: &FlashItem, now: u32) -> Header {
 
 impl FlashTier {
     /// A repeat hit on a flash item: true when it should be copied back to RAM
-    /// (`recache_rate`: every Nth repeat hit is a candidate, 0 = none; of the candidates,
-    /// the share promotion's measured payback sets, see `payback`).
+    /// (`recache_rate`: every Nth repeat hit, 0 = never; with `recache_adaptive`, every
+    /// Nth times the period promotion's measured payback sets, see `payback`).
     fn should_recache(&self) -> bool {
-        let candidate = match self.tiering.recache_rate() {
-            0 => false,
-            1 => true,
-            n => self
+        let period = match self.tiering.recache_rate() {
+            0 => return false,
+            n if self.tiering.recache_adaptive() => n.saturating_mul(self.payback.period()),
+            n => n,
+        };
+        period == 1
+            || self
                 .repeat_hits
                 .fetch_add(1, Ordering::Relaxed)
-                .is_multiple_of(n),
-        };
-        candidate && self.payback.sample(self.tiering.recache_adaptive())
+                .is_multiple_of(period)
     }
 
     fn count_promotion(&self, done: bool) {
@@ -269,7 +270,12 @@ mod tests {
             2,
             "a window unread: one candidate in two"
         );
-        for _ in 0..2 * WINDOW {
+        let before = count(&tier.counters.promoted);
+        for _ in 0..100 {
+            hit(&tier, &ram, b"k");
+        }
+        assert_eq!(count(&tier.counters.promoted), before + 50, "one in two");
+        for _ in 100..2 * WINDOW {
             hit(&tier, &ram, b"k");
         }
         assert_eq!(tier.payback.period(), 4);
