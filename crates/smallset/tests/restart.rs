@@ -497,7 +497,8 @@ fn a_kill_on_another_boot_keeps_nothing() {
 
 /// Crash images taken while the flusher thread merges on its own (staging over its small
 /// budget) as the test thread keeps staging: a merge that finishes while newer changes of
-/// its set are staged must leave the set dirty.
+/// its set are staged must leave the set dirty. A quarter of the images follow a drain by
+/// 50 operations, so some sets are clean at them however the flusher was scheduled.
 #[test]
 fn a_crash_while_the_flusher_merges_never_serves_a_replaced_value() {
     crash_while_merging();
@@ -718,6 +719,13 @@ fn crash_while_merging() {
             Op::Insert(k)
         };
         apply(&t, &dev, &[op], &mut model, &mut version);
+        // Every fourth image is taken 50 operations after the staging drained, so it holds
+        // sets with nothing staged whatever the scheduler gave the flusher (on a loaded
+        // machine the flusher can fall behind for the whole run and leave every set dirty
+        // at the others): the liveness check below does not rest on timing.
+        if i % 8000 == 7949 {
+            t.flush_staged();
+        }
         if i % 2000 == 1999 {
             images.push((dev.image(), model.clone()));
         }
