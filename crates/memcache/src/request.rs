@@ -30,10 +30,14 @@ pub struct Storage {
     pub value: Bytes,
 }
 
+/// A retrieval's keys, in order.
+pub type Keys = smallvec::SmallVec<[Bytes; 1]>;
+
 /// `get`/`gets`/`gat`/`gats` (and the ancient `bget`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Retrieval {
-    pub keys: Vec<Bytes>,
+    /// Inline up to one key: a one-key `get` (nearly every request) allocates no list.
+    pub keys: Keys,
     /// Return the CAS unique (`gets`, `gats`).
     pub with_cas: bool,
     /// New exptime for `gat`/`gats`.

@@ -296,7 +296,7 @@ pub async fn run<S: KvStore>(ctx: &Context<S>, meta: Meta, out: &mut Output) {
     }
     out.extend_from_slice(b"\r\n");
     if o.value {
-        out.put_value(&item.value);
+        out.put_value(f.item.value);
         out.extend_from_slice(b"\r\n");
     }
 }

@@ -70,7 +70,7 @@ pub(crate) async fn touch_item<S: KvStore>(ctx: &Context<S>, key: &[u8], abs: u3
 /// Append one `VALUE` block. Reserves room for the header, the trailer and only the part of
 /// the value that is copied: a large value goes by reference, and reserving its length too
 /// cost a ~4 KiB allocation per GET of a 4 KiB value for a ~30-byte header.
-pub(crate) fn value_block(out: &mut Output, key: &[u8], item: &Item, with_cas: bool) {
+pub(crate) fn value_block(out: &mut Output, key: &[u8], item: Item, with_cas: bool) {
     out.reserve(key.len() + Output::copied_len(item.value.len()) + 48);
     out.extend_from_slice(b"VALUE ");
     out.extend_from_slice(key);
@@ -83,7 +83,7 @@ pub(crate) fn value_block(out: &mut Output, key: &[u8], item: &Item, with_cas: b
         reply::u64(out, item.cas);
     }
     out.extend_from_slice(b"\r\n");
-    out.put_value(&item.value);
+    out.put_value(item.value);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -150,7 +150,7 @@ fn reply_key<S: KvStore>(
     }
     if let Some(mut item) = item.filter(|_| !req.key_too_long) {
         item.cas = ctx.cas_out(item.cas);
-        value_block(out, key, &item, req.with_cas);
+        value_block(out, key, item, req.with_cas);
     }
 }
 
@@ -284,7 +284,7 @@ mod tests {
         }
         expect.extend_from_slice(b"END\r\n");
         let req = Retrieval {
-            keys,
+            keys: keys.into(),
             with_cas: false,
             touch: None,
             key_too_long: false,
@@ -309,7 +309,7 @@ mod tests {
     fn a_value_sent_by_reference_reserves_only_its_header() {
         let mut out = Output::new();
         let it = item(4096);
-        value_block(&mut out, b"k", &it, true);
+        value_block(&mut out, b"k", it.clone(), true);
         assert!(
             out.capacity() < ZERO_COPY_MIN,
             "reserved {} bytes for a header",
@@ -325,7 +325,7 @@ mod tests {
     fn a_copied_value_is_written_whole() {
         let mut out = Output::new();
         let it = item(100);
-        value_block(&mut out, b"key", &it, false);
+        value_block(&mut out, b"key", it.clone(), false);
         let mut want = b"VALUE key 3 100\r\n".to_vec();
         want.extend_from_slice(&it.value);
         want.extend_from_slice(b"\r\n");
