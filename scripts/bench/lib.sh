@@ -147,6 +147,30 @@ check_alive() {
 # snap OUT.json: server stats, /proc/PID/io, CPU and cgroup usage at this instant.
 snap() { check_alive; "${PROBE[@]}" snap "$SERVER_PID" "$SERVER_PORT" "$SERVER_CG" "$1"; }
 
+# settle OUT.txt: wait until the server is quiet — its CPU (utime + stime) grew by at most
+# SETTLE_TICKS clock ticks [2, i.e. 20 ms] in each of two consecutive seconds, at most SETTLE_MAX
+# seconds [90] — and write how long that took and the CPU spent meanwhile. After a full-speed
+# fill, flashtier writes back to flash every version RAM still holds unwritten (the write-back
+# window: 600k x 4 KiB in -m 3000 took ~10 s and ~0.3 s of CPU on this VM) and memcached's
+# extstore thread flushes its write buffers: a phase measured before that ends charges the
+# fill's background work to its requests (docs/serving.md, seventeenth sitting).
+settle() {
+  local out=$1 t0 c0 prev cur quiet=0 waited=0 hz
+  hz=$(getconf CLK_TCK)
+  t0=$(date +%s.%N)
+  c0=$(awk '{print $14 + $15}' "/proc/$SERVER_PID/stat")
+  prev=$c0
+  while ((quiet < 2 && waited < ${SETTLE_MAX:-90})); do
+    sleep 1; waited=$((waited + 1)); check_alive
+    cur=$(awk '{print $14 + $15}' "/proc/$SERVER_PID/stat")
+    if ((cur - prev <= ${SETTLE_TICKS:-2})); then quiet=$((quiet + 1)); else quiet=0; fi
+    prev=$cur
+  done
+  awk -v t0="$t0" -v now="$(date +%s.%N)" -v c="$((cur - c0))" -v hz="$hz" -v q="$quiet" \
+    'BEGIN { printf "settle_s %.1f\nsettle_cpu_ms %.0f\nsettled %d\n", now - t0, c * 1000 / hz, q >= 2 }' > "$out"
+  ((quiet >= 2)) || log "$SERVER_LABEL: still busy after ${SETTLE_MAX:-90} s (see $out)"
+}
+
 # gen TAG ARGS...: runs flashtier-bench against the current server, JSON to $DIR/TAG.json
 # (DIR set by the caller), table appended to the server's log; fails loudly on errors.
 gen() {

@@ -9,6 +9,7 @@
 #     -m FLASH_MEM (flashtier keeps every key and serves ~20-25 % of GETs from flash,
 #     memcached drops what does not fit during the full-speed fill) and with -m RAM_MEM (both
 #     hold every key in RAM: no flash read); per server: fill KEYS x VALUE at full speed,
+#     wait until the server is quiet (lib.sh's settle: the fill's write-back and flushes done),
 #     thread-client warm-up, then open loop (async client, 16 connections) at each RATES,
 #     a snapshot of the server (stats, utime/stime, per-thread CPU) around each row.
 # Client and server share the machine's CPUs: every figure includes that.
@@ -17,6 +18,7 @@
 # Env [default]: ROUNDS [3]  RATES ["5k 30k"]  KEYS [600000]  VALUE [4096]  FLASH [4G]
 #   FLASH_MEM [256]  RAM_MEM [3000]  CG_MB [RAM_MEM + 768]  WARMUP [2s]  DUR [8s]
 #   WARM_CLOSED [5s]  MC_THREADS [4]  FIO_RATE [5400]  FIO_TIME [8]  FIO [1] (0: no fio)
+#   SETTLE [1] (0: measure right after the fill)  SETTLE_TICKS [2]  SETTLE_MAX [90]
 #   FLASH_DIR, FLASHTIER_BIN, BENCH_BIN, MEMCACHED_BIN, FLASHTIER_EXTRA, MEMCACHED_OPTS (lib.sh)
 # Output: OUT/table.md (min / median / max over rounds; serving_floor_table.py), OUT/raw/.
 NAME=floor
@@ -26,14 +28,14 @@ ROUNDS=${ROUNDS:-3} RATES=${RATES:-5k 30k} KEYS=${KEYS:-600000} VALUE=${VALUE:-4
 FLASH=${FLASH:-4G} FLASH_MEM=${FLASH_MEM:-256} RAM_MEM=${RAM_MEM:-3000}
 CG_MB=${CG_MB:-$((RAM_MEM + 768))} WARMUP=${WARMUP:-2s} DUR=${DUR:-8s}
 WARM_CLOSED=${WARM_CLOSED:-5s} MC_THREADS=${MC_THREADS:-4} FIO_RATE=${FIO_RATE:-5400}
-FIO_TIME=${FIO_TIME:-8} FIO=${FIO:-1}
+FIO_TIME=${FIO_TIME:-8} FIO=${FIO:-1} SETTLE=${SETTLE:-1}
 # shellcheck source=scripts/bench/lib.sh
 source "$(dirname "$0")/lib.sh"
 preflight
 ((FIO)) && { command -v fio > /dev/null || die "fio not found (Debian: apt-get install fio)"; }
 rm -rf "$OUT/raw"; mkdir -p "$OUT/raw"; : > "$OUT/run.log"
 machine_json "$OUT/machine.json"
-echo "ROUNDS='$ROUNDS' RATES='$RATES' KEYS=$KEYS VALUE=$VALUE FLASH=$FLASH FLASH_MEM=$FLASH_MEM RAM_MEM=$RAM_MEM MC_THREADS=$MC_THREADS FIO_RATE=$FIO_RATE scripts/bench/serving-floor.sh $*" > "$OUT/command.txt"
+echo "ROUNDS='$ROUNDS' RATES='$RATES' KEYS=$KEYS VALUE=$VALUE FLASH=$FLASH FLASH_MEM=$FLASH_MEM RAM_MEM=$RAM_MEM MC_THREADS=$MC_THREADS FIO_RATE=$FIO_RATE SETTLE=$SETTLE scripts/bench/serving-floor.sh $*" > "$OUT/command.txt"
 COMMON=(-k "$KEYS" -v "$VALUE" --dist zipf:0.99 --get-ratio 0.9)
 FIO_FILE=$FLASH_DIR/fio-$NAME-$$.test   # removed by lib.sh's exit trap
 
@@ -70,6 +72,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
       log "round $round/$ROUNDS, -m $mem, $label (load average $(cut -d' ' -f1-3 /proc/loadavg))"
       start_server "$label" "$kind" "$mem" "$FLASH" "$CG_MB"
       gen fill fill -k "$KEYS" -v "$VALUE" -c 16
+      ((SETTLE)) && settle "$DIR/settle.txt"
       gen warm load --client threads -c 16 -d 1 --warmup 0s --duration "$WARM_CLOSED" \
         --seed $((round * 100 + 1)) "${COMMON[@]}"
       seed=$((round * 100 + 10))

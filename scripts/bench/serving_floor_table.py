@@ -92,6 +92,21 @@ def main():
         c = lambda k, fmt="{:.1f}": mmm([r[k] for r in rs], fmt)
         print(f"| {server} | {mem} | {rate} | {c('p50')} | {c('p90')} | {c('p99')} | {c('p999')} "
               f"| {c('hit', '{:.3f}')} | {c('cpu')} | {c('user')} | {c('sys')} | {c('flash_per_get', '{:.3f}')} |")
+    # How long each server stayed busy after its fill (lib.sh's settle), before the warm-up.
+    settles = {}
+    for f in glob.glob(os.path.join(out, "raw", "r*", "m*", "*", "settle.txt")):
+        m = re.search(r"/m(\d+)/([^/]+)/settle\.txt$", f)
+        kv = dict(line.split() for line in open(f) if len(line.split()) == 2)
+        settles.setdefault((m.group(2), int(m.group(1))), []).append(kv)
+    if settles:
+        print()
+        print("After the fill, before the warm-up: time until the server was quiet, and its CPU meanwhile:")
+        print()
+        print("| server | -m | settle s | CPU ms while settling |")
+        print("|---|---|---|---|")
+        for (server, mem), ks in sorted(settles.items()):
+            print(f"| {server} | {mem} | {mmm([float(k['settle_s']) for k in ks])} "
+                  f"| {mmm([float(k['settle_cpu_ms']) for k in ks], '{:.0f}')} |")
     # What one flash read adds to flashtier's serving threads, round by round.
     mems = sorted({k[2] for k in per_round})
     if len(mems) == 2:
