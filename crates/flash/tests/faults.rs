@@ -322,7 +322,16 @@ fn random_write_faults_never_serve_wrong_data() {
     wait_until("devices back", Duration::from_secs(10), || {
         stat(&f, "devices_failed") == 0
     });
-    std::thread::sleep(Duration::from_millis(50));
+    // The flusher thread hands lost records to the handler in its own time: wait until it
+    // has handed all of them (a fixed 50 ms sleep assumed it had run by then).
+    wait_until(
+        "every lost record reported",
+        Duration::from_secs(60),
+        || {
+            let lost: std::collections::HashSet<u64> = losses.keys().into_iter().collect();
+            lost.len() as u64 >= stat(&f, "records_lost")
+        },
+    );
     let lost: std::collections::HashSet<u64> = losses.keys().into_iter().collect();
     assert_eq!(lost.len() as u64, stat(&f, "records_lost"));
     assert!(!lost.is_empty(), "some chunks lost every try");

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Raw, TestDir, TestServer};
+use common::{wait_until, Raw, TestDir, TestServer};
 use flashtier_backend::{BackendFuture, BlockBackend, MemoryBackend, ZeroFlags};
 use flashtier_nbd::{proto, Export, ServerConfig};
 use tokio::sync::Semaphore;
@@ -100,7 +100,13 @@ fn in_flight_requests_are_bounded_per_connection() {
     for h in 1..=5 {
         r.request(proto::CMD_READ, 0, h, 0, 16, &[]);
     }
-    std::thread::sleep(Duration::from_millis(200));
+    // The reader takes the first two in its own time (a loaded machine can need far more
+    // than a fixed 200 ms); then give it as long again to wrongly read a third.
+    let t0 = std::time::Instant::now();
+    wait_until("two requests in flight", Duration::from_secs(60), || {
+        server.server.stats().totals().in_flight >= 2
+    });
+    std::thread::sleep(Duration::from_millis(200).max(t0.elapsed()));
     let conns = server.server.stats().connections();
     assert_eq!(conns.len(), 1);
     assert_eq!(conns[0].export.as_deref(), Some("disk"));
@@ -138,7 +144,11 @@ fn graceful_shutdown_answers_in_flight_requests() {
     let mut idle = Raw::connect(&server.sock);
     idle.read_n(18);
     r.request(proto::CMD_READ, 0, 1, 0, 64, &[]);
-    std::thread::sleep(Duration::from_millis(100));
+    // In flight means read by the server: a request still in the socket at shutdown is never
+    // read (the reader stops), so a fixed sleep here would fail if the reader ran late.
+    wait_until("the read in flight", Duration::from_secs(60), || {
+        server.server.stats().totals().in_flight == 1
+    });
     server.server.shutdown();
     assert!(
         idle.closed(),

@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{random_bytes, Raw, TestDir, TestServer};
+use common::{random_bytes, wait_until, Raw, TestDir, TestServer};
 use flashtier_backend::MemoryBackend;
 use flashtier_nbd::{proto, Export, ServerConfig};
 
@@ -148,7 +148,14 @@ fn abrupt_disconnect_mid_request_leaves_data_intact() {
         // Half a header, then drop.
         r.send(&proto::REQUEST_MAGIC.to_be_bytes());
     }
-    std::thread::sleep(Duration::from_millis(100));
+    // Both connections closed on the server's side (their in-flight WRITE ended with them),
+    // however late a loaded machine runs it: after a fixed 100 ms sleep the first one's
+    // in-flight count could still be live at the check below.
+    wait_until(
+        "both aborted connections closed",
+        Duration::from_secs(60),
+        || server.server.stats().connections_active() == 0,
+    );
     let (mut r, _, _) = Raw::go(&server.sock, "disk");
     assert_in_sync(&mut r, &data, 2);
     assert_eq!(mem.snapshot(), data, "a partial WRITE must not be applied");

@@ -65,8 +65,22 @@ async fn thirty_two_mib_through_four_mib_cache() {
     assert!(stats.contains("dirty_lost=0"), "{stats}");
     let status = server.ctl(&["status"]);
     assert!(status.contains("flush=done"), "{status}");
-    std::thread::sleep(std::time::Duration::from_millis(1200));
-    let file = std::fs::read_to_string(dir.join("run").join("block.stats")).expect("stats file");
+    // The stats file is rewritten about once a second by a server task: wait for it (a
+    // fixed 1.2 s sleep would fail whenever a loaded machine ran that task late).
+    let path = dir.join("run").join("block.stats");
+    let t0 = std::time::Instant::now();
+    let file = loop {
+        let file = std::fs::read_to_string(&path).unwrap_or_default();
+        if file.contains("read_hit_percent=") {
+            break file;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "no read_hit_percent in {} after 60 s: {file:?}",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     assert!(file.contains("read_hit_percent="), "{file}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -17,6 +17,17 @@ use flashtier_nbd::{proto, Export, ListenAddr, Server, ServerConfig};
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// Poll `cond` every 5 ms until it holds; panics naming `what` after `limit`. For a state a
+/// server task reaches in its own time: a fixed sleep before the check fails whenever a
+/// loaded machine has not scheduled the task yet.
+pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < limit, "timed out after {limit:?}: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// A scratch directory removed on drop.
 pub struct TestDir(pub PathBuf);
 
