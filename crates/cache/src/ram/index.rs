@@ -10,8 +10,8 @@
 //! so a collision costs one flash read, never another key's item.
 //!
 //! # Layout
-//! 1024 mutex shards, each a cache line of its own (`Slot`), of 64-byte buckets (held in
-//! 256-byte blocks of 4: `index_blocks` says why), 7 slots of 9 bytes (tier, frequency, size hint,
+//! 1024 mutex shards of 64-byte buckets (held in 256-byte blocks of 4: `index_blocks` says
+//! why), 7 slots of 9 bytes (tier, frequency, size hint,
 //! location, 24-bit tag; a tag is never 0 in its low 16 bits, so a zero word is an empty
 //! slot) and an 8-bit overflow counter; the home bucket comes from the tag alone, so a table
 //! regrows without keys; linear probing with per-bucket overflow counters, no tombstones.
@@ -441,20 +441,10 @@ impl Table {
     }
 }
 
-/// One shard, its lock and its table, in a cache line of its own (sitting 17, issue 30):
-/// unaligned, the 56-byte shards straddled lines, and a lookup that missed on the lock's line
-/// often missed again on the table's fields (0.7 more L1 misses per RAM GET, callgrind,
-/// docs/serving.md "Sitting 17"). Costs 8 bytes a shard.
-#[derive(Debug)]
-#[repr(align(64))]
-struct Slot(Mutex<Table>);
-
-const _: () = assert!(std::mem::size_of::<Slot>() == 64);
-
 /// The sharded index. See the module docs.
 #[derive(Debug)]
 pub struct Index {
-    shards: Box<[Slot]>,
+    shards: Box<[Mutex<Table>]>,
     mask: u64,
     seed: u64,
     len: AtomicU64,
@@ -491,13 +481,13 @@ impl Index {
         let n = shards.max(1).next_power_of_two();
         let loc_bits = loc_bits.clamp(MIN_LOC_BITS, LOC_BITS);
         let base = base_buckets.max(1) as f64;
-        let tables: Vec<Slot> = (0..n)
+        let tables: Vec<Mutex<Table>> = (0..n)
             .map(|i| {
                 let b = (base * GROWTH.powf(i as f64 / n as f64)).ceil() as usize;
-                Slot(Mutex::new(Table::new(b, loc_bits)))
+                Mutex::new(Table::new(b, loc_bits))
             })
             .collect();
-        let bytes: usize = tables.iter().map(|t| t.0.lock().memory_bytes()).sum();
+        let bytes: usize = tables.iter().map(|t| t.lock().memory_bytes()).sum();
         Self {
             shards: tables.into_boxed_slice(),
             mask: n as u64 - 1,
@@ -530,7 +520,7 @@ impl Index {
         let i = (hash & self.mask) as usize;
         Shard {
             index: self,
-            table: self.shards[i].0.lock(),
+            table: self.shards[i].lock(),
         }
     }
 
@@ -538,7 +528,7 @@ impl Index {
     pub fn lock_nth(&self, i: usize) -> Shard<'_> {
         Shard {
             index: self,
-            table: self.shards[i].0.lock(),
+            table: self.shards[i].lock(),
         }
     }
 
@@ -556,7 +546,7 @@ impl Index {
     /// array (`shards × 64` bytes).
     pub fn memory_bytes(&self) -> u64 {
         self.table_bytes.load(Ordering::Relaxed).max(0) as u64
-            + (self.shards.len() * std::mem::size_of::<Slot>()) as u64
+            + (self.shards.len() * std::mem::size_of::<Mutex<Table>>()) as u64
     }
 
     /// RAM the index spends per entry ([`Self::memory_bytes`] ÷ entries), with the entries
