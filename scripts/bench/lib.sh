@@ -159,7 +159,7 @@ settle() {
   hz=$(getconf CLK_TCK)
   t0=$(date +%s.%N)
   c0=$(awk '{print $14 + $15}' "/proc/$SERVER_PID/stat")
-  prev=$c0
+  prev=$c0 cur=$c0
   while ((quiet < 2 && waited < ${SETTLE_MAX:-90})); do
     sleep 1; waited=$((waited + 1)); check_alive
     cur=$(awk '{print $14 + $15}' "/proc/$SERVER_PID/stat")
