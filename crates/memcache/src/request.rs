@@ -31,13 +31,13 @@ pub struct Storage {
 }
 
 /// A retrieval's keys, in order.
-pub type Keys = smallvec::SmallVec<[Bytes; 1]>;
+pub type KeyList = smallvec::SmallVec<[Bytes; 1]>;
 
 /// `get`/`gets`/`gat`/`gats` (and the ancient `bget`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Retrieval {
     /// Inline up to one key: a one-key `get` (nearly every request) allocates no list.
-    pub keys: Keys,
+    pub keys: KeyList,
     /// Return the CAS unique (`gets`, `gats`).
     pub with_cas: bool,
     /// New exptime for `gat`/`gats`.

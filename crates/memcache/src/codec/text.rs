@@ -102,7 +102,7 @@ fn retrieval(t: &Tokens<'_>, with_cas: bool, touch: bool) -> LineOutcome {
     } else {
         None
     };
-    let mut keys = crate::request::Keys::new();
+    let mut keys = crate::request::KeyList::new();
     let mut key_too_long = false;
     for k in all {
         if k.len() > KEY_MAX_LENGTH {
